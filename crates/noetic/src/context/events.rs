@@ -1,0 +1,125 @@
+//! Framework events: what the runtime did, as a stream a UI or a log can subscribe to.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use super::ExecutionId;
+use crate::error::NoeticError;
+use crate::step::StepKind;
+
+/// One event, stamped with the execution that produced it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// The execution (root, spawned child or fork path) the event comes from.
+    pub execution_id: ExecutionId,
+    /// When it happened.
+    pub at: SystemTime,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A step started.
+    StepStarted {
+        /// The step.
+        step_id: Arc<str>,
+        /// Its kind.
+        kind: StepKind,
+    },
+    /// A step finished successfully.
+    StepCompleted {
+        /// The step.
+        step_id: Arc<str>,
+        /// Its kind.
+        kind: StepKind,
+    },
+    /// A step failed.
+    StepFailed {
+        /// The step.
+        step_id: Arc<str>,
+        /// Its kind.
+        kind: StepKind,
+        /// Why.
+        error: NoeticError,
+    },
+    /// A `run` step attempt failed and will be retried after `delay`.
+    RetryScheduled {
+        /// The step.
+        step_id: Arc<str>,
+        /// The 0-based attempt that failed.
+        attempt: u32,
+        /// How long the step waits before the next attempt.
+        delay: Duration,
+        /// Why the attempt failed.
+        error: NoeticError,
+    },
+    /// An iteration of an `every` step failed and the step keeps going (`on_error: Continue`).
+    EveryIterationError {
+        /// The `every` step.
+        step_id: Arc<str>,
+        /// Why the iteration failed.
+        error: NoeticError,
+    },
+    /// A loop's `on_error` handler chose an action for a failed iteration.
+    LoopIterationError {
+        /// The loop step.
+        step_id: Arc<str>,
+        /// The action chosen (`retry`, `skip`).
+        action: &'static str,
+        /// Why the iteration failed.
+        error: NoeticError,
+    },
+    /// A message on a loop's inbox kept the loop running.
+    LoopInboxMessage {
+        /// The loop step.
+        step_id: Arc<str>,
+    },
+}
+
+/// Where events go: a broadcast channel any number of subscribers can read. Events are built only when at least
+/// one subscriber listens. A slow subscriber that falls more than `capacity` events behind loses the oldest ones
+/// (it sees `RecvError::Lagged`); the runtime never blocks on a subscriber.
+#[derive(Clone, Default)]
+pub struct EventSink {
+    tx: Option<broadcast::Sender<Arc<Event>>>,
+}
+
+impl EventSink {
+    /// A sink buffering up to `capacity` events per subscriber (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        EventSink { tx: Some(tx) }
+    }
+
+    /// A sink that drops everything.
+    pub fn disabled() -> Self {
+        EventSink { tx: None }
+    }
+
+    /// A new subscriber, seeing events emitted from now on. `None` for a disabled sink.
+    pub fn subscribe(&self) -> Option<broadcast::Receiver<Arc<Event>>> {
+        self.tx.as_ref().map(|tx| tx.subscribe())
+    }
+
+    /// True when someone listens.
+    pub fn is_active(&self) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
+    /// Emits the event `kind` builds, if anyone listens.
+    pub fn emit(&self, execution_id: ExecutionId, kind: impl FnOnce() -> EventKind) {
+        if let Some(tx) = &self.tx
+            && tx.receiver_count() > 0
+        {
+            let _ = tx.send(Arc::new(Event { execution_id, at: SystemTime::now(), kind: kind() }));
+        }
+    }
+}

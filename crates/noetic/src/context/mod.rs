@@ -1,0 +1,412 @@
+//! The execution context every step runs in.
+//!
+//! A [`Context`] is a cheap handle (two `Arc`s and a depth) that carries:
+//! * identity — an [`ExecutionId`], optional thread and resource ids, the parent context;
+//! * cancellation — a [`CancellationToken`]; cancelling a context cancels all its descendants, never its parent;
+//! * the item log — the conversation so far;
+//! * token usage and cost, rolled up from spawned children on success;
+//! * the event sink and the memory layers in scope.
+//!
+//! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]);
+//! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
+
+mod channel;
+mod events;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
+pub use events::{Event, EventKind, EventSink};
+
+use crate::error::NoeticError;
+use crate::layer::{LayerStack, MemoryLayer};
+use crate::model::{Item, StepMeta, Usage};
+
+/// Steps may nest at most this deep (counting every composite step and child context).
+pub const MAX_DEPTH: u32 = 64;
+
+/// The identity of one execution (a root run, a spawned child or a fork path). Time-ordered (UUID v7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ExecutionId(Uuid);
+
+impl ExecutionId {
+    /// A fresh id.
+    pub fn new() -> Self {
+        ExecutionId(Uuid::now_v7())
+    }
+
+    /// The underlying UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl Default for ExecutionId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+struct Inner {
+    execution_id: ExecutionId,
+    parent: Option<Arc<Inner>>,
+    thread_id: Option<Arc<str>>,
+    resource_id: Option<Arc<str>>,
+    cancel: CancellationToken,
+    cancel_reason: OnceLock<String>,
+    items: Mutex<Vec<Item>>,
+    usage: Mutex<(Usage, f64)>,
+    last_step_meta: Mutex<Option<Arc<StepMeta>>>,
+    events: EventSink,
+}
+
+impl Inner {
+    fn reason(&self) -> Option<String> {
+        if let Some(r) = self.cancel_reason.get() {
+            return Some(r.clone());
+        }
+        self.parent.as_ref().and_then(|p| p.reason())
+    }
+}
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it (the data is plain state that
+/// stays consistent between statements).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The handle steps receive. Clone it freely; clones share everything.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+    layers: LayerStack,
+    depth: u32,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("execution_id", &self.inner.execution_id)
+            .field("depth", &self.depth)
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Context::new()
+    }
+}
+
+/// Builds a root [`Context`].
+#[derive(Default)]
+pub struct ContextBuilder {
+    thread_id: Option<Arc<str>>,
+    resource_id: Option<Arc<str>>,
+    items: Vec<Item>,
+    events: EventSink,
+    layers: Vec<Arc<dyn MemoryLayer>>,
+    cancel: Option<CancellationToken>,
+}
+
+impl ContextBuilder {
+    /// The conversation thread this execution belongs to (scopes `Thread` layer state).
+    pub fn thread_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.thread_id = Some(id.into());
+        self
+    }
+
+    /// The resource (user, project …) this execution belongs to (scopes `Resource` layer state).
+    pub fn resource_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.resource_id = Some(id.into());
+        self
+    }
+
+    /// The conversation so far.
+    pub fn items(mut self, items: Vec<Item>) -> Self {
+        self.items = items;
+        self
+    }
+
+    /// Where events go.
+    pub fn events(mut self, events: EventSink) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Memory layers in scope for every step.
+    pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
+        self.layers.extend(layers);
+        self
+    }
+
+    /// Cancel this context when `token` is cancelled (the context gets a child token of it).
+    pub fn cancel_with(mut self, token: &CancellationToken) -> Self {
+        self.cancel = Some(token.child_token());
+        self
+    }
+
+    /// Builds the context.
+    pub fn build(self) -> Context {
+        Context {
+            inner: Arc::new(Inner {
+                execution_id: ExecutionId::new(),
+                parent: None,
+                thread_id: self.thread_id,
+                resource_id: self.resource_id,
+                cancel: self.cancel.unwrap_or_default(),
+                cancel_reason: OnceLock::new(),
+                items: Mutex::new(self.items),
+                usage: Mutex::new((Usage::default(), 0.0)),
+                last_step_meta: Mutex::new(None),
+                events: self.events,
+            }),
+            layers: LayerStack::new(self.layers),
+            depth: 0,
+        }
+    }
+}
+
+impl Context {
+    /// A root context with no layers, no events and an empty item log.
+    pub fn new() -> Self {
+        ContextBuilder::default().build()
+    }
+
+    /// Starts building a root context.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder::default()
+    }
+
+    /// This execution's id.
+    pub fn execution_id(&self) -> ExecutionId {
+        self.inner.execution_id
+    }
+
+    /// The parent execution's id, for spawned children and fork paths.
+    pub fn parent_execution_id(&self) -> Option<ExecutionId> {
+        self.inner.parent.as_ref().map(|p| p.execution_id)
+    }
+
+    /// The thread id, if set.
+    pub fn thread_id(&self) -> Option<&str> {
+        self.inner.thread_id.as_deref()
+    }
+
+    /// The resource id, if set.
+    pub fn resource_id(&self) -> Option<&str> {
+        self.inner.resource_id.as_deref()
+    }
+
+    /// How deeply the current step is nested (0 at the root).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// True once this context or an ancestor was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Cancels this context and all its descendants. The first reason given wins. Idempotent.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        let _ = self.inner.cancel_reason.set(reason.into());
+        self.inner.cancel.cancel();
+    }
+
+    /// Why the context was cancelled, looking up the tree; `None` if not cancelled or no reason was given.
+    pub fn cancel_reason(&self) -> Option<String> {
+        if !self.is_cancelled() {
+            return None;
+        }
+        self.inner.reason()
+    }
+
+    /// The [`NoeticError::Cancelled`] error for this context, carrying the reason.
+    pub fn cancelled_error(&self) -> NoeticError {
+        NoeticError::Cancelled { reason: self.inner.reason() }
+    }
+
+    /// Resolves when the context is cancelled.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await
+    }
+
+    /// The cancellation token, for handing to code that takes one.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Fails with [`NoeticError::Cancelled`] if the context is cancelled.
+    pub fn check_cancelled(&self) -> Result<(), NoeticError> {
+        if self.is_cancelled() { Err(self.cancelled_error()) } else { Ok(()) }
+    }
+
+    /// Runs `fut` unless the context is cancelled first; on cancellation `fut` is dropped and
+    /// [`NoeticError::Cancelled`] is returned. When both are ready, `fut`'s result wins.
+    pub async fn run_cancellable<T>(
+        &self,
+        fut: impl Future<Output = Result<T, NoeticError>>,
+    ) -> Result<T, NoeticError> {
+        tokio::select! {
+            biased;
+            r = fut => r,
+            () = self.inner.cancel.cancelled() => Err(self.cancelled_error()),
+        }
+    }
+
+    /// A child context for a fork path: fresh execution id, a copy of the item log, its own cancellation linked to
+    /// this one, same thread, events and layers, one level deeper.
+    pub fn fork_child(&self) -> Context {
+        let items = lock(&self.inner.items).clone();
+        self.child(items, self.layers.clone())
+    }
+
+    /// A child context for a spawned step: fresh execution id, the given item log (usually empty), the given layers,
+    /// cancellation linked to this one, usage starting at zero.
+    pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
+        self.child(items, layers)
+    }
+
+    fn child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
+        Context {
+            inner: Arc::new(Inner {
+                execution_id: ExecutionId::new(),
+                parent: Some(self.inner.clone()),
+                thread_id: self.inner.thread_id.clone(),
+                resource_id: self.inner.resource_id.clone(),
+                cancel: self.inner.cancel.child_token(),
+                cancel_reason: OnceLock::new(),
+                items: Mutex::new(items),
+                usage: Mutex::new((Usage::default(), 0.0)),
+                last_step_meta: Mutex::new(None),
+                events: self.inner.events.clone(),
+            }),
+            layers,
+            depth: self.depth + 1,
+        }
+    }
+
+    /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
+    pub fn with_layers(&self, provided: &[Arc<dyn MemoryLayer>]) -> Context {
+        Context { inner: self.inner.clone(), layers: self.layers.merged(provided), depth: self.depth }
+    }
+
+    /// The same context, one nesting level deeper (used for the children of composite steps).
+    pub(crate) fn nested(&self) -> Context {
+        Context { inner: self.inner.clone(), layers: self.layers.clone(), depth: self.depth + 1 }
+    }
+
+    /// The memory layers in scope, in slot order.
+    pub fn layers(&self) -> &LayerStack {
+        &self.layers
+    }
+
+    /// Appends an item to the conversation.
+    pub fn push_item(&self, item: Item) {
+        lock(&self.inner.items).push(item);
+    }
+
+    /// Appends items to the conversation.
+    pub fn extend_items(&self, items: impl IntoIterator<Item = Item>) {
+        lock(&self.inner.items).extend(items);
+    }
+
+    /// A copy of the conversation.
+    pub fn items(&self) -> Vec<Item> {
+        lock(&self.inner.items).clone()
+    }
+
+    /// Number of items in the conversation.
+    pub fn item_count(&self) -> usize {
+        lock(&self.inner.items).len()
+    }
+
+    /// Reads the conversation without copying it.
+    pub fn with_items<R>(&self, f: impl FnOnce(&[Item]) -> R) -> R {
+        f(&lock(&self.inner.items))
+    }
+
+    /// Token usage accumulated in this context (including spawned children that succeeded).
+    pub fn usage(&self) -> Usage {
+        lock(&self.inner.usage).0
+    }
+
+    /// Cost in US dollars accumulated in this context.
+    pub fn cost(&self) -> f64 {
+        lock(&self.inner.usage).1
+    }
+
+    /// Adds usage and cost to this context.
+    pub fn add_usage(&self, usage: &Usage, cost: f64) {
+        let mut u = lock(&self.inner.usage);
+        u.0.add(usage);
+        u.1 += cost;
+    }
+
+    /// What the last `llm` step in this context produced (tool calls, usage).
+    pub fn last_step_meta(&self) -> Option<Arc<StepMeta>> {
+        lock(&self.inner.last_step_meta).clone()
+    }
+
+    /// Records what the last `llm` step produced.
+    pub fn set_last_step_meta(&self, meta: StepMeta) {
+        *lock(&self.inner.last_step_meta) = Some(Arc::new(meta));
+    }
+
+    /// The event sink.
+    pub fn events(&self) -> &EventSink {
+        &self.inner.events
+    }
+
+    /// Emits an event built by `kind` — only when someone listens, so an idle sink costs nothing.
+    pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
+        self.inner.events.emit(self.inner.execution_id, kind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancelling_a_parent_cancels_children_but_not_the_reverse() {
+        let root = Context::new();
+        let a = root.fork_child();
+        let b = root.spawn_child(Vec::new(), root.layers().clone());
+        let grandchild = a.fork_child();
+        a.cancel("a only");
+        assert!(a.is_cancelled() && grandchild.is_cancelled());
+        assert!(!root.is_cancelled() && !b.is_cancelled());
+        assert_eq!(grandchild.cancel_reason().as_deref(), Some("a only"));
+        root.cancel("root");
+        assert!(b.is_cancelled());
+        assert_eq!(b.cancel_reason().as_deref(), Some("root"));
+        assert_eq!(a.cancel_reason().as_deref(), Some("a only"), "first reason wins");
+    }
+
+    #[test]
+    fn fork_child_copies_items_and_spawn_child_starts_empty() {
+        let root = Context::new();
+        root.push_item(Item::user("hi"));
+        let path = root.fork_child();
+        path.push_item(Item::assistant("only in path"));
+        assert_eq!(root.item_count(), 1);
+        assert_eq!(path.item_count(), 2);
+        assert_eq!(root.spawn_child(Vec::new(), root.layers().clone()).item_count(), 0);
+        assert_ne!(path.execution_id(), root.execution_id());
+        assert_eq!(path.parent_execution_id(), Some(root.execution_id()));
+        assert_eq!(path.depth(), 1);
+    }
+}

@@ -1,0 +1,433 @@
+//! The two error types of the runtime.
+//!
+//! * [`NoeticError`] — something went wrong while a step ran (a failed attempt, a cancelled context, a fork with
+//!   failed paths, a steering denial …). Every variant's message says what happened and what to do about it.
+//! * [`ConfigError`] — the program was put together wrongly (an empty step id, a fork without a merge function,
+//!   a negative interval …). Builders return it before anything runs; it carries a stable [`ConfigCode`].
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Stable identifiers of configuration mistakes. `code.as_str()` is the `SCREAMING_SNAKE_CASE` form used in
+/// serialised errors and documentation; it never changes between releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum ConfigCode {
+    /// A step or rule id is empty or whitespace.
+    EmptyStepId,
+    /// A tool's name is empty or whitespace.
+    EmptyToolName,
+    /// A step or tool has no function to execute.
+    MissingExecuteFunction,
+    /// An `llm` step names no model.
+    MissingModel,
+    /// A `fork` in `All` or `Settle` mode has no merge function.
+    MissingMergeFunction,
+    /// A `fork` has no path factory.
+    MissingPaths,
+    /// A `loop` has no body steps.
+    MissingLoopBody,
+    /// A `loop` has no `until` predicate.
+    MissingUntilPredicate,
+    /// A `provide` step provides no memory layers.
+    MissingContextLayers,
+    /// An `every` interval is invalid.
+    InvalidIntervalMs,
+    /// An `every` jitter is invalid.
+    InvalidJitter,
+    /// A `fork` concurrency limit is below 1.
+    InvalidConcurrency,
+    /// A retry policy has `max_attempts` below 1.
+    InvalidRetryPolicy,
+    /// A loop's `max_iterations` is below 1.
+    InvalidMaxIterations,
+    /// A queue channel's capacity is below 1.
+    InvalidChannelCapacity,
+    /// A spawn timeout is zero.
+    InvalidTimeout,
+    /// A tool's JSON Schema does not compile.
+    InvalidSchema,
+    /// An LLM-evaluated steering rule needs a model caller and none is configured.
+    MissingCallModel,
+    /// No model is configured for a step that needs one.
+    NoModelProvider,
+}
+
+impl ConfigCode {
+    /// The stable `SCREAMING_SNAKE_CASE` name of the code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigCode::EmptyStepId => "EMPTY_STEP_ID",
+            ConfigCode::EmptyToolName => "EMPTY_TOOL_NAME",
+            ConfigCode::MissingExecuteFunction => "MISSING_EXECUTE_FUNCTION",
+            ConfigCode::MissingModel => "MISSING_MODEL",
+            ConfigCode::MissingMergeFunction => "MISSING_MERGE_FUNCTION",
+            ConfigCode::MissingPaths => "MISSING_PATHS",
+            ConfigCode::MissingLoopBody => "MISSING_LOOP_BODY",
+            ConfigCode::MissingUntilPredicate => "MISSING_UNTIL_PREDICATE",
+            ConfigCode::MissingContextLayers => "MISSING_CONTEXT_LAYERS",
+            ConfigCode::InvalidIntervalMs => "INVALID_INTERVAL_MS",
+            ConfigCode::InvalidJitter => "INVALID_JITTER",
+            ConfigCode::InvalidConcurrency => "INVALID_CONCURRENCY",
+            ConfigCode::InvalidRetryPolicy => "INVALID_RETRY_POLICY",
+            ConfigCode::InvalidMaxIterations => "INVALID_MAX_ITERATIONS",
+            ConfigCode::InvalidChannelCapacity => "INVALID_CHANNEL_CAPACITY",
+            ConfigCode::InvalidTimeout => "INVALID_TIMEOUT",
+            ConfigCode::InvalidSchema => "INVALID_SCHEMA",
+            ConfigCode::MissingCallModel => "MISSING_CALL_MODEL",
+            ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
+        }
+    }
+}
+
+impl fmt::Display for ConfigCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A configuration mistake, found when the program is assembled rather than while it runs.
+///
+/// `message` says what is wrong, `hint` says how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message} (hint: {hint})")]
+pub struct ConfigError {
+    /// Stable code, e.g. `EMPTY_STEP_ID`.
+    pub code: ConfigCode,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hint: String,
+}
+
+impl ConfigError {
+    /// Creates a configuration error.
+    pub fn new(code: ConfigCode, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        ConfigError { code, message: message.into(), hint: hint.into() }
+    }
+}
+
+/// A successful path's value inside [`NoeticError::ForkPartial`]. Values are kept type-erased so the error type
+/// stays non-generic; read one back with [`PathValue::downcast_ref`]. Serialisation skips the value.
+#[derive(Clone)]
+pub struct PathValue(Arc<dyn Any + Send + Sync>);
+
+impl PathValue {
+    /// Wraps a value.
+    pub fn new<T: Send + Sync + 'static>(value: T) -> Self {
+        PathValue(Arc::new(value))
+    }
+
+    /// The value, if it has type `T` (the fork's output type).
+    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for PathValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PathValue(..)")
+    }
+}
+
+/// A path of a fork that succeeded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PathSuccess {
+    /// The id of the path's step.
+    pub step_id: String,
+    /// The position of the path in the list `paths` returned.
+    pub index: usize,
+    /// The path's output (not serialised).
+    #[serde(skip)]
+    pub value: Option<PathValue>,
+}
+
+/// A path of a fork that failed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PathFailure {
+    /// The id of the path's step.
+    pub step_id: String,
+    /// The position of the path in the list `paths` returned.
+    pub index: usize,
+    /// Why it failed.
+    pub error: NoeticError,
+}
+
+/// Which budget a [`NoeticError::BudgetExceeded`] refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetField {
+    /// Accumulated cost in US dollars.
+    Cost,
+    /// Number of steps.
+    Steps,
+    /// Wall-clock duration in milliseconds.
+    Duration,
+}
+
+impl fmt::Display for BudgetField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BudgetField::Cost => "cost",
+            BudgetField::Steps => "steps",
+            BudgetField::Duration => "duration",
+        })
+    }
+}
+
+/// An error raised while steps run.
+///
+/// The enum is serialisable (`{"kind": "step_failed", ...}`) so errors can cross process boundaries and be logged
+/// as JSON. Durations are serialised as milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum NoeticError {
+    /// A step failed after all its attempts.
+    #[error("step '{step_id}' failed: {cause}{}", if *retries_exhausted { " (all retry attempts used)" } else { "" })]
+    StepFailed {
+        /// The failing step.
+        step_id: String,
+        /// The last error the step produced.
+        cause: Box<NoeticError>,
+        /// True when the step had a retry policy with more than one attempt and used them all.
+        retries_exhausted: bool,
+    },
+    /// The model refused to answer.
+    #[error("model refused at step '{step_id}': {refusal}")]
+    ModelRefused {
+        /// The llm step.
+        step_id: String,
+        /// The model's refusal text.
+        refusal: String,
+    },
+    /// The model's output did not parse or did not match the step's output schema.
+    #[error(
+        "model output at step '{step_id}' does not match the output schema: {message}; the raw output is attached as `raw` — loosen the schema or tell the model the expected format in the instructions"
+    )]
+    ModelParseError {
+        /// The llm step.
+        step_id: String,
+        /// The raw text the model returned.
+        raw: String,
+        /// Why it did not parse or validate.
+        message: String,
+    },
+    /// The model provider rate-limited the call.
+    #[error("model rate limited at step '{step_id}'{}; wait and retry, or lower the request rate", match retry_after_ms { Some(ms) => format!(" (retry after {ms} ms)"), None => String::new() })]
+    ModelRateLimit {
+        /// The llm step.
+        step_id: String,
+        /// How long the provider asked to wait, if it said.
+        retry_after_ms: Option<u64>,
+    },
+    /// The model provider failed (network, server, authentication, malformed response).
+    #[error("model call failed: {message}")]
+    ModelFailed {
+        /// What went wrong and what to do.
+        message: String,
+        /// The HTTP status, when there was one.
+        status: Option<u16>,
+        /// The raw response body, when there was one.
+        raw: Option<String>,
+    },
+    /// Some paths of a fork failed.
+    #[error("fork '{step_id}' partial failure: {} succeeded, {} failed; first failure: {}", succeeded.len(), failed.len(), failed.first().map(|f| f.error.to_string()).unwrap_or_else(|| "none".into()))]
+    ForkPartial {
+        /// The fork step.
+        step_id: String,
+        /// Paths that succeeded, in path order.
+        succeeded: Vec<PathSuccess>,
+        /// Paths that failed, in path order.
+        failed: Vec<PathFailure>,
+    },
+    /// A channel operation timed out.
+    #[error("channel '{channel}' timed out after {} ms; nothing was sent in time — raise the timeout or check the sender", timeout.as_millis())]
+    ChannelTimeout {
+        /// The channel's name.
+        channel: String,
+        /// How long the operation waited.
+        #[serde(with = "duration_ms")]
+        timeout: Duration,
+    },
+    /// A channel was closed.
+    #[error("channel '{channel}' is closed")]
+    ChannelClosed {
+        /// The channel's name.
+        channel: String,
+    },
+    /// The context was cancelled.
+    #[error("cancelled{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Cancelled {
+        /// Why, when known.
+        reason: Option<String>,
+    },
+    /// A budget was exceeded.
+    #[error("budget exceeded: {field} limit {limit}, actual {actual}")]
+    BudgetExceeded {
+        /// Which budget.
+        field: BudgetField,
+        /// The limit.
+        limit: f64,
+        /// The value reached.
+        actual: f64,
+    },
+    /// A steering rule denied the action.
+    #[error("steering denied{}", guidance.as_ref().map(|g| format!(": {g}")).unwrap_or_default())]
+    SteeringDenied {
+        /// The rule's guidance, telling the agent how to correct course.
+        guidance: Option<String>,
+    },
+    /// A step ran longer than its timeout and was cancelled.
+    #[error("step '{step_id}' timed out after {} ms and was cancelled; raise the timeout or make the step faster", after.as_millis())]
+    Timeout {
+        /// The step with the timeout.
+        step_id: String,
+        /// The timeout.
+        #[serde(with = "duration_ms")]
+        after: Duration,
+    },
+    /// A loop reached `max_iterations` without its `until` predicate stopping it.
+    #[error(
+        "loop '{step_id}' exceeded its maximum of {max_iterations} iterations without the until predicate stopping it; raise max_iterations or check the predicate"
+    )]
+    LoopLimitExceeded {
+        /// The loop step.
+        step_id: String,
+        /// The configured limit.
+        max_iterations: u32,
+    },
+    /// Steps were nested deeper than the runtime allows.
+    #[error(
+        "step '{step_id}' is nested {depth} levels deep, over the limit of {limit}; a branch or spawn probably recurses without end"
+    )]
+    DepthExceeded {
+        /// The step that was not started.
+        step_id: String,
+        /// Its depth.
+        depth: u32,
+        /// The limit.
+        limit: u32,
+    },
+    /// A tool call failed (invalid arguments, the tool's own error, an invalid result, a rejected approval).
+    #[error("tool '{tool}' failed: {message}")]
+    ToolFailed {
+        /// The tool's name.
+        tool: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A configuration mistake surfaced at run time.
+    #[error(transparent)]
+    Config(ConfigError),
+    /// Any other error, raised by user code.
+    #[error("{message}")]
+    Other {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl NoeticError {
+    /// An error from user code, with a message.
+    pub fn other(message: impl fmt::Display) -> Self {
+        NoeticError::Other { message: message.to_string() }
+    }
+
+    /// A cancellation error with a reason.
+    pub fn cancelled(reason: impl Into<String>) -> Self {
+        NoeticError::Cancelled { reason: Some(reason.into()) }
+    }
+
+    /// True for [`NoeticError::Cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, NoeticError::Cancelled { .. })
+    }
+
+    /// The snake_case kind name used in the serialised form (`"step_failed"`, `"cancelled"` …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NoeticError::StepFailed { .. } => "step_failed",
+            NoeticError::ModelRefused { .. } => "model_refused",
+            NoeticError::ModelParseError { .. } => "model_parse_error",
+            NoeticError::ModelRateLimit { .. } => "model_rate_limit",
+            NoeticError::ModelFailed { .. } => "model_failed",
+            NoeticError::ForkPartial { .. } => "fork_partial",
+            NoeticError::ChannelTimeout { .. } => "channel_timeout",
+            NoeticError::ChannelClosed { .. } => "channel_closed",
+            NoeticError::Cancelled { .. } => "cancelled",
+            NoeticError::BudgetExceeded { .. } => "budget_exceeded",
+            NoeticError::SteeringDenied { .. } => "steering_denied",
+            NoeticError::Timeout { .. } => "timeout",
+            NoeticError::LoopLimitExceeded { .. } => "loop_limit_exceeded",
+            NoeticError::DepthExceeded { .. } => "depth_exceeded",
+            NoeticError::ToolFailed { .. } => "tool_failed",
+            NoeticError::Config(_) => "config",
+            NoeticError::Other { .. } => "other",
+        }
+    }
+}
+
+impl From<ConfigError> for NoeticError {
+    fn from(e: ConfigError) -> Self {
+        NoeticError::Config(e)
+    }
+}
+
+impl From<std::io::Error> for NoeticError {
+    fn from(e: std::io::Error) -> Self {
+        NoeticError::other(e)
+    }
+}
+
+impl From<serde_json::Error> for NoeticError {
+    fn from(e: serde_json::Error) -> Self {
+        NoeticError::other(e)
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_serialise_with_a_kind_tag() {
+        let e = NoeticError::StepFailed {
+            step_id: "s".into(),
+            cause: Box::new(NoeticError::other("boom")),
+            retries_exhausted: true,
+        };
+        let json = serde_json::to_value(&e).unwrap_or_default();
+        assert_eq!(json["kind"], "step_failed");
+        assert_eq!(json["cause"]["kind"], "other");
+        let back: NoeticError = serde_json::from_value(json).unwrap_or_else(|_| NoeticError::other("x"));
+        assert_eq!(back.to_string(), e.to_string());
+    }
+
+    #[test]
+    fn config_error_codes_serialise_as_stable_strings() {
+        let e = ConfigError::new(ConfigCode::EmptyStepId, "m", "h");
+        let json = serde_json::to_value(&e).unwrap_or_default();
+        assert_eq!(json["code"], "EMPTY_STEP_ID");
+        assert_eq!(ConfigCode::InvalidJitter.as_str(), "INVALID_JITTER");
+    }
+}

@@ -1,0 +1,189 @@
+//! Executes `fork` steps.
+//!
+//! Paths run concurrently inside the fork's own task (a `FuturesUnordered`), each in a child context, at most
+//! `concurrency` at a time, started in path order. Whatever the mode, a path that is cancelled is also awaited
+//! until it has stopped, so no path outlives the fork.
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+use super::{execute as exec, guard, step_failed};
+use crate::context::Context;
+use crate::error::{NoeticError, PathFailure, PathSuccess};
+use crate::step::fork::Merge;
+use crate::step::{SettleResult, Step, StepFork};
+
+struct Paths<'a, I, O> {
+    fork: &'a StepFork<I, O>,
+    input: I,
+    parent: &'a Context,
+    steps: Vec<Step<I, O>>,
+    contexts: Vec<Option<Context>>,
+    next: usize,
+    running: FuturesUnordered<futures::future::BoxFuture<'static, (usize, Result<O, NoeticError>)>>,
+}
+
+impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
+    fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Starts the next queued path, if any and if the parent is not cancelled.
+    fn start_next(&mut self) {
+        if self.next >= self.len() || self.parent.is_cancelled() {
+            return;
+        }
+        let i = self.next;
+        self.next += 1;
+        let path_ctx = self.parent.fork_child();
+        let fut = exec(&self.steps[i], (self.fork.clone_input)(&self.input), &path_ctx);
+        self.contexts[i] = Some(path_ctx);
+        self.running.push(Box::pin(async move { (i, fut.await) }));
+    }
+
+    fn start_up_to_limit(&mut self) {
+        let limit = self.fork.concurrency.unwrap_or(usize::MAX);
+        while self.running.len() < limit && self.next < self.len() {
+            self.start_next();
+            if self.parent.is_cancelled() {
+                break;
+            }
+        }
+    }
+
+    /// Cancels every started path except `keep`, and stops starting new ones.
+    fn cancel_others(&mut self, keep: Option<usize>, reason: &str) {
+        self.next = self.len();
+        for (i, c) in self.contexts.iter().enumerate() {
+            if Some(i) != keep
+                && let Some(c) = c
+            {
+                c.cancel(reason);
+            }
+        }
+    }
+
+    /// Waits until every running path has stopped.
+    async fn drain(&mut self, results: &mut [Option<Result<O, NoeticError>>]) {
+        while let Some((i, r)) = self.running.next().await {
+            results[i] = Some(r);
+        }
+    }
+
+    fn step_id(&self, i: usize) -> String {
+        self.steps[i].id().to_owned()
+    }
+}
+
+pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
+    s: &StepFork<I, O>,
+    input: I,
+    ctx: &Context,
+) -> Result<O, NoeticError> {
+    let steps = guard(&s.id, "paths function", || (s.paths)(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
+    let n = steps.len();
+    let mut paths = Paths {
+        fork: s,
+        input,
+        parent: ctx,
+        steps,
+        contexts: (0..n).map(|_| None).collect(),
+        next: 0,
+        running: FuturesUnordered::new(),
+    };
+    let mut results: Vec<Option<Result<O, NoeticError>>> = (0..n).map(|_| None).collect();
+    paths.start_up_to_limit();
+    match &s.merge {
+        Merge::Race => race(&mut paths, &mut results).await,
+        Merge::All(merge) => {
+            let failed = all(&mut paths, &mut results).await;
+            ctx.check_cancelled()?;
+            if failed {
+                return Err(partial(&paths, results));
+            }
+            let values: Vec<O> = results.into_iter().flatten().filter_map(Result::ok).collect();
+            guard(&s.id, "merge function", || merge(values, ctx))?.map_err(|e| step_failed(&s.id, e, false))
+        }
+        Merge::Settle(merge) => {
+            while let Some((i, r)) = paths.running.next().await {
+                results[i] = Some(r);
+                paths.start_up_to_limit();
+            }
+            ctx.check_cancelled()?;
+            let settled: Vec<SettleResult<O>> = results
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| SettleResult {
+                    step_id: paths.step_id(i),
+                    result: r.unwrap_or_else(|| Err(NoeticError::cancelled("path was not started"))),
+                })
+                .collect();
+            guard(&s.id, "merge function", || merge(settled, ctx))?.map_err(|e| step_failed(&s.id, e, false))
+        }
+    }
+}
+
+/// Runs `All` mode; returns true when some path failed.
+async fn all<I: Send + 'static, O: Send + 'static>(
+    paths: &mut Paths<'_, I, O>,
+    results: &mut [Option<Result<O, NoeticError>>],
+) -> bool {
+    let mut failed = false;
+    while let Some((i, r)) = paths.running.next().await {
+        if let Err(e) = &r {
+            if !failed && !e.is_cancelled() {
+                let reason = format!("fork '{}' sibling failed", paths.fork.id);
+                paths.cancel_others(Some(i), &reason);
+            }
+            failed = true;
+        }
+        results[i] = Some(r);
+        if !failed {
+            paths.start_up_to_limit();
+        }
+    }
+    failed
+}
+
+async fn race<I: Send + 'static, O: Send + 'static>(
+    paths: &mut Paths<'_, I, O>,
+    results: &mut [Option<Result<O, NoeticError>>],
+) -> Result<O, NoeticError> {
+    while let Some((i, r)) = paths.running.next().await {
+        match r {
+            Ok(v) => {
+                paths.cancel_others(Some(i), "race lost");
+                paths.drain(results).await;
+                return Ok(v);
+            }
+            Err(e) => {
+                results[i] = Some(Err(e));
+                paths.start_up_to_limit();
+            }
+        }
+    }
+    paths.parent.check_cancelled()?;
+    Err(partial(paths, results.iter_mut().map(Option::take).collect()))
+}
+
+/// The `ForkPartial` error: successes and failures in path order; paths never started count as cancelled.
+fn partial<I: Send + 'static, O: Send + 'static>(
+    paths: &Paths<'_, I, O>,
+    results: Vec<Option<Result<O, NoeticError>>>,
+) -> NoeticError {
+    let mut succeeded = Vec::new();
+    let mut failed = Vec::new();
+    for (index, r) in results.into_iter().enumerate() {
+        let step_id = paths.step_id(index);
+        match r {
+            Some(Ok(v)) => succeeded.push(PathSuccess { step_id, index, value: Some((paths.fork.wrap_value)(v)) }),
+            Some(Err(error)) => failed.push(PathFailure { step_id, index, error }),
+            None => failed.push(PathFailure {
+                step_id,
+                index,
+                error: NoeticError::cancelled(format!("fork '{}' stopped before this path started", paths.fork.id)),
+            }),
+        }
+    }
+    NoeticError::ForkPartial { step_id: paths.fork.id.to_string(), succeeded, failed }
+}

@@ -1,0 +1,115 @@
+//! The interpreter: one function, [`execute`], that runs any step.
+//!
+//! Every step, whatever its kind, first checks the nesting depth and cancellation, emits `step_started`, runs,
+//! and emits `step_completed` or `step_failed`. Composite steps run their children one level deeper through
+//! [`execute`] again; the recursion goes through a boxed future.
+
+mod branch;
+mod every;
+mod fork;
+mod llm;
+mod loop_;
+mod provide;
+mod run;
+mod spawn;
+mod tool;
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
+
+use crate::context::{Context, EventKind, MAX_DEPTH};
+use crate::error::NoeticError;
+use crate::step::{Step, StepFuture};
+
+/// Runs `step` on `input` in `ctx`.
+pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    let step = step.clone();
+    let ctx = ctx.clone();
+    Box::pin(async move { dispatch(step, input, ctx).await })
+}
+
+async fn dispatch<I: Send + 'static, O: Send + 'static>(
+    step: Step<I, O>,
+    input: I,
+    ctx: Context,
+) -> Result<O, NoeticError> {
+    if ctx.depth() >= MAX_DEPTH {
+        return Err(NoeticError::DepthExceeded { step_id: step.id().to_owned(), depth: ctx.depth(), limit: MAX_DEPTH });
+    }
+    ctx.check_cancelled()?;
+    let kind = step.kind();
+    let emits = match &step {
+        Step::Llm(s) => {
+            let probe = EventKind::StepStarted { step_id: step.id_arc().clone(), kind };
+            ctx.events().is_active() && s.emit.allows(&probe)
+        }
+        _ => true,
+    };
+    if emits {
+        ctx.emit(|| EventKind::StepStarted { step_id: step.id_arc().clone(), kind });
+    }
+    let result = match &step {
+        Step::Run(s) => run::execute(s, input, &ctx).await,
+        Step::Llm(s) => llm::execute(s, input, &ctx).await,
+        Step::Tool(s) => tool::execute(s, input, &ctx).await,
+        Step::Branch(s) => branch::execute(s, input, &ctx).await,
+        Step::Fork(s) => fork::execute(s, input, &ctx).await,
+        Step::Spawn(s) => spawn::execute(s, input, &ctx).await,
+        Step::Provide(s) => provide::execute(s, input, &ctx).await,
+        Step::Loop(s) => loop_::execute(s, input, &ctx).await,
+        Step::Every(s) => every::execute(s, input, &ctx).await,
+    };
+    if emits {
+        let step_id = step.id_arc();
+        match &result {
+            Ok(_) => ctx.emit(|| EventKind::StepCompleted { step_id: step_id.clone(), kind }),
+            Err(e) => ctx.emit(|| EventKind::StepFailed { step_id: step_id.clone(), kind, error: e.clone() }),
+        }
+    }
+    result
+}
+
+/// The message of a panic payload.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+/// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
+pub(crate) fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
+}
+
+/// Awaits user code, turning a panic into an error.
+pub(crate) async fn guard_async<T>(
+    step_id: &str,
+    what: &str,
+    fut: impl Future<Output = Result<T, NoeticError>>,
+) -> Result<T, NoeticError> {
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(p) => Err(panicked(step_id, what, &*p)),
+    }
+}
+
+fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
+    NoeticError::other(format!(
+        "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
+        panic_message(payload)
+    ))
+}
+
+/// Wraps an error from user code as a failure of `step_id` (cancellation passes through unchanged).
+pub(crate) fn step_failed(step_id: &str, cause: NoeticError, retries_exhausted: bool) -> NoeticError {
+    if cause.is_cancelled() {
+        return cause;
+    }
+    NoeticError::StepFailed { step_id: step_id.to_owned(), cause: Box::new(cause), retries_exhausted }
+}

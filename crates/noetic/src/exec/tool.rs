@@ -1,0 +1,47 @@
+//! Executes `tool` steps: merge preset arguments, validate, approve, call, validate the result.
+
+use serde_json::Value;
+
+use super::{guard_async, step_failed};
+use crate::context::Context;
+use crate::error::NoeticError;
+use crate::step::StepTool;
+use crate::tool::ToolContext;
+
+pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
+    s: &StepTool<I, O>,
+    input: I,
+    ctx: &Context,
+) -> Result<O, NoeticError> {
+    let name = s.tool.name().to_owned();
+    let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message }, false);
+    let mut args = (s.to_json)(input).map_err(|e| fail(format!("the step input does not serialise to JSON: {e}")))?;
+    match &mut args {
+        Value::Object(map) => map.extend(s.args.iter().map(|(k, v)| (k.clone(), v.clone()))),
+        Value::Null => args = Value::Object(s.args.clone()),
+        other if !s.args.is_empty() => {
+            return Err(fail(format!(
+                "preset arguments need the step input to be a JSON object, but it is {other}; make the input a struct or map"
+            )));
+        }
+        _ => {}
+    }
+    s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
+    if s.tool.needs_approval() {
+        return Err(fail(
+            "the tool needs approval and no approver is configured, so the call was rejected (fail closed)".to_owned(),
+        ));
+    }
+    let tcx = ToolContext { ctx: ctx.nested(), call_id: s.id.to_string() };
+    let call = async {
+        s.tool.call(args, tcx).await.map_err(|e| NoeticError::ToolFailed { tool: name.clone(), message: e.message })
+    };
+    let output =
+        ctx.run_cancellable(guard_async(&s.id, "tool", call)).await.map_err(|e| step_failed(&s.id, e, false))?;
+    if let Some(schema) = s.tool.output_schema() {
+        schema.validate(&output).map_err(|problems| {
+            fail(format!("the tool returned a result that breaks its output schema:\n{problems}"))
+        })?;
+    }
+    (s.from_json)(output).map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
+}

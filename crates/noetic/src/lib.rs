@@ -1,0 +1,74 @@
+//! # Noetic — an agent runtime you can trust and redirect
+//!
+//! Agents are composed from nine typed [steps](step) — `run`, `llm`, `tool`, `branch`, `fork`, `spawn`,
+//! `provide`, `loop`, `every` — and executed by one interpreter with cancellation, retries, timeouts and
+//! [channels](Channel).
+//!
+//! ## A tour
+//!
+//! ```
+//! use std::time::Duration;
+//! use noetic::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A step that may fail the first time, retried with exponential backoff.
+//! let fetch = Step::run("fetch", |topic: String, _ctx| async move { Ok(format!("notes on {topic}")) })
+//!     .retry(RetryPolicy::new(3, Backoff::Exponential, Duration::from_millis(10)))
+//!     .build()?;
+//!
+//! // Three research paths in parallel, merged in path order.
+//! let research = Step::fork("research", ForkMode::All)
+//!     .paths(["web", "papers", "code"].map(|source| {
+//!         Step::run(source, move |topic: String, _ctx| async move { Ok(format!("{source}: {topic}")) })
+//!             .build()
+//!             .expect("valid step")
+//!     }))
+//!     .merge(|parts, _ctx| Ok(parts.join(" | ")))
+//!     .build()?;
+//!
+//! // A branch that skips research for short topics (None passes the input through).
+//! let maybe_research = Step::branch("maybe", move |topic: &String, _ctx| (topic.len() > 3).then(|| research.clone()))
+//!     .build()?;
+//!
+//! // Repeat until the output mentions "papers", at most 5 times.
+//! let agent = Step::loop_("agent", [fetch, maybe_research])
+//!     .until(until::any([until::output_contains("papers"), until::max_steps(5)]))
+//!     .build()?;
+//!
+//! let ctx = Context::new();
+//! let answer = agent.execute("rust async".to_string(), &ctx).await?;
+//! assert_eq!(answer, "web: notes on rust async | papers: notes on rust async | code: notes on rust async");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Errors come in two kinds: [`NoeticError`] while steps run, [`ConfigError`] (with a stable code) when a step is
+//! built wrongly.
+
+pub mod context;
+pub mod error;
+pub mod exec;
+pub mod layer;
+pub mod model;
+pub mod step;
+pub mod tool;
+
+pub use context::{Channel, ChannelMode, Context, Event, EventKind, EventSink, ExecutionId};
+pub use error::{ConfigCode, ConfigError, NoeticError};
+pub use exec::execute;
+pub use step::{Step, StepKind, until};
+
+/// Everything most programs need, in one import.
+pub mod prelude {
+    pub use crate::context::{Channel, Context, EventKind, EventSink};
+    pub use crate::error::{ConfigCode, ConfigError, NoeticError};
+    pub use crate::layer::{MemoryLayer, Outcome, Scope, Slot};
+    pub use crate::model::{Item, Role, ToolCall, Usage};
+    pub use crate::step::until::{self, Until, Verdict};
+    pub use crate::step::{
+        Backoff, EveryOnError, ForkMode, LoopErrorAction, ModelParams, RetryPolicy, SettleResult, SettleStatus, Step,
+        StepKind, ToolChoice,
+    };
+    pub use crate::tool::{FnTool, Tool, ToolContext, ToolError};
+}

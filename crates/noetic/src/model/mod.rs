@@ -1,0 +1,141 @@
+//! Provider-neutral conversation items, tool calls and token usage.
+//!
+//! A conversation is a flat list of [`Item`]s: messages, the tool calls a model asked for, and their results.
+//! Providers translate this list to and from their wire formats.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions from the application.
+    System,
+    /// The end user.
+    User,
+    /// The model.
+    Assistant,
+    /// Runtime guidance addressed to the model (steering feedback, inbox messages, corrections).
+    Developer,
+}
+
+/// One entry of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    /// A text message.
+    Message {
+        /// Its author.
+        role: Role,
+        /// Its text.
+        content: String,
+    },
+    /// A tool call the model asked for.
+    ToolCall(ToolCall),
+    /// The result of a tool call, fed back to the model.
+    ToolResult(ToolResult),
+}
+
+impl Item {
+    /// A message with the given role.
+    pub fn message(role: Role, content: impl Into<String>) -> Self {
+        Item::Message { role, content: content.into() }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Item::message(Role::User, content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Item::message(Role::Assistant, content)
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Item::message(Role::System, content)
+    }
+
+    /// A developer message.
+    pub fn developer(content: impl Into<String>) -> Self {
+        Item::message(Role::Developer, content)
+    }
+
+    /// The text of a message item, `None` for tool calls and results.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Item::Message { content, .. } => Some(content),
+            _ => None,
+        }
+    }
+
+    /// The role of a message item.
+    pub fn role(&self) -> Option<Role> {
+        match self {
+            Item::Message { role, .. } => Some(*role),
+            _ => None,
+        }
+    }
+}
+
+/// A tool call requested by a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's call id; the result must carry the same id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the raw JSON text the model produced (it may be malformed).
+    pub arguments: String,
+}
+
+/// The result of one tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub call_id: String,
+    /// The result text shown to the model.
+    pub content: String,
+    /// True when the call failed, was denied or was skipped.
+    pub is_error: bool,
+}
+
+/// Token usage of one or more model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens served from a cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// Adds another usage to this one.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+}
+
+/// What the last `llm` step in a context produced besides its output: the tool calls of its final response and
+/// its usage. `until::no_tool_calls` reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepMeta {
+    /// Tool calls in the accepted response (empty when the model answered without tools).
+    pub tool_calls: Arc<[ToolCall]>,
+    /// Usage of the step's model calls.
+    pub usage: Usage,
+    /// Cost of the step's model calls in US dollars.
+    pub cost: f64,
+}

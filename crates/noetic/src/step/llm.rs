@@ -1,0 +1,302 @@
+//! `llm`: a model call with a tool loop. This module defines the step and its builder; the interpreter runs it
+//! through the context's model.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{Step, validate_id};
+use crate::context::EventKind;
+use crate::error::{ConfigCode, ConfigError};
+use crate::tool::{Schema, Tool};
+
+/// The default limit on model → tools rounds within one `llm` step.
+pub const DEFAULT_MAX_ROUNDS: u32 = 32;
+
+/// Sampling parameters forwarded to the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelParams {
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Maximum response tokens.
+    pub max_tokens: Option<u32>,
+    /// Sequences that end generation.
+    #[serde(default)]
+    pub stop_sequences: Vec<String>,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Named(String),
+}
+
+/// Which framework events an `llm` step emits.
+#[derive(Clone, Default)]
+pub enum Emit {
+    /// All events (the default).
+    #[default]
+    All,
+    /// None.
+    Nothing,
+    /// Those the filter accepts.
+    Filter(Arc<dyn Fn(&EventKind) -> bool + Send + Sync>),
+}
+
+impl fmt::Debug for Emit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Emit::All => f.write_str("Emit::All"),
+            Emit::Nothing => f.write_str("Emit::Nothing"),
+            Emit::Filter(_) => f.write_str("Emit::Filter(..)"),
+        }
+    }
+}
+
+impl Emit {
+    /// True if the event should be emitted.
+    pub fn allows(&self, kind: &EventKind) -> bool {
+        match self {
+            Emit::All => true,
+            Emit::Nothing => false,
+            Emit::Filter(f) => f(kind),
+        }
+    }
+}
+
+/// Inputs an `llm` step accepts: the text becomes a user message (`None` or empty appends nothing).
+pub trait IntoPrompt {
+    /// The user message text, if any.
+    fn into_prompt(self) -> Option<String>;
+}
+
+impl IntoPrompt for String {
+    fn into_prompt(self) -> Option<String> {
+        (!self.is_empty()).then_some(self)
+    }
+}
+
+impl IntoPrompt for &'static str {
+    fn into_prompt(self) -> Option<String> {
+        (!self.is_empty()).then(|| self.to_owned())
+    }
+}
+
+impl IntoPrompt for Option<String> {
+    fn into_prompt(self) -> Option<String> {
+        self.and_then(IntoPrompt::into_prompt)
+    }
+}
+
+impl IntoPrompt for () {
+    fn into_prompt(self) -> Option<String> {
+        None
+    }
+}
+
+type ParseOutput<O> = fn(&str) -> Result<O, String>;
+
+/// An `llm` step.
+pub struct StepLlm<I, O> {
+    pub(crate) id: Arc<str>,
+    pub(crate) model: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) tools: Option<Vec<Arc<dyn Tool>>>,
+    pub(crate) output_schema: Option<Schema>,
+    pub(crate) params: ModelParams,
+    pub(crate) tool_choice: Option<ToolChoice>,
+    pub(crate) emit: Emit,
+    pub(crate) max_rounds: u32,
+    pub(crate) prompt: fn(I) -> Option<String>,
+    pub(crate) parse_output: ParseOutput<O>,
+}
+
+impl<I, O> StepLlm<I, O> {
+    /// The model id (e.g. `openai/gpt-4o-mini`).
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The system instructions.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+
+    /// The allowed tools: `None` = all tools in scope, `Some(empty)` = none.
+    pub fn tools(&self) -> Option<&[Arc<dyn Tool>]> {
+        self.tools.as_deref()
+    }
+
+    /// The structured-output schema.
+    pub fn output_schema(&self) -> Option<&Schema> {
+        self.output_schema.as_ref()
+    }
+
+    /// Sampling parameters.
+    pub fn params(&self) -> &ModelParams {
+        &self.params
+    }
+
+    /// The tool choice, if set.
+    pub fn tool_choice(&self) -> Option<&ToolChoice> {
+        self.tool_choice.as_ref()
+    }
+
+    /// Event emission.
+    pub fn emit(&self) -> &Emit {
+        &self.emit
+    }
+
+    /// The limit on model → tools rounds.
+    pub fn max_rounds(&self) -> u32 {
+        self.max_rounds
+    }
+
+    /// Turns the step input into the user message text.
+    pub fn prompt_of(&self, input: I) -> Option<String> {
+        (self.prompt)(input)
+    }
+
+    /// Parses the model's final text into the step output.
+    pub fn parse(&self, text: &str) -> Result<O, String> {
+        (self.parse_output)(text)
+    }
+}
+
+/// Builds an `llm` step.
+pub struct LlmBuilder<I, O> {
+    id: String,
+    model: String,
+    instructions: Option<String>,
+    tools: Option<Vec<Arc<dyn Tool>>>,
+    output_schema: Option<serde_json::Value>,
+    params: ModelParams,
+    tool_choice: Option<ToolChoice>,
+    emit: Emit,
+    max_rounds: u32,
+    parse_output: ParseOutput<O>,
+    _input: PhantomData<fn(I)>,
+}
+
+fn text_output(text: &str) -> Result<String, String> {
+    Ok(text.to_owned())
+}
+
+fn json_output<O: DeserializeOwned>(text: &str) -> Result<O, String> {
+    serde_json::from_str(text).map_err(|e| format!("not valid JSON for the output type: {e}"))
+}
+
+impl<I: IntoPrompt + Send + 'static> Step<I, String> {
+    /// A model call producing text. The input (a `String`, `&'static str`, `Option<String>` or `()`) becomes a user
+    /// message.
+    pub fn llm(id: impl Into<String>, model: impl Into<String>) -> LlmBuilder<I, String> {
+        LlmBuilder {
+            id: id.into(),
+            model: model.into(),
+            instructions: None,
+            tools: None,
+            output_schema: None,
+            params: ModelParams::default(),
+            tool_choice: None,
+            emit: Emit::All,
+            max_rounds: DEFAULT_MAX_ROUNDS,
+            parse_output: text_output,
+            _input: PhantomData,
+        }
+    }
+}
+
+impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
+    /// System instructions.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Restricts the tools the model may call (an empty list sends no tools). Without this call every tool in
+    /// scope is offered.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.tools = Some(tools.into_iter().collect());
+        self
+    }
+
+    /// Structured output: the model's final text must be JSON matching `schema`, deserialised into `T`.
+    pub fn output<T: DeserializeOwned + Send + 'static>(self, schema: serde_json::Value) -> LlmBuilder<I, T> {
+        LlmBuilder {
+            id: self.id,
+            model: self.model,
+            instructions: self.instructions,
+            tools: self.tools,
+            output_schema: Some(schema),
+            params: self.params,
+            tool_choice: self.tool_choice,
+            emit: self.emit,
+            max_rounds: self.max_rounds,
+            parse_output: json_output::<T>,
+            _input: PhantomData,
+        }
+    }
+
+    /// Sampling parameters.
+    pub fn params(mut self, params: ModelParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// Tool choice.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Event emission.
+    pub fn emit(mut self, emit: Emit) -> Self {
+        self.emit = emit;
+        self
+    }
+
+    /// The limit on model → tools rounds (default 32).
+    pub fn max_rounds(mut self, rounds: u32) -> Self {
+        self.max_rounds = rounds;
+        self
+    }
+
+    /// Validates and builds the step.
+    pub fn build(self) -> Result<Step<I, O>, ConfigError> {
+        let id = validate_id(&self.id, "llm")?;
+        if self.model.trim().is_empty() {
+            return Err(ConfigError::new(
+                ConfigCode::MissingModel,
+                format!("llm step '{id}' names no model"),
+                "pass a model id such as \"openai/gpt-4o-mini\"",
+            ));
+        }
+        let output_schema = self.output_schema.map(Schema::new).transpose()?;
+        Ok(Step::Llm(Arc::new(StepLlm {
+            id,
+            model: self.model,
+            instructions: self.instructions,
+            tools: self.tools,
+            output_schema,
+            params: self.params,
+            tool_choice: self.tool_choice,
+            emit: self.emit,
+            max_rounds: self.max_rounds.max(1),
+            prompt: I::into_prompt,
+            parse_output: self.parse_output,
+        })))
+    }
+}

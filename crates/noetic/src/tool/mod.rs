@@ -1,0 +1,205 @@
+//! Tools: named functions a model (or a `tool` step) can call with JSON arguments.
+//!
+//! [`Tool`] is the object-safe interface; [`FnTool`] builds one from an async function over
+//! `serde_json::Value`. Arguments are validated against the input [`Schema`] before the tool runs, and results
+//! against the output schema after.
+
+mod schema;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+pub use schema::Schema;
+
+use crate::context::Context;
+use crate::error::{ConfigCode, ConfigError};
+
+/// What a tool sees while it runs.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The context of the step that called the tool; watch `ctx.cancelled()` in long-running tools.
+    pub ctx: Context,
+    /// The id of this call (the model's call id, or the step id for a `tool` step).
+    pub call_id: String,
+}
+
+/// An error a tool returns. Its message is shown to the model, so say what went wrong and what to try instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with a message.
+    pub fn new(message: impl fmt::Display) -> Self {
+        ToolError { message: message.to_string() }
+    }
+}
+
+/// A tool.
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// What it does, shown to the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments.
+    fn input_schema(&self) -> &Schema;
+
+    /// JSON Schema of the result, if declared.
+    fn output_schema(&self) -> Option<&Schema> {
+        None
+    }
+
+    /// When true, each call waits for an approver's decision before running.
+    fn needs_approval(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool on validated arguments.
+    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+
+/// A tool made from an async function over JSON values.
+///
+/// ```
+/// use noetic::tool::{FnTool, Schema, ToolError};
+/// use serde_json::json;
+///
+/// let echo = FnTool::builder("echo", "Returns its input.")
+///     .input_schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}))
+///     .handler(|args, _tcx| async move { Ok::<_, ToolError>(args["text"].clone()) })
+///     .build()
+///     .unwrap();
+/// # let _ = echo;
+/// ```
+#[derive(Clone)]
+pub struct FnTool {
+    name: String,
+    description: String,
+    input: Schema,
+    output: Option<Schema>,
+    needs_approval: bool,
+    handler: Handler,
+}
+
+impl fmt::Debug for FnTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTool").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`FnTool`].
+pub struct FnToolBuilder {
+    name: String,
+    description: String,
+    input: Value,
+    output: Option<Value>,
+    needs_approval: bool,
+    handler: Option<Handler>,
+}
+
+impl FnTool {
+    /// Starts a tool with a name and a description. The input schema defaults to "any object".
+    pub fn builder(name: impl Into<String>, description: impl Into<String>) -> FnToolBuilder {
+        FnToolBuilder {
+            name: name.into(),
+            description: description.into(),
+            input: serde_json::json!({"type": "object"}),
+            output: None,
+            needs_approval: false,
+            handler: None,
+        }
+    }
+}
+
+impl FnToolBuilder {
+    /// JSON Schema of the arguments.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input = schema;
+        self
+    }
+
+    /// JSON Schema of the result.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output = Some(schema);
+        self
+    }
+
+    /// Require approval before each call.
+    pub fn needs_approval(mut self, yes: bool) -> Self {
+        self.needs_approval = yes;
+        self
+    }
+
+    /// The function that does the work.
+    pub fn handler<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |args, tcx| Box::pin(f(args, tcx))));
+        self
+    }
+
+    /// Validates and builds: the name must be non-empty, a handler must be set and the schemas must compile.
+    pub fn build(self) -> Result<FnTool, ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::new(
+                ConfigCode::EmptyToolName,
+                "a tool has an empty name",
+                "give the tool a name",
+            ));
+        }
+        let handler = self.handler.ok_or_else(|| {
+            ConfigError::new(
+                ConfigCode::MissingExecuteFunction,
+                format!("tool '{}' has no handler", self.name),
+                "call .handler(...) before .build()",
+            )
+        })?;
+        Ok(FnTool {
+            input: Schema::new(self.input)?,
+            output: self.output.map(Schema::new).transpose()?,
+            name: self.name,
+            description: self.description,
+            needs_approval: self.needs_approval,
+            handler,
+        })
+    }
+}
+
+impl Tool for FnTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> &Schema {
+        &self.input
+    }
+
+    fn output_schema(&self) -> Option<&Schema> {
+        self.output.as_ref()
+    }
+
+    fn needs_approval(&self) -> bool {
+        self.needs_approval
+    }
+
+    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        (self.handler)(args, tcx)
+    }
+}
