@@ -16,18 +16,22 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         None => ctx.layers().clone(),
     };
     let child = ctx.spawn_child(Vec::new(), layers);
-    let run = exec(&s.child, input, &child);
+    let mut run = exec(&s.child, input, &child);
     let result = match s.timeout {
         None => run.await,
-        Some(after) => match tokio::time::timeout(after, run).await {
-            Ok(r) => r,
-            Err(_elapsed) => {
-                // The child's future is already dropped; cancelling its token also stops anything it handed the
-                // token to (detached tasks, tool calls watching it).
-                child.cancel(format!("spawn '{}' timed out after {} ms", s.id, after.as_millis()));
-                return Err(NoeticError::Timeout { step_id: s.id.to_string(), after });
+        Some(after) => {
+            tokio::select! {
+                biased;
+                r = &mut run => r,
+                () = tokio::time::sleep(after) => {
+                    // Cancel before dropping the child's future, so its drop guards see the cancellation, and so
+                    // anything it handed the token to (detached tasks, tool calls) stops too.
+                    child.cancel(format!("spawn '{}' timed out after {} ms", s.id, after.as_millis()));
+                    drop(run);
+                    return Err(NoeticError::Timeout { step_id: s.id.to_string(), after });
+                }
             }
-        },
+        }
     };
     if result.is_ok() {
         ctx.add_usage(&child.usage(), child.cost());

@@ -1,0 +1,170 @@
+//! `tool` steps: preset arguments, schema validation, approval, errors, cancellation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use noetic::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Serialize)]
+struct Query {
+    path: String,
+    limit: u32,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct Listing {
+    path: String,
+    limit: u32,
+}
+
+fn echo_tool() -> Arc<dyn Tool> {
+    Arc::new(
+        FnTool::builder("list", "Lists a folder.")
+            .input_schema(json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer", "maximum": 100}},
+                "required": ["path", "limit"]
+            }))
+            .output_schema(json!({"type": "object", "required": ["path", "limit"]}))
+            .handler(|args, _| async move { Ok(args) })
+            .build()
+            .unwrap(),
+    )
+}
+
+fn tool_failure(err: &NoeticError) -> String {
+    match err {
+        NoeticError::StepFailed { cause, .. } => match &**cause {
+            NoeticError::ToolFailed { message, .. } => message.clone(),
+            other => panic!("expected ToolFailed inside StepFailed, got {other:?}"),
+        },
+        other => panic!("expected StepFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn preset_args_override_the_input() {
+    let mut preset = serde_json::Map::new();
+    preset.insert("limit".into(), json!(5));
+    let step: Step<Query, Listing> = Step::tool("ls", echo_tool()).args(preset).build().unwrap();
+    let out = step.execute(Query { path: "/workspace".into(), limit: 50 }, &Context::new()).await.unwrap();
+    assert_eq!(out, Listing { path: "/workspace".into(), limit: 5 });
+}
+
+#[tokio::test]
+async fn arguments_that_break_the_input_schema_are_rejected_before_the_tool_runs() {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let tool = FnTool::builder("strict", "Needs a number.")
+        .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+        .handler(move |_, _| {
+            r.store(true, Ordering::SeqCst);
+            async { Ok(Value::Null) }
+        })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let err = step.execute(json!({"n": "seven"}), &Context::new()).await.unwrap_err();
+    let msg = tool_failure(&err);
+    assert!(msg.contains("invalid arguments") && msg.contains("/n"), "{msg}");
+    assert!(!ran.load(Ordering::SeqCst), "the tool never ran");
+}
+
+#[tokio::test]
+async fn a_result_that_breaks_the_output_schema_fails_the_step() {
+    let tool = FnTool::builder("liar", "Returns the wrong shape.")
+        .output_schema(json!({"type": "object", "required": ["ok"]}))
+        .handler(|_, _| async { Ok(json!({"nope": 1})) })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    assert!(msg.contains("output schema"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_tool_error_is_reported_with_its_message() {
+    let tool = FnTool::builder("broken", "Always fails.")
+        .handler(|_, _| async { Err(ToolError::new("disk full; free some space")) })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    assert_eq!(msg, "disk full; free some space");
+}
+
+#[tokio::test]
+async fn a_tool_needing_approval_is_rejected_when_no_approver_is_configured() {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let tool = FnTool::builder("rm", "Deletes things.")
+        .needs_approval(true)
+        .handler(move |_, _| {
+            r.store(true, Ordering::SeqCst);
+            async { Ok(Value::Null) }
+        })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    assert!(msg.contains("approval"), "{msg}");
+    assert!(!ran.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_non_object_input_cannot_take_preset_args() {
+    let mut preset = serde_json::Map::new();
+    preset.insert("x".into(), json!(1));
+    let step: Step<u32, Value> = Step::tool("t", echo_tool()).args(preset).build().unwrap();
+    let msg = tool_failure(&step.execute(3, &Context::new()).await.unwrap_err());
+    assert!(msg.contains("JSON object"), "{msg}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_the_context_reaches_a_running_tool() {
+    let saw_cancel = Arc::new(AtomicBool::new(false));
+    let s = saw_cancel.clone();
+    let tool = FnTool::builder("wait", "Waits.")
+        .handler(move |_, tcx| {
+            let s = s.clone();
+            async move {
+                let token = tcx.ctx.cancellation_token().clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    s.store(true, Ordering::SeqCst);
+                });
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(Value::Null)
+            }
+        })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let ctx = Context::new();
+    let c = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c.cancel("stop");
+    });
+    assert!(step.execute(json!({}), &ctx).await.unwrap_err().is_cancelled());
+    tokio::task::yield_now().await;
+    assert!(saw_cancel.load(Ordering::SeqCst), "the tool's context token was cancelled");
+}
+
+#[test]
+fn tool_builders_validate_names_handlers_and_schemas() {
+    let no_name = FnTool::builder(" ", "d").handler(|a, _| async move { Ok(a) }).build().unwrap_err();
+    assert_eq!(no_name.code, ConfigCode::EmptyToolName);
+    let no_handler = FnTool::builder("t", "d").build().unwrap_err();
+    assert_eq!(no_handler.code, ConfigCode::MissingExecuteFunction);
+    let bad_schema = FnTool::builder("t", "d")
+        .input_schema(json!({"type": 12}))
+        .handler(|a, _| async move { Ok(a) })
+        .build()
+        .unwrap_err();
+    assert_eq!(bad_schema.code, ConfigCode::InvalidSchema);
+}
