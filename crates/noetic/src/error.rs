@@ -235,6 +235,9 @@ pub enum NoeticError {
         status: Option<u16>,
         /// The raw response body, when there was one.
         raw: Option<String>,
+        /// True when trying again may help (server errors, dropped connections before any byte arrived).
+        #[serde(default)]
+        retryable: bool,
     },
     /// Some paths of a fork failed.
     #[error("fork '{step_id}' partial failure: {} succeeded, {} failed; first failure: {}", succeeded.len(), failed.len(), failed.first().map(|f| f.error.to_string()).unwrap_or_else(|| "none".into()))]
@@ -302,6 +305,16 @@ pub enum NoeticError {
         /// The configured limit.
         max_iterations: u32,
     },
+    /// An `llm` step's model kept asking for tools past the round limit.
+    #[error(
+        "llm step '{step_id}' reached its limit of {max_rounds} model rounds while the model still asked for tools; raise max_rounds or tell the model when to stop"
+    )]
+    RoundLimitExceeded {
+        /// The llm step.
+        step_id: String,
+        /// The configured limit.
+        max_rounds: u32,
+    },
     /// Steps were nested deeper than the runtime allows.
     #[error(
         "step '{step_id}' is nested {depth} levels deep, over the limit of {limit}; a branch or spawn probably recurses without end"
@@ -344,6 +357,15 @@ impl NoeticError {
         NoeticError::Cancelled { reason: Some(reason.into()) }
     }
 
+    /// True for errors a model call may recover from by retrying: rate limits and failures marked retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            NoeticError::ModelRateLimit { .. } => true,
+            NoeticError::ModelFailed { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
     /// True for [`NoeticError::Cancelled`].
     pub fn is_cancelled(&self) -> bool {
         matches!(self, NoeticError::Cancelled { .. })
@@ -365,6 +387,7 @@ impl NoeticError {
             NoeticError::SteeringDenied { .. } => "steering_denied",
             NoeticError::Timeout { .. } => "timeout",
             NoeticError::LoopLimitExceeded { .. } => "loop_limit_exceeded",
+            NoeticError::RoundLimitExceeded { .. } => "round_limit_exceeded",
             NoeticError::DepthExceeded { .. } => "depth_exceeded",
             NoeticError::ToolFailed { .. } => "tool_failed",
             NoeticError::Config(_) => "config",

@@ -46,6 +46,7 @@
 //! Errors come in two kinds: [`NoeticError`] while steps run, [`ConfigError`] (with a stable code) when a step is
 //! built wrongly.
 
+pub mod agent;
 pub mod context;
 pub mod error;
 pub mod exec;
@@ -61,14 +62,17 @@ pub use step::{Step, StepKind, until};
 
 /// Everything most programs need, in one import.
 pub mod prelude {
+    pub use crate::agent::{Runtime, Session, Turn};
     pub use crate::context::{Channel, Context, EventKind, EventSink};
     pub use crate::error::{ConfigCode, ConfigError, NoeticError};
     pub use crate::layer::{MemoryLayer, Outcome, Scope, Slot};
-    pub use crate::model::{Item, Role, ToolCall, Usage};
+    pub use crate::model::{
+        Item, Model, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall, ToolResult, Usage,
+    };
     pub use crate::step::until::{self, Until, Verdict};
     pub use crate::step::{
         Backoff, EveryOnError, ForkMode, LoopErrorAction, ModelParams, RetryPolicy, SettleResult, SettleStatus, Step,
         StepKind, ToolChoice,
     };
-    pub use crate::tool::{FnTool, Tool, ToolContext, ToolError};
+    pub use crate::tool::{Approval, Approver, FnTool, Tool, ToolContext, ToolError, tool_fn};
 }

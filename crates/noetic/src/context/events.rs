@@ -8,6 +8,7 @@ use tokio::sync::broadcast;
 
 use super::ExecutionId;
 use crate::error::NoeticError;
+use crate::model::Usage;
 use crate::step::StepKind;
 
 /// One event, stamped with the execution that produced it.
@@ -81,6 +82,82 @@ pub enum EventKind {
     LoopInboxMessage {
         /// The loop step.
         step_id: Arc<str>,
+    },
+    /// An `llm` step is calling the model.
+    ModelCallStarted {
+        /// The llm step.
+        step_id: Arc<str>,
+        /// The model id.
+        model: String,
+        /// The round within the step (0-based).
+        round: u32,
+        /// Messages sent (context, history and tail).
+        messages: usize,
+        /// Tools offered.
+        tools: usize,
+    },
+    /// The model answered.
+    ModelCallCompleted {
+        /// The llm step.
+        step_id: Arc<str>,
+        /// The round within the step (0-based).
+        round: u32,
+        /// Tool calls in the answer.
+        tool_calls: usize,
+        /// Tokens used.
+        usage: Usage,
+    },
+    /// A tool call is starting.
+    ToolCallStarted {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+    },
+    /// A tool call ended (ran, failed, or was refused before running).
+    ToolCallCompleted {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// True when the result is an error.
+        is_error: bool,
+        /// The result text given to the model.
+        output: String,
+    },
+    /// A running tool reported progress.
+    ToolProgress {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// What the tool reported.
+        data: serde_json::Value,
+    },
+    /// A session turn started.
+    TurnStarted {
+        /// The session key.
+        session: Arc<str>,
+        /// The turn's number within the session (1-based).
+        turn: u64,
+    },
+    /// A session turn ended.
+    TurnCompleted {
+        /// The session key.
+        session: Arc<str>,
+        /// The turn's number.
+        turn: u64,
+        /// Time the turn took.
+        duration: Duration,
+    },
+    /// A session turn failed or was cancelled.
+    TurnFailed {
+        /// The session key.
+        session: Arc<str>,
+        /// The turn's number.
+        turn: u64,
+        /// Why.
+        error: NoeticError,
     },
 }
 

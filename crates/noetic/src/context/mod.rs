@@ -24,7 +24,8 @@ pub use events::{Event, EventKind, EventSink};
 
 use crate::error::NoeticError;
 use crate::layer::{LayerStack, MemoryLayer};
-use crate::model::{Item, StepMeta, Usage};
+use crate::model::{History, Item, Model, StepMeta, Usage};
+use crate::tool::{Approver, Tool};
 
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
@@ -64,10 +65,22 @@ struct Inner {
     resource_id: Option<Arc<str>>,
     cancel: CancellationToken,
     cancel_reason: OnceLock<String>,
-    items: Mutex<Vec<Item>>,
+    items: Mutex<Arc<Vec<Item>>>,
     usage: Mutex<(Usage, f64)>,
     last_step_meta: Mutex<Option<Arc<StepMeta>>>,
     events: EventSink,
+    services: Arc<Services>,
+}
+
+/// What steps can call on: the model, the tools in scope and the approver. Shared by a whole execution tree.
+#[derive(Clone, Default)]
+pub struct Services {
+    /// The model `llm` steps call.
+    pub model: Option<Arc<dyn Model>>,
+    /// Tools in scope for `llm` steps that do not restrict them.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Decides on calls of tools that need approval.
+    pub approver: Option<Arc<dyn Approver>>,
 }
 
 impl Inner {
@@ -114,10 +127,11 @@ impl Default for Context {
 pub struct ContextBuilder {
     thread_id: Option<Arc<str>>,
     resource_id: Option<Arc<str>>,
-    items: Vec<Item>,
+    items: History,
     events: EventSink,
     layers: Vec<Arc<dyn MemoryLayer>>,
     cancel: Option<CancellationToken>,
+    services: Services,
 }
 
 impl ContextBuilder {
@@ -135,7 +149,13 @@ impl ContextBuilder {
 
     /// The conversation so far.
     pub fn items(mut self, items: Vec<Item>) -> Self {
-        self.items = items;
+        self.items = History::new(items);
+        self
+    }
+
+    /// The conversation so far, shared without copying (copied on the first append only if still shared).
+    pub fn history(mut self, history: History) -> Self {
+        self.items = history;
         self
     }
 
@@ -148,6 +168,30 @@ impl ContextBuilder {
     /// Memory layers in scope for every step.
     pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
         self.layers.extend(layers);
+        self
+    }
+
+    /// The model `llm` steps call.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.services.model = Some(model);
+        self
+    }
+
+    /// Tools in scope.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.services.tools.extend(tools);
+        self
+    }
+
+    /// The approver for tools that need approval.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.services.approver = Some(approver);
+        self
+    }
+
+    /// Model, tools and approver at once.
+    pub fn services(mut self, services: Services) -> Self {
+        self.services = services;
         self
     }
 
@@ -167,10 +211,11 @@ impl ContextBuilder {
                 resource_id: self.resource_id,
                 cancel: self.cancel.unwrap_or_default(),
                 cancel_reason: OnceLock::new(),
-                items: Mutex::new(self.items),
+                items: Mutex::new(self.items.0),
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
                 events: self.events,
+                services: Arc::new(self.services),
             }),
             layers: LayerStack::new(self.layers),
             depth: 0,
@@ -269,17 +314,17 @@ impl Context {
     /// A child context for a fork path: fresh execution id, a copy of the item log, its own cancellation linked to
     /// this one, same thread, events and layers, one level deeper.
     pub fn fork_child(&self) -> Context {
-        let items = lock(&self.inner.items).clone();
+        let items = self.history();
         self.child(items, self.layers.clone())
     }
 
     /// A child context for a spawned step: fresh execution id, the given item log (usually empty), the given layers,
     /// cancellation linked to this one, usage starting at zero.
     pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
-        self.child(items, layers)
+        self.child(History(Arc::new(items)), layers)
     }
 
-    fn child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
+    fn child(&self, items: History, layers: LayerStack) -> Context {
         Context {
             inner: Arc::new(Inner {
                 execution_id: ExecutionId::new(),
@@ -288,10 +333,11 @@ impl Context {
                 resource_id: self.inner.resource_id.clone(),
                 cancel: self.inner.cancel.child_token(),
                 cancel_reason: OnceLock::new(),
-                items: Mutex::new(items),
+                items: Mutex::new(items.0),
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
                 events: self.inner.events.clone(),
+                services: self.inner.services.clone(),
             }),
             layers,
             depth: self.depth + 1,
@@ -315,17 +361,23 @@ impl Context {
 
     /// Appends an item to the conversation.
     pub fn push_item(&self, item: Item) {
-        lock(&self.inner.items).push(item);
+        Arc::make_mut(&mut lock(&self.inner.items)).push(item);
     }
 
     /// Appends items to the conversation.
     pub fn extend_items(&self, items: impl IntoIterator<Item = Item>) {
-        lock(&self.inner.items).extend(items);
+        Arc::make_mut(&mut lock(&self.inner.items)).extend(items);
     }
 
     /// A copy of the conversation.
     pub fn items(&self) -> Vec<Item> {
-        lock(&self.inner.items).clone()
+        lock(&self.inner.items).as_ref().clone()
+    }
+
+    /// A snapshot of the conversation, taken in constant time. The log is copy-on-write: the next append copies
+    /// it only while a snapshot is still alive, so drop snapshots (model requests) when done with them.
+    pub fn history(&self) -> History {
+        History(lock(&self.inner.items).clone())
     }
 
     /// Number of items in the conversation.
@@ -363,6 +415,21 @@ impl Context {
     /// Records what the last `llm` step produced.
     pub fn set_last_step_meta(&self, meta: StepMeta) {
         *lock(&self.inner.last_step_meta) = Some(Arc::new(meta));
+    }
+
+    /// The model, if one is configured.
+    pub fn model(&self) -> Option<&Arc<dyn Model>> {
+        self.inner.services.model.as_ref()
+    }
+
+    /// The tools in scope.
+    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+        &self.inner.services.tools
+    }
+
+    /// The approver, if one is configured.
+    pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
+        self.inner.services.approver.as_ref()
     }
 
     /// The event sink.

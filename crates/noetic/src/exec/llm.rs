@@ -1,17 +1,149 @@
-//! Executes `llm` steps.
+//! Executes `llm` steps: rounds of model call → tool calls (sequential, in call order) → results fed back, until
+//! the model answers without tool calls.
 //!
-//! The model interface arrives with the tools-and-models work; until a model is configured on the context, an
-//! `llm` step fails with the configuration error `NO_MODEL_PROVIDER`.
+//! The step's [`StepMeta`] records the tool calls of the *accepted final* response, so `until::no_tool_calls`
+//! around an `llm` step stops once the step has produced its answer.
 
-use crate::context::Context;
+use std::sync::Arc;
+
+use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
+use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, ToolCall, ToolResult, ToolSpec, Usage};
 use crate::step::StepLlm;
+use crate::tool::Tool;
+use crate::tool::call::{EmitFilter, run_tool_call};
 
-pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, _input: I, _ctx: &Context) -> Result<O, NoeticError> {
-    Err(ConfigError::new(
-        ConfigCode::NoModelProvider,
-        format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
-        "run the step through a Runtime built with a model",
-    )
-    .into())
+fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
+    ToolSpec {
+        name: tool.name().to_owned(),
+        description: tool.description().to_owned(),
+        parameters: tool.input_schema().json().clone(),
+    }
+}
+
+/// Names the step in errors the model layer raised without knowing it.
+fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
+    match error {
+        NoeticError::ModelRateLimit { step_id, retry_after_ms } if step_id.is_empty() => {
+            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms }
+        }
+        other => other,
+    }
+}
+
+/// Parses the final answer into the step's output type, validating it against the output schema first.
+fn parse_output<I, O>(s: &StepLlm<I, O>, text: &str) -> Result<O, NoeticError> {
+    let parse_error =
+        |message: String| NoeticError::ModelParseError { step_id: s.id.to_string(), raw: text.to_owned(), message };
+    if let Some(schema) = &s.output_schema {
+        let value: serde_json::Value =
+            serde_json::from_str(text.trim()).map_err(|e| parse_error(format!("the answer is not JSON: {e}")))?;
+        schema.validate(&value).map_err(parse_error)?;
+    }
+    s.parse(text.trim()).map_err(parse_error)
+}
+
+pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+    let model = ctx.model().cloned().ok_or_else(|| {
+        ConfigError::new(
+            ConfigCode::NoModelProvider,
+            format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
+            "build the context with Context::builder().model(...) or run the step through a Runtime",
+        )
+    })?;
+    if let Some(text) = s.prompt_of(input) {
+        ctx.push_item(Item::user(text));
+    }
+    let tools: Vec<Arc<dyn Tool>> = match &s.tools {
+        Some(tools) => tools.clone(),
+        None => ctx.tools().to_vec(),
+    };
+    let specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
+    let emit = |kind: EventKind| {
+        if s.emit.allows(&kind) {
+            ctx.emit(|| kind);
+        }
+    };
+    let watched = ctx.events().is_active();
+    let mut usage = Usage::default();
+    let mut cost = 0.0;
+    for round in 0..s.max_rounds {
+        ctx.check_cancelled()?;
+        let request = ModelRequest {
+            model: s.model.clone(),
+            instructions: s.instructions.clone(),
+            context: Vec::new(),
+            history: ctx.history(),
+            tail: Vec::new(),
+            tools: specs.clone(),
+            params: s.params.clone(),
+            tool_choice: s.tool_choice.clone(),
+            output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
+        };
+        if watched {
+            emit(EventKind::ModelCallStarted {
+                step_id: s.id.clone(),
+                model: s.model.clone(),
+                round,
+                messages: request.messages().count(),
+                tools: specs.len(),
+            });
+        }
+        let response: ModelResponse =
+            ctx.run_cancellable(model.call(request)).await.map_err(|e| with_step_id(e, &s.id))?;
+        usage.add(&response.usage);
+        cost += response.cost.unwrap_or(0.0);
+        ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
+        let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
+        if watched {
+            emit(EventKind::ModelCallCompleted {
+                step_id: s.id.clone(),
+                round,
+                tool_calls: calls.len(),
+                usage: response.usage,
+            });
+        }
+        if let Some(refusal) = response.refusal {
+            return Err(NoeticError::ModelRefused { step_id: s.id.to_string(), refusal });
+        }
+        let text = response.text_output().to_owned();
+        ctx.extend_items(response.items);
+        if calls.is_empty() {
+            ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
+            return parse_output(s, &text);
+        }
+        run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind)).await?;
+    }
+    Err(NoeticError::RoundLimitExceeded { step_id: s.id.to_string(), max_rounds: s.max_rounds })
+}
+
+/// Runs the calls one after another, appending each result. On cancellation every call without a result gets a
+/// cancelled result, so the conversation stays well-formed for the next turn.
+async fn run_calls(
+    ctx: &Context,
+    tools: &[Arc<dyn Tool>],
+    calls: &[ToolCall],
+    allow: EmitFilter<'_>,
+) -> Result<(), NoeticError> {
+    for (i, call) in calls.iter().enumerate() {
+        let outcome = match ctx.check_cancelled() {
+            Ok(()) => run_tool_call(ctx, tools, call, allow).await,
+            Err(cancelled) => Err(cancelled),
+        };
+        match outcome {
+            Ok(result) => ctx.push_item(Item::ToolResult(result)),
+            Err(error) => {
+                let reason = error.to_string();
+                ctx.extend_items(calls[i..].iter().map(|c| {
+                    Item::ToolResult(ToolResult {
+                        call_id: c.id.clone(),
+                        content: format!("Tool call not completed: {reason}"),
+                        is_error: true,
+                    })
+                }));
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,13 +1,14 @@
 //! Executes `run` steps: attempts, backoff, cancellation.
 
-use super::{guard_async, step_failed};
+use super::{guard, guard_async, step_failed};
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::step::StepRun;
 
 async fn attempt<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
-    let fut = guard_async(&s.id, "execute function", (s.execute)(input, ctx.nested()));
-    ctx.run_cancellable(fut).await
+    // The closure may panic before it returns its future, or while the future runs: both become errors.
+    let fut = guard(&s.id, "execute function", || (s.execute)(input, ctx.nested()))?;
+    ctx.run_cancellable(guard_async(&s.id, "execute function", fut)).await
 }
 
 pub(super) async fn execute<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {

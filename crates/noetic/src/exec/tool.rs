@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{guard_async, step_failed};
+use super::{guard, guard_async, step_failed};
 use crate::context::Context;
 use crate::error::NoeticError;
 use crate::step::StepTool;
@@ -27,14 +27,13 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         _ => {}
     }
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
-    if s.tool.needs_approval() {
-        return Err(fail(
-            "the tool needs approval and no approver is configured, so the call was rejected (fail closed)".to_owned(),
-        ));
-    }
-    let tcx = ToolContext { ctx: ctx.nested(), call_id: s.id.to_string() };
+    ctx.run_cancellable(async { Ok(crate::tool::call::approve(ctx, s.tool.as_ref(), &s.id, &args).await) })
+        .await?
+        .map_err(fail)?;
+    let tcx = ToolContext { ctx: ctx.nested(), call_id: s.id.to_string(), tool: name.clone() };
     let call = async {
-        s.tool.call(args, tcx).await.map_err(|e| NoeticError::ToolFailed { tool: name.clone(), message: e.message })
+        let call = guard(&s.id, "tool", || s.tool.call(args, tcx))?;
+        call.await.map_err(|e| NoeticError::ToolFailed { tool: name.clone(), message: e.message })
     };
     let output =
         ctx.run_cancellable(guard_async(&s.id, "tool", call)).await.map_err(|e| step_failed(&s.id, e, false))?;

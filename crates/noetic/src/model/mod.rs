@@ -3,9 +3,17 @@
 //! A conversation is a flat list of [`Item`]s: messages, the tool calls a model asked for, and their results.
 //! Providers translate this list to and from their wire formats.
 
+mod interface;
+mod scripted;
+mod wrappers;
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+pub use interface::{FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec};
+pub use scripted::{HeldCall, ScriptedModel};
+pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -101,6 +109,62 @@ pub struct ToolResult {
     pub content: String,
     /// True when the call failed, was denied or was skipped.
     pub is_error: bool,
+}
+
+/// An immutable snapshot of a conversation, cheap to clone (it shares the items).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History(pub(crate) Arc<Vec<Item>>);
+
+impl History {
+    /// A history holding `items`.
+    pub fn new(items: Vec<Item>) -> Self {
+        History(Arc::new(items))
+    }
+
+    /// The items, oldest first.
+    pub fn iter(&self) -> std::slice::Iter<'_, Item> {
+        self.0.iter()
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The newest item.
+    pub fn last(&self) -> Option<&Item> {
+        self.0.last()
+    }
+
+    /// The items as a slice.
+    pub fn as_slice(&self) -> &[Item] {
+        &self.0
+    }
+
+    /// A copy of the items.
+    pub fn to_vec(&self) -> Vec<Item> {
+        self.0.as_ref().clone()
+    }
+}
+
+impl<'a> IntoIterator for &'a History {
+    type Item = &'a Item;
+    type IntoIter = std::slice::Iter<'a, Item>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Serialize for History {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
 }
 
 /// Token usage of one or more model calls.

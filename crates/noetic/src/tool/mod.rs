@@ -4,7 +4,10 @@
 //! `serde_json::Value`. Arguments are validated against the input [`Schema`] before the tool runs, and results
 //! against the output schema after.
 
+mod approval;
+pub(crate) mod call;
 mod schema;
+mod typed;
 
 use std::fmt;
 use std::future::Future;
@@ -13,9 +16,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use schema::Schema;
+pub use typed::{TypedTool, tool_fn};
 
-use crate::context::Context;
+use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError};
 
 /// What a tool sees while it runs.
@@ -25,6 +30,16 @@ pub struct ToolContext {
     pub ctx: Context,
     /// The id of this call (the model's call id, or the step id for a `tool` step).
     pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+}
+
+impl ToolContext {
+    /// Reports progress: emitted as a `tool_progress` event to whoever watches the execution.
+    pub fn progress(&self, data: Value) {
+        let (call_id, tool) = (&self.call_id, &self.tool);
+        self.ctx.emit(|| EventKind::ToolProgress { call_id: call_id.clone(), tool: tool.clone(), data });
+    }
 }
 
 /// An error a tool returns. Its message is shown to the model, so say what went wrong and what to try instead.

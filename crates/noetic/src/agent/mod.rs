@@ -1,0 +1,164 @@
+//! Agent sessions: a [`Runtime`] holds the model, tools, layers and the agent step; each [`Session`] keeps one
+//! conversation and runs one [`Turn`] at a time.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use noetic::agent::Runtime;
+//! use noetic::model::{ModelResponse, ScriptedModel};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = ScriptedModel::new([ModelResponse::text("Hello!")]);
+//! let runtime = Runtime::builder().model(Arc::new(model)).build()?;
+//! let session = runtime.session("user-42");
+//! let answer = session.send("hi")?.await?;
+//! assert_eq!(answer, "Hello!");
+//! assert_eq!(session.history().len(), 2);
+//! # Ok(())
+//! # }
+//! ```
+
+mod session;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+pub use session::{Session, SessionError, Turn};
+
+use crate::context::{Services, lock};
+use crate::error::{ConfigCode, ConfigError};
+use crate::layer::MemoryLayer;
+use crate::model::Model;
+use crate::step::{Step, until};
+use crate::tool::{Approver, Tool};
+
+/// The model id the default agent uses.
+pub const DEFAULT_MODEL: &str = "openai/gpt-4o-mini";
+
+pub(crate) struct RuntimeInner {
+    pub(crate) services: Services,
+    pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
+    pub(crate) agent: Step<String, String>,
+    sessions: Mutex<HashMap<Arc<str>, Arc<session::SessionState>>>,
+}
+
+/// Runs agent sessions. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+/// Builds a [`Runtime`].
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    services: Services,
+    layers: Vec<Arc<dyn MemoryLayer>>,
+    agent: Option<Step<String, String>>,
+    model_id: Option<String>,
+    instructions: Option<String>,
+}
+
+impl RuntimeBuilder {
+    /// The model every `llm` step calls (required).
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.services.model = Some(model);
+        self
+    }
+
+    /// Adds a tool to the tools in scope.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.services.tools.push(tool);
+        self
+    }
+
+    /// Adds tools to the tools in scope.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.services.tools.extend(tools);
+        self
+    }
+
+    /// Adds a memory layer (the steering layer, for instance).
+    pub fn layer(mut self, layer: Arc<dyn MemoryLayer>) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// The approver for tools that need approval (without one, such calls are rejected).
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.services.approver = Some(approver);
+        self
+    }
+
+    /// The agent each turn runs, given the user message. Default: a loop around one `llm` step with all tools,
+    /// until the model answers without tool calls.
+    pub fn agent(mut self, agent: Step<String, String>) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// The model id of the default agent (default `openai/gpt-4o-mini`).
+    pub fn model_id(mut self, id: impl Into<String>) -> Self {
+        self.model_id = Some(id.into());
+        self
+    }
+
+    /// The system instructions of the default agent.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Validates and builds the runtime.
+    pub fn build(self) -> Result<Runtime, ConfigError> {
+        if self.services.model.is_none() {
+            return Err(ConfigError::new(
+                ConfigCode::NoModelProvider,
+                "the runtime has no model",
+                "call .model(...) with a provider (or ScriptedModel for tests)",
+            ));
+        }
+        let agent = match self.agent {
+            Some(agent) => agent,
+            None => default_agent(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions)?,
+        };
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                services: self.services,
+                layers: self.layers,
+                agent,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A loop around one `llm` step, until the model answers without tool calls. Later iterations (after an inbox
+/// message, for instance) add no user message: the conversation already holds everything.
+pub fn default_agent(model_id: &str, instructions: Option<String>) -> Result<Step<String, String>, ConfigError> {
+    let mut llm = Step::llm("assistant", model_id);
+    if let Some(text) = instructions {
+        llm = llm.instructions(text);
+    }
+    Step::loop_("agent", [llm.build()?]).until(until::no_tool_calls()).prepare_next(|_, _, _| String::new()).build()
+}
+
+impl Runtime {
+    /// Starts building a runtime.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The session with this key, created on first use.
+    pub fn session(&self, key: &str) -> Session {
+        let state = lock(&self.inner.sessions)
+            .entry(Arc::from(key))
+            .or_insert_with(|| Arc::new(session::SessionState::new(Arc::from(key))))
+            .clone();
+        Session::new(self.inner.clone(), state)
+    }
+
+    /// Number of sessions created so far.
+    pub fn session_count(&self) -> usize {
+        lock(&self.inner.sessions).len()
+    }
+}

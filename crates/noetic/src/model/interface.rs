@@ -1,0 +1,228 @@
+//! The provider-neutral model interface: requests, responses, streaming deltas and the [`Model`] trait.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{History, Item, ToolCall, Usage};
+use crate::error::NoeticError;
+use crate::step::{ModelParams, ToolChoice};
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelRequest {
+    /// The model id, e.g. `openai/gpt-4o-mini`.
+    pub model: String,
+    /// System instructions.
+    pub instructions: Option<String>,
+    /// Context recalled by memory layers, placed after the instructions and before the history.
+    pub context: Vec<Item>,
+    /// The conversation.
+    pub history: History,
+    /// Messages placed after the history (e.g. a correction asked for by a steering rule).
+    pub tail: Vec<Item>,
+    /// Tools the model may call (empty = none).
+    pub tools: Arc<[ToolSpec]>,
+    /// Sampling parameters.
+    pub params: ModelParams,
+    /// Whether and which tool the model must call.
+    pub tool_choice: Option<ToolChoice>,
+    /// A JSON Schema the answer must match (structured output).
+    pub output_schema: Option<Value>,
+}
+
+impl Default for ModelRequest {
+    fn default() -> Self {
+        ModelRequest {
+            model: String::new(),
+            instructions: None,
+            context: Vec::new(),
+            history: History::default(),
+            tail: Vec::new(),
+            tools: Arc::from(Vec::new()),
+            params: ModelParams::default(),
+            tool_choice: None,
+            output_schema: None,
+        }
+    }
+}
+
+impl ModelRequest {
+    /// All messages in the order the model sees them: context, history, tail (instructions excluded).
+    pub fn messages(&self) -> impl Iterator<Item = &Item> {
+        self.context.iter().chain(self.history.iter()).chain(self.tail.iter())
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end.
+    #[default]
+    Stop,
+    /// It asked for tools.
+    ToolCalls,
+    /// It hit the token limit.
+    Length,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// Something else the provider reported.
+    Other(String),
+}
+
+/// What a model call returned.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// New items: usually an assistant message and/or tool calls.
+    pub items: Vec<Item>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Cost in US dollars, when the provider reports it.
+    pub cost: Option<f64>,
+    /// Why the model stopped.
+    pub finish_reason: FinishReason,
+    /// A refusal message, when the model refused.
+    pub refusal: Option<String>,
+}
+
+impl ModelResponse {
+    /// An answer made of one assistant message.
+    pub fn text(text: impl Into<String>) -> Self {
+        ModelResponse { items: vec![Item::assistant(text)], ..Default::default() }
+    }
+
+    /// A response asking for tool calls: `(id, name, arguments JSON)` each.
+    pub fn tool_calls<'a>(calls: impl IntoIterator<Item = (&'a str, &'a str, Value)>) -> Self {
+        let items = calls
+            .into_iter()
+            .map(|(id, name, args)| {
+                Item::ToolCall(ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: args.to_string() })
+            })
+            .collect();
+        ModelResponse { items, finish_reason: FinishReason::ToolCalls, ..Default::default() }
+    }
+
+    /// Adds an assistant message before the items (text said alongside tool calls).
+    pub fn with_text(mut self, text: impl Into<String>) -> Self {
+        self.items.insert(0, Item::assistant(text));
+        self
+    }
+
+    /// Sets the usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// The tool calls in the response, in order.
+    pub fn tool_calls_iter(&self) -> impl Iterator<Item = &ToolCall> {
+        self.items.iter().filter_map(|i| match i {
+            Item::ToolCall(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    /// The text of the last assistant message (empty when there is none).
+    pub fn text_output(&self) -> &str {
+        self.items
+            .iter()
+            .rev()
+            .find_map(|i| match i {
+                Item::Message { role: super::Role::Assistant, content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+}
+
+/// A piece of a streamed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamDelta {
+    /// More answer text.
+    Text {
+        /// The new text.
+        text: String,
+    },
+    /// A piece of a tool call (the id and name come with the first piece of each call).
+    ToolCall {
+        /// Position of the call in the response.
+        index: usize,
+        /// The call id, on the first piece.
+        id: Option<String>,
+        /// The tool name, on the first piece.
+        name: Option<String>,
+        /// More argument JSON text.
+        arguments: String,
+    },
+    /// The complete response, always last.
+    Done {
+        /// The assembled response.
+        response: ModelResponse,
+    },
+}
+
+/// A language model. Implementations translate [`ModelRequest`]s to a provider's wire format.
+///
+/// Cancellation is by dropping: the runtime drops the returned future when the step is cancelled, which must abort
+/// any request in flight.
+pub trait Model: Send + Sync + 'static {
+    /// Calls the model and returns the whole response.
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>>;
+
+    /// Calls the model and streams the response. The default calls [`Model::call`] and replays the result as
+    /// deltas; streaming providers override it.
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
+        let call = self.call(request);
+        futures::stream::once(call)
+            .flat_map(|result| {
+                let deltas: Vec<Result<StreamDelta, NoeticError>> = match result {
+                    Err(e) => vec![Err(e)],
+                    Ok(response) => replay(response).into_iter().map(Ok).collect(),
+                };
+                futures::stream::iter(deltas)
+            })
+            .boxed()
+    }
+}
+
+/// The deltas that would have produced `response`, ending with [`StreamDelta::Done`].
+fn replay(response: ModelResponse) -> Vec<StreamDelta> {
+    let mut deltas = Vec::new();
+    let mut index = 0;
+    for item in &response.items {
+        match item {
+            Item::Message { role: super::Role::Assistant, content } => {
+                deltas.push(StreamDelta::Text { text: content.clone() });
+            }
+            Item::ToolCall(c) => {
+                deltas.push(StreamDelta::ToolCall {
+                    index,
+                    id: Some(c.id.clone()),
+                    name: Some(c.name.clone()),
+                    arguments: c.arguments.clone(),
+                });
+                index += 1;
+            }
+            _ => {}
+        }
+    }
+    deltas.push(StreamDelta::Done { response });
+    deltas
+}

@@ -1,0 +1,187 @@
+//! [`ScriptedModel`]: a model that answers from a script, for tests, demos and benchmarks.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::{Notify, oneshot};
+
+use super::{Model, ModelRequest, ModelResponse};
+use crate::context::lock;
+use crate::error::NoeticError;
+
+type Responder = Arc<dyn Fn(&ModelRequest) -> Result<ModelResponse, NoeticError> + Send + Sync>;
+
+enum Reply {
+    Ready(Result<ModelResponse, NoeticError>),
+    Held(Result<ModelResponse, NoeticError>, oneshot::Receiver<()>, Arc<Notify>),
+}
+
+struct State {
+    script: VecDeque<Reply>,
+    requests: Vec<ModelRequest>,
+    calls: usize,
+    scripted: usize,
+}
+
+/// A model that returns scripted responses in order, records every request, and can hold a call until
+/// released. When the script runs out it answers with the responder if one is set, else with an error.
+///
+/// ```
+/// use noetic::model::{ModelResponse, ScriptedModel};
+/// use serde_json::json;
+///
+/// let model = ScriptedModel::new([
+///     ModelResponse::tool_calls([("call-1", "search", json!({"q": "rust"}))]),
+///     ModelResponse::text("Rust is a systems language."),
+/// ]);
+/// assert_eq!(model.remaining(), 2);
+/// ```
+#[derive(Clone)]
+pub struct ScriptedModel {
+    state: Arc<Mutex<State>>,
+    responder: Option<Responder>,
+    record: bool,
+}
+
+impl fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptedModel").field("remaining", &self.remaining()).finish_non_exhaustive()
+    }
+}
+
+/// Releases a held call of a [`ScriptedModel`].
+#[derive(Debug)]
+pub struct HeldCall {
+    release: Option<oneshot::Sender<()>>,
+    entered: Arc<Notify>,
+}
+
+impl HeldCall {
+    /// Waits until the held call has been made (the model is blocked in it).
+    pub async fn entered(&self) {
+        self.entered.notified().await
+    }
+
+    /// Lets the held call return its response.
+    pub fn release(mut self) {
+        if let Some(tx) = self.release.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl ScriptedModel {
+    /// A model answering with `responses`, in order.
+    pub fn new(responses: impl IntoIterator<Item = ModelResponse>) -> Self {
+        let script: VecDeque<Reply> = responses.into_iter().map(|r| Reply::Ready(Ok(r))).collect();
+        let scripted = script.len();
+        ScriptedModel {
+            state: Arc::new(Mutex::new(State { script, requests: Vec::new(), calls: 0, scripted })),
+            responder: None,
+            record: true,
+        }
+    }
+
+    /// A model that answers every call with `f(request)`.
+    pub fn responder<F>(f: F) -> Self
+    where
+        F: Fn(&ModelRequest) -> Result<ModelResponse, NoeticError> + Send + Sync + 'static,
+    {
+        ScriptedModel::new([]).with_responder(f)
+    }
+
+    /// Answers with `f(request)` once the script is used up.
+    pub fn with_responder<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&ModelRequest) -> Result<ModelResponse, NoeticError> + Send + Sync + 'static,
+    {
+        self.responder = Some(Arc::new(f));
+        self
+    }
+
+    /// Stops recording requests (for long benchmarks, where recording would keep every history alive).
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
+    /// Appends a response to the script.
+    pub fn push(&self, response: ModelResponse) {
+        let mut st = lock(&self.state);
+        st.script.push_back(Reply::Ready(Ok(response)));
+        st.scripted += 1;
+    }
+
+    /// Appends an error to the script.
+    pub fn push_error(&self, error: NoeticError) {
+        let mut st = lock(&self.state);
+        st.script.push_back(Reply::Ready(Err(error)));
+        st.scripted += 1;
+    }
+
+    /// Appends a response that is returned only after [`HeldCall::release`].
+    pub fn push_held(&self, response: ModelResponse) -> HeldCall {
+        let (tx, rx) = oneshot::channel();
+        let entered = Arc::new(Notify::new());
+        let mut st = lock(&self.state);
+        st.script.push_back(Reply::Held(Ok(response), rx, entered.clone()));
+        st.scripted += 1;
+        HeldCall { release: Some(tx), entered }
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// Number of calls made.
+    pub fn calls(&self) -> usize {
+        lock(&self.state).calls
+    }
+
+    /// Scripted replies not yet used.
+    pub fn remaining(&self) -> usize {
+        lock(&self.state).script.len()
+    }
+}
+
+impl Model for ScriptedModel {
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let reply = {
+            let mut st = lock(&self.state);
+            st.calls += 1;
+            let reply = st.script.pop_front();
+            let scripted = st.scripted;
+            let reply = match (reply, &self.responder) {
+                (Some(r), _) => r,
+                (None, Some(f)) => Reply::Ready(f(&request)),
+                (None, None) => Reply::Ready(Err(NoeticError::ModelFailed {
+                    message: format!(
+                        "the scripted model has no response left for call {} ({scripted} were scripted); script more \
+                         responses or set a responder",
+                        st.calls
+                    ),
+                    status: None,
+                    raw: None,
+                    retryable: false,
+                })),
+            };
+            if self.record {
+                st.requests.push(request);
+            }
+            reply
+        };
+        Box::pin(async move {
+            match reply {
+                Reply::Ready(r) => r,
+                Reply::Held(r, release, entered) => {
+                    entered.notify_one();
+                    let _ = release.await;
+                    r
+                }
+            }
+        })
+    }
+}

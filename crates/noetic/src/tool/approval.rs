@@ -1,0 +1,47 @@
+//! Approval of tool calls that need it.
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::Value;
+
+/// A tool call waiting for a decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    /// The tool's name.
+    pub tool: String,
+    /// The call id.
+    pub call_id: String,
+    /// The validated arguments.
+    pub arguments: Value,
+}
+
+/// An approver's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// Run the call.
+    Approve,
+    /// Do not run it; the reason is shown to the model.
+    Reject {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Decides on calls of tools with `needs_approval`. The call waits (cancellably) for the answer.
+pub trait Approver: Send + Sync + 'static {
+    /// Approve or reject one call.
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'static, Approval>;
+}
+
+/// An approver from an async function.
+pub struct FnApprover<F>(pub F);
+
+impl<F, Fut> Approver for FnApprover<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Approval> + Send + 'static,
+{
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'static, Approval> {
+        Box::pin((self.0)(request))
+    }
+}

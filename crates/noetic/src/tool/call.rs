@@ -1,0 +1,123 @@
+//! Runs one model-requested tool call and turns every outcome into a tool result: bad JSON, unknown tools,
+//! invalid arguments, rejected approvals, tool errors, panics and invalid results all become error results the
+//! model can read. Only cancellation escapes, as an error.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Approval, ApprovalRequest, Tool, ToolContext};
+use crate::context::{Context, EventKind};
+use crate::error::NoeticError;
+use crate::exec::{guard, guard_async};
+use crate::model::{ToolCall, ToolResult};
+
+/// Asks the approver about a call of a tool that needs approval. `Err` carries the message for the model.
+pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args: &Value) -> Result<(), String> {
+    if !tool.needs_approval() {
+        return Ok(());
+    }
+    let Some(approver) = ctx.approver() else {
+        return Err(format!(
+            "tool '{}' needs approval and no approver is configured, so the call was rejected",
+            tool.name()
+        ));
+    };
+    let request =
+        ApprovalRequest { tool: tool.name().to_owned(), call_id: call_id.to_owned(), arguments: args.clone() };
+    match approver.approve(request).await {
+        Approval::Approve => Ok(()),
+        Approval::Reject { reason } => Err(format!("the call of '{}' was rejected: {reason}", tool.name())),
+    }
+}
+
+fn error_result(call: &ToolCall, message: String) -> ToolResult {
+    ToolResult { call_id: call.id.clone(), content: format!("Error: {message}"), is_error: true }
+}
+
+/// The text a tool's JSON result becomes for the model: strings as they are, anything else as JSON.
+pub(crate) fn result_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Decides which events a caller lets through (an `llm` step's `emit` setting).
+pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
+
+/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them.
+pub(crate) async fn run_tool_call(
+    ctx: &Context,
+    tools: &[Arc<dyn Tool>],
+    call: &ToolCall,
+    allow: EmitFilter<'_>,
+) -> Result<ToolResult, NoeticError> {
+    let watched = ctx.events().is_active();
+    if watched {
+        let kind = EventKind::ToolCallStarted { call_id: call.id.clone(), tool: call.name.clone() };
+        if allow(&kind) {
+            ctx.emit(|| kind);
+        }
+    }
+    let result = resolve_and_run(ctx, tools, call).await?;
+    if watched {
+        let kind = EventKind::ToolCallCompleted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            is_error: result.is_error,
+            output: result.content.clone(),
+        };
+        if allow(&kind) {
+            ctx.emit(|| kind);
+        }
+    }
+    Ok(result)
+}
+
+async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall) -> Result<ToolResult, NoeticError> {
+    let args: Value = if call.arguments.trim().is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_str(&call.arguments) {
+            Ok(v) => v,
+            Err(e) => {
+                return Ok(error_result(
+                    call,
+                    format!(
+                        "malformed JSON in tool arguments ({e}): {}; send the arguments as one JSON object",
+                        call.arguments
+                    ),
+                ));
+            }
+        }
+    };
+    let Some(tool) = tools.iter().find(|t| t.name() == call.name) else {
+        let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+        let available = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+        return Ok(error_result(call, format!("unknown tool '{}'; available tools: {available}", call.name)));
+    };
+    if let Err(problems) = tool.input_schema().validate(&args) {
+        return Ok(error_result(call, format!("invalid arguments for tool '{}': {problems}", call.name)));
+    }
+    if let Err(message) = ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await? {
+        return Ok(error_result(call, message));
+    }
+    let tcx = ToolContext { ctx: ctx.clone(), call_id: call.id.clone(), tool: call.name.clone() };
+    let run = async { Ok(guard(&call.name, "tool", || tool.call(args, tcx))?.await) };
+    let outcome = match ctx.run_cancellable(guard_async(&call.name, "tool", run)).await {
+        Ok(outcome) => outcome,
+        Err(e) if e.is_cancelled() => return Err(e),
+        Err(panic) => return Ok(error_result(call, panic.to_string())),
+    };
+    let value = match outcome {
+        Ok(v) => v,
+        Err(e) => return Ok(error_result(call, e.message)),
+    };
+    if let Some(schema) = tool.output_schema()
+        && let Err(problems) = schema.validate(&value)
+    {
+        return Ok(error_result(call, format!("tool '{}' returned an invalid result: {problems}", call.name)));
+    }
+    Ok(ToolResult { call_id: call.id.clone(), content: result_text(&value), is_error: false })
+}
