@@ -52,6 +52,7 @@ pub mod error;
 pub mod exec;
 pub mod layer;
 pub mod model;
+pub mod steering;
 pub mod step;
 pub mod tool;
 

@@ -95,9 +95,12 @@ pub struct WakeHandle {
 }
 
 impl WakeHandle {
-    /// Resolves at the next send on the channel after this call.
-    pub async fn notified(&self) {
-        self.notify.notified().await
+    /// Resolves at the next send on the channel after this call (the wait is registered at once, before the
+    /// returned future is first polled).
+    pub fn notified(&self) -> impl Future<Output = ()> + Send + '_ {
+        let mut wait = Box::pin(self.notify.notified());
+        wait.as_mut().enable();
+        wait
     }
 
     pub(crate) fn notify(&self) -> &Arc<Notify> {

@@ -30,7 +30,12 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     ctx.run_cancellable(async { Ok(crate::tool::call::approve(ctx, s.tool.as_ref(), &s.id, &args).await) })
         .await?
         .map_err(fail)?;
-    let tcx = ToolContext { ctx: ctx.nested(), call_id: s.id.to_string(), tool: name.clone() };
+    let tcx = ToolContext {
+        ctx: ctx.nested(),
+        call_id: s.id.to_string(),
+        tool: name.clone(),
+        event_schema: s.tool.event_schema().cloned(),
+    };
     let call = async {
         let call = guard(&s.id, "tool", || s.tool.call(args, tcx))?;
         call.await.map_err(|e| NoeticError::ToolFailed { tool: name.clone(), message: e.message })

@@ -61,6 +61,10 @@ pub(crate) async fn run_tool_call(
         }
     }
     let result = resolve_and_run(ctx, tools, call).await?;
+    let result = match tools.iter().find(|t| t.name() == call.name) {
+        Some(tool) => tool.decorate_result(result),
+        None => result,
+    };
     if watched {
         let kind = EventKind::ToolCallCompleted {
             call_id: call.id.clone(),
@@ -103,7 +107,12 @@ async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall
     if let Err(message) = ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await? {
         return Ok(error_result(call, message));
     }
-    let tcx = ToolContext { ctx: ctx.clone(), call_id: call.id.clone(), tool: call.name.clone() };
+    let tcx = ToolContext {
+        ctx: ctx.clone(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        event_schema: tool.event_schema().cloned(),
+    };
     let run = async { Ok(guard(&call.name, "tool", || tool.call(args, tcx))?.await) };
     let outcome = match ctx.run_cancellable(guard_async(&call.name, "tool", run)).await {
         Ok(outcome) => outcome,

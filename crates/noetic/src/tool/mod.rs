@@ -32,13 +32,22 @@ pub struct ToolContext {
     pub call_id: String,
     /// The tool's name.
     pub tool: String,
+    /// The tool's event schema, if it declares one; progress data is checked against it.
+    pub event_schema: Option<Schema>,
 }
 
 impl ToolContext {
-    /// Reports progress: emitted as a `tool_progress` event to whoever watches the execution.
-    pub fn progress(&self, data: Value) {
+    /// Reports progress: emitted as a `tool_progress` event to whoever watches the execution. Data that breaks
+    /// the tool's event schema is not emitted; the error says why.
+    pub fn progress(&self, data: Value) -> Result<(), String> {
+        if let Some(schema) = &self.event_schema {
+            schema
+                .validate(&data)
+                .map_err(|p| format!("progress event of '{}' breaks its event schema: {p}", self.tool))?;
+        }
         let (call_id, tool) = (&self.call_id, &self.tool);
         self.ctx.emit(|| EventKind::ToolProgress { call_id: call_id.clone(), tool: tool.clone(), data });
+        Ok(())
     }
 }
 
@@ -73,9 +82,20 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// JSON Schema of the progress events the tool reports, if declared.
+    fn event_schema(&self) -> Option<&Schema> {
+        None
+    }
+
     /// When true, each call waits for an approver's decision before running.
     fn needs_approval(&self) -> bool {
         false
+    }
+
+    /// Lets the tool adjust its result item before it is appended to the conversation and emitted (add a note,
+    /// trim a long output …). The default keeps it as it is.
+    fn decorate_result(&self, result: crate::model::ToolResult) -> crate::model::ToolResult {
+        result
     }
 
     /// Runs the tool on validated arguments.
@@ -103,6 +123,7 @@ pub struct FnTool {
     description: String,
     input: Schema,
     output: Option<Schema>,
+    events: Option<Schema>,
     needs_approval: bool,
     handler: Handler,
 }
@@ -119,6 +140,7 @@ pub struct FnToolBuilder {
     description: String,
     input: Value,
     output: Option<Value>,
+    events: Option<Value>,
     needs_approval: bool,
     handler: Option<Handler>,
 }
@@ -131,6 +153,7 @@ impl FnTool {
             description: description.into(),
             input: serde_json::json!({"type": "object"}),
             output: None,
+            events: None,
             needs_approval: false,
             handler: None,
         }
@@ -147,6 +170,12 @@ impl FnToolBuilder {
     /// JSON Schema of the result.
     pub fn output_schema(mut self, schema: Value) -> Self {
         self.output = Some(schema);
+        self
+    }
+
+    /// JSON Schema of progress events.
+    pub fn event_schema(mut self, schema: Value) -> Self {
+        self.events = Some(schema);
         self
     }
 
@@ -185,6 +214,7 @@ impl FnToolBuilder {
         Ok(FnTool {
             input: Schema::new(self.input)?,
             output: self.output.map(Schema::new).transpose()?,
+            events: self.events.map(Schema::new).transpose()?,
             name: self.name,
             description: self.description,
             needs_approval: self.needs_approval,
@@ -208,6 +238,10 @@ impl Tool for FnTool {
 
     fn output_schema(&self) -> Option<&Schema> {
         self.output.as_ref()
+    }
+
+    fn event_schema(&self) -> Option<&Schema> {
+        self.events.as_ref()
     }
 
     fn needs_approval(&self) -> bool {
