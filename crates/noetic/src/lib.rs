@@ -59,6 +59,22 @@ pub mod tool;
 pub use context::{Channel, ChannelMode, Context, Event, EventKind, EventSink, ExecutionId};
 pub use error::{ConfigCode, ConfigError, NoeticError};
 pub use exec::execute;
+
+/// Runs `step` as a whole execution: initialises the layers in scope, executes, then runs `on_complete` with the
+/// outcome and `dispose` on every layer — whatever the outcome. Use it for root executions; [`execute`] runs a step
+/// inside an execution that is already going.
+pub async fn run<I: Send + 'static, O: Send + 'static>(
+    step: &Step<I, O>,
+    input: I,
+    ctx: &Context,
+) -> Result<O, NoeticError> {
+    let result = match layer::lifecycle::init(ctx).await {
+        Ok(()) => exec::guard_async(step.id(), "step", execute(step, input, ctx)).await,
+        Err(e) => Err(e),
+    };
+    layer::lifecycle::complete(ctx, layer::Outcome::of(&result)).await;
+    result
+}
 pub use step::{Step, StepKind, until};
 
 /// Everything most programs need, in one import.

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use super::RuntimeInner;
 use crate::context::{Context, Event, EventKind, EventSink, lock};
 use crate::error::NoeticError;
-use crate::exec::guard_async;
 use crate::model::{History, Item};
 
 /// How many events a session buffers per subscriber.
@@ -169,7 +168,7 @@ impl Session {
             let session = state.key.clone();
             let started = tokio::time::Instant::now();
             ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
-            let result = guard_async(&session, "agent", agent.execute(message, &ctx)).await;
+            let result = crate::run(&agent, message, &ctx).await;
             match &result {
                 Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
                     session: session.clone(),

@@ -125,6 +125,26 @@ pub enum EventKind {
         /// The result text given to the model.
         output: String,
     },
+    /// A steering decision stopped a tool call (deny or guide); the tool did not run.
+    SteeringDenied {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The layers that decided.
+        layers: Vec<String>,
+        /// The error, carrying the guidance.
+        error: NoeticError,
+    },
+    /// A steering decision on a model response: `guide` makes the step ask again, `deny` fails it.
+    ModelResponseSteered {
+        /// The llm step.
+        step_id: Arc<str>,
+        /// The action taken.
+        action: crate::steering::SteeringAction,
+        /// The guidance.
+        guidance: Option<String>,
+    },
     /// A running tool reported progress.
     ToolProgress {
         /// The call id.

@@ -10,8 +10,9 @@ use futures::stream::FuturesUnordered;
 use super::{execute as exec, guard, step_failed};
 use crate::context::Context;
 use crate::error::{NoeticError, PathFailure, PathSuccess};
+use crate::layer::{Outcome, lifecycle};
 use crate::step::fork::Merge;
-use crate::step::{SettleResult, Step, StepFork};
+use crate::step::{SettleResult, Step, StepFork, StepFuture};
 
 struct Paths<'a, I, O> {
     fork: &'a StepFork<I, O>,
@@ -37,8 +38,9 @@ impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
         self.next += 1;
         let path_ctx = self.parent.fork_child();
         let fut = exec(&self.steps[i], (self.fork.clone_input)(&self.input), &path_ctx);
-        self.contexts[i] = Some(path_ctx);
-        self.running.push(Box::pin(async move { (i, fut.await) }));
+        self.contexts[i] = Some(path_ctx.clone());
+        let parent = self.parent.clone();
+        self.running.push(Box::pin(async move { (i, run_path(parent, path_ctx, fut).await) }));
     }
 
     fn start_up_to_limit(&mut self) {
@@ -73,6 +75,20 @@ impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
     fn step_id(&self, i: usize) -> String {
         self.steps[i].id().to_owned()
     }
+}
+
+/// Runs one path between its layers' `on_spawn` and `on_return` (on success), then completes the path's layers.
+async fn run_path<O>(parent: Context, path: Context, run: StepFuture<O>) -> Result<O, NoeticError> {
+    if let Err(e) = lifecycle::spawn(&parent, &path).await {
+        lifecycle::complete(&path, Outcome::Failure).await;
+        return Err(e);
+    }
+    let result = run.await;
+    if result.is_ok() {
+        lifecycle::return_(&parent, &path).await;
+    }
+    lifecycle::complete(&path, Outcome::of(&result)).await;
+    result
 }
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(

@@ -8,10 +8,16 @@ use std::sync::Arc;
 
 use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
+use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, ToolCall, ToolResult, ToolSpec, Usage};
+use crate::steering::SteeringAction;
 use crate::step::StepLlm;
 use crate::tool::Tool;
 use crate::tool::call::{EmitFilter, run_tool_call};
+
+/// How often an `after_model_call` guide decision makes the step ask the model again before it accepts the
+/// response anyway.
+pub const MAX_GUIDE_RETRIES: usize = 3;
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -65,16 +71,21 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         }
     };
     let watched = ctx.events().is_active();
+    let recalled = lifecycle::recall(ctx).await?;
     let mut usage = Usage::default();
     let mut cost = 0.0;
-    for round in 0..s.max_rounds {
+    // Corrections asked for by `after_model_call` guide decisions, sent after the history until a response is
+    // accepted.
+    let mut corrections: Vec<Item> = Vec::new();
+    let mut round = 0;
+    while round < s.max_rounds {
         ctx.check_cancelled()?;
         let request = ModelRequest {
             model: s.model.clone(),
             instructions: s.instructions.clone(),
-            context: Vec::new(),
+            context: recalled.clone(),
             history: ctx.history(),
-            tail: Vec::new(),
+            tail: corrections.clone(),
             tools: specs.clone(),
             params: s.params.clone(),
             tool_choice: s.tool_choice.clone(),
@@ -106,12 +117,42 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         if let Some(refusal) = response.refusal {
             return Err(NoeticError::ModelRefused { step_id: s.id.to_string(), refusal });
         }
+        let review = ModelCallParams { step_id: &s.id, model: &s.model, response: &response };
+        let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).await?;
+        match gate.decision.action {
+            SteeringAction::Allow => {}
+            SteeringAction::Deny => {
+                emit(EventKind::ModelResponseSteered {
+                    step_id: s.id.clone(),
+                    action: SteeringAction::Deny,
+                    guidance: gate.decision.guidance.clone(),
+                });
+                return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
+            }
+            SteeringAction::Guide if corrections.len() < MAX_GUIDE_RETRIES => {
+                emit(EventKind::ModelResponseSteered {
+                    step_id: s.id.clone(),
+                    action: SteeringAction::Guide,
+                    guidance: gate.decision.guidance.clone(),
+                });
+                let text = gate.decision.guidance.unwrap_or_else(|| "Please adjust your response.".to_owned());
+                corrections.push(Item::developer(text));
+                continue;
+            }
+            SteeringAction::Guide => {
+                tracing::warn!(step_id = %s.id, "steering kept guiding after {MAX_GUIDE_RETRIES} retries; accepting the response");
+            }
+        }
+        corrections.clear();
+        round += 1;
         let text = response.text_output().to_owned();
-        ctx.extend_items(response.items);
         if calls.is_empty() {
+            lifecycle::store(ctx, &response).await;
+            ctx.extend_items(response.items);
             ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
             return parse_output(s, &text);
         }
+        ctx.extend_items(response.items);
         run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind)).await?;
     }
     Err(NoeticError::RoundLimitExceeded { step_id: s.id.to_string(), max_rounds: s.max_rounds })

@@ -3,7 +3,7 @@
 use super::execute as exec;
 use crate::context::Context;
 use crate::error::NoeticError;
-use crate::layer::LayerStack;
+use crate::layer::{LayerStack, Outcome, lifecycle};
 use crate::step::StepSpawn;
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
@@ -16,7 +16,25 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         None => ctx.layers().clone(),
     };
     let child = ctx.spawn_child(Vec::new(), layers);
-    let mut run = exec(&s.child, input, &child);
+    let opening = lifecycle::spawn(ctx, &child).await?;
+    child.extend_items(opening);
+    let result = run_child(s, input, ctx, &child).await;
+    if result.is_ok() {
+        lifecycle::return_(ctx, &child).await;
+        ctx.add_usage(&child.usage(), child.cost());
+    }
+    lifecycle::complete(&child, Outcome::of(&result)).await;
+    result
+}
+
+async fn run_child<I: Send + 'static, O: Send + 'static>(
+    s: &StepSpawn<I, O>,
+    input: I,
+    ctx: &Context,
+    child: &Context,
+) -> Result<O, NoeticError> {
+    let _ = ctx;
+    let mut run = exec(&s.child, input, child);
     let result = match s.timeout {
         None => run.await,
         Some(after) => {
@@ -33,8 +51,5 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
             }
         }
     };
-    if result.is_ok() {
-        ctx.add_usage(&child.usage(), child.cost());
-    }
     result
 }

@@ -5,6 +5,9 @@ use serde_json::Value;
 use super::{guard, guard_async, step_failed};
 use crate::context::Context;
 use crate::error::NoeticError;
+use crate::layer::ToolCallParams;
+use crate::layer::lifecycle;
+use crate::steering::SteeringAction;
 use crate::step::StepTool;
 use crate::tool::ToolContext;
 
@@ -27,6 +30,11 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         _ => {}
     }
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
+    let params = ToolCallParams { call_id: &s.id, name: &name, args: &args };
+    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
+    if gate.decision.action != SteeringAction::Allow {
+        return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
+    }
     ctx.run_cancellable(async { Ok(crate::tool::call::approve(ctx, s.tool.as_ref(), &s.id, &args).await) })
         .await?
         .map_err(fail)?;

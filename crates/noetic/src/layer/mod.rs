@@ -1,18 +1,38 @@
 //! Memory layers: pluggable components that see every execution's lifecycle.
 //!
-//! A layer has an id, a [`Slot`] (lower runs first), a [`Scope`] and a token [`Budget`]. The hooks here are the
-//! lifecycle ones `provide` and executions call; the gating hooks (`before_tool_call`, `after_model_call`) and
-//! recall/store arrive with the steering layer.
+//! A layer has an id, a [`Slot`] (lower runs first), a [`Scope`], a token [`Budget`] and per-hook
+//! [`HookTimeouts`]. Every hook is optional. The runtime calls them through [`lifecycle`]:
+//!
+//! | hook | when |
+//! |---|---|
+//! | `init` | a session turn (or [`run`](crate::run)) starts; a `provide` step starts |
+//! | `recall` | once per `llm` step, before its first model call; the output goes before the history |
+//! | `before_tool_call` | before each tool call (model-driven or a `tool` step) |
+//! | `after_model_call` | after each model response, before its tool calls run |
+//! | `store` | when an `llm` step accepts its final response |
+//! | `on_spawn` / `on_return` | a `spawn` child or a fork path starts / succeeds |
+//! | `on_complete` + `dispose` | any execution ends (root, spawn child, fork path, provide), whatever the outcome |
+//!
+//! Layer state lives in the layer, keyed by [`ScopeKey`]; [`LayerState`] is a ready-made store.
+
+pub mod lifecycle;
+mod state;
 
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use state::{LayerState, ScopeKey};
 
 use crate::context::Context;
 use crate::error::NoeticError;
+use crate::model::{Item, ModelResponse};
+use crate::steering::SteeringDecision;
 
 /// Where a layer runs relative to others: lower slots run first. Ties keep insertion order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -94,6 +114,90 @@ impl Outcome {
     }
 }
 
+/// How long each hook may run before it is cancelled (`None` = no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookTimeouts {
+    /// `init`.
+    pub init: Option<Duration>,
+    /// `recall`.
+    pub recall: Option<Duration>,
+    /// `store`.
+    pub store: Option<Duration>,
+    /// `before_tool_call`.
+    pub before_tool_call: Option<Duration>,
+    /// `after_model_call`.
+    pub after_model_call: Option<Duration>,
+    /// `on_spawn`.
+    pub on_spawn: Option<Duration>,
+    /// `on_return`.
+    pub on_return: Option<Duration>,
+    /// `on_complete`.
+    pub on_complete: Option<Duration>,
+    /// `dispose`.
+    pub dispose: Option<Duration>,
+}
+
+impl Default for HookTimeouts {
+    fn default() -> Self {
+        let s = |secs| Some(Duration::from_secs(secs));
+        HookTimeouts {
+            init: s(10),
+            recall: s(5),
+            store: s(30),
+            before_tool_call: s(5),
+            after_model_call: s(10),
+            on_spawn: s(10),
+            on_return: s(10),
+            on_complete: s(30),
+            dispose: s(5),
+        }
+    }
+}
+
+/// What a failing or timed-out gating hook (`before_tool_call`, `after_model_call`) counts as.
+/// A [`ConfigError`](crate::ConfigError) always fails the step, whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookErrorPolicy {
+    /// The layer abstains (its decision is left out).
+    #[default]
+    Abstain,
+    /// The layer denies (fail closed).
+    Deny,
+}
+
+/// The two gating hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hook {
+    /// Before a tool call runs.
+    BeforeToolCall,
+    /// After a model response arrives.
+    AfterModelCall,
+}
+
+/// A pending tool call, as gating hooks see it.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCallParams<'a> {
+    /// The call id (the step id for a `tool` step).
+    pub call_id: &'a str,
+    /// The tool's name.
+    pub name: &'a str,
+    /// The arguments (parsed JSON).
+    pub args: &'a Value,
+}
+
+/// A model response, as gating hooks see it.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelCallParams<'a> {
+    /// The `llm` step that called the model.
+    pub step_id: &'a str,
+    /// The model id.
+    pub model: &'a str,
+    /// The response.
+    pub response: &'a ModelResponse,
+}
+
 /// A memory layer. Every hook is optional.
 pub trait MemoryLayer: Send + Sync + 'static {
     /// Unique id within the layers in scope; a provided layer with the same id replaces an outer one.
@@ -114,9 +218,67 @@ pub trait MemoryLayer: Send + Sync + 'static {
         Budget::default()
     }
 
+    /// Per-hook timeouts.
+    fn timeouts(&self) -> HookTimeouts {
+        HookTimeouts::default()
+    }
+
+    /// What a failing gating hook counts as.
+    fn on_hook_error(&self) -> HookErrorPolicy {
+        HookErrorPolicy::Abstain
+    }
+
     /// Called once before the layer is first used in an execution.
     fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4).
+    fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Sees the response an `llm` step accepted.
+    fn store<'a>(&'a self, _ctx: &'a Context, _response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Gates a tool call.
+    fn before_tool_call<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        _call: ToolCallParams<'a>,
+    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+        Box::pin(async { Ok(SteeringDecision::allow()) })
+    }
+
+    /// Reviews a model response.
+    fn after_model_call<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        _call: ModelCallParams<'a>,
+    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+        Box::pin(async { Ok(SteeringDecision::allow()) })
+    }
+
+    /// A spawned child or fork path starts: set up the child's state from the parent's; the returned items open
+    /// the child's conversation.
+    fn on_spawn<'a>(
+        &'a self,
+        _parent: &'a Context,
+        _child: &'a Context,
+    ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// A spawned child or fork path succeeded: merge its state back into the parent's.
+    fn on_return<'a>(&'a self, _parent: &'a Context, _child: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// A copy of the layer's state for `key`, for [`get_layer_state`](crate::layer::lifecycle::get_layer_state).
+    fn state(&self, _key: &ScopeKey) -> Option<Box<dyn std::any::Any + Send>> {
+        None
     }
 
     /// Called when an execution that used the layer ends, whatever the outcome.

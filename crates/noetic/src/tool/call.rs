@@ -10,7 +10,10 @@ use super::{Approval, ApprovalRequest, Tool, ToolContext};
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::exec::{guard, guard_async};
+use crate::layer::ToolCallParams;
+use crate::layer::lifecycle::{self, Gate};
 use crate::model::{ToolCall, ToolResult};
+use crate::steering::SteeringAction;
 
 /// Asks the approver about a call of a tool that needs approval. `Err` carries the message for the model.
 pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args: &Value) -> Result<(), String> {
@@ -29,6 +32,22 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
         Approval::Approve => Ok(()),
         Approval::Reject { reason } => Err(format!("the call of '{}' was rejected: {reason}", tool.name())),
     }
+}
+
+/// The result of a tool call a steering decision stopped, and the `steering_denied` event.
+fn steered(ctx: &Context, call: &ToolCall, gate: Gate) -> ToolResult {
+    let guidance = gate.decision.guidance.clone().unwrap_or_else(|| "steering rule violation".to_owned());
+    let content = match gate.decision.action {
+        SteeringAction::Guide => format!("Steering guidance: {guidance}"),
+        _ => format!("Steering denied: {guidance}"),
+    };
+    ctx.emit(|| EventKind::SteeringDenied {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        layers: gate.layers,
+        error: NoeticError::SteeringDenied { guidance: gate.decision.guidance },
+    });
+    ToolResult { call_id: call.id.clone(), content, is_error: true }
 }
 
 fn error_result(call: &ToolCall, message: String) -> ToolResult {
@@ -101,6 +120,11 @@ async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall
         let available = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
         return Ok(error_result(call, format!("unknown tool '{}'; available tools: {available}", call.name)));
     };
+    let params = ToolCallParams { call_id: &call.id, name: &call.name, args: &args };
+    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
+    if gate.decision.action != SteeringAction::Allow {
+        return Ok(steered(ctx, call, gate));
+    }
     if let Err(problems) = tool.input_schema().validate(&args) {
         return Ok(error_result(call, format!("invalid arguments for tool '{}': {problems}", call.name)));
     }

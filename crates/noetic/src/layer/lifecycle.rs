@@ -1,0 +1,225 @@
+//! Runs layer hooks: slot order, timeouts (a timed-out hook is dropped, so it cannot write later), error
+//! policies, and the aggregation of gating decisions (deny > guide > allow, deny short-circuits, guide texts
+//! joined with a newline).
+//!
+//! With no layers in scope every function returns at once without allocating.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
+use crate::context::{Context, ExecutionId};
+use crate::error::NoeticError;
+use crate::model::{Item, ModelResponse};
+use crate::steering::{SteeringAction, SteeringDecision};
+
+/// The aggregate of the gating layers' decisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gate {
+    /// The most restrictive decision.
+    pub decision: SteeringDecision,
+    /// The ids of the layers that decided it (empty for allow).
+    pub layers: Vec<String>,
+}
+
+impl Gate {
+    fn allow() -> Self {
+        Gate { decision: SteeringDecision::allow(), layers: Vec::new() }
+    }
+}
+
+enum HookFailure {
+    Failed(NoeticError),
+    TimedOut(Duration),
+}
+
+async fn timed<T>(
+    limit: Option<Duration>,
+    hook: impl Future<Output = Result<T, NoeticError>>,
+) -> Result<T, HookFailure> {
+    match limit {
+        None => hook.await.map_err(HookFailure::Failed),
+        Some(limit) => match tokio::time::timeout(limit, hook).await {
+            Ok(r) => r.map_err(HookFailure::Failed),
+            Err(_) => Err(HookFailure::TimedOut(limit)),
+        },
+    }
+}
+
+fn describe(f: &HookFailure) -> String {
+    match f {
+        HookFailure::Failed(e) => e.to_string(),
+        HookFailure::TimedOut(d) => format!("timed out after {} ms", d.as_millis()),
+    }
+}
+
+/// A configuration error is never swallowed: it fails the step (fail closed).
+fn config_error(f: HookFailure) -> Result<(), NoeticError> {
+    match f {
+        HookFailure::Failed(e @ NoeticError::Config(_)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
+pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
+    for layer in ctx.layers().iter() {
+        timed(layer.timeouts().init, layer.init(ctx)).await.map_err(|f| match f {
+            HookFailure::Failed(e) => e,
+            timeout @ HookFailure::TimedOut(_) => {
+                NoeticError::other(format!("init of layer '{}' {}", layer.id(), describe(&timeout)))
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs `on_complete(outcome)` on every layer, then `dispose` in reverse order. Failures are logged.
+pub async fn complete(ctx: &Context, outcome: Outcome) {
+    let layers = ctx.layers();
+    for layer in layers.iter() {
+        if let Err(f) = timed(layer.timeouts().on_complete, layer.on_complete(ctx, outcome)).await {
+            tracing::warn!(layer = layer.id(), error = %describe(&f), "on_complete failed");
+        }
+    }
+    for layer in layers.iter().rev() {
+        if let Err(f) = timed(layer.timeouts().dispose, layer.dispose(ctx)).await {
+            tracing::warn!(layer = layer.id(), error = %describe(&f), "dispose failed");
+        }
+    }
+}
+
+/// Estimated tokens of an item: a quarter of its text length, rounded up.
+pub fn estimate_tokens(item: &Item) -> u32 {
+    let chars = match item {
+        Item::Message { content, .. } => content.chars().count(),
+        Item::ToolCall(c) => c.name.len() + c.arguments.len(),
+        Item::ToolResult(r) => r.content.chars().count(),
+    };
+    u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
+/// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
+pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
+    let mut out = Vec::new();
+    for layer in ctx.layers().iter() {
+        let budget = layer.budget().max;
+        match timed(layer.timeouts().recall, layer.recall(ctx, budget)).await {
+            Ok(items) => {
+                let mut used = 0u32;
+                for item in items {
+                    let cost = estimate_tokens(&item);
+                    if used.saturating_add(cost) > budget {
+                        tracing::warn!(layer = layer.id(), budget, "recall output over budget; item left out");
+                        continue;
+                    }
+                    used = used.saturating_add(cost);
+                    out.push(item);
+                }
+            }
+            Err(f) => {
+                tracing::warn!(layer = layer.id(), error = %describe(&f), "recall failed; layer skipped");
+                config_error(f)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `store` on every layer. Failures are logged.
+pub async fn store(ctx: &Context, response: &ModelResponse) {
+    for layer in ctx.layers().iter() {
+        if let Err(f) = timed(layer.timeouts().store, layer.store(ctx, response)).await {
+            tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
+        }
+    }
+}
+
+async fn gate<'a, F>(
+    ctx: &'a Context,
+    timeout: fn(&dyn MemoryLayer) -> Option<Duration>,
+    hook: F,
+) -> Result<Gate, NoeticError>
+where
+    F: Fn(&'a dyn MemoryLayer) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>>,
+{
+    let mut guides: Vec<(String, Option<String>)> = Vec::new();
+    for layer in ctx.layers().iter() {
+        let layer: &dyn MemoryLayer = layer.as_ref();
+        let decision = match timed(timeout(layer), hook(layer)).await {
+            Ok(d) => d,
+            Err(f) => {
+                let why = describe(&f);
+                config_error(f)?;
+                tracing::warn!(layer = layer.id(), error = %why, "gating hook failed");
+                match layer.on_hook_error() {
+                    HookErrorPolicy::Abstain => continue,
+                    HookErrorPolicy::Deny => {
+                        SteeringDecision::deny(format!("gating layer '{}' failed ({why})", layer.id()))
+                    }
+                }
+            }
+        };
+        match decision.action {
+            SteeringAction::Deny => return Ok(Gate { decision, layers: vec![layer.id().to_owned()] }),
+            SteeringAction::Guide => guides.push((layer.id().to_owned(), decision.guidance)),
+            SteeringAction::Allow => {}
+        }
+    }
+    if guides.is_empty() {
+        return Ok(Gate::allow());
+    }
+    let texts: Vec<&str> = guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
+    let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
+    Ok(Gate {
+        decision: SteeringDecision { action: SteeringAction::Guide, guidance },
+        layers: guides.into_iter().map(|(id, _)| id).collect(),
+    })
+}
+
+/// Asks every layer about a tool call.
+pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result<Gate, NoeticError> {
+    if ctx.layers().is_empty() {
+        return Ok(Gate::allow());
+    }
+    gate(ctx, |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call)).await
+}
+
+/// Asks every layer about a model response.
+pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Result<Gate, NoeticError> {
+    if ctx.layers().is_empty() {
+        return Ok(Gate::allow());
+    }
+    gate(ctx, |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call)).await
+}
+
+/// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
+pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
+    let mut items = Vec::new();
+    for layer in child.layers().iter() {
+        match timed(layer.timeouts().on_spawn, layer.on_spawn(parent, child)).await {
+            Ok(more) => items.extend(more),
+            Err(f) => {
+                tracing::warn!(layer = layer.id(), error = %describe(&f), "on_spawn failed");
+                config_error(f)?;
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// Runs `on_return` on the child's layers after the child succeeded.
+pub async fn return_(parent: &Context, child: &Context) {
+    for layer in child.layers().iter() {
+        if let Err(f) = timed(layer.timeouts().on_return, layer.on_return(parent, child)).await {
+            tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");
+        }
+    }
+}
+
+/// A copy of a layer's state for an execution (execution-scoped layers) — downcast to the layer's state type.
+pub fn get_layer_state<T: 'static>(layers: &LayerStack, execution_id: ExecutionId, layer_id: &str) -> Option<T> {
+    let state = layers.get(layer_id)?.state(&ScopeKey::Execution(execution_id))?;
+    state.downcast::<T>().ok().map(|b| *b)
+}
