@@ -18,7 +18,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     let child = ctx.spawn_child(Vec::new(), layers);
     let opening = lifecycle::spawn(ctx, &child).await?;
     child.extend_items(opening);
-    let result = run_child(s, input, ctx, &child).await;
+    let result = run_child(s, input, &child).await;
     if result.is_ok() {
         lifecycle::return_(ctx, &child).await;
         ctx.add_usage(&child.usage(), child.cost());
@@ -30,12 +30,10 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
 async fn run_child<I: Send + 'static, O: Send + 'static>(
     s: &StepSpawn<I, O>,
     input: I,
-    ctx: &Context,
     child: &Context,
 ) -> Result<O, NoeticError> {
-    let _ = ctx;
     let mut run = exec(&s.child, input, child);
-    let result = match s.timeout {
+    match s.timeout {
         None => run.await,
         Some(after) => {
             tokio::select! {
@@ -50,6 +48,5 @@ async fn run_child<I: Send + 'static, O: Send + 'static>(
                 }
             }
         }
-    };
-    result
+    }
 }
