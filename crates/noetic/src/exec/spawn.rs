@@ -44,7 +44,7 @@ async fn run_child<I: Send + 'static, O: Send + 'static>(
                     // anything it handed the token to (detached tasks, tool calls) stops too.
                     child.cancel(format!("spawn '{}' timed out after {} ms", s.id, after.as_millis()));
                     drop(run);
-                    return Err(NoeticError::Timeout { step_id: s.id.to_string(), after });
+                    Err(NoeticError::Timeout { step_id: s.id.to_string(), after })
                 }
             }
         }
