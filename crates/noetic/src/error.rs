@@ -52,6 +52,8 @@ pub enum ConfigCode {
     InvalidTimeout,
     /// A tool's JSON Schema does not compile.
     InvalidSchema,
+    /// A steering rule is malformed (duplicate id, no hook, neither or both of predicate and judge).
+    InvalidRule,
     /// An LLM-evaluated steering rule needs a model caller and none is configured.
     MissingCallModel,
     /// No model is configured for a step that needs one.
@@ -79,6 +81,7 @@ impl ConfigCode {
             ConfigCode::InvalidChannelCapacity => "INVALID_CHANNEL_CAPACITY",
             ConfigCode::InvalidTimeout => "INVALID_TIMEOUT",
             ConfigCode::InvalidSchema => "INVALID_SCHEMA",
+            ConfigCode::InvalidRule => "INVALID_RULE",
             ConfigCode::MissingCallModel => "MISSING_CALL_MODEL",
             ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
         }

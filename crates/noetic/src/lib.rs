@@ -82,9 +82,12 @@ pub mod prelude {
     pub use crate::agent::{Runtime, Session, Turn};
     pub use crate::context::{Channel, Context, EventKind, EventSink};
     pub use crate::error::{ConfigCode, ConfigError, NoeticError};
-    pub use crate::layer::{MemoryLayer, Outcome, Scope, Slot};
+    pub use crate::layer::{Hook, MemoryLayer, Outcome, Scope, Slot};
     pub use crate::model::{
         Item, Model, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall, ToolResult, Usage,
+    };
+    pub use crate::steering::{
+        LlmEval, SteeringAction, SteeringConfig, SteeringDecision, SteeringLayer, SteeringRule, steering,
     };
     pub use crate::step::until::{self, Until, Verdict};
     pub use crate::step::{

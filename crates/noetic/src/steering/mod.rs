@@ -1,9 +1,35 @@
 //! The steering layer (seed 1): rules checked before every tool call and after every model response.
 
+//!
+//! ```
+//! use noetic::layer::Hook;
+//! use noetic::steering::{LlmEval, SteeringConfig, SteeringDecision, SteeringRule, steering};
+//!
+//! let layer = steering(SteeringConfig::new([
+//!     SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |p| match p.tool_call() {
+//!         Some(c) if c.name == "rm" => SteeringDecision::deny("Never delete files."),
+//!         _ => SteeringDecision::allow(),
+//!     }),
+//!     SteeringRule::llm("polite", [Hook::AfterModelCall], LlmEval::sync("Is the answer polite?")),
+//! ]))
+//! .unwrap();
+//! # let _ = layer;
+//! ```
+
+mod judge;
+mod layer;
+pub mod ledger;
+mod rules;
 mod verdict;
 
 use serde::{Deserialize, Serialize};
 
+pub use judge::{ANSWER_FORMAT, prompt as judge_prompt, summary as judge_summary};
+pub use layer::{Feedback, STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
+pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
+pub use rules::{
+    DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, SteeringConfig, SteeringRule,
+};
 pub use verdict::parse_verdict;
 
 /// What a rule decides.

@@ -1,0 +1,123 @@
+//! The steering ledger: one entry per evaluated hook, bounded, oldest dropped first.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::SteeringAction;
+use crate::layer::Outcome;
+use crate::model::Usage;
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerKind {
+    /// A `before_tool_call` evaluation.
+    ToolCall,
+    /// An `after_model_call` evaluation.
+    ModelTurn,
+    /// Something else: the execution's outcome, or an async verdict that resolved.
+    Custom,
+}
+
+/// How the deciding rule evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evaluator {
+    /// A programmatic predicate.
+    Predicate,
+    /// A blocking LLM judge.
+    LlmSync,
+    /// A fire-and-forget LLM judge.
+    LlmAsync,
+}
+
+/// Why a rule could not produce its own verdict (its failure policy decided instead).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "snake_case")]
+pub enum FailureCause {
+    /// Every judge reply was unparseable.
+    Unparseable {
+        /// The last reply.
+        last_reply: String,
+    },
+    /// The judge call failed.
+    JudgeError {
+        /// The error.
+        message: String,
+    },
+    /// The hook ran out of time.
+    Timeout,
+    /// A predicate panicked.
+    PredicatePanicked {
+        /// The panic message.
+        message: String,
+    },
+}
+
+/// A rule that could not decide, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleFailure {
+    /// The rule.
+    pub rule_id: String,
+    /// Why.
+    pub cause: FailureCause,
+}
+
+/// One ledger entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// What it records.
+    pub kind: LedgerKind,
+    /// When.
+    pub timestamp: SystemTime,
+    /// The tool (tool-call entries).
+    pub tool_name: Option<String>,
+    /// The tool's arguments (tool-call entries).
+    pub tool_args: Option<Value>,
+    /// The response's token usage (model-turn entries).
+    pub usage: Option<Usage>,
+    /// The decision.
+    pub action: SteeringAction,
+    /// The decision's guidance.
+    pub guidance: Option<String>,
+    /// The rule(s) that decided, comma-separated (`None` when everything allowed).
+    pub rule_id: Option<String>,
+    /// How the deciding rule evaluated.
+    pub evaluator: Option<Evaluator>,
+    /// Rules that could not decide on their own.
+    pub failures: Vec<RuleFailure>,
+    /// How long the evaluation took.
+    pub duration: Duration,
+    /// The execution's outcome (`on_complete` entries).
+    pub outcome: Option<Outcome>,
+}
+
+impl LedgerEntry {
+    pub(crate) fn new(kind: LedgerKind, action: SteeringAction) -> Self {
+        LedgerEntry {
+            kind,
+            timestamp: SystemTime::now(),
+            tool_name: None,
+            tool_args: None,
+            usage: None,
+            action,
+            guidance: None,
+            rule_id: None,
+            evaluator: None,
+            failures: Vec::new(),
+            duration: Duration::ZERO,
+            outcome: None,
+        }
+    }
+}
+
+/// Appends `entry`, dropping the oldest entries beyond `max`.
+pub(crate) fn append(ledger: &mut VecDeque<LedgerEntry>, entry: LedgerEntry, max: usize) {
+    ledger.push_back(entry);
+    while ledger.len() > max {
+        ledger.pop_front();
+    }
+}

@@ -1,0 +1,226 @@
+//! Steering rules and configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::SteeringDecision;
+use crate::layer::{Hook, ModelCallParams, Scope, ToolCallParams};
+use crate::model::ModelResponse;
+
+/// The judge model LLM rules use when they name none.
+pub const DEFAULT_JUDGE_MODEL: &str = "openai/gpt-4o-mini";
+
+/// What a rule looks at.
+#[derive(Debug, Clone, Copy)]
+pub enum HookParams<'a> {
+    /// A pending tool call.
+    BeforeToolCall(ToolCallParams<'a>),
+    /// A model response.
+    AfterModelCall(ModelCallParams<'a>),
+}
+
+impl<'a> HookParams<'a> {
+    /// The hook.
+    pub fn hook(&self) -> Hook {
+        match self {
+            HookParams::BeforeToolCall(_) => Hook::BeforeToolCall,
+            HookParams::AfterModelCall(_) => Hook::AfterModelCall,
+        }
+    }
+
+    /// The pending tool call (before a tool call).
+    pub fn tool_call(&self) -> Option<ToolCallParams<'a>> {
+        match self {
+            HookParams::BeforeToolCall(c) => Some(*c),
+            HookParams::AfterModelCall(_) => None,
+        }
+    }
+
+    /// The model response (after a model call).
+    pub fn response(&self) -> Option<&'a ModelResponse> {
+        match self {
+            HookParams::AfterModelCall(m) => Some(m.response),
+            HookParams::BeforeToolCall(_) => None,
+        }
+    }
+}
+
+/// Whether an LLM rule's verdict blocks the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmMode {
+    /// The hook waits for the verdict.
+    Sync,
+    /// The verdict is delivered later as feedback; the hook does not wait.
+    Async,
+}
+
+/// What an LLM rule decides when it cannot get a verdict (unparseable replies, a failing judge call, a timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Let it happen (the seed's behaviour).
+    #[default]
+    Allow,
+    /// Do not let it happen (fail closed).
+    Deny,
+}
+
+/// How an LLM-judged rule asks its judge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LlmEval {
+    /// Blocking or fire-and-forget.
+    pub mode: LlmMode,
+    /// The rule, in words, for the judge.
+    pub prompt: String,
+    /// The judge model (default `openai/gpt-4o-mini`).
+    pub model: Option<String>,
+    /// What to decide without a verdict.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+}
+
+impl LlmEval {
+    /// A blocking judge with this prompt.
+    pub fn sync(prompt: impl Into<String>) -> Self {
+        LlmEval { mode: LlmMode::Sync, prompt: prompt.into(), model: None, on_failure: FailurePolicy::Allow }
+    }
+
+    /// A fire-and-forget judge with this prompt; its verdicts come back as feedback.
+    pub fn asynchronous(prompt: impl Into<String>) -> Self {
+        LlmEval { mode: LlmMode::Async, ..LlmEval::sync(prompt) }
+    }
+
+    /// The judge model.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// What to decide without a verdict.
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// The judge model id.
+    pub fn model_id(&self) -> &str {
+        self.model.as_deref().unwrap_or(DEFAULT_JUDGE_MODEL)
+    }
+}
+
+/// A programmatic check.
+pub type Predicate = Arc<dyn Fn(&HookParams<'_>) -> SteeringDecision + Send + Sync>;
+
+/// A rule: a programmatic predicate or an LLM-judged prompt, applying to one or both hooks.
+#[derive(Clone)]
+pub struct SteeringRule {
+    /// Unique id; named in the ledger and in feedback.
+    pub id: String,
+    /// A readable name.
+    pub name: Option<String>,
+    /// The hooks the rule applies to.
+    pub applies_to: Vec<Hook>,
+    /// The programmatic check, for predicate rules.
+    pub predicate: Option<Predicate>,
+    /// The judge, for LLM rules.
+    pub llm_eval: Option<LlmEval>,
+}
+
+impl fmt::Debug for SteeringRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SteeringRule")
+            .field("id", &self.id)
+            .field("applies_to", &self.applies_to)
+            .field("predicate", &self.predicate.is_some())
+            .field("llm_eval", &self.llm_eval)
+            .finish()
+    }
+}
+
+impl SteeringRule {
+    /// A programmatic rule.
+    ///
+    /// ```
+    /// use noetic::layer::Hook;
+    /// use noetic::steering::{SteeringDecision, SteeringRule};
+    ///
+    /// let rule = SteeringRule::predicate("no-delete-outside-workspace", [Hook::BeforeToolCall], |p| {
+    ///     match p.tool_call() {
+    ///         Some(c) if c.name == "deleteFile" && !c.args["path"].as_str().unwrap_or("").starts_with("/workspace/") => {
+    ///             SteeringDecision::deny("Deletion outside /workspace/ is not allowed.")
+    ///         }
+    ///         _ => SteeringDecision::allow(),
+    ///     }
+    /// });
+    /// # let _ = rule;
+    /// ```
+    pub fn predicate<F>(id: impl Into<String>, applies_to: impl IntoIterator<Item = Hook>, f: F) -> Self
+    where
+        F: Fn(&HookParams<'_>) -> SteeringDecision + Send + Sync + 'static,
+    {
+        SteeringRule {
+            id: id.into(),
+            name: None,
+            applies_to: applies_to.into_iter().collect(),
+            predicate: Some(Arc::new(f)),
+            llm_eval: None,
+        }
+    }
+
+    /// An LLM-judged rule.
+    pub fn llm(id: impl Into<String>, applies_to: impl IntoIterator<Item = Hook>, eval: LlmEval) -> Self {
+        SteeringRule {
+            id: id.into(),
+            name: None,
+            applies_to: applies_to.into_iter().collect(),
+            predicate: None,
+            llm_eval: Some(eval),
+        }
+    }
+
+    /// Sets the readable name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// True when the rule applies to `hook`.
+    pub fn applies(&self, hook: Hook) -> bool {
+        self.applies_to.contains(&hook)
+    }
+}
+
+/// Configuration of [`steering`](super::steering).
+#[derive(Debug, Clone)]
+pub struct SteeringConfig {
+    /// Rules, evaluated in order.
+    pub rules: Vec<SteeringRule>,
+    /// Ledger bound; the oldest entries are dropped (default 100).
+    pub max_ledger_entries: usize,
+    /// Extra judge calls after an unparseable reply (default 1, so 2 calls at most).
+    pub max_retries: u32,
+    /// State lifetime (default `Execution`).
+    pub scope: Scope,
+    /// Time limit of the `before_tool_call` hook (default 5000 ms).
+    pub before_tool_call_timeout: Duration,
+    /// Time limit of the `after_model_call` hook (default 10000 ms).
+    pub after_model_call_timeout: Duration,
+}
+
+impl SteeringConfig {
+    /// The default configuration with these rules.
+    pub fn new(rules: impl IntoIterator<Item = SteeringRule>) -> Self {
+        SteeringConfig {
+            rules: rules.into_iter().collect(),
+            max_ledger_entries: 100,
+            max_retries: 1,
+            scope: Scope::Execution,
+            before_tool_call_timeout: Duration::from_millis(5000),
+            after_model_call_timeout: Duration::from_millis(10000),
+        }
+    }
+}
