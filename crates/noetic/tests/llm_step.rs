@@ -1,0 +1,858 @@
+//! `llm` steps: the ReAct tool loop, bad tool calls, approval, limits, structured output, parameters, history,
+//! cancellation, model errors and event emission.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use noetic::model::{History, ModelRequest, ModelResponse, ScriptedModel, StepMeta, ToolCall, ToolResult, Usage};
+use noetic::prelude::*;
+use noetic::step::Emit;
+use noetic::tool::{ApprovalRequest, FnApprover};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+const MODEL: &str = "openai/gpt-4o-mini";
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn entries(log: &Log) -> Vec<String> {
+    log.lock().unwrap().clone()
+}
+
+fn context(model: &ScriptedModel, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Context {
+    Context::builder().model(Arc::new(model.clone())).tools(tools).build()
+}
+
+fn assistant() -> Step<String, String> {
+    Step::llm("assistant", MODEL).build().unwrap()
+}
+
+/// `add(a, b)`: integer arguments, records `add(a,b)` when it runs.
+fn add_tool(log: &Log) -> Arc<dyn Tool> {
+    let log = log.clone();
+    Arc::new(
+        FnTool::builder("add", "Adds two integers.")
+            .input_schema(json!({
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"]
+            }))
+            .handler(move |args, _tcx| {
+                let log = log.clone();
+                async move {
+                    let (a, b) = (args["a"].as_i64().unwrap(), args["b"].as_i64().unwrap());
+                    log.lock().unwrap().push(format!("add({a},{b})"));
+                    Ok::<_, ToolError>(json!(a + b))
+                }
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A tool taking any object that records its name and returns `"<name> done"`.
+fn recording_tool(name: &'static str, log: &Log) -> Arc<dyn Tool> {
+    let log = log.clone();
+    Arc::new(
+        FnTool::builder(name, "Records that it ran.")
+            .handler(move |_args, _tcx| {
+                let log = log.clone();
+                async move {
+                    log.lock().unwrap().push(name.to_owned());
+                    Ok::<_, ToolError>(json!(format!("{name} done")))
+                }
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+fn tool_results(history: &History) -> Vec<ToolResult> {
+    history
+        .iter()
+        .filter_map(|i| match i {
+            Item::ToolResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Checks that every tool call in `items` has exactly one result with its id.
+fn assert_every_call_has_one_result(items: &[Item]) {
+    let calls: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::ToolCall(c) => Some(c.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let results: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::ToolResult(r) => Some(r.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!calls.is_empty(), "expected tool calls in {items:?}");
+    for id in &calls {
+        assert_eq!(results.iter().filter(|r| *r == id).count(), 1, "call {id} must have exactly one result: {items:?}");
+    }
+    assert_eq!(calls.len(), results.len(), "no result without a call: {items:?}");
+}
+
+/// Runs one model-requested call that is expected to fail, followed by a final answer. Returns the single tool
+/// result the model saw on its second call.
+async fn run_bad_call(call: ToolCall, tools: Vec<Arc<dyn Tool>>) -> ToolResult {
+    let call_id = call.id.clone();
+    let model = ScriptedModel::new([
+        ModelResponse { items: vec![Item::ToolCall(call)], ..Default::default() },
+        ModelResponse::text("recovered"),
+    ]);
+    let ctx = context(&model, tools);
+    let answer = assistant().execute("go".to_string(), &ctx).await.unwrap();
+    assert_eq!(answer, "recovered", "the turn continues after a bad tool call");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let results = tool_results(&requests[1].history);
+    assert_eq!(results.len(), 1, "exactly one result for the call: {results:?}");
+    let result = results.into_iter().next().unwrap();
+    assert_eq!(result.call_id, call_id);
+    assert!(result.is_error, "{result:?}");
+    assert!(result.content.starts_with("Error:"), "{result:?}");
+    result
+}
+
+fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+    ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: arguments.to_owned() }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The ReAct loop
+
+#[tokio::test(start_paused = true)]
+async fn react_runs_two_tool_calls_in_order_feeds_results_back_and_returns_the_answer() {
+    let log = Log::default();
+    let slow = {
+        let log = log.clone();
+        Arc::new(
+            FnTool::builder("slow", "Takes a while.")
+                .handler(move |_args, _tcx| {
+                    let log = log.clone();
+                    async move {
+                        log.lock().unwrap().push("slow:start".into());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        log.lock().unwrap().push("slow:end".into());
+                        Ok::<_, ToolError>(json!("slow result"))
+                    }
+                })
+                .build()
+                .unwrap(),
+        ) as Arc<dyn Tool>
+    };
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "add", json!({"a": 2, "b": 3}))])
+            .with_usage(Usage { input_tokens: 10, output_tokens: 5, cached_tokens: 1 }),
+        ModelResponse::text("The answer is 5.").with_usage(Usage {
+            input_tokens: 30,
+            output_tokens: 7,
+            cached_tokens: 2,
+        }),
+    ]);
+    let ctx = context(&model, [slow, add_tool(&log)]);
+
+    let answer = assistant().execute("question".to_string(), &ctx).await.unwrap();
+
+    assert_eq!(answer, "The answer is 5.");
+    assert_eq!(entries(&log), ["slow:start", "slow:end", "add(2,3)"], "tools run one after another, in call order");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].history.as_slice(), &[Item::user("question")]);
+    let expected = vec![
+        Item::user("question"),
+        Item::ToolCall(call("c1", "slow", "{}")),
+        Item::ToolCall(call("c2", "add", &json!({"a": 2, "b": 3}).to_string())),
+        Item::ToolResult(ToolResult { call_id: "c1".into(), content: "slow result".into(), is_error: false }),
+        Item::ToolResult(ToolResult { call_id: "c2".into(), content: "5".into(), is_error: false }),
+    ];
+    assert_eq!(requests[1].history.as_slice(), expected.as_slice());
+    assert_eq!(ctx.usage(), Usage { input_tokens: 40, output_tokens: 12, cached_tokens: 3 });
+    let items = ctx.items();
+    assert_eq!(items.last(), Some(&Item::assistant("The answer is 5.")), "the answer is appended to the log");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bad tool calls become error results
+
+#[tokio::test]
+async fn malformed_argument_json_becomes_an_error_result_and_the_tool_does_not_run() {
+    let log = Log::default();
+    let result = run_bad_call(call("c1", "add", "{not json"), vec![add_tool(&log)]).await;
+    assert!(result.content.contains("JSON"), "{}", result.content);
+    assert!(result.content.contains("{not json"), "the raw arguments are quoted: {}", result.content);
+    assert!(entries(&log).is_empty());
+}
+
+#[tokio::test]
+async fn unknown_tool_becomes_an_error_result_listing_the_available_tools() {
+    let log = Log::default();
+    let tools = vec![add_tool(&log), recording_tool("lookup", &log)];
+    let result = run_bad_call(call("c1", "multiply", "{}"), tools).await;
+    assert!(result.content.contains("multiply"), "{}", result.content);
+    assert!(result.content.contains("add") && result.content.contains("lookup"), "{}", result.content);
+    assert!(entries(&log).is_empty());
+}
+
+#[tokio::test]
+async fn schema_invalid_arguments_become_an_error_result_and_the_tool_does_not_run() {
+    let log = Log::default();
+    let args = json!({"a": "two", "b": 3}).to_string();
+    let result = run_bad_call(call("c1", "add", &args), vec![add_tool(&log)]).await;
+    assert!(result.content.contains("invalid arguments"), "{}", result.content);
+    assert!(result.content.contains("/a"), "the offending field is named: {}", result.content);
+    assert!(entries(&log).is_empty());
+}
+
+#[tokio::test]
+async fn a_tool_error_becomes_an_error_result_with_its_message() {
+    let failing: Arc<dyn Tool> = Arc::new(
+        FnTool::builder("divide", "Divides.")
+            .handler(|_args, _tcx| async move { Err::<Value, _>(ToolError::new("division by zero; pass b != 0")) })
+            .build()
+            .unwrap(),
+    );
+    let result = run_bad_call(call("c1", "divide", "{}"), vec![failing]).await;
+    assert_eq!(result.content, "Error: division by zero; pass b != 0");
+}
+
+#[tokio::test]
+async fn a_tool_panicking_before_its_future_becomes_an_error_result() {
+    let explosive: Arc<dyn Tool> = Arc::new(
+        FnTool::builder("explode", "Panics synchronously.")
+            .handler(|args: Value, _tcx| {
+                if args["kaboom"] == json!(true) {
+                    panic!("sync kaboom");
+                }
+                async move { Ok::<_, ToolError>(json!("fine")) }
+            })
+            .build()
+            .unwrap(),
+    );
+    let result = run_bad_call(call("c1", "explode", r#"{"kaboom": true}"#), vec![explosive]).await;
+    assert!(result.content.contains("panicked"), "{}", result.content);
+    assert!(result.content.contains("sync kaboom"), "{}", result.content);
+}
+
+#[tokio::test]
+async fn a_tool_panicking_inside_its_future_becomes_an_error_result() {
+    let explosive: Arc<dyn Tool> = Arc::new(
+        FnTool::builder("explode", "Panics while running.")
+            .handler(|args: Value, _tcx| async move {
+                tokio::task::yield_now().await;
+                if args["kaboom"] == json!(true) {
+                    panic!("async kaboom");
+                }
+                Ok::<_, ToolError>(json!("fine"))
+            })
+            .build()
+            .unwrap(),
+    );
+    let result = run_bad_call(call("c1", "explode", r#"{"kaboom": true}"#), vec![explosive]).await;
+    assert!(result.content.contains("panicked"), "{}", result.content);
+    assert!(result.content.contains("async kaboom"), "{}", result.content);
+}
+
+#[tokio::test]
+async fn a_result_violating_the_output_schema_becomes_an_error_result() {
+    let liar: Arc<dyn Tool> = Arc::new(
+        FnTool::builder("sum", "Claims to return an object.")
+            .output_schema(json!({"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}))
+            .handler(|_args, _tcx| async move { Ok::<_, ToolError>(json!("not an object")) })
+            .build()
+            .unwrap(),
+    );
+    let result = run_bad_call(call("c1", "sum", "{}"), vec![liar]).await;
+    assert!(result.content.contains("invalid result"), "{}", result.content);
+    assert!(!result.content.contains("Error: not an object"), "{}", result.content);
+}
+
+#[tokio::test]
+async fn every_tool_call_id_gets_exactly_one_result_when_several_calls_fail_in_one_response() {
+    let log = Log::default();
+    let failing: Arc<dyn Tool> = Arc::new(
+        FnTool::builder("fail", "Always fails.")
+            .handler(|_args, _tcx| async move { Err::<Value, _>(ToolError::new("nope")) })
+            .build()
+            .unwrap(),
+    );
+    let calls = vec![
+        call("c1", "add", "{not json"),
+        call("c2", "missing", "{}"),
+        call("c3", "add", r#"{"a": 1}"#),
+        call("c4", "fail", "{}"),
+        call("c5", "add", r#"{"a": 1, "b": 2}"#),
+    ];
+    let model = ScriptedModel::new([
+        ModelResponse { items: calls.into_iter().map(Item::ToolCall).collect(), ..Default::default() },
+        ModelResponse::text("done"),
+    ]);
+    let ctx = context(&model, [add_tool(&log), failing]);
+    assert_eq!(assistant().execute("go".to_string(), &ctx).await.unwrap(), "done");
+    let results = tool_results(&model.requests()[1].history);
+    let summary: Vec<(&str, bool)> = results.iter().map(|r| (r.call_id.as_str(), r.is_error)).collect();
+    assert_eq!(summary, [("c1", true), ("c2", true), ("c3", true), ("c4", true), ("c5", false)]);
+    assert_eq!(results[4].content, "3");
+    assert_eq!(entries(&log), ["add(1,2)"], "only the valid call ran");
+    assert_every_call_has_one_result(&ctx.items());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Approval
+
+fn guarded_tool(log: &Log) -> Arc<dyn Tool> {
+    let log = log.clone();
+    Arc::new(
+        FnTool::builder("delete", "Deletes a file.")
+            .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}))
+            .needs_approval(true)
+            .handler(move |args, _tcx| {
+                let log = log.clone();
+                async move {
+                    log.lock().unwrap().push(format!("deleted {}", args["path"].as_str().unwrap()));
+                    Ok::<_, ToolError>(json!("deleted"))
+                }
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+fn delete_then_answer() -> ScriptedModel {
+    ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "delete", json!({"path": "/tmp/x"}))]),
+        ModelResponse::text("ok"),
+    ])
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_the_tool() {
+    let log = Log::default();
+    let seen: Arc<Mutex<Vec<ApprovalRequest>>> = Arc::default();
+    let approver = {
+        let seen = seen.clone();
+        FnApprover(move |req: ApprovalRequest| {
+            seen.lock().unwrap().push(req);
+            async { Approval::Approve }
+        })
+    };
+    let model = delete_then_answer();
+    let ctx = Context::builder()
+        .model(Arc::new(model.clone()))
+        .tools([guarded_tool(&log)])
+        .approver(Arc::new(approver))
+        .build();
+    assert_eq!(assistant().execute("clean up".to_string(), &ctx).await.unwrap(), "ok");
+    assert_eq!(entries(&log), ["deleted /tmp/x"]);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].tool.as_str(), seen[0].call_id.as_str()), ("delete", "c1"));
+    assert_eq!(seen[0].arguments, json!({"path": "/tmp/x"}));
+    let results = tool_results(&model.requests()[1].history);
+    assert_eq!(results, [ToolResult { call_id: "c1".into(), content: "deleted".into(), is_error: false }]);
+}
+
+#[tokio::test]
+async fn a_rejected_call_does_not_run_and_the_model_sees_the_reason() {
+    let log = Log::default();
+    let approver = FnApprover(|_req: ApprovalRequest| async {
+        Approval::Reject { reason: "deleting files is not allowed today".into() }
+    });
+    let model = delete_then_answer();
+    let ctx = Context::builder()
+        .model(Arc::new(model.clone()))
+        .tools([guarded_tool(&log)])
+        .approver(Arc::new(approver))
+        .build();
+    assert_eq!(assistant().execute("clean up".to_string(), &ctx).await.unwrap(), "ok");
+    assert!(entries(&log).is_empty(), "a rejected tool must not run");
+    let results = tool_results(&model.requests()[1].history);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].is_error);
+    assert!(results[0].content.starts_with("Error:"), "{}", results[0].content);
+    assert!(results[0].content.contains("deleting files is not allowed today"), "{}", results[0].content);
+}
+
+#[tokio::test]
+async fn a_call_needing_approval_without_an_approver_is_rejected() {
+    let log = Log::default();
+    let model = delete_then_answer();
+    let ctx = context(&model, [guarded_tool(&log)]);
+    assert_eq!(assistant().execute("clean up".to_string(), &ctx).await.unwrap(), "ok");
+    assert!(entries(&log).is_empty(), "fail closed: no approver, no run");
+    let results = tool_results(&model.requests()[1].history);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].is_error);
+    assert!(results[0].content.contains("approv"), "the message says why: {}", results[0].content);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Round limit
+
+fn always_calls_a_tool() -> ScriptedModel {
+    ScriptedModel::responder(|req: &ModelRequest| {
+        let n = req.history.iter().filter(|i| matches!(i, Item::ToolCall(_))).count();
+        Ok(ModelResponse::tool_calls([(format!("c{n}").as_str(), "noop", json!({}))]))
+    })
+}
+
+#[tokio::test]
+async fn the_round_limit_fails_the_step_after_exactly_max_rounds_model_calls() {
+    let log = Log::default();
+    let model = always_calls_a_tool();
+    let ctx = context(&model, [recording_tool("noop", &log)]);
+    let step: Step<String, String> = Step::llm("assistant", MODEL).max_rounds(3).build().unwrap();
+    let err = step.execute("loop".to_string(), &ctx).await.unwrap_err();
+    match err {
+        NoeticError::RoundLimitExceeded { step_id, max_rounds } => {
+            assert_eq!((step_id.as_str(), max_rounds), ("assistant", 3));
+        }
+        other => panic!("expected RoundLimitExceeded, got {other:?}"),
+    }
+    assert_eq!(model.calls(), 3);
+    assert_eq!(entries(&log).len(), 3);
+    assert_every_call_has_one_result(&ctx.items());
+}
+
+#[tokio::test]
+async fn the_default_round_limit_is_32() {
+    let log = Log::default();
+    let model = always_calls_a_tool();
+    let ctx = context(&model, [recording_tool("noop", &log)]);
+    let err = assistant().execute("loop".to_string(), &ctx).await.unwrap_err();
+    assert!(matches!(err, NoeticError::RoundLimitExceeded { max_rounds: 32, .. }), "{err:?}");
+    assert_eq!(model.calls(), 32);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Structured output
+
+#[derive(Debug, Deserialize, PartialEq)]
+struct Weather {
+    city: String,
+    celsius: i64,
+}
+
+fn weather_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
+        "required": ["city", "celsius"]
+    })
+}
+
+fn weather_step() -> Step<String, Weather> {
+    Step::llm("forecast", MODEL).output::<Weather>(weather_schema()).build().unwrap()
+}
+
+#[tokio::test]
+async fn structured_output_is_deserialised_and_the_schema_reaches_the_request() {
+    let model = ScriptedModel::new([ModelResponse::text(r#"{"city": "Paris", "celsius": 21}"#)]);
+    let ctx = context(&model, []);
+    let out = weather_step().execute("weather?".to_string(), &ctx).await.unwrap();
+    assert_eq!(out, Weather { city: "Paris".into(), celsius: 21 });
+    assert_eq!(model.requests()[0].output_schema, Some(weather_schema()));
+}
+
+#[tokio::test]
+async fn structured_output_that_is_not_json_is_a_parse_error_carrying_the_raw_text() {
+    let raw = "It is sunny in Paris, 21 degrees.";
+    let model = ScriptedModel::new([ModelResponse::text(raw)]);
+    let err = weather_step().execute("weather?".to_string(), &context(&model, [])).await.unwrap_err();
+    match err {
+        NoeticError::ModelParseError { step_id, raw: got, .. } => {
+            assert_eq!(step_id, "forecast");
+            assert_eq!(got, raw);
+        }
+        other => panic!("expected ModelParseError, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn structured_output_violating_the_schema_is_a_parse_error_carrying_the_raw_text() {
+    let raw = r#"{"city": "Paris", "celsius": "warm"}"#;
+    let model = ScriptedModel::new([ModelResponse::text(raw)]);
+    let err = weather_step().execute("weather?".to_string(), &context(&model, [])).await.unwrap_err();
+    match err {
+        NoeticError::ModelParseError { raw: got, message, .. } => {
+            assert_eq!(got, raw);
+            assert!(message.contains("celsius"), "the violation names the field: {message}");
+        }
+        other => panic!("expected ModelParseError, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tool subset
+
+fn tool_names(request: &ModelRequest) -> Vec<String> {
+    request.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+#[tokio::test]
+async fn an_empty_tool_list_sends_no_tools_even_when_the_context_has_some() {
+    let log = Log::default();
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "alpha", json!({}))]), ModelResponse::text("done")]);
+    let ctx = context(&model, [recording_tool("alpha", &log), recording_tool("beta", &log)]);
+    let step: Step<String, String> = Step::llm("assistant", MODEL).tools(Vec::new()).build().unwrap();
+    assert_eq!(step.execute("hi".to_string(), &ctx).await.unwrap(), "done");
+    let requests = model.requests();
+    assert!(requests[0].tools.is_empty(), "{:?}", requests[0].tools);
+    assert!(entries(&log).is_empty(), "a tool outside the step's subset must not run");
+    let results = tool_results(&requests[1].history);
+    assert!(results[0].is_error && results[0].content.contains("unknown tool"), "{results:?}");
+}
+
+#[tokio::test]
+async fn a_tool_list_sends_only_those_tools() {
+    let log = Log::default();
+    let alpha = recording_tool("alpha", &log);
+    let model = ScriptedModel::new([ModelResponse::text("done")]);
+    let ctx = context(&model, [alpha.clone(), recording_tool("beta", &log)]);
+    let step: Step<String, String> = Step::llm("assistant", MODEL).tools([alpha]).build().unwrap();
+    step.execute("hi".to_string(), &ctx).await.unwrap();
+    let request = &model.requests()[0];
+    assert_eq!(tool_names(request), ["alpha"]);
+    assert_eq!(request.tools[0].description, "Records that it ran.");
+    assert_eq!(request.tools[0].parameters, json!({"type": "object"}));
+}
+
+#[tokio::test]
+async fn without_a_tool_list_all_context_tools_are_sent() {
+    let log = Log::default();
+    let model = ScriptedModel::new([ModelResponse::text("done")]);
+    let ctx = context(&model, [recording_tool("alpha", &log), add_tool(&log)]);
+    assistant().execute("hi".to_string(), &ctx).await.unwrap();
+    let request = &model.requests()[0];
+    assert_eq!(tool_names(request), ["alpha", "add"]);
+    assert_eq!(request.tools[1].parameters["required"], json!(["a", "b"]));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parameters
+
+#[tokio::test]
+async fn params_tool_choice_and_instructions_reach_every_model_request_unchanged() {
+    let log = Log::default();
+    let params = ModelParams {
+        temperature: Some(0.25),
+        top_p: Some(0.9),
+        max_tokens: Some(321),
+        stop_sequences: vec!["END".into(), "\n\nUser:".into()],
+    };
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::text("2"),
+    ]);
+    let ctx = context(&model, [add_tool(&log)]);
+    let step: Step<String, String> = Step::llm("assistant", MODEL)
+        .instructions("Answer with a number.")
+        .params(params.clone())
+        .tool_choice(ToolChoice::Named("add".into()))
+        .build()
+        .unwrap();
+    assert_eq!(step.execute("1+1?".to_string(), &ctx).await.unwrap(), "2");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(request.model, MODEL);
+        assert_eq!(request.params, params);
+        assert_eq!(request.tool_choice, Some(ToolChoice::Named("add".into())));
+        assert_eq!(request.instructions.as_deref(), Some("Answer with a number."));
+        assert_eq!(request.output_schema, None);
+    }
+}
+
+#[tokio::test]
+async fn defaults_send_no_params_tool_choice_or_instructions() {
+    let model = ScriptedModel::new([ModelResponse::text("hi")]);
+    assistant().execute("hello".to_string(), &context(&model, [])).await.unwrap();
+    let request = &model.requests()[0];
+    assert_eq!(request.params, ModelParams::default());
+    assert_eq!(request.tool_choice, None);
+    assert_eq!(request.instructions, None);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// History
+
+fn earlier_conversation() -> Vec<Item> {
+    vec![Item::system("be nice"), Item::user("earlier question"), Item::assistant("earlier answer")]
+}
+
+#[tokio::test]
+async fn a_non_empty_input_is_appended_as_a_user_message_after_the_context_history() {
+    let model = ScriptedModel::new([ModelResponse::text("answer")]);
+    let ctx = Context::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
+    assistant().execute("follow-up".to_string(), &ctx).await.unwrap();
+    let mut expected = earlier_conversation();
+    expected.push(Item::user("follow-up"));
+    assert_eq!(model.requests()[0].history.as_slice(), expected.as_slice());
+    expected.push(Item::assistant("answer"));
+    assert_eq!(ctx.items(), expected);
+}
+
+#[tokio::test]
+async fn an_empty_input_appends_no_user_message() {
+    let model = ScriptedModel::new([ModelResponse::text("a"), ModelResponse::text("b")]);
+    let ctx = Context::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
+    assistant().execute(String::new(), &ctx).await.unwrap();
+    let unit: Step<(), String> = Step::llm("unit", MODEL).build().unwrap();
+    unit.execute((), &ctx).await.unwrap();
+    let requests = model.requests();
+    assert_eq!(requests[0].history.as_slice(), earlier_conversation().as_slice());
+    let mut second = earlier_conversation();
+    second.push(Item::assistant("a"));
+    assert_eq!(requests[1].history.as_slice(), second.as_slice());
+    assert!(ctx.items().iter().all(|i| i.text() != Some("")), "no empty message was added");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Cancellation
+
+/// A tool that signals `started`, waits for cancellation, records, and then either returns (`returns`) or hangs.
+fn cancellation_watcher(started: &Arc<Notify>, log: &Log, returns: bool) -> Arc<dyn Tool> {
+    let (started, log) = (started.clone(), log.clone());
+    Arc::new(
+        FnTool::builder("watch", "Waits for cancellation.")
+            .handler(move |_args, tcx: ToolContext| {
+                let (started, log) = (started.clone(), log.clone());
+                async move {
+                    started.notify_one();
+                    tcx.ctx.cancelled().await;
+                    log.lock().unwrap().push("watch saw cancellation".into());
+                    if returns {
+                        Err::<Value, _>(ToolError::new("stopped: the run was cancelled"))
+                    } else {
+                        std::future::pending().await
+                    }
+                }
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+fn watch_then_more() -> ScriptedModel {
+    ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "watch", json!({})), ("c2", "after", json!({}))]),
+        ModelResponse::text("this answer must not be produced"),
+    ])
+}
+
+#[tokio::test]
+async fn cancellation_reaches_a_running_tool_and_every_call_still_gets_a_result() {
+    let (started, log) = (Arc::new(Notify::new()), Log::default());
+    let model = watch_then_more();
+    let ctx = context(&model, [cancellation_watcher(&started, &log, false), recording_tool("after", &log)]);
+    let task = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { assistant().execute("go".to_string(), &ctx).await }
+    });
+    started.notified().await;
+    ctx.cancel("user pressed stop");
+    let result = task.await.unwrap();
+    match result {
+        Err(NoeticError::Cancelled { reason }) => assert_eq!(reason.as_deref(), Some("user pressed stop")),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert_eq!(entries(&log), ["watch saw cancellation"], "the later tool never starts");
+    assert_eq!(model.calls(), 1, "no model call after cancellation");
+    let items = ctx.items();
+    assert_every_call_has_one_result(&items);
+    assert!(tool_results(&History::new(items)).iter().all(|r| r.is_error));
+}
+
+#[tokio::test]
+async fn a_tool_that_returns_after_seeing_cancellation_still_ends_the_step_cancelled() {
+    let (started, log) = (Arc::new(Notify::new()), Log::default());
+    let model = watch_then_more();
+    let ctx = context(&model, [cancellation_watcher(&started, &log, true), recording_tool("after", &log)]);
+    let task = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { assistant().execute("go".to_string(), &ctx).await }
+    });
+    started.notified().await;
+    ctx.cancel("user pressed stop");
+    let result = task.await.unwrap();
+    assert!(matches!(result, Err(NoeticError::Cancelled { .. })), "expected Cancelled, got {result:?}");
+    assert_eq!(entries(&log), ["watch saw cancellation"], "no tool starts after cancellation");
+    assert_eq!(model.calls(), 1, "no model call after cancellation");
+    assert_every_call_has_one_result(&ctx.items());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_model_call_is_cancelled_with_the_context() {
+    let model = ScriptedModel::new([]);
+    let held = model.push_held(ModelResponse::text("too late"));
+    let ctx = context(&model, []);
+    let task = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { assistant().execute("go".to_string(), &ctx).await }
+    });
+    held.entered().await;
+    ctx.cancel("shutdown");
+    let result = tokio::time::timeout(Duration::from_secs(60), task).await.expect("the step must end").unwrap();
+    match result {
+        Err(NoeticError::Cancelled { reason }) => assert_eq!(reason.as_deref(), Some("shutdown")),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert!(!ctx.items().iter().any(|i| i.text() == Some("too late")));
+    drop(held);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Model errors and configuration
+
+#[tokio::test]
+async fn a_model_rate_limit_surfaces_with_the_step_id_filled_in() {
+    let model = ScriptedModel::new([]);
+    model.push_error(NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(5) });
+    let err = assistant().execute("hi".to_string(), &context(&model, [])).await.unwrap_err();
+    match err {
+        NoeticError::ModelRateLimit { step_id, retry_after_ms } => {
+            assert_eq!(step_id, "assistant");
+            assert_eq!(retry_after_ms, Some(5));
+        }
+        other => panic!("expected ModelRateLimit, got {other:?}"),
+    }
+    assert_eq!(model.calls(), 1, "the llm step itself does not retry");
+}
+
+#[tokio::test]
+async fn a_model_refusal_fails_the_step_with_model_refused() {
+    let model =
+        ScriptedModel::new([ModelResponse { refusal: Some("I can't help with that.".into()), ..Default::default() }]);
+    let err = assistant().execute("do something bad".to_string(), &context(&model, [])).await.unwrap_err();
+    match err {
+        NoeticError::ModelRefused { step_id, refusal } => {
+            assert_eq!(step_id, "assistant");
+            assert_eq!(refusal, "I can't help with that.");
+        }
+        other => panic!("expected ModelRefused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_llm_step_without_a_model_is_a_no_model_provider_config_error() {
+    let err = assistant().execute("hi".to_string(), &Context::new()).await.unwrap_err();
+    match err {
+        NoeticError::Config(e) => {
+            assert_eq!(e.code, ConfigCode::NoModelProvider);
+            assert_eq!(e.code.as_str(), "NO_MODEL_PROVIDER");
+            assert!(e.message.contains("assistant"), "{}", e.message);
+        }
+        other => panic!("expected Config(NoModelProvider), got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Events
+
+fn drain(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) -> Vec<EventKind> {
+    let mut out = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        out.push(event.kind.clone());
+    }
+    out
+}
+
+fn evented_context(
+    model: &ScriptedModel,
+    log: &Log,
+) -> (Context, tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) {
+    let sink = EventSink::new(256);
+    let rx = sink.subscribe().unwrap();
+    let ctx = Context::builder().model(Arc::new(model.clone())).tools([add_tool(log)]).events(sink).build();
+    (ctx, rx)
+}
+
+fn add_then_answer() -> ScriptedModel {
+    ScriptedModel::new([ModelResponse::tool_calls([("c1", "add", json!({"a": 1, "b": 2}))]), ModelResponse::text("3")])
+}
+
+#[tokio::test]
+async fn emit_nothing_suppresses_the_step_model_and_tool_events() {
+    let log = Log::default();
+    let model = add_then_answer();
+    let (ctx, mut rx) = evented_context(&model, &log);
+    let quiet: Step<String, String> = Step::llm("quiet", MODEL).emit(Emit::Nothing).build().unwrap();
+    assert_eq!(quiet.execute("1+2?".to_string(), &ctx).await.unwrap(), "3");
+    assert_eq!(entries(&log), ["add(1,2)"], "the step still ran its tool");
+    let events = drain(&mut rx);
+    assert!(events.is_empty(), "Emit::Nothing must emit nothing for the step, got {events:?}");
+
+    // The sink itself works: a step with default emission is seen.
+    let probe: Step<String, String> = Step::run("probe", |s: String, _ctx| async move { Ok(s) }).build().unwrap();
+    probe.execute("x".to_string(), &ctx).await.unwrap();
+    let events = drain(&mut rx);
+    assert!(
+        events.iter().any(|e| matches!(e, EventKind::StepStarted { step_id, .. } if &**step_id == "probe")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn emit_all_emits_model_and_tool_events_in_order() {
+    let log = Log::default();
+    let model = add_then_answer();
+    let (ctx, mut rx) = evented_context(&model, &log);
+    assert_eq!(assistant().execute("1+2?".to_string(), &ctx).await.unwrap(), "3");
+    let labels: Vec<String> = drain(&mut rx)
+        .into_iter()
+        .map(|e| match e {
+            EventKind::StepStarted { step_id, .. } => format!("step_started {step_id}"),
+            EventKind::StepCompleted { step_id, .. } => format!("step_completed {step_id}"),
+            EventKind::ModelCallStarted { step_id, model, round, tools, .. } => {
+                format!("model_call_started {step_id} {model} round={round} tools={tools}")
+            }
+            EventKind::ModelCallCompleted { round, tool_calls, .. } => {
+                format!("model_call_completed round={round} tool_calls={tool_calls}")
+            }
+            EventKind::ToolCallStarted { call_id, tool } => format!("tool_call_started {call_id} {tool}"),
+            EventKind::ToolCallCompleted { call_id, is_error, output, .. } => {
+                format!("tool_call_completed {call_id} error={is_error} {output}")
+            }
+            other => format!("other {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "step_started assistant",
+            "model_call_started assistant openai/gpt-4o-mini round=0 tools=1",
+            "model_call_completed round=0 tool_calls=1",
+            "tool_call_started c1 add",
+            "tool_call_completed c1 error=false 3",
+            "model_call_started assistant openai/gpt-4o-mini round=1 tools=1",
+            "model_call_completed round=1 tool_calls=0",
+            "step_completed assistant",
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loop integration
+
+#[tokio::test]
+async fn no_tool_calls_around_an_llm_step_stops_after_one_iteration() {
+    let log = Log::default();
+    let model = add_then_answer();
+    let ctx = context(&model, [add_tool(&log)]);
+    let agent = Step::loop_("agent", [assistant()]).until(until::no_tool_calls()).max_iterations(5).build().unwrap();
+    assert_eq!(agent.execute("1+2?".to_string(), &ctx).await.unwrap(), "3");
+    assert_eq!(model.calls(), 2, "one iteration: a tool round and the answer");
+    let meta: Arc<StepMeta> = ctx.last_step_meta().unwrap();
+    assert!(meta.tool_calls.is_empty(), "{meta:?}");
+}
