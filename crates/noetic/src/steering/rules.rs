@@ -223,4 +223,22 @@ impl SteeringConfig {
             after_model_call_timeout: Duration::from_millis(10000),
         }
     }
+
+    /// Sets the state lifetime (`Thread` keeps the ledger and undelivered feedback across a session's turns).
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Sets the ledger bound.
+    pub fn with_max_ledger_entries(mut self, max: usize) -> Self {
+        self.max_ledger_entries = max;
+        self
+    }
+
+    /// Sets the number of extra judge calls after an unparseable reply.
+    pub fn with_max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
 }
