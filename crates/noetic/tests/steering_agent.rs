@@ -80,6 +80,8 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
     }
     assert_eq!(denied_events, 1);
     let ledger = layer.ledger(execution.unwrap());
+    let via_runtime: noetic::steering::SteeringState = rt.get_layer_state(execution.unwrap(), "steering").unwrap();
+    assert_eq!(via_runtime.ledger, ledger, "the runtime reads the same state");
     let actions: Vec<_> = ledger.iter().map(|e| (e.kind, e.tool_name.clone(), e.action, e.outcome)).collect();
     let (turn, call, custom) = (LedgerKind::ModelTurn, LedgerKind::ToolCall, LedgerKind::Custom);
     let delete = || Some("deleteFile".to_owned());

@@ -157,6 +157,14 @@ impl Runtime {
         Session::new(self.inner.clone(), state)
     }
 
+    /// A copy of a layer's state for an execution (e.g. `get_layer_state::<SteeringState>(id, "steering")`);
+    /// the execution id of a turn is on its `turn_started` event. Finished executions stay readable for
+    /// layers that keep them (the steering layer keeps the last 64).
+    pub fn get_layer_state<T: 'static>(&self, execution_id: crate::context::ExecutionId, layer_id: &str) -> Option<T> {
+        let layers = crate::layer::LayerStack::new(self.inner.layers.iter().cloned());
+        crate::layer::lifecycle::get_layer_state(&layers, execution_id, layer_id)
+    }
+
     /// Number of sessions created so far.
     pub fn session_count(&self) -> usize {
         lock(&self.inner.sessions).len()
