@@ -18,11 +18,17 @@
 //! # }
 //! ```
 
+mod checkpoint;
+mod queue;
 mod session;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
+pub use queue::{
+    DEFAULT_QUEUE_CAPACITY, MessageId, STEERING_MODE_ENV, SteerError, SteerMessage, SteeringMode, SteeringQueue,
+};
 pub use session::{Session, SessionError, Turn};
 
 use crate::context::{Services, lock};
@@ -39,6 +45,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) services: Services,
     pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
     pub(crate) agent: Step<String, String>,
+    pub(crate) queue: Arc<SteeringQueue>,
+    pub(crate) batch_policy: BatchPolicy,
     sessions: Mutex<HashMap<Arc<str>, Arc<session::SessionState>>>,
 }
 
@@ -56,6 +64,9 @@ pub struct RuntimeBuilder {
     agent: Option<Step<String, String>>,
     model_id: Option<String>,
     instructions: Option<String>,
+    steering_mode: Option<SteeringMode>,
+    queue_capacity: Option<usize>,
+    batch_policy: BatchPolicy,
 }
 
 impl RuntimeBuilder {
@@ -108,6 +119,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The steering queue's dequeue mode (default: `agents.defaults.steering_mode` from the environment
+    /// override, else one-at-a-time).
+    pub fn steering_mode(mut self, mode: SteeringMode) -> Self {
+        self.steering_mode = Some(mode);
+        self
+    }
+
+    /// Messages a session may have queued at once (default 10).
+    pub fn steering_capacity(mut self, capacity: usize) -> Self {
+        self.queue_capacity = Some(capacity);
+        self
+    }
+
+    /// What happens to the rest of a tool batch when steering arrives (default: skip it).
+    pub fn batch_policy(mut self, policy: BatchPolicy) -> Self {
+        self.batch_policy = policy;
+        self
+    }
+
     /// Validates and builds the runtime.
     pub fn build(self) -> Result<Runtime, ConfigError> {
         if self.services.model.is_none() {
@@ -126,6 +156,11 @@ impl RuntimeBuilder {
                 services: self.services,
                 layers: self.layers,
                 agent,
+                queue: Arc::new(SteeringQueue::new(
+                    self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),
+                    self.steering_mode.unwrap_or_else(|| SteeringMode::from_config(None)),
+                )),
+                batch_policy: self.batch_policy,
                 sessions: Mutex::new(HashMap::new()),
             }),
         })
@@ -163,6 +198,11 @@ impl Runtime {
     pub fn get_layer_state<T: 'static>(&self, execution_id: crate::context::ExecutionId, layer_id: &str) -> Option<T> {
         let layers = crate::layer::LayerStack::new(self.inner.layers.iter().cloned());
         crate::layer::lifecycle::get_layer_state(&layers, execution_id, layer_id)
+    }
+
+    /// The steering queue shared by the sessions (per-session FIFOs).
+    pub fn steering_queue(&self) -> &Arc<SteeringQueue> {
+        &self.inner.queue
     }
 
     /// Number of sessions created so far.

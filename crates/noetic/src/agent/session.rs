@@ -10,7 +10,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::RuntimeInner;
-use crate::context::{Context, Event, EventKind, EventSink, lock};
+use super::queue::MessageId;
+use super::{SteerError, SteerMessage, SteeringMode, TurnSteering};
+use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services, lock};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 
@@ -140,27 +142,100 @@ impl Session {
 
     /// Starts a turn with a user message. Fails with [`SessionError::Busy`] while another turn runs.
     pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
-        let message = message.into();
-        let cancel = CancellationToken::new();
-        let ctx = {
-            let mut conversation = lock(&self.state.conversation);
-            let history = match &mut *conversation {
-                Conversation::Running { .. } => {
-                    return Err(SessionError::Busy { session: self.state.key.to_string() });
-                }
-                Conversation::Idle(h) => std::mem::take(h),
-            };
-            let ctx = Context::builder()
-                .thread_id(self.state.key.clone())
-                .history(history)
-                .events(self.state.events.get().cloned().unwrap_or_default())
-                .layers(self.runtime.layers.iter().cloned())
-                .services(self.runtime.services.clone())
-                .cancel_with(&cancel)
-                .build();
-            *conversation = Conversation::Running { ctx: ctx.clone() };
-            ctx
+        let mut conversation = lock(&self.state.conversation);
+        self.start_turn(&mut conversation, message.into(), Vec::new(), false)
+    }
+
+    /// Queues a message for the running turn: it reaches the model at the next checkpoint (after the running
+    /// tool call), and the rest of that tool batch is skipped. While the session is idle the message waits for
+    /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
+    pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
+        let result = self.runtime.queue.push(&self.state.key, text);
+        let sink = self.state.events.get();
+        let id = match &*lock(&self.state.conversation) {
+            Conversation::Running { ctx } => ctx.execution_id(),
+            Conversation::Idle(_) => ExecutionId::new(),
         };
+        if let Some(sink) = sink {
+            let session = self.state.key.clone();
+            match &result {
+                Ok(m) => sink.emit(id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
+                Err(e) => sink.emit(id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
+            }
+        }
+        result.map(|m| m.id)
+    }
+
+    /// The steering queue's dequeue mode.
+    pub fn steering_mode(&self) -> SteeringMode {
+        self.runtime.queue.mode()
+    }
+
+    /// Changes the dequeue mode; the next checkpoint uses it.
+    pub fn set_steering_mode(&self, mode: SteeringMode) {
+        self.runtime.queue.set_mode(mode);
+    }
+
+    /// Messages queued for this session.
+    pub fn queued(&self) -> usize {
+        self.runtime.queue.len(&self.state.key)
+    }
+
+    /// Empties this session's queue; returns how many messages were removed.
+    pub fn clear_queue(&self) -> usize {
+        self.runtime.queue.clear(&self.state.key)
+    }
+
+    /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
+    /// [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the model as
+    /// separate user messages; the turn-start poll is skipped.
+    pub fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
+        let mut conversation = lock(&self.state.conversation);
+        if matches!(*conversation, Conversation::Running { .. }) {
+            return Err(SessionError::Busy { session: self.state.key.to_string() });
+        }
+        let messages = self.runtime.queue.dequeue(&self.state.key);
+        if messages.is_empty() {
+            return Ok(None);
+        }
+        self.start_turn(&mut conversation, String::new(), messages, true).map(Some)
+    }
+
+    fn start_turn(
+        &self,
+        conversation: &mut Conversation,
+        message: String,
+        pending: Vec<SteerMessage>,
+        skip_initial_poll: bool,
+    ) -> Result<Turn, SessionError> {
+        let history = match conversation {
+            Conversation::Running { .. } => {
+                self.runtime.queue.return_to_front(&self.state.key, pending);
+                return Err(SessionError::Busy { session: self.state.key.to_string() });
+            }
+            Conversation::Idle(h) => std::mem::take(h),
+        };
+        let cancel = CancellationToken::new();
+        let execution_id = ExecutionId::new();
+        let steering = Arc::new(TurnSteering::new(
+            self.runtime.queue.clone(),
+            self.state.key.clone(),
+            execution_id,
+            self.runtime.batch_policy,
+            pending,
+            skip_initial_poll,
+        ));
+        let services = Services { steering: Some(steering.clone()), ..self.runtime.services.clone() };
+        let ctx = Context::builder()
+            .execution_id(execution_id)
+            .thread_id(self.state.key.clone())
+            .history(history)
+            .events(self.state.events.get().cloned().unwrap_or_default())
+            .layers(self.runtime.layers.iter().cloned())
+            .services(services)
+            .cancel_with(&cancel)
+            .build();
+        *conversation = Conversation::Running { ctx: ctx.clone() };
         let number = self.state.turns.fetch_add(1, Ordering::SeqCst) + 1;
         let agent = self.runtime.agent.clone();
         let state = self.state.clone();
@@ -169,6 +244,8 @@ impl Session {
             let started = tokio::time::Instant::now();
             ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
             let result = crate::run(&agent, message, &ctx).await;
+            // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
+            steering.return_pending();
             match &result {
                 Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
                     session: session.clone(),

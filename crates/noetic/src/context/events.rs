@@ -145,6 +145,34 @@ pub enum EventKind {
         /// The guidance.
         guidance: Option<String>,
     },
+    /// A steering message was queued for a session.
+    SteeringQueued {
+        /// The session.
+        session: Arc<str>,
+        /// The message id.
+        id: String,
+    },
+    /// A steering message was refused (queue full).
+    SteeringRejected {
+        /// The session.
+        session: Arc<str>,
+        /// Why.
+        reason: String,
+    },
+    /// Steering messages were injected before a model request.
+    SteeringInjected {
+        /// The session.
+        session: Arc<str>,
+        /// How many.
+        count: usize,
+    },
+    /// A tool call was not started because steering arrived; it got a skipped result.
+    ToolSkipped {
+        /// The call id.
+        call_id: String,
+        /// Why.
+        reason: String,
+    },
     /// A running tool reported progress.
     ToolProgress {
         /// The call id.

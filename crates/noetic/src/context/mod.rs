@@ -22,6 +22,7 @@ use uuid::Uuid;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use events::{Event, EventKind, EventSink};
 
+use crate::agent::TurnSteering;
 use crate::error::NoeticError;
 use crate::layer::{LayerStack, MemoryLayer};
 use crate::model::{History, Item, Model, StepMeta, Usage};
@@ -81,6 +82,8 @@ pub struct Services {
     pub tools: Vec<Arc<dyn Tool>>,
     /// Decides on calls of tools that need approval.
     pub approver: Option<Arc<dyn Approver>>,
+    /// The live steering of the session turn this execution belongs to.
+    pub steering: Option<Arc<TurnSteering>>,
 }
 
 impl Inner {
@@ -132,6 +135,7 @@ pub struct ContextBuilder {
     layers: Vec<Arc<dyn MemoryLayer>>,
     cancel: Option<CancellationToken>,
     services: Services,
+    execution_id: Option<ExecutionId>,
 }
 
 impl ContextBuilder {
@@ -189,6 +193,12 @@ impl ContextBuilder {
         self
     }
 
+    /// Uses this execution id instead of a fresh one.
+    pub fn execution_id(mut self, id: ExecutionId) -> Self {
+        self.execution_id = Some(id);
+        self
+    }
+
     /// Model, tools and approver at once.
     pub fn services(mut self, services: Services) -> Self {
         self.services = services;
@@ -205,7 +215,7 @@ impl ContextBuilder {
     pub fn build(self) -> Context {
         Context {
             inner: Arc::new(Inner {
-                execution_id: ExecutionId::new(),
+                execution_id: self.execution_id.unwrap_or_default(),
                 parent: None,
                 thread_id: self.thread_id,
                 resource_id: self.resource_id,
@@ -430,6 +440,11 @@ impl Context {
     /// The approver, if one is configured.
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
         self.inner.services.approver.as_ref()
+    }
+
+    /// The steering checkpoints of the current session turn, when they apply to this execution.
+    pub(crate) fn turn_steering(&self) -> Option<&Arc<TurnSteering>> {
+        self.inner.services.steering.as_ref().filter(|s| s.applies_to(self))
     }
 
     /// The event sink.

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::agent::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
@@ -77,9 +78,26 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     // Corrections asked for by `after_model_call` guide decisions, sent after the history until a response is
     // accepted.
     let mut corrections: Vec<Item> = Vec::new();
+    let steering = ctx.turn_steering().cloned();
     let mut round = 0;
-    while round < s.max_rounds {
+    loop {
         ctx.check_cancelled()?;
+        if let Some(ts) = &steering {
+            ts.poll_at_turn_start();
+        }
+        // Pending steering buys rounds beyond the limit, up to one queue's worth, so it cannot run forever.
+        let limit = match &steering {
+            Some(ts) if ts.has_pending() => {
+                s.max_rounds.saturating_add(u32::try_from(ts.capacity()).unwrap_or(u32::MAX))
+            }
+            _ => s.max_rounds,
+        };
+        if round >= limit {
+            return Err(NoeticError::RoundLimitExceeded { step_id: s.id.to_string(), max_rounds: s.max_rounds });
+        }
+        if let Some(ts) = &steering {
+            ts.inject(ctx);
+        }
         let request = ModelRequest {
             model: s.model.clone(),
             instructions: s.instructions.clone(),
@@ -149,22 +167,27 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         if calls.is_empty() {
             lifecycle::store(ctx, &response).await;
             ctx.extend_items(response.items);
+            // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
+            if steering.as_ref().is_some_and(|ts| ts.poll()) {
+                continue;
+            }
             ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
             return parse_output(s, &text);
         }
         ctx.extend_items(response.items);
-        run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind)).await?;
+        run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind), steering.as_deref()).await?;
     }
-    Err(NoeticError::RoundLimitExceeded { step_id: s.id.to_string(), max_rounds: s.max_rounds })
 }
 
-/// Runs the calls one after another, appending each result. On cancellation every call without a result gets a
-/// cancelled result, so the conversation stays well-formed for the next turn.
+/// Runs the calls one after another, appending each result. After every call the steering queue is polled; with
+/// the `SkipRemaining` policy, messages found there stop the batch and each later call gets a skipped result. On
+/// cancellation every call without a result gets a cancelled result, so the conversation stays well-formed.
 async fn run_calls(
     ctx: &Context,
     tools: &[Arc<dyn Tool>],
     calls: &[ToolCall],
     allow: EmitFilter<'_>,
+    steering: Option<&TurnSteering>,
 ) -> Result<(), NoeticError> {
     for (i, call) in calls.iter().enumerate() {
         let outcome = match ctx.check_cancelled() {
@@ -172,7 +195,16 @@ async fn run_calls(
             Err(cancelled) => Err(cancelled),
         };
         match outcome {
-            Ok(result) => ctx.push_item(Item::ToolResult(result)),
+            Ok(result) => {
+                ctx.push_item(Item::ToolResult(result));
+                if let Some(ts) = steering
+                    && ts.poll()
+                    && ts.policy() == BatchPolicy::SkipRemaining
+                {
+                    skip_rest(ctx, &calls[i + 1..]);
+                    return Ok(());
+                }
+            }
             Err(error) => {
                 let reason = error.to_string();
                 ctx.extend_items(calls[i..].iter().map(|c| {
@@ -187,4 +219,19 @@ async fn run_calls(
         }
     }
     Ok(())
+}
+
+/// Gives each call that will not start the skipped result, in call order.
+fn skip_rest(ctx: &Context, rest: &[ToolCall]) {
+    for call in rest {
+        ctx.push_item(Item::ToolResult(ToolResult {
+            call_id: call.id.clone(),
+            content: SKIPPED_RESULT.to_owned(),
+            is_error: true,
+        }));
+        ctx.emit(|| EventKind::ToolSkipped {
+            call_id: call.id.clone(),
+            reason: "queued user steering message".to_owned(),
+        });
+    }
 }

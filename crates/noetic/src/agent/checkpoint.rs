@@ -1,0 +1,110 @@
+//! Steering checkpoints of one turn: what the tool loop polls, holds and injects.
+//!
+//! Messages taken from the queue at a checkpoint are *pending* until they are injected — as user messages, in
+//! FIFO order, right before the next model request, which is also when they enter the history (exactly once).
+//! If the turn ends before that, [`TurnSteering::return_pending`] puts them back at the head of the queue.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use super::queue::{SteerMessage, SteeringQueue};
+use crate::context::{Context, EventKind, ExecutionId, lock};
+use crate::model::Item;
+
+/// The content of the result each skipped tool call gets.
+pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
+
+/// What happens to the rest of a tool batch when steering arrives mid-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchPolicy {
+    /// Tools after the checkpoint do not start; each gets a skipped result (the seed's behaviour).
+    #[default]
+    SkipRemaining,
+    /// The batch runs to its end; steering is injected after it.
+    FinishBatch,
+}
+
+/// The steering state of one running turn.
+pub struct TurnSteering {
+    queue: Arc<SteeringQueue>,
+    session: Arc<str>,
+    root: ExecutionId,
+    policy: BatchPolicy,
+    pending: Mutex<Vec<SteerMessage>>,
+    initial_poll: AtomicBool,
+}
+
+impl TurnSteering {
+    pub(crate) fn new(
+        queue: Arc<SteeringQueue>,
+        session: Arc<str>,
+        root: ExecutionId,
+        policy: BatchPolicy,
+        pending: Vec<SteerMessage>,
+        skip_initial_poll: bool,
+    ) -> Self {
+        TurnSteering {
+            queue,
+            session,
+            root,
+            policy,
+            pending: Mutex::new(pending),
+            initial_poll: AtomicBool::new(!skip_initial_poll),
+        }
+    }
+
+    /// Steering applies to the turn's own execution, not to spawned children or fork paths.
+    pub(crate) fn applies_to(&self, ctx: &Context) -> bool {
+        ctx.execution_id() == self.root
+    }
+
+    /// The batch policy.
+    pub(crate) fn policy(&self) -> BatchPolicy {
+        self.policy
+    }
+
+    /// The queue's capacity: the extra rounds steering may buy beyond the round limit.
+    pub(crate) fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Takes messages by the queue's mode; returns true if any are now pending.
+    pub(crate) fn poll(&self) -> bool {
+        let taken = self.queue.dequeue(&self.session);
+        let mut pending = lock(&self.pending);
+        pending.extend(taken);
+        !pending.is_empty()
+    }
+
+    /// The turn-start checkpoint, at most once per turn (skipped for continuation turns).
+    pub(crate) fn poll_at_turn_start(&self) {
+        if self.initial_poll.swap(false, Ordering::SeqCst) {
+            self.poll();
+        }
+    }
+
+    /// True while messages are taken but not yet injected.
+    pub(crate) fn has_pending(&self) -> bool {
+        !lock(&self.pending).is_empty()
+    }
+
+    /// Injects the pending messages as user messages; returns how many.
+    pub(crate) fn inject(&self, ctx: &Context) -> usize {
+        let messages = std::mem::take(&mut *lock(&self.pending));
+        let count = messages.len();
+        if count > 0 {
+            ctx.extend_items(messages.into_iter().map(|m| Item::user(m.text)));
+            ctx.emit(|| EventKind::SteeringInjected { session: self.session.clone(), count });
+        }
+        count
+    }
+
+    /// Puts messages taken but not injected back at the head of the queue.
+    pub(crate) fn return_pending(&self) {
+        let messages = std::mem::take(&mut *lock(&self.pending));
+        self.queue.return_to_front(&self.session, messages);
+    }
+}

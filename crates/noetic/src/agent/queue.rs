@@ -1,0 +1,245 @@
+//! The live steering queue (seed 3): messages a user types while the agent works, held per session until the
+//! turn reaches a checkpoint.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::context::lock;
+
+/// The default per-session capacity (seed 3: `MaxQueueSize = 10`).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 10;
+/// The environment variable that overrides `agents.defaults.steering_mode`.
+pub const STEERING_MODE_ENV: &str = "NOETIC_AGENTS_DEFAULTS_STEERING_MODE";
+
+/// The identity of a steering message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MessageId(Uuid);
+
+impl MessageId {
+    fn new() -> Self {
+        MessageId(Uuid::now_v7())
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A message waiting in a session's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerMessage {
+    /// Its id.
+    pub id: MessageId,
+    /// The text, injected as a user message.
+    pub text: String,
+    /// When it was accepted.
+    pub accepted_at: SystemTime,
+}
+
+/// How many messages a checkpoint takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SteeringMode {
+    /// The head message only (the default).
+    #[default]
+    OneAtATime,
+    /// Every queued message.
+    All,
+}
+
+impl SteeringMode {
+    /// Parses `"one-at-a-time"` or `"all"` (any case); anything else, the empty string included, is
+    /// `OneAtATime`.
+    pub fn parse(s: &str) -> SteeringMode {
+        if s.trim().eq_ignore_ascii_case("all") { SteeringMode::All } else { SteeringMode::OneAtATime }
+    }
+
+    /// The mode from configuration (`agents.defaults.steering_mode`), overridden by the environment variable
+    /// `NOETIC_AGENTS_DEFAULTS_STEERING_MODE` when it is set.
+    pub fn from_config(configured: Option<&str>) -> SteeringMode {
+        match std::env::var(STEERING_MODE_ENV) {
+            Ok(v) => SteeringMode::parse(&v),
+            Err(_) => SteeringMode::parse(configured.unwrap_or("")),
+        }
+    }
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SteeringMode::OneAtATime => "one-at-a-time",
+            SteeringMode::All => "all",
+        }
+    }
+}
+
+/// Why a message was not queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SteerError {
+    /// The session already holds `capacity` messages; the message was not queued. Wait for the agent to take
+    /// some, or stop the turn.
+    #[error(
+        "the steering queue of session '{session}' is full ({capacity} messages); wait for the agent to reach a checkpoint or stop the turn"
+    )]
+    QueueFull {
+        /// The session.
+        session: String,
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// The message is empty.
+    #[error("a steering message must not be empty")]
+    Empty,
+}
+
+/// Per-session FIFO queues with a shared capacity per session and a mode switchable at run time.
+pub struct SteeringQueue {
+    queues: Mutex<HashMap<Arc<str>, VecDeque<SteerMessage>>>,
+    capacity: usize,
+    mode: AtomicU8,
+}
+
+impl fmt::Debug for SteeringQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SteeringQueue").field("capacity", &self.capacity).field("mode", &self.mode()).finish()
+    }
+}
+
+impl SteeringQueue {
+    /// Queues holding at most `capacity` messages per session (at least 1).
+    pub fn new(capacity: usize, mode: SteeringMode) -> Self {
+        let q = SteeringQueue { queues: Mutex::new(HashMap::new()), capacity: capacity.max(1), mode: AtomicU8::new(0) };
+        q.set_mode(mode);
+        q
+    }
+
+    /// The per-session capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The dequeue mode.
+    pub fn mode(&self) -> SteeringMode {
+        if self.mode.load(Ordering::SeqCst) == 1 { SteeringMode::All } else { SteeringMode::OneAtATime }
+    }
+
+    /// Changes the dequeue mode; the next checkpoint uses it.
+    pub fn set_mode(&self, mode: SteeringMode) {
+        self.mode.store(u8::from(mode == SteeringMode::All), Ordering::SeqCst);
+    }
+
+    /// Queues a message for `session`.
+    pub fn push(&self, session: &str, text: impl Into<String>) -> Result<SteerMessage, SteerError> {
+        let text = text.into();
+        if text.trim().is_empty() {
+            return Err(SteerError::Empty);
+        }
+        let mut queues = lock(&self.queues);
+        let queue = match queues.get_mut(session) {
+            Some(q) => q,
+            None => queues.entry(Arc::from(session)).or_default(),
+        };
+        if queue.len() >= self.capacity {
+            return Err(SteerError::QueueFull { session: session.to_owned(), capacity: self.capacity });
+        }
+        let message = SteerMessage { id: MessageId::new(), text, accepted_at: SystemTime::now() };
+        queue.push_back(message.clone());
+        Ok(message)
+    }
+
+    /// Takes messages for `session` by the current mode (empty when there are none).
+    pub fn dequeue(&self, session: &str) -> Vec<SteerMessage> {
+        let mut queues = lock(&self.queues);
+        let Some(queue) = queues.get_mut(session) else { return Vec::new() };
+        let taken: Vec<SteerMessage> = match self.mode() {
+            SteeringMode::OneAtATime => queue.pop_front().into_iter().collect(),
+            SteeringMode::All => queue.drain(..).collect(),
+        };
+        if queue.is_empty() {
+            queues.remove(session);
+        }
+        taken
+    }
+
+    /// Puts messages back at the head of `session`'s queue, in their order (used when a turn is aborted after
+    /// taking them but before the model saw them). They may exceed the capacity: nothing accepted is dropped.
+    pub fn return_to_front(&self, session: &str, messages: Vec<SteerMessage>) {
+        if messages.is_empty() {
+            return;
+        }
+        let mut queues = lock(&self.queues);
+        let queue = queues.entry(Arc::from(session)).or_default();
+        for m in messages.into_iter().rev() {
+            queue.push_front(m);
+        }
+    }
+
+    /// Messages waiting for `session`.
+    pub fn len(&self, session: &str) -> usize {
+        lock(&self.queues).get(session).map_or(0, VecDeque::len)
+    }
+
+    /// A copy of the messages waiting for `session`.
+    pub fn peek(&self, session: &str) -> Vec<SteerMessage> {
+        lock(&self.queues).get(session).map(|q| q.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Empties `session`'s queue; returns how many messages were removed.
+    pub fn clear(&self, session: &str) -> usize {
+        lock(&self.queues).remove(session).map_or(0, |q| q.len())
+    }
+}
+
+impl Default for SteeringQueue {
+    fn default() -> Self {
+        SteeringQueue::new(DEFAULT_QUEUE_CAPACITY, SteeringMode::OneAtATime)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_with_one_at_a_time_as_the_fallback() {
+        assert_eq!(SteeringMode::parse("all"), SteeringMode::All);
+        assert_eq!(SteeringMode::parse(" ALL "), SteeringMode::All);
+        assert_eq!(SteeringMode::parse("one-at-a-time"), SteeringMode::OneAtATime);
+        assert_eq!(SteeringMode::parse(""), SteeringMode::OneAtATime);
+        assert_eq!(SteeringMode::parse("sometimes"), SteeringMode::OneAtATime);
+    }
+
+    #[test]
+    fn queues_are_fifo_per_session_bounded_and_mode_driven() {
+        let q = SteeringQueue::new(2, SteeringMode::OneAtATime);
+        let a1 = q.push("a", "one").unwrap_or_else(|e| unreachable!("{e}"));
+        q.push("a", "two").unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(q.push("a", "three"), Err(SteerError::QueueFull { session: "a".into(), capacity: 2 }));
+        q.push("b", "other").unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(q.dequeue("a").iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["one"]);
+        q.return_to_front("a", vec![a1]);
+        q.set_mode(SteeringMode::All);
+        assert_eq!(q.dequeue("a").iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["one", "two"]);
+        assert!(q.dequeue("a").is_empty());
+        assert_eq!(q.clear("b"), 1);
+        assert_eq!(q.len("b"), 0);
+        assert_eq!(q.push("a", "  "), Err(SteerError::Empty));
+    }
+
+    #[test]
+    fn the_same_text_twice_is_two_messages() {
+        let q = SteeringQueue::default();
+        let x = q.push("s", "stop").unwrap_or_else(|e| unreachable!("{e}"));
+        let y = q.push("s", "stop").unwrap_or_else(|e| unreachable!("{e}"));
+        assert_ne!(x.id, y.id);
+        assert_eq!(q.len("s"), 2);
+    }
+}

@@ -1,0 +1,329 @@
+//! The live steering queue (seed 3): messages typed while the agent works land between tool calls.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use noetic::agent::{BatchPolicy, SKIPPED_RESULT, SessionError, SteerError, SteeringMode};
+use noetic::prelude::*;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// A tool that signals when it starts and waits for a go-ahead before finishing.
+struct Gate {
+    started: Arc<Notify>,
+    proceed: Arc<Notify>,
+}
+
+fn gated_tool(name: &'static str, runs: &Arc<AtomicUsize>, gate: Option<&Gate>) -> Arc<dyn Tool> {
+    let runs = runs.clone();
+    let signals = gate.map(|g| (g.started.clone(), g.proceed.clone()));
+    Arc::new(
+        FnTool::builder(name, "A tool.")
+            .handler(move |_, _| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let signals = signals.clone();
+                async move {
+                    if let Some((started, proceed)) = signals {
+                        started.notify_one();
+                        proceed.notified().await;
+                    }
+                    Ok(Value::String(format!("{name} done")))
+                }
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+fn describe(items: &[Item]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| match i {
+            Item::Message { role, content } => format!("{role:?}: {content}"),
+            Item::ToolCall(c) => format!("call {}", c.id),
+            Item::ToolResult(r) => {
+                format!("result {} {}{}", r.call_id, if r.is_error { "(error) " } else { "" }, r.content)
+            }
+        })
+        .collect()
+}
+
+fn three_calls() -> ModelResponse {
+    ModelResponse::tool_calls([("c1", "first", json!({})), ("c2", "second", json!({})), ("c3", "third", json!({}))])
+}
+
+struct Setup {
+    model: ScriptedModel,
+    runtime: Runtime,
+    runs: Arc<AtomicUsize>,
+    gate: Gate,
+}
+
+fn setup(
+    responses: Vec<ModelResponse>,
+    configure: impl FnOnce(noetic::agent::RuntimeBuilder) -> noetic::agent::RuntimeBuilder,
+) -> Setup {
+    let model = ScriptedModel::new(responses);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Gate { started: Arc::new(Notify::new()), proceed: Arc::new(Notify::new()) };
+    let builder = Runtime::builder().model(Arc::new(model.clone())).tools([
+        gated_tool("first", &runs, Some(&gate)),
+        gated_tool("second", &runs, None),
+        gated_tool("third", &runs, None),
+    ]);
+    Setup { runtime: configure(builder).build().unwrap(), model, runs, gate }
+}
+
+#[tokio::test]
+async fn a_message_steered_mid_batch_skips_the_rest_and_reaches_the_next_request() {
+    let s = setup(vec![three_calls(), ModelResponse::text("ok, doing X instead")], |b| b);
+    let session = s.runtime.session("s");
+    let mut events = session.subscribe();
+    let turn = session.send("do the three things").unwrap();
+    s.gate.started.notified().await;
+    let id = session.steer("stop, do X instead").unwrap();
+    s.gate.proceed.notify_one();
+    assert_eq!(turn.await.unwrap(), "ok, doing X instead");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1, "only the running tool finished; the rest never started");
+    let second = &s.model.requests()[1];
+    assert_eq!(
+        describe(second.history.as_slice()),
+        vec![
+            "User: do the three things".to_owned(),
+            "call c1".into(),
+            "call c2".into(),
+            "call c3".into(),
+            "result c1 first done".into(),
+            format!("result c2 (error) {SKIPPED_RESULT}"),
+            format!("result c3 (error) {SKIPPED_RESULT}"),
+            "User: stop, do X instead".into(),
+        ]
+    );
+    let history = describe(&session.history());
+    assert_eq!(history.iter().filter(|l| l.contains("stop, do X instead")).count(), 1, "persisted exactly once");
+    let mut kinds = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        match &e.kind {
+            EventKind::SteeringQueued { id: queued, .. } => {
+                assert_eq!(queued, &id.to_string());
+                kinds.push("queued".to_owned());
+            }
+            EventKind::ToolSkipped { call_id, .. } => kinds.push(format!("skipped {call_id}")),
+            EventKind::SteeringInjected { count, .. } => kinds.push(format!("injected {count}")),
+            _ => {}
+        }
+    }
+    assert_eq!(kinds, vec!["queued", "skipped c2", "skipped c3", "injected 1"]);
+}
+
+#[tokio::test]
+async fn finish_batch_runs_every_tool_then_injects() {
+    let s = setup(vec![three_calls(), ModelResponse::text("done")], |b| b.batch_policy(BatchPolicy::FinishBatch));
+    let session = s.runtime.session("s");
+    let turn = session.send("go").unwrap();
+    s.gate.started.notified().await;
+    session.steer("also tidy up").unwrap();
+    s.gate.proceed.notify_one();
+    turn.await.unwrap();
+    assert_eq!(s.runs.load(Ordering::SeqCst), 3);
+    let last = describe(s.model.requests()[1].history.as_slice());
+    assert_eq!(
+        &last[4..],
+        &["result c1 first done", "result c2 second done", "result c3 third done", "User: also tidy up"]
+    );
+}
+
+#[tokio::test]
+async fn one_at_a_time_injects_one_message_per_checkpoint_in_fifo_order_and_all_takes_every_message() {
+    for (mode, first_request_users) in [(SteeringMode::OneAtATime, 1), (SteeringMode::All, 2)] {
+        let s = setup(
+            vec![
+                ModelResponse::tool_calls([("c1", "first", json!({}))]),
+                ModelResponse::text("a1"),
+                ModelResponse::text("a2"),
+            ],
+            |b| b.steering_mode(mode),
+        );
+        let session = s.runtime.session("s");
+        let turn = session.send("go").unwrap();
+        s.gate.started.notified().await;
+        session.steer("m1").unwrap();
+        session.steer("m2").unwrap();
+        s.gate.proceed.notify_one();
+        turn.await.unwrap();
+        let requests = s.model.requests();
+        let users = |i: usize| {
+            describe(requests[i].history.as_slice())
+                .into_iter()
+                .filter(|l| l.starts_with("User: m"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(users(1).len(), first_request_users, "{mode:?}");
+        let history = describe(&session.history());
+        let injected: Vec<_> = history.iter().filter(|l| l.starts_with("User: m")).cloned().collect();
+        assert_eq!(injected, vec!["User: m1", "User: m2"], "{mode:?}: FIFO, each exactly once");
+        assert_eq!(session.queued(), 0);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_without_tools_is_kept_when_steering_is_pending_and_the_model_is_asked_again() {
+    let model = ScriptedModel::new([]);
+    let held = model.push_held(ModelResponse::text("first answer"));
+    model.push(ModelResponse::text("second answer, with the correction"));
+    let rt = Runtime::builder().model(Arc::new(model.clone())).build().unwrap();
+    let session = rt.session("s");
+    let turn = session.send("question").unwrap();
+    held.entered().await;
+    session.steer("actually, in French").unwrap();
+    held.release();
+    assert_eq!(turn.await.unwrap(), "second answer, with the correction");
+    assert_eq!(
+        describe(&session.history()),
+        vec![
+            "User: question",
+            "Assistant: first answer",
+            "User: actually, in French",
+            "Assistant: second answer, with the correction"
+        ],
+        "no model output is thrown away"
+    );
+}
+
+#[tokio::test]
+async fn a_message_queued_while_idle_is_taken_at_turn_start() {
+    let s = setup(vec![ModelResponse::text("hi")], |b| b);
+    let session = s.runtime.session("s");
+    session.steer("and be brief").unwrap();
+    session.send("hello").unwrap().await.unwrap();
+    assert_eq!(describe(s.model.requests()[0].history.as_slice()), vec!["User: hello", "User: and be brief"]);
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_the_message_says_so_and_keeps_the_others() {
+    let s = setup(vec![], |b| b.steering_capacity(2));
+    let session = s.runtime.session("s");
+    let mut events = session.subscribe();
+    session.steer("one").unwrap();
+    session.steer("two").unwrap();
+    assert_eq!(session.steer("three"), Err(SteerError::QueueFull { session: "s".into(), capacity: 2 }));
+    assert_eq!(session.queued(), 2);
+    let rejected = std::iter::from_fn(|| events.try_recv().ok())
+        .filter(|e| matches!(e.kind, EventKind::SteeringRejected { .. }))
+        .count();
+    assert_eq!(rejected, 1);
+    assert_eq!(session.clear_queue(), 2);
+}
+
+#[tokio::test]
+async fn steering_never_crosses_sessions() {
+    let s = setup(vec![ModelResponse::text("for b")], |b| b);
+    s.runtime.session("a").steer("only for a").unwrap();
+    s.runtime.session("b").send("hi").unwrap().await.unwrap();
+    assert_eq!(describe(s.model.requests()[0].history.as_slice()), vec!["User: hi"]);
+    assert_eq!(s.runtime.session("a").queued(), 1);
+}
+
+#[tokio::test]
+async fn a_message_taken_but_not_injected_when_the_turn_is_aborted_returns_to_the_head_of_the_queue() {
+    let s = setup(vec![three_calls(), ModelResponse::text("never")], |b| b);
+    let session = s.runtime.session("s");
+    let turn = session.send("go").unwrap();
+    s.gate.started.notified().await;
+    session.steer("first steer").unwrap();
+    session.steer("second steer").unwrap();
+    // The running tool ignores cancellation and finishes; the checkpoint after it takes "first steer", then the
+    // turn stops at the cancellation check before the next model request.
+    session.cancel("user pressed stop");
+    s.gate.proceed.notify_one();
+    assert!(turn.await.unwrap_err().is_cancelled());
+    let queued = s.runtime.steering_queue().peek("s");
+    assert_eq!(queued.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["first steer", "second steer"]);
+    assert!(describe(&session.history()).iter().all(|l| !l.contains("steer")), "never shown to the model");
+    assert_eq!(s.model.calls(), 1);
+}
+
+#[tokio::test]
+async fn continue_session_runs_nothing_when_the_queue_is_empty() {
+    let s = setup(vec![], |b| b);
+    assert!(s.runtime.session("s").continue_session().unwrap().is_none());
+    assert_eq!(s.model.calls(), 0);
+}
+
+#[tokio::test]
+async fn continue_session_passes_messages_separately_and_skips_the_initial_poll() {
+    let s = setup(vec![ModelResponse::text("r1"), ModelResponse::text("r2")], |b| b);
+    let session = s.runtime.session("s");
+    session.steer("m1").unwrap();
+    session.steer("m2").unwrap();
+    let turn = session.continue_session().unwrap().unwrap();
+    assert_eq!(turn.await.unwrap(), "r2");
+    let requests = s.model.requests();
+    assert_eq!(
+        describe(requests[0].history.as_slice()),
+        vec!["User: m1"],
+        "one-at-a-time, no second take at turn start"
+    );
+    assert_eq!(describe(requests[1].history.as_slice()), vec!["User: m1", "Assistant: r1", "User: m2"]);
+}
+
+#[tokio::test]
+async fn continue_session_refuses_while_a_turn_runs_and_leaves_the_queue_alone() {
+    let s = setup(vec![three_calls(), ModelResponse::text("x")], |b| b.batch_policy(BatchPolicy::FinishBatch));
+    let session = s.runtime.session("s");
+    let turn = session.send("go").unwrap();
+    s.gate.started.notified().await;
+    session.steer("m").unwrap();
+    assert_eq!(session.continue_session().err(), Some(SessionError::Busy { session: "s".into() }));
+    assert_eq!(session.queued(), 1);
+    s.gate.proceed.notify_one();
+    turn.await.unwrap();
+}
+
+#[tokio::test]
+async fn pending_steering_buys_rounds_past_the_limit_but_only_up_to_the_capacity() {
+    let model = ScriptedModel::responder(|_| Ok(ModelResponse::tool_calls([("c", "first", json!({}))])));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let queue_holder: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
+    let holder = queue_holder.clone();
+    let steering_tool = Arc::new(
+        FnTool::builder("first", "Steers itself.")
+            .handler(move |_, _| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if let Some(s) = holder.lock().unwrap().as_ref() {
+                    let _ = s.steer("keep going");
+                }
+                async { Ok(Value::Null) }
+            })
+            .build()
+            .unwrap(),
+    );
+    let agent = Step::llm("assistant", "m").max_rounds(2).build().unwrap();
+    let rt = Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tool(steering_tool)
+        .agent(agent)
+        .steering_capacity(3)
+        .build()
+        .unwrap();
+    let session = rt.session("s");
+    *queue_holder.lock().unwrap() = Some(session.clone());
+    let err = session.send("go").unwrap().await.unwrap_err();
+    assert!(matches!(err, NoeticError::RoundLimitExceeded { max_rounds: 2, .. }), "{err:?}");
+    assert_eq!(model.calls(), 5, "2 rounds plus at most 3 (the capacity) bought by steering");
+}
+
+#[tokio::test]
+async fn the_mode_can_be_switched_while_running_and_parses_from_configuration() {
+    let s = setup(vec![], |b| b);
+    let session = s.runtime.session("s");
+    assert_eq!(session.steering_mode(), SteeringMode::OneAtATime);
+    session.set_steering_mode(SteeringMode::All);
+    assert_eq!(s.runtime.session("other").steering_mode(), SteeringMode::All);
+    if std::env::var(noetic::agent::STEERING_MODE_ENV).is_err() {
+        assert_eq!(SteeringMode::from_config(Some("all")), SteeringMode::All);
+        assert_eq!(SteeringMode::from_config(Some("bogus")), SteeringMode::OneAtATime);
+        assert_eq!(SteeringMode::from_config(None), SteeringMode::OneAtATime);
+    }
+}
