@@ -35,6 +35,7 @@ pub struct TurnSteering {
     policy: BatchPolicy,
     pending: Mutex<Vec<SteerMessage>>,
     initial_poll: AtomicBool,
+    discarded: AtomicBool,
 }
 
 impl TurnSteering {
@@ -43,7 +44,6 @@ impl TurnSteering {
         session: Arc<str>,
         root: ExecutionId,
         policy: BatchPolicy,
-        pending: Vec<SteerMessage>,
         skip_initial_poll: bool,
     ) -> Self {
         TurnSteering {
@@ -51,8 +51,9 @@ impl TurnSteering {
             session,
             root,
             policy,
-            pending: Mutex::new(pending),
+            pending: Mutex::new(Vec::new()),
             initial_poll: AtomicBool::new(!skip_initial_poll),
+            discarded: AtomicBool::new(false),
         }
     }
 
@@ -73,6 +74,9 @@ impl TurnSteering {
 
     /// Takes messages by the queue's mode; returns true if any are now pending.
     pub(crate) fn poll(&self) -> bool {
+        if self.discarded.load(Ordering::SeqCst) {
+            return false;
+        }
         let taken = self.queue.dequeue(&self.session);
         let mut pending = lock(&self.pending);
         pending.extend(taken);
@@ -102,9 +106,17 @@ impl TurnSteering {
         count
     }
 
-    /// Puts messages taken but not injected back at the head of the queue.
+    /// Puts messages taken but not injected back at the head of the queue (unless the session was stopped).
     pub(crate) fn return_pending(&self) {
         let messages = std::mem::take(&mut *lock(&self.pending));
-        self.queue.return_to_front(&self.session, messages);
+        if !self.discarded.load(Ordering::SeqCst) {
+            self.queue.return_to_front(&self.session, messages);
+        }
+    }
+
+    /// A stop: pending messages are dropped, and later polls take nothing.
+    pub(crate) fn discard_pending(&self) {
+        self.discarded.store(true, Ordering::SeqCst);
+        lock(&self.pending).clear();
     }
 }

@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+mod bus;
 mod checkpoint;
 mod queue;
 mod session;
@@ -25,11 +26,12 @@ mod session;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use bus::{BusReply, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber};
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use queue::{
     DEFAULT_QUEUE_CAPACITY, MessageId, STEERING_MODE_ENV, SteerError, SteerMessage, SteeringMode, SteeringQueue,
 };
-pub use session::{Session, SessionError, Turn};
+pub use session::{Routed, Session, SessionError, Turn};
 
 use crate::context::{Services, lock};
 use crate::error::{ConfigCode, ConfigError};

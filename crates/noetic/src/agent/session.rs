@@ -16,6 +16,14 @@ use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 
+/// What [`Session::send_or_steer`] did with a message.
+pub enum Routed {
+    /// The session was idle: a turn started.
+    Started(Turn),
+    /// A turn was running: the message was queued for it.
+    Steered(MessageId),
+}
+
 /// How many events a session buffers per subscriber.
 const SESSION_EVENT_CAPACITY: usize = 1024;
 
@@ -35,7 +43,7 @@ pub enum SessionError {
 /// turn appends without copying the history).
 enum Conversation {
     Idle(History),
-    Running { ctx: Context },
+    Running { ctx: Context, steering: Arc<TurnSteering> },
 }
 
 pub(crate) struct SessionState {
@@ -143,7 +151,16 @@ impl Session {
     /// Starts a turn with a user message. Fails with [`SessionError::Busy`] while another turn runs.
     pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let mut conversation = lock(&self.state.conversation);
-        self.start_turn(&mut conversation, message.into(), Vec::new(), false)
+        let history = self.claim(&mut conversation)?;
+        Ok(self.start_turn(&mut conversation, history, message.into(), Vec::new(), false))
+    }
+
+    /// Takes the idle conversation's history for a new turn; `Busy` while a turn runs.
+    fn claim(&self, conversation: &mut Conversation) -> Result<History, SessionError> {
+        match conversation {
+            Conversation::Running { .. } => Err(SessionError::Busy { session: self.state.key.to_string() }),
+            Conversation::Idle(h) => Ok(std::mem::take(h)),
+        }
     }
 
     /// Queues a message for the running turn: it reaches the model at the next checkpoint (after the running
@@ -151,19 +168,66 @@ impl Session {
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
     pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
         let result = self.runtime.queue.push(&self.state.key, text);
-        let sink = self.state.events.get();
         let id = match &*lock(&self.state.conversation) {
-            Conversation::Running { ctx } => ctx.execution_id(),
+            Conversation::Running { ctx, .. } => ctx.execution_id(),
             Conversation::Idle(_) => ExecutionId::new(),
         };
-        if let Some(sink) = sink {
-            let session = self.state.key.clone();
-            match &result {
-                Ok(m) => sink.emit(id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
-                Err(e) => sink.emit(id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
-            }
-        }
+        self.emit_steer_event(id, &result);
         result.map(|m| m.id)
+    }
+
+    fn emit_steer_event(&self, execution_id: ExecutionId, result: &Result<SteerMessage, SteerError>) {
+        let Some(sink) = self.state.events.get() else { return };
+        let session = self.state.key.clone();
+        match result {
+            Ok(m) => sink.emit(execution_id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
+            Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
+        }
+    }
+
+    /// Starts a turn if the session is idle, or steers the message into the running turn — decided atomically,
+    /// so a message can never fall between a turn's last checkpoint and its release unnoticed (see
+    /// [`MessageBus`](super::MessageBus), which runs a continuation for such messages).
+    pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
+        let text = text.into();
+        let mut conversation = lock(&self.state.conversation);
+        if let Conversation::Running { ctx, .. } = &*conversation {
+            // Queue while holding the conversation lock: the turn cannot be released in between, so the bus's
+            // continuation check after the turn sees this message.
+            let result = self.runtime.queue.push(&self.state.key, text);
+            self.emit_steer_event(ctx.execution_id(), &result);
+            return result.map(|m| Routed::Steered(m.id));
+        }
+        let history = match &mut *conversation {
+            Conversation::Idle(h) => std::mem::take(h),
+            Conversation::Running { .. } => History::default(),
+        };
+        Ok(Routed::Started(self.start_turn(&mut conversation, history, text, Vec::new(), false)))
+    }
+
+    /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]); `None` when idle.
+    pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
+        let conversation = lock(&self.state.conversation);
+        let Conversation::Running { ctx, .. } = &*conversation else { return None };
+        let result = self.runtime.queue.push(&self.state.key, text);
+        self.emit_steer_event(ctx.execution_id(), &result);
+        Some(result.map(|m| m.id))
+    }
+
+    /// Stops the session: clears its queue (including messages the running turn took but has not shown the
+    /// model) and cancels the running turn; running tools see the cancellation. Returns how many queued
+    /// messages were dropped and whether a turn was running.
+    pub fn stop(&self, reason: &str) -> (usize, bool) {
+        let conversation = lock(&self.state.conversation);
+        let running = match &*conversation {
+            Conversation::Running { ctx, steering } => {
+                steering.discard_pending();
+                ctx.cancel(reason);
+                true
+            }
+            Conversation::Idle(_) => false,
+        };
+        (self.runtime.queue.clear(&self.state.key), running)
     }
 
     /// The steering queue's dequeue mode.
@@ -198,23 +262,19 @@ impl Session {
         if messages.is_empty() {
             return Ok(None);
         }
-        self.start_turn(&mut conversation, String::new(), messages, true).map(Some)
+        let history = self.claim(&mut conversation)?;
+        Ok(Some(self.start_turn(&mut conversation, history, String::new(), messages, true)))
     }
 
+    /// Starts a turn on a claimed conversation (the caller holds its lock and took its history).
     fn start_turn(
         &self,
         conversation: &mut Conversation,
+        history: History,
         message: String,
         pending: Vec<SteerMessage>,
         skip_initial_poll: bool,
-    ) -> Result<Turn, SessionError> {
-        let history = match conversation {
-            Conversation::Running { .. } => {
-                self.runtime.queue.return_to_front(&self.state.key, pending);
-                return Err(SessionError::Busy { session: self.state.key.to_string() });
-            }
-            Conversation::Idle(h) => std::mem::take(h),
-        };
+    ) -> Turn {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(
@@ -222,7 +282,6 @@ impl Session {
             self.state.key.clone(),
             execution_id,
             self.runtime.batch_policy,
-            pending,
             skip_initial_poll,
         ));
         let services = Services { steering: Some(steering.clone()), ..self.runtime.services.clone() };
@@ -235,7 +294,14 @@ impl Session {
             .services(services)
             .cancel_with(&cancel)
             .build();
-        *conversation = Conversation::Running { ctx: ctx.clone() };
+        *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
+        // Messages a continuation starts with enter the conversation now, whatever the agent does next, so they
+        // are shown (and persisted) exactly once.
+        if !pending.is_empty() {
+            let count = pending.len();
+            ctx.extend_items(pending.into_iter().map(|m| Item::user(m.text)));
+            ctx.emit(|| EventKind::SteeringInjected { session: self.state.key.clone(), count });
+        }
         let number = self.state.turns.fetch_add(1, Ordering::SeqCst) + 1;
         let agent = self.runtime.agent.clone();
         let state = self.state.clone();
@@ -260,7 +326,7 @@ impl Session {
             state.turn_ended.notify_waiters();
             result
         });
-        Ok(Turn { number, cancel, handle })
+        Turn { number, cancel, handle }
     }
 
     /// Waits until no turn runs.
