@@ -327,3 +327,198 @@ async fn the_mode_can_be_switched_while_running_and_parses_from_configuration() 
         assert_eq!(SteeringMode::from_config(None), SteeringMode::OneAtATime);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushers_and_poppers_lose_and_duplicate_nothing() {
+    let queue = Arc::new(noetic::agent::SteeringQueue::new(1_000_000, SteeringMode::OneAtATime));
+    let mut pushers = Vec::new();
+    for p in 0..8 {
+        let q = queue.clone();
+        pushers.push(tokio::spawn(async move {
+            for i in 0..500 {
+                q.push("s", format!("{p}-{i}")).unwrap();
+                if i % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    let mut poppers = Vec::new();
+    for k in 0..4 {
+        let q = queue.clone();
+        poppers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for round in 0..4000 {
+                if k % 2 == 0 && round % 7 == 0 {
+                    q.set_mode(if round % 2 == 0 { SteeringMode::All } else { SteeringMode::OneAtATime });
+                }
+                got.extend(q.dequeue("s").into_iter().map(|m| m.text));
+                tokio::task::yield_now().await;
+            }
+            got
+        }));
+    }
+    for p in pushers {
+        p.await.unwrap();
+    }
+    let mut all: Vec<String> = Vec::new();
+    for p in poppers {
+        all.extend(p.await.unwrap());
+    }
+    queue.set_mode(SteeringMode::All);
+    all.extend(queue.dequeue("s").into_iter().map(|m| m.text));
+    all.sort();
+    let mut expected: Vec<String> = (0..8).flat_map(|p| (0..500).map(move |i| format!("{p}-{i}"))).collect();
+    expected.sort();
+    assert_eq!(all, expected, "every message exactly once");
+}
+
+/// A runtime whose three tools are each gated, so a test can steer during any one of them.
+fn three_gated(policy: BatchPolicy) -> (ScriptedModel, Runtime, Arc<AtomicUsize>, Vec<Gate>) {
+    let model = ScriptedModel::new([three_calls(), ModelResponse::text("done")]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gates: Vec<Gate> =
+        (0..3).map(|_| Gate { started: Arc::new(Notify::new()), proceed: Arc::new(Notify::new()) }).collect();
+    let tools =
+        ["first", "second", "third"].iter().zip(&gates).map(|(n, g)| gated_tool(n, &runs, Some(g))).collect::<Vec<_>>();
+    let rt = Runtime::builder().model(Arc::new(model.clone())).tools(tools).batch_policy(policy).build().unwrap();
+    (model, rt, runs, gates)
+}
+
+#[tokio::test]
+async fn steering_during_the_middle_tool_skips_only_the_later_ones() {
+    let (model, rt, runs, gates) = three_gated(BatchPolicy::SkipRemaining);
+    let session = rt.session("s");
+    let turn = session.send("go").unwrap();
+    gates[0].started.notified().await;
+    gates[0].proceed.notify_one();
+    gates[1].started.notified().await;
+    session.steer("new plan").unwrap();
+    gates[1].proceed.notify_one();
+    turn.await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        &describe(model.requests()[1].history.as_slice())[4..],
+        &[
+            "result c1 first done".to_owned(),
+            "result c2 second done".into(),
+            format!("result c3 (error) {SKIPPED_RESULT}"),
+            "User: new plan".into()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn steering_during_the_last_tool_skips_nothing_and_is_injected() {
+    let (model, rt, runs, gates) = three_gated(BatchPolicy::SkipRemaining);
+    let session = rt.session("s");
+    let turn = session.send("go").unwrap();
+    for gate in &gates[..2] {
+        gate.started.notified().await;
+        gate.proceed.notify_one();
+    }
+    gates[2].started.notified().await;
+    session.steer("after all three").unwrap();
+    gates[2].proceed.notify_one();
+    turn.await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let second = describe(model.requests()[1].history.as_slice());
+    assert!(second.iter().all(|l| !l.contains("Skipped")));
+    assert_eq!(second.last().unwrap(), "User: after all three");
+}
+
+#[tokio::test]
+async fn steering_during_a_tool_that_steering_denies_still_stops_the_next_tool() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let session_slot: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
+    let slot = session_slot.clone();
+    // The rule denies "first"; while it decides, the user types (the rule steers on their behalf).
+    let rule = SteeringRule::predicate("deny-first", [Hook::BeforeToolCall], move |p| match p.tool_call() {
+        Some(c) if c.name == "first" => {
+            if let Some(s) = slot.lock().unwrap().as_ref() {
+                s.steer("never mind").unwrap();
+            }
+            SteeringDecision::deny("first is not allowed")
+        }
+        _ => SteeringDecision::allow(),
+    });
+    let model = ScriptedModel::new([three_calls(), ModelResponse::text("ok")]);
+    let rt = Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tools([gated_tool("first", &runs, None), gated_tool("second", &runs, None), gated_tool("third", &runs, None)])
+        .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
+        .build()
+        .unwrap();
+    let session = rt.session("s");
+    *session_slot.lock().unwrap() = Some(session.clone());
+    session.send("go").unwrap().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "first denied, second and third skipped");
+    assert_eq!(
+        &describe(model.requests()[1].history.as_slice())[4..],
+        &[
+            "result c1 (error) Steering denied: first is not allowed".to_owned(),
+            format!("result c2 (error) {SKIPPED_RESULT}"),
+            format!("result c3 (error) {SKIPPED_RESULT}"),
+            "User: never mind".into()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn two_messages_in_one_at_a_time_mode_reach_two_successive_requests_in_order() {
+    let model = ScriptedModel::new([]);
+    let held = model.push_held(ModelResponse::text("a0"));
+    model.push(ModelResponse::text("a1"));
+    model.push(ModelResponse::text("a2"));
+    let rt = Runtime::builder().model(Arc::new(model.clone())).build().unwrap();
+    let session = rt.session("s");
+    let turn = session.send("q").unwrap();
+    held.entered().await;
+    session.steer("m1").unwrap();
+    session.steer("m2").unwrap();
+    held.release();
+    assert_eq!(turn.await.unwrap(), "a2");
+    let last_user = |i: usize| describe(model.requests()[i].history.as_slice()).last().cloned().unwrap();
+    assert_eq!((last_user(1), last_user(2)), ("User: m1".to_owned(), "User: m2".to_owned()));
+}
+
+#[tokio::test]
+async fn steering_at_the_round_limit_gets_one_more_round() {
+    let (started, proceed) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tool = gated_tool("first", &runs, Some(&Gate { started: started.clone(), proceed: proceed.clone() }));
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "first", json!({}))]),
+        ModelResponse::text("answered the steer"),
+    ]);
+    let agent = Step::llm("assistant", "m").max_rounds(1).build().unwrap();
+    let rt = Runtime::builder().model(Arc::new(model.clone())).tool(tool).agent(agent).build().unwrap();
+    let session = rt.session("s");
+    let turn = session.send("go").unwrap();
+    started.notified().await;
+    session.steer("one more thing").unwrap();
+    proceed.notify_one();
+    assert_eq!(turn.await.unwrap(), "answered the steer", "the steer bought a round past max_rounds = 1");
+}
+
+#[tokio::test]
+async fn concurrent_continue_calls_run_one_turn_and_deliver_each_message_once() {
+    let model = ScriptedModel::new([]);
+    let held = model.push_held(ModelResponse::text("r"));
+    let rt = Runtime::builder().model(Arc::new(model.clone())).steering_mode(SteeringMode::All).build().unwrap();
+    let session = rt.session("s");
+    session.steer("m1").unwrap();
+    session.steer("m2").unwrap();
+    let (a, b) = (session.clone(), session.clone());
+    let (ra, rb) = tokio::join!(async move { a.continue_session() }, async move { b.continue_session() });
+    let turns: Vec<Turn> = [ra, rb].into_iter().filter_map(|r| r.ok().flatten()).collect();
+    assert_eq!(turns.len(), 1, "exactly one of the two calls started a turn");
+    held.entered().await;
+    held.release();
+    for t in turns {
+        t.await.unwrap();
+    }
+    let users: Vec<_> = session.history().into_iter().filter(|i| i.role() == Some(Role::User)).collect();
+    assert_eq!(users, vec![Item::user("m1"), Item::user("m2")]);
+    assert_eq!(model.calls(), 1);
+}
