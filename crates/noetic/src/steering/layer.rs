@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -152,11 +151,13 @@ impl SteeringLayer {
             Hook::BeforeToolCall => self.config.before_tool_call_timeout,
             Hook::AfterModelCall => self.config.after_model_call_timeout,
         };
-        let deadline = Instant::now() + timeout;
-        let mut decided: Vec<(String, Evaluator, SteeringDecision)> = Vec::new();
+        // The hook's time limit only matters for judges; predicates are synchronous.
+        let mut deadline = None;
+        // Non-allow decisions only (allows never change the aggregate), by rule index: no allocation per rule.
+        let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
-        for rule in self.config.rules.iter().filter(|r| r.applies(hook)) {
+        for (index, rule) in self.config.rules.iter().enumerate().filter(|(_, r)| r.applies(hook)) {
             let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
                 match guard(&rule.id, "steering predicate", || predicate(&params)) {
                     Ok(d) => (d, Evaluator::Predicate),
@@ -177,6 +178,7 @@ impl SteeringLayer {
                     continue;
                 }
                 let call = judge::judge(model, ctx.clone(), eval, prompt, self.config.max_retries);
+                let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                 let verdict = match tokio::time::timeout_at(deadline, call).await {
                     Ok(v) => v,
                     Err(_) => Err(FailureCause::Timeout),
@@ -192,13 +194,16 @@ impl SteeringLayer {
             } else {
                 continue;
             };
-            let deny = decision.action == SteeringAction::Deny;
-            decided.push((rule.id.clone(), evaluator, decision));
-            if deny {
-                break;
+            match decision.action {
+                SteeringAction::Allow => {}
+                SteeringAction::Guide => decided.push((index, evaluator, decision)),
+                SteeringAction::Deny => {
+                    decided.push((index, evaluator, decision));
+                    break;
+                }
             }
         }
-        Ok(aggregate(decided, failures))
+        Ok(self.aggregate(decided, failures))
     }
 
     /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now, and every
@@ -244,6 +249,26 @@ impl SteeringLayer {
         });
     }
 
+    /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
+    /// joined, else allow.
+    fn aggregate(&self, decided: Vec<(usize, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
+        let id = |i: usize| self.config.rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
+        if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
+            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures };
+        }
+        if decided.is_empty() {
+            return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures };
+        }
+        let texts: Vec<&str> =
+            decided.iter().filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
+        let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
+        Evaluation {
+            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
+            deciders: decided.iter().map(|(i, ev, _)| (id(*i), *ev)).collect(),
+            failures,
+        }
+    }
+
     async fn gate(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
         let started = Instant::now();
         let state = self.entry(ctx);
@@ -283,26 +308,6 @@ fn missing_call_model(rule: &SteeringRule) -> NoeticError {
     .into()
 }
 
-/// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts joined,
-/// else allow.
-fn aggregate(decided: Vec<(String, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
-    if let Some((id, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
-        return Evaluation { decision: d.clone(), deciders: vec![(id.clone(), *ev)], failures };
-    }
-    let guides: Vec<_> = decided.into_iter().filter(|(_, _, d)| d.action == SteeringAction::Guide).collect();
-    if guides.is_empty() {
-        return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures };
-    }
-    let texts: Vec<&str> =
-        guides.iter().filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
-    let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
-    Evaluation {
-        decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-        deciders: guides.iter().map(|(id, ev, _)| (id.clone(), *ev)).collect(),
-        failures,
-    }
-}
-
 /// Renders the feedback block.
 fn render(lines: &[String]) -> String {
     format!("<steering_feedback>\n{}\n</steering_feedback>", lines.join("\n"))
@@ -329,15 +334,11 @@ impl MemoryLayer for SteeringLayer {
         Budget { min: 0, max: 500 }
     }
 
-    /// The gating hooks enforce their own time limits (so a timeout is recorded in the ledger and decided by the
-    /// rule's failure policy); the lifecycle adds a safety margin on top.
+    /// The gating hooks enforce their own time limits: the only part that can wait is a judge call, and it runs
+    /// under the hook's deadline (a timeout is recorded in the ledger and decided by the rule's policy).
+    /// Predicates are synchronous. So the lifecycle puts no second timer around them.
     fn timeouts(&self) -> HookTimeouts {
-        let margin = Duration::from_secs(1);
-        HookTimeouts {
-            before_tool_call: Some(self.config.before_tool_call_timeout + margin),
-            after_model_call: Some(self.config.after_model_call_timeout + margin),
-            ..HookTimeouts::default()
-        }
+        HookTimeouts { before_tool_call: None, after_model_call: None, ..HookTimeouts::default() }
     }
 
     fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {

@@ -1,0 +1,241 @@
+//! The benchmark suite: the runtime's own overhead with an instant scripted model, one JSON line per figure
+//! (`{"name": ..., "value": ..., "unit": ..., "target": ...}`).
+//!
+//! Run with `cargo run --release -p noetic-bench`. Each timing figure is the median of several repetitions after a
+//! warm-up. Memory figures run in a child process of their own (`noetic-bench rss-session` / `rss-idle`) so their
+//! peak is not polluted by the other benchmarks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use noetic::agent::Runtime;
+use noetic::layer::MemoryLayer;
+use noetic::prelude::*;
+use serde_json::{Value, json};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn report(name: &str, value: f64, unit: &str, target: &str) {
+    println!("{}", json!({"name": name, "value": (value * 1000.0).round() / 1000.0, "unit": unit, "target": target}));
+}
+
+/// Runs `f` once to warm up, then `reps` times; returns the median of what `f` reports.
+async fn measure<F, Fut>(reps: usize, mut f: F) -> BenchResult<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = BenchResult<f64>>,
+{
+    f().await?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        samples.push(f().await?);
+    }
+    Ok(median(samples))
+}
+
+async fn run_step_us() -> BenchResult<f64> {
+    const N: u32 = 10_000;
+    let step = Step::run("noop", |x: u64, _| async move { Ok(x + 1) }).build()?;
+    let looped = Step::loop_("loop", [step]).until(until::max_steps(N)).max_iterations(N + 1).build()?;
+    let ctx = Context::new();
+    let start = Instant::now();
+    looped.execute(0, &ctx).await?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(N))
+}
+
+async fn fork_path_us() -> BenchResult<f64> {
+    const N: usize = 1000;
+    let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build()?;
+    let fork = Step::fork("f", ForkMode::All).paths(vec![path; N]).merge(|v, _| Ok(v.len() as u64)).build()?;
+    let ctx = Context::new();
+    let start = Instant::now();
+    fork.execute(1, &ctx).await?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / N as f64)
+}
+
+fn noop_tool() -> BenchResult<Arc<dyn Tool>> {
+    Ok(Arc::new(FnTool::builder("noop", "Does nothing.").handler(|_, _| async { Ok(Value::Null) }).build()?))
+}
+
+/// A model that asks for the no-op tool `rounds` times, then answers.
+fn tool_calling_model(rounds: usize) -> ScriptedModel {
+    let calls = Arc::new(AtomicUsize::new(0));
+    ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        Ok(if n < rounds { ModelResponse::tool_calls([("c", "noop", json!({}))]) } else { ModelResponse::text("done") })
+    })
+    .without_recording()
+}
+
+/// One turn of `ROUNDS` model calls each asking for one no-op tool, per tool call.
+async fn tool_call_us(layers: Vec<Arc<dyn MemoryLayer>>) -> BenchResult<f64> {
+    const ROUNDS: usize = 1000;
+    let llm = Step::llm("assistant", "m").max_rounds(ROUNDS as u32 + 1).build()?;
+    let ctx =
+        Context::builder().model(Arc::new(tool_calling_model(ROUNDS))).tools([noop_tool()?]).layers(layers).build();
+    let start = Instant::now();
+    llm.execute("go".to_owned(), &ctx).await?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64)
+}
+
+fn ten_rules() -> BenchResult<Arc<dyn MemoryLayer>> {
+    let rules = (0..10).map(|i| {
+        let forbidden = format!("forbidden-{i}");
+        SteeringRule::predicate(format!("rule-{i}"), [Hook::BeforeToolCall], move |p| match p.tool_call() {
+            Some(c) if c.name == forbidden => SteeringDecision::deny("no"),
+            _ => SteeringDecision::allow(),
+        })
+    });
+    Ok(steering(SteeringConfig::new(rules))?)
+}
+
+/// Runs `turns` turns of one session (each: model asks for the no-op tool, then answers); returns each turn's
+/// duration.
+async fn session_turns(turns: usize) -> BenchResult<Vec<Duration>> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        Ok(if n.is_multiple_of(2) {
+            ModelResponse::tool_calls([("c", "noop", json!({}))])
+        } else {
+            ModelResponse::text("ok")
+        })
+    })
+    .without_recording();
+    let rt = Runtime::builder().model(Arc::new(model)).tool(noop_tool()?).build()?;
+    let session = rt.session("bench");
+    let mut durations = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let start = Instant::now();
+        session.send(format!("message {i}"))?.await?;
+        durations.push(start.elapsed());
+    }
+    Ok(durations)
+}
+
+async fn turn_growth_ratio() -> BenchResult<f64> {
+    let d = session_turns(1000).await?;
+    let sum = |r: std::ops::Range<usize>| d[r].iter().map(Duration::as_secs_f64).sum::<f64>();
+    Ok(sum(990..1000) / sum(10..20))
+}
+
+/// From the end of a tool during which a steer arrived to the next model request.
+async fn steer_latency_us() -> BenchResult<f64> {
+    let origin = Instant::now();
+    let tool_end = Arc::new(AtomicU64::new(0));
+    let request_at = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (te, ra) = (tool_end.clone(), request_at.clone());
+    let model = ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        if n == 1 {
+            ra.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        }
+        Ok(if n == 0 { ModelResponse::tool_calls([("c", "steered", json!({}))]) } else { ModelResponse::text("ok") })
+    })
+    .without_recording();
+    let slot: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
+    let s = slot.clone();
+    let tool = FnTool::builder("steered", "The user steers while this runs.")
+        .handler(move |_, _| {
+            let (s, te) = (s.clone(), te.clone());
+            async move {
+                let session = s.lock().map_err(|e| ToolError::new(e.to_string()))?.clone();
+                if let Some(session) = session {
+                    session.steer("change of plan").map_err(ToolError::new)?;
+                }
+                te.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                Ok(Value::Null)
+            }
+        })
+        .build()?;
+    let rt = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
+    let session = rt.session("s");
+    *slot.lock().map_err(|e| e.to_string())? = Some(session.clone());
+    session.send("go")?.await?;
+    let nanos = request_at.load(Ordering::SeqCst).saturating_sub(tool_end.load(Ordering::SeqCst));
+    Ok(nanos as f64 / 1000.0)
+}
+
+/// Resident memory now and at its peak, in MiB (Linux `/proc/self/status`).
+fn rss_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Child process: peak RSS of a 1000-turn session.
+async fn rss_session() -> BenchResult<()> {
+    session_turns(1000).await?;
+    println!("{}", rss_mib().1);
+    Ok(())
+}
+
+/// Child process: memory taken by 10 000 idle sessions.
+async fn rss_idle() -> BenchResult<()> {
+    let rt = Runtime::builder().model(Arc::new(ScriptedModel::new([]))).build()?;
+    let before = rss_mib().0;
+    let sessions: Vec<Session> = (0..10_000).map(|i| rt.session(&format!("user-{i}"))).collect();
+    let after = rss_mib().0;
+    println!("{}", after - before);
+    drop(sessions);
+    Ok(())
+}
+
+fn child(arg: &str) -> BenchResult<f64> {
+    let exe = std::env::current_exe()?;
+    let out = std::process::Command::new(exe).arg(arg).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.trim().parse::<f64>()?)
+}
+
+fn main() -> BenchResult<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match std::env::args().nth(1).as_deref() {
+        Some("rss-session") => return rt.block_on(rss_session()),
+        Some("rss-idle") => return rt.block_on(rss_idle()),
+        _ => {}
+    }
+    rt.block_on(async {
+        report("run_step_us", measure(7, run_step_us).await?, "us", "<= 0.5");
+        report("fork_path_us", measure(7, fork_path_us).await?, "us", "<= 2");
+        report("tool_call_us", measure(15, || tool_call_us(Vec::new())).await?, "us", "<= 5");
+        // Interleaved pairs, so machine noise hits both sides of each difference alike.
+        let overhead = measure(31, || async {
+            let steered = tool_call_us(vec![ten_rules()?]).await?;
+            let plain = tool_call_us(Vec::new()).await?;
+            Ok(steered - plain)
+        })
+        .await?;
+        report("steering_rules_overhead_us", overhead, "us", "<= 1");
+        report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
+        report("steer_latency_us", measure(15, steer_latency_us).await?, "us", "<= 50");
+        BenchResult::Ok(())
+    })?;
+    report(
+        "peak_rss_mb",
+        median((0..3).map(|_| child("rss-session")).collect::<BenchResult<Vec<_>>>()?),
+        "MiB",
+        "<= 10",
+    );
+    report(
+        "idle_sessions_mb",
+        median((0..3).map(|_| child("rss-idle")).collect::<BenchResult<Vec<_>>>()?),
+        "MiB",
+        "<= 50",
+    );
+    Ok(())
+}
