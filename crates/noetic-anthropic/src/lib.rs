@@ -1,0 +1,1 @@
+//! Anthropic Messages provider for noetic.

@@ -1,0 +1,1 @@
+//! OpenAI-compatible chat-completions provider for noetic (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp).
