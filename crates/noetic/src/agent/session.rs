@@ -167,22 +167,24 @@ impl Session {
     /// tool call), and the rest of that tool batch is skipped. While the session is idle the message waits for
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
     pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
-        let result = self.runtime.queue.push(&self.state.key, text);
-        let id = match &*lock(&self.state.conversation) {
+        let execution_id = match &*lock(&self.state.conversation) {
             Conversation::Running { ctx, .. } => ctx.execution_id(),
             Conversation::Idle(_) => ExecutionId::new(),
         };
-        self.emit_steer_event(id, &result);
-        result.map(|m| m.id)
+        self.enqueue(execution_id, text.into())
     }
 
-    fn emit_steer_event(&self, execution_id: ExecutionId, result: &Result<SteerMessage, SteerError>) {
-        let Some(sink) = self.state.events.get() else { return };
-        let session = self.state.key.clone();
-        match result {
-            Ok(m) => sink.emit(execution_id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
-            Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
+    /// Queues a message and tells the event stream whether it was accepted.
+    fn enqueue(&self, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
+        let result = self.runtime.queue.push(&self.state.key, text);
+        if let Some(sink) = self.state.events.get() {
+            let session = self.state.key.clone();
+            match &result {
+                Ok(m) => sink.emit(execution_id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
+                Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
+            }
         }
+        result.map(|m| m.id)
     }
 
     /// Starts a turn if the session is idle, or steers the message into the running turn — decided atomically,
@@ -191,16 +193,11 @@ impl Session {
     pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
         let mut conversation = lock(&self.state.conversation);
-        if let Conversation::Running { ctx, .. } = &*conversation {
+        let history = match &mut *conversation {
             // Queue while holding the conversation lock: the turn cannot be released in between, so the bus's
             // continuation check after the turn sees this message.
-            let result = self.runtime.queue.push(&self.state.key, text);
-            self.emit_steer_event(ctx.execution_id(), &result);
-            return result.map(|m| Routed::Steered(m.id));
-        }
-        let history = match &mut *conversation {
+            Conversation::Running { ctx, .. } => return self.enqueue(ctx.execution_id(), text).map(Routed::Steered),
             Conversation::Idle(h) => std::mem::take(h),
-            Conversation::Running { .. } => History::default(),
         };
         Ok(Routed::Started(self.start_turn(&mut conversation, history, text, Vec::new(), false)))
     }
@@ -209,9 +206,7 @@ impl Session {
     pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
         let conversation = lock(&self.state.conversation);
         let Conversation::Running { ctx, .. } = &*conversation else { return None };
-        let result = self.runtime.queue.push(&self.state.key, text);
-        self.emit_steer_event(ctx.execution_id(), &result);
-        Some(result.map(|m| m.id))
+        Some(self.enqueue(ctx.execution_id(), text.to_owned()))
     }
 
     /// Stops the session: clears its queue (including messages the running turn took but has not shown the

@@ -163,8 +163,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         }
         corrections.clear();
         round += 1;
-        let text = response.text_output().to_owned();
         if calls.is_empty() {
+            let text = response.text_output().to_owned();
             lifecycle::store(ctx, &response).await;
             ctx.extend_items(response.items);
             // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
