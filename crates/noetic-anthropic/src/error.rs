@@ -1,0 +1,232 @@
+//! Provider errors → [`NoeticError`]: HTTP statuses, Anthropic error objects, `Retry-After`, transport failures.
+//!
+//! Pure functions, so every mapping is unit-tested without a server.
+
+use std::time::Duration;
+
+use noetic::NoeticError;
+use serde_json::Value;
+
+/// The environment variable holding the API key, named in authentication errors.
+pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
+
+/// The error for a non-2xx response with status `status` and body `body`.
+///
+/// * 401 / 403 → a non-retryable [`NoeticError::ModelFailed`] that names `ANTHROPIC_API_KEY` and quotes the
+///   provider's message (`key_sent` says whether a key was sent at all, to tell "missing" from "wrong").
+/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after` (its `step_id` is left empty; the `llm` step fills
+///   it in).
+/// * 408, 409, 5xx and 529 (overloaded) → a retryable `ModelFailed`.
+/// * Anything else (400 invalid request, 404 unknown model, 413 too large …) → a non-retryable `ModelFailed` with
+///   the provider's message and the raw body.
+pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str, key_sent: bool) -> NoeticError {
+    let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let (kind, provider) = provider_message(&parsed, body);
+    let failed = |message: String, retryable: bool| NoeticError::ModelFailed {
+        message,
+        status: Some(status),
+        raw: Some(body.to_owned()),
+        retryable,
+    };
+    match status {
+        401 if !key_sent => failed(
+            format!(
+                "Anthropic rejected the request because no API key was sent (HTTP 401{kind}: {provider}); set \
+                 {API_KEY_VAR} or pass a key with AnthropicConfig::api_key"
+            ),
+            false,
+        ),
+        401 => failed(
+            format!(
+                "Anthropic rejected the API key (HTTP 401{kind}: {provider}); check that {API_KEY_VAR} holds a \
+                 valid, active key"
+            ),
+            false,
+        ),
+        403 => failed(
+            format!(
+                "Anthropic refused the request (HTTP 403{kind}: {provider}); check that the key in {API_KEY_VAR} \
+                 has access to this model and workspace"
+            ),
+            false,
+        ),
+        429 => {
+            tracing::warn!(provider_message = %provider, ?retry_after, "Anthropic rate limit (HTTP 429)");
+            NoeticError::ModelRateLimit {
+                step_id: String::new(),
+                retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            }
+        }
+        529 => failed(
+            format!("Anthropic is overloaded (HTTP 529{kind}: {provider}); try again later or lower the request rate"),
+            true,
+        ),
+        408 | 409 | 500..=599 => failed(
+            format!("Anthropic returned a server error (HTTP {status}{kind}: {provider}); try again later"),
+            true,
+        ),
+        404 => failed(
+            format!(
+                "Anthropic did not find the resource (HTTP 404{kind}: {provider}); check the model id and the base URL"
+            ),
+            false,
+        ),
+        _ => failed(
+            format!("Anthropic rejected the request (HTTP {status}{kind}: {provider}); the raw body is attached"),
+            false,
+        ),
+    }
+}
+
+/// The error an Anthropic error object (`{"type": "error", "error": {"type", "message"}}`) stands for, or `None`
+/// when `value` is not one. Used for error objects that arrive with a 2xx status or inside a stream: rate-limit
+/// and overload errors are marked retryable so a caller that has received nothing yet may try again.
+pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<NoeticError> {
+    if value["type"] != "error" && !value["error"].is_object() {
+        return None;
+    }
+    let (kind, provider) = provider_message(value, raw);
+    let error_type = value["error"]["type"].as_str().unwrap_or_default();
+    if error_type == "rate_limit_error" {
+        tracing::warn!(provider_message = %provider, "Anthropic rate limit error object");
+        return Some(NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: None });
+    }
+    let retryable = matches!(error_type, "overloaded_error" | "api_error" | "timeout_error");
+    Some(NoeticError::ModelFailed {
+        message: format!("Anthropic returned an error{kind}: {provider}"),
+        status,
+        raw: Some(raw.to_owned()),
+        retryable,
+    })
+}
+
+/// ` (error type)` and the provider's message from an error body; the body itself when it has no message.
+fn provider_message(value: &Value, raw: &str) -> (String, String) {
+    let error = &value["error"];
+    let kind = error["type"].as_str().map(|t| format!(" {t}")).unwrap_or_default();
+    let message = error["message"]
+        .as_str()
+        .or_else(|| value["message"].as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| if raw.trim().is_empty() { "empty body".to_owned() } else { shorten(raw) });
+    (kind, message)
+}
+
+/// At most 300 characters of `text`, for messages.
+fn shorten(text: &str) -> String {
+    let mut out: String = text.trim().chars().take(300).collect();
+    if text.trim().chars().count() > 300 {
+        out.push('…');
+    }
+    out
+}
+
+/// The delay a `retry-after-ms` or `Retry-After` header value asks for. `retry-after-ms` holds milliseconds;
+/// `Retry-After` holds seconds (fractions accepted). The HTTP-date form of `Retry-After` is not understood and
+/// gives `None` (the backoff applies).
+pub fn parse_retry_after(retry_after_ms: Option<&str>, retry_after: Option<&str>) -> Option<Duration> {
+    let ms = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0);
+    if let Some(ms) = ms {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    retry_after
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e9)
+        .map(Duration::from_secs_f64)
+}
+
+/// The error for a request that got no HTTP response: connection refused or reset, DNS failure, timeout. All are
+/// retryable, since nothing reached the caller.
+pub(crate) fn transport_error(error: &reqwest::Error, url: &str) -> NoeticError {
+    let detail = error_chain(error);
+    let message = if error.is_timeout() {
+        format!("the request to Anthropic at {url} timed out ({detail}); try again, or raise AnthropicConfig::timeout")
+    } else if error.is_builder() {
+        return NoeticError::ModelFailed {
+            message: format!("the request to {url} could not be built ({detail}); check ANTHROPIC_BASE_URL"),
+            status: None,
+            raw: None,
+            retryable: false,
+        };
+    } else {
+        format!("could not reach Anthropic at {url} ({detail}); check the network and ANTHROPIC_BASE_URL, or try again")
+    };
+    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true }
+}
+
+/// An error and its sources, joined with `: ` (reqwest's own message hides the cause).
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message_of(e: &NoeticError) -> String {
+        match e {
+            NoeticError::ModelFailed { message, .. } => message.clone(),
+            other => panic!("expected ModelFailed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn authentication_errors_name_the_key_variable_and_quote_the_provider() {
+        let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+        for (status, sent) in [(401, true), (401, false), (403, true)] {
+            let e = error_from_status(status, None, body, sent);
+            let m = message_of(&e);
+            assert!(m.contains("ANTHROPIC_API_KEY") && m.contains("invalid x-api-key"), "{m}");
+            assert!(!e.is_retryable());
+        }
+        assert!(message_of(&error_from_status(401, None, body, false)).contains("no API key was sent"));
+    }
+
+    #[test]
+    fn rate_limits_carry_the_retry_after() {
+        let e = error_from_status(429, Some(Duration::from_secs(2)), "{}", true);
+        assert!(matches!(e, NoeticError::ModelRateLimit { retry_after_ms: Some(2000), .. }));
+    }
+
+    #[test]
+    fn overload_server_errors_and_timeouts_are_retryable_and_client_errors_are_not() {
+        for status in [408, 409, 500, 502, 503, 529] {
+            assert!(error_from_status(status, None, "", true).is_retryable(), "{status}");
+        }
+        for status in [400, 404, 413, 422] {
+            assert!(!error_from_status(status, None, "", true).is_retryable(), "{status}");
+        }
+        assert!(message_of(&error_from_status(529, None, "", true)).contains("overloaded"));
+    }
+
+    #[test]
+    fn error_objects_are_recognised_and_others_are_not() {
+        assert!(error_from_body(None, &json!({"type": "message"}), "").is_none());
+        let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+        let e = error_from_body(Some(200), &overloaded, "raw");
+        assert!(e.as_ref().is_some_and(NoeticError::is_retryable));
+        assert!(message_of(&e.unwrap_or_else(|| NoeticError::other("none"))).contains("Overloaded"));
+        let limited = json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}});
+        assert!(matches!(error_from_body(None, &limited, ""), Some(NoeticError::ModelRateLimit { .. })));
+    }
+
+    #[test]
+    fn retry_after_headers_parse_as_milliseconds_or_seconds() {
+        assert_eq!(parse_retry_after(Some("250"), Some("9")), Some(Duration::from_millis(250)));
+        assert_eq!(parse_retry_after(None, Some("2")), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(None, Some("0.5")), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after(None, Some("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(parse_retry_after(None, Some("-1")), None);
+        assert_eq!(parse_retry_after(None, None), None);
+    }
+}

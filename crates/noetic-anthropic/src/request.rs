@@ -1,0 +1,366 @@
+//! Request translation: a provider-neutral [`ModelRequest`] → the JSON body of `POST /v1/messages`.
+//!
+//! Everything here is pure: no I/O, no clock, no environment.
+
+use noetic::model::{Item, ModelRequest, Role, ToolSpec};
+use noetic::step::ToolChoice;
+use serde_json::{Map, Value, json};
+
+/// `max_tokens` sent when the request sets none. Anthropic requires the field on every request; 4096 fits every
+/// current Claude model and is long enough for tool-calling turns. Set `params.max_tokens` to change it.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Prefix of a developer message that sits inside the conversation (steering feedback, guidance, inbox
+/// messages). Anthropic has only `user` and `assistant` turns after the system prompt, so such messages travel as
+/// user text; the prefix tells the model they come from the application, not from the person it talks to.
+pub const DEVELOPER_PREFIX: &str = "[Developer message from the application, not from the user]\n";
+
+/// Prefix of a system message that sits inside the conversation (after the first user or assistant item); sent
+/// as user text for the same reason as [`DEVELOPER_PREFIX`].
+pub const SYSTEM_PREFIX: &str = "[System message from the application, not from the user]\n";
+
+/// The model id Anthropic expects: a leading `anthropic/` (OpenRouter-style ids such as
+/// `anthropic/claude-sonnet-4-5`) is removed, so the same step definition works against OpenRouter and Anthropic.
+pub fn model_id(model: &str) -> &str {
+    model.strip_prefix("anthropic/").unwrap_or(model)
+}
+
+/// The JSON body of `POST /v1/messages` for `request`; `stream` adds `"stream": true`.
+///
+/// Choices the Messages API forces (each documented here because the body is what the model sees):
+///
+/// * **System prompt.** `system` holds the instructions followed by every system or developer message that comes
+///   before the first user, assistant or tool item (memory-layer context, for instance), joined by blank lines.
+///   Developer and system messages *inside* the conversation become user text blocks starting with
+///   [`DEVELOPER_PREFIX`] / [`SYSTEM_PREFIX`], since Anthropic has no developer role.
+/// * **Turns.** Assistant text and the tool calls that follow it form one assistant message (`text` then
+///   `tool_use` blocks); tool results become `tool_result` blocks of a user message. Adjacent messages of the same
+///   role are merged, because Anthropic requires user and assistant turns to alternate, and in a merged user
+///   message the `tool_result` blocks come first, as Anthropic requires. Empty text is left out (Anthropic
+///   rejects empty text blocks), and a message left without blocks is dropped.
+/// * **Tool-call arguments** are sent as the parsed JSON object. Arguments that are not a JSON object (malformed
+///   text the model produced earlier) are sent as `{"_raw": "<the text>"}` so the conversation stays valid and
+///   the model can see what it wrote; empty arguments are sent as `{}`.
+/// * **`max_tokens`** is required by Anthropic: `params.max_tokens`, else [`DEFAULT_MAX_TOKENS`].
+/// * **Floats** (`temperature`, `top_p`) are sent with their shortest decimal form (`0.2`, not
+///   `0.20000000298023224`).
+/// * **Tools and `tool_choice`** are sent only when the request has tools (Anthropic rejects a `tool_choice`
+///   without tools). `Auto` → `{"type":"auto"}`, `Required` → `{"type":"any"}`, `None` → `{"type":"none"}`,
+///   `Named(n)` → `{"type":"tool","name":n}`. A tool without a parameter schema gets an empty object schema.
+/// * **Structured output.** The Messages API has no JSON-schema response format, so when `output_schema` is set
+///   the system prompt ends with an instruction to answer with only JSON matching the schema (the `llm` step still
+///   validates the answer).
+pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
+    let items: Vec<&Item> = request.messages().collect();
+    let leading = items.iter().take_while(|i| matches!(i.role(), Some(Role::System | Role::Developer))).count();
+
+    let mut system: Vec<String> = Vec::new();
+    if let Some(instructions) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
+        system.push(instructions.to_owned());
+    }
+    system.extend(items[..leading].iter().filter_map(|i| i.text()).filter(|t| !t.is_empty()).map(str::to_owned));
+    if let Some(schema) = &request.output_schema {
+        system.push(structured_output_instruction(schema));
+    }
+
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model_id(&request.model)));
+    body.insert("max_tokens".into(), json!(request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages(&items[leading..])));
+    if let Some(t) = request.params.temperature {
+        body.insert("temperature".into(), float(t));
+    }
+    if let Some(p) = request.params.top_p {
+        body.insert("top_p".into(), float(p));
+    }
+    if !request.params.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), json!(request.params.stop_sequences));
+    }
+    if !request.tools.is_empty() {
+        body.insert("tools".into(), Value::Array(request.tools.iter().map(tool).collect()));
+        if let Some(choice) = &request.tool_choice {
+            body.insert("tool_choice".into(), tool_choice(choice));
+        }
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    Value::Object(body)
+}
+
+/// The sentence appended to the system prompt when the request asks for structured output.
+fn structured_output_instruction(schema: &Value) -> String {
+    format!(
+        "Answer with only a JSON value that matches this JSON Schema, with no other text and no code fences:\n{schema}"
+    )
+}
+
+/// One Anthropic message under construction.
+struct Turn {
+    role: &'static str,
+    blocks: Vec<Value>,
+}
+
+/// The conversation as alternating Anthropic messages.
+fn messages(items: &[&Item]) -> Vec<Value> {
+    let mut turns: Vec<Turn> = Vec::new();
+    for item in items {
+        let (role, block) = match item {
+            Item::Message { role, content } => {
+                let (anthropic_role, text) = match role {
+                    Role::User => ("user", content.clone()),
+                    Role::Assistant => ("assistant", content.clone()),
+                    Role::Developer if !content.is_empty() => ("user", format!("{DEVELOPER_PREFIX}{content}")),
+                    Role::System if !content.is_empty() => ("user", format!("{SYSTEM_PREFIX}{content}")),
+                    Role::Developer | Role::System => continue,
+                };
+                if text.is_empty() {
+                    continue;
+                }
+                (anthropic_role, json!({"type": "text", "text": text}))
+            }
+            Item::ToolCall(call) => (
+                "assistant",
+                json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(&call.arguments)}),
+            ),
+            Item::ToolResult(result) => (
+                "user",
+                json!({
+                    "type": "tool_result",
+                    "tool_use_id": result.call_id,
+                    "content": result.content,
+                    "is_error": result.is_error,
+                }),
+            ),
+        };
+        match turns.last_mut() {
+            Some(last) if last.role == role => last.blocks.push(block),
+            _ => turns.push(Turn { role, blocks: vec![block] }),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|turn| {
+            let mut blocks = turn.blocks;
+            // Anthropic wants the tool results of a user turn before any text in it; the sort is stable.
+            blocks.sort_by_key(|b| b["type"] != "tool_result");
+            json!({"role": turn.role, "content": blocks})
+        })
+        .collect()
+}
+
+/// The `input` object of a `tool_use` block from the raw argument text.
+fn tool_input(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return json!({});
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => json!({"_raw": arguments}),
+    }
+}
+
+/// A tool definition in Anthropic's shape.
+fn tool(spec: &ToolSpec) -> Value {
+    let schema = match &spec.parameters {
+        Value::Null => json!({"type": "object", "properties": {}}),
+        other => other.clone(),
+    };
+    json!({"name": spec.name, "description": spec.description, "input_schema": schema})
+}
+
+/// `tool_choice` in Anthropic's shape.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Named(name) => json!({"type": "tool", "name": name}),
+    }
+}
+
+/// An `f32` as the JSON number a person would write: via its shortest decimal representation.
+fn float(x: f32) -> Value {
+    x.to_string().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use noetic::model::{History, ToolCall, ToolResult};
+    use noetic::step::ModelParams;
+
+    use super::*;
+
+    fn call(id: &str, name: &str, args: &str) -> Item {
+        Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> Item {
+        Item::ToolResult(ToolResult { call_id: id.into(), content: content.into(), is_error })
+    }
+
+    fn request(history: Vec<Item>) -> ModelRequest {
+        ModelRequest { model: "claude-x".into(), history: History::new(history), ..Default::default() }
+    }
+
+    #[test]
+    fn a_plain_request_has_model_max_tokens_and_one_user_message() {
+        let body = request_body(&request(vec![Item::user("hi")]), false);
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-x",
+                "max_tokens": 4096,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            })
+        );
+    }
+
+    #[test]
+    fn openrouter_style_ids_lose_the_anthropic_prefix() {
+        assert_eq!(model_id("anthropic/claude-sonnet-4-5"), "claude-sonnet-4-5");
+        assert_eq!(model_id("claude-sonnet-4-5"), "claude-sonnet-4-5");
+        assert_eq!(model_id("openai/gpt-4o"), "openai/gpt-4o");
+    }
+
+    #[test]
+    fn leading_system_and_developer_items_join_the_instructions_in_the_system_prompt() {
+        let mut req = request(vec![Item::user("hi")]);
+        req.instructions = Some("Be brief.".into());
+        req.context = vec![Item::developer("Remember: the user is Ada."), Item::system("Today is Monday.")];
+        let body = request_body(&req, false);
+        assert_eq!(body["system"], "Be brief.\n\nRemember: the user is Ada.\n\nToday is Monday.");
+        assert_eq!(body["messages"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn developer_messages_inside_the_conversation_become_prefixed_user_text_merged_with_the_turn() {
+        let mut req =
+            request(vec![Item::user("delete it"), call("c1", "rm", r#"{"p":"/x"}"#), result("c1", "ok", false)]);
+        req.tail = vec![Item::developer("Be polite.")];
+        let body = request_body(&req, false);
+        assert_eq!(
+            body["messages"][2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "ok", "is_error": false},
+                {"type": "text", "text": format!("{DEVELOPER_PREFIX}Be polite.")},
+            ]})
+        );
+    }
+
+    #[test]
+    fn assistant_text_and_tool_calls_form_one_message_and_results_merge_into_one_user_message() {
+        let req = request(vec![
+            Item::user("weather?"),
+            Item::assistant("Looking up."),
+            call("a", "weather", r#"{"city":"Oslo"}"#),
+            call("b", "weather", r#"{"city":"Rome"}"#),
+            result("a", "-3", false),
+            result("b", "boom", true),
+        ]);
+        let body = request_body(&req, true);
+        assert_eq!(body["stream"], true);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Looking up."},
+                    {"type": "tool_use", "id": "a", "name": "weather", "input": {"city": "Oslo"}},
+                    {"type": "tool_use", "id": "b", "name": "weather", "input": {"city": "Rome"}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "-3", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "boom", "is_error": true},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn tool_results_come_before_text_in_a_merged_user_message() {
+        let req = request(vec![
+            Item::user("go"),
+            call("a", "t", "{}"),
+            Item::developer("stop soon"),
+            result("a", "x", false),
+        ]);
+        let body = request_body(&req, false);
+        assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
+        assert_eq!(body["messages"][2]["content"][1]["type"], "text");
+    }
+
+    #[test]
+    fn malformed_or_non_object_arguments_are_wrapped_and_empty_arguments_are_an_empty_object() {
+        assert_eq!(tool_input("{not json"), json!({"_raw": "{not json"}));
+        assert_eq!(tool_input("[1,2]"), json!({"_raw": "[1,2]"}));
+        assert_eq!(tool_input("  "), json!({}));
+        assert_eq!(tool_input(r#"{"a":1}"#), json!({"a": 1}));
+    }
+
+    #[test]
+    fn empty_text_is_left_out_and_empty_messages_are_dropped() {
+        let req = request(vec![Item::user("go"), Item::assistant(""), call("a", "t", "{}")]);
+        let body = request_body(&req, false);
+        assert_eq!(body["messages"][1]["content"], json!([{"type": "tool_use", "id": "a", "name": "t", "input": {}}]));
+    }
+
+    #[test]
+    fn params_tools_and_tool_choice_are_forwarded() {
+        let mut req = request(vec![Item::user("hi")]);
+        req.params = ModelParams {
+            temperature: Some(0.2),
+            top_p: Some(0.9),
+            max_tokens: Some(100),
+            stop_sequences: vec!["END".into()],
+        };
+        req.tools = Arc::from(vec![
+            ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) },
+            ToolSpec { name: "u".into(), description: "e".into(), parameters: Value::Null },
+        ]);
+        for (choice, wire) in [
+            (ToolChoice::Auto, json!({"type": "auto"})),
+            (ToolChoice::Required, json!({"type": "any"})),
+            (ToolChoice::None, json!({"type": "none"})),
+            (ToolChoice::Named("t".into()), json!({"type": "tool", "name": "t"})),
+        ] {
+            req.tool_choice = Some(choice);
+            let body = request_body(&req, false);
+            assert_eq!(body["tool_choice"], wire);
+            assert_eq!(body["temperature"], json!(0.2));
+            assert_eq!(body["top_p"], json!(0.9));
+            assert_eq!(body["max_tokens"], 100);
+            assert_eq!(body["stop_sequences"], json!(["END"]));
+            assert_eq!(
+                body["tools"],
+                json!([
+                    {"name": "t", "description": "d", "input_schema": {"type": "object"}},
+                    {"name": "u", "description": "e", "input_schema": {"type": "object", "properties": {}}},
+                ])
+            );
+        }
+    }
+
+    #[test]
+    fn tool_choice_without_tools_is_not_sent() {
+        let mut req = request(vec![Item::user("hi")]);
+        req.tool_choice = Some(ToolChoice::Required);
+        let body = request_body(&req, false);
+        assert!(body.get("tool_choice").is_none() && body.get("tools").is_none());
+    }
+
+    #[test]
+    fn an_output_schema_becomes_a_system_instruction() {
+        let mut req = request(vec![Item::user("hi")]);
+        req.output_schema = Some(json!({"type": "object", "required": ["x"]}));
+        let body = request_body(&req, false);
+        let system = body["system"].as_str().unwrap_or_default();
+        assert!(system.starts_with("Answer with only a JSON value"), "{system}");
+        assert!(system.contains(r#"{"required":["x"],"type":"object"}"#), "{system}");
+    }
+}
