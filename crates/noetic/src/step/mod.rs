@@ -39,7 +39,7 @@ pub use fork::{ForkBuilder, ForkMode, SettleResult, SettleStatus, StepFork};
 pub use llm::{Emit, IntoPrompt, LlmBuilder, ModelParams, StepLlm, ToolChoice};
 pub use loop_::{LoopBuilder, LoopErrorAction, StepLoop};
 pub use provide::{ProvideBuilder, StepProvide};
-pub use retry::{Backoff, RetryPolicy};
+pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use run::{RunBuilder, StepRun};
 pub use spawn::{SpawnBuilder, StepSpawn};
 pub use tool::{StepTool, ToolStepBuilder};
