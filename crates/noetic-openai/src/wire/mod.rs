@@ -1,0 +1,18 @@
+//! The chat-completions wire format as pure functions — no I/O, so each piece is tested without sockets.
+//!
+//! * [`request_body`] — [`ModelRequest`](noetic::model::ModelRequest) → JSON body.
+//! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic::model::ModelResponse).
+//! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic::model::StreamDelta)s.
+//! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas.
+
+mod request;
+mod response;
+mod sse;
+mod stream;
+
+pub use request::request_body;
+pub use response::parse_response;
+pub(crate) use response::{ProviderError, quote};
+pub(crate) use sse::error_chain;
+pub use sse::sse_deltas;
+pub use stream::{StreamAccumulator, replay};

@@ -1,0 +1,278 @@
+//! [`ModelRequest`] → chat-completions request body.
+
+use noetic::model::{Item, ModelRequest, Role, ToolCall};
+use noetic::step::ToolChoice;
+use serde_json::{Map, Value, json};
+
+/// The JSON body of `POST /chat/completions` for `request`.
+///
+/// * `messages`: one leading `system` message holding the instructions and every `System`-role item (joined by a
+///   blank line), then the context, history and tail items in order. `Developer` items become `system` messages
+///   in place: chat completions has no `developer` role on most compatible servers (OpenAI accepts `system`
+///   for it too). Assistant text followed by tool calls — or tool calls alone — become one assistant message
+///   with `tool_calls` (content `null` when there is no text). Tool results become `tool` messages carrying
+///   their `tool_call_id`; the error flag has no wire form (the content already says what went wrong).
+/// * `tools` and `stop` only when non-empty; `tool_choice`, `temperature`, `top_p`, `max_tokens` only when set.
+/// * `response_format` (`json_schema`, named `output`, not strict) when an output schema is set.
+/// * `stream: true` and `stream_options.include_usage` when `stream` is true.
+///
+/// The model id is sent as given.
+///
+/// ```
+/// use noetic::model::{Item, ModelRequest, History};
+/// use serde_json::json;
+///
+/// let request = ModelRequest {
+///     model: "openai/gpt-4o-mini".into(),
+///     instructions: Some("Be brief.".into()),
+///     history: History::new(vec![Item::user("hi")]),
+///     ..ModelRequest::default()
+/// };
+/// assert_eq!(
+///     noetic_openai::wire::request_body(&request, false),
+///     json!({
+///         "model": "openai/gpt-4o-mini",
+///         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+///     })
+/// );
+/// ```
+pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(request.model.clone()));
+    body.insert("messages".into(), Value::Array(messages(request)));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters}
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = &request.tool_choice {
+        body.insert("tool_choice".into(), tool_choice(choice));
+    }
+    let params = &request.params;
+    if let Some(t) = params.temperature.and_then(float) {
+        body.insert("temperature".into(), t);
+    }
+    if let Some(p) = params.top_p.and_then(float) {
+        body.insert("top_p".into(), p);
+    }
+    if let Some(max) = params.max_tokens {
+        body.insert("max_tokens".into(), Value::from(max));
+    }
+    if !params.stop_sequences.is_empty() {
+        body.insert("stop".into(), json!(params.stop_sequences));
+    }
+    if let Some(schema) = &request.output_schema {
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": false}}),
+        );
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+/// An `f32` as the decimal a user wrote (`0.2`, not `0.20000000298023224`); `None` for NaN and infinities.
+fn float(x: f32) -> Option<Value> {
+    let shortest: f64 = x.to_string().parse().ok()?;
+    serde_json::Number::from_f64(shortest).map(Value::Number)
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Named(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+/// An assistant message being assembled from consecutive assistant text and tool-call items.
+#[derive(Default)]
+struct AssistantTurn<'a> {
+    text: Option<&'a str>,
+    calls: Vec<&'a ToolCall>,
+}
+
+impl AssistantTurn<'_> {
+    fn into_message(self) -> Value {
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        if self.calls.is_empty() {
+            message.insert("content".into(), json!(self.text.unwrap_or("")));
+            return Value::Object(message);
+        }
+        let content = self.text.filter(|t| !t.is_empty()).map_or(Value::Null, |t| json!(t));
+        message.insert("content".into(), content);
+        let calls = self
+            .calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        message.insert("tool_calls".into(), Value::Array(calls));
+        Value::Object(message)
+    }
+}
+
+fn messages(request: &ModelRequest) -> Vec<Value> {
+    let system: Vec<&str> = request
+        .instructions
+        .as_deref()
+        .into_iter()
+        .chain(request.messages().filter_map(|item| match item {
+            Item::Message { role: Role::System, content } => Some(content.as_str()),
+            _ => None,
+        }))
+        .filter(|text| !text.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    if !system.is_empty() {
+        out.push(json!({"role": "system", "content": system.join("\n\n")}));
+    }
+    let mut pending: Option<AssistantTurn<'_>> = None;
+    for item in request.messages() {
+        match item {
+            Item::Message { role: Role::System, .. } => {}
+            Item::Message { role: Role::Assistant, content } => {
+                // Text after tool calls, or a second text, starts a new assistant message.
+                if let Some(turn) = pending.take() {
+                    out.push(turn.into_message());
+                }
+                pending = Some(AssistantTurn { text: Some(content), calls: Vec::new() });
+            }
+            Item::ToolCall(call) => pending.get_or_insert_with(AssistantTurn::default).calls.push(call),
+            Item::Message { role, content } => {
+                if let Some(turn) = pending.take() {
+                    out.push(turn.into_message());
+                }
+                let role = match role {
+                    Role::User => "user",
+                    _ => "system",
+                };
+                out.push(json!({"role": role, "content": content}));
+            }
+            Item::ToolResult(result) => {
+                if let Some(turn) = pending.take() {
+                    out.push(turn.into_message());
+                }
+                out.push(json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content}));
+            }
+        }
+    }
+    if let Some(turn) = pending.take() {
+        out.push(turn.into_message());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use noetic::model::{History, ToolResult, ToolSpec};
+    use noetic::step::ModelParams;
+
+    use super::*;
+
+    fn call(id: &str, name: &str, args: &str) -> Item {
+        Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
+    }
+
+    #[test]
+    fn text_and_tool_calls_of_one_turn_become_one_assistant_message() {
+        let request = ModelRequest {
+            model: "m".into(),
+            history: History::new(vec![
+                Item::user("weather?"),
+                Item::assistant("Let me check."),
+                call("c1", "weather", r#"{"city":"Paris"}"#),
+                call("c2", "weather", r#"{"city":"Rome"}"#),
+                Item::ToolResult(ToolResult { call_id: "c1".into(), content: "sunny".into(), is_error: false }),
+                Item::ToolResult(ToolResult { call_id: "c2".into(), content: "boom".into(), is_error: true }),
+                call("c3", "clock", "{}"),
+                Item::ToolResult(ToolResult { call_id: "c3".into(), content: "noon".into(), is_error: false }),
+                Item::assistant("Sunny in Paris at noon."),
+            ]),
+            ..ModelRequest::default()
+        };
+        let body = request_body(&request, false);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "c2", "content": "boom"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c3", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c3", "content": "noon"},
+                {"role": "assistant", "content": "Sunny in Paris at noon."}
+            ])
+        );
+    }
+
+    #[test]
+    fn system_items_join_the_instructions_and_developer_items_stay_in_place_as_system() {
+        let request = ModelRequest {
+            model: "m".into(),
+            instructions: Some("Be brief.".into()),
+            context: vec![Item::developer("<steering_feedback>x</steering_feedback>")],
+            history: History::new(vec![Item::system("Answer in French."), Item::user("hi")]),
+            tail: vec![Item::developer("Shorter, please.")],
+            ..ModelRequest::default()
+        };
+        assert_eq!(
+            request_body(&request, false)["messages"],
+            json!([
+                {"role": "system", "content": "Be brief.\n\nAnswer in French."},
+                {"role": "system", "content": "<steering_feedback>x</steering_feedback>"},
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": "Shorter, please."}
+            ])
+        );
+    }
+
+    #[test]
+    fn absent_options_are_omitted_and_floats_keep_their_decimal_form() {
+        let request = ModelRequest {
+            model: "m".into(),
+            params: ModelParams { temperature: Some(0.2), top_p: Some(f32::NAN), ..ModelParams::default() },
+            tools: Arc::from(Vec::<ToolSpec>::new()),
+            ..ModelRequest::default()
+        };
+        assert_eq!(request_body(&request, false), json!({"model": "m", "messages": [], "temperature": 0.2}));
+    }
+
+    #[test]
+    fn streaming_asks_for_usage_and_tool_choice_names_a_function() {
+        let request = ModelRequest {
+            model: "m".into(),
+            tool_choice: Some(ToolChoice::Named("weather".into())),
+            ..ModelRequest::default()
+        };
+        let body = request_body(&request, true);
+        assert_eq!(body["stream"], json!(true));
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(body["tool_choice"], json!({"type": "function", "function": {"name": "weather"}}));
+        for (choice, wire) in
+            [(ToolChoice::Auto, "auto"), (ToolChoice::Required, "required"), (ToolChoice::None, "none")]
+        {
+            let r = ModelRequest { tool_choice: Some(choice), ..ModelRequest::default() };
+            assert_eq!(request_body(&r, false)["tool_choice"], json!(wire));
+        }
+    }
+}

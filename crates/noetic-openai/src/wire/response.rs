@@ -1,0 +1,269 @@
+//! Chat-completions response body → [`ModelResponse`], and the provider's `{"error": …}` object →
+//! [`NoeticError`].
+//!
+//! Parsing walks a `serde_json::Value` instead of strict types: unknown fields are ignored, and a missing or
+//! oddly typed optional field is defaulted rather than failing the whole response (servers that speak "OpenAI
+//! compatible" differ in the details).
+
+use noetic::NoeticError;
+use noetic::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
+use serde_json::Value;
+
+/// The longest provider text quoted in an error message.
+const MAX_QUOTED: usize = 500;
+
+/// Parses a non-streaming chat-completions response.
+///
+/// The first choice is read: its text (if any) becomes an assistant item, its tool calls become
+/// [`Item::ToolCall`]s (a missing id becomes `call_<n>`, empty arguments become `{}`), `refusal` becomes
+/// [`ModelResponse::refusal`]. Usage reads `prompt_tokens`, `completion_tokens`,
+/// `prompt_tokens_details.cached_tokens` and OpenRouter's `cost`.
+///
+/// # Errors
+///
+/// [`NoeticError::ModelFailed`] carrying the raw body when the body is not JSON, has no choices, or is a provider
+/// error object (`{"error": {...}}`, even with HTTP 200; also vLLM's `{"object": "error", ...}`).
+pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
+    let value: Value = serde_json::from_str(body).map_err(|e| malformed(body, &e))?;
+    if let Some(error) = ProviderError::find(&value) {
+        return Err(error.into_error(None, body));
+    }
+    let Some(choice) = value.get("choices").and_then(Value::as_array).and_then(|c| c.first()) else {
+        return Err(NoeticError::ModelFailed {
+            message: "the provider's response has no choices, so there is no answer to read; the raw body is \
+                      attached — check the model id and the server's logs"
+                .to_owned(),
+            status: None,
+            raw: Some(body.to_owned()),
+            retryable: false,
+        });
+    };
+    let message = &choice["message"];
+    let mut items = Vec::new();
+    let text = content_text(&message["content"]);
+    if !text.is_empty() {
+        items.push(Item::assistant(text));
+    }
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for (index, call) in calls.iter().enumerate() {
+            let function = &call["function"];
+            items.push(Item::ToolCall(tool_call(
+                index,
+                call["id"].as_str().unwrap_or(""),
+                function["name"].as_str().unwrap_or(""),
+                arguments_text(&function["arguments"]),
+            )));
+        }
+    }
+    let has_calls = items.iter().any(|i| matches!(i, Item::ToolCall(_)));
+    let (usage, cost) = usage(&value["usage"]);
+    Ok(ModelResponse {
+        items,
+        usage,
+        cost,
+        finish_reason: finish_reason(choice["finish_reason"].as_str(), has_calls),
+        refusal: message["refusal"].as_str().filter(|r| !r.is_empty()).map(str::to_owned),
+    })
+}
+
+/// A tool call with the defaults applied: a missing id becomes `call_<index>`, empty arguments `{}`.
+pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: String) -> ToolCall {
+    ToolCall {
+        id: if id.is_empty() { format!("call_{index}") } else { id.to_owned() },
+        name: name.to_owned(),
+        arguments: if arguments.trim().is_empty() { "{}".to_owned() } else { arguments },
+    }
+}
+
+/// Arguments as raw JSON text: OpenAI sends a string; a few servers send an object.
+pub(crate) fn arguments_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Message content as text: a string, or the `text` of each part of an array of content parts.
+pub(crate) fn content_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// Usage and cost from a `usage` object (absent fields count as zero; no cost unless reported).
+pub(crate) fn usage(value: &Value) -> (Usage, Option<f64>) {
+    let count = |v: &Value| v.as_u64().or_else(|| v.as_f64().map(|f| f.max(0.0) as u64)).unwrap_or(0);
+    let usage = Usage {
+        input_tokens: count(&value["prompt_tokens"]),
+        output_tokens: count(&value["completion_tokens"]),
+        cached_tokens: count(&value["prompt_tokens_details"]["cached_tokens"]),
+    };
+    (usage, value["cost"].as_f64())
+}
+
+/// Maps a wire finish reason; when absent, tool calls imply `ToolCalls` and anything else `Stop`.
+pub(crate) fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
+    match reason {
+        Some("stop") => FinishReason::Stop,
+        Some("tool_calls") => FinishReason::ToolCalls,
+        Some("length") => FinishReason::Length,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some(other) => FinishReason::Other(other.to_owned()),
+        None if has_tool_calls => FinishReason::ToolCalls,
+        None => FinishReason::Stop,
+    }
+}
+
+/// A body that is not the JSON it should be.
+pub(crate) fn malformed(raw: &str, error: &serde_json::Error) -> NoeticError {
+    NoeticError::ModelFailed {
+        message: format!(
+            "the provider's response is not valid JSON ({error}); the raw body is attached — check that the base \
+             URL points at an OpenAI-compatible /v1 endpoint"
+        ),
+        status: None,
+        raw: Some(raw.to_owned()),
+        retryable: false,
+    }
+}
+
+/// Cuts provider text to a length fit for an error message.
+pub(crate) fn quote(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(MAX_QUOTED) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A provider's error object: `{"error": {"message", "type", "code"}}`, `{"error": "text"}`, or vLLM's
+/// `{"object": "error", "message", "type", "code"}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ProviderError {
+    /// The provider's message.
+    pub message: String,
+    /// `type` or a string `code` (e.g. `insufficient_quota`).
+    pub kind: Option<String>,
+    /// A numeric `code` (OpenRouter puts the HTTP status there).
+    pub code: Option<u16>,
+}
+
+impl ProviderError {
+    /// The error object in `value`, if it is one.
+    pub fn find(value: &Value) -> Option<ProviderError> {
+        let error = match value.get("error") {
+            Some(Value::Null) | None if value["object"] == "error" => value,
+            Some(Value::Null) | None => return None,
+            Some(Value::String(text)) => {
+                return Some(ProviderError { message: text.clone(), kind: None, code: None });
+            }
+            Some(error) => error,
+        };
+        let message = match &error["message"] {
+            Value::String(text) => text.clone(),
+            Value::Null => error.to_string(),
+            other => other.to_string(),
+        };
+        let code = error["code"].as_u64().and_then(|c| u16::try_from(c).ok());
+        let kind = error["code"].as_str().or_else(|| error["type"].as_str()).map(str::to_owned);
+        Some(ProviderError { message, kind, code })
+    }
+
+    /// The provider's error object in a raw body, if the body is one.
+    pub fn in_body(raw: &str) -> Option<ProviderError> {
+        serde_json::from_str::<Value>(raw).ok().as_ref().and_then(ProviderError::find)
+    }
+
+    /// The typed error for an error object received with HTTP `status` (None: inside a 200 body or a stream).
+    /// Retryable when its numeric code says rate limit or server error.
+    pub fn into_error(self, status: Option<u16>, raw: &str) -> NoeticError {
+        let code = status.or(self.code);
+        let retryable = matches!(code, Some(408 | 429 | 500..=599));
+        let kind = self.kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+        let advice = if retryable { "try again later" } else { "check the request, the model id and the account" };
+        NoeticError::ModelFailed {
+            message: format!("the provider returned an error{kind}: {}; {advice}", quote(&self.message)),
+            status: code,
+            raw: Some(raw.to_owned()),
+            retryable,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_ignored_and_missing_ones_defaulted() {
+        let body = r#"{"choices":[{"message":{"content":"hi","annotations":[]},"logprobs":null}],"x":1}"#;
+        let r = parse_response(body).unwrap_or_default();
+        assert_eq!(r.items, vec![Item::assistant("hi")]);
+        assert_eq!(r.usage, Usage::default());
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert_eq!(r.cost, None);
+    }
+
+    #[test]
+    fn tool_calls_without_ids_or_arguments_get_defaults_and_object_arguments_are_kept_as_json() {
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"function": {"name": "clock", "arguments": ""}},
+            {"id": "c2", "function": {"name": "weather", "arguments": {"city": "Paris"}}}
+        ]}}]})
+        .to_string();
+        let r = parse_response(&body).unwrap_or_default();
+        let calls: Vec<_> = r.tool_calls_iter().cloned().collect();
+        assert_eq!(calls[0], ToolCall { id: "call_0".into(), name: "clock".into(), arguments: "{}".into() });
+        assert_eq!(calls[1].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn content_parts_are_concatenated_and_unknown_finish_reasons_kept() {
+        let body =
+            json!({"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            "finish_reason": "eos"}]})
+            .to_string();
+        let r = parse_response(&body).unwrap_or_default();
+        assert_eq!(r.text_output(), "ab");
+        assert_eq!(r.finish_reason, FinishReason::Other("eos".into()));
+    }
+
+    #[test]
+    fn error_shapes_of_openai_vllm_and_plain_text_are_recognised() {
+        let openai = json!({"error": {"message": "bad", "type": "invalid_request_error", "code": null}});
+        assert_eq!(
+            ProviderError::find(&openai),
+            Some(ProviderError { message: "bad".into(), kind: Some("invalid_request_error".into()), code: None })
+        );
+        let vllm = json!({"object": "error", "message": "no model", "type": "NotFoundError", "code": 404});
+        assert_eq!(ProviderError::find(&vllm).map(|e| e.code), Some(Some(404)));
+        assert_eq!(ProviderError::find(&json!({"error": "oops"})).map(|e| e.message), Some("oops".into()));
+        assert_eq!(ProviderError::find(&json!({"error": null, "choices": []})), None);
+    }
+
+    #[test]
+    fn no_choices_and_malformed_json_are_typed_errors_with_the_raw_body() {
+        for body in ["{\"choices\": []}", "{not json"] {
+            match parse_response(body) {
+                Err(NoeticError::ModelFailed { raw, retryable, .. }) => {
+                    assert_eq!(raw.as_deref(), Some(body));
+                    assert!(!retryable);
+                }
+                other => panic!("expected ModelFailed, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn long_provider_text_is_cut_in_messages() {
+        let long = "é".repeat(2 * MAX_QUOTED);
+        assert_eq!(quote(&long).chars().count(), MAX_QUOTED + 1);
+    }
+}

@@ -1,0 +1,342 @@
+//! Streamed chat completions: SSE `data:` payloads → [`StreamDelta`]s.
+
+use noetic::NoeticError;
+use noetic::model::{Item, ModelResponse, StreamDelta, Usage};
+use serde_json::Value;
+
+use super::response::{ProviderError, arguments_text, content_text, finish_reason, tool_call, usage};
+
+/// A tool call being assembled from pieces.
+#[derive(Debug, Default)]
+struct PartialCall {
+    /// The `index` the server gave it, if any.
+    wire_index: Option<u64>,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles a streamed chat completion from its SSE `data:` payloads.
+///
+/// Feed each payload to [`push`](StreamAccumulator::push) and call [`finish`](StreamAccumulator::finish) when the
+/// byte stream ends. Text pieces become [`StreamDelta::Text`]; tool-call pieces become [`StreamDelta::ToolCall`]
+/// (with the id and name on the first piece of each call, arguments concatenated per call); `[DONE]` — or the end
+/// of a stream that reported a finish reason — yields [`StreamDelta::Done`] with the assembled response. Usage is
+/// taken from the last chunk that carries it (OpenAI sends it in a final chunk with no choices when
+/// `stream_options.include_usage` is set; OpenRouter in the last choice chunk, with `cost`).
+///
+/// Tool-call pieces are matched to calls by `index`; servers that omit the index are matched by id, and a piece
+/// with neither continues the last call.
+///
+/// ```
+/// use noetic::model::StreamDelta;
+/// use noetic_openai::wire::StreamAccumulator;
+///
+/// let mut acc = StreamAccumulator::new();
+/// let mut deltas = Vec::new();
+/// for data in [
+///     r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}"#,
+///     r#"{"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}"#,
+///     "[DONE]",
+/// ] {
+///     deltas.extend(acc.push(data)?);
+/// }
+/// assert_eq!(deltas[0], StreamDelta::Text { text: "Hel".into() });
+/// let Some(StreamDelta::Done { response }) = deltas.last() else { unreachable!() };
+/// assert_eq!(response.text_output(), "Hello");
+/// # Ok::<(), noetic::NoeticError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct StreamAccumulator {
+    text: String,
+    refusal: String,
+    calls: Vec<PartialCall>,
+    usage: Usage,
+    cost: Option<f64>,
+    finish: Option<String>,
+    done: bool,
+}
+
+impl StreamAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> Self {
+        StreamAccumulator::default()
+    }
+
+    /// True once [`StreamDelta::Done`] was produced; later payloads are ignored.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Feeds one SSE `data:` payload (a JSON chunk or `[DONE]`) and returns the deltas it produced.
+    ///
+    /// # Errors
+    ///
+    /// [`NoeticError::ModelFailed`] carrying the payload when it is a provider error object
+    /// (`{"error": {...}}`) or not JSON. Not retryable: part of the answer may have been delivered.
+    pub fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
+        let data = data.trim();
+        if self.done || data.is_empty() {
+            return Ok(Vec::new());
+        }
+        if data == "[DONE]" {
+            return Ok(vec![self.done_delta()]);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| NoeticError::ModelFailed {
+            message: format!(
+                "a streamed chunk is not valid JSON ({e}); the chunk is attached as raw — check that the server \
+                 speaks OpenAI-compatible streaming"
+            ),
+            status: None,
+            raw: Some(data.to_owned()),
+            retryable: false,
+        })?;
+        if let Some(error) = ProviderError::find(&chunk) {
+            let mut error = error.into_error(None, data);
+            if let NoeticError::ModelFailed { message, retryable, .. } = &mut error {
+                // Some of the answer may already be out; a retry would repeat it.
+                *retryable = false;
+                message.push_str(" (the error arrived inside the stream; it was not retried)");
+            }
+            return Err(error);
+        }
+        if chunk["usage"].is_object() {
+            (self.usage, self.cost) = usage(&chunk["usage"]);
+        }
+        let mut deltas = Vec::new();
+        let first = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first());
+        if let Some(choice) = first {
+            let delta = &choice["delta"];
+            let text = content_text(&delta["content"]);
+            if !text.is_empty() {
+                self.text.push_str(&text);
+                deltas.push(StreamDelta::Text { text });
+            }
+            if let Some(refusal) = delta["refusal"].as_str() {
+                self.refusal.push_str(refusal);
+            }
+            if let Some(pieces) = delta.get("tool_calls").and_then(Value::as_array) {
+                deltas.extend(pieces.iter().filter_map(|piece| self.tool_piece(piece)));
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                self.finish = Some(reason.to_owned());
+            }
+        }
+        Ok(deltas)
+    }
+
+    /// Ends the stream: yields `Done` if it was not produced yet and the response is complete.
+    ///
+    /// # Errors
+    ///
+    /// [`NoeticError::ModelFailed`] when the stream ended without `[DONE]` and without a finish reason (the
+    /// connection was cut short).
+    pub fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.finish.is_some() {
+            return Ok(Some(self.done_delta()));
+        }
+        Err(NoeticError::ModelFailed {
+            message: "the response stream ended before the model finished (no finish reason and no [DONE]); the \
+                      partial answer was discarded and not retried — call again"
+                .to_owned(),
+            status: None,
+            raw: None,
+            retryable: false,
+        })
+    }
+
+    /// The response assembled so far.
+    pub fn response(&self) -> ModelResponse {
+        let mut items = Vec::new();
+        if !self.text.is_empty() {
+            items.push(Item::assistant(self.text.clone()));
+        }
+        for (index, call) in self.calls.iter().enumerate() {
+            items.push(Item::ToolCall(tool_call(index, &call.id, &call.name, call.arguments.clone())));
+        }
+        ModelResponse {
+            items,
+            usage: self.usage,
+            cost: self.cost,
+            finish_reason: finish_reason(self.finish.as_deref(), !self.calls.is_empty()),
+            refusal: Some(self.refusal.clone()).filter(|r| !r.is_empty()),
+        }
+    }
+
+    fn done_delta(&mut self) -> StreamDelta {
+        self.done = true;
+        StreamDelta::Done { response: self.response() }
+    }
+
+    /// Adds one tool-call piece; returns the delta when it carried anything new.
+    fn tool_piece(&mut self, piece: &Value) -> Option<StreamDelta> {
+        let wire_index = piece["index"].as_u64();
+        let id = piece["id"].as_str().filter(|s| !s.is_empty());
+        let name = piece["function"]["name"].as_str().filter(|s| !s.is_empty());
+        let arguments = arguments_text(&piece["function"]["arguments"]);
+        let existing = match (wire_index, id) {
+            (Some(i), _) => self.calls.iter().rposition(|c| c.wire_index == Some(i)),
+            (None, Some(id)) => self.calls.iter().rposition(|c| c.id == id),
+            (None, None) => self.calls.len().checked_sub(1),
+        };
+        // A new id at a known index is a new call (some servers send every call with index 0).
+        let existing = existing.filter(|&pos| match (id, self.calls.get(pos)) {
+            (Some(id), Some(call)) => call.id.is_empty() || call.id == id,
+            _ => true,
+        });
+        let index = match existing {
+            Some(pos) => pos,
+            None => {
+                self.calls.push(PartialCall { wire_index, ..PartialCall::default() });
+                self.calls.len() - 1
+            }
+        };
+        let call = self.calls.get_mut(index)?;
+        let new_id = id.filter(|_| call.id.is_empty()).map(|id| {
+            call.id = id.to_owned();
+            call.id.clone()
+        });
+        // Names come whole on the first piece; some servers repeat them on later pieces.
+        let new_name = name.filter(|_| call.name.is_empty()).map(|name| {
+            call.name = name.to_owned();
+            call.name.clone()
+        });
+        call.arguments.push_str(&arguments);
+        if new_id.is_none() && new_name.is_none() && arguments.is_empty() {
+            return None;
+        }
+        Some(StreamDelta::ToolCall { index, id: new_id, name: new_name, arguments })
+    }
+}
+
+/// The deltas a streaming call would have produced for `response` (text, then tool calls, then `Done`); used when
+/// a server answers a streaming request with a plain JSON response.
+pub fn replay(response: ModelResponse) -> Vec<StreamDelta> {
+    let mut deltas = Vec::new();
+    let mut index = 0;
+    for item in &response.items {
+        match item {
+            Item::Message { content, .. } => deltas.push(StreamDelta::Text { text: content.clone() }),
+            Item::ToolCall(c) => {
+                deltas.push(StreamDelta::ToolCall {
+                    index,
+                    id: Some(c.id.clone()),
+                    name: Some(c.name.clone()),
+                    arguments: c.arguments.clone(),
+                });
+                index += 1;
+            }
+            Item::ToolResult(_) => {}
+        }
+    }
+    deltas.push(StreamDelta::Done { response });
+    deltas
+}
+
+#[cfg(test)]
+#[allow(clippy::panic, clippy::unwrap_used)]
+mod tests {
+    use noetic::model::{FinishReason, ToolCall};
+    use serde_json::json;
+
+    use super::*;
+
+    fn feed(chunks: &[Value]) -> Vec<StreamDelta> {
+        let mut acc = StreamAccumulator::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend(acc.push(&c.to_string()).unwrap());
+        }
+        out.extend(acc.push("[DONE]").unwrap());
+        out
+    }
+
+    fn done(deltas: &[StreamDelta]) -> ModelResponse {
+        match deltas.last() {
+            Some(StreamDelta::Done { response }) => response.clone(),
+            other => panic!("expected Done last, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tool_call_pieces_are_assembled_per_index_with_id_and_name_on_the_first_piece() {
+        let deltas = feed(&[
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{\"x\""}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1, "function": {"arguments": ":1}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}}),
+        ]);
+        assert_eq!(
+            deltas[0],
+            StreamDelta::ToolCall { index: 0, id: Some("a".into()), name: Some("f".into()), arguments: String::new() }
+        );
+        assert_eq!(deltas[2], StreamDelta::ToolCall { index: 0, id: None, name: None, arguments: "{}".into() });
+        let response = done(&deltas);
+        let calls: Vec<_> = response.tool_calls_iter().cloned().collect();
+        assert_eq!(
+            calls,
+            vec![
+                ToolCall { id: "a".into(), name: "f".into(), arguments: "{}".into() },
+                ToolCall { id: "b".into(), name: "g".into(), arguments: "{\"x\":1}".into() },
+            ]
+        );
+        assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (5, 7));
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn calls_without_index_are_matched_by_id_and_a_new_id_at_index_zero_is_a_new_call() {
+        let deltas = feed(&[
+            json!({"choices": [{"delta": {"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "h", "arguments": "{}"}}]}}]}),
+        ]);
+        let ids: Vec<_> = done(&deltas).tool_calls_iter().map(|c| c.id.clone()).collect();
+        assert_eq!(ids, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_stream_cut_before_the_finish_is_an_error_and_one_with_a_finish_reason_completes() {
+        let mut acc = StreamAccumulator::new();
+        acc.push(&json!({"choices": [{"delta": {"content": "Hi"}}]}).to_string()).unwrap();
+        assert!(matches!(acc.finish(), Err(NoeticError::ModelFailed { retryable: false, .. })));
+        acc.push(&json!({"choices": [{"delta": {}, "finish_reason": "length"}]}).to_string()).unwrap();
+        match acc.finish() {
+            Ok(Some(StreamDelta::Done { response })) => assert_eq!(response.finish_reason, FinishReason::Length),
+            other => panic!("expected Done, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_chunk_is_a_non_retryable_error_even_with_a_server_error_code() {
+        let mut acc = StreamAccumulator::new();
+        let chunk = json!({"error": {"code": 502, "message": "Provider disconnected"}, "choices": []}).to_string();
+        match acc.push(&chunk) {
+            Err(NoeticError::ModelFailed { message, raw, retryable, status }) => {
+                assert!(message.contains("Provider disconnected"));
+                assert_eq!(raw, Some(chunk));
+                assert_eq!(status, Some(502));
+                assert!(!retryable);
+            }
+            other => panic!("expected ModelFailed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusal_pieces_are_collected_and_replay_mirrors_a_response() {
+        let deltas = feed(&[
+            json!({"choices": [{"delta": {"refusal": "I can't"}}]}),
+            json!({"choices": [{"delta": {"refusal": " help."}, "finish_reason": "stop"}]}),
+        ]);
+        assert_eq!(done(&deltas).refusal.as_deref(), Some("I can't help."));
+        let response = ModelResponse::tool_calls([("c", "f", json!({}))]).with_text("ok");
+        let replayed = replay(response.clone());
+        assert_eq!(replayed.len(), 3);
+        assert_eq!(done(&replayed), response);
+    }
+}
