@@ -824,6 +824,7 @@ async fn emit_all_emits_model_and_tool_events_in_order() {
             EventKind::ToolCallCompleted { call_id, is_error, output, .. } => {
                 format!("tool_call_completed {call_id} error={is_error} {output}")
             }
+            EventKind::ModelTextDelta { step_id, text } => format!("model_text_delta {step_id} {text}"),
             other => format!("other {other:?}"),
         })
         .collect();
@@ -836,6 +837,7 @@ async fn emit_all_emits_model_and_tool_events_in_order() {
             "tool_call_started c1 add",
             "tool_call_completed c1 error=false 3",
             "model_call_started assistant openai/gpt-4o-mini round=1 tools=1",
+            "model_text_delta assistant 3",
             "model_call_completed round=1 tool_calls=0",
             "step_completed assistant",
         ]

@@ -141,6 +141,7 @@ async fn the_session_event_stream_shows_turn_model_and_tool_events_in_order() {
             "tool_call_started",
             "tool_call_completed",
             "model_call_started",
+            "model_text_delta",
             "model_call_completed",
             "turn_completed"
         ]

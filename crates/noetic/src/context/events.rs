@@ -96,6 +96,13 @@ pub enum EventKind {
         /// Tools offered.
         tools: usize,
     },
+    /// A piece of the model's answer text, as it streams in (only while someone watches events).
+    ModelTextDelta {
+        /// The llm step.
+        step_id: Arc<str>,
+        /// The new text.
+        text: String,
+    },
     /// The model answered.
     ModelCallCompleted {
         /// The llm step.

@@ -10,7 +10,7 @@ use crate::agent::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
-use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, ToolCall, ToolResult, ToolSpec, Usage};
+use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolResult, ToolSpec, Usage};
 use crate::steering::SteeringAction;
 use crate::step::StepLlm;
 use crate::tool::Tool;
@@ -118,8 +118,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 tools: specs.len(),
             });
         }
-        let response: ModelResponse =
-            ctx.run_cancellable(model.call(request)).await.map_err(|e| with_step_id(e, &s.id))?;
+        // Someone watches: stream, so text shows up as it arrives. Otherwise one call is cheaper.
+        let answer = if watched {
+            let on_text = |text: String| emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
+            ctx.run_cancellable(collect_stream(model.stream(request), on_text)).await
+        } else {
+            ctx.run_cancellable(model.call(request)).await
+        };
+        let response: ModelResponse = answer.map_err(|e| with_step_id(e, &s.id))?;
         usage.add(&response.usage);
         cost += response.cost.unwrap_or(0.0);
         ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
@@ -177,6 +183,28 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         ctx.extend_items(response.items);
         run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind), steering.as_deref()).await?;
     }
+}
+
+/// Drains a model stream, handing each text piece to `on_text`; the final `Done` delta is the response.
+async fn collect_stream(
+    mut stream: futures::stream::BoxStream<'static, Result<StreamDelta, NoeticError>>,
+    on_text: impl Fn(String),
+) -> Result<ModelResponse, NoeticError> {
+    use futures::StreamExt;
+    while let Some(delta) = stream.next().await {
+        match delta? {
+            StreamDelta::Text { text } => on_text(text),
+            StreamDelta::ToolCall { .. } => {}
+            StreamDelta::Done { response } => return Ok(response),
+        }
+    }
+    Err(NoeticError::ModelFailed {
+        message: "the model's stream ended without a final response; the connection may have dropped — try again"
+            .to_owned(),
+        status: None,
+        raw: None,
+        retryable: true,
+    })
 }
 
 /// Runs the calls one after another, appending each result. After every call the steering queue is polled; with
