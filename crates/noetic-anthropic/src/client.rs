@@ -305,11 +305,12 @@ mod tests {
     #[test]
     fn a_retry_after_longer_than_the_backoff_wins_and_one_beyond_the_cap_ends_the_retries() {
         let policy = RetryPolicy::new(3, Backoff::Exponential, 500 * MS).max_delay(10_000 * MS);
-        let limited = |ms| NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms) };
+        let limited =
+            |ms| NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms), message: None };
         assert_eq!(retry_delay(&policy, 0, &limited(2000)), Some(2000 * MS));
         assert_eq!(retry_delay(&policy, 0, &limited(0)), Some(500 * MS));
         assert_eq!(retry_delay(&policy, 0, &limited(60_000)), None);
-        let unknown = NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: None };
+        let unknown = NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: None, message: None };
         assert_eq!(retry_delay(&policy, 0, &unknown), Some(500 * MS));
     }
 

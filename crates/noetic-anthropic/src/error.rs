@@ -55,6 +55,7 @@ pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str,
             NoeticError::ModelRateLimit {
                 step_id: String::new(),
                 retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                message: Some(provider.to_string()),
             }
         }
         529 => failed(
@@ -89,7 +90,11 @@ pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<
     let error_type = value["error"]["type"].as_str().unwrap_or_default();
     if error_type == "rate_limit_error" {
         tracing::warn!(provider_message = %provider, "Anthropic rate limit error object");
-        return Some(NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: None });
+        return Some(NoeticError::ModelRateLimit {
+            step_id: String::new(),
+            retry_after_ms: None,
+            message: Some(provider.to_string()),
+        });
     }
     let retryable = matches!(error_type, "overloaded_error" | "api_error" | "timeout_error");
     Some(NoeticError::ModelFailed {

@@ -353,7 +353,7 @@ mod tests {
     }
 
     fn rate_limit(ms: Option<u64>) -> NoeticError {
-        NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: ms }
+        NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: ms, message: None }
     }
 
     fn code_of(config: OpenAiConfig) -> Option<ConfigCode> {

@@ -59,7 +59,7 @@ pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, 
         ),
         429 => {
             tracing::warn!(status, body = %said, "rate limited by the provider");
-            NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms }
+            NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms, message: Some(said.to_string()) }
         }
         404 => {
             failed(format!("not found (HTTP 404: {said}); check the model id and that the base URL ends in /v1"), false)
@@ -156,6 +156,13 @@ mod tests {
             status_error(429, Some(20), "{}", &KEY),
             NoeticError::ModelRateLimit { retry_after_ms: Some(20), .. }
         ));
+        let slow_down = r#"{"error":{"message":"Rate limit reached for requests","type":"requests"}}"#;
+        let limited = status_error(429, None, slow_down, &KEY);
+        assert!(
+            matches!(&limited, NoeticError::ModelRateLimit { message: Some(m), .. } if m.contains("Rate limit reached")),
+            "the provider's words are kept: {limited:?}"
+        );
+        assert!(limited.to_string().contains("Rate limit reached"));
         let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
         assert!(!status_error(429, None, quota, &KEY).is_retryable());
         assert!(status_error(503, None, "upstream down", &KEY).is_retryable());

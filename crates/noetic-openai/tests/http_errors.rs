@@ -95,7 +95,7 @@ async fn a_retry_after_longer_than_the_policy_allows_is_returned_as_model_rate_l
         .await;
     let error = model_for(&server).call(user_request("hi")).await.unwrap_err();
     assert!(
-        matches!(&error, NoeticError::ModelRateLimit { retry_after_ms: Some(120_000), step_id } if step_id.is_empty()),
+        matches!(&error, NoeticError::ModelRateLimit { retry_after_ms: Some(120_000), step_id, .. } if step_id.is_empty()),
         "{error:?}"
     );
     assert!(error.is_retryable(), "the caller may retry later");

@@ -222,12 +222,15 @@ pub enum NoeticError {
         message: String,
     },
     /// The model provider rate-limited the call.
-    #[error("model rate limited at step '{step_id}'{}; wait and retry, or lower the request rate", match retry_after_ms { Some(ms) => format!(" (retry after {ms} ms)"), None => String::new() })]
+    #[error("model rate limited at step '{step_id}'{}{}; wait and retry, or lower the request rate", match retry_after_ms { Some(ms) => format!(" (retry after {ms} ms)"), None => String::new() }, message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
     ModelRateLimit {
         /// The llm step.
         step_id: String,
         /// How long the provider asked to wait, if it said.
         retry_after_ms: Option<u64>,
+        /// The provider's own words, when it gave any.
+        #[serde(default)]
+        message: Option<String>,
     },
     /// The model provider failed (network, server, authentication, malformed response).
     #[error("model call failed: {message}")]

@@ -718,10 +718,10 @@ async fn a_held_model_call_is_cancelled_with_the_context() {
 #[tokio::test]
 async fn a_model_rate_limit_surfaces_with_the_step_id_filled_in() {
     let model = ScriptedModel::new([]);
-    model.push_error(NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(5) });
+    model.push_error(NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(5), message: None });
     let err = assistant().execute("hi".to_string(), &context(&model, [])).await.unwrap_err();
     match err {
-        NoeticError::ModelRateLimit { step_id, retry_after_ms } => {
+        NoeticError::ModelRateLimit { step_id, retry_after_ms, .. } => {
             assert_eq!(step_id, "assistant");
             assert_eq!(retry_after_ms, Some(5));
         }

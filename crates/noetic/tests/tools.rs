@@ -46,7 +46,7 @@ fn tool_context(call_id: &str, tool: &str) -> ToolContext {
 }
 
 fn rate_limited(ms: u64) -> NoeticError {
-    NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms) }
+    NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms), message: None }
 }
 
 fn failed(retryable: bool) -> NoeticError {

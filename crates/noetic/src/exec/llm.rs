@@ -31,8 +31,8 @@ fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
 /// Names the step in errors the model layer raised without knowing it.
 fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
     match error {
-        NoeticError::ModelRateLimit { step_id, retry_after_ms } if step_id.is_empty() => {
-            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms }
+        NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
+            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms, message }
         }
         other => other,
     }
