@@ -1,13 +1,42 @@
 //! The `noetic` command.
+//!
+//! * `noetic demo` — the three capabilities on the scripted model, no key needed ([`demo`]).
+//! * `noetic chat` — an interactive agent on a real provider, steerable while it works ([`chat`]).
+//! * `noetic run WORKFLOW --prompt TEXT` — one turn of an agent defined in a file ([`run`], [`workflow`]).
+//! * `noetic ledger FILE` — a steering ledger written with `--ledger-out` ([`ledger`]).
+//! * `noetic rules FILE` — checks a rules file ([`rules`]).
+//!
+//! `chat` and `run` share the agent assembly ([`agent`]): the model from [`provider`], the built-in tools
+//! confined to a [`workspace`] ([`tools`], [`command`]), the rules as a steering layer, and approvals asked at
+//! the terminal ([`approve`]).
 
+mod agent;
+mod approve;
+mod chat;
+mod command;
 mod demo;
+mod ledger;
+mod provider;
 mod render;
+mod rules;
+mod run;
+mod source;
+mod tools;
+mod workflow;
+mod workspace;
 
 use clap::{Parser, Subcommand};
 
 /// Run steerable, rule-guarded agents from the terminal.
 #[derive(Parser)]
-#[command(name = "noetic", version, about)]
+#[command(
+    name = "noetic",
+    version,
+    about,
+    after_help = "Examples:\n  noetic demo\n  noetic chat --model openai/gpt-4o-mini --rules rules.toml --workspace .\n  noetic chat \
+                  --model llama3.2 --base-url http://localhost:11434/v1\n  noetic run workflow.toml --prompt \"Tidy up\" \
+                  --json\n  noetic ledger ledger.jsonl\n  noetic rules rules.toml"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,6 +50,37 @@ enum Command {
         /// No colours, even on a terminal.
         #[arg(long)]
         plain: bool,
+    },
+    /// Chat with an agent on a real provider; type while it works to steer it, /stop to cancel a turn.
+    Chat(chat::ChatArgs),
+    /// Run an agent defined in a workflow file (TOML or JSON) once on a prompt and print its answer.
+    #[command(
+        after_help = "Workflow keys: instructions, model (\"scripted\" answers from [[scripted.response]] tables \
+                            with text and/or tool_calls, and judge requests from scripted.judge), provider \
+                            (openai|anthropic), base_url, tools (built-in names), workspace and rules_file (relative to \
+                            the workflow), [[rule]] tables (as in rules.toml), max_rounds, max_iterations, steering_mode. \
+                            Example: crates/noetic-cli/examples/workflow.toml."
+    )]
+    Run(run::RunArgs),
+    /// Pretty-print a steering ledger written with --ledger-out (JSON lines).
+    Ledger {
+        /// The ledger file.
+        file: std::path::PathBuf,
+        /// No colours, even on a terminal.
+        #[arg(long)]
+        plain: bool,
+    },
+    /// Check a rules file (`rules.toml`) and list what each rule does; mistakes are reported with line and column.
+    #[command(
+        after_help = "Each [[rule]] has an id and exactly one of: deny_tool = \"name\"; deny_arg = { tool, arg, \
+                            glob | regex }; require_approval = \"name\"; prompt = \"...\" (LLM-judged, with optional mode \
+                            = \"sync\"|\"async\", model, on_failure = \"allow\"|\"deny\"). Optional: name, applies_to \
+                            (default [\"before_tool_call\"]), guidance and action = \"deny\"|\"guide\" (programmatic \
+                            rules). Example: crates/noetic-cli/examples/rules.toml."
+    )]
+    Rules {
+        /// The rules file (TOML, or JSON with a .json extension).
+        file: std::path::PathBuf,
     },
 }
 
@@ -36,8 +96,14 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo { plain } => demo::run(plain).await,
+            Command::Rules { file } => check_rules(&file),
+            Command::Run(args) => run::run(args).await,
+            Command::Chat(args) => chat::run(args).await,
+            Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
         }
     });
+    // Do not wait for blocking tool threads a cancelled turn left behind (a command being killed, a slow read).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -45,4 +111,13 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn check_rules(file: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let set = rules::load(&source::Source::read(file)?)?;
+    println!("{}: {} rule(s)", file.display(), set.len());
+    for line in set.describe() {
+        println!("  {line}");
+    }
+    Ok(())
 }

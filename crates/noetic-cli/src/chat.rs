@@ -1,0 +1,423 @@
+//! `noetic chat`: an interactive agent on a real provider, steerable while it works.
+//!
+//! Stdin is read on its own thread, so the prompt stays live during a turn: a line typed while idle starts a
+//! turn; a line typed while the agent works is steered into the running turn (it reaches the model after the
+//! running tool call, and the rest of that batch is skipped). Commands: `/stop`, `/mode all|one-at-a-time`,
+//! `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::IntoFuture;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use noetic::agent::{Session, SteeringMode};
+use noetic::steering::{LedgerEntry, SteeringLayer};
+use noetic::{Event, EventKind, ExecutionId, NoeticError};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::sync::mpsc;
+
+use crate::agent::{self, AgentSpec};
+use crate::approve::{self, Pending};
+use crate::ledger;
+use crate::provider::{self, Provider};
+use crate::render::{Style, event_line, ledger_line};
+use crate::rules::{self, RuleSet};
+use crate::source::Source;
+use crate::workspace::Workspace;
+
+type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
+
+/// The steering queue's mode, as typed.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ModeArg {
+    /// A checkpoint takes every queued message.
+    All,
+    /// A checkpoint takes one message (the default).
+    OneAtATime,
+}
+
+impl From<ModeArg> for SteeringMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::All => SteeringMode::All,
+            ModeArg::OneAtATime => SteeringMode::OneAtATime,
+        }
+    }
+}
+
+/// Arguments of `noetic chat`.
+#[derive(clap::Args)]
+pub struct ChatArgs {
+    /// The model id, e.g. openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, llama3.2 (default: $NOETIC_MODEL,
+    /// else openai/gpt-4o-mini).
+    #[arg(long)]
+    model: Option<String>,
+    /// The API (default: anthropic for anthropic/… and claude… models, else openai).
+    #[arg(long, value_enum)]
+    provider: Option<Provider>,
+    /// Base URL of an OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama (no key needed for a
+    /// local server). Keys come from OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// A rules file (see `noetic rules FILE`).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// The folder the tools may touch.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    workspace: PathBuf,
+    /// Append each turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
+    #[arg(long, value_name = "FILE")]
+    ledger_out: Option<PathBuf>,
+    /// How many queued steering messages reach the model at a checkpoint (default: one-at-a-time, or
+    /// $NOETIC_AGENTS_DEFAULTS_STEERING_MODE).
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    /// System instructions (default: a careful assistant for the workspace).
+    #[arg(long)]
+    instructions: Option<String>,
+    /// No colours, even on a terminal.
+    #[arg(long)]
+    plain: bool,
+}
+
+const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
+                    running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
+                    steering decisions, /status, /quit.";
+
+/// Runs the chat until `/quit` or the end of input.
+pub async fn run(args: ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let model_id = provider::model_id(args.model.as_deref());
+    let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
+    let model = provider::build(provider, args.base_url.as_deref())?;
+    let rules = match &args.rules {
+        Some(path) => rules::load(&Source::read(path)?)?,
+        None => RuleSet::default(),
+    };
+    let terminal = std::io::stdin().is_terminal();
+    let (approval_tx, mut approvals) = mpsc::unbounded_channel();
+    let rule_count = rules.len();
+    let workspace = Workspace::open(&args.workspace)?;
+    let agent = agent::build(AgentSpec {
+        model,
+        model_id: model_id.clone(),
+        instructions: args.instructions.clone(),
+        tools: None,
+        rules,
+        workspace: workspace.clone(),
+        max_rounds: None,
+        max_iterations: None,
+        steering_mode: args.mode.map_or_else(|| SteeringMode::from_config(None), Into::into),
+        approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
+    })?;
+    let session = agent.runtime.session("chat");
+    let mut events = session.subscribe();
+    let style = Style::detect(args.plain);
+    println!(
+        "{}",
+        style.bold(&format!(
+            "noetic chat — {model_id} ({}), workspace {}, {rule_count} rule(s), steering mode {}",
+            provider.as_str(),
+            workspace.root().display(),
+            session.steering_mode().as_str()
+        ))
+    );
+    println!("{}", style.dim(HELP));
+    let mut lines = spawn_stdin_reader();
+    let mut chat = Chat {
+        session,
+        steering: agent.steering.clone(),
+        style,
+        ledger: Vec::new(),
+        ledger_out: args.ledger_out.clone(),
+        execution: None,
+        turn_started: None,
+        tools: HashMap::new(),
+        approvals: VecDeque::new(),
+        mid_line: false,
+        streamed: false,
+        terminal,
+        input_closed: false,
+        quitting: false,
+    };
+    let mut turn: Option<TurnFuture> = None;
+    chat.prompt(turn.is_some());
+    loop {
+        // Biased, events first: what the agent already did is printed before a question or a typed line is
+        // handled, so the transcript reads in order.
+        tokio::select! {
+            biased;
+            event = events.recv() => chat.on_event(event),
+            result = async { match turn.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if turn.is_some() => {
+                turn = chat.on_turn_end(result, &mut events);
+            },
+            Some(pending) = approvals.recv() => chat.ask(pending),
+            line = lines.recv(), if !chat.input_closed && !chat.quitting => match line {
+                Some(line) => match chat.on_line(&line, turn.is_some()) {
+                    Action::Start(t) => turn = Some(t),
+                    Action::Quit => {
+                        chat.quitting = true;
+                        chat.reject_waiting();
+                    }
+                    Action::Nothing => {}
+                },
+                None => {
+                    chat.input_closed = true;
+                    chat.reject_waiting();
+                }
+            },
+        }
+        if turn.is_none() && (chat.quitting || chat.input_closed) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Lines of stdin, read on a thread so the async side never blocks on the terminal.
+fn spawn_stdin_reader() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+enum Action {
+    Start(TurnFuture),
+    Quit,
+    Nothing,
+}
+
+struct Chat {
+    session: Session,
+    steering: Arc<SteeringLayer>,
+    style: Style,
+    /// Entries of the finished turns.
+    ledger: Vec<LedgerEntry>,
+    ledger_out: Option<PathBuf>,
+    /// The running turn's execution.
+    execution: Option<ExecutionId>,
+    turn_started: Option<Instant>,
+    /// Running tool calls: call id → (tool, start).
+    tools: HashMap<String, (String, Instant)>,
+    approvals: VecDeque<Pending>,
+    /// The last thing printed was streamed text without a newline.
+    mid_line: bool,
+    /// Text streamed since the last model call started.
+    streamed: bool,
+    terminal: bool,
+    /// Stdin has ended: calls needing approval are declined.
+    input_closed: bool,
+    /// `/quit` was typed: calls needing approval are declined.
+    quitting: bool,
+}
+
+impl Chat {
+    fn say(&mut self, line: &str) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+        println!("{line}");
+    }
+
+    fn prompt(&self, running: bool) {
+        if self.terminal && !running {
+            print!("> ");
+            let _ = std::io::stdout().flush();
+        }
+    }
+
+    fn on_line(&mut self, line: &str, running: bool) -> Action {
+        let text = line.trim();
+        if let Some(pending) = self.approvals.pop_front() {
+            let _ = pending.reply.send(approve::answer(text));
+            if let Some(next) = self.approvals.front() {
+                let question = approve::question(&next.request);
+                self.say(&self.style.yellow(&question));
+            }
+            return Action::Nothing;
+        }
+        if text.is_empty() {
+            self.prompt(running);
+            return Action::Nothing;
+        }
+        let (command, rest) = text.split_once(' ').map_or((text, ""), |(c, r)| (c, r.trim()));
+        match command {
+            "/quit" | "/exit" => {
+                if running {
+                    self.session.stop("the user quit");
+                    self.say(&self.style.dim("stopping the running turn, then quitting"));
+                }
+                return Action::Quit;
+            }
+            "/stop" => {
+                let (dropped, was_running) = self.session.stop("stopped by the user");
+                let note = match (was_running, dropped) {
+                    (false, 0) => "no turn is running".to_owned(),
+                    (false, n) => format!("dropped {n} queued message(s)"),
+                    (true, n) => format!("stopping the turn (dropped {n} queued message(s))"),
+                };
+                self.say(&self.style.dim(&note));
+            }
+            "/mode" => match rest {
+                "" => self.say(&format!("steering mode: {}", self.session.steering_mode().as_str())),
+                "all" | "one-at-a-time" => {
+                    self.session.set_steering_mode(SteeringMode::parse(rest));
+                    self.say(&self.style.dim(&format!("steering mode: {rest}")));
+                }
+                other => self.say(&format!("unknown mode '{other}'; use /mode all or /mode one-at-a-time")),
+            },
+            "/ledger" => self.print_ledger(),
+            "/status" => self.print_status(running),
+            "/help" => self.say(HELP),
+            _ if command.starts_with('/') => self.say(&format!("unknown command {command}; {HELP}")),
+            _ if running => {
+                if let Err(e) = self.session.steer(text) {
+                    self.say(&self.style.red(&format!("not steered: {e}")));
+                }
+            }
+            _ => match self.session.send(text) {
+                Ok(turn) => {
+                    self.turn_started = Some(Instant::now());
+                    return Action::Start(turn.into_future());
+                }
+                Err(e) => self.say(&self.style.red(&e.to_string())),
+            },
+        }
+        self.prompt(running);
+        Action::Nothing
+    }
+
+    fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(RecvError::Lagged(n)) => return self.say(&self.style.dim(&format!("({n} events not shown)"))),
+            Err(RecvError::Closed) => return,
+        };
+        match &event.kind {
+            EventKind::ModelTextDelta { text, .. } => {
+                print!("{text}");
+                let _ = std::io::stdout().flush();
+                self.mid_line = !text.ends_with('\n');
+                self.streamed = true;
+                return;
+            }
+            EventKind::TurnStarted { .. } => {
+                self.execution = Some(event.execution_id);
+                self.turn_started.get_or_insert_with(Instant::now);
+            }
+            EventKind::ModelCallStarted { .. } => self.streamed = false,
+            EventKind::ToolCallStarted { call_id, tool } => {
+                self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
+            }
+            _ => {}
+        }
+        let Some(mut line) = event_line(&self.style, &event.kind) else { return };
+        if let EventKind::ToolCallCompleted { call_id, .. } = &event.kind
+            && let Some((_, started)) = self.tools.remove(call_id)
+        {
+            line.push_str(&self.style.dim(&format!(" ({} ms)", started.elapsed().as_millis())));
+        }
+        self.say(&line);
+    }
+
+    /// Prints what is left of the turn's events and its answer, saves its ledger, and starts a continuation when
+    /// messages arrived after the turn's last checkpoint.
+    fn on_turn_end(
+        &mut self,
+        result: Result<String, NoeticError>,
+        events: &mut broadcast::Receiver<Arc<Event>>,
+    ) -> Option<TurnFuture> {
+        loop {
+            match events.try_recv() {
+                Ok(event) => self.on_event(Ok(event)),
+                Err(TryRecvError::Lagged(n)) => self.on_event(Err(RecvError::Lagged(n))),
+                Err(_) => break,
+            }
+        }
+        if let Ok(answer) = &result
+            && !self.streamed
+            && !answer.is_empty()
+        {
+            self.say(answer);
+        }
+        if let Some(id) = self.execution.take() {
+            let entries = self.steering.ledger(id);
+            if let Some(path) = &self.ledger_out
+                && let Err(e) = ledger::append(path, &entries)
+            {
+                self.say(&self.style.red(&e));
+            }
+            self.ledger.extend(entries);
+        }
+        self.turn_started = None;
+        self.tools.clear();
+        if self.session.queued() > 0
+            && let Ok(Some(turn)) = self.session.continue_session()
+        {
+            return Some(turn.into_future());
+        }
+        self.prompt(false);
+        None
+    }
+
+    fn ask(&mut self, pending: Pending) {
+        if self.input_closed || self.quitting {
+            let _ = pending.reply.send(approve::answer(""));
+            return;
+        }
+        if self.approvals.is_empty() {
+            let question = approve::question(&pending.request);
+            self.say(&self.style.yellow(&question));
+        }
+        self.approvals.push_back(pending);
+    }
+
+    /// Declines every call waiting for an answer (nobody is left to give one).
+    fn reject_waiting(&mut self) {
+        for pending in self.approvals.drain(..) {
+            let _ = pending.reply.send(approve::answer(""));
+        }
+    }
+
+    fn print_ledger(&mut self) {
+        let mut entries = self.ledger.clone();
+        if let Some(id) = self.execution {
+            entries.extend(self.steering.ledger(id));
+        }
+        if entries.is_empty() {
+            return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
+        }
+        self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
+        for entry in &entries {
+            let line = ledger_line(&self.style, entry);
+            self.say(&line);
+        }
+    }
+
+    fn print_status(&mut self, running: bool) {
+        let Some(started) = self.turn_started.filter(|_| running) else {
+            if running {
+                return self.say("a turn is starting");
+            }
+            return self.say("idle: type a message to start a turn");
+        };
+        let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
+        for (call_id, (tool, since)) in &self.tools {
+            status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
+        }
+        let queued = self.session.queued();
+        if queued > 0 {
+            status.push_str(&format!("; {queued} steering message(s) queued"));
+        }
+        self.say(&status);
+    }
+}

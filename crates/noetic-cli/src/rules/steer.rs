@@ -1,0 +1,105 @@
+//! Rules as steering rules: predicates for the programmatic kinds, judges for the LLM-judged ones.
+
+use std::sync::Arc;
+
+use globset::GlobMatcher;
+use noetic::steering::{LlmEval, LlmMode, SteeringAction, SteeringDecision, SteeringRule};
+use regex::Regex;
+use serde_json::Value;
+
+use super::{Kind, Rule};
+
+/// How an argument is matched.
+#[derive(Debug, Clone)]
+pub(super) enum Matcher {
+    /// The pattern as written, and its matcher.
+    Glob(String, GlobMatcher),
+    /// A regular expression.
+    Regex(Regex),
+}
+
+impl Matcher {
+    pub(super) fn is_match(&self, text: &str) -> bool {
+        match self {
+            Matcher::Glob(_, glob) => glob.is_match(text) || glob.is_match(folded(text)),
+            Matcher::Regex(re) => re.is_match(text),
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Matcher::Glob(pattern, _) => format!("glob {pattern:?}"),
+            Matcher::Regex(re) => format!("regex {:?}", re.as_str()),
+        }
+    }
+}
+
+/// A path with `.` parts and `dir/..` pairs folded away (`./notes/../a.txt` → `a.txt`), so that a glob cannot
+/// be dodged by spelling the same path differently.
+fn folded(text: &str) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for part in std::path::Path::new(text).components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn decision(action: SteeringAction, guidance: String) -> SteeringDecision {
+    if action == SteeringAction::Guide { SteeringDecision::guide(guidance) } else { SteeringDecision::deny(guidance) }
+}
+
+fn arg_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The steering rule for a rule (`None` for `require_approval`, which is a property of the tool).
+pub(super) fn steering_rule(rule: &Rule, judge_model: &str) -> Option<SteeringRule> {
+    let (id, action, hooks) = (rule.id.clone(), rule.action, rule.applies_to.clone());
+    let built = match &rule.kind {
+        Kind::RequireApproval { .. } => return None,
+        Kind::DenyTool { tool } => {
+            let tool = tool.clone();
+            let guidance = rule.guidance.clone().unwrap_or_else(|| format!("The tool '{tool}' is not allowed here."));
+            SteeringRule::predicate(id, hooks, move |p| match p.tool_call() {
+                Some(c) if c.name == tool => decision(action, guidance.clone()),
+                _ => SteeringDecision::allow(),
+            })
+        }
+        Kind::DenyArg { tool, arg, matcher } => {
+            let (tool, arg, matcher) = (tool.clone(), arg.clone(), Arc::new(matcher.clone()));
+            let guidance = rule.guidance.clone();
+            SteeringRule::predicate(id, hooks, move |p| {
+                let Some(call) = p.tool_call().filter(|c| c.name == tool) else { return SteeringDecision::allow() };
+                match call.args.get(&arg).map(arg_text) {
+                    Some(value) if matcher.is_match(&value) => decision(
+                        action,
+                        guidance.clone().unwrap_or_else(|| format!("{tool} with {arg} = {value:?} is not allowed.")),
+                    ),
+                    _ => SteeringDecision::allow(),
+                }
+            })
+        }
+        Kind::Llm { mode, prompt, model, on_failure } => {
+            let eval = match mode {
+                LlmMode::Sync => LlmEval::sync(prompt.clone()),
+                LlmMode::Async => LlmEval::asynchronous(prompt.clone()),
+            };
+            let eval = eval.model(model.clone().unwrap_or_else(|| judge_model.to_owned())).on_failure(*on_failure);
+            SteeringRule::llm(id, hooks, eval)
+        }
+    };
+    Some(match &rule.name {
+        Some(name) => built.named(name.clone()),
+        None => built,
+    })
+}

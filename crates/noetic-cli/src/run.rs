@@ -1,0 +1,112 @@
+//! `noetic run WORKFLOW --prompt TEXT`: one turn of an agent defined in a file, for scripts.
+//!
+//! The answer goes to stdout; progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
+//! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
+//! (or `{"type":"error","message":...}`).
+
+use std::path::PathBuf;
+
+use noetic::EventKind;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::agent::{self, AgentSpec};
+use crate::render::{Style, event_line};
+use crate::workspace::Workspace;
+use crate::{approve, ledger, workflow};
+
+/// Arguments of `noetic run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The workflow file (TOML, or JSON with a .json extension).
+    workflow: PathBuf,
+    /// The user message the agent works on.
+    #[arg(long, short)]
+    prompt: String,
+    /// Print every event as a JSON line, then the ledger and the answer as JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Append the turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
+    #[arg(long, value_name = "FILE")]
+    ledger_out: Option<PathBuf>,
+    /// The folder the tools work in (overrides the workflow's `workspace`; default: the current folder).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// The model id (overrides the workflow's `model`).
+    #[arg(long)]
+    model: Option<String>,
+    /// Base URL of an OpenAI-compatible server (overrides the workflow's `base_url`).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// No colours on the progress lines.
+    #[arg(long)]
+    plain: bool,
+}
+
+/// Runs the workflow once.
+pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let mut flow = workflow::load(&args.workflow)?;
+    if let Some(model) = &args.model {
+        flow.model = model.clone();
+    }
+    let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
+    let spec = AgentSpec {
+        model: flow.model_client(args.base_url.as_deref())?,
+        model_id: flow.model.clone(),
+        instructions: flow.instructions.clone(),
+        tools: flow.tools.clone(),
+        rules: flow.rules.clone(),
+        workspace: Workspace::open(&dir)?,
+        max_rounds: flow.max_rounds,
+        max_iterations: flow.max_iterations,
+        steering_mode: flow.steering_mode.unwrap_or_else(|| noetic::agent::SteeringMode::from_config(None)),
+        approver: Some(approve::at_terminal()),
+    };
+    let agent = agent::build(spec)?;
+    let session = agent.runtime.session("run");
+    let mut events = session.subscribe();
+    let turn = session.send(args.prompt.clone())?;
+    let style = Style::detect(args.plain);
+    let mut execution = None;
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                if args.json {
+                    println!("{}", serde_json::to_string(&*event)?);
+                } else if let Some(line) = event_line(&style, &event.kind) {
+                    eprintln!("{line}");
+                }
+                match &event.kind {
+                    EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
+                    EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. } => break,
+                    _ => {}
+                }
+            }
+            Err(RecvError::Lagged(n)) => eprintln!("({n} events were not shown: the terminal fell behind)"),
+            Err(RecvError::Closed) => break,
+        }
+    }
+    let answer = turn.await;
+    let entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
+    if let Some(path) = &args.ledger_out {
+        ledger::append(path, &entries)?;
+    }
+    match answer {
+        Ok(text) if args.json => {
+            println!("{}", json!({"type": "ledger", "entries": entries}));
+            println!("{}", json!({"type": "answer", "text": text}));
+            Ok(())
+        }
+        Ok(text) => {
+            println!("{text}");
+            Ok(())
+        }
+        Err(e) => {
+            if args.json {
+                println!("{}", json!({"type": "ledger", "entries": entries}));
+                println!("{}", json!({"type": "error", "message": e.to_string()}));
+            }
+            Err(format!("the turn failed: {e}").into())
+        }
+    }
+}

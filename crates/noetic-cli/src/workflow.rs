@@ -1,0 +1,219 @@
+//! Workflow files for `noetic run`: an agent defined in TOML (or JSON, by extension).
+//!
+//! ```toml
+//! instructions = "You keep the workspace tidy."
+//! model = "openai/gpt-4o-mini"   # or "scripted" (answers from [scripted], no network)
+//! provider = "openai"            # default: anthropic for anthropic/… and claude… ids, else openai
+//! base_url = "http://localhost:11434/v1"
+//! tools = ["read_file", "list_dir"]  # default: every built-in tool
+//! workspace = "."                # relative to this file
+//! rules_file = "rules.toml"      # relative to this file; [[rule]] tables may be written here too
+//! max_rounds = 8                 # model → tools rounds within the llm step
+//! max_iterations = 4             # iterations of the agent loop
+//! steering_mode = "one-at-a-time"
+//!
+//! [[scripted.response]]
+//! tool_calls = [{ name = "list_dir", args = { path = "." } }]
+//! [[scripted.response]]
+//! text = "The workspace holds one file."
+//! ```
+//!
+//! A scripted model answers the agent's requests with `[[scripted.response]]` entries in order, and judge
+//! requests of LLM-judged rules with `scripted.judge` replies in order (`"ALLOW"` once they run out).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use noetic::NoeticError;
+use noetic::agent::SteeringMode;
+use noetic::model::{Item, Model, ModelResponse, ScriptedModel, ToolCall};
+use noetic::steering::ANSWER_FORMAT;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::provider::{self, Provider};
+use crate::rules::{self, RuleDef, RuleSet};
+use crate::source::{Seg, Source, SourceError};
+
+/// The model id that selects the scripted model.
+pub const SCRIPTED: &str = "scripted";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkflowFile {
+    instructions: Option<String>,
+    model: Option<String>,
+    provider: Option<Provider>,
+    base_url: Option<String>,
+    tools: Option<Vec<String>>,
+    #[serde(default)]
+    rule: Vec<RuleDef>,
+    rules_file: Option<PathBuf>,
+    max_rounds: Option<u32>,
+    max_iterations: Option<u32>,
+    steering_mode: Option<SteeringMode>,
+    workspace: Option<PathBuf>,
+    scripted: Option<ScriptedDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedDef {
+    #[serde(default)]
+    response: Vec<ScriptedResponse>,
+    #[serde(default)]
+    judge: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedResponse {
+    text: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ScriptedCall>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedCall {
+    id: Option<String>,
+    name: String,
+    #[serde(default = "empty_object")]
+    args: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// A loaded, checked workflow.
+pub struct Workflow {
+    /// System instructions.
+    pub instructions: Option<String>,
+    /// The model id.
+    pub model: String,
+    /// The provider, when the file names one.
+    pub provider: Option<Provider>,
+    /// The provider's base URL, when the file names one.
+    pub base_url: Option<String>,
+    /// The built-in tools to offer (`None`: all).
+    pub tools: Option<Vec<String>>,
+    /// Rules from `rules_file` and the inline `[[rule]]` tables.
+    pub rules: RuleSet,
+    /// Model → tools rounds within the llm step.
+    pub max_rounds: Option<u32>,
+    /// Iterations of the agent loop.
+    pub max_iterations: Option<u32>,
+    /// The steering queue's mode.
+    pub steering_mode: Option<SteeringMode>,
+    /// The workspace, resolved against the file's folder.
+    pub workspace: Option<PathBuf>,
+    scripted: Option<ScriptedDef>,
+}
+
+/// Reads and checks a workflow file.
+pub fn load(path: &Path) -> Result<Workflow, SourceError> {
+    let source = Source::read(path)?;
+    let file: WorkflowFile = source.parse()?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut rules = RuleSet::default();
+    if let Some(rules_file) = &file.rules_file {
+        let rules_path = dir.join(rules_file);
+        rules = rules::load(&Source::read(&rules_path)?)?;
+    }
+    let inline = rules::compile(&source, file.rule)?;
+    rules.extend(inline).map_err(|e| source.error_at(&[Seg::Key("rule")], e))?;
+    if let Some(names) = &file.tools
+        && let Some(bad) = names.iter().find(|n| !crate::tools::BUILT_IN.contains(&n.as_str()))
+    {
+        return Err(source.error_at(
+            &[Seg::Key("tools")],
+            format!("there is no built-in tool '{bad}'; choose from {}", crate::tools::BUILT_IN.join(", ")),
+        ));
+    }
+    let model = file.model.unwrap_or_else(|| provider::model_id(None));
+    if model == SCRIPTED {
+        let responses = file.scripted.as_ref().map_or(0, |s| s.response.len());
+        if responses == 0 {
+            return Err(source.error_at(
+                &[Seg::Key("model")],
+                "model = \"scripted\" needs responses: add [[scripted.response]] tables with text or tool_calls",
+            ));
+        }
+    }
+    if let Some(scripted) = &file.scripted
+        && let Some(i) = scripted.response.iter().position(|r| r.text.is_none() && r.tool_calls.is_empty())
+    {
+        return Err(source.error_at(
+            &[Seg::Key("scripted"), Seg::Key("response"), Seg::Index(i)],
+            "a scripted response needs text, tool_calls or both",
+        ));
+    }
+    Ok(Workflow {
+        instructions: file.instructions,
+        model,
+        provider: file.provider,
+        base_url: file.base_url,
+        tools: file.tools,
+        rules,
+        max_rounds: file.max_rounds,
+        max_iterations: file.max_iterations,
+        steering_mode: file.steering_mode,
+        workspace: file.workspace.map(|w| dir.join(w)),
+        scripted: file.scripted,
+    })
+}
+
+impl Workflow {
+    /// The model client: the scripted model for `model = "scripted"`, else the provider's.
+    pub fn model_client(&self, base_url_flag: Option<&str>) -> Result<Arc<dyn Model>, String> {
+        if self.model == SCRIPTED {
+            return Ok(Arc::new(scripted_model(self.scripted.as_ref())));
+        }
+        let provider = self.provider.unwrap_or_else(|| Provider::guess(&self.model));
+        provider::build(provider, base_url_flag.or(self.base_url.as_deref()))
+    }
+}
+
+fn response(def: &ScriptedResponse, number: usize) -> ModelResponse {
+    let calls: Vec<Item> = def
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            Item::ToolCall(ToolCall {
+                id: c.id.clone().unwrap_or_else(|| format!("call-{number}-{}", i + 1)),
+                name: c.name.clone(),
+                arguments: c.args.to_string(),
+            })
+        })
+        .collect();
+    let mut items = Vec::new();
+    if let Some(text) = &def.text {
+        items.push(Item::assistant(text.clone()));
+    }
+    items.extend(calls);
+    ModelResponse { items, ..ModelResponse::default() }
+}
+
+/// A model answering agent requests from the script and judge requests (prompts ending with the judge's answer
+/// format) from the judge replies.
+fn scripted_model(def: Option<&ScriptedDef>) -> ScriptedModel {
+    let responses: VecDeque<ModelResponse> =
+        def.map(|d| d.response.iter().enumerate().map(|(i, r)| response(r, i + 1)).collect()).unwrap_or_default();
+    let judge: VecDeque<String> = def.map(|d| d.judge.iter().cloned().collect()).unwrap_or_default();
+    let state = Mutex::new((responses, judge));
+    ScriptedModel::responder(move |request| {
+        let mut state = state.lock().map_err(|e| NoeticError::other(e.to_string()))?;
+        let prompt = request.history.last().and_then(Item::text).unwrap_or("");
+        if prompt.ends_with(ANSWER_FORMAT) {
+            return Ok(ModelResponse::text(state.1.pop_front().unwrap_or_else(|| "ALLOW".to_owned())));
+        }
+        state.0.pop_front().ok_or_else(|| {
+            NoeticError::other(
+                "the scripted model has no more responses; add [[scripted.response]] tables to the workflow",
+            )
+        })
+    })
+}

@@ -1,0 +1,190 @@
+//! `noetic chat` driven through stdin (not a terminal) against a local server speaking OpenAI chat completions.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{Driven, answer, noetic, run, tool_calls};
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+async fn server(first: ResponseTemplate, then: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(first)
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(then).mount(&server).await;
+    server
+}
+
+fn chat(server: &MockServer, workspace: &Path, extra: &[&str]) -> Driven {
+    let mut cmd = noetic();
+    cmd.args(["chat", "--model", "test-model", "--base-url", &format!("{}/v1", server.uri()), "--workspace"])
+        .arg(workspace)
+        .args(extra);
+    Driven::spawn(cmd)
+}
+
+/// The request bodies the server received, as JSON.
+async fn bodies(server: &MockServer) -> Vec<Value> {
+    server.received_requests().await.unwrap().iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_runs_a_turn_ledger_prints_the_decisions_and_quit_exits_cleanly() {
+    let server =
+        server(tool_calls(&[("call_1", "list_dir", json!({"path": "."}))]), answer("One file: hello.txt.")).await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.txt"), "hi").unwrap();
+    let rules = ws.path().join("rules.toml");
+    std::fs::write(&rules, "[[rule]]\nid = \"no-delete\"\ndeny_tool = \"delete_file\"\n").unwrap();
+    let ledger = ws.path().join("ledger.jsonl");
+    let mut args = vec!["--rules", rules.to_str().unwrap(), "--ledger-out", ledger.to_str().unwrap()];
+    args.push("--plain");
+    let mut driven = chat(&server, ws.path(), &args);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.wait_for("noetic chat — test-model");
+        driven.send("What is in the workspace?");
+        driven.wait_for("tool  list_dir [call_1] → hello.txt rules.toml");
+        driven.wait_for("One file: hello.txt.");
+        driven.wait_for("■ turn done");
+        driven.send("/ledger");
+        driven.wait_for("steering ledger (");
+        driven.wait_for("ALLOW   tool list_dir");
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let requests = bodies(&server).await;
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0]["model"], "test-model");
+    assert!(std::fs::read_to_string(&ledger).unwrap().contains("\"tool_name\":\"list_dir\""));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn end_of_input_waits_for_the_running_turn_then_exits() {
+    let server = server(answer("Hello there."), answer("unused")).await;
+    let ws = tempfile::tempdir().unwrap();
+    let mut driven = chat(&server, ws.path(), &[]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("hi");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("Hello there."), "{}", out.stdout);
+    assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
+}
+
+/// Makes a named pipe: `read_file` on it blocks until the test writes, so a tool is "slow" exactly as long as
+/// the test wants, without sleeping.
+#[cfg(unix)]
+fn fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_rest_of_the_batch() {
+    let server = server(
+        tool_calls(&[("c1", "read_file", json!({"path": "slow.pipe"})), ("c2", "list_dir", json!({"path": "."}))]),
+        answer("Stopping there, as you asked."),
+    )
+    .await;
+    let ws = tempfile::tempdir().unwrap();
+    let pipe = ws.path().join("slow.pipe");
+    fifo(&pipe);
+    let mut driven = chat(&server, ws.path(), &["--plain"]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("Read slow.pipe, then list the folder.");
+        driven.wait_for("tool  read_file [c1] …");
+        driven.send("Skip the listing and stop.");
+        driven.wait_for("steer message queued");
+        std::fs::write(&pipe, "pipe contents").unwrap();
+        driven.wait_for("tool  read_file [c1] → pipe contents");
+        driven.wait_for("skip  [c2]");
+        driven.wait_for("steer 1 message(s) handed to the model");
+        driven.wait_for("■ turn done");
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(!out.stdout.contains("tool  list_dir [c2] …"), "the skipped tool never started:\n{}", out.stdout);
+    let requests = bodies(&server).await;
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1]["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!((last["role"].as_str(), last["content"].as_str()), (Some("user"), Some("Skip the listing and stop.")));
+    let skipped = messages.iter().find(|m| m["tool_call_id"] == "c2").unwrap();
+    assert_eq!(skipped["content"], "Skipped due to queued user message.");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
+    let server =
+        server(tool_calls(&[("c1", "read_file", json!({"path": "never.pipe"}))]), answer("Second turn answer.")).await;
+    let ws = tempfile::tempdir().unwrap();
+    fifo(&ws.path().join("never.pipe"));
+    let mut driven = chat(&server, ws.path(), &["--plain"]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("Read never.pipe.");
+        driven.wait_for("tool  read_file [c1] …");
+        driven.send("/stop");
+        driven.wait_for("■ turn failed");
+        driven.send("Something else, then.");
+        driven.wait_for("Second turn answer.");
+        driven.wait_for("■ turn done");
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("stopping the turn"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mode_switches_the_steering_mode_and_unknown_commands_are_explained() {
+    let server = server(answer("unused"), answer("unused")).await;
+    let ws = tempfile::tempdir().unwrap();
+    let mut driven = chat(&server, ws.path(), &["--mode", "one-at-a-time"]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.wait_for("steering mode one-at-a-time");
+        driven.send("/mode all");
+        driven.wait_for("steering mode: all");
+        driven.send("/mode sometimes");
+        driven.wait_for("unknown mode 'sometimes'");
+        driven.send("/frobnicate");
+        driven.wait_for("unknown command /frobnicate");
+        driven.send("/ledger");
+        driven.wait_for("steering ledger: empty");
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(server.received_requests().await.unwrap().is_empty());
+}
+
+#[test]
+fn a_missing_api_key_is_an_error_naming_the_variable() {
+    let out = run(noetic().args(["chat", "--model", "openai/gpt-4o-mini"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("set OPENAI_API_KEY"), "{}", out.stderr);
+    let out = run(noetic().args(["chat", "--model", "anthropic/claude-sonnet-4-5"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("set ANTHROPIC_API_KEY"), "{}", out.stderr);
+}

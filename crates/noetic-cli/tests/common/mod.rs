@@ -1,0 +1,153 @@
+//! Helpers for tests that run the `noetic` binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::ResponseTemplate;
+
+/// The binary, with no provider keys or overrides from the environment.
+pub fn noetic() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_noetic"));
+    for var in [
+        "OPENAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "NOETIC_MODEL",
+        "NOETIC_AGENTS_DEFAULTS_STEERING_MODE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("NO_COLOR", "1");
+    cmd
+}
+
+/// A file of `crates/noetic-cli/examples/`.
+pub fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+}
+
+/// The output of a finished run.
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary with stdin closed.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    Output {
+        status: out.status,
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// An OpenAI chat-completions response.
+pub fn completion(message: Value, finish_reason: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1742205538,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    }))
+}
+
+/// An answer with text only.
+pub fn answer(text: &str) -> ResponseTemplate {
+    completion(json!({"role": "assistant", "content": text}), "stop")
+}
+
+/// An answer asking for tool calls `(id, name, args)`.
+pub fn tool_calls(calls: &[(&str, &str, Value)]) -> ResponseTemplate {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    completion(json!({"role": "assistant", "content": null, "tool_calls": calls}), "tool_calls")
+}
+
+/// A running `noetic` driven line by line through its stdin, its stdout read as it comes.
+pub struct Driven {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+/// How long to wait for an expected line before declaring the process stuck (a guard against hanging, not a
+/// timing assertion).
+const STUCK: Duration = Duration::from_secs(60);
+
+impl Driven {
+    /// Starts the binary with piped stdin and stdout.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Driven { child, stdin, lines, seen: Vec::new() }
+    }
+
+    /// Types a line.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Reads stdout until a line contains `needle`; returns that line.
+    pub fn wait_for(&mut self, needle: &str) -> String {
+        loop {
+            match self.lines.recv_timeout(STUCK) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    let mut stderr = String::new();
+                    if let Some(mut err) = self.child.stderr.take() {
+                        let _ = err.read_to_string(&mut stderr);
+                    }
+                    panic!("never saw {needle:?}; stdout so far:\n{}\nstderr:\n{stderr}", self.seen.join("\n"));
+                }
+            }
+        }
+    }
+
+    /// Closes stdin (if still open) and waits for the exit; returns the status, all stdout and stderr.
+    pub fn finish(mut self) -> Output {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        while let Ok(line) = self.lines.recv_timeout(STUCK) {
+            self.seen.push(line);
+        }
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            err.read_to_string(&mut stderr).unwrap();
+        }
+        Output { status, stdout: self.seen.join("\n"), stderr }
+    }
+}

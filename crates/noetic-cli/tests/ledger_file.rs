@@ -1,0 +1,71 @@
+//! `--ledger-out FILE` writes the steering ledger as JSON lines; `noetic ledger FILE` shows it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{example, noetic, run};
+
+fn write_ledger(ledger: &std::path::Path) {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("README.md"), "# project\n").unwrap();
+    std::fs::write(ws.path().join("scratch.txt"), "junk\n").unwrap();
+    let out = run(noetic()
+        .arg("run")
+        .arg(example("workflow.toml"))
+        .args(["--prompt", "Tidy up", "--workspace"])
+        .arg(ws.path())
+        .arg("--ledger-out")
+        .arg(ledger));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+}
+
+#[test]
+fn a_ledger_written_by_run_is_shown_one_decision_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.jsonl");
+    write_ledger(&ledger);
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    assert!(lines.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    let out = run(noetic().arg("ledger").arg(&ledger));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    for expected in [
+        "ALLOW   tool write_file",
+        "DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme: README files stay",
+        "ALLOW   tool delete_file {\"path\":\"scratch.txt\"}",
+        "execution ended: Success",
+    ] {
+        assert!(out.stdout.contains(expected), "missing {expected:?} in:\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn a_second_run_appends_to_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.jsonl");
+    write_ledger(&ledger);
+    let once = std::fs::read_to_string(&ledger).unwrap().lines().count();
+    write_ledger(&ledger);
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 2 * once);
+}
+
+#[test]
+fn bad_lines_are_reported_with_their_number_and_the_good_ones_still_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.jsonl");
+    write_ledger(&ledger);
+    let mut text = std::fs::read_to_string(&ledger).unwrap();
+    let good = text.lines().count();
+    text.push_str("{\"not\": \"an entry\"}\n");
+    std::fs::write(&ledger, text).unwrap();
+    let out = run(noetic().arg("ledger").arg(&ledger));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains(&format!("ledger.jsonl:{}: not a ledger entry", good + 1)), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("{good} entries")), "{}", out.stdout);
+}
+
+#[test]
+fn a_missing_ledger_file_says_how_to_write_one() {
+    let out = run(noetic().args(["ledger", "/nonexistent/ledger.jsonl"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--ledger-out"), "{}", out.stderr);
+}

@@ -1,0 +1,72 @@
+//! The rules file: each kind of rule is understood, and mistakes are reported with file, line and column.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{example, noetic, run};
+
+#[test]
+fn the_example_rules_file_holds_every_kind_of_rule() {
+    let out = run(noetic().arg("rules").arg(example("rules.toml")));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    for expected in [
+        "5 rule(s)",
+        "no-delete-notes (Notes are kept): deny delete_file when path matches glob \"notes/**\" [before_tool_call]",
+        "no-env-files: deny read_file when path matches glob \"**/.env\"",
+        "no-shell-rm: guide run_command when command matches regex",
+        "ask-before-overwrite: write_file needs the user's approval",
+        "commands-stay-local: LLM-judged (sync, judge = the agent's model, on failure deny) [before_tool_call]",
+    ] {
+        assert!(out.stdout.contains(expected), "missing {expected:?} in:\n{}", out.stdout);
+    }
+}
+
+fn check(text: &str) -> common::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = run(noetic().arg("rules").arg(&path).current_dir(dir.path()));
+    drop(dir);
+    out
+}
+
+#[test]
+fn a_toml_syntax_error_names_the_file_line_and_column() {
+    let out = check("[[rule]]\nid = \"a\"\ndeny_tool = \n");
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("rules.toml:3:13:"), "{}", out.stderr);
+}
+
+#[test]
+fn an_unknown_key_is_reported_where_it_is_written() {
+    let out = check("[[rule]]\nid = \"a\"\ndeny_tool = \"x\"\n\n[[rule]]\nid = \"b\"\ndeny_tol = \"y\"\n");
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("rules.toml:7:1: unknown field `deny_tol`"), "{}", out.stderr);
+}
+
+#[test]
+fn a_bad_regex_or_glob_points_at_its_rule() {
+    let out =
+        check("[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"run_command\", arg = \"command\", regex = \"(rm\" }\n");
+    assert!(out.stderr.contains("rules.toml:3:1: rule 'a': the regex \"(rm\" is invalid"), "{}", out.stderr);
+    let out = check("[[rule]]\nid = \"g\"\n\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"a[\" }\n");
+    assert!(out.stderr.contains("rules.toml:4:1: rule 'g': the glob \"a[\" is invalid"), "{}", out.stderr);
+}
+
+#[test]
+fn a_rule_without_a_kind_or_an_id_is_refused_with_its_line() {
+    let out = check("[[rule]]\nid = \"a\"\nguidance = \"no\"\n");
+    assert!(out.stderr.contains("rules.toml:2:1: rule 'a': says nothing to check"), "{}", out.stderr);
+    let out = check("[[rule]]\nid = \"a\"\ndeny_tool = \"x\"\n\n[[rule]]\ndeny_tool = \"y\"\n");
+    assert!(out.stderr.contains("rules.toml:5:1: missing field `id`"), "{}", out.stderr);
+}
+
+#[test]
+fn an_llm_rule_with_a_bad_mode_is_refused_at_the_value() {
+    let out = check("[[rule]]\nid = \"j\"\nprompt = \"Be careful.\"\nmode = \"later\"\n");
+    assert!(
+        out.stderr.contains("rules.toml:4:8: unknown variant `later`, expected `sync` or `async`"),
+        "{}",
+        out.stderr
+    );
+}

@@ -1,0 +1,191 @@
+//! `noetic run`: an agent defined in a workflow file runs one turn and prints its answer.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{answer, example, noetic, run, tool_calls};
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer};
+
+/// A workspace with a README (which a rule of the example workflow protects) and a scratch file.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# project\n").unwrap();
+    std::fs::write(dir.path().join("scratch.txt"), "junk\n").unwrap();
+    dir
+}
+
+fn run_example(ws: &Path, extra: &[&str]) -> common::Output {
+    run(noetic()
+        .arg("run")
+        .arg(example("workflow.toml"))
+        .args(["--prompt", "Tidy up and write a note", "--workspace"])
+        .arg(ws)
+        .args(extra))
+}
+
+#[test]
+fn a_scripted_workflow_prints_its_answer_and_its_tools_change_the_workspace() {
+    let ws = workspace();
+    let out = run_example(ws.path(), &[]);
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), "Wrote notes/today.md and deleted scratch.txt; README.md stays (a rule keeps it).");
+    assert_eq!(std::fs::read_to_string(ws.path().join("notes/today.md")).unwrap(), "- tidy the workspace\n");
+    assert!(!ws.path().join("scratch.txt").exists());
+}
+
+#[test]
+fn a_rule_of_the_workflow_denies_a_tool_call_and_the_transcript_shows_it() {
+    let ws = workspace();
+    let out = run_example(ws.path(), &[]);
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(ws.path().join("README.md").exists(), "the denied delete did not run");
+    for expected in [
+        "rule  stopped delete_file [d1] (layer steering)",
+        "delete_file [d1] → Steering denied: README files stay; delete only scratch files.",
+        "delete_file [d2] → deleted scratch.txt",
+    ] {
+        assert!(out.stderr.contains(expected), "missing {expected:?} in the transcript:\n{}", out.stderr);
+    }
+}
+
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect()
+}
+
+#[test]
+fn json_mode_prints_every_event_then_the_ledger_and_the_answer_as_json_lines() {
+    let ws = workspace();
+    let out = run_example(ws.path(), &["--json"]);
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let lines = json_lines(&out.stdout);
+    let of_type = |t: &str| lines.iter().filter(|l| l["type"] == t).collect::<Vec<_>>();
+    assert_eq!(of_type("turn_started").len(), 1);
+    let started: Vec<&str> = of_type("tool_call_started").iter().map(|l| l["call_id"].as_str().unwrap()).collect();
+    assert_eq!(started, ["w1", "d1", "d2", "l1"]);
+    let denied = of_type("steering_denied");
+    assert_eq!(denied.len(), 1);
+    assert_eq!(denied[0]["tool"], "delete_file");
+    let d1 = of_type("tool_call_completed").into_iter().find(|l| l["call_id"] == "d1").unwrap();
+    assert_eq!(d1["is_error"], true);
+    let ledger = &lines[lines.len() - 2];
+    assert_eq!(ledger["type"], "ledger");
+    let deny = ledger["entries"].as_array().unwrap().iter().find(|e| e["action"] == "deny").unwrap();
+    assert_eq!((deny["rule_id"].as_str(), deny["tool_name"].as_str()), (Some("keep-readme"), Some("delete_file")));
+    assert_eq!(
+        lines.last().unwrap(),
+        &json!({"type": "answer", "text": "Wrote notes/today.md and deleted scratch.txt; README.md stays (a rule keeps it)."})
+    );
+}
+
+#[test]
+fn an_llm_judged_rule_of_a_scripted_workflow_guides_a_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.toml");
+    std::fs::write(
+        &flow,
+        r#"
+model = "scripted"
+tools = ["write_file"]
+
+[[rule]]
+id = "drafts-first"
+prompt = "Reports go under drafts/ first."
+
+[scripted]
+judge = ["GUIDE: Write it under drafts/ first.", "ALLOW"]
+
+[[scripted.response]]
+tool_calls = [{ id = "w1", name = "write_file", args = { path = "report.md", content = "r" } }]
+[[scripted.response]]
+tool_calls = [{ id = "w2", name = "write_file", args = { path = "drafts/report.md", content = "r" } }]
+[[scripted.response]]
+text = "Drafted."
+"#,
+    )
+    .unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "report", "--workspace"]).arg(dir.path()));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), "Drafted.");
+    assert!(
+        out.stderr.contains("write_file [w1] → Steering guidance: Write it under drafts/ first."),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("report.md").exists());
+    assert!(dir.path().join("drafts/report.md").exists());
+}
+
+#[test]
+fn a_workflow_naming_an_unknown_tool_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"scripted\"\ntools = [\"read_file\", \"format_disk\"]\n").unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "x"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("flow.toml:2:1: there is no built-in tool 'format_disk'"), "{}", out.stderr);
+}
+
+#[test]
+fn a_json_workflow_runs_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.json");
+    let def = json!({
+        "model": "scripted",
+        "rule": [{"id": "no-delete", "deny_tool": "delete_file"}],
+        "scripted": {"response": [
+            {"tool_calls": [{"id": "d1", "name": "delete_file", "args": {"path": "a.txt"}}]},
+            {"text": "Could not delete."}
+        ]}
+    });
+    std::fs::write(&flow, def.to_string()).unwrap();
+    std::fs::write(dir.path().join("a.txt"), "keep").unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "delete a.txt", "--workspace"]).arg(dir.path()));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), "Could not delete.");
+    assert!(dir.path().join("a.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_on_a_local_openai_compatible_server_returns_the_answer() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(tool_calls(&[("call_1", "list_dir", json!({"path": "."}))]))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(answer("The workspace holds README.md and scratch.txt."))
+        .mount(&server)
+        .await;
+    let ws = workspace();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"test-model\"\ntools = [\"list_dir\"]\n").unwrap();
+    let url = format!("{}/v1", server.uri());
+    let mut cmd = noetic();
+    cmd.arg("run").arg(&flow).args(["--prompt", "What is here?", "--base-url", &url, "--workspace"]).arg(ws.path());
+    let out = tokio::task::spawn_blocking(move || run(&mut cmd)).await.unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.trim(), "The workspace holds README.md and scratch.txt.");
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    let second: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    assert_eq!(second["model"], "test-model");
+    let tool_result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert!(tool_result["content"].as_str().unwrap().contains("README.md"), "{tool_result}");
+}
+
+#[test]
+fn a_workflow_on_openai_without_a_key_names_the_variable_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"openai/gpt-4o-mini\"\n").unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "hi"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("OPENAI_API_KEY"), "{}", out.stderr);
+}

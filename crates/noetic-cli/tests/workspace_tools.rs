@@ -1,0 +1,109 @@
+//! The built-in tools are confined to the workspace: `..`, absolute paths elsewhere and symbolic links out of it
+//! are refused with a clear error the model reads, and nothing outside is touched.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{noetic, run};
+use serde_json::{Value, json};
+
+/// Runs a scripted workflow making `calls` (name, args) in one batch; returns each call's result text by id.
+fn call_tools(workspace: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.json");
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| json!({"id": format!("c{i}"), "name": name, "args": args}))
+        .collect();
+    let def = json!({"model": "scripted", "scripted": {"response": [{"tool_calls": calls}, {"text": "done"}]}});
+    std::fs::write(&flow, def.to_string()).unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--json", "--prompt", "go", "--workspace"]).arg(workspace));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool_call_completed")
+        .map(|e| (e["is_error"].as_bool().unwrap(), e["output"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn paths_climbing_out_or_absolute_elsewhere_are_refused() {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(outer.path().join("secret.txt"), "secret").unwrap();
+    let secret = outer.path().join("secret.txt");
+    let results = call_tools(
+        &ws,
+        &[
+            ("read_file", json!({"path": "../secret.txt"})),
+            ("read_file", json!({"path": secret.to_str().unwrap()})),
+            ("write_file", json!({"path": "../evil.txt", "content": "x"})),
+            ("delete_file", json!({"path": "sub/../../secret.txt"})),
+            ("list_dir", json!({"path": ".."})),
+        ],
+    );
+    assert_eq!(results.len(), 5);
+    for (is_error, output) in &results {
+        assert!(*is_error, "{output}");
+        assert!(output.contains("is outside the workspace"), "{output}");
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret");
+    assert!(!outer.path().join("evil.txt").exists());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_symbolic_link_out_of_the_workspace_is_refused() {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    let elsewhere = outer.path().join("elsewhere");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, ws.join("link")).unwrap();
+    let results = call_tools(
+        &ws,
+        &[
+            ("read_file", json!({"path": "link/secret.txt"})),
+            ("write_file", json!({"path": "link/new.txt", "content": "x"})),
+            ("delete_file", json!({"path": "link/secret.txt"})),
+        ],
+    );
+    for (is_error, output) in &results {
+        assert!(*is_error, "{output}");
+        assert!(output.contains("symbolic link that points outside the workspace"), "{output}");
+    }
+    assert!(elsewhere.join("secret.txt").exists());
+    assert!(!elsewhere.join("new.txt").exists());
+}
+
+#[test]
+fn files_inside_are_written_read_listed_and_deleted() {
+    let ws = tempfile::tempdir().unwrap();
+    let results = call_tools(
+        ws.path(),
+        &[
+            ("write_file", json!({"path": "a/b.txt", "content": "hello"})),
+            ("read_file", json!({"path": "a/b.txt"})),
+            ("list_dir", json!({"path": "a"})),
+            ("delete_file", json!({"path": "a/b.txt"})),
+        ],
+    );
+    let outputs: Vec<&str> = results.iter().map(|(_, o)| o.as_str()).collect();
+    assert_eq!(outputs, ["wrote 5 bytes to a/b.txt", "hello", "b.txt", "deleted a/b.txt"]);
+    assert!(!ws.path().join("a/b.txt").exists());
+}
+
+#[test]
+fn run_command_needs_approval_and_is_rejected_without_a_terminal() {
+    let ws = tempfile::tempdir().unwrap();
+    let results = call_tools(ws.path(), &[("run_command", json!({"command": "touch ran.txt"}))]);
+    assert!(results[0].0);
+    assert!(results[0].1.contains("stdin is not a terminal"), "{}", results[0].1);
+    assert!(!ws.path().join("ran.txt").exists());
+}
