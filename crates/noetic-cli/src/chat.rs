@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
+use crate::config::Defaults;
 use crate::ledger;
 use crate::provider::{self, Provider};
 use crate::render::{Style, event_line, ledger_line};
@@ -64,9 +65,9 @@ pub struct ChatArgs {
     /// A rules file (see `noetic rules FILE`).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
-    /// The folder the tools may touch.
-    #[arg(long, value_name = "DIR", default_value = ".")]
-    workspace: PathBuf,
+    /// The folder the tools may touch (default: the current folder).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
     /// Append each turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
     #[arg(long, value_name = "FILE")]
     ledger_out: Option<PathBuf>,
@@ -87,7 +88,22 @@ const HELP: &str = "Type a message and press Enter. While the agent works, a lin
                     steering decisions, /status, /quit.";
 
 /// Runs the chat until `/quit` or the end of input.
-pub async fn run(args: ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
+    // Flags win over noetic.toml and its environment overrides.
+    args.model = args.model.or_else(|| defaults.model.clone());
+    args.base_url = args.base_url.or_else(|| defaults.base_url.clone());
+    args.rules = args.rules.or_else(|| defaults.rules.clone());
+    args.workspace = args.workspace.or_else(|| defaults.workspace.clone());
+    args.ledger_out = args.ledger_out.or_else(|| defaults.ledger_out.clone());
+    args.instructions = args.instructions.or_else(|| defaults.instructions.clone());
+    if args.provider.is_none()
+        && let Some(name) = &defaults.provider
+    {
+        args.provider = Some(
+            <Provider as clap::ValueEnum>::from_str(name, true)
+                .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
+        );
+    }
     let model_id = provider::model_id(args.model.as_deref());
     let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
     let model = provider::build(provider, args.base_url.as_deref())?;
@@ -98,7 +114,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
     let terminal = std::io::stdin().is_terminal();
     let (approval_tx, mut approvals) = mpsc::unbounded_channel();
     let rule_count = rules.len();
-    let workspace = Workspace::open(&args.workspace)?;
+    let workspace = Workspace::open(args.workspace.as_deref().unwrap_or(std::path::Path::new(".")))?;
     let agent = agent::build(AgentSpec {
         model,
         model_id: model_id.clone(),
@@ -108,7 +124,9 @@ pub async fn run(args: ChatArgs) -> Result<(), Box<dyn std::error::Error>> {
         workspace: workspace.clone(),
         max_rounds: None,
         max_iterations: None,
-        steering_mode: args.mode.map_or_else(|| SteeringMode::from_config(None), Into::into),
+        steering_mode: args
+            .mode
+            .map_or_else(|| SteeringMode::from_config(defaults.steering_mode.as_deref()), Into::into),
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
     })?;
     let session = agent.runtime.session("chat");

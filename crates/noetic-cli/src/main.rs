@@ -14,6 +14,7 @@ mod agent;
 mod approve;
 mod chat;
 mod command;
+mod config;
 mod demo;
 mod ledger;
 mod provider;
@@ -38,6 +39,10 @@ use clap::{Parser, Subcommand};
                   --json\n  noetic ledger ledger.jsonl\n  noetic rules rules.toml"
 )]
 struct Cli {
+    /// Defaults file (default: ./noetic.toml when present); keys under [agents.defaults], each overridable by
+    /// NOETIC_AGENTS_DEFAULTS_<KEY>.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -97,8 +102,8 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo { plain } => demo::run(plain).await,
             Command::Rules { file } => check_rules(&file),
-            Command::Run(args) => run::run(args).await,
-            Command::Chat(args) => chat::run(args).await,
+            Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
+            Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
         }
     });

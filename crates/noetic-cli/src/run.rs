@@ -44,7 +44,7 @@ pub struct RunArgs {
 }
 
 /// Runs the workflow once.
-pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let mut flow = workflow::load(&args.workflow)?;
     if let Some(model) = &args.model {
         flow.model = model.clone();
@@ -59,7 +59,9 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         workspace: Workspace::open(&dir)?,
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
-        steering_mode: flow.steering_mode.unwrap_or_else(|| noetic::agent::SteeringMode::from_config(None)),
+        steering_mode: flow
+            .steering_mode
+            .unwrap_or_else(|| noetic::agent::SteeringMode::from_config(defaults.steering_mode.as_deref())),
         approver: Some(approve::at_terminal()),
     };
     let agent = agent::build(spec)?;

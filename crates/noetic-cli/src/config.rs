@@ -1,0 +1,142 @@
+//! `noetic.toml`: defaults for the commands, under `[agents.defaults]`.
+//!
+//! ```toml
+//! [agents.defaults]
+//! model = "openai/gpt-4o-mini"
+//! provider = "openai"               # or "anthropic"
+//! base_url = "http://localhost:11434/v1"
+//! steering_mode = "one-at-a-time"   # or "all"
+//! workspace = "."
+//! rules = "rules.toml"
+//! instructions = "You are careful."
+//! ledger_out = "ledger.jsonl"
+//! ```
+//!
+//! The file is `--config FILE`, else `./noetic.toml` when it exists. Every key is overridden by the environment
+//! variable `NOETIC_AGENTS_DEFAULTS_<KEY>` (e.g. `NOETIC_AGENTS_DEFAULTS_STEERING_MODE=all`), and a command-line
+//! flag overrides both.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The file's name in the current folder.
+pub const FILE_NAME: &str = "noetic.toml";
+/// The prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "NOETIC_AGENTS_DEFAULTS_";
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    agents: Agents,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Agents {
+    #[serde(default)]
+    defaults: Defaults,
+}
+
+/// The defaults, after the environment's overrides.
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// The model id.
+    pub model: Option<String>,
+    /// `openai` or `anthropic`.
+    pub provider: Option<String>,
+    /// Base URL of an OpenAI-compatible server.
+    pub base_url: Option<String>,
+    /// `one-at-a-time` or `all`.
+    pub steering_mode: Option<String>,
+    /// The folder the tools may touch.
+    pub workspace: Option<PathBuf>,
+    /// A rules file.
+    pub rules: Option<PathBuf>,
+    /// System instructions.
+    pub instructions: Option<String>,
+    /// Where to append ledgers.
+    pub ledger_out: Option<PathBuf>,
+}
+
+/// Reads the defaults: the file (`explicit`, else `./noetic.toml` if present), then the environment.
+pub fn load(explicit: Option<&Path>) -> Result<Defaults, String> {
+    load_with(explicit, |key| std::env::var(key).ok())
+}
+
+/// [`load`] with the environment given as a function (for tests).
+pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Defaults, String> {
+    let path = match explicit {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from(FILE_NAME)).filter(|p| p.is_file()),
+    };
+    let mut defaults = match &path {
+        None => Defaults::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the configuration {}: {e}", path.display()))?;
+            let file: File = toml::from_str(&text).map_err(|e| {
+                format!("{}: {}", path.display(), e.to_string().trim_end()).replace("TOML parse error", "error")
+            })?;
+            file.agents.defaults
+        }
+    };
+    let var = |key: &str| env(&format!("{ENV_PREFIX}{key}")).filter(|v| !v.trim().is_empty());
+    let text = |slot: &mut Option<String>, key: &str| {
+        if let Some(v) = var(key) {
+            *slot = Some(v);
+        }
+    };
+    text(&mut defaults.model, "MODEL");
+    text(&mut defaults.provider, "PROVIDER");
+    text(&mut defaults.base_url, "BASE_URL");
+    text(&mut defaults.steering_mode, "STEERING_MODE");
+    text(&mut defaults.instructions, "INSTRUCTIONS");
+    let path_var = |slot: &mut Option<PathBuf>, key: &str| {
+        if let Some(v) = var(key) {
+            *slot = Some(PathBuf::from(v));
+        }
+    };
+    path_var(&mut defaults.workspace, "WORKSPACE");
+    path_var(&mut defaults.rules, "RULES");
+    path_var(&mut defaults.ledger_out, "LEDGER_OUT");
+    Ok(defaults)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let path = dir.path().join("noetic.toml");
+        std::fs::write(&path, text).unwrap_or_else(|e| unreachable!("{e}"));
+        (dir, path)
+    }
+
+    #[test]
+    fn the_file_sets_defaults_and_the_environment_overrides_them() {
+        let (_dir, path) = write("[agents.defaults]\nmodel = \"from-file\"\nsteering_mode = \"all\"\n");
+        let d = load_with(Some(&path), |_| None).unwrap_or_default();
+        assert_eq!((d.model.as_deref(), d.steering_mode.as_deref()), (Some("from-file"), Some("all")));
+        let d = load_with(Some(&path), |k| (k == "NOETIC_AGENTS_DEFAULTS_MODEL").then(|| "from-env".to_owned()))
+            .unwrap_or_default();
+        assert_eq!(d.model.as_deref(), Some("from-env"));
+        assert_eq!(d.steering_mode.as_deref(), Some("all"), "keys the environment does not name stay");
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_with_its_line() {
+        let (_dir, path) = write("[agents.defaults]\nmodel = \"m\"\nsteering_mod = \"all\"\n");
+        let err = load_with(Some(&path), |_| None).err().unwrap_or_default();
+        assert!(err.contains("line 3") && err.contains("steering_mod"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_explicit_file_is_an_error() {
+        let err = load_with(Some(Path::new("/nonexistent/noetic.toml")), |_| None).err().unwrap_or_default();
+        assert!(err.contains("cannot read the configuration"), "{err}");
+    }
+}
