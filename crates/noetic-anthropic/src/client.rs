@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use noetic::NoeticError;
-use noetic::model::{Item, Model, ModelRequest, ModelResponse, StreamDelta};
+use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta, replay};
 use noetic::step::RetryPolicy;
 use serde_json::Value;
 
@@ -256,29 +256,6 @@ where
             )),
         }
     })
-}
-
-/// The deltas of a whole response, for a server that answered a streaming request without streaming.
-fn replay(response: ModelResponse) -> Vec<StreamDelta> {
-    let mut deltas = Vec::new();
-    let mut index = 0;
-    for item in &response.items {
-        match item {
-            Item::Message { content, .. } => deltas.push(StreamDelta::Text { text: content.clone() }),
-            Item::ToolCall(c) => {
-                deltas.push(StreamDelta::ToolCall {
-                    index,
-                    id: Some(c.id.clone()),
-                    name: Some(c.name.clone()),
-                    arguments: c.arguments.clone(),
-                });
-                index += 1;
-            }
-            Item::ToolResult(_) => {}
-        }
-    }
-    deltas.push(StreamDelta::Done { response });
-    deltas
 }
 
 #[cfg(test)]

@@ -214,27 +214,7 @@ impl StreamAccumulator {
 
 /// The deltas a streaming call would have produced for `response` (text, then tool calls, then `Done`); used when
 /// a server answers a streaming request with a plain JSON response.
-pub fn replay(response: ModelResponse) -> Vec<StreamDelta> {
-    let mut deltas = Vec::new();
-    let mut index = 0;
-    for item in &response.items {
-        match item {
-            Item::Message { content, .. } => deltas.push(StreamDelta::Text { text: content.clone() }),
-            Item::ToolCall(c) => {
-                deltas.push(StreamDelta::ToolCall {
-                    index,
-                    id: Some(c.id.clone()),
-                    name: Some(c.name.clone()),
-                    arguments: c.arguments.clone(),
-                });
-                index += 1;
-            }
-            Item::ToolResult(_) => {}
-        }
-    }
-    deltas.push(StreamDelta::Done { response });
-    deltas
-}
+pub use noetic::model::replay;
 
 #[cfg(test)]
 #[allow(clippy::panic, clippy::unwrap_used)]

@@ -202,8 +202,9 @@ pub trait Model: Send + Sync + 'static {
     }
 }
 
-/// The deltas that would have produced `response`, ending with [`StreamDelta::Done`].
-fn replay(response: ModelResponse) -> Vec<StreamDelta> {
+/// The deltas that would have produced `response`, ending with [`StreamDelta::Done`]: text, then each tool call
+/// whole. Providers use it when a server answers a streaming request with a plain response.
+pub fn replay(response: ModelResponse) -> Vec<StreamDelta> {
     let mut deltas = Vec::new();
     let mut index = 0;
     for item in &response.items {
