@@ -60,13 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("transcript:");
     for item in session.history() {
-        match item {
-            Item::Message { role, content } => println!("  {role:?}: {content}"),
-            Item::ToolCall(c) => println!("  -> {} {}({})", c.id, c.name, c.arguments),
-            Item::ToolResult(r) => {
-                println!("  <- {} {}{}", r.call_id, if r.is_error { "ERROR " } else { "" }, r.content)
-            }
-        }
+        println!("  {item}");
     }
     println!("\nanswer: {answer}");
     println!("model calls: {}", model.calls());

@@ -89,6 +89,19 @@ impl Item {
     }
 }
 
+/// One line per item, for transcripts: `User: text`, `-> call-1 search({"q":"x"})`, `<- call-1 ERROR text`.
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::Message { role, content } => write!(f, "{role:?}: {content}"),
+            Item::ToolCall(c) => write!(f, "-> {} {}({})", c.id, c.name, c.arguments),
+            Item::ToolResult(r) => {
+                write!(f, "<- {} {}{}", r.call_id, if r.is_error { "ERROR " } else { "" }, r.content)
+            }
+        }
+    }
+}
+
 /// A tool call requested by a model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
@@ -202,4 +215,21 @@ pub struct StepMeta {
     pub usage: Usage,
     /// Cost of the step's model calls in US dollars.
     pub cost: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_print_as_one_transcript_line_each() {
+        let call =
+            Item::ToolCall(ToolCall { id: "c1".into(), name: "search".into(), arguments: "{\"q\":\"x\"}".into() });
+        let failed = Item::ToolResult(ToolResult { call_id: "c1".into(), content: "no".into(), is_error: true });
+        let ok = Item::ToolResult(ToolResult { call_id: "c2".into(), content: "yes".into(), is_error: false });
+        assert_eq!(Item::user("hi").to_string(), "User: hi");
+        assert_eq!(call.to_string(), "-> c1 search({\"q\":\"x\"})");
+        assert_eq!(failed.to_string(), "<- c1 ERROR no");
+        assert_eq!(ok.to_string(), "<- c2 yes");
+    }
 }
