@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
-use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta};
+use noetic::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
 use noetic::step::RetryPolicy;
 use noetic::{ConfigCode, ConfigError, NoeticError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -173,6 +173,10 @@ impl OpenAiModel {
 }
 
 impl Model for OpenAiModel {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.config.capabilities
+    }
+
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let inner = self.inner.clone();
         let body = inner.body(&request, false);
@@ -241,6 +245,10 @@ impl Inner {
         let mut body = request_body(request, stream);
         if let Some(obj) = body.as_object_mut() {
             obj.insert("model".into(), self.config.model_for(&request.model).into());
+            if !self.config.capabilities.grammar {
+                // Servers that take no grammar reject the unknown field (OpenAI answers 400).
+                obj.remove("grammar");
+            }
         }
         body.to_string().into_bytes()
     }

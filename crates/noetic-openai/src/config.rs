@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use noetic::model::Capabilities;
 use noetic::step::{Backoff, RetryPolicy};
 
 /// OpenAI's own API.
@@ -53,6 +54,7 @@ pub struct OpenAiConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) retry: RetryPolicy,
     pub(crate) model_override: Option<String>,
+    pub(crate) capabilities: Capabilities,
 }
 
 impl Default for OpenAiConfig {
@@ -66,6 +68,7 @@ impl Default for OpenAiConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retry: default_retry_policy(),
             model_override: None,
+            capabilities: Capabilities::default(),
         }
     }
 }
@@ -82,6 +85,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("retry", &self.retry)
             .field("model_override", &self.model_override)
+            .field("capabilities", &self.capabilities)
             .finish()
     }
 }
@@ -151,6 +155,22 @@ impl OpenAiConfig {
     /// A local Ollama server (`http://localhost:11434/v1`), no key.
     pub fn ollama() -> Self {
         OpenAiConfig::new().base_url(OLLAMA_BASE_URL)
+    }
+
+    /// llama.cpp's own server at `base_url` (e.g. `http://127.0.0.1:8080/v1`), no key. It constrains decoding to a
+    /// GBNF grammar (`grammar`, a llama.cpp extension) and to `response_format` JSON Schemas, so both
+    /// [`Capabilities`] are claimed: the steering judge's verdicts are then grammar-constrained.
+    pub fn llama_cpp(base_url: impl Into<String>) -> Self {
+        OpenAiConfig::new().base_url(base_url).capabilities(Capabilities { grammar: true, json_schema: true })
+    }
+
+    /// What the server can enforce on its output (default: nothing claimed). `grammar` makes requests carry
+    /// [`ModelRequest::grammar`](noetic::model::ModelRequest::grammar) as llama.cpp's `grammar` field — OpenAI's
+    /// own API rejects that field, so claim it only for servers that take it (llama.cpp; see
+    /// [`OpenAiConfig::llama_cpp`]).
+    pub fn capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = capabilities;
+        self
     }
 
     /// Sets the base URL, e.g. `http://localhost:8080/v1` for llama.cpp's server; requests go to
@@ -225,6 +245,11 @@ impl OpenAiConfig {
     /// The environment variable error messages name for the key.
     pub fn get_key_env(&self) -> &str {
         &self.key_env
+    }
+
+    /// What the server is configured to enforce on its output.
+    pub fn get_capabilities(&self) -> Capabilities {
+        self.capabilities
     }
 
     /// The retry policy.

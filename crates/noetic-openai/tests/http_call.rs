@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use common::{config_for, fixture, fixture_json, model_for, received_bodies, user_request};
 use futures::StreamExt;
-use noetic::model::{FinishReason, History, StreamDelta, ToolSpec};
+use noetic::model::{Capabilities, FinishReason, History, StreamDelta, ToolSpec};
 use noetic::prelude::*;
-use noetic_openai::OpenAiModel;
+use noetic_openai::{OpenAiConfig, OpenAiModel};
 use serde_json::json;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -78,6 +78,7 @@ fn full_request() -> ModelRequest {
             "properties": {"summary": {"type": "string"}},
             "required": ["summary"]
         })),
+        grammar: None,
     }
 }
 
@@ -120,6 +121,26 @@ async fn a_streaming_request_sends_the_same_body_plus_stream_and_usage_options()
     expected["stream"] = json!(true);
     expected["stream_options"] = json!({"include_usage": true});
     assert_eq!(received_bodies(&server).await, vec![expected]);
+}
+
+#[tokio::test]
+async fn a_grammar_is_sent_only_to_servers_configured_to_take_one() {
+    let server = server_answering(&fixture("chat_text.json"), "application/json").await;
+    let mut request = user_request("Verdict?");
+    request.grammar = Some(noetic::steering::VERDICT_GRAMMAR.to_owned());
+    let plain = model_for(&server);
+    assert_eq!(plain.capabilities(), Capabilities::default());
+    plain.call(request.clone()).await.unwrap();
+    let llama = OpenAiModel::new(OpenAiConfig::llama_cpp(format!("{}/v1", server.uri()))).unwrap();
+    assert_eq!(llama.capabilities(), Capabilities { grammar: true, json_schema: true });
+    llama.call(request.clone()).await.unwrap();
+    let _ = collect(&llama, request).await;
+    let bodies = received_bodies(&server).await;
+    assert_eq!(bodies.len(), 3);
+    assert!(bodies[0].get("grammar").is_none(), "OpenAI's API rejects unknown fields: {}", bodies[0]);
+    assert_eq!(bodies[1]["grammar"], json!(noetic::steering::VERDICT_GRAMMAR));
+    assert_eq!(bodies[2]["grammar"], json!(noetic::steering::VERDICT_GRAMMAR));
+    assert_eq!(bodies[2]["stream"], json!(true));
 }
 
 #[tokio::test]

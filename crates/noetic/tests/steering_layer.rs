@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use noetic::layer::{MemoryLayer, ModelCallParams, ToolCallParams};
+use noetic::model::Capabilities;
 use noetic::prelude::*;
 use noetic::steering::{
-    ANSWER_FORMAT, Evaluator, FailureCause, FailurePolicy, LedgerKind, SteeringState, judge_prompt,
+    ANSWER_FORMAT, Evaluator, FailureCause, FailurePolicy, JUDGE_MAX_TOKENS, LedgerKind, SteeringState,
+    VERDICT_GRAMMAR, judge_prompt, verdict_schema,
 };
 use serde_json::{Value, json};
 
@@ -162,6 +164,24 @@ async fn a_sync_judge_decides_with_verbatim_guidance() {
     assert!(prompt.contains("Tool: rm\nArgs: {\"path\":\"/tmp/x\"}"), "{prompt}");
     assert!(prompt.ends_with(ANSWER_FORMAT), "{prompt}");
     assert_eq!(state(&layer, &ctx).ledger[0].evaluator, Some(Evaluator::LlmSync));
+}
+
+#[tokio::test]
+async fn the_judge_is_constrained_to_a_verdict_as_far_as_its_backend_allows() {
+    let rule = || SteeringRule::llm("careful", [Hook::BeforeToolCall], LlmEval::sync("Be careful.").model("j"));
+    // A grammar backend gets the verdict grammar; a schema backend the verdict schema and answers in JSON.
+    let grammar = judge(&["DENY: not here"]).with_capabilities(Capabilities { grammar: true, json_schema: true });
+    let schema = judge(&[r#"{"verdict":"DENY","guidance":"not here"}"#])
+        .with_capabilities(Capabilities { grammar: false, json_schema: true });
+    for model in [grammar.clone(), schema.clone()] {
+        let layer = steering(SteeringConfig::new([rule()])).unwrap();
+        let ctx = Context::builder().model(Arc::new(model.clone())).build();
+        assert_eq!(before(&layer, &ctx, "rm", json!({})).await, SteeringDecision::deny("not here"));
+        assert_eq!(model.requests()[0].params.max_tokens, Some(JUDGE_MAX_TOKENS));
+    }
+    assert_eq!(grammar.requests()[0].grammar.as_deref(), Some(VERDICT_GRAMMAR));
+    assert_eq!(schema.requests()[0].output_schema, Some(verdict_schema()));
+    assert_eq!(schema.requests()[0].grammar, None);
 }
 
 #[test]

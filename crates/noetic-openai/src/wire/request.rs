@@ -14,6 +14,8 @@ use serde_json::{Map, Value, json};
 ///   their `tool_call_id`; the error flag has no wire form (the content already says what went wrong).
 /// * `tools` and `stop` only when non-empty; `tool_choice`, `temperature`, `top_p`, `max_tokens` only when set.
 /// * `response_format` (`json_schema`, named `output`, not strict) when an output schema is set.
+/// * `grammar` (llama.cpp's extension) when a grammar is set. [`OpenAiModel`](crate::OpenAiModel) removes it again
+///   unless its config claims the `grammar` capability.
 /// * `stream: true` and `stream_options.include_usage` when `stream` is true.
 ///
 /// The model id is sent as given.
@@ -74,6 +76,9 @@ pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
             "response_format".into(),
             json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": false}}),
         );
+    }
+    if let Some(grammar) = &request.grammar {
+        body.insert("grammar".into(), Value::String(grammar.clone()));
     }
     if stream {
         body.insert("stream".into(), Value::Bool(true));

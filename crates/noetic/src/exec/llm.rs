@@ -108,6 +108,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             params: s.params.clone(),
             tool_choice: s.tool_choice.clone(),
             output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
+            grammar: None,
         };
         if watched {
             emit(EventKind::ModelCallStarted {

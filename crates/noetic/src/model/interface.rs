@@ -44,6 +44,9 @@ pub struct ModelRequest {
     pub tool_choice: Option<ToolChoice>,
     /// A JSON Schema the answer must match (structured output).
     pub output_schema: Option<Value>,
+    /// A GBNF grammar the answer must follow, for backends that constrain decoding with one (llama.cpp's server).
+    /// Providers whose [`Model::capabilities`] do not list `grammar` leave it out of the request.
+    pub grammar: Option<String>,
 }
 
 impl Default for ModelRequest {
@@ -58,6 +61,7 @@ impl Default for ModelRequest {
             params: ModelParams::default(),
             tool_choice: None,
             output_schema: None,
+            grammar: None,
         }
     }
 }
@@ -178,6 +182,16 @@ pub enum StreamDelta {
     },
 }
 
+/// What a backend can enforce on its output, beyond sampling. Callers that want a constrained answer (the steering
+/// judge) look here to choose between [`ModelRequest::grammar`] and [`ModelRequest::output_schema`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The backend honours [`ModelRequest::grammar`] (a GBNF grammar).
+    pub grammar: bool,
+    /// The backend constrains decoding to [`ModelRequest::output_schema`] (not only asks for it).
+    pub json_schema: bool,
+}
+
 /// A language model. Implementations translate [`ModelRequest`]s to a provider's wire format.
 ///
 /// Cancellation is by dropping: the runtime drops the returned future when the step is cancelled, which must abort
@@ -185,6 +199,11 @@ pub enum StreamDelta {
 pub trait Model: Send + Sync + 'static {
     /// Calls the model and returns the whole response.
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>>;
+
+    /// What the backend can enforce on its output. The default promises nothing.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
 
     /// Calls the model and streams the response. The default calls [`Model::call`] and replays the result as
     /// deltas; streaming providers override it.

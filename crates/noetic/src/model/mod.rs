@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use interface::{FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
+pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
 pub use scripted::{HeldCall, ScriptedModel};
 pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 

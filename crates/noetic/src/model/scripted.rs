@@ -43,6 +43,7 @@ pub struct ScriptedModel {
     state: Arc<Mutex<State>>,
     responder: Option<Responder>,
     record: bool,
+    capabilities: super::Capabilities,
 }
 
 impl fmt::Debug for ScriptedModel {
@@ -81,6 +82,7 @@ impl ScriptedModel {
             state: Arc::new(Mutex::new(State { script, requests: Vec::new(), calls: 0, scripted })),
             responder: None,
             record: true,
+            capabilities: super::Capabilities::default(),
         }
     }
 
@@ -104,6 +106,12 @@ impl ScriptedModel {
     /// Stops recording requests (for long benchmarks, where recording would keep every history alive).
     pub fn without_recording(mut self) -> Self {
         self.record = false;
+        self
+    }
+
+    /// Claims the given [`Capabilities`](super::Capabilities), to test callers that adapt to the backend.
+    pub fn with_capabilities(mut self, capabilities: super::Capabilities) -> Self {
+        self.capabilities = capabilities;
         self
     }
 
@@ -148,6 +156,10 @@ impl ScriptedModel {
 }
 
 impl Model for ScriptedModel {
+    fn capabilities(&self) -> super::Capabilities {
+        self.capabilities
+    }
+
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let reply = {
             let mut st = lock(&self.state);

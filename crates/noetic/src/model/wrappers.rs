@@ -70,6 +70,10 @@ impl Model for RetryModel {
     ) -> futures::stream::BoxStream<'static, Result<super::StreamDelta, NoeticError>> {
         self.inner.stream(request)
     }
+
+    fn capabilities(&self) -> super::Capabilities {
+        self.inner.capabilities()
+    }
 }
 
 impl Model for TimeoutModel {
@@ -86,5 +90,9 @@ impl Model for TimeoutModel {
                 })
             })
         })
+    }
+
+    fn capabilities(&self) -> super::Capabilities {
+        self.inner.capabilities()
     }
 }

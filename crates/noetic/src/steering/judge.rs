@@ -7,9 +7,70 @@ use super::rules::{FailurePolicy, HookParams, LlmEval};
 use super::{SteeringDecision, parse_verdict};
 use crate::context::Context;
 use crate::model::{History, Item, Model, ModelRequest};
+use crate::step::ModelParams;
 
 /// The last line of every judge prompt.
 pub const ANSWER_FORMAT: &str = "Respond with exactly \"ALLOW\", \"DENY\", or \"GUIDE: <guidance text>\".";
+
+/// The most tokens a judge may answer with: a verdict and a sentence or two of guidance.
+pub const JUDGE_MAX_TOKENS: u32 = 256;
+
+/// The GBNF grammar a judge's reply must follow on backends that take one: `ALLOW`, `DENY`, `DENY: <reason>` or
+/// `GUIDE: <guidance>`, on one line.
+pub const VERDICT_GRAMMAR: &str = r#"root ::= "ALLOW" | "DENY" | "DENY: " text | "GUIDE: " text
+text ::= [^\n]+
+"#;
+
+/// The JSON Schema a judge's reply must match on backends that constrain to a schema but take no grammar.
+pub fn verdict_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["ALLOW", "DENY", "GUIDE"]},
+            "guidance": {"type": "string"}
+        },
+        "required": ["verdict", "guidance"],
+        "additionalProperties": false
+    })
+}
+
+/// The judge request for `prompt`, constrained as far as the judge model allows: a grammar when it takes one,
+/// else the [`verdict_schema`] when it constrains to schemas, else free text (the parser copes with markdown).
+pub fn request(model: &dyn Model, model_id: &str, prompt: String) -> ModelRequest {
+    let capabilities = model.capabilities();
+    let mut request = ModelRequest {
+        model: model_id.to_owned(),
+        params: ModelParams { max_tokens: Some(JUDGE_MAX_TOKENS), ..ModelParams::default() },
+        ..ModelRequest::default()
+    };
+    let prompt = if capabilities.grammar {
+        request.grammar = Some(VERDICT_GRAMMAR.to_owned());
+        prompt
+    } else if capabilities.json_schema {
+        request.output_schema = Some(verdict_schema());
+        format!("{prompt}\nAnswer as JSON: {{\"verdict\": \"ALLOW\" | \"DENY\" | \"GUIDE\", \"guidance\": \"...\"}}.")
+    } else {
+        prompt
+    };
+    request.history = History::new(vec![Item::user(prompt)]);
+    request
+}
+
+/// Reads a judge reply: the plain-text verdict, or the JSON object the [`verdict_schema`] asks for.
+pub fn read_verdict(reply: &str) -> Option<SteeringDecision> {
+    if let Some(decision) = parse_verdict(reply) {
+        return Some(decision);
+    }
+    let value: serde_json::Value = serde_json::from_str(reply.trim()).ok()?;
+    let verdict = value.get("verdict")?.as_str()?;
+    let guidance = value.get("guidance").and_then(|g| g.as_str()).unwrap_or("").trim();
+    // Only a bare keyword may stand as the verdict: "DENY because" in the verdict field is not one.
+    if verdict.trim().contains(char::is_whitespace) {
+        return None;
+    }
+    let text = if guidance.is_empty() { verdict.to_owned() } else { format!("{verdict}: {guidance}") };
+    parse_verdict(&text)
+}
 
 /// What the judge is shown: the tool call, or the response text and its tool calls.
 pub fn summary(params: &HookParams<'_>) -> String {
@@ -63,20 +124,76 @@ pub async fn judge(
     prompt: String,
     max_retries: u32,
 ) -> Result<SteeringDecision, FailureCause> {
-    let request = ModelRequest {
-        model: eval.model_id().to_owned(),
-        history: History::new(vec![Item::user(prompt)]),
-        ..ModelRequest::default()
-    };
+    let request = request(model.as_ref(), eval.model_id(), prompt);
     let mut last_reply = String::new();
     for _ in 0..=max_retries {
         let response =
             model.call(request.clone()).await.map_err(|e| FailureCause::JudgeError { message: e.to_string() })?;
         ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
-        if let Some(decision) = parse_verdict(response.text_output()) {
+        if let Some(decision) = read_verdict(response.text_output()) {
             return Ok(decision);
         }
         last_reply = response.text_output().to_owned();
     }
     Err(FailureCause::Unparseable { last_reply })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Capabilities, ScriptedModel};
+    use crate::steering::SteeringAction;
+
+    fn judge_model(grammar: bool, json_schema: bool) -> ScriptedModel {
+        ScriptedModel::new([]).with_capabilities(Capabilities { grammar, json_schema })
+    }
+
+    #[test]
+    fn judge_request_uses_the_grammar_when_the_backend_takes_one() {
+        let r = request(&judge_model(true, true), "judge", "Is it safe?".into());
+        assert_eq!(r.grammar.as_deref(), Some(VERDICT_GRAMMAR));
+        assert_eq!(r.output_schema, None, "a grammar and a schema cannot both constrain one reply");
+        assert_eq!(r.params.max_tokens, Some(JUDGE_MAX_TOKENS));
+        assert_eq!(r.messages().count(), 1);
+    }
+
+    #[test]
+    fn judge_request_falls_back_to_the_verdict_schema_then_to_free_text() {
+        let r = request(&judge_model(false, true), "judge", "Is it safe?".into());
+        assert_eq!(r.grammar, None);
+        assert_eq!(r.output_schema, Some(verdict_schema()));
+        assert!(r.history.iter().any(|i| i.to_string().contains("Answer as JSON")));
+
+        let r = request(&judge_model(false, false), "judge", "Is it safe?".into());
+        assert_eq!((r.grammar, r.output_schema), (None, None));
+        assert!(!r.history.iter().any(|i| i.to_string().contains("Answer as JSON")));
+        assert_eq!(r.params.max_tokens, Some(JUDGE_MAX_TOKENS));
+    }
+
+    #[test]
+    fn json_verdicts_read_like_text_verdicts() {
+        let d =
+            read_verdict(r#"{"verdict": "DENY", "guidance": "stay in the workspace"}"#).map(|d| (d.action, d.guidance));
+        assert_eq!(d, Some((SteeringAction::Deny, Some("stay in the workspace".to_owned()))));
+        let d = read_verdict(r#" {"verdict":"allow","guidance":""} "#).map(|d| (d.action, d.guidance));
+        assert_eq!(d, Some((SteeringAction::Allow, None)));
+        let d = read_verdict(r#"{"verdict":"GUIDE","guidance":"use /tmp"}"#).map(|d| (d.action, d.guidance));
+        assert_eq!(d, Some((SteeringAction::Guide, Some("use /tmp".to_owned()))));
+        // Text verdicts still parse first.
+        assert_eq!(read_verdict("DENY: no").map(|d| d.action), Some(SteeringAction::Deny));
+    }
+
+    #[test]
+    fn json_without_a_bare_verdict_keyword_is_unparseable() {
+        for reply in [
+            r#"{"verdict":"ALLOWED","guidance":""}"#,
+            r#"{"verdict":"DENY because it is risky","guidance":""}"#,
+            r#"{"verdict":3}"#,
+            r#"{"guidance":"DENY"}"#,
+            r#"["DENY"]"#,
+            r#"{"verdict":"#,
+        ] {
+            assert!(read_verdict(reply).is_none(), "{reply}");
+        }
+    }
 }

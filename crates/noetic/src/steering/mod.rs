@@ -24,7 +24,10 @@ mod verdict;
 
 use serde::{Deserialize, Serialize};
 
-pub use judge::{ANSWER_FORMAT, prompt as judge_prompt, summary as judge_summary};
+pub use judge::{
+    ANSWER_FORMAT, JUDGE_MAX_TOKENS, VERDICT_GRAMMAR, prompt as judge_prompt, read_verdict, request as judge_request,
+    summary as judge_summary, verdict_schema,
+};
 pub use layer::{Feedback, STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
 pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
 pub use rules::{
