@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use noetic::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
-use noetic::step::RetryPolicy;
+use noetic::step::{RetryPolicy, ToolChoice};
 use noetic::{ConfigCode, ConfigError, NoeticError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
@@ -206,6 +206,16 @@ impl Model for OpenAiModel {
     }
 }
 
+/// Sends a named tool choice as `required` over that one tool, for servers that take only the string forms. Left
+/// alone when the named tool is not offered (the server's own error is the clearest answer then).
+fn narrow_to(body: &mut serde_json::Map<String, serde_json::Value>, name: &str) {
+    let Some(serde_json::Value::Array(tools)) = body.get_mut("tools") else { return };
+    let Some(index) = tools.iter().position(|t| t["function"]["name"] == name) else { return };
+    let tool = tools.swap_remove(index);
+    *tools = vec![tool];
+    body.insert("tool_choice".into(), serde_json::Value::String("required".into()));
+}
+
 fn is_json(response: &reqwest::Response) -> bool {
     response
         .headers()
@@ -248,6 +258,11 @@ impl Inner {
             if !self.config.capabilities.grammar {
                 // Servers that take no grammar reject the unknown field (OpenAI answers 400).
                 obj.remove("grammar");
+            }
+            if self.config.narrow_named_tool_choice
+                && let Some(ToolChoice::Named(name)) = &request.tool_choice
+            {
+                narrow_to(obj, name);
             }
         }
         body.to_string().into_bytes()

@@ -55,6 +55,7 @@ pub struct OpenAiConfig {
     pub(crate) retry: RetryPolicy,
     pub(crate) model_override: Option<String>,
     pub(crate) capabilities: Capabilities,
+    pub(crate) narrow_named_tool_choice: bool,
 }
 
 impl Default for OpenAiConfig {
@@ -69,6 +70,7 @@ impl Default for OpenAiConfig {
             retry: default_retry_policy(),
             model_override: None,
             capabilities: Capabilities::default(),
+            narrow_named_tool_choice: false,
         }
     }
 }
@@ -86,6 +88,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("retry", &self.retry)
             .field("model_override", &self.model_override)
             .field("capabilities", &self.capabilities)
+            .field("narrow_named_tool_choice", &self.narrow_named_tool_choice)
             .finish()
     }
 }
@@ -159,9 +162,22 @@ impl OpenAiConfig {
 
     /// llama.cpp's own server at `base_url` (e.g. `http://127.0.0.1:8080/v1`), no key. It constrains decoding to a
     /// GBNF grammar (`grammar`, a llama.cpp extension) and to `response_format` JSON Schemas, so both
-    /// [`Capabilities`] are claimed: the steering judge's verdicts are then grammar-constrained.
+    /// [`Capabilities`] are claimed: the steering judge's verdicts are then grammar-constrained. Its server takes
+    /// `tool_choice` only as a string (it ignores a named function and lets the model choose), so named tool
+    /// choices are narrowed (see [`OpenAiConfig::narrow_named_tool_choice`]).
     pub fn llama_cpp(base_url: impl Into<String>) -> Self {
-        OpenAiConfig::new().base_url(base_url).capabilities(Capabilities { grammar: true, json_schema: true })
+        OpenAiConfig::new()
+            .base_url(base_url)
+            .capabilities(Capabilities { grammar: true, json_schema: true })
+            .narrow_named_tool_choice(true)
+    }
+
+    /// For servers that accept `tool_choice` only as `auto` / `required` / `none` (llama.cpp): a named tool choice
+    /// is sent as `required` with that one tool in `tools`, which forces the same call. Default off: OpenAI,
+    /// OpenRouter and vLLM take the named form.
+    pub fn narrow_named_tool_choice(mut self, on: bool) -> Self {
+        self.narrow_named_tool_choice = on;
+        self
     }
 
     /// What the server can enforce on its output (default: nothing claimed). `grammar` makes requests carry

@@ -144,6 +144,27 @@ async fn a_grammar_is_sent_only_to_servers_configured_to_take_one() {
 }
 
 #[tokio::test]
+async fn a_named_tool_choice_is_narrowed_to_required_over_that_tool_only_where_configured() {
+    let server = server_answering(&fixture("chat_text.json"), "application/json").await;
+    let mut request = full_request();
+    request.tool_choice = Some(ToolChoice::Named("get_time".into()));
+    model_for(&server).call(request.clone()).await.unwrap();
+    let llama = OpenAiModel::new(OpenAiConfig::llama_cpp(format!("{}/v1", server.uri()))).unwrap();
+    llama.call(request.clone()).await.unwrap();
+    // A name that is not offered is passed through for the server to reject.
+    request.tool_choice = Some(ToolChoice::Named("missing".into()));
+    llama.call(request).await.unwrap();
+    let bodies = received_bodies(&server).await;
+    assert_eq!(bodies[0]["tool_choice"], json!({"type": "function", "function": {"name": "get_time"}}));
+    assert_eq!(bodies[0]["tools"].as_array().unwrap().len(), 2);
+    assert_eq!(bodies[1]["tool_choice"], json!("required"));
+    let names: Vec<_> = bodies[1]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].clone()).collect();
+    assert_eq!(names, [json!("get_time")]);
+    assert_eq!(bodies[2]["tool_choice"], json!({"type": "function", "function": {"name": "missing"}}));
+    assert_eq!(bodies[2]["tools"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_text_response_is_parsed() {
     let server = server_answering(&fixture("chat_text.json"), "application/json").await;
     let response = model_for(&server).call(user_request("Capital of France?")).await.unwrap();

@@ -16,9 +16,10 @@ pub const ANSWER_FORMAT: &str = "Respond with exactly \"ALLOW\", \"DENY\", or \"
 pub const JUDGE_MAX_TOKENS: u32 = 256;
 
 /// The GBNF grammar a judge's reply must follow on backends that take one: `ALLOW`, `DENY`, `DENY: <reason>` or
-/// `GUIDE: <guidance>`, on one line.
+/// `GUIDE: <guidance>`, on one line of at most 400 characters of guidance (so a rambling judge ends well inside
+/// [`JUDGE_MAX_TOKENS`]).
 pub const VERDICT_GRAMMAR: &str = r#"root ::= "ALLOW" | "DENY" | "DENY: " text | "GUIDE: " text
-text ::= [^\n]+
+text ::= [^\n]{1,400}
 "#;
 
 /// The JSON Schema a judge's reply must match on backends that constrain to a schema but take no grammar.
@@ -27,7 +28,7 @@ pub fn verdict_schema() -> serde_json::Value {
         "type": "object",
         "properties": {
             "verdict": {"type": "string", "enum": ["ALLOW", "DENY", "GUIDE"]},
-            "guidance": {"type": "string"}
+            "guidance": {"type": "string", "maxLength": 400}
         },
         "required": ["verdict", "guidance"],
         "additionalProperties": false
