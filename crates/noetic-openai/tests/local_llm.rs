@@ -3,8 +3,8 @@
 //!
 //! Without a server each test prints why it did not run (on stderr, past the test harness's capture) and passes,
 //! so a plain `cargo test` works anywhere; `.ci/run` starts the server and sets `NOETIC_E2E_REQUIRED=1`, which
-//! turns a missing server into a failure. `NOETIC_LOCAL_LLM_URL` overrides the base URL
-//! (default `http://127.0.0.1:18080/v1`).
+//! turns a missing server into a failure. `NOETIC_LOCAL_LLM_URL` overrides the base URL (default
+//! `http://127.0.0.1:18080/v1`, or the port in `NOETIC_LOCAL_LLM_PORT`, as for the script).
 //!
 //! The model is tiny: these tests check plumbing (wire format, streaming, tool calls, constraints), never the
 //! quality of an answer. Tool calls are forced with `tool_choice: required` (enforced by llama.cpp's grammar);
@@ -30,7 +30,10 @@ const MODEL_ID: &str = "smollm2-135m";
 
 /// The real server's model, or `None` (after saying why) when no server answers and none is required.
 async fn local_model() -> Option<OpenAiModel> {
-    let base = std::env::var("NOETIC_LOCAL_LLM_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let base = std::env::var("NOETIC_LOCAL_LLM_URL").unwrap_or_else(|_| match std::env::var("NOETIC_LOCAL_LLM_PORT") {
+        Ok(port) => format!("http://127.0.0.1:{port}/v1"),
+        Err(_) => DEFAULT_URL.to_owned(),
+    });
     let health = format!("{}/health", base.trim_end_matches('/').trim_end_matches("/v1"));
     let up = match reqwest::Client::new().get(&health).timeout(Duration::from_secs(5)).send().await {
         Ok(r) if r.status().is_success() => Ok(()),
