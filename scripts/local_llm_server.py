@@ -19,6 +19,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="1 is fastest on a busy 2-core machine")
     parser.add_argument("--ctx", type=int, default=8192, help="context size shared by the parallel slots")
     parser.add_argument("--parallel", type=int, default=2, help="requests decoded at once")
+    parser.add_argument("--max-tokens", type=int, default=512, help="default cap on a reply's tokens")
     parser.add_argument("--alias", default="smollm2-135m", help="the model id the server reports")
     args = parser.parse_args()
 
@@ -31,6 +32,8 @@ def main() -> int:
     params.port = args.port
     params.n_ctx = args.ctx
     params.n_parallel = args.parallel
+    # A request without max_tokens would otherwise run on until the context is full.
+    params.n_predict = args.max_tokens
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
     params.use_jinja = True

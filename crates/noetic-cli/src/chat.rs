@@ -21,12 +21,12 @@ use tokio::sync::mpsc;
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
 use crate::config::Defaults;
-use crate::ledger;
 use crate::provider::{self, Provider};
 use crate::render::{Style, event_line, ledger_line};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
+use crate::{ledger, local};
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
 
@@ -60,8 +60,12 @@ pub struct ChatArgs {
     provider: Option<Provider>,
     /// Base URL of an OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama (no key needed for a
     /// local server). Keys come from OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "local")]
     base_url: Option<String>,
+    /// Use the offline model (llama.cpp's server with SmolLM2-135M, set up by `scripts/local-llm.sh setup`):
+    /// started for this chat unless it already runs, stopped at the end. No key, no network.
+    #[arg(long, conflicts_with = "provider")]
+    local: bool,
     /// A rules file (see `noetic rules FILE`).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
@@ -104,9 +108,17 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                 .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
         );
     }
-    let model_id = provider::model_id(args.model.as_deref());
-    let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
-    let model = provider::build(provider, args.base_url.as_deref())?;
+    // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
+    let (model_id, provider_name, model, _local_server) = if args.local {
+        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        let described = format!("local, {}", server.base_url());
+        (local::LOCAL_MODEL_ID.to_owned(), described, server.model()?, Some(server))
+    } else {
+        let model_id = provider::model_id(args.model.as_deref());
+        let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
+        let model = provider::build(provider, args.base_url.as_deref())?;
+        (model_id, provider.as_str().to_owned(), model, None)
+    };
     let rules = match &args.rules {
         Some(path) => rules::load(&Source::read(path)?)?,
         None => RuleSet::default(),
@@ -135,8 +147,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     println!(
         "{}",
         style.bold(&format!(
-            "noetic chat — {model_id} ({}), workspace {}, {rule_count} rule(s), steering mode {}",
-            provider.as_str(),
+            "noetic chat — {model_id} ({provider_name}), workspace {}, {rule_count} rule(s), steering mode {}",
             workspace.root().display(),
             session.steering_mode().as_str()
         ))

@@ -8,7 +8,7 @@
 //!
 //! `chat` and `run` share the agent assembly ([`agent`]): the model from [`provider`], the built-in tools
 //! confined to a [`workspace`] ([`tools`], [`command`]), the rules as a steering layer, and approvals asked at
-//! the terminal ([`approve`]).
+//! the terminal ([`approve`]). With `--local` they use the offline model instead ([`local`]).
 
 mod agent;
 mod approve;
@@ -17,6 +17,7 @@ mod command;
 mod config;
 mod demo;
 mod ledger;
+mod local;
 mod provider;
 mod render;
 mod rules;

@@ -13,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::agent::{self, AgentSpec};
 use crate::render::{Style, event_line};
 use crate::workspace::Workspace;
-use crate::{approve, ledger, workflow};
+use crate::{approve, ledger, local, workflow};
 
 /// Arguments of `noetic run`.
 #[derive(clap::Args)]
@@ -36,8 +36,12 @@ pub struct RunArgs {
     #[arg(long)]
     model: Option<String>,
     /// Base URL of an OpenAI-compatible server (overrides the workflow's `base_url`).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "local")]
     base_url: Option<String>,
+    /// Use the offline model (llama.cpp's server with SmolLM2-135M, set up by `scripts/local-llm.sh setup`)
+    /// whatever the workflow names: started for this run unless it already runs, stopped at the end.
+    #[arg(long, conflicts_with = "model")]
+    local: bool,
     /// No colours on the progress lines.
     #[arg(long)]
     plain: bool,
@@ -50,8 +54,16 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         flow.model = model.clone();
     }
     let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
+    // `_local_server` lives until the run ends: dropping it stops a server this run started.
+    let (model, _local_server) = if args.local {
+        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        flow.model = local::LOCAL_MODEL_ID.to_owned();
+        (server.model()?, Some(server))
+    } else {
+        (flow.model_client(args.base_url.as_deref())?, None)
+    };
     let spec = AgentSpec {
-        model: flow.model_client(args.base_url.as_deref())?,
+        model,
         model_id: flow.model.clone(),
         instructions: flow.instructions.clone(),
         tools: flow.tools.clone(),
