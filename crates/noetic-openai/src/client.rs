@@ -216,6 +216,17 @@ fn narrow_to(body: &mut serde_json::Map<String, serde_json::Value>, name: &str) 
     body.insert("tool_choice".into(), serde_json::Value::String("required".into()));
 }
 
+/// Turns every `system` message after the first message into a `user` message starting `[system] `.
+fn demote_late_system(body: &mut serde_json::Map<String, serde_json::Value>) {
+    let Some(serde_json::Value::Array(messages)) = body.get_mut("messages") else { return };
+    for message in messages.iter_mut().skip(1) {
+        if message["role"] == "system" {
+            let content = message["content"].as_str().unwrap_or_default();
+            *message = serde_json::json!({"role": "user", "content": format!("[system] {content}")});
+        }
+    }
+}
+
 fn is_json(response: &reqwest::Response) -> bool {
     response
         .headers()
@@ -263,6 +274,9 @@ impl Inner {
                 && let Some(ToolChoice::Named(name)) = &request.tool_choice
             {
                 narrow_to(obj, name);
+            }
+            if self.config.late_system_as_user {
+                demote_late_system(obj);
             }
         }
         body.to_string().into_bytes()

@@ -56,6 +56,7 @@ pub struct OpenAiConfig {
     pub(crate) model_override: Option<String>,
     pub(crate) capabilities: Capabilities,
     pub(crate) narrow_named_tool_choice: bool,
+    pub(crate) late_system_as_user: bool,
 }
 
 impl Default for OpenAiConfig {
@@ -71,6 +72,7 @@ impl Default for OpenAiConfig {
             model_override: None,
             capabilities: Capabilities::default(),
             narrow_named_tool_choice: false,
+            late_system_as_user: false,
         }
     }
 }
@@ -89,6 +91,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("model_override", &self.model_override)
             .field("capabilities", &self.capabilities)
             .field("narrow_named_tool_choice", &self.narrow_named_tool_choice)
+            .field("late_system_as_user", &self.late_system_as_user)
             .finish()
     }
 }
@@ -186,6 +189,15 @@ impl OpenAiConfig {
     /// [`OpenAiConfig::llama_cpp`]).
     pub fn capabilities(mut self, capabilities: Capabilities) -> Self {
         self.capabilities = capabilities;
+        self
+    }
+
+    /// For servers whose chat template allows a system message only first (llama.cpp or vLLM serving Gemma,
+    /// Mistral and others answer 400 otherwise): system messages after the first — the runtime's developer items,
+    /// such as steering feedback and guidance — are sent as `user` messages starting `[system] `. Default off:
+    /// OpenAI and ChatML templates (Qwen, SmolLM2, the offline model's) take them in place.
+    pub fn late_system_as_user(mut self, on: bool) -> Self {
+        self.late_system_as_user = on;
         self
     }
 

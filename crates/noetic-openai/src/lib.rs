@@ -36,6 +36,10 @@
 //! ## Decisions
 //!
 //! * `Developer` items are sent as `system` messages in place: most compatible servers have no `developer` role.
+//!   Chat templates that allow a system message only first (Gemma, Mistral on llama.cpp or vLLM) answer 400 to
+//!   that; [`OpenAiConfig::late_system_as_user`] sends those as `[system] …` user messages instead.
+//! * llama.cpp's server: [`OpenAiConfig::llama_cpp`] sends judge calls a verdict grammar and narrows a named
+//!   `tool_choice` (which that server ignores) to `required` over the one tool.
 //! * `max_tokens` is sent as `max_tokens` (OpenAI's reasoning models want `max_completion_tokens`; leave it unset
 //!   for them).
 //! * Structured output uses `response_format: json_schema` with `strict: false`, because strict mode rejects

@@ -165,6 +165,70 @@ async fn a_named_tool_choice_is_narrowed_to_required_over_that_tool_only_where_c
 }
 
 #[tokio::test]
+async fn late_system_messages_become_user_messages_only_where_configured() {
+    let server = server_answering(&fixture("chat_text.json"), "application/json").await;
+    model_for(&server).call(full_request()).await.unwrap();
+    OpenAiModel::new(config_for(&server.uri()).late_system_as_user(true)).unwrap().call(full_request()).await.unwrap();
+    let bodies = received_bodies(&server).await;
+    let roles = |body: &serde_json::Value| -> Vec<String> {
+        body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(roles(&bodies[0]).iter().filter(|r| *r == "system").count(), 3, "{}", bodies[0]);
+    assert_eq!(roles(&bodies[1]).iter().filter(|r| *r == "system").count(), 1, "{}", bodies[1]);
+    assert_eq!(roles(&bodies[1])[0], "system", "the leading system message stays");
+    let demoted: Vec<_> = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["content"].as_str().is_some_and(|c| c.starts_with("[system] ")))
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        demoted,
+        [
+            "[system] <steering_feedback>\n[ask-first] Confirm the city before calling tools.\n</steering_feedback>",
+            "[system] Answer with the summary object."
+        ]
+    );
+}
+
+/// Recorded from llama.cpp's server (xllamacpp 0.2.14, SmolLM2-135M, `tool_choice: required`): `content` is `""`
+/// (not `null`) beside the calls, ids are random 32-character strings, and `timings` rides along.
+#[tokio::test]
+async fn a_recorded_llama_cpp_tool_call_is_parsed_without_an_empty_text_item() {
+    let server = server_answering(&fixture("llama_cpp_tool_call.json"), "application/json").await;
+    let response = model_for(&server).call(user_request("Weather in Paris?")).await.unwrap();
+    assert_eq!(
+        response.items,
+        vec![Item::ToolCall(ToolCall {
+            id: "KOhShtqToIbYDh2zWPwL9Yr6QuiyjAFF".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city": "Paris"}"#.into(),
+        })]
+    );
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (173, 32));
+}
+
+/// Recorded from the same server, streaming: a first chunk with `content: null`, the call's id and name with its
+/// first argument piece, eight argument pieces, then usage in a chunk with no choices, then `[DONE]`.
+#[tokio::test]
+async fn a_recorded_llama_cpp_stream_assembles_the_same_call() {
+    let server = server_answering(&fixture("llama_cpp_stream_tool_call.sse"), "text/event-stream").await;
+    let deltas = collect(&model_for(&server), user_request("Weather in Paris?")).await;
+    let pieces: Vec<_> = deltas.iter().filter(|d| matches!(d, StreamDelta::ToolCall { .. })).collect();
+    assert_eq!(pieces.len(), 8, "{deltas:?}");
+    assert!(!deltas.iter().any(|d| matches!(d, StreamDelta::Text { .. })), "no empty text deltas: {deltas:?}");
+    let response = done(&deltas);
+    let calls: Vec<_> = response.tool_calls_iter().collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "get_weather");
+    assert_eq!(calls[0].arguments, r#"{"city": "Paris"}"#);
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (173, 32));
+}
+
+#[tokio::test]
 async fn a_text_response_is_parsed() {
     let server = server_answering(&fixture("chat_text.json"), "application/json").await;
     let response = model_for(&server).call(user_request("Capital of France?")).await.unwrap();
