@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 
-use common::{example, noetic, run};
+use common::{Driven, example, noetic, run};
 
 /// A port nothing listens on (bound, then released).
 fn free_port() -> u16 {
@@ -82,4 +82,23 @@ fn run_local_starts_the_server_answers_with_the_real_model_and_stops_it() {
     assert!(out.stderr.contains(&format!("starting the local model on 127.0.0.1:{port}")), "{}", out.stderr);
     assert!(!out.stdout.trim().is_empty(), "the model answered: {}", out.stderr);
     assert!(!listening(port), "the server this run started is stopped when it ends");
+}
+
+#[test]
+fn chat_local_answers_a_typed_message_with_the_real_model_and_stops_the_server() {
+    let Some(dir) = set_up_dir() else { return };
+    let port = free_port();
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = noetic();
+    cmd.args(["chat", "--local", "--plain", "--workspace"])
+        .arg(ws.path())
+        .env("NOETIC_LOCAL_LLM_DIR", &dir)
+        .env("NOETIC_LOCAL_LLM_PORT", port.to_string());
+    let mut driven = Driven::spawn(cmd);
+    driven.send("Say hello in a few words.");
+    let out = driven.finish();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(out.stdout.contains(&format!("smollm2-135m (local, http://127.0.0.1:{port}/v1)")), "{}", out.stdout);
+    assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
+    assert!(!listening(port), "the server this chat started is stopped when it ends");
 }
