@@ -6,8 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{config_for, fixture, fixture_json, model_for, received_bodies, user_request};
-use futures::StreamExt;
+use common::{collect, config_for, done, fixture, fixture_json, model_for, received_bodies, user_request};
 use noetic::model::{Capabilities, FinishReason, History, StreamDelta, ToolSpec};
 use noetic::prelude::*;
 use noetic_openai::{OpenAiConfig, OpenAiModel};
@@ -90,17 +89,6 @@ async fn server_answering(body: &str, mime: &str) -> MockServer {
         .mount(&server)
         .await;
     server
-}
-
-async fn collect(model: &OpenAiModel, request: ModelRequest) -> Vec<StreamDelta> {
-    model.stream(request).map(|d| d.unwrap()).collect().await
-}
-
-fn done(deltas: &[StreamDelta]) -> ModelResponse {
-    match deltas.last() {
-        Some(StreamDelta::Done { response }) => response.clone(),
-        other => panic!("expected Done last, got {other:?}"),
-    }
 }
 
 #[tokio::test]

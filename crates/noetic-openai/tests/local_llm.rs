@@ -11,12 +11,14 @@
 //! with `auto` this model does not call tools.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use common::{collect, done};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use noetic::model::{Capabilities, FinishReason, History, StreamDelta, ToolSpec};
@@ -82,17 +84,6 @@ fn weather_request(choice: ToolChoice) -> ModelRequest {
         tools: Arc::from(vec![weather_tool()]),
         tool_choice: Some(choice),
         ..chat("What is the weather in Paris?", 64)
-    }
-}
-
-async fn collect(model: &OpenAiModel, request: ModelRequest) -> Vec<StreamDelta> {
-    model.stream(request).map(|d| d.unwrap()).collect().await
-}
-
-fn done(deltas: &[StreamDelta]) -> ModelResponse {
-    match deltas.last() {
-        Some(StreamDelta::Done { response }) => response.clone(),
-        other => panic!("the stream must end with Done, got {other:?}"),
     }
 }
 

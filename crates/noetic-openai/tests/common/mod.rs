@@ -45,6 +45,20 @@ pub async fn received_bodies(server: &MockServer) -> Vec<Value> {
     server.received_requests().await.unwrap().iter().map(|r| r.body_json::<Value>().unwrap()).collect()
 }
 
+/// Every delta of a stream, failing the test on an error.
+pub async fn collect(model: &OpenAiModel, request: ModelRequest) -> Vec<noetic::model::StreamDelta> {
+    use futures::StreamExt;
+    model.stream(request).map(|d| d.unwrap()).collect().await
+}
+
+/// The response a stream ends with (its last delta must be `Done`).
+pub fn done(deltas: &[noetic::model::StreamDelta]) -> ModelResponse {
+    match deltas.last() {
+        Some(noetic::model::StreamDelta::Done { response }) => response.clone(),
+        other => panic!("the stream must end with Done, got {other:?}"),
+    }
+}
+
 /// A user request for `model`.
 pub fn user_request(text: &str) -> ModelRequest {
     ModelRequest {
