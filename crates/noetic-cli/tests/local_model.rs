@@ -82,6 +82,8 @@ fn run_local_starts_the_server_answers_with_the_real_model_and_stops_it() {
     assert!(out.stderr.contains(&format!("starting the local model on 127.0.0.1:{port}")), "{}", out.stderr);
     assert!(!out.stdout.trim().is_empty(), "the model answered: {}", out.stderr);
     assert!(!listening(port), "the server this run started is stopped when it ends");
+    assert!(!dir.join(format!("server-{port}.pid")).exists(), "its pid file (named by port) is removed");
+    let _ = std::fs::remove_file(dir.join(format!("server-{port}.log")));
 }
 
 #[test]
@@ -101,4 +103,5 @@ fn chat_local_answers_a_typed_message_with_the_real_model_and_stops_the_server()
     assert!(out.stdout.contains(&format!("smollm2-135m (local, http://127.0.0.1:{port}/v1)")), "{}", out.stdout);
     assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
     assert!(!listening(port), "the server this chat started is stopped when it ends");
+    let _ = std::fs::remove_file(dir.join(format!("server-{port}.log")));
 }
