@@ -64,7 +64,7 @@ pub struct ChatArgs {
     base_url: Option<String>,
     /// Use the offline model (llama.cpp's server with SmolLM2-135M, set up by `scripts/local-llm.sh setup`):
     /// started for this chat unless it already runs, stopped at the end. No key, no network.
-    #[arg(long, conflicts_with = "provider")]
+    #[arg(long, conflicts_with_all = ["provider", "model"])]
     local: bool,
     /// A rules file (see `noetic rules FILE`).
     #[arg(long, value_name = "FILE")]

@@ -40,9 +40,11 @@ fn local_without_a_setup_names_the_command_that_sets_it_up() {
 
 #[test]
 fn local_conflicts_with_an_explicit_server_or_model() {
-    let out = run(noetic().args(["chat", "--local", "--base-url", "http://localhost:1/v1"]));
-    assert!(!out.status.success());
-    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    for flags in [["--base-url", "http://localhost:1/v1"], ["--model", "llama3.2"], ["--provider", "openai"]] {
+        let out = run(noetic().args(["chat", "--local"]).args(flags));
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(out.stderr.contains("cannot be used with"), "{flags:?}: {}", out.stderr);
+    }
     let out = run(noetic().arg("run").arg(example("workflow.toml")).args(["--prompt", "x", "--local", "--model", "m"]));
     assert!(!out.status.success());
     assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
