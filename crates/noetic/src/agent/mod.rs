@@ -153,10 +153,13 @@ impl RuntimeBuilder {
             Some(agent) => agent,
             None => default_agent(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions)?,
         };
+        // Memory declared by the tools becomes layers once, here, so every turn shares them.
+        let mut layers = self.layers;
+        crate::tool::add_tool_memory_layers(&mut layers, &self.services.tools);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 services: self.services,
-                layers: self.layers,
+                layers,
                 agent,
                 queue: Arc::new(SteeringQueue::new(
                     self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),

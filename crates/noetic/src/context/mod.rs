@@ -211,8 +211,9 @@ impl ContextBuilder {
         self
     }
 
-    /// Builds the context.
-    pub fn build(self) -> Context {
+    /// Builds the context. Memory declared by its tools joins the layers (unless a layer with that id is there).
+    pub fn build(mut self) -> Context {
+        crate::tool::add_tool_memory_layers(&mut self.layers, &self.services.tools);
         Context {
             inner: Arc::new(Inner {
                 execution_id: self.execution_id.unwrap_or_default(),

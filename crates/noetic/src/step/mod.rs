@@ -12,7 +12,7 @@
 //! | `loop` | [`Step::loop_`], [`Step::loop_map`] | repeats a body until a predicate says stop |
 //! | `every` | [`Step::every`] | repeats a body on a fixed interval until cancelled |
 //!
-//! Builders validate their configuration and return a [`ConfigError`](crate::ConfigError) with a stable code.
+//! Builders validate their configuration and return a [`ConfigError`] with a stable code.
 //! Steps are cheap to clone (everything sits behind an `Arc`) and are `Send + Sync + 'static`.
 
 pub(crate) mod branch;

@@ -6,6 +6,7 @@
 
 mod approval;
 pub(crate) mod call;
+mod memory;
 mod schema;
 mod typed;
 
@@ -17,6 +18,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
+pub(crate) use memory::add_tool_memory_layers;
+pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
 pub use schema::Schema;
 pub use typed::{TypedTool, tool_fn};
 
@@ -98,6 +101,12 @@ pub trait Tool: Send + Sync + 'static {
         result
     }
 
+    /// Memory the tool declares: the runtime turns it into a memory layer (slot 110, scope execution) whose
+    /// recall shows the tool's state to the model while the tool is in scope. The default declares none.
+    fn memory(&self) -> Option<&ToolMemory> {
+        None
+    }
+
     /// Runs the tool on validated arguments.
     fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
@@ -125,6 +134,7 @@ pub struct FnTool {
     output: Option<Schema>,
     events: Option<Schema>,
     needs_approval: bool,
+    memory: Option<ToolMemory>,
     handler: Handler,
 }
 
@@ -142,6 +152,7 @@ pub struct FnToolBuilder {
     output: Option<Value>,
     events: Option<Value>,
     needs_approval: bool,
+    memory: Option<ToolMemory>,
     handler: Option<Handler>,
 }
 
@@ -155,6 +166,7 @@ impl FnTool {
             output: None,
             events: None,
             needs_approval: false,
+            memory: None,
             handler: None,
         }
     }
@@ -182,6 +194,12 @@ impl FnToolBuilder {
     /// Require approval before each call.
     pub fn needs_approval(mut self, yes: bool) -> Self {
         self.needs_approval = yes;
+        self
+    }
+
+    /// Declares memory shown to the model while the tool is in scope (see [`ToolMemory`]).
+    pub fn memory(mut self, memory: ToolMemory) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -218,6 +236,7 @@ impl FnToolBuilder {
             name: self.name,
             description: self.description,
             needs_approval: self.needs_approval,
+            memory: self.memory,
             handler,
         })
     }
@@ -246,6 +265,10 @@ impl Tool for FnTool {
 
     fn needs_approval(&self) -> bool {
         self.needs_approval
+    }
+
+    fn memory(&self) -> Option<&ToolMemory> {
+        self.memory.as_ref()
     }
 
     fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {

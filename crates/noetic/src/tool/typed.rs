@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Schema, Tool, ToolContext, ToolError};
+use super::{Schema, Tool, ToolContext, ToolError, ToolMemory};
 use crate::error::{ConfigCode, ConfigError};
 
 type TypedHandler<A, R> = Arc<dyn Fn(A, ToolContext) -> BoxFuture<'static, Result<R, ToolError>> + Send + Sync>;
@@ -21,6 +21,7 @@ pub struct TypedTool<A, R> {
     input: Schema,
     output: Schema,
     needs_approval: bool,
+    memory: Option<ToolMemory>,
     handler: TypedHandler<A, R>,
     _types: PhantomData<fn(A) -> R>,
 }
@@ -65,6 +66,7 @@ where
         input: Schema::new(schemars::schema_for!(A).to_value())?,
         output: Schema::new(schemars::schema_for!(R).to_value())?,
         needs_approval: false,
+        memory: None,
         handler: Arc::new(move |a, tcx| Box::pin(f(a, tcx))),
         _types: PhantomData,
     })
@@ -74,6 +76,12 @@ impl<A, R> TypedTool<A, R> {
     /// Require approval before each call.
     pub fn needs_approval(mut self, yes: bool) -> Self {
         self.needs_approval = yes;
+        self
+    }
+
+    /// Declares memory shown to the model while the tool is in scope (see [`ToolMemory`]).
+    pub fn memory(mut self, memory: ToolMemory) -> Self {
+        self.memory = Some(memory);
         self
     }
 }
@@ -101,6 +109,10 @@ where
 
     fn needs_approval(&self) -> bool {
         self.needs_approval
+    }
+
+    fn memory(&self) -> Option<&ToolMemory> {
+        self.memory.as_ref()
     }
 
     fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
