@@ -72,7 +72,6 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         }
     };
     let watched = ctx.events().is_active();
-    let recalled = lifecycle::recall(ctx).await?;
     let mut usage = Usage::default();
     let mut cost = 0.0;
     // Corrections asked for by `after_model_call` guide decisions, sent after the history until a response is
@@ -98,10 +97,13 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         if let Some(ts) = &steering {
             ts.inject(ctx);
         }
+        // Recall before every model request, not once per step: feedback that async rules queued during this
+        // step's tool rounds reaches the model in the next request of the same turn (SPEC 3.8).
+        let recalled = lifecycle::recall(ctx).await?;
         let request = ModelRequest {
             model: s.model.clone(),
             instructions: s.instructions.clone(),
-            context: recalled.clone(),
+            context: recalled,
             history: ctx.history(),
             tail: corrections.clone(),
             tools: specs.clone(),
