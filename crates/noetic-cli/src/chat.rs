@@ -136,9 +136,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         workspace: workspace.clone(),
         max_rounds: None,
         max_iterations: None,
-        steering_mode: args
-            .mode
-            .map_or_else(|| SteeringMode::from_config(defaults.steering_mode.as_deref()), Into::into),
+        steering_mode: args.mode.map_or_else(|| crate::config::steering_mode(defaults), |m| Ok(m.into()))?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
     })?;
     let session = agent.runtime.session("chat");
@@ -299,7 +297,11 @@ impl Chat {
             "/mode" => match rest {
                 "" => self.say(&format!("steering mode: {}", self.session.steering_mode().as_str())),
                 "all" | "one-at-a-time" => {
-                    self.session.set_steering_mode(SteeringMode::parse(rest));
+                    self.session.set_steering_mode(if rest == "all" {
+                        SteeringMode::All
+                    } else {
+                        SteeringMode::OneAtATime
+                    });
                     self.say(&self.style.dim(&format!("steering mode: {rest}")));
                 }
                 other => self.say(&format!("unknown mode '{other}'; use /mode all or /mode one-at-a-time")),

@@ -18,6 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
+use noetic::agent::SteeringMode;
 use serde::Deserialize;
 
 /// The file's name in the current folder.
@@ -59,6 +60,21 @@ pub struct Defaults {
     pub instructions: Option<String>,
     /// Where to append ledgers.
     pub ledger_out: Option<PathBuf>,
+}
+
+/// The configured steering mode (`steering_mode`, after the environment's override), one-at-a-time when
+/// unset. A value that is neither `one-at-a-time` nor `all` is an error naming it, where it came from and the
+/// valid values: a typo must not silently pick a mode.
+pub fn steering_mode(defaults: &Defaults) -> Result<SteeringMode, String> {
+    match defaults.steering_mode.as_deref() {
+        None => Ok(SteeringMode::default()),
+        Some(value) => SteeringMode::parse(value).map_err(|e| {
+            format!(
+                "agents.defaults.steering_mode (from {FILE_NAME} or {ENV_PREFIX}STEERING_MODE): {} — {}",
+                e.message, e.hint
+            )
+        }),
+    }
 }
 
 /// Reads the defaults: the file (`explicit`, else `./noetic.toml` if present), then the environment.
@@ -114,6 +130,22 @@ mod tests {
         let path = dir.path().join("noetic.toml");
         std::fs::write(&path, text).unwrap_or_else(|e| unreachable!("{e}"));
         (dir, path)
+    }
+
+    #[test]
+    fn a_bogus_steering_mode_in_the_file_or_the_environment_is_an_error_naming_it() {
+        let (_dir, path) = write("[agents.defaults]\nsteering_mode = \"bogus\"\n");
+        let from_file = load_with(Some(&path), |_| None).unwrap_or_else(|e| unreachable!("{e}"));
+        let err = steering_mode(&from_file).err().unwrap_or_else(|| unreachable!("bogus was accepted"));
+        assert!(err.contains("'bogus'") && err.contains("\"one-at-a-time\" or \"all\""), "{err}");
+        let from_env = load_with(None, |k| (k == "NOETIC_AGENTS_DEFAULTS_STEERING_MODE").then(|| "Alll".to_owned()))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let err = steering_mode(&from_env).err().unwrap_or_else(|| unreachable!("Alll was accepted"));
+        assert!(err.contains("'Alll'") && err.contains("NOETIC_AGENTS_DEFAULTS_STEERING_MODE"), "{err}");
+        let fine = load_with(None, |k| (k == "NOETIC_AGENTS_DEFAULTS_STEERING_MODE").then(|| "all".to_owned()))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(steering_mode(&fine), Ok(SteeringMode::All));
+        assert_eq!(steering_mode(&Defaults::default()), Ok(SteeringMode::OneAtATime));
     }
 
     #[test]

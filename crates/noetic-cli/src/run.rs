@@ -71,9 +71,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         workspace: Workspace::open(&dir)?,
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
-        steering_mode: flow
-            .steering_mode
-            .unwrap_or_else(|| noetic::agent::SteeringMode::from_config(defaults.steering_mode.as_deref())),
+        steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
         approver: Some(approve::at_terminal()),
     };
     let agent = agent::build(spec)?;

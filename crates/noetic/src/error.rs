@@ -58,6 +58,8 @@ pub enum ConfigCode {
     MissingCallModel,
     /// No model is configured for a step that needs one.
     NoModelProvider,
+    /// A steering mode is neither `one-at-a-time` nor `all`.
+    InvalidSteeringMode,
 }
 
 impl ConfigCode {
@@ -84,6 +86,7 @@ impl ConfigCode {
             ConfigCode::InvalidRule => "INVALID_RULE",
             ConfigCode::MissingCallModel => "MISSING_CALL_MODEL",
             ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
+            ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
         }
     }
 }

@@ -315,17 +315,30 @@ async fn pending_steering_buys_rounds_past_the_limit_but_only_up_to_the_capacity
 }
 
 #[tokio::test]
-async fn the_mode_can_be_switched_while_running_and_parses_from_configuration() {
-    let s = setup(vec![], |b| b);
-    let session = s.runtime.session("s");
-    assert_eq!(session.steering_mode(), SteeringMode::OneAtATime);
-    session.set_steering_mode(SteeringMode::All);
-    assert_eq!(s.runtime.session("other").steering_mode(), SteeringMode::All);
-    if std::env::var(noetic::agent::STEERING_MODE_ENV).is_err() {
-        assert_eq!(SteeringMode::from_config(Some("all")), SteeringMode::All);
-        assert_eq!(SteeringMode::from_config(Some("bogus")), SteeringMode::OneAtATime);
-        assert_eq!(SteeringMode::from_config(None), SteeringMode::OneAtATime);
+async fn changing_one_sessions_steering_mode_or_capacity_leaves_every_other_session_alone() {
+    let s = setup((0..4).map(|i| ModelResponse::text(format!("a{i}"))).collect(), |b| b.steering_capacity(3));
+    let changed = s.runtime.session("changed");
+    let other = s.runtime.session("other");
+    assert_eq!(changed.steering_mode(), SteeringMode::OneAtATime);
+    changed.set_steering_mode(SteeringMode::All);
+    changed.set_steering_capacity(2);
+    assert_eq!(changed.steering_mode(), SteeringMode::All);
+    assert_eq!(other.steering_mode(), SteeringMode::OneAtATime, "the runtime's default, untouched");
+    assert_eq!(s.runtime.session("new").steering_mode(), SteeringMode::OneAtATime);
+    assert_eq!((changed.steering_capacity(), other.steering_capacity()), (2, 3));
+
+    for session in [&changed, &other] {
+        session.steer("m1").unwrap();
+        session.steer("m2").unwrap();
     }
+    assert!(matches!(changed.steer("m3"), Err(SteerError::QueueFull { capacity: 2, .. })));
+    other.steer("m3").unwrap();
+
+    // Each session's checkpoints take messages by its own mode: all at once, or one per model request.
+    changed.continue_session().unwrap().unwrap().await.unwrap();
+    assert_eq!(s.model.calls(), 1, "all: both messages in one request");
+    other.continue_session().unwrap().unwrap().await.unwrap();
+    assert_eq!(s.model.calls(), 4, "one-at-a-time: three messages, three requests");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,12 +4,12 @@
 //! FIFO order, right before the next model request, which is also when they enter the history (exactly once).
 //! If the turn ends before that, [`TurnSteering::return_pending`] puts them back at the head of the queue.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::queue::{SteerMessage, SteeringQueue};
+use super::queue::{SteerMessage, SteeringMode, SteeringQueue};
 use crate::context::{Context, EventKind, ExecutionId, lock};
 use crate::model::Item;
 
@@ -27,9 +27,39 @@ pub enum BatchPolicy {
     FinishBatch,
 }
 
+/// A session's own steering settings: its dequeue mode and queue capacity, starting from the runtime's.
+#[derive(Debug)]
+pub(crate) struct SessionSettings {
+    mode: AtomicU8,
+    capacity: AtomicUsize,
+}
+
+impl SessionSettings {
+    pub(crate) fn new(mode: SteeringMode, capacity: usize) -> Self {
+        SessionSettings { mode: AtomicU8::new(mode.to_u8()), capacity: AtomicUsize::new(capacity.max(1)) }
+    }
+
+    pub(crate) fn mode(&self) -> SteeringMode {
+        SteeringMode::from_u8(self.mode.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn set_mode(&self, mode: SteeringMode) {
+        self.mode.store(mode.to_u8(), Ordering::SeqCst);
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        self.capacity.store(capacity.max(1), Ordering::SeqCst);
+    }
+}
+
 /// The steering state of one running turn.
 pub struct TurnSteering {
     queue: Arc<SteeringQueue>,
+    settings: Arc<SessionSettings>,
     session: Arc<str>,
     root: ExecutionId,
     policy: BatchPolicy,
@@ -41,6 +71,7 @@ pub struct TurnSteering {
 impl TurnSteering {
     pub(crate) fn new(
         queue: Arc<SteeringQueue>,
+        settings: Arc<SessionSettings>,
         session: Arc<str>,
         root: ExecutionId,
         policy: BatchPolicy,
@@ -48,6 +79,7 @@ impl TurnSteering {
     ) -> Self {
         TurnSteering {
             queue,
+            settings,
             session,
             root,
             policy,
@@ -67,17 +99,17 @@ impl TurnSteering {
         self.policy
     }
 
-    /// The queue's capacity: the extra rounds steering may buy beyond the round limit.
+    /// The session's queue capacity: the extra rounds steering may buy beyond the round limit.
     pub(crate) fn capacity(&self) -> usize {
-        self.queue.capacity()
+        self.settings.capacity()
     }
 
-    /// Takes messages by the queue's mode; returns true if any are now pending.
+    /// Takes messages by the session's mode; returns true if any are now pending.
     pub(crate) fn poll(&self) -> bool {
         if self.discarded.load(Ordering::SeqCst) {
             return false;
         }
-        let taken = self.queue.dequeue(&self.session);
+        let taken = self.queue.dequeue_by(&self.session, self.settings.mode());
         let mut pending = lock(&self.pending);
         pending.extend(taken);
         !pending.is_empty()

@@ -27,10 +27,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use bus::{BusReply, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber};
+pub(crate) use checkpoint::SessionSettings;
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
-pub use queue::{
-    DEFAULT_QUEUE_CAPACITY, MessageId, STEERING_MODE_ENV, SteerError, SteerMessage, SteeringMode, SteeringQueue,
-};
+pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use session::{Routed, Session, SessionError, Turn};
 
 use crate::context::{Services, lock};
@@ -121,14 +120,17 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The steering queue's dequeue mode (default: `agents.defaults.steering_mode` from the environment
-    /// override, else one-at-a-time).
+    /// The steering queue's dequeue mode every session starts with (default one-at-a-time); each session may
+    /// change its own with [`Session::set_steering_mode`]. The library reads no environment variables: a program
+    /// maps its configuration here (the CLI maps `agents.defaults.steering_mode` and
+    /// `NOETIC_AGENTS_DEFAULTS_STEERING_MODE`).
     pub fn steering_mode(mut self, mode: SteeringMode) -> Self {
         self.steering_mode = Some(mode);
         self
     }
 
-    /// Messages a session may have queued at once (default 10).
+    /// Messages a session may have queued at once (default 10); each session may change its own with
+    /// [`Session::set_steering_capacity`].
     pub fn steering_capacity(mut self, capacity: usize) -> Self {
         self.queue_capacity = Some(capacity);
         self
@@ -163,7 +165,7 @@ impl RuntimeBuilder {
                 agent,
                 queue: Arc::new(SteeringQueue::new(
                     self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),
-                    self.steering_mode.unwrap_or_else(|| SteeringMode::from_config(None)),
+                    self.steering_mode.unwrap_or_default(),
                 )),
                 batch_policy: self.batch_policy,
                 sessions: Mutex::new(HashMap::new()),
@@ -192,7 +194,10 @@ impl Runtime {
     pub fn session(&self, key: &str) -> Session {
         let state = lock(&self.inner.sessions)
             .entry(Arc::from(key))
-            .or_insert_with(|| Arc::new(session::SessionState::new(Arc::from(key))))
+            .or_insert_with(|| {
+                let settings = SessionSettings::new(self.inner.queue.mode(), self.inner.queue.capacity());
+                Arc::new(session::SessionState::new(Arc::from(key), settings))
+            })
             .clone();
         Session::new(self.inner.clone(), state)
     }
@@ -205,7 +210,8 @@ impl Runtime {
         crate::layer::lifecycle::get_layer_state(&layers, execution_id, layer_id)
     }
 
-    /// The steering queue shared by the sessions (per-session FIFOs).
+    /// The steering queue shared by the sessions (per-session FIFOs). Its mode and capacity are the defaults
+    /// new sessions start with.
     pub fn steering_queue(&self) -> &Arc<SteeringQueue> {
         &self.inner.queue
     }

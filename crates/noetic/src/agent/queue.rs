@@ -11,11 +11,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::context::lock;
+use crate::error::{ConfigCode, ConfigError};
 
 /// The default per-session capacity (seed 3: `MaxQueueSize = 10`).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 10;
-/// The environment variable that overrides `agents.defaults.steering_mode`.
-pub const STEERING_MODE_ENV: &str = "NOETIC_AGENTS_DEFAULTS_STEERING_MODE";
 
 /// The identity of a steering message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,19 +55,31 @@ pub enum SteeringMode {
 }
 
 impl SteeringMode {
-    /// Parses `"one-at-a-time"` or `"all"` (any case); anything else, the empty string included, is
-    /// `OneAtATime`.
-    pub fn parse(s: &str) -> SteeringMode {
-        if s.trim().eq_ignore_ascii_case("all") { SteeringMode::All } else { SteeringMode::OneAtATime }
+    /// Parses `"one-at-a-time"` or `"all"` (any case, surrounding spaces ignored). Anything else is a
+    /// [`ConfigError`] (`INVALID_STEERING_MODE`) naming the value and the valid ones: a typo must not silently
+    /// pick a mode. (The library reads no environment variables; programs map their configuration — e.g. the
+    /// CLI's `agents.defaults.steering_mode` — into [`RuntimeBuilder::steering_mode`](super::RuntimeBuilder::steering_mode).)
+    pub fn parse(s: &str) -> Result<SteeringMode, ConfigError> {
+        let v = s.trim();
+        if v.eq_ignore_ascii_case("all") {
+            Ok(SteeringMode::All)
+        } else if v.eq_ignore_ascii_case("one-at-a-time") {
+            Ok(SteeringMode::OneAtATime)
+        } else {
+            Err(ConfigError::new(
+                ConfigCode::InvalidSteeringMode,
+                format!("'{}' is not a steering mode", v.escape_debug()),
+                "use \"one-at-a-time\" or \"all\"",
+            ))
+        }
     }
 
-    /// The mode from configuration (`agents.defaults.steering_mode`), overridden by the environment variable
-    /// `NOETIC_AGENTS_DEFAULTS_STEERING_MODE` when it is set.
-    pub fn from_config(configured: Option<&str>) -> SteeringMode {
-        match std::env::var(STEERING_MODE_ENV) {
-            Ok(v) => SteeringMode::parse(&v),
-            Err(_) => SteeringMode::parse(configured.unwrap_or("")),
-        }
+    pub(crate) fn to_u8(self) -> u8 {
+        u8::from(self == SteeringMode::All)
+    }
+
+    pub(crate) fn from_u8(v: u8) -> SteeringMode {
+        if v == 1 { SteeringMode::All } else { SteeringMode::OneAtATime }
     }
 
     /// The configuration spelling.
@@ -126,18 +137,30 @@ impl SteeringQueue {
         self.capacity
     }
 
-    /// The dequeue mode.
+    /// The default dequeue mode (sessions of a [`Runtime`](super::Runtime) start with it and may change
+    /// their own).
     pub fn mode(&self) -> SteeringMode {
-        if self.mode.load(Ordering::SeqCst) == 1 { SteeringMode::All } else { SteeringMode::OneAtATime }
+        SteeringMode::from_u8(self.mode.load(Ordering::SeqCst))
     }
 
-    /// Changes the dequeue mode; the next checkpoint uses it.
+    /// Changes the default dequeue mode used by [`SteeringQueue::dequeue`].
     pub fn set_mode(&self, mode: SteeringMode) {
-        self.mode.store(u8::from(mode == SteeringMode::All), Ordering::SeqCst);
+        self.mode.store(mode.to_u8(), Ordering::SeqCst);
     }
 
-    /// Queues a message for `session`.
+    /// Queues a message for `session`, bounded by the queue's capacity.
     pub fn push(&self, session: &str, text: impl Into<String>) -> Result<SteerMessage, SteerError> {
+        self.push_bounded(session, text, self.capacity)
+    }
+
+    /// Queues a message for `session`, bounded by `capacity` (a session's own setting; at least 1).
+    pub fn push_bounded(
+        &self,
+        session: &str,
+        text: impl Into<String>,
+        capacity: usize,
+    ) -> Result<SteerMessage, SteerError> {
+        let capacity = capacity.max(1);
         let text = text.into();
         if text.trim().is_empty() {
             return Err(SteerError::Empty);
@@ -147,19 +170,24 @@ impl SteeringQueue {
             Some(q) => q,
             None => queues.entry(Arc::from(session)).or_default(),
         };
-        if queue.len() >= self.capacity {
-            return Err(SteerError::QueueFull { session: session.to_owned(), capacity: self.capacity });
+        if queue.len() >= capacity {
+            return Err(SteerError::QueueFull { session: session.to_owned(), capacity });
         }
         let message = SteerMessage { id: MessageId::new(), text, accepted_at: SystemTime::now() };
         queue.push_back(message.clone());
         Ok(message)
     }
 
-    /// Takes messages for `session` by the current mode (empty when there are none).
+    /// Takes messages for `session` by the queue's default mode (empty when there are none).
     pub fn dequeue(&self, session: &str) -> Vec<SteerMessage> {
+        self.dequeue_by(session, self.mode())
+    }
+
+    /// Takes messages for `session` by `mode` (a session's own setting).
+    pub fn dequeue_by(&self, session: &str, mode: SteeringMode) -> Vec<SteerMessage> {
         let mut queues = lock(&self.queues);
         let Some(queue) = queues.get_mut(session) else { return Vec::new() };
-        let taken: Vec<SteerMessage> = match self.mode() {
+        let taken: Vec<SteerMessage> = match mode {
             SteeringMode::OneAtATime => queue.pop_front().into_iter().collect(),
             SteeringMode::All => queue.drain(..).collect(),
         };
@@ -209,12 +237,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_parse_with_one_at_a_time_as_the_fallback() {
-        assert_eq!(SteeringMode::parse("all"), SteeringMode::All);
-        assert_eq!(SteeringMode::parse(" ALL "), SteeringMode::All);
-        assert_eq!(SteeringMode::parse("one-at-a-time"), SteeringMode::OneAtATime);
-        assert_eq!(SteeringMode::parse(""), SteeringMode::OneAtATime);
-        assert_eq!(SteeringMode::parse("sometimes"), SteeringMode::OneAtATime);
+    fn modes_parse_strictly_and_a_bad_value_is_an_error_naming_it_and_the_valid_ones() {
+        assert_eq!(SteeringMode::parse("all"), Ok(SteeringMode::All));
+        assert_eq!(SteeringMode::parse(" ALL "), Ok(SteeringMode::All));
+        assert_eq!(SteeringMode::parse("one-at-a-time"), Ok(SteeringMode::OneAtATime));
+        for bad in ["", "bogus", "sometimes"] {
+            let e = SteeringMode::parse(bad).err().unwrap_or_else(|| unreachable!("'{bad}' parsed"));
+            assert_eq!(e.code, ConfigCode::InvalidSteeringMode);
+            assert!(e.message.contains(&format!("'{bad}'")), "{e}");
+            assert!(e.hint.contains("one-at-a-time") && e.hint.contains("all"), "{e}");
+        }
     }
 
     #[test]

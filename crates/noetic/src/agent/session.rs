@@ -9,8 +9,8 @@ use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::RuntimeInner;
 use super::queue::MessageId;
+use super::{RuntimeInner, SessionSettings};
 use super::{SteerError, SteerMessage, SteeringMode, TurnSteering};
 use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services, lock};
 use crate::error::NoeticError;
@@ -54,12 +54,14 @@ pub(crate) struct SessionState {
     turns: AtomicU64,
     /// Notified when a turn ends.
     turn_ended: Notify,
+    settings: Arc<SessionSettings>,
 }
 
 impl SessionState {
-    pub(crate) fn new(key: Arc<str>) -> Self {
+    pub(crate) fn new(key: Arc<str>, settings: SessionSettings) -> Self {
         SessionState {
             key,
+            settings: Arc::new(settings),
             conversation: Mutex::new(Conversation::Idle(History::default())),
             events: OnceLock::new(),
             turns: AtomicU64::new(0),
@@ -176,7 +178,7 @@ impl Session {
 
     /// Queues a message and tells the event stream whether it was accepted.
     fn enqueue(&self, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
-        let result = self.runtime.queue.push(&self.state.key, text);
+        let result = self.runtime.queue.push_bounded(&self.state.key, text, self.state.settings.capacity());
         if let Some(sink) = self.state.events.get() {
             let session = self.state.key.clone();
             match &result {
@@ -225,14 +227,24 @@ impl Session {
         (self.runtime.queue.clear(&self.state.key), running)
     }
 
-    /// The steering queue's dequeue mode.
+    /// This session's dequeue mode (it starts with the runtime's).
     pub fn steering_mode(&self) -> SteeringMode {
-        self.runtime.queue.mode()
+        self.state.settings.mode()
     }
 
-    /// Changes the dequeue mode; the next checkpoint uses it.
+    /// Changes this session's dequeue mode (no other session's); its next checkpoint uses it.
     pub fn set_steering_mode(&self, mode: SteeringMode) {
-        self.runtime.queue.set_mode(mode);
+        self.state.settings.set_mode(mode);
+    }
+
+    /// How many messages this session may have queued at once (it starts with the runtime's).
+    pub fn steering_capacity(&self) -> usize {
+        self.state.settings.capacity()
+    }
+
+    /// Changes this session's queue capacity (at least 1); messages already queued stay.
+    pub fn set_steering_capacity(&self, capacity: usize) {
+        self.state.settings.set_capacity(capacity);
     }
 
     /// Messages queued for this session.
@@ -253,7 +265,7 @@ impl Session {
         if matches!(*conversation, Conversation::Running { .. }) {
             return Err(SessionError::Busy { session: self.state.key.to_string() });
         }
-        let messages = self.runtime.queue.dequeue(&self.state.key);
+        let messages = self.runtime.queue.dequeue_by(&self.state.key, self.state.settings.mode());
         if messages.is_empty() {
             return Ok(None);
         }
@@ -274,6 +286,7 @@ impl Session {
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(
             self.runtime.queue.clone(),
+            self.state.settings.clone(),
             self.state.key.clone(),
             execution_id,
             self.runtime.batch_policy,
