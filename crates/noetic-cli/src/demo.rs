@@ -145,6 +145,7 @@ fn agent() -> DemoResult<Step<String, String>> {
         .build()?;
     let assistant = Step::llm("assistant", "scripted/demo")
         .instructions("You keep a workspace tidy and write reports. Use the tools.")
+        .stream(true)
         .build()?;
     Ok(Step::loop_("agent", [research, assistant])
         .until(until::no_tool_calls())

@@ -72,8 +72,9 @@ pub async fn run<I: Send + 'static, O: Send + 'static>(
         Ok(()) => exec::guard_async(step.id(), "step", execute(step, input, ctx)).await,
         Err(e) => Err(e),
     };
-    layer::lifecycle::complete(ctx, layer::Outcome::of(&result)).await;
-    result
+    // A layer that panicked while completing turns a success into an error naming it.
+    let completed = layer::lifecycle::complete(ctx, layer::Outcome::of(&result)).await;
+    result.and_then(|v| completed.map(|()| v))
 }
 pub use step::{Step, StepKind, until};
 

@@ -808,7 +808,8 @@ async fn emit_all_emits_model_and_tool_events_in_order() {
     let log = Log::default();
     let model = add_then_answer();
     let (ctx, mut rx) = evented_context(&model, &log);
-    assert_eq!(assistant().execute("1+2?".to_string(), &ctx).await.unwrap(), "3");
+    let streamed: Step<String, String> = Step::llm("assistant", MODEL).stream(true).build().unwrap();
+    assert_eq!(streamed.execute("1+2?".to_string(), &ctx).await.unwrap(), "3");
     let labels: Vec<String> = drain(&mut rx)
         .into_iter()
         .map(|e| match e {
@@ -857,4 +858,32 @@ async fn no_tool_calls_around_an_llm_step_stops_after_one_iteration() {
     assert_eq!(model.calls(), 2, "one iteration: a tool round and the answer");
     let meta: Arc<StepMeta> = ctx.last_step_meta().unwrap();
     assert!(meta.tool_calls.is_empty(), "{meta:?}");
+}
+
+/// A model that stops the turn while it answers, then answers anyway (the answer arrives with the cancellation).
+struct CancelsWhileAnswering {
+    ctx: Arc<std::sync::OnceLock<Context>>,
+}
+
+impl noetic::model::Model for CancelsWhileAnswering {
+    fn call(&self, _request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        if let Some(ctx) = self.ctx.get() {
+            ctx.cancel("the user stopped the turn");
+        }
+        let mut response = ModelResponse::tool_calls([("c1", "never_run", json!({}))]);
+        response.usage = Usage { input_tokens: 7, output_tokens: 3, ..Usage::default() };
+        Box::pin(async move { Ok(response) })
+    }
+}
+
+#[tokio::test]
+async fn cancelled_while_the_model_answers_the_step_fails_cancelled_appends_nothing_and_counts_the_usage() {
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let ctx = Context::builder().model(Arc::new(CancelsWhileAnswering { ctx: slot.clone() })).build();
+    slot.set(ctx.clone()).unwrap();
+    let err = assistant().execute("go".to_string(), &ctx).await.unwrap_err();
+    assert!(matches!(&err, NoeticError::Cancelled { reason: Some(r) } if r == "the user stopped the turn"), "{err:?}");
+    let history: Vec<String> = ctx.items().iter().map(|i| format!("{i:?}")).collect();
+    assert_eq!(ctx.items().len(), 1, "only the user prompt, not the answer: {history:?}");
+    assert_eq!((ctx.usage().input_tokens, ctx.usage().output_tokens), (7, 3), "the spent tokens still count");
 }

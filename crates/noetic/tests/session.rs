@@ -121,7 +121,7 @@ async fn the_session_event_stream_shows_turn_model_and_tool_events_in_order() {
     let echo = FnTool::builder("echo", "Echoes.").handler(|a, _| async move { Ok(a) }).build().unwrap();
     let model =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "echo", json!({"x": 1}))]), ModelResponse::text("done")]);
-    let rt = runtime(&model, vec![Arc::new(echo)]);
+    let rt = Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(echo)).stream(true).build().unwrap();
     let session = rt.session("s");
     let mut events = session.subscribe();
     session.send("go").unwrap().await.unwrap();

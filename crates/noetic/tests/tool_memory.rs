@@ -48,7 +48,7 @@ fn context_texts(request: &ModelRequest) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_model_sees_the_tools_state_from_the_next_llm_step_on() {
+async fn the_model_sees_the_tools_state_from_the_next_model_request_on() {
     let list: List = Arc::default();
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([("c1", "add_todo", json!({"item": "buy milk"}))]),
@@ -62,8 +62,9 @@ async fn the_model_sees_the_tools_state_from_the_next_llm_step_on() {
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
     assert!(requests[0].context.is_empty(), "an empty list recalls nothing: {:?}", requests[0].context);
-    // Recall runs once per llm step (as in the reference): the tool loop's second call still shows the old state.
-    assert!(requests[1].context.is_empty(), "{:?}", requests[1].context);
+    // Recall runs before every model request: the tool loop's second call already shows the new state.
+    assert_eq!(requests[1].context.len(), 1, "{:?}", requests[1].context);
+    assert!(context_texts(&requests[1])[0].contains("To-do list: buy milk"), "{:?}", context_texts(&requests[1]));
     assert_eq!(requests[2].context.len(), 1, "{:?}", requests[2].context);
     assert!(matches!(&requests[2].context[0], Item::Message { role: Role::Developer, .. }));
     assert!(context_texts(&requests[2])[0].contains("To-do list: buy milk"), "{:?}", context_texts(&requests[2]));

@@ -168,3 +168,43 @@ fn tool_builders_validate_names_handlers_and_schemas() {
         .unwrap_err();
     assert_eq!(bad_schema.code, ConfigCode::InvalidSchema);
 }
+
+fn tool_call_events(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        match &event.kind {
+            EventKind::ToolCallStarted { call_id, tool } => seen.push(format!("started {call_id} {tool}")),
+            EventKind::ToolCallCompleted { call_id, tool, is_error, output } => {
+                seen.push(format!("completed {call_id} {tool} error={is_error} {output}"))
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_direct_tool_step_emits_tool_call_started_and_completed_like_a_model_driven_call() {
+    let sink = EventSink::new(64);
+    let mut rx = sink.subscribe().unwrap();
+    let ctx = Context::builder().events(sink).build();
+    let step: Step<Value, Value> = Step::tool("ls-step", echo_tool()).build().unwrap();
+    step.execute(json!({"path": "src", "limit": 3}), &ctx).await.unwrap();
+    assert_eq!(
+        tool_call_events(&mut rx),
+        ["started ls-step list", r#"completed ls-step list error=false {"limit":3,"path":"src"}"#]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_direct_tool_step_completes_its_call_with_the_error() {
+    let sink = EventSink::new(64);
+    let mut rx = sink.subscribe().unwrap();
+    let ctx = Context::builder().events(sink).build();
+    let step: Step<Value, Value> = Step::tool("ls-step", echo_tool()).build().unwrap();
+    let err = step.execute(json!({"path": "src", "limit": 1000}), &ctx).await.unwrap_err();
+    let events = tool_call_events(&mut rx);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0], "started ls-step list");
+    assert_eq!(events[1], format!("completed ls-step list error=true {err}"));
+}

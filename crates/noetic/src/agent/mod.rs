@@ -68,6 +68,7 @@ pub struct RuntimeBuilder {
     steering_mode: Option<SteeringMode>,
     queue_capacity: Option<usize>,
     batch_policy: BatchPolicy,
+    stream: bool,
 }
 
 impl RuntimeBuilder {
@@ -120,6 +121,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether the default agent's `llm` step streams the model's answers (default false: one call per
+    /// request). Configuration, not a consequence of who subscribes to events.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
     /// The steering queue's dequeue mode every session starts with (default one-at-a-time); each session may
     /// change its own with [`Session::set_steering_mode`]. The library reads no environment variables: a program
     /// maps its configuration here (the CLI maps `agents.defaults.steering_mode` and
@@ -153,7 +161,7 @@ impl RuntimeBuilder {
         }
         let agent = match self.agent {
             Some(agent) => agent,
-            None => default_agent(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions)?,
+            None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
@@ -177,7 +185,11 @@ impl RuntimeBuilder {
 /// A loop around one `llm` step, until the model answers without tool calls. Later iterations (after an inbox
 /// message, for instance) add no user message: the conversation already holds everything.
 pub fn default_agent(model_id: &str, instructions: Option<String>) -> Result<Step<String, String>, ConfigError> {
-    let mut llm = Step::llm("assistant", model_id);
+    agent_step(model_id, instructions, false)
+}
+
+fn agent_step(model_id: &str, instructions: Option<String>, stream: bool) -> Result<Step<String, String>, ConfigError> {
+    let mut llm = Step::llm("assistant", model_id).stream(stream);
     if let Some(text) = instructions {
         llm = llm.instructions(text);
     }

@@ -4,6 +4,9 @@ use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
@@ -67,6 +70,22 @@ impl SessionState {
             turns: AtomicU64::new(0),
             turn_ended: Notify::new(),
         }
+    }
+}
+
+/// Releases a session when its turn's task ends, however it ends: the conversation becomes idle with the
+/// turn's history, taken-but-unshown steering goes back to the queue, and waiters are woken.
+struct Release {
+    state: Arc<SessionState>,
+    ctx: Context,
+    steering: Arc<TurnSteering>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.steering.return_pending();
+        *lock(&self.state.conversation) = Conversation::Idle(self.ctx.history());
+        self.state.turn_ended.notify_waiters();
     }
 }
 
@@ -314,10 +333,17 @@ impl Session {
         let agent = self.runtime.agent.clone();
         let state = self.state.clone();
         let handle = tokio::spawn(async move {
+            // Whatever happens below — an error, a panic, the task being aborted — the session is released.
+            let release = Release { state: state.clone(), ctx: ctx.clone(), steering: steering.clone() };
             let session = state.key.clone();
             let started = tokio::time::Instant::now();
             ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
-            let result = crate::run(&agent, message, &ctx).await;
+            let result = AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
+                Err(NoeticError::other(format!(
+                    "turn {number} of session '{session}' panicked: {}",
+                    crate::error::panic_message(&*p)
+                )))
+            });
             // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
             steering.return_pending();
             match &result {
@@ -330,8 +356,7 @@ impl Session {
                     ctx.emit(|| EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() })
                 }
             }
-            *lock(&state.conversation) = Conversation::Idle(ctx.history());
-            state.turn_ended.notify_waiters();
+            drop(release);
             result
         });
         Turn { number, cancel, handle }

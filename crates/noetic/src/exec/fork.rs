@@ -80,15 +80,16 @@ impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
 /// Runs one path between its layers' `on_spawn` and `on_return` (on success), then completes the path's layers.
 async fn run_path<O>(parent: Context, path: Context, run: StepFuture<O>) -> Result<O, NoeticError> {
     if let Err(e) = lifecycle::spawn(&parent, &path).await {
-        lifecycle::complete(&path, Outcome::Failure).await;
+        // The path already failed; a panic while completing it is logged by `complete`.
+        let _ = lifecycle::complete(&path, Outcome::Failure).await;
         return Err(e);
     }
     let result = run.await;
     if result.is_ok() {
         lifecycle::return_(&parent, &path).await;
     }
-    lifecycle::complete(&path, Outcome::of(&result)).await;
-    result
+    let completed = lifecycle::complete(&path, Outcome::of(&result)).await;
+    result.and_then(|v| completed.map(|()| v))
 }
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(

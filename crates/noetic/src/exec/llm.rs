@@ -121,9 +121,13 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 tools: specs.len(),
             });
         }
-        // Someone watches: stream, so text shows up as it arrives. Otherwise one call is cheaper.
-        let answer = if watched {
-            let on_text = |text: String| emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
+        // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
+        let answer = if s.stream {
+            let on_text = |text: String| {
+                if watched {
+                    emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
+                }
+            };
             ctx.run_cancellable(collect_stream(model.stream(request), on_text)).await
         } else {
             ctx.run_cancellable(model.call(request)).await
@@ -132,6 +136,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         usage.add(&response.usage);
         cost += response.cost.unwrap_or(0.0);
         ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
+        // Cancelled while the model answered: the tokens were spent (counted above), but the answer is not used.
+        ctx.check_cancelled()?;
         let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
         if watched {
             emit(EventKind::ModelCallCompleted {

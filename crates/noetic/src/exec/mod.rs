@@ -72,16 +72,6 @@ async fn dispatch<I: Send + 'static, O: Send + 'static>(
 }
 
 /// The message of a panic payload.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
-    }
-}
-
 /// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
 pub(crate) fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
@@ -102,7 +92,7 @@ pub(crate) async fn guard_async<T>(
 fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
     NoeticError::other(format!(
         "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
-        panic_message(payload)
+        crate::error::panic_message(payload)
     ))
 }
 

@@ -23,8 +23,8 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         lifecycle::return_(ctx, &child).await;
         ctx.add_usage(&child.usage(), child.cost());
     }
-    lifecycle::complete(&child, Outcome::of(&result)).await;
-    result
+    let completed = lifecycle::complete(&child, Outcome::of(&result)).await;
+    result.and_then(|v| completed.map(|()| v))
 }
 
 async fn run_child<I: Send + 'static, O: Send + 'static>(

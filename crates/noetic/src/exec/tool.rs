@@ -3,19 +3,48 @@
 use serde_json::Value;
 
 use super::{guard, guard_async, step_failed};
-use crate::context::Context;
+use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle;
 use crate::steering::SteeringAction;
 use crate::step::StepTool;
 use crate::tool::ToolContext;
+use crate::tool::call::result_text;
 
+/// Runs the step between `tool_call_started` and `tool_call_completed` events — the same events a
+/// model-driven call emits, so whoever follows tool calls sees both kinds alike. The call id is the step id.
+/// Every outcome but cancellation completes the call (a denied or failed call completes with the error).
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepTool<I, O>,
     input: I,
     ctx: &Context,
 ) -> Result<O, NoeticError> {
+    let name = s.tool.name();
+    ctx.emit(|| EventKind::ToolCallStarted { call_id: s.id.to_string(), tool: name.to_owned() });
+    let outcome = call(s, input, ctx).await;
+    let completed = |is_error: bool, output: String| EventKind::ToolCallCompleted {
+        call_id: s.id.to_string(),
+        tool: name.to_owned(),
+        is_error,
+        output,
+    };
+    match &outcome {
+        Ok(value) => ctx.emit(|| completed(false, result_text(value))),
+        Err(e) if !e.is_cancelled() => ctx.emit(|| completed(true, e.to_string())),
+        Err(_) => {}
+    }
+    let output = outcome?;
+    let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.to_owned(), message }, false);
+    (s.from_json)(output).map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
+}
+
+/// Merges, validates, gates, approves and calls; returns the tool's checked JSON result.
+async fn call<I: Send + 'static, O: Send + 'static>(
+    s: &StepTool<I, O>,
+    input: I,
+    ctx: &Context,
+) -> Result<Value, NoeticError> {
     let name = s.tool.name().to_owned();
     let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message }, false);
     let mut args = (s.to_json)(input).map_err(|e| fail(format!("the step input does not serialise to JSON: {e}")))?;
@@ -55,5 +84,5 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
             fail(format!("the tool returned a result that breaks its output schema:\n{problems}"))
         })?;
     }
-    (s.from_json)(output).map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
+    Ok(output)
 }

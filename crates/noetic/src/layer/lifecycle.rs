@@ -5,7 +5,10 @@
 //! With no layers in scope every function returns at once without allocating.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
+
+use futures::FutureExt;
 
 use super::{HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
 use crate::context::{Context, ExecutionId};
@@ -31,18 +34,31 @@ impl Gate {
 enum HookFailure {
     Failed(NoeticError),
     TimedOut(Duration),
+    /// The hook panicked; the text is the panic message.
+    Panicked(String),
 }
 
-async fn timed<T>(
-    limit: Option<Duration>,
-    hook: impl Future<Output = Result<T, NoeticError>>,
-) -> Result<T, HookFailure> {
-    match limit {
-        None => hook.await.map_err(HookFailure::Failed),
+/// Runs a hook with its time limit, turning a panic into [`HookFailure::Panicked`] so a faulty layer cannot kill
+/// the task that runs a turn (and leave its session busy).
+async fn timed<T, Fut>(limit: Option<Duration>, hook: impl FnOnce() -> Fut) -> Result<T, HookFailure>
+where
+    Fut: Future<Output = Result<T, NoeticError>>,
+{
+    // A hook may panic while it makes its future, before any await.
+    let hook = match std::panic::catch_unwind(AssertUnwindSafe(hook)) {
+        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
+        Err(payload) => return Err(HookFailure::Panicked(crate::error::panic_message(&*payload))),
+    };
+    let outcome = match limit {
+        None => hook.await,
         Some(limit) => match tokio::time::timeout(limit, hook).await {
-            Ok(r) => r.map_err(HookFailure::Failed),
-            Err(_) => Err(HookFailure::TimedOut(limit)),
+            Ok(r) => r,
+            Err(_) => return Err(HookFailure::TimedOut(limit)),
         },
+    };
+    match outcome {
+        Ok(r) => r.map_err(HookFailure::Failed),
+        Err(payload) => Err(HookFailure::Panicked(crate::error::panic_message(&*payload))),
     }
 }
 
@@ -50,13 +66,21 @@ fn describe(f: &HookFailure) -> String {
     match f {
         HookFailure::Failed(e) => e.to_string(),
         HookFailure::TimedOut(d) => format!("timed out after {} ms", d.as_millis()),
+        HookFailure::Panicked(message) => format!("panicked: {message}"),
     }
 }
 
-/// A configuration error is never swallowed: it fails the step (fail closed).
-fn config_error(f: HookFailure) -> Result<(), NoeticError> {
+fn panicked(layer: &str, hook: &str, message: &str) -> NoeticError {
+    NoeticError::other(format!(
+        "the {hook} hook of memory layer '{layer}' panicked: {message}; fix the layer so it returns an error instead"
+    ))
+}
+
+/// A configuration error or a panic is never swallowed: it fails the step (fail closed).
+fn fatal(layer: &str, hook: &str, f: HookFailure) -> Result<(), NoeticError> {
     match f {
         HookFailure::Failed(e @ NoeticError::Config(_)) => Err(e),
+        HookFailure::Panicked(message) => Err(panicked(layer, hook, &message)),
         _ => Ok(()),
     }
 }
@@ -64,8 +88,9 @@ fn config_error(f: HookFailure) -> Result<(), NoeticError> {
 /// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
 pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
     for layer in ctx.layers().iter() {
-        timed(layer.timeouts().init, layer.init(ctx)).await.map_err(|f| match f {
+        timed(layer.timeouts().init, || layer.init(ctx)).await.map_err(|f| match f {
             HookFailure::Failed(e) => e,
+            HookFailure::Panicked(message) => panicked(layer.id(), "init", &message),
             timeout @ HookFailure::TimedOut(_) => {
                 NoeticError::other(format!("init of layer '{}' {}", layer.id(), describe(&timeout)))
             }
@@ -74,19 +99,29 @@ pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
     Ok(())
 }
 
-/// Runs `on_complete(outcome)` on every layer, then `dispose` in reverse order. Failures are logged.
-pub async fn complete(ctx: &Context, outcome: Outcome) {
+/// Runs `on_complete(outcome)` on every layer, then `dispose` in reverse order — every hook, whatever the
+/// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
+/// naming the layer instead of a success that hides it.
+pub async fn complete(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
     let layers = ctx.layers();
+    let mut first_panic = None;
+    let mut note = |layer: &str, hook: &str, f: HookFailure| {
+        tracing::warn!(layer, hook, error = %describe(&f), "layer hook failed");
+        if let HookFailure::Panicked(message) = f {
+            first_panic.get_or_insert_with(|| panicked(layer, hook, &message));
+        }
+    };
     for layer in layers.iter() {
-        if let Err(f) = timed(layer.timeouts().on_complete, layer.on_complete(ctx, outcome)).await {
-            tracing::warn!(layer = layer.id(), error = %describe(&f), "on_complete failed");
+        if let Err(f) = timed(layer.timeouts().on_complete, || layer.on_complete(ctx, outcome)).await {
+            note(layer.id(), "on_complete", f);
         }
     }
     for layer in layers.iter().rev() {
-        if let Err(f) = timed(layer.timeouts().dispose, layer.dispose(ctx)).await {
-            tracing::warn!(layer = layer.id(), error = %describe(&f), "dispose failed");
+        if let Err(f) = timed(layer.timeouts().dispose, || layer.dispose(ctx)).await {
+            note(layer.id(), "dispose", f);
         }
     }
+    first_panic.map_or(Ok(()), Err)
 }
 
 /// Estimated tokens of an item: a quarter of its text length, rounded up.
@@ -105,7 +140,7 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut out = Vec::new();
     for layer in ctx.layers().iter() {
         let budget = layer.budget().max;
-        match timed(layer.timeouts().recall, layer.recall(ctx, budget)).await {
+        match timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await {
             Ok(items) => {
                 let mut used = 0u32;
                 for item in items {
@@ -120,7 +155,7 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
             }
             Err(f) => {
                 tracing::warn!(layer = layer.id(), error = %describe(&f), "recall failed; layer skipped");
-                config_error(f)?;
+                fatal(layer.id(), "recall", f)?;
             }
         }
     }
@@ -130,7 +165,7 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
 /// Runs `store` on every layer. Failures are logged.
 pub async fn store(ctx: &Context, response: &ModelResponse) {
     for layer in ctx.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().store, layer.store(ctx, response)).await {
+        if let Err(f) = timed(layer.timeouts().store, || layer.store(ctx, response)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
         }
     }
@@ -138,6 +173,7 @@ pub async fn store(ctx: &Context, response: &ModelResponse) {
 
 async fn gate<'a, F>(
     ctx: &'a Context,
+    hook_name: &str,
     timeout: fn(&dyn MemoryLayer) -> Option<Duration>,
     hook: F,
 ) -> Result<Gate, NoeticError>
@@ -147,11 +183,11 @@ where
     let mut guides: Vec<(String, Option<String>)> = Vec::new();
     for layer in ctx.layers().iter() {
         let layer: &dyn MemoryLayer = layer.as_ref();
-        let decision = match timed(timeout(layer), hook(layer)).await {
+        let decision = match timed(timeout(layer), || hook(layer)).await {
             Ok(d) => d,
             Err(f) => {
                 let why = describe(&f);
-                config_error(f)?;
+                fatal(layer.id(), hook_name, f)?;
                 tracing::warn!(layer = layer.id(), error = %why, "gating hook failed");
                 match layer.on_hook_error() {
                     HookErrorPolicy::Abstain => continue,
@@ -183,7 +219,7 @@ pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    gate(ctx, |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call)).await
+    gate(ctx, "before_tool_call", |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call)).await
 }
 
 /// Asks every layer about a model response.
@@ -191,18 +227,18 @@ pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Resul
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    gate(ctx, |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call)).await
+    gate(ctx, "after_model_call", |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call)).await
 }
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
 pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
     for layer in child.layers().iter() {
-        match timed(layer.timeouts().on_spawn, layer.on_spawn(parent, child)).await {
+        match timed(layer.timeouts().on_spawn, || layer.on_spawn(parent, child)).await {
             Ok(more) => items.extend(more),
             Err(f) => {
                 tracing::warn!(layer = layer.id(), error = %describe(&f), "on_spawn failed");
-                config_error(f)?;
+                fatal(layer.id(), "on_spawn", f)?;
             }
         }
     }
@@ -212,7 +248,7 @@ pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, Noeti
 /// Runs `on_return` on the child's layers after the child succeeded.
 pub async fn return_(parent: &Context, child: &Context) {
     for layer in child.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().on_return, layer.on_return(parent, child)).await {
+        if let Err(f) = timed(layer.timeouts().on_return, || layer.on_return(parent, child)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");
         }
     }

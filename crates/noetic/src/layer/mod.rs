@@ -6,7 +6,7 @@
 //! | hook | when |
 //! |---|---|
 //! | `init` | a session turn (or [`run`](crate::run)) starts; a `provide` step starts |
-//! | `recall` | once per `llm` step, before its first model call; the output goes before the history |
+//! | `recall` | before every model request of an `llm` step; the output goes before the history |
 //! | `before_tool_call` | before each tool call (model-driven or a `tool` step) |
 //! | `after_model_call` | after each model response, before its tool calls run |
 //! | `store` | when an `llm` step accepts its final response |

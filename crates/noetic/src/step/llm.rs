@@ -120,6 +120,7 @@ pub struct StepLlm<I, O> {
     pub(crate) tool_choice: Option<ToolChoice>,
     pub(crate) emit: Emit,
     pub(crate) max_rounds: u32,
+    pub(crate) stream: bool,
     pub(crate) prompt: fn(I) -> Option<String>,
     pub(crate) parse_output: ParseOutput<O>,
 }
@@ -165,6 +166,12 @@ impl<I, O> StepLlm<I, O> {
         self.max_rounds
     }
 
+    /// Whether the model is called with [`Model::stream`](crate::model::Model::stream) (text reaches
+    /// subscribers as `model_text_delta` events while it arrives) or [`Model::call`](crate::model::Model::call).
+    pub fn streams(&self) -> bool {
+        self.stream
+    }
+
     /// Turns the step input into the user message text.
     pub fn prompt_of(&self, input: I) -> Option<String> {
         (self.prompt)(input)
@@ -187,6 +194,7 @@ pub struct LlmBuilder<I, O> {
     tool_choice: Option<ToolChoice>,
     emit: Emit,
     max_rounds: u32,
+    stream: bool,
     parse_output: ParseOutput<O>,
     _input: PhantomData<fn(I)>,
 }
@@ -213,6 +221,7 @@ impl<I: IntoPrompt + Send + 'static> Step<I, String> {
             tool_choice: None,
             emit: Emit::All,
             max_rounds: DEFAULT_MAX_ROUNDS,
+            stream: false,
             parse_output: text_output,
             _input: PhantomData,
         }
@@ -245,6 +254,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             tool_choice: self.tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds,
+            stream: self.stream,
             parse_output: json_output::<T>,
             _input: PhantomData,
         }
@@ -274,6 +284,14 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
         self
     }
 
+    /// Streams the model's answers (default: one call per request). This is configuration on purpose: whether
+    /// anybody watches the events never changes how the model is called (SPEC 7.2), so retries and timeouts
+    /// behave the same watched or not.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
     /// Validates and builds the step.
     pub fn build(self) -> Result<Step<I, O>, ConfigError> {
         let id = validate_id(&self.id, "llm")?;
@@ -295,6 +313,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             tool_choice: self.tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds.max(1),
+            stream: self.stream,
             prompt: I::into_prompt,
             parse_output: self.parse_output,
         })))
