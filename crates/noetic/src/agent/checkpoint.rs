@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use super::queue::{SteerMessage, SteeringMode, SteeringQueue};
+use super::session::SessionState;
 use crate::context::{Context, EventKind, ExecutionId, lock};
 use crate::model::Item;
 
@@ -59,7 +60,8 @@ impl SessionSettings {
 /// The steering state of one running turn.
 pub struct TurnSteering {
     queue: Arc<SteeringQueue>,
-    settings: Arc<SessionSettings>,
+    /// The session's state, for its own settings (kept inline there: idle sessions cost no extra allocation).
+    state: Arc<SessionState>,
     session: Arc<str>,
     root: ExecutionId,
     policy: BatchPolicy,
@@ -71,7 +73,7 @@ pub struct TurnSteering {
 impl TurnSteering {
     pub(crate) fn new(
         queue: Arc<SteeringQueue>,
-        settings: Arc<SessionSettings>,
+        state: Arc<SessionState>,
         session: Arc<str>,
         root: ExecutionId,
         policy: BatchPolicy,
@@ -79,7 +81,7 @@ impl TurnSteering {
     ) -> Self {
         TurnSteering {
             queue,
-            settings,
+            state,
             session,
             root,
             policy,
@@ -101,7 +103,7 @@ impl TurnSteering {
 
     /// The session's queue capacity: the extra rounds steering may buy beyond the round limit.
     pub(crate) fn capacity(&self) -> usize {
-        self.settings.capacity()
+        self.state.settings().capacity()
     }
 
     /// Takes messages by the session's mode; returns true if any are now pending.
@@ -109,7 +111,7 @@ impl TurnSteering {
         if self.discarded.load(Ordering::SeqCst) {
             return false;
         }
-        let taken = self.queue.dequeue_by(&self.session, self.settings.mode());
+        let taken = self.queue.dequeue_by(&self.session, self.state.settings().mode());
         let mut pending = lock(&self.pending);
         pending.extend(taken);
         !pending.is_empty()

@@ -57,14 +57,18 @@ pub(crate) struct SessionState {
     turns: AtomicU64,
     /// Notified when a turn ends.
     turn_ended: Notify,
-    settings: Arc<SessionSettings>,
+    settings: SessionSettings,
 }
 
 impl SessionState {
+    pub(crate) fn settings(&self) -> &SessionSettings {
+        &self.settings
+    }
+
     pub(crate) fn new(key: Arc<str>, settings: SessionSettings) -> Self {
         SessionState {
             key,
-            settings: Arc::new(settings),
+            settings,
             conversation: Mutex::new(Conversation::Idle(History::default())),
             events: OnceLock::new(),
             turns: AtomicU64::new(0),
@@ -305,7 +309,7 @@ impl Session {
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(
             self.runtime.queue.clone(),
-            self.state.settings.clone(),
+            self.state.clone(),
             self.state.key.clone(),
             execution_id,
             self.runtime.batch_policy,

@@ -103,6 +103,14 @@ pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
 /// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
 /// naming the layer instead of a success that hides it.
 pub async fn complete(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
+    if ctx.layers().is_empty() {
+        return Ok(());
+    }
+    // Boxed so that callers without layers (every fork path, for one) do not carry the hooks' state inline.
+    Box::pin(complete_layers(ctx, outcome)).await
+}
+
+async fn complete_layers(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
     let layers = ctx.layers();
     let mut first_panic = None;
     let mut note = |layer: &str, hook: &str, f: HookFailure| {
@@ -232,6 +240,13 @@ pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Resul
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
 pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
+    if child.layers().is_empty() {
+        return Ok(Vec::new());
+    }
+    Box::pin(spawn_layers(parent, child)).await
+}
+
+async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
     for layer in child.layers().iter() {
         match timed(layer.timeouts().on_spawn, || layer.on_spawn(parent, child)).await {
@@ -247,6 +262,13 @@ pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, Noeti
 
 /// Runs `on_return` on the child's layers after the child succeeded.
 pub async fn return_(parent: &Context, child: &Context) {
+    if child.layers().is_empty() {
+        return;
+    }
+    Box::pin(return_layers(parent, child)).await;
+}
+
+async fn return_layers(parent: &Context, child: &Context) {
     for layer in child.layers().iter() {
         if let Err(f) = timed(layer.timeouts().on_return, || layer.on_return(parent, child)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");
