@@ -1,9 +1,13 @@
-//! The benchmark suite: the runtime's own overhead with an instant scripted model, one JSON line per figure
-//! (`{"name": ..., "value": ..., "unit": ..., "target": ...}`).
+//! The benchmark suite, one JSON line per figure (`{"name", "value", "unit", "min", "max", "cold", "target"}`):
+//! the runtime's bare overhead with an instant scripted model, and the path users run (`real_*`, see
+//! [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
 //!
-//! Run with `cargo run --release -p noetic-bench`. Each timing figure is the median of several repetitions after a
-//! warm-up. Memory figures run in a child process of their own (`noetic-bench rss-session` / `rss-idle`) so their
-//! peak is not polluted by the other benchmarks.
+//! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
+//! repetitions after a first, cold run (reported as `cold`); `min` and `max` bound the repetitions. Memory figures
+//! run in a child process of their own (`noetic-bench rss-session` / `rss-idle`) so their peak is not polluted by
+//! the other benchmarks.
+
+mod real_path;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,27 +20,52 @@ use serde_json::{Value, json};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+/// A figure: the median of the repetitions, their range, and the first (cold) run when there was one.
+#[derive(Clone, Copy)]
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+    cold: Option<f64>,
 }
 
-fn report(name: &str, value: f64, unit: &str, target: &str) {
-    println!("{}", json!({"name": name, "value": (value * 1000.0).round() / 1000.0, "unit": unit, "target": target}));
+impl Stats {
+    fn of(mut samples: Vec<f64>, cold: Option<f64>) -> Stats {
+        samples.sort_by(|a, b| a.total_cmp(b));
+        let at = |i: usize| samples.get(i).copied().unwrap_or(f64::NAN);
+        Stats { median: at(samples.len() / 2), min: at(0), max: at(samples.len().saturating_sub(1)), cold }
+    }
+
+    /// A figure that is one exact number (a count, a ratio of counts).
+    fn exact(value: f64) -> Stats {
+        Stats { median: value, min: value, max: value, cold: None }
+    }
 }
 
-/// Runs `f` once to warm up, then `reps` times; returns the median of what `f` reports.
-async fn measure<F, Fut>(reps: usize, mut f: F) -> BenchResult<f64>
+fn report(name: &str, stats: Stats, unit: &str, target: &str) {
+    let round = |v: f64| (v * 1000.0).round() / 1000.0;
+    let mut line = json!({
+        "name": name, "value": round(stats.median), "unit": unit,
+        "min": round(stats.min), "max": round(stats.max), "target": target,
+    });
+    if let (Some(cold), Some(map)) = (stats.cold, line.as_object_mut()) {
+        map.insert("cold".into(), json!(round(cold)));
+    }
+    println!("{line}");
+}
+
+/// Runs `f` once cold, then `reps` times; the statistics of what `f` reports.
+async fn measure<F, Fut>(reps: usize, mut f: F) -> BenchResult<Stats>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = BenchResult<f64>>,
 {
-    f().await?;
+    let cold = f().await?;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         samples.push(f().await?);
     }
-    Ok(median(samples))
+    Ok(Stats::of(samples, Some(cold)))
 }
 
 async fn run_step_us() -> BenchResult<f64> {
@@ -202,6 +231,52 @@ fn child(arg: &str) -> BenchResult<f64> {
     Ok(text.trim().parse::<f64>()?)
 }
 
+/// The figures of the path users run (see [`real_path`]).
+fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        for calls in [10, 100, 1000] {
+            let reps = if calls == 1000 { 3 } else { 9 };
+            // Request bytes are the same every run: the session is deterministic.
+            let (_, bytes) = real_path::session_tool_calls(calls, true).await?;
+            let per_call = measure(reps, || async { Ok(real_path::session_tool_calls(calls, true).await?.0) }).await?;
+            report(
+                &format!("real_tool_call_us_{calls}_calls"),
+                per_call,
+                "us",
+                if calls == 1000 { "<= 60" } else { "" },
+            );
+            report(&format!("real_request_bytes_per_call_{calls}_calls"), Stats::exact(bytes), "bytes", "");
+        }
+        let unwatched = measure(5, || real_path::turn_us(false)).await?;
+        let watched = measure(5, || real_path::turn_us(true)).await?;
+        report("real_turn_us_unwatched", unwatched, "us", "");
+        report("real_turn_us_one_subscriber", watched, "us", "");
+        let added = (watched.median / unwatched.median - 1.0) * 100.0;
+        report("real_subscriber_overhead_pct", Stats::exact(added), "%", "<= 15");
+        for (name, during_model_call) in [("tool", false), ("model_call", true)] {
+            let samples = real_path::cross_thread_steer_us(200, during_model_call).await?;
+            let p = |q| real_path::quantile(&samples, q);
+            report(&format!("steer_cross_thread_during_{name}_p50_us"), Stats::exact(p(0.5)), "us", "");
+            report(&format!("steer_cross_thread_during_{name}_p99_us"), Stats::exact(p(0.99)), "us", "<= 20");
+        }
+        BenchResult::Ok(())
+    })?;
+    for sessions in [1_000, 10_000] {
+        let one = Stats::of((0..3).map(|_| real_path::throughput(sessions, 1)).collect::<BenchResult<_>>()?, None);
+        let two = Stats::of((0..3).map(|_| real_path::throughput(sessions, 2)).collect::<BenchResult<_>>()?, None);
+        report(&format!("turns_per_s_{sessions}_sessions_1_thread"), one, "turns/s", "");
+        report(&format!("turns_per_s_{sessions}_sessions_2_threads"), two, "turns/s", "");
+        let target = if sessions == 10_000 { ">= 1.8" } else { "" };
+        report(
+            &format!("scaling_2_threads_{sessions}_sessions"),
+            Stats::exact(two.median / one.median),
+            "ratio",
+            target,
+        );
+    }
+    Ok(())
+}
+
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match std::env::args().nth(1).as_deref() {
@@ -225,17 +300,9 @@ fn main() -> BenchResult<()> {
         report("steer_latency_us", measure(15, steer_latency_us).await?, "us", "<= 50");
         BenchResult::Ok(())
     })?;
-    report(
-        "peak_rss_mb",
-        median((0..3).map(|_| child("rss-session")).collect::<BenchResult<Vec<_>>>()?),
-        "MiB",
-        "<= 10",
-    );
-    report(
-        "idle_sessions_mb",
-        median((0..3).map(|_| child("rss-idle")).collect::<BenchResult<Vec<_>>>()?),
-        "MiB",
-        "<= 50",
-    );
+    let children = |arg: &str| (0..3).map(|_| child(arg)).collect::<BenchResult<Vec<_>>>();
+    report("peak_rss_mb", Stats::of(children("rss-session")?, None), "MiB", "<= 10");
+    report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
+    real_path_figures(&rt)?;
     Ok(())
 }

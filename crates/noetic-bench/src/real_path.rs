@@ -1,0 +1,280 @@
+//! Figures of the path users run: `Runtime` → `Session` → turn task, one event subscriber draining the session's
+//! events, and every model request encoded to the OpenAI wire format and every answer parsed from it, against an
+//! in-process fake transport (no network). Payloads are realistic: a system prompt of about 3 KB, tool arguments
+//! and results of a few hundred bytes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use noetic::agent::Runtime;
+use noetic::model::{Model, ModelRequest, ModelResponse};
+use noetic::prelude::*;
+use noetic_openai::wire::{parse_response, request_body};
+use serde_json::{Value, json};
+
+use crate::BenchResult;
+
+/// Tool rounds per turn: a turn asks for the tool this many times, then answers.
+pub const ROUNDS_PER_TURN: usize = 10;
+
+/// The fake transport: encodes each request as the OpenAI client would send it, then answers with a body parsed
+/// by the OpenAI client's own parser.
+pub struct WireModel {
+    calls: AtomicUsize,
+    request_bytes: AtomicU64,
+    tool_answer: String,
+    final_answer: String,
+}
+
+impl WireModel {
+    pub fn new() -> Self {
+        let args =
+            json!({"path": "src/lib.rs", "query": "where is the retry policy configured?", "context": "x".repeat(300)});
+        let tool_answer = json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_1", "type": "function",
+                                "function": {"name": "search", "arguments": args.to_string()}}]}}],
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 80, "total_tokens": 1280}
+        })
+        .to_string();
+        let final_answer = json!({
+            "id": "chatcmpl-2", "object": "chat.completion", "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "The retry policy lives in config.rs; I changed nothing."}}],
+            "usage": {"prompt_tokens": 1300, "completion_tokens": 20, "total_tokens": 1320}
+        })
+        .to_string();
+        WireModel { calls: AtomicUsize::new(0), request_bytes: AtomicU64::new(0), tool_answer, final_answer }
+    }
+
+    /// Bytes of every request body encoded so far.
+    pub fn request_bytes(&self) -> u64 {
+        self.request_bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Model for WireModel {
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let body = request_body(&request, false).to_string();
+        self.request_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let answer = if n % (ROUNDS_PER_TURN + 1) < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
+        let response = parse_response(answer);
+        Box::pin(async move { response })
+    }
+}
+
+/// A search tool answering a few hundred bytes.
+pub fn search_tool() -> BenchResult<Arc<dyn Tool>> {
+    let result = Value::String(format!("src/config.rs:42: retry = RetryPolicy::new(3, ...)\n{}", "y".repeat(300)));
+    Ok(Arc::new(
+        FnTool::builder("search", "Searches the workspace for text.")
+            .input_schema(json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "query": {"type": "string"}, "context": {"type": "string"}},
+                "required": ["query"]
+            }))
+            .handler(move |_, _| {
+                let result = result.clone();
+                async move { Ok(result) }
+            })
+            .build()?,
+    ))
+}
+
+fn instructions() -> String {
+    let rule = "You are a careful coding agent. Read before you write; never touch files outside the workspace. ";
+    rule.repeat(3000 / rule.len() + 1)
+}
+
+/// A runtime on the fake transport, and its model.
+pub fn wire_runtime() -> BenchResult<(Runtime, Arc<WireModel>)> {
+    let model = Arc::new(WireModel::new());
+    let runtime = Runtime::builder()
+        .model(model.clone())
+        .model_id("openai/gpt-4o-mini")
+        .instructions(instructions())
+        .tool(search_tool()?)
+        .build()?;
+    Ok((runtime, model))
+}
+
+/// Subscribes to the session's events and drains them in a task of its own, as a UI would.
+pub fn drain_events(session: &Session) -> tokio::task::JoinHandle<usize> {
+    let mut events = session.subscribe();
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            match events.recv().await {
+                Ok(_) => seen += 1,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => seen += n as usize,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return seen,
+            }
+        }
+    })
+}
+
+/// One session making `calls` tool calls (turns of [`ROUNDS_PER_TURN`] each): µs per tool call over the
+/// session, and request bytes per model call.
+pub async fn session_tool_calls(calls: usize, subscribed: bool) -> BenchResult<(f64, f64)> {
+    let (runtime, model) = wire_runtime()?;
+    let session = runtime.session("bench");
+    let drain = subscribed.then(|| drain_events(&session));
+    let turns = calls.div_ceil(ROUNDS_PER_TURN);
+    let start = Instant::now();
+    for i in 0..turns {
+        session.send(format!("turn {i}: find where the retry policy is configured"))?.await?;
+    }
+    let elapsed = start.elapsed();
+    if let Some(drain) = drain {
+        drain.abort();
+    }
+    let model_calls = turns * (ROUNDS_PER_TURN + 1);
+    Ok((
+        elapsed.as_secs_f64() * 1e6 / (turns * ROUNDS_PER_TURN) as f64,
+        model.request_bytes() as f64 / model_calls as f64,
+    ))
+}
+
+/// µs per turn of a 100-turn session, with or without one subscriber.
+pub async fn turn_us(subscribed: bool) -> BenchResult<f64> {
+    let (per_call, _) = session_tool_calls(100 * ROUNDS_PER_TURN, subscribed).await?;
+    Ok(per_call * ROUNDS_PER_TURN as f64)
+}
+
+/// Steer latency across OS threads: another thread steers while a tool runs (or while the model answers), then
+/// lets it finish; the figure is from the moment it finishes to the model request that carries the message.
+/// Returns the latencies in µs.
+pub async fn cross_thread_steer_us(samples: usize, during_model_call: bool) -> BenchResult<Vec<f64>> {
+    let origin = Instant::now();
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let released_at = Arc::new(AtomicU64::new(0));
+        let seen_at = Arc::new(AtomicU64::new(0));
+        let started = Arc::new(tokio::sync::Notify::new());
+        let proceed = Arc::new(tokio::sync::Notify::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let model = {
+            let (seen_at, started, proceed, calls) = (seen_at.clone(), started.clone(), proceed.clone(), calls.clone());
+            let released_at = released_at.clone();
+            HeldModel::new(move |request: &ModelRequest| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                if request.messages().any(|m| matches!(m, Item::Message { content, .. } if content == "change of plan"))
+                    && seen_at.load(Ordering::SeqCst) == 0
+                {
+                    seen_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                }
+                let hold = during_model_call && n == 0;
+                let response = if !during_model_call && n == 0 {
+                    ModelResponse::tool_calls([("c", "slow", json!({}))])
+                } else {
+                    ModelResponse::text("ok")
+                };
+                (hold.then(|| (started.clone(), proceed.clone(), released_at.clone(), origin)), response)
+            })
+        };
+        let tool = {
+            let (started, proceed, released_at) = (started.clone(), proceed.clone(), released_at.clone());
+            FnTool::builder("slow", "Runs while the user steers.")
+                .handler(move |_, _| {
+                    let (started, proceed, released_at) = (started.clone(), proceed.clone(), released_at.clone());
+                    async move {
+                        started.notify_one();
+                        proceed.notified().await;
+                        released_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                        Ok(Value::Null)
+                    }
+                })
+                .build()?
+        };
+        let runtime = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
+        let session = runtime.session("s");
+        let turn = session.send("go")?;
+        started.notified().await;
+        let steerer = {
+            let (session, proceed) = (session.clone(), proceed.clone());
+            std::thread::spawn(move || {
+                let queued = session.steer("change of plan");
+                proceed.notify_one();
+                queued.map(|_| ())
+            })
+        };
+        turn.await?;
+        steerer.join().map_err(|_| "the steering thread panicked")??;
+        let (seen, released) = (seen_at.load(Ordering::SeqCst), released_at.load(Ordering::SeqCst));
+        if seen == 0 {
+            return Err("the steered message never reached a model request".into());
+        }
+        out.push(seen.saturating_sub(released) as f64 / 1000.0);
+    }
+    Ok(out)
+}
+
+/// Signals that the call started, waits to proceed, then records when it was let go (ns since the origin).
+type Hold = (Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>, Arc<AtomicU64>, Instant);
+
+/// A model answering through a closure that may hold the call until released.
+struct HeldModel<F> {
+    answer: F,
+}
+
+impl<F> HeldModel<F> {
+    fn new(answer: F) -> Self {
+        HeldModel { answer }
+    }
+}
+
+impl<F> Model for HeldModel<F>
+where
+    F: Fn(&ModelRequest) -> (Option<Hold>, ModelResponse) + Send + Sync + 'static,
+{
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let (hold, response) = (self.answer)(&request);
+        Box::pin(async move {
+            if let Some((started, proceed, released_at, origin)) = hold {
+                started.notify_one();
+                proceed.notified().await;
+                released_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// Turns per second of `sessions` sessions × 10 turns each, on a multi-thread runtime with `threads` workers.
+pub fn throughput(sessions: usize, threads: usize) -> BenchResult<f64> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+    rt.block_on(async {
+        let model = ScriptedModel::responder(|_| Ok(ModelResponse::text("ok"))).without_recording();
+        let runtime = Runtime::builder().model(Arc::new(model)).build()?;
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..sessions)
+            .map(|i| {
+                let session = runtime.session(&format!("user-{i}"));
+                tokio::spawn(async move {
+                    for t in 0..10 {
+                        let turn = session.send(format!("message {t}")).map_err(|e| e.to_string())?;
+                        turn.await.map_err(|e| e.to_string())?;
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.map_err(|e| e.to_string())??;
+        }
+        Ok((sessions * 10) as f64 / start.elapsed().as_secs_f64())
+    })
+}
+
+/// The quantile `q` (0..=1) of `samples`.
+pub fn quantile(samples: &[f64], q: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
