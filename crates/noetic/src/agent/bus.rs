@@ -1,23 +1,37 @@
-//! The message bus: routes inbound messages from chat channels to sessions (seed 3, "bus drain").
+//! The message bus: routes inbound messages from chat channels to sessions (seed 3, "bus drain"; SPEC 4.8).
 //!
-//! For each message: audio is transcribed first (if a [`Transcriber`] is set; on failure the original text is
-//! used); `/stop` clears the session's queue and cancels its turn; otherwise the session is claimed atomically
-//! and a turn starts, or — if a turn is running — the message is steered into it. Turns of different sessions run
-//! in parallel up to a limit. When a turn ends, messages that arrived after its last checkpoint run as a
-//! continuation before the session is released, so none is orphaned. Every turn's result goes out as a
-//! [`BusReply`].
+//! For each message: audio is transcribed first (if a [`Transcriber`] is set; on failure or after the
+//! transcription timeout the original text is used); `/stop` clears the session's queue and cancels its turn;
+//! otherwise the session is claimed atomically and a turn starts, or — if the session has a turn — the message is
+//! steered into it. The claim happens when the message is accepted: a turn still waiting for a free turn slot
+//! already owns its session, so later messages steer into it (they reach the model in that turn) and `/stop`
+//! cancels it before it reaches the model. Turns of different sessions run in parallel up to a limit. When a turn
+//! ends, messages that arrived after its last checkpoint run as a continuation before the session is released,
+//! so none is orphaned. Every turn's result goes out as a [`BusReply`].
+//!
+//! `publish` never waits for a turn slot or for a reader: a started turn waits for its slot in its own task (at
+//! most one waiting turn per session), and replies go to a bounded buffer that drops its oldest reply when
+//! nobody reads them (see [`BusReplies`]). The only wait left, transcription, is bounded by a timeout.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
+use super::replies::{BusReplies, DEFAULT_REPLY_CAPACITY, ReplySender, reply_buffer};
 use super::session::Routed;
-use super::{MessageId, Runtime, SteerError, Turn};
+use super::{MessageId, Runtime, Session, SteerError, Turn};
+use crate::context::lock;
 use crate::error::NoeticError;
 
 /// The command that stops a session.
 pub const STOP_COMMAND: &str = "/stop";
+/// How long `publish` waits for a transcription by default before it routes the original text.
+pub const DEFAULT_TRANSCRIPTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A message from a channel.
 #[derive(Debug, Clone)]
@@ -46,11 +60,12 @@ pub trait Transcriber: Send + Sync + 'static {
 /// What the bus did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
-    /// A turn started for it.
+    /// A turn started for it (it may still be waiting for a free turn slot; the session is claimed either way).
     Started,
     /// It was queued for the running turn.
     Steered(MessageId),
-    /// It was `/stop`: `cleared` queued messages were dropped; `cancelled` tells whether a turn was running.
+    /// It was `/stop`: `cleared` queued messages were dropped; `cancelled` tells whether a turn was running or
+    /// waiting for a slot (a waiting turn never reaches the model; its reply is `Cancelled`).
     Stopped {
         /// Messages removed from the queue.
         cleared: usize,
@@ -68,6 +83,21 @@ pub struct BusReply {
     pub continuation: bool,
     /// The agent's answer, or why there is none.
     pub result: Result<String, NoeticError>,
+    /// Replies dropped just before this one because the reply buffer was full (nobody read them in time).
+    pub dropped_before: u64,
+}
+
+impl BusReply {
+    fn new(session: &str, continuation: bool, result: Result<String, NoeticError>) -> Self {
+        BusReply { session: session.to_owned(), continuation, result, dropped_before: 0 }
+    }
+}
+
+/// A session claimed by a turn still waiting for a free slot.
+#[derive(Clone)]
+struct Claim {
+    id: u64,
+    cancel: CancellationToken,
 }
 
 /// Routes inbound messages to sessions.
@@ -76,19 +106,36 @@ pub struct MessageBus {
     runtime: Runtime,
     permits: Arc<Semaphore>,
     transcriber: Option<Arc<dyn Transcriber>>,
-    replies: mpsc::Sender<BusReply>,
+    transcription_timeout: Duration,
+    replies: ReplySender,
+    /// Sessions whose turn waits for a slot. Locked before a session's own lock, never after.
+    claims: Arc<Mutex<HashMap<String, Claim>>>,
+    next_claim: Arc<AtomicU64>,
 }
 
 impl MessageBus {
     /// A bus running at most `max_parallel_turns` turns at once (at least 1); replies arrive on the receiver,
-    /// which buffers up to 1024 (a full buffer makes turn workers wait, it never drops a reply).
-    pub fn new(runtime: Runtime, max_parallel_turns: usize) -> (Self, mpsc::Receiver<BusReply>) {
-        let (replies, rx) = mpsc::channel(1024);
+    /// which keeps the newest [`DEFAULT_REPLY_CAPACITY`] (1024) unread replies.
+    pub fn new(runtime: Runtime, max_parallel_turns: usize) -> (Self, BusReplies) {
+        Self::with_reply_capacity(runtime, max_parallel_turns, DEFAULT_REPLY_CAPACITY)
+    }
+
+    /// A bus whose receiver keeps at most `reply_capacity` unread replies (at least 1); when a reply arrives and
+    /// the buffer is full, the oldest is dropped (see [`BusReplies`]).
+    pub fn with_reply_capacity(
+        runtime: Runtime,
+        max_parallel_turns: usize,
+        reply_capacity: usize,
+    ) -> (Self, BusReplies) {
+        let (replies, rx) = reply_buffer(reply_capacity);
         let bus = MessageBus {
             runtime,
             permits: Arc::new(Semaphore::new(max_parallel_turns.max(1))),
             transcriber: None,
+            transcription_timeout: DEFAULT_TRANSCRIPTION_TIMEOUT,
             replies,
+            claims: Arc::default(),
+            next_claim: Arc::default(),
         };
         (bus, rx)
     }
@@ -99,58 +146,109 @@ impl MessageBus {
         self
     }
 
-    /// Routes one message.
-    pub async fn publish(&self, message: InboundMessage) -> Result<Delivery, SteerError> {
-        let text = match (&self.transcriber, &message.audio) {
-            (Some(t), Some(_)) => match t.transcribe(&message).await {
-                Ok(text) => text,
-                Err(e) => {
-                    tracing::warn!(session = %message.session, error = %e, "transcription failed; routing the original message");
-                    message.text.clone()
-                }
-            },
-            _ => message.text.clone(),
-        };
-        let session = self.runtime.session(&message.session);
-        if text.trim() == STOP_COMMAND {
-            let (cleared, cancelled) = session.stop("stopped by the user");
-            return Ok(Delivery::Stopped { cleared, cancelled });
-        }
-        // A busy session takes the message as steering at once; only a new turn waits for a slot.
-        if let Some(steered) = session.steer_if_running(&text) {
-            return steered.map(Delivery::Steered);
-        }
-        let permit = match self.permits.clone().acquire_owned().await {
-            Ok(p) => p,
-            Err(_) => return session.steer(text).map(Delivery::Steered),
-        };
-        match session.send_or_steer(text)? {
-            Routed::Steered(id) => Ok(Delivery::Steered(id)),
-            Routed::Started(turn) => {
-                let replies = self.replies.clone();
-                let name = message.session.clone();
-                tokio::spawn(async move {
-                    run_with_continuations(session, name, turn, replies).await;
-                    drop(permit);
-                });
-                Ok(Delivery::Started)
+    /// How long to wait for a transcription before routing the original text (default 60 s).
+    pub fn with_transcription_timeout(mut self, timeout: Duration) -> Self {
+        self.transcription_timeout = timeout;
+        self
+    }
+
+    async fn text_of(&self, message: &InboundMessage) -> String {
+        let (Some(transcriber), Some(_)) = (&self.transcriber, &message.audio) else { return message.text.clone() };
+        match tokio::time::timeout(self.transcription_timeout, transcriber.transcribe(message)).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                tracing::warn!(session = %message.session, error = %e, "transcription failed; routing the original message");
+                message.text.clone()
+            }
+            Err(_) => {
+                tracing::warn!(
+                    session = %message.session,
+                    timeout_ms = self.transcription_timeout.as_millis(),
+                    "transcription timed out; routing the original message"
+                );
+                message.text.clone()
             }
         }
     }
-}
 
-/// Runs a turn, then continuation turns while messages wait, then releases the session.
-async fn run_with_continuations(session: super::Session, name: String, turn: Turn, replies: mpsc::Sender<BusReply>) {
-    let result = turn.await;
-    let _ = replies.send(BusReply { session: name.clone(), continuation: false, result }).await;
-    loop {
-        match session.continue_session() {
-            Ok(Some(turn)) => {
-                let result = turn.await;
-                let _ = replies.send(BusReply { session: name.clone(), continuation: true, result }).await;
+    /// Routes one message. Never waits for a turn slot or a reply reader; at most for the transcription, up to
+    /// its timeout.
+    pub async fn publish(&self, message: InboundMessage) -> Result<Delivery, SteerError> {
+        let text = self.text_of(&message).await;
+        let session = self.runtime.session(&message.session);
+        let mut claims = lock(&self.claims);
+        if text.trim() == STOP_COMMAND {
+            // A turn waiting for a slot is cancelled before it starts; a running one is cancelled in place.
+            let waiting = claims.remove(&message.session);
+            if let Some(claim) = &waiting {
+                claim.cancel.cancel();
             }
-            // Nothing waits, or another worker already started a turn for this session (it will drain it).
-            Ok(None) | Err(_) => return,
+            let (cleared, running) = session.stop("stopped by the user");
+            return Ok(Delivery::Stopped { cleared, cancelled: running || waiting.is_some() });
+        }
+        if claims.contains_key(&message.session) {
+            // Queued for the waiting turn: its turn-start checkpoint shows it to the model.
+            return session.steer(text).map(Delivery::Steered);
+        }
+        if let Some(steered) = session.steer_if_running(&text) {
+            return steered.map(Delivery::Steered);
+        }
+        let claim = Claim { id: self.next_claim.fetch_add(1, Ordering::Relaxed), cancel: CancellationToken::new() };
+        claims.insert(message.session.clone(), claim.clone());
+        drop(claims);
+        let bus = self.clone();
+        tokio::spawn(async move { bus.run_claimed(session, message.session, text, claim).await });
+        Ok(Delivery::Started)
+    }
+
+    /// Waits for a turn slot (or `/stop`), then starts the claimed turn and its continuations.
+    async fn run_claimed(self, session: Session, name: String, text: String, claim: Claim) {
+        let permit = tokio::select! {
+            biased;
+            () = claim.cancel.cancelled() => None,
+            permit = self.permits.clone().acquire_owned() => permit.ok(),
+        };
+        let routed = {
+            let mut claims = lock(&self.claims);
+            if claims.get(&name).is_some_and(|c| c.id == claim.id) {
+                claims.remove(&name);
+            }
+            // Checked under the claims lock, which `/stop` holds while it cancels.
+            if claim.cancel.is_cancelled() || permit.is_none() { None } else { Some(session.send_or_steer(text)) }
+        };
+        match routed {
+            None => {
+                let error = NoeticError::cancelled("stopped by the user before the turn started");
+                self.replies.send(BusReply::new(&name, false, Err(error)));
+            }
+            Some(Ok(Routed::Started(turn))) => self.run_with_continuations(&session, &name, turn).await,
+            Some(Ok(Routed::Steered(_))) => {
+                // A turn started outside the bus took the message; run what it leaves behind once it ends.
+                session.idle().await;
+                self.continuations(&session, &name).await;
+            }
+            Some(Err(e)) => self.replies.send(BusReply::new(&name, false, Err(NoeticError::other(e)))),
+        }
+        drop(permit);
+    }
+
+    /// Runs a turn, then continuation turns while messages wait, then releases the session.
+    async fn run_with_continuations(&self, session: &Session, name: &str, turn: Turn) {
+        let result = turn.await;
+        self.replies.send(BusReply::new(name, false, result));
+        self.continuations(session, name).await;
+    }
+
+    async fn continuations(&self, session: &Session, name: &str) {
+        loop {
+            match session.continue_session() {
+                Ok(Some(turn)) => {
+                    let result = turn.await;
+                    self.replies.send(BusReply::new(name, true, result));
+                }
+                // Nothing waits, or another worker already started a turn for this session (it will drain it).
+                Ok(None) | Err(_) => return,
+            }
         }
     }
 }

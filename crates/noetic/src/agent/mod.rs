@@ -21,15 +21,19 @@
 mod bus;
 mod checkpoint;
 mod queue;
+mod replies;
 mod session;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-pub use bus::{BusReply, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber};
+pub use bus::{
+    BusReply, DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber,
+};
 pub(crate) use checkpoint::SessionSettings;
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
+pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, Session, SessionError, Turn};
 
 use crate::context::{Services, lock};

@@ -6,6 +6,7 @@ use super::ledger::FailureCause;
 use super::rules::{FailurePolicy, HookParams, LlmEval};
 use super::{SteeringDecision, parse_verdict};
 use crate::context::Context;
+use crate::error::NoeticError;
 use crate::model::{History, Item, Model, ModelRequest};
 use crate::step::ModelParams;
 
@@ -73,16 +74,22 @@ pub fn read_verdict(reply: &str) -> Option<SteeringDecision> {
     parse_verdict(&text)
 }
 
-/// What the judge is shown: the tool call, or the response text and its tool calls.
+/// What the judge is shown: the tool call, or the whole response — every message's text and every tool call,
+/// one line each, in the order the model produced them (a response may hold several assistant messages).
 pub fn summary(params: &HookParams<'_>) -> String {
     match params {
         HookParams::BeforeToolCall(c) => format!("Tool: {}\nArgs: {}", c.name, c.args),
         HookParams::AfterModelCall(m) => {
-            let mut out = format!("Response text: {}", m.response.text_output());
-            for call in m.response.tool_calls_iter() {
-                out.push_str(&format!("\nTool call: {} {}", call.name, call.arguments));
+            let mut lines: Vec<String> = Vec::with_capacity(m.response.items.len() + 1);
+            if !m.response.items.iter().any(|i| matches!(i, Item::Message { .. })) {
+                lines.push("Response text: (none)".to_owned());
             }
-            out
+            lines.extend(m.response.items.iter().map(|item| match item {
+                Item::Message { content, .. } => format!("Response text: {content}"),
+                Item::ToolCall(call) => format!("Tool call: {} {}", call.name, call.arguments),
+                Item::ToolResult(r) => format!("Tool result: {}", r.content),
+            }));
+            lines.join("\n")
         }
     }
 }
@@ -111,13 +118,14 @@ pub fn failure_decision(rule_id: &str, policy: FailurePolicy, cause: &FailureCau
                 FailureCause::JudgeError { message } => format!("the judge call failed: {message}"),
                 FailureCause::Timeout => "the hook timed out".to_owned(),
                 FailureCause::PredicatePanicked { message } => format!("the predicate panicked: {message}"),
+                FailureCause::Config { error } => format!("the judge is misconfigured: {error}"),
             }
         )),
     }
 }
 
-/// Calls the judge up to `max_retries + 1` times until a reply parses. A failing call is not retried. The judge's
-/// usage is added to the context's.
+/// Calls the judge up to `max_retries + 1` times until a reply parses. A failing call is not retried; a
+/// configuration error comes back as [`FailureCause::Config`]. The judge's usage is added to the context's.
 pub async fn judge(
     model: Arc<dyn Model>,
     ctx: Context,
@@ -128,8 +136,11 @@ pub async fn judge(
     let request = request(model.as_ref(), eval.model_id(), prompt);
     let mut last_reply = String::new();
     for _ in 0..=max_retries {
-        let response =
-            model.call(request.clone()).await.map_err(|e| FailureCause::JudgeError { message: e.to_string() })?;
+        let response = model.call(request.clone()).await.map_err(|e| match e {
+            // Configuration is never a transient failure: the caller fails the step, whatever the policy says.
+            NoeticError::Config(error) => FailureCause::Config { error },
+            other => FailureCause::JudgeError { message: other.to_string() },
+        })?;
         ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
         if let Some(decision) = read_verdict(response.text_output()) {
             return Ok(decision);

@@ -1,22 +1,26 @@
-//! The steering layer: evaluates rules at both gating hooks, keeps the ledger, delivers async feedback.
+//! The steering layer: evaluates rules at both gating hooks (see `gate`), keeps the ledger, delivers async
+//! feedback (see `feedback`).
+//!
+//! State is kept per scope key. A spawned child or fork path always gets a state of its own, whatever the scope —
+//! a clone of its parent's ledger and an empty feedback queue (seed 1) — so it never drains its parent's feedback
+//! and its decisions stay out of its parent's ledger. When an execution's own state ends (`dispose`), its
+//! undelivered feedback moves on: a child's to its parent, a thread's execution's to the thread's carry-over,
+//! which the thread's next execution takes at its first recall.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use tokio::time::Instant;
 
-use super::judge::{self, failure_decision};
-use super::ledger::{self, Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
-use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
+use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
+use super::ledger::{self, LedgerEntry, LedgerKind};
+use super::rules::{HookParams, SteeringConfig};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
-use crate::exec::guard;
 use crate::layer::{
-    Budget, Hook, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot,
-    ToolCallParams,
+    Budget, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot, ToolCallParams,
 };
 use crate::model::Item;
 
@@ -24,15 +28,6 @@ use crate::model::Item;
 pub const STEERING_LAYER_ID: &str = "steering";
 /// Completed executions whose steering state stays readable after `dispose`.
 const RECENT_EXECUTIONS: usize = 64;
-
-/// An async verdict waiting to be shown to the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Feedback {
-    /// The rule that produced it.
-    pub rule_id: String,
-    /// What the model should know.
-    pub guidance: String,
-}
 
 /// A copy of the layer's state for one scope: the ledger, oldest first, and the undelivered feedback.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -43,17 +38,15 @@ pub struct SteeringState {
     pub pending_feedback: Vec<Feedback>,
 }
 
-#[derive(Default)]
-struct Inner {
-    ledger: VecDeque<LedgerEntry>,
-    pending: VecDeque<Feedback>,
-}
-
 /// The steering layer. Build it with [`steering`].
 pub struct SteeringLayer {
     config: SteeringConfig,
     states: LayerState<Inner>,
     recent: Mutex<VecDeque<(ExecutionId, Arc<Mutex<Inner>>)>>,
+    /// Live spawned children and fork paths, with their parent's state (`None` when the parent does not use
+    /// this layer).
+    children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
+    carry: Arc<CarryOver>,
 }
 
 /// Builds the steering layer: slot 90, budget {0, 500}, hook timeouts 5000 ms / 10000 ms.
@@ -86,14 +79,13 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
-    Ok(Arc::new(SteeringLayer { config, states: LayerState::default(), recent: Mutex::new(VecDeque::new()) }))
-}
-
-/// The outcome of evaluating the rules for one hook call.
-struct Evaluation {
-    decision: SteeringDecision,
-    deciders: Vec<(String, Evaluator)>,
-    failures: Vec<RuleFailure>,
+    Ok(Arc::new(SteeringLayer {
+        config,
+        states: LayerState::default(),
+        recent: Mutex::new(VecDeque::new()),
+        children: Mutex::new(HashMap::new()),
+        carry: Arc::default(),
+    }))
 }
 
 impl SteeringLayer {
@@ -102,12 +94,54 @@ impl SteeringLayer {
         &self.config
     }
 
+    pub(super) fn carry_over(&self) -> &Arc<CarryOver> {
+        &self.carry
+    }
+
+    fn is_child(&self, ctx: &Context) -> bool {
+        lock(&self.children).contains_key(&ctx.execution_id())
+    }
+
+    /// A spawned child or fork path has a state of its own, whatever the scope.
     fn key(&self, ctx: &Context) -> ScopeKey {
+        if self.is_child(ctx) {
+            return ScopeKey::Execution(ctx.execution_id());
+        }
         ScopeKey::for_context(ctx, self.config.scope)
     }
 
-    fn entry(&self, ctx: &Context) -> Arc<Mutex<Inner>> {
+    pub(super) fn entry(&self, ctx: &Context) -> Arc<Mutex<Inner>> {
         self.states.entry(&self.key(ctx))
+    }
+
+    /// Moves what the thread's earlier executions left undelivered into this execution's state, ahead of its own
+    /// feedback (it is older). Only a thread's top-level execution takes it, never a child.
+    fn absorb_carry_over(&self, ctx: &Context) -> Option<Arc<Mutex<Inner>>> {
+        let thread = ctx.thread_id().filter(|_| !self.is_child(ctx))?;
+        let (carried, fault) = self.carry.take(thread);
+        if carried.is_empty() && fault.is_none() {
+            return None;
+        }
+        let state = self.entry(ctx);
+        let mut inner = lock(&state);
+        for f in carried.into_iter().rev() {
+            inner.pending.push_front(f);
+        }
+        if inner.fault.is_none() {
+            inner.fault = fault;
+        }
+        drop(inner);
+        Some(state)
+    }
+
+    /// Fails with the configuration error an async judge of this execution (or of an ended one that forwards
+    /// here) hit, once.
+    pub(super) fn surface_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
+        self.absorb_carry_over(ctx);
+        match lock(state).fault.take() {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
     }
 
     fn snapshot(inner: &Mutex<Inner>) -> SteeringState {
@@ -118,7 +152,8 @@ impl SteeringLayer {
         }
     }
 
-    /// The state for an execution (execution scope), also after the execution ended (the last 64 are kept).
+    /// The state for an execution (execution scope, or a spawned child or fork path in any scope), also after
+    /// the execution ended (the last 64 are kept).
     pub fn state_of(&self, execution_id: ExecutionId) -> Option<SteeringState> {
         self.lookup(&ScopeKey::Execution(execution_id)).map(|s| Self::snapshot(&s))
     }
@@ -133,179 +168,18 @@ impl SteeringLayer {
         self.lookup(&self.key(ctx)).map(|s| Self::snapshot(&s))
     }
 
+    /// Feedback a thread's ended executions left undelivered, oldest first: the thread's next execution shows
+    /// it to the model at its first recall.
+    pub fn carried_feedback(&self, thread_id: &str) -> Vec<Feedback> {
+        self.carry.peek(thread_id)
+    }
+
     fn lookup(&self, key: &ScopeKey) -> Option<Arc<Mutex<Inner>>> {
         self.states.get(key).or_else(|| match key {
             ScopeKey::Execution(id) => lock(&self.recent).iter().find(|(e, _)| e == id).map(|(_, s)| s.clone()),
             _ => None,
         })
     }
-
-    async fn evaluate(
-        &self,
-        ctx: &Context,
-        params: HookParams<'_>,
-        state: &Arc<Mutex<Inner>>,
-    ) -> Result<Evaluation, NoeticError> {
-        let hook = params.hook();
-        let timeout = match hook {
-            Hook::BeforeToolCall => self.config.before_tool_call_timeout,
-            Hook::AfterModelCall => self.config.after_model_call_timeout,
-        };
-        // The hook's time limit only matters for judges; predicates are synchronous.
-        let mut deadline = None;
-        // Non-allow decisions only (allows never change the aggregate), by rule index: no allocation per rule.
-        let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
-        let mut failures = Vec::new();
-        let mut summary: Option<String> = None;
-        for (index, rule) in self.config.rules.iter().enumerate().filter(|(_, r)| r.applies(hook)) {
-            let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
-                match guard(&rule.id, "steering predicate", || predicate(&params)) {
-                    Ok(d) => (d, Evaluator::Predicate),
-                    Err(e) => {
-                        // A broken programmatic rule fails closed: it guards something.
-                        let cause = FailureCause::PredicatePanicked { message: e.to_string() };
-                        let d = failure_decision(&rule.id, super::rules::FailurePolicy::Deny, &cause);
-                        failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
-                        (d, Evaluator::Predicate)
-                    }
-                }
-            } else if let Some(eval) = &rule.llm_eval {
-                let model = ctx.model().cloned().ok_or_else(|| missing_call_model(rule))?;
-                let summary = summary.get_or_insert_with(|| judge::summary(&params));
-                let prompt = judge::prompt(&eval.prompt, summary);
-                if eval.mode == LlmMode::Async {
-                    self.fire_async(rule, model, ctx.clone(), prompt, state.clone());
-                    continue;
-                }
-                let call = judge::judge(model, ctx.clone(), eval, prompt, self.config.max_retries);
-                let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                let verdict = match tokio::time::timeout_at(deadline, call).await {
-                    Ok(v) => v,
-                    Err(_) => Err(FailureCause::Timeout),
-                };
-                match verdict {
-                    Ok(d) => (d, Evaluator::LlmSync),
-                    Err(cause) => {
-                        let d = failure_decision(&rule.id, eval.on_failure, &cause);
-                        failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
-                        (d, Evaluator::LlmSync)
-                    }
-                }
-            } else {
-                continue;
-            };
-            match decision.action {
-                SteeringAction::Allow => {}
-                SteeringAction::Guide => decided.push((index, evaluator, decision)),
-                SteeringAction::Deny => {
-                    decided.push((index, evaluator, decision));
-                    break;
-                }
-            }
-        }
-        Ok(self.aggregate(decided, failures))
-    }
-
-    /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now, and every
-    /// verdict is written to the ledger when it resolves.
-    fn fire_async(
-        &self,
-        rule: &SteeringRule,
-        model: Arc<dyn crate::model::Model>,
-        ctx: Context,
-        prompt: String,
-        state: Arc<Mutex<Inner>>,
-    ) {
-        let Some(eval) = rule.llm_eval.clone() else { return };
-        let rule_id = rule.id.clone();
-        let (max_retries, max_ledger) = (self.config.max_retries, self.config.max_ledger_entries);
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let verdict = judge::judge(model, ctx, &eval, prompt, max_retries).await;
-            let (decision, failures) = match verdict {
-                Ok(d) => (d, Vec::new()),
-                Err(cause) => {
-                    let d = failure_decision(&rule_id, eval.on_failure, &cause);
-                    (d, vec![RuleFailure { rule_id: rule_id.clone(), cause }])
-                }
-            };
-            let mut inner = lock(&state);
-            if decision.action != SteeringAction::Allow {
-                let guidance = decision.guidance.clone().unwrap_or_else(|| {
-                    format!(
-                        "Rule {rule_id}: {}",
-                        if decision.action == SteeringAction::Deny { "deny" } else { "guide" }
-                    )
-                });
-                inner.pending.push_back(Feedback { rule_id: rule_id.clone(), guidance });
-            }
-            let mut entry = LedgerEntry::new(LedgerKind::Custom, decision.action);
-            entry.guidance = decision.guidance;
-            entry.rule_id = Some(rule_id);
-            entry.evaluator = Some(Evaluator::LlmAsync);
-            entry.failures = failures;
-            entry.duration = started.elapsed();
-            ledger::append(&mut inner.ledger, entry, max_ledger);
-        });
-    }
-
-    /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
-    /// joined, else allow.
-    fn aggregate(&self, decided: Vec<(usize, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
-        let id = |i: usize| self.config.rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
-        if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
-            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures };
-        }
-        if decided.is_empty() {
-            return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures };
-        }
-        let texts: Vec<&str> =
-            decided.iter().filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
-        let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
-        Evaluation {
-            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-            deciders: decided.iter().map(|(i, ev, _)| (id(*i), *ev)).collect(),
-            failures,
-        }
-    }
-
-    async fn gate(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
-        let started = Instant::now();
-        let state = self.entry(ctx);
-        let evaluation = self.evaluate(ctx, params, &state).await?;
-        let mut entry = LedgerEntry::new(
-            match params {
-                HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
-                HookParams::AfterModelCall(_) => LedgerKind::ModelTurn,
-            },
-            evaluation.decision.action,
-        );
-        match params {
-            HookParams::BeforeToolCall(c) => {
-                entry.tool_name = Some(c.name.to_owned());
-                entry.tool_args = Some(c.args.clone());
-            }
-            HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
-        }
-        entry.guidance = evaluation.decision.guidance.clone();
-        if !evaluation.deciders.is_empty() {
-            entry.rule_id = Some(evaluation.deciders.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(","));
-            entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
-        }
-        entry.failures = evaluation.failures;
-        entry.duration = started.elapsed();
-        ledger::append(&mut lock(&state).ledger, entry, self.config.max_ledger_entries);
-        Ok(evaluation.decision)
-    }
-}
-
-fn missing_call_model(rule: &SteeringRule) -> NoeticError {
-    ConfigError::new(
-        ConfigCode::MissingCallModel,
-        format!("LLM-evaluated steering rule \"{}\" requires a model to judge with, but none is available", rule.id),
-        "configure a model on the runtime (Runtime::builder().model(...)) or the context; the rule fails closed until then",
-    )
-    .into()
 }
 
 /// Renders the feedback block.
@@ -343,8 +217,14 @@ impl MemoryLayer for SteeringLayer {
 
     fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
-            let Some(state) = self.states.get(&self.key(ctx)) else { return Ok(Vec::new()) };
+            let Some(state) = self.absorb_carry_over(ctx).or_else(|| self.states.get(&self.key(ctx))) else {
+                return Ok(Vec::new());
+            };
             let mut inner = lock(&state);
+            // An async judge's configuration error fails the step before anything else reaches the model.
+            if let Some(error) = inner.fault.take() {
+                return Err(error.into());
+            }
             let mut lines: Vec<String> = Vec::new();
             while let Some(next) = inner.pending.front() {
                 let line = format!("[{}] {}", next.rule_id, next.guidance);
@@ -392,11 +272,12 @@ impl MemoryLayer for SteeringLayer {
         child: &'a Context,
     ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
-            let (parent_key, child_key) = (self.key(parent), self.key(child));
-            if parent_key != child_key {
-                let ledger = self.states.get(&parent_key).map(|s| lock(&s).ledger.clone()).unwrap_or_default();
-                self.states.insert(child_key, Inner { ledger, pending: VecDeque::new() });
-            }
+            // The parent's state, if the parent uses this layer (a spawn may bring its own layers).
+            let parent_uses_layer = parent.layers().iter().any(|l| std::ptr::addr_eq(Arc::as_ptr(l), self));
+            let parent_state = parent_uses_layer.then(|| self.entry(parent));
+            let ledger = parent_state.as_ref().map(|s| lock(s).ledger.clone()).unwrap_or_default();
+            lock(&self.children).insert(child.execution_id(), parent_state);
+            self.states.insert(ScopeKey::Execution(child.execution_id()), Inner { ledger, ..Inner::default() });
             Ok(Vec::new())
         })
     }
@@ -413,14 +294,25 @@ impl MemoryLayer for SteeringLayer {
 
     fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
-            if let key @ ScopeKey::Execution(id) = self.key(ctx)
-                && let Some(state) = self.states.remove(&key)
-            {
-                let mut recent = lock(&self.recent);
-                recent.push_back((id, state));
-                while recent.len() > RECENT_EXECUTIONS {
-                    recent.pop_front();
-                }
+            let key @ ScopeKey::Execution(id) = self.key(ctx) else { return Ok(()) };
+            let parent = lock(&self.children).remove(&id);
+            let Some(state) = self.states.remove(&key) else { return Ok(()) };
+            let forward = match parent {
+                Some(Some(parent)) => Some(Forward::Parent(parent)),
+                _ => ctx.thread_id().map(|t| Forward::Thread(Arc::from(t))),
+            };
+            match forward {
+                Some(forward) => feedback::seal(&state, forward, &self.carry),
+                None if !lock(&state).pending.is_empty() => tracing::warn!(
+                    execution = %id,
+                    "undelivered steering feedback has no thread to go to; it stays in the execution's final state"
+                ),
+                None => {}
+            }
+            let mut recent = lock(&self.recent);
+            recent.push_back((id, state));
+            while recent.len() > RECENT_EXECUTIONS {
+                recent.pop_front();
             }
             Ok(())
         })

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::SteeringAction;
+use crate::error::ConfigError;
 use crate::layer::Outcome;
 use crate::model::Usage;
 
@@ -54,6 +55,12 @@ pub enum FailureCause {
     PredicatePanicked {
         /// The panic message.
         message: String,
+    },
+    /// The judge's model call returned a configuration error. No failure policy applies: the rule denies and the
+    /// step fails with this error (SPEC 3.3).
+    Config {
+        /// The error.
+        error: ConfigError,
     },
 }
 

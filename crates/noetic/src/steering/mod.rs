@@ -16,6 +16,8 @@
 //! # let _ = layer;
 //! ```
 
+mod feedback;
+mod gate;
 mod judge;
 mod layer;
 pub mod ledger;
@@ -24,11 +26,12 @@ mod verdict;
 
 use serde::{Deserialize, Serialize};
 
+pub use feedback::{Feedback, MAX_CARRIED_PER_THREAD, MAX_CARRIED_THREADS};
 pub use judge::{
     ANSWER_FORMAT, JUDGE_MAX_TOKENS, VERDICT_GRAMMAR, prompt as judge_prompt, read_verdict, request as judge_request,
     summary as judge_summary, verdict_schema,
 };
-pub use layer::{Feedback, STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
+pub use layer::{STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
 pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
 pub use rules::{
     DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, SteeringConfig, SteeringRule,

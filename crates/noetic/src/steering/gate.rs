@@ -1,0 +1,233 @@
+//! Evaluating the rules for one gating hook: predicates, sync judges under the hook's deadline, async judges
+//! fired and forgotten; the aggregate decision and its ledger entry.
+//!
+//! A configuration error — no model to judge with (`MISSING_CALL_MODEL`), or any `ConfigError` the judge's
+//! model call returns (`NO_MODEL_PROVIDER` …) — never goes to a rule's failure policy: it is recorded in the
+//! ledger as a deny and fails the step (SPEC 2.6, 3.3). An async judge's configuration error resolves after its
+//! hook returned, so it fails the *next* gate or recall of the execution that fired it (or, when that execution
+//! has ended, of its parent, or of its thread's next execution).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+
+use super::feedback::{self, CarryOver, Feedback, Inner, Late};
+use super::judge::{self, failure_decision};
+use super::layer::SteeringLayer;
+use super::ledger::{self, Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
+use super::rules::{FailurePolicy, HookParams, LlmMode, SteeringRule};
+use super::{SteeringAction, SteeringDecision};
+use crate::context::{Context, lock};
+use crate::error::{ConfigCode, ConfigError, NoeticError};
+use crate::exec::guard;
+use crate::layer::Hook;
+
+/// The outcome of evaluating the rules for one hook call.
+struct Evaluation {
+    decision: SteeringDecision,
+    deciders: Vec<(String, Evaluator)>,
+    failures: Vec<RuleFailure>,
+    /// A configuration error that ended evaluation: the hook fails with it.
+    fault: Option<ConfigError>,
+}
+
+impl SteeringLayer {
+    async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, state: &Arc<Mutex<Inner>>) -> Evaluation {
+        let hook = params.hook();
+        let timeout = match hook {
+            Hook::BeforeToolCall => self.config().before_tool_call_timeout,
+            Hook::AfterModelCall => self.config().after_model_call_timeout,
+        };
+        // The hook's time limit only matters for judges; predicates are synchronous.
+        let mut deadline = None;
+        // Non-allow decisions only (allows never change the aggregate), by rule index: no allocation per rule.
+        let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
+        let mut failures = Vec::new();
+        let mut summary: Option<String> = None;
+        for (index, rule) in self.config().rules.iter().enumerate().filter(|(_, r)| r.applies(hook)) {
+            let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
+                match guard(&rule.id, "steering predicate", || predicate(&params)) {
+                    Ok(d) => (d, Evaluator::Predicate),
+                    Err(e) => {
+                        // A broken programmatic rule fails closed: it guards something.
+                        let cause = FailureCause::PredicatePanicked { message: e.to_string() };
+                        let d = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
+                        failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+                        (d, Evaluator::Predicate)
+                    }
+                }
+            } else if let Some(eval) = &rule.llm_eval {
+                let evaluator = if eval.mode == LlmMode::Async { Evaluator::LlmAsync } else { Evaluator::LlmSync };
+                let Some(model) = ctx.model().cloned() else {
+                    return config_failure(evaluator, rule, missing_call_model(rule), failures);
+                };
+                let summary = summary.get_or_insert_with(|| judge::summary(&params));
+                let prompt = judge::prompt(&eval.prompt, summary);
+                if eval.mode == LlmMode::Async {
+                    self.fire_async(rule, model, ctx.clone(), prompt, state.clone());
+                    continue;
+                }
+                let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
+                let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+                let verdict = match tokio::time::timeout_at(deadline, call).await {
+                    Ok(v) => v,
+                    Err(_) => Err(FailureCause::Timeout),
+                };
+                match verdict {
+                    Ok(d) => (d, Evaluator::LlmSync),
+                    Err(FailureCause::Config { error }) => {
+                        return config_failure(evaluator, rule, error, failures);
+                    }
+                    Err(cause) => {
+                        let d = failure_decision(&rule.id, eval.on_failure, &cause);
+                        failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+                        (d, Evaluator::LlmSync)
+                    }
+                }
+            } else {
+                continue;
+            };
+            match decision.action {
+                SteeringAction::Allow => {}
+                SteeringAction::Guide => decided.push((index, evaluator, decision)),
+                SteeringAction::Deny => {
+                    decided.push((index, evaluator, decision));
+                    break;
+                }
+            }
+        }
+        self.aggregate(decided, failures)
+    }
+
+    /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now (or wherever
+    /// that state forwards once its execution ended), and every verdict is written to that state's ledger.
+    fn fire_async(
+        &self,
+        rule: &SteeringRule,
+        model: Arc<dyn crate::model::Model>,
+        ctx: Context,
+        prompt: String,
+        state: Arc<Mutex<Inner>>,
+    ) {
+        let Some(eval) = rule.llm_eval.clone() else { return };
+        let rule_id = rule.id.clone();
+        let (max_retries, max_ledger) = (self.config().max_retries, self.config().max_ledger_entries);
+        let carry: Arc<CarryOver> = self.carry_over().clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let verdict = judge::judge(model, ctx, &eval, prompt, max_retries).await;
+            let (decision, failures, late) = match verdict {
+                Ok(d) => {
+                    let late = (d.action != SteeringAction::Allow).then(|| {
+                        let guidance = d.guidance.clone().unwrap_or_else(|| {
+                            let word = if d.action == SteeringAction::Deny { "deny" } else { "guide" };
+                            format!("Rule {rule_id}: {word}")
+                        });
+                        Late::Feedback(Feedback { rule_id: rule_id.clone(), guidance })
+                    });
+                    (d, Vec::new(), late)
+                }
+                Err(FailureCause::Config { error }) => {
+                    tracing::error!(rule_id = %rule_id, error = %error, "async steering judge is misconfigured");
+                    let failure =
+                        RuleFailure { rule_id: rule_id.clone(), cause: FailureCause::Config { error: error.clone() } };
+                    (SteeringDecision::deny(error.to_string()), vec![failure], Some(Late::Fault(error)))
+                }
+                Err(cause) => {
+                    let d = failure_decision(&rule_id, eval.on_failure, &cause);
+                    let late = (d.action != SteeringAction::Allow).then(|| {
+                        let guidance = d.guidance.clone().unwrap_or_else(|| format!("Rule {rule_id}: deny"));
+                        Late::Feedback(Feedback { rule_id: rule_id.clone(), guidance })
+                    });
+                    (d, vec![RuleFailure { rule_id: rule_id.clone(), cause }], late)
+                }
+            };
+            let mut entry = LedgerEntry::new(LedgerKind::Custom, decision.action);
+            entry.guidance = decision.guidance;
+            entry.rule_id = Some(rule_id);
+            entry.evaluator = Some(Evaluator::LlmAsync);
+            entry.failures = failures;
+            entry.duration = started.elapsed();
+            ledger::append(&mut lock(&state).ledger, entry, max_ledger);
+            if let Some(late) = late {
+                feedback::deliver(&state, late, &carry);
+            }
+        });
+    }
+
+    /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
+    /// joined, else allow.
+    fn aggregate(&self, decided: Vec<(usize, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
+        let id = |i: usize| self.config().rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
+        if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
+            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures, fault: None };
+        }
+        if decided.is_empty() {
+            return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures, fault: None };
+        }
+        let texts: Vec<&str> =
+            decided.iter().filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
+        let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
+        Evaluation {
+            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
+            deciders: decided.iter().map(|(i, ev, _)| (id(*i), *ev)).collect(),
+            failures,
+            fault: None,
+        }
+    }
+
+    /// Evaluates the rules for one hook call and records the decision. Fails with the configuration error an
+    /// earlier async judge of this execution hit, or one met now.
+    pub(super) async fn gate(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
+        let started = Instant::now();
+        let state = self.entry(ctx);
+        self.surface_fault(ctx, &state)?;
+        let evaluation = self.evaluate(ctx, params, &state).await;
+        let mut entry = LedgerEntry::new(
+            match params {
+                HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
+                HookParams::AfterModelCall(_) => LedgerKind::ModelTurn,
+            },
+            evaluation.decision.action,
+        );
+        match params {
+            HookParams::BeforeToolCall(c) => {
+                entry.tool_name = Some(c.name.to_owned());
+                entry.tool_args = Some(c.args.clone());
+            }
+            HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
+        }
+        entry.guidance = evaluation.decision.guidance.clone();
+        if !evaluation.deciders.is_empty() {
+            entry.rule_id = Some(evaluation.deciders.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(","));
+            entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
+        }
+        entry.failures = evaluation.failures;
+        entry.duration = started.elapsed();
+        ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
+        match evaluation.fault {
+            Some(error) => Err(error.into()),
+            None => Ok(evaluation.decision),
+        }
+    }
+}
+
+/// Ends evaluation on a configuration error: the rule denies (recorded as such) and the hook fails with it.
+fn config_failure(
+    evaluator: Evaluator,
+    rule: &SteeringRule,
+    error: ConfigError,
+    mut failures: Vec<RuleFailure>,
+) -> Evaluation {
+    let decision = SteeringDecision::deny(format!("rule '{}' cannot be evaluated: {error}", rule.id));
+    failures.push(RuleFailure { rule_id: rule.id.clone(), cause: FailureCause::Config { error: error.clone() } });
+    Evaluation { decision, deciders: vec![(rule.id.clone(), evaluator)], failures, fault: Some(error) }
+}
+
+fn missing_call_model(rule: &SteeringRule) -> ConfigError {
+    ConfigError::new(
+        ConfigCode::MissingCallModel,
+        format!("LLM-evaluated steering rule \"{}\" requires a model to judge with, but none is available", rule.id),
+        "configure a model on the runtime (Runtime::builder().model(...)) or the context; the rule fails closed until then",
+    )
+}
