@@ -238,7 +238,7 @@ async fn a_message_taken_but_not_injected_when_the_turn_is_aborted_returns_to_th
     session.cancel("user pressed stop");
     s.gate.proceed.notify_one();
     assert!(turn.await.unwrap_err().is_cancelled());
-    let queued = s.runtime.steering_queue().peek("s");
+    let queued = s.runtime.session("s").queued_messages();
     assert_eq!(queued.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["first steer", "second steer"]);
     assert!(describe(&session.history()).iter().all(|l| !l.contains("steer")), "never shown to the model");
     assert_eq!(s.model.calls(), 1);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::queue::{SteerMessage, SteeringMode, SteeringQueue};
+use super::queue::{SteerMessage, SteeringMode};
 use super::session::SessionState;
 use crate::context::{Context, EventKind, ExecutionId, lock};
 use crate::model::Item;
@@ -59,7 +59,6 @@ impl SessionSettings {
 
 /// The steering state of one running turn.
 pub struct TurnSteering {
-    queue: Arc<SteeringQueue>,
     /// The session's state, for its own settings (kept inline there: idle sessions cost no extra allocation).
     state: Arc<SessionState>,
     session: Arc<str>,
@@ -72,7 +71,6 @@ pub struct TurnSteering {
 
 impl TurnSteering {
     pub(crate) fn new(
-        queue: Arc<SteeringQueue>,
         state: Arc<SessionState>,
         session: Arc<str>,
         root: ExecutionId,
@@ -80,7 +78,6 @@ impl TurnSteering {
         skip_initial_poll: bool,
     ) -> Self {
         TurnSteering {
-            queue,
             state,
             session,
             root,
@@ -111,7 +108,7 @@ impl TurnSteering {
         if self.discarded.load(Ordering::SeqCst) {
             return false;
         }
-        let taken = self.queue.dequeue_by(&self.session, self.state.settings().mode());
+        let taken = self.state.queue().take(self.state.settings().mode());
         let mut pending = lock(&self.pending);
         pending.extend(taken);
         !pending.is_empty()
@@ -144,7 +141,7 @@ impl TurnSteering {
     pub(crate) fn return_pending(&self) {
         let messages = std::mem::take(&mut *lock(&self.pending));
         if !self.discarded.load(Ordering::SeqCst) {
-            self.queue.return_to_front(&self.session, messages);
+            self.state.queue().put_back(messages);
         }
     }
 

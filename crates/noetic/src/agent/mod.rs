@@ -25,7 +25,7 @@ mod replies;
 mod session;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, PoisonError, RwLock};
 
 pub use bus::{
     BusReply, DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber,
@@ -36,7 +36,7 @@ pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, Ste
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, Session, SessionError, Turn};
 
-use crate::context::{Services, lock};
+use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError};
 use crate::layer::MemoryLayer;
 use crate::model::Model;
@@ -50,9 +50,13 @@ pub(crate) struct RuntimeInner {
     pub(crate) services: Services,
     pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
     pub(crate) agent: Step<String, String>,
-    pub(crate) queue: Arc<SteeringQueue>,
+    /// The steering mode and queue capacity new sessions start with.
+    default_mode: SteeringMode,
+    default_capacity: usize,
     pub(crate) batch_policy: BatchPolicy,
-    sessions: Mutex<HashMap<Arc<str>, Arc<session::SessionState>>>,
+    /// Read-mostly: looking a session up takes the read lock, so lookups never serialise turns; each session's
+    /// conversation, queue and settings sit behind locks of their own.
+    sessions: RwLock<HashMap<Arc<str>, Arc<session::SessionState>>>,
 }
 
 /// Runs agent sessions. Cheap to clone.
@@ -175,12 +179,10 @@ impl RuntimeBuilder {
                 services: self.services,
                 layers,
                 agent,
-                queue: Arc::new(SteeringQueue::new(
-                    self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),
-                    self.steering_mode.unwrap_or_default(),
-                )),
+                default_mode: self.steering_mode.unwrap_or_default(),
+                default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
                 batch_policy: self.batch_policy,
-                sessions: Mutex::new(HashMap::new()),
+                sessions: RwLock::new(HashMap::new()),
             }),
         })
     }
@@ -208,13 +210,21 @@ impl Runtime {
 
     /// The session with this key, created on first use.
     pub fn session(&self, key: &str) -> Session {
-        let state = lock(&self.inner.sessions)
-            .entry(Arc::from(key))
-            .or_insert_with(|| {
-                let settings = SessionSettings::new(self.inner.queue.mode(), self.inner.queue.capacity());
-                Arc::new(session::SessionState::new(Arc::from(key), settings))
-            })
-            .clone();
+        let known = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+        let state = match known {
+            Some(state) => state,
+            None => self
+                .inner
+                .sessions
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(Arc::from(key))
+                .or_insert_with(|| {
+                    let settings = SessionSettings::new(self.inner.default_mode, self.inner.default_capacity);
+                    Arc::new(session::SessionState::new(Arc::from(key), settings))
+                })
+                .clone(),
+        };
         Session::new(self.inner.clone(), state)
     }
 
@@ -226,14 +236,8 @@ impl Runtime {
         crate::layer::lifecycle::get_layer_state(&layers, execution_id, layer_id)
     }
 
-    /// The steering queue shared by the sessions (per-session FIFOs). Its mode and capacity are the defaults
-    /// new sessions start with.
-    pub fn steering_queue(&self) -> &Arc<SteeringQueue> {
-        &self.inner.queue
-    }
-
     /// Number of sessions created so far.
     pub fn session_count(&self) -> usize {
-        lock(&self.inner.sessions).len()
+        self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).len()
     }
 }

@@ -111,7 +111,9 @@ pub enum SteerError {
     Empty,
 }
 
-/// Per-session FIFO queues with a shared capacity per session and a mode switchable at run time.
+/// Keyed FIFO queues with a shared capacity per key and a mode switchable at run time, for programs that route
+/// steering without a [`Runtime`](super::Runtime). A runtime's sessions do not share one: each keeps its own FIFO
+/// behind its own lock ([`Session::steer`](super::Session::steer), [`Session::queued_messages`](super::Session::queued_messages)).
 pub struct SteeringQueue {
     queues: Mutex<HashMap<Arc<str>, VecDeque<SteerMessage>>>,
     capacity: usize,
@@ -160,7 +162,6 @@ impl SteeringQueue {
         text: impl Into<String>,
         capacity: usize,
     ) -> Result<SteerMessage, SteerError> {
-        let capacity = capacity.max(1);
         let text = text.into();
         if text.trim().is_empty() {
             return Err(SteerError::Empty);
@@ -170,12 +171,7 @@ impl SteeringQueue {
             Some(q) => q,
             None => queues.entry(Arc::from(session)).or_default(),
         };
-        if queue.len() >= capacity {
-            return Err(SteerError::QueueFull { session: session.to_owned(), capacity });
-        }
-        let message = SteerMessage { id: MessageId::new(), text, accepted_at: SystemTime::now() };
-        queue.push_back(message.clone());
-        Ok(message)
+        push_into(queue, session, text, capacity)
     }
 
     /// Takes messages for `session` by the queue's default mode (empty when there are none).
@@ -187,10 +183,7 @@ impl SteeringQueue {
     pub fn dequeue_by(&self, session: &str, mode: SteeringMode) -> Vec<SteerMessage> {
         let mut queues = lock(&self.queues);
         let Some(queue) = queues.get_mut(session) else { return Vec::new() };
-        let taken: Vec<SteerMessage> = match mode {
-            SteeringMode::OneAtATime => queue.pop_front().into_iter().collect(),
-            SteeringMode::All => queue.drain(..).collect(),
-        };
+        let taken = take_from(queue, mode);
         if queue.is_empty() {
             queues.remove(session);
         }
@@ -203,11 +196,7 @@ impl SteeringQueue {
         if messages.is_empty() {
             return;
         }
-        let mut queues = lock(&self.queues);
-        let queue = queues.entry(Arc::from(session)).or_default();
-        for m in messages.into_iter().rev() {
-            queue.push_front(m);
-        }
+        put_back(lock(&self.queues).entry(Arc::from(session)).or_default(), messages);
     }
 
     /// Messages waiting for `session`.
@@ -223,6 +212,75 @@ impl SteeringQueue {
     /// Empties `session`'s queue; returns how many messages were removed.
     pub fn clear(&self, session: &str) -> usize {
         lock(&self.queues).remove(session).map_or(0, |q| q.len())
+    }
+}
+
+/// Appends a message unless `queue` holds `capacity` (at least 1) already.
+fn push_into(
+    queue: &mut VecDeque<SteerMessage>,
+    session: &str,
+    text: String,
+    capacity: usize,
+) -> Result<SteerMessage, SteerError> {
+    let capacity = capacity.max(1);
+    if queue.len() >= capacity {
+        return Err(SteerError::QueueFull { session: session.to_owned(), capacity });
+    }
+    let message = SteerMessage { id: MessageId::new(), text, accepted_at: SystemTime::now() };
+    queue.push_back(message.clone());
+    Ok(message)
+}
+
+/// Takes the head message, or every message, by `mode`.
+fn take_from(queue: &mut VecDeque<SteerMessage>, mode: SteeringMode) -> Vec<SteerMessage> {
+    match mode {
+        SteeringMode::OneAtATime => queue.pop_front().into_iter().collect(),
+        SteeringMode::All => queue.drain(..).collect(),
+    }
+}
+
+/// Puts `messages` back at the head, in their order; they may exceed the capacity (nothing accepted is dropped).
+fn put_back(queue: &mut VecDeque<SteerMessage>, messages: Vec<SteerMessage>) {
+    for m in messages.into_iter().rev() {
+        queue.push_front(m);
+    }
+}
+
+/// One session's steering FIFO, behind a lock of its own: sessions never wait for each other to queue or take.
+#[derive(Debug, Default)]
+pub(crate) struct SessionQueue {
+    messages: Mutex<VecDeque<SteerMessage>>,
+}
+
+impl SessionQueue {
+    pub(crate) fn push(&self, session: &str, text: String, capacity: usize) -> Result<SteerMessage, SteerError> {
+        if text.trim().is_empty() {
+            return Err(SteerError::Empty);
+        }
+        push_into(&mut lock(&self.messages), session, text, capacity)
+    }
+
+    pub(crate) fn take(&self, mode: SteeringMode) -> Vec<SteerMessage> {
+        take_from(&mut lock(&self.messages), mode)
+    }
+
+    pub(crate) fn put_back(&self, messages: Vec<SteerMessage>) {
+        if !messages.is_empty() {
+            put_back(&mut lock(&self.messages), messages);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.messages).len()
+    }
+
+    pub(crate) fn peek(&self) -> Vec<SteerMessage> {
+        lock(&self.messages).iter().cloned().collect()
+    }
+
+    /// Empties the queue; returns how many messages were removed.
+    pub(crate) fn clear(&self) -> usize {
+        std::mem::take(&mut *lock(&self.messages)).len()
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::queue::MessageId;
+use super::queue::{MessageId, SessionQueue};
 use super::{RuntimeInner, SessionSettings};
 use super::{SteerError, SteerMessage, SteeringMode, TurnSteering};
 use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services, lock};
@@ -58,6 +58,7 @@ pub(crate) struct SessionState {
     /// Notified when a turn ends.
     turn_ended: Notify,
     settings: SessionSettings,
+    queue: SessionQueue,
 }
 
 impl SessionState {
@@ -65,10 +66,15 @@ impl SessionState {
         &self.settings
     }
 
+    pub(crate) fn queue(&self) -> &SessionQueue {
+        &self.queue
+    }
+
     pub(crate) fn new(key: Arc<str>, settings: SessionSettings) -> Self {
         SessionState {
             key,
             settings,
+            queue: SessionQueue::default(),
             conversation: Mutex::new(Conversation::Idle(History::default())),
             events: OnceLock::new(),
             turns: AtomicU64::new(0),
@@ -201,7 +207,7 @@ impl Session {
 
     /// Queues a message and tells the event stream whether it was accepted.
     fn enqueue(&self, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
-        let result = self.runtime.queue.push_bounded(&self.state.key, text, self.state.settings.capacity());
+        let result = self.state.queue.push(&self.state.key, text, self.state.settings.capacity());
         if let Some(sink) = self.state.events.get() {
             let session = self.state.key.clone();
             match &result {
@@ -247,7 +253,7 @@ impl Session {
             }
             Conversation::Idle(_) => false,
         };
-        (self.runtime.queue.clear(&self.state.key), running)
+        (self.state.queue.clear(), running)
     }
 
     /// This session's dequeue mode (it starts with the runtime's).
@@ -272,12 +278,17 @@ impl Session {
 
     /// Messages queued for this session.
     pub fn queued(&self) -> usize {
-        self.runtime.queue.len(&self.state.key)
+        self.state.queue.len()
+    }
+
+    /// A copy of the messages queued for this session, oldest first.
+    pub fn queued_messages(&self) -> Vec<SteerMessage> {
+        self.state.queue.peek()
     }
 
     /// Empties this session's queue; returns how many messages were removed.
     pub fn clear_queue(&self) -> usize {
-        self.runtime.queue.clear(&self.state.key)
+        self.state.queue.clear()
     }
 
     /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
@@ -288,7 +299,7 @@ impl Session {
         if matches!(*conversation, Conversation::Running { .. }) {
             return Err(SessionError::Busy { session: self.state.key.to_string() });
         }
-        let messages = self.runtime.queue.dequeue_by(&self.state.key, self.state.settings.mode());
+        let messages = self.state.queue.take(self.state.settings.mode());
         if messages.is_empty() {
             return Ok(None);
         }
@@ -308,7 +319,6 @@ impl Session {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(
-            self.runtime.queue.clone(),
             self.state.clone(),
             self.state.key.clone(),
             execution_id,
