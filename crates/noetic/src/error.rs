@@ -60,6 +60,8 @@ pub enum ConfigCode {
     NoModelProvider,
     /// A steering mode is neither `one-at-a-time` nor `all`.
     InvalidSteeringMode,
+    /// Two tools in one scope have the same name.
+    DuplicateToolName,
 }
 
 impl ConfigCode {
@@ -87,6 +89,7 @@ impl ConfigCode {
             ConfigCode::MissingCallModel => "MISSING_CALL_MODEL",
             ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
             ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
+            ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
         }
     }
 }

@@ -135,3 +135,26 @@ fn config_errors_surface_as_noetic_errors_when_met_at_run_time() {
     let json = serde_json::to_value(&e).unwrap();
     assert_eq!(json["code"], "MISSING_CALL_MODEL");
 }
+
+fn named(name: &str) -> Arc<dyn Tool> {
+    Arc::new(FnTool::builder(name, "A tool.").handler(|_, _| async { Ok(serde_json::Value::Null) }).build().unwrap())
+}
+
+#[test]
+fn two_tools_with_one_name_are_a_config_error_in_a_runtime_and_in_an_llm_step() {
+    let Err(err) = Runtime::builder()
+        .model(Arc::new(ScriptedModel::new([])))
+        .tools([named("read"), named("write"), named("read")])
+        .build()
+    else {
+        panic!("a duplicate name must not build");
+    };
+    assert_eq!(err.code, ConfigCode::DuplicateToolName);
+    assert!(err.message.contains("'read'"), "{err}");
+    let err = Step::<String, String>::llm("assistant", "m")
+        .tools([named("x"), named("x")])
+        .build()
+        .expect_err("a duplicate name must not build");
+    assert_eq!(err.code, ConfigCode::DuplicateToolName);
+    assert!(err.message.contains("llm step 'assistant'") && err.message.contains("'x'"), "{err}");
+}

@@ -112,7 +112,6 @@ async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
 
 #[tokio::test]
 async fn async_judge_config_error_fails_the_turn_at_the_next_model_request() {
-    let runs = Arc::new(AtomicUsize::new(0));
     let agent =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "t", json!({}))]), ModelResponse::text("never reached")]);
     let layer = steering(SteeringConfig::new([SteeringRule::llm(
@@ -143,7 +142,6 @@ async fn async_judge_config_error_fails_the_turn_at_the_next_model_request() {
     let rt = Runtime::builder()
         .model(Router::new(agent.clone(), failing_judge()))
         .tool(Arc::new(tool))
-        .tool(counting_tool(&runs))
         .layer(layer as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();

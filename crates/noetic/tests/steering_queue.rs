@@ -135,6 +135,20 @@ async fn finish_batch_runs_every_tool_then_injects() {
 }
 
 #[tokio::test]
+async fn a_sessions_own_batch_policy_overrides_the_runtimes_and_leaves_other_sessions_alone() {
+    let s = setup(vec![three_calls(), ModelResponse::text("done")], |b| b);
+    let session = s.runtime.session("s");
+    session.set_batch_policy(BatchPolicy::FinishBatch);
+    assert_eq!(s.runtime.session("other").batch_policy(), BatchPolicy::SkipRemaining);
+    let turn = session.send("go").unwrap();
+    s.gate.started.notified().await;
+    session.steer("also tidy up").unwrap();
+    s.gate.proceed.notify_one();
+    turn.await.unwrap();
+    assert_eq!(s.runs.load(Ordering::SeqCst), 3, "the batch finished");
+}
+
+#[tokio::test]
 async fn one_at_a_time_injects_one_message_per_checkpoint_in_fifo_order_and_all_takes_every_message() {
     for (mode, first_request_users) in [(SteeringMode::OneAtATime, 1), (SteeringMode::All, 2)] {
         let s = setup(

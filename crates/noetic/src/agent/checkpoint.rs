@@ -33,11 +33,30 @@ pub enum BatchPolicy {
 pub(crate) struct SessionSettings {
     mode: AtomicU8,
     capacity: AtomicUsize,
+    /// 0 = skip the rest of the batch, 1 = finish it.
+    batch_policy: AtomicU8,
 }
 
 impl SessionSettings {
-    pub(crate) fn new(mode: SteeringMode, capacity: usize) -> Self {
-        SessionSettings { mode: AtomicU8::new(mode.to_u8()), capacity: AtomicUsize::new(capacity.max(1)) }
+    pub(crate) fn new(mode: SteeringMode, capacity: usize, batch_policy: BatchPolicy) -> Self {
+        let settings = SessionSettings {
+            mode: AtomicU8::new(mode.to_u8()),
+            capacity: AtomicUsize::new(capacity.max(1)),
+            batch_policy: AtomicU8::new(0),
+        };
+        settings.set_batch_policy(batch_policy);
+        settings
+    }
+
+    pub(crate) fn batch_policy(&self) -> BatchPolicy {
+        match self.batch_policy.load(Ordering::SeqCst) {
+            1 => BatchPolicy::FinishBatch,
+            _ => BatchPolicy::SkipRemaining,
+        }
+    }
+
+    pub(crate) fn set_batch_policy(&self, policy: BatchPolicy) {
+        self.batch_policy.store(u8::from(policy == BatchPolicy::FinishBatch), Ordering::SeqCst);
     }
 
     pub(crate) fn mode(&self) -> SteeringMode {
@@ -63,25 +82,17 @@ pub struct TurnSteering {
     state: Arc<SessionState>,
     session: Arc<str>,
     root: ExecutionId,
-    policy: BatchPolicy,
     pending: Mutex<Vec<SteerMessage>>,
     initial_poll: AtomicBool,
     discarded: AtomicBool,
 }
 
 impl TurnSteering {
-    pub(crate) fn new(
-        state: Arc<SessionState>,
-        session: Arc<str>,
-        root: ExecutionId,
-        policy: BatchPolicy,
-        skip_initial_poll: bool,
-    ) -> Self {
+    pub(crate) fn new(state: Arc<SessionState>, session: Arc<str>, root: ExecutionId, skip_initial_poll: bool) -> Self {
         TurnSteering {
             state,
             session,
             root,
-            policy,
             pending: Mutex::new(Vec::new()),
             initial_poll: AtomicBool::new(!skip_initial_poll),
             discarded: AtomicBool::new(false),
@@ -93,9 +104,9 @@ impl TurnSteering {
         ctx.execution_id() == self.root
     }
 
-    /// The batch policy.
+    /// The session's batch policy, read at each checkpoint (a change applies to the running turn's next one).
     pub(crate) fn policy(&self) -> BatchPolicy {
-        self.policy
+        self.state.settings().batch_policy()
     }
 
     /// The session's queue capacity: the extra rounds steering may buy beyond the round limit.

@@ -171,6 +171,7 @@ impl RuntimeBuilder {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
+        crate::tool::check_unique_names(&self.services.tools, "the runtime")?;
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.tools);
@@ -220,7 +221,11 @@ impl Runtime {
                 .unwrap_or_else(PoisonError::into_inner)
                 .entry(Arc::from(key))
                 .or_insert_with(|| {
-                    let settings = SessionSettings::new(self.inner.default_mode, self.inner.default_capacity);
+                    let settings = SessionSettings::new(
+                        self.inner.default_mode,
+                        self.inner.default_capacity,
+                        self.inner.batch_policy,
+                    );
                     Arc::new(session::SessionState::new(Arc::from(key), settings))
                 })
                 .clone(),

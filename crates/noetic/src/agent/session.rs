@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::{MessageId, SessionQueue};
+use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
-use super::{SteerError, SteerMessage, SteeringMode, TurnSteering};
 use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services, lock};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
@@ -281,6 +281,17 @@ impl Session {
         self.state.queue.len()
     }
 
+    /// What happens to the rest of a tool batch when steering arrives, for this session (it starts with the
+    /// runtime's).
+    pub fn batch_policy(&self) -> BatchPolicy {
+        self.state.settings.batch_policy()
+    }
+
+    /// Changes this session's batch policy; the next checkpoint uses it.
+    pub fn set_batch_policy(&self, policy: BatchPolicy) {
+        self.state.settings.set_batch_policy(policy);
+    }
+
     /// A copy of the messages queued for this session, oldest first.
     pub fn queued_messages(&self) -> Vec<SteerMessage> {
         self.state.queue.peek()
@@ -318,13 +329,8 @@ impl Session {
     ) -> Turn {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
-        let steering = Arc::new(TurnSteering::new(
-            self.state.clone(),
-            self.state.key.clone(),
-            execution_id,
-            self.runtime.batch_policy,
-            skip_initial_poll,
-        ));
+        let steering =
+            Arc::new(TurnSteering::new(self.state.clone(), self.state.key.clone(), execution_id, skip_initial_poll));
         let services = Services { steering: Some(steering.clone()), ..self.runtime.services.clone() };
         let ctx = Context::builder()
             .execution_id(execution_id)

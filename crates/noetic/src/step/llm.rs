@@ -302,6 +302,9 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
                 "pass a model id such as \"openai/gpt-4o-mini\"",
             ));
         }
+        if let Some(tools) = &self.tools {
+            crate::tool::check_unique_names(tools, &format!("llm step '{id}'"))?;
+        }
         let output_schema = self.output_schema.map(Schema::new).transpose()?;
         Ok(Step::Llm(Arc::new(StepLlm {
             id,

@@ -275,3 +275,19 @@ impl Tool for FnTool {
         (self.handler)(args, tcx)
     }
 }
+
+/// Fails with `DUPLICATE_TOOL_NAME` when two tools share a name: the model would be offered both specs while
+/// only the first could ever run. `scope` names where the tools were given (for the message).
+pub fn check_unique_names(tools: &[Arc<dyn Tool>], scope: &str) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::with_capacity(tools.len());
+    for tool in tools {
+        if !seen.insert(tool.name()) {
+            return Err(ConfigError::new(
+                ConfigCode::DuplicateToolName,
+                format!("{scope} has two tools named '{}'", tool.name()),
+                "give every tool a distinct name (prefix tools from different sources, e.g. 'server__tool')",
+            ));
+        }
+    }
+    Ok(())
+}
