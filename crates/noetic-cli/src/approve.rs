@@ -1,10 +1,12 @@
 //! Approving tool calls at the terminal (`run_command`, and tools a `require_approval` rule names).
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::Arc;
 
 use noetic::tool::{Approval, ApprovalRequest, Approver, FnApprover};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::output::err;
 
 /// A call waiting for the user's answer, and where the answer goes.
 pub struct Pending {
@@ -65,8 +67,7 @@ pub fn at_terminal() -> Arc<dyn Approver> {
     }
     Arc::new(FnApprover(|request: ApprovalRequest| async move {
         let asked = tokio::task::spawn_blocking(move || {
-            eprint!("{}", question(&request));
-            let _ = std::io::stderr().flush();
+            err!("{}", question(&request));
             let mut line = String::new();
             std::io::stdin().lock().read_line(&mut line).map(|_| answer(&line))
         })

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::IntoFuture;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
 use crate::config::Defaults;
+use crate::output::{errln, out, outln};
 use crate::provider::{self, Provider};
 use crate::render::{Style, event_line, ledger_line};
 use crate::rules::{self, RuleSet};
@@ -110,7 +111,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     }
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
     let (model_id, provider_name, model, _local_server) = if args.local {
-        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        let server = local::ensure(|line| errln!("{line}")).await?;
         let described = format!("local, {}", server.base_url());
         (local::LOCAL_MODEL_ID.to_owned(), described, server.model()?, Some(server))
     } else {
@@ -142,7 +143,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     let session = agent.runtime.session("chat");
     let mut events = session.subscribe();
     let style = Style::detect(args.plain);
-    println!(
+    outln!(
         "{}",
         style.bold(&format!(
             "noetic chat — {model_id} ({provider_name}), workspace {}, {rule_count} rule(s), steering mode {}",
@@ -150,7 +151,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             session.steering_mode().as_str()
         ))
     );
-    println!("{}", style.dim(HELP));
+    outln!("{}", style.dim(HELP));
     let mut lines = spawn_stdin_reader();
     let mut chat = Chat {
         session,
@@ -249,16 +250,15 @@ struct Chat {
 impl Chat {
     fn say(&mut self, line: &str) {
         if self.mid_line {
-            println!();
+            outln!();
             self.mid_line = false;
         }
-        println!("{line}");
+        outln!("{line}");
     }
 
     fn prompt(&self, running: bool) {
         if self.terminal && !running {
-            print!("> ");
-            let _ = std::io::stdout().flush();
+            out!("> ");
         }
     }
 
@@ -335,8 +335,7 @@ impl Chat {
         };
         match &event.kind {
             EventKind::ModelTextDelta { text, .. } => {
-                print!("{text}");
-                let _ = std::io::stdout().flush();
+                out!("{text}");
                 self.mid_line = !text.ends_with('\n');
                 self.streamed = true;
                 return;

@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::agent::{self, AgentSpec};
+use crate::output::{errln, outln};
 use crate::render::{Style, event_line};
 use crate::workspace::Workspace;
 use crate::{approve, ledger, local, workflow};
@@ -56,7 +57,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
     // `_local_server` lives until the run ends: dropping it stops a server this run started.
     let (model, _local_server) = if args.local {
-        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        let server = local::ensure(|line| errln!("{line}")).await?;
         flow.model = local::LOCAL_MODEL_ID.to_owned();
         (server.model()?, Some(server))
     } else {
@@ -84,9 +85,9 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         match events.recv().await {
             Ok(event) => {
                 if args.json {
-                    println!("{}", serde_json::to_string(&*event)?);
+                    outln!("{}", serde_json::to_string(&*event)?);
                 } else if let Some(line) = event_line(&style, &event.kind) {
-                    eprintln!("{line}");
+                    errln!("{line}");
                 }
                 match &event.kind {
                     EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
@@ -94,7 +95,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
                     _ => {}
                 }
             }
-            Err(RecvError::Lagged(n)) => eprintln!("({n} events were not shown: the terminal fell behind)"),
+            Err(RecvError::Lagged(n)) => errln!("({n} events were not shown: the terminal fell behind)"),
             Err(RecvError::Closed) => break,
         }
     }
@@ -105,18 +106,18 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     }
     match answer {
         Ok(text) if args.json => {
-            println!("{}", json!({"type": "ledger", "entries": entries}));
-            println!("{}", json!({"type": "answer", "text": text}));
+            outln!("{}", json!({"type": "ledger", "entries": entries}));
+            outln!("{}", json!({"type": "answer", "text": text}));
             Ok(())
         }
         Ok(text) => {
-            println!("{text}");
+            outln!("{text}");
             Ok(())
         }
         Err(e) => {
             if args.json {
-                println!("{}", json!({"type": "ledger", "entries": entries}));
-                println!("{}", json!({"type": "error", "message": e.to_string()}));
+                outln!("{}", json!({"type": "ledger", "entries": entries}));
+                outln!("{}", json!({"type": "error", "message": e.to_string()}));
             }
             Err(format!("the turn failed: {e}").into())
         }
