@@ -23,7 +23,7 @@ use crate::approve::{self, Pending};
 use crate::config::Defaults;
 use crate::output::{errln, out, outln};
 use crate::provider::{self, Provider};
-use crate::render::{Style, event_line, ledger_line};
+use crate::render::{Style, event_line, ledger_line, printable};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
@@ -335,7 +335,7 @@ impl Chat {
         };
         match &event.kind {
             EventKind::ModelTextDelta { text, .. } => {
-                out!("{text}");
+                out!("{}", printable(text));
                 self.mid_line = !text.ends_with('\n');
                 self.streamed = true;
                 return;
@@ -377,7 +377,7 @@ impl Chat {
             && !self.streamed
             && !answer.is_empty()
         {
-            self.say(answer);
+            self.say(&printable(answer));
         }
         if let Some(id) = self.execution.take() {
             let entries = self.steering.ledger(id);
@@ -442,6 +442,7 @@ impl Chat {
         };
         let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
         for (call_id, (tool, since)) in &self.tools {
+            let (tool, call_id) = (printable(tool), printable(call_id));
             status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
         }
         let queued = self.session.queued();

@@ -17,7 +17,7 @@ use noetic::steering::{ANSWER_FORMAT, SteeringState};
 use serde_json::{Value, json};
 
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line, ledger_line};
+use crate::render::{Style, event_line, ledger_line, printable};
 
 type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -204,7 +204,7 @@ pub async fn run(plain: bool) -> DemoResult<()> {
     let execution = printer.await?;
     outln!();
     match &answer {
-        Ok(text) => outln!("{} {text}", style.bold("answer:")),
+        Ok(text) => outln!("{} {}", style.bold("answer:"), printable(text)),
         Err(e) => outln!("{} {e}", style.red("failed:")),
     }
     if let Some(id) = execution {

@@ -126,7 +126,8 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            errln!("noetic: {e}");
+            // An error may quote a provider's or a model's text.
+            errln!("noetic: {}", render::printable(&e.to_string()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,6 +1,6 @@
 //! `noetic run WORKFLOW --prompt TEXT`: one turn of an agent defined in a file, for scripts.
 //!
-//! The answer goes to stdout; progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
+//! The answer goes to stdout (with [`printable`]'s escapes); progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
 //! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
 //! (or `{"type":"error","message":...}`).
 
@@ -12,7 +12,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::agent::{self, AgentSpec};
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line};
+use crate::render::{Style, event_line, printable};
 use crate::workspace::Workspace;
 use crate::{approve, ledger, local, workflow};
 
@@ -111,7 +111,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             Ok(())
         }
         Ok(text) => {
-            outln!("{text}");
+            outln!("{}", printable(&text));
             Ok(())
         }
         Err(e) => {
