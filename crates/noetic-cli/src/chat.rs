@@ -4,6 +4,10 @@
 //! turn; a line typed while the agent works is steered into the running turn (it reaches the model after the
 //! running tool call, and the rest of that batch is skipped). Commands: `/stop`, `/mode all|one-at-a-time`,
 //! `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
+//!
+//! While an approval question waits, `y`/`yes` approves, `n`/`no` or an empty line declines, a command runs (and
+//! the question stays open, except after `/stop` and `/quit`, which decline), and any other line declines the
+//! call and is steered into the turn, so it is not lost and the rest of the batch is skipped.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::IntoFuture;
@@ -90,7 +94,8 @@ pub struct ChatArgs {
 
 const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
-                    steering decisions, /status, /quit.";
+                    steering decisions, /status, /quit. At an approval question: y or yes approves; n, no or an \
+                    empty line declines; any other line declines and goes to the agent as a message.";
 
 /// Runs the chat until `/quit` or the end of input.
 pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
@@ -153,22 +158,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     );
     outln!("{}", style.dim(HELP));
     let mut lines = spawn_stdin_reader();
-    let mut chat = Chat {
-        session,
-        steering: agent.steering.clone(),
-        style,
-        ledger: Vec::new(),
-        ledger_out: args.ledger_out.clone(),
-        execution: None,
-        turn_started: None,
-        tools: HashMap::new(),
-        approvals: VecDeque::new(),
-        mid_line: false,
-        streamed: false,
-        terminal,
-        input_closed: false,
-        quitting: false,
-    };
+    let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
     let mut turn: Option<TurnFuture> = None;
     chat.prompt(turn.is_some());
     loop {
@@ -248,6 +238,31 @@ struct Chat {
 }
 
 impl Chat {
+    fn new(
+        session: Session,
+        steering: Arc<SteeringLayer>,
+        style: Style,
+        ledger_out: Option<PathBuf>,
+        terminal: bool,
+    ) -> Self {
+        Chat {
+            session,
+            steering,
+            style,
+            ledger: Vec::new(),
+            ledger_out,
+            execution: None,
+            turn_started: None,
+            tools: HashMap::new(),
+            approvals: VecDeque::new(),
+            mid_line: false,
+            streamed: false,
+            terminal,
+            input_closed: false,
+            quitting: false,
+        }
+    }
+
     fn say(&mut self, line: &str) {
         if self.mid_line {
             outln!();
@@ -264,12 +279,10 @@ impl Chat {
 
     fn on_line(&mut self, line: &str, running: bool) -> Action {
         let text = line.trim();
-        if let Some(pending) = self.approvals.pop_front() {
-            let _ = pending.reply.send(approve::answer(text));
-            if let Some(next) = self.approvals.front() {
-                let question = approve::question(&next.request);
-                self.say(&self.style.yellow(&question));
-            }
+        // Questions of calls that ended meanwhile (their turn failed or was stopped) are no longer open.
+        self.approvals.retain(|pending| !pending.reply.is_closed());
+        if !self.approvals.is_empty() && !text.starts_with('/') {
+            self.answer_question(text);
             return Action::Nothing;
         }
         if text.is_empty() {
@@ -286,7 +299,9 @@ impl Chat {
                 return Action::Quit;
             }
             "/stop" => {
+                // Cancel first, so no later call of the batch starts once the waiting ones are declined.
                 let (dropped, was_running) = self.session.stop("stopped by the user");
+                self.reject_waiting();
                 let note = match (was_running, dropped) {
                     (false, 0) => "no turn is running".to_owned(),
                     (false, n) => format!("dropped {n} queued message(s)"),
@@ -323,8 +338,29 @@ impl Chat {
                 Err(e) => self.say(&self.style.red(&e.to_string())),
             },
         }
-        self.prompt(running);
+        match self.approvals.front() {
+            // A command typed at a question leaves it open: ask it again.
+            Some(pending) => self.say(&self.style.yellow(&approve::question(&pending.request))),
+            None => self.prompt(running),
+        }
         Action::Nothing
+    }
+
+    /// Answers the oldest open question with a typed line (see [`approve::decide`]), then shows the next one.
+    fn answer_question(&mut self, text: &str) {
+        let Some(pending) = self.approvals.pop_front() else { return };
+        if let approve::Answer::Message(_) = approve::answer(text) {
+            self.say(&self.style.dim("not y or n: the call is rejected and your line goes to the agent as a message"));
+        }
+        let decision = approve::decide(text, Some(&self.session)).unwrap_or_else(|(decision, why)| {
+            self.say(&self.style.red(&why));
+            decision
+        });
+        let _ = pending.reply.send(decision);
+        if let Some(next) = self.approvals.front() {
+            let question = approve::question(&next.request);
+            self.say(&self.style.yellow(&question));
+        }
     }
 
     fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
@@ -401,7 +437,7 @@ impl Chat {
 
     fn ask(&mut self, pending: Pending) {
         if self.input_closed || self.quitting {
-            let _ = pending.reply.send(approve::answer(""));
+            let _ = pending.reply.send(approve::declined());
             return;
         }
         if self.approvals.is_empty() {
@@ -414,7 +450,7 @@ impl Chat {
     /// Declines every call waiting for an answer (nobody is left to give one).
     fn reject_waiting(&mut self) {
         for pending in self.approvals.drain(..) {
-            let _ = pending.reply.send(approve::answer(""));
+            let _ = pending.reply.send(approve::declined());
         }
     }
 
@@ -452,3 +488,6 @@ impl Chat {
         self.say(&status);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -45,15 +45,30 @@ macro_rules! err {
 pub(crate) use {err, errln, out, outln};
 
 /// Writes to stdout and flushes; a failure closes the output (see the module docs).
+#[cfg(not(test))]
 pub fn stdout(args: fmt::Arguments<'_>) {
     write("stdout", &mut io::stdout().lock(), args);
 }
 
 /// Writes to stderr and flushes; a failure closes the output (see the module docs).
+#[cfg(not(test))]
 pub fn stderr(args: fmt::Arguments<'_>) {
     write("stderr", &mut io::stderr().lock(), args);
 }
 
+/// In unit tests, through `print!`, which the test harness captures.
+#[cfg(test)]
+pub fn stdout(args: fmt::Arguments<'_>) {
+    print!("{args}");
+}
+
+/// In unit tests, through `eprint!`, which the test harness captures.
+#[cfg(test)]
+pub fn stderr(args: fmt::Arguments<'_>) {
+    eprint!("{args}");
+}
+
+#[cfg_attr(test, allow(dead_code))]
 fn write(name: &'static str, stream: &mut impl Write, args: fmt::Arguments<'_>) {
     if FAILED.get().is_some() {
         return;

@@ -5,6 +5,7 @@
 //! (or `{"type":"error","message":...}`).
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use noetic::EventKind;
 use serde_json::json;
@@ -63,6 +64,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     } else {
         (flow.model_client(args.base_url.as_deref())?, None)
     };
+    // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
+    let steer_to = Arc::new(OnceLock::new());
     let spec = AgentSpec {
         model,
         model_id: flow.model.clone(),
@@ -73,10 +76,11 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal()),
+        approver: Some(approve::at_terminal(steer_to.clone())),
     };
     let agent = agent::build(spec)?;
     let session = agent.runtime.session("run");
+    let _ = steer_to.set(session.clone());
     let mut events = session.subscribe();
     let turn = session.send(args.prompt.clone())?;
     let style = Style::detect(args.plain);
