@@ -27,7 +27,7 @@ use crate::approve::{self, Pending};
 use crate::config::Defaults;
 use crate::output::{errln, out, outln};
 use crate::provider::{self, Provider};
-use crate::render::{Style, event_line, ledger_line, printable};
+use crate::render::{Style, event_line, printable};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
@@ -346,23 +346,6 @@ impl Chat {
         Action::Nothing
     }
 
-    /// Answers the oldest open question with a typed line (see [`approve::decide`]), then shows the next one.
-    fn answer_question(&mut self, text: &str) {
-        let Some(pending) = self.approvals.pop_front() else { return };
-        if let approve::Answer::Message(_) = approve::answer(text) {
-            self.say(&self.style.dim("not y or n: the call is rejected and your line goes to the agent as a message"));
-        }
-        let decision = approve::decide(text, Some(&self.session)).unwrap_or_else(|(decision, why)| {
-            self.say(&self.style.red(&why));
-            decision
-        });
-        let _ = pending.reply.send(decision);
-        if let Some(next) = self.approvals.front() {
-            let question = approve::question(&next.request);
-            self.say(&self.style.yellow(&question));
-        }
-    }
-
     fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
         let event = match event {
             Ok(event) => event,
@@ -434,60 +417,10 @@ impl Chat {
         self.prompt(false);
         None
     }
-
-    fn ask(&mut self, pending: Pending) {
-        if self.input_closed || self.quitting {
-            let _ = pending.reply.send(approve::declined());
-            return;
-        }
-        if self.approvals.is_empty() {
-            let question = approve::question(&pending.request);
-            self.say(&self.style.yellow(&question));
-        }
-        self.approvals.push_back(pending);
-    }
-
-    /// Declines every call waiting for an answer (nobody is left to give one).
-    fn reject_waiting(&mut self) {
-        for pending in self.approvals.drain(..) {
-            let _ = pending.reply.send(approve::declined());
-        }
-    }
-
-    fn print_ledger(&mut self) {
-        let mut entries = self.ledger.clone();
-        if let Some(id) = self.execution {
-            entries.extend(self.steering.ledger(id));
-        }
-        if entries.is_empty() {
-            return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
-        }
-        self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
-        for entry in &entries {
-            let line = ledger_line(&self.style, entry);
-            self.say(&line);
-        }
-    }
-
-    fn print_status(&mut self, running: bool) {
-        let Some(started) = self.turn_started.filter(|_| running) else {
-            if running {
-                return self.say("a turn is starting");
-            }
-            return self.say("idle: type a message to start a turn");
-        };
-        let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
-        for (call_id, (tool, since)) in &self.tools {
-            let (tool, call_id) = (printable(tool), printable(call_id));
-            status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
-        }
-        let queued = self.session.queued();
-        if queued > 0 {
-            status.push_str(&format!("; {queued} steering message(s) queued"));
-        }
-        self.say(&status);
-    }
 }
+
+mod approvals;
+mod status;
 
 #[cfg(test)]
 mod tests;
