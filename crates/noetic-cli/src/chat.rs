@@ -4,10 +4,14 @@
 //! turn; a line typed while the agent works is steered into the running turn (it reaches the model after the
 //! running tool call, and the rest of that batch is skipped). Commands: `/stop`, `/mode all|one-at-a-time`,
 //! `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
+//!
+//! While an approval question waits, `y`/`yes` approves, `n`/`no` or an empty line declines, a command runs (and
+//! the question stays open, except after `/stop` and `/quit`, which decline), and any other line declines the
+//! call and is steered into the turn, so it is not lost and the rest of the batch is skipped.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::IntoFuture;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,8 +25,9 @@ use tokio::sync::mpsc;
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
 use crate::config::Defaults;
+use crate::output::{errln, out, outln};
 use crate::provider::{self, Provider};
-use crate::render::{Style, event_line, ledger_line};
+use crate::render::{Style, event_line, printable};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
@@ -89,7 +94,8 @@ pub struct ChatArgs {
 
 const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
-                    steering decisions, /status, /quit.";
+                    steering decisions, /status, /quit. At an approval question: y or yes approves; n, no or an \
+                    empty line declines; any other line declines and goes to the agent as a message.";
 
 /// Runs the chat until `/quit` or the end of input.
 pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
@@ -110,7 +116,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     }
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
     let (model_id, provider_name, model, _local_server) = if args.local {
-        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        let server = local::ensure(|line| errln!("{line}")).await?;
         let described = format!("local, {}", server.base_url());
         (local::LOCAL_MODEL_ID.to_owned(), described, server.model()?, Some(server))
     } else {
@@ -142,7 +148,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     let session = agent.runtime.session("chat");
     let mut events = session.subscribe();
     let style = Style::detect(args.plain);
-    println!(
+    outln!(
         "{}",
         style.bold(&format!(
             "noetic chat — {model_id} ({provider_name}), workspace {}, {rule_count} rule(s), steering mode {}",
@@ -150,24 +156,9 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             session.steering_mode().as_str()
         ))
     );
-    println!("{}", style.dim(HELP));
+    outln!("{}", style.dim(HELP));
     let mut lines = spawn_stdin_reader();
-    let mut chat = Chat {
-        session,
-        steering: agent.steering.clone(),
-        style,
-        ledger: Vec::new(),
-        ledger_out: args.ledger_out.clone(),
-        execution: None,
-        turn_started: None,
-        tools: HashMap::new(),
-        approvals: VecDeque::new(),
-        mid_line: false,
-        streamed: false,
-        terminal,
-        input_closed: false,
-        quitting: false,
-    };
+    let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
     let mut turn: Option<TurnFuture> = None;
     chat.prompt(turn.is_some());
     loop {
@@ -247,29 +238,51 @@ struct Chat {
 }
 
 impl Chat {
+    fn new(
+        session: Session,
+        steering: Arc<SteeringLayer>,
+        style: Style,
+        ledger_out: Option<PathBuf>,
+        terminal: bool,
+    ) -> Self {
+        Chat {
+            session,
+            steering,
+            style,
+            ledger: Vec::new(),
+            ledger_out,
+            execution: None,
+            turn_started: None,
+            tools: HashMap::new(),
+            approvals: VecDeque::new(),
+            mid_line: false,
+            streamed: false,
+            terminal,
+            input_closed: false,
+            quitting: false,
+        }
+    }
+
     fn say(&mut self, line: &str) {
         if self.mid_line {
-            println!();
+            outln!();
             self.mid_line = false;
         }
-        println!("{line}");
+        outln!("{line}");
     }
 
     fn prompt(&self, running: bool) {
         if self.terminal && !running {
-            print!("> ");
-            let _ = std::io::stdout().flush();
+            out!("> ");
         }
     }
 
     fn on_line(&mut self, line: &str, running: bool) -> Action {
         let text = line.trim();
-        if let Some(pending) = self.approvals.pop_front() {
-            let _ = pending.reply.send(approve::answer(text));
-            if let Some(next) = self.approvals.front() {
-                let question = approve::question(&next.request);
-                self.say(&self.style.yellow(&question));
-            }
+        // Questions of calls that ended meanwhile (their turn failed or was stopped) are no longer open.
+        self.approvals.retain(|pending| !pending.reply.is_closed());
+        if !self.approvals.is_empty() && !text.starts_with('/') {
+            self.answer_question(text);
             return Action::Nothing;
         }
         if text.is_empty() {
@@ -286,7 +299,9 @@ impl Chat {
                 return Action::Quit;
             }
             "/stop" => {
+                // Cancel first, so no later call of the batch starts once the waiting ones are declined.
                 let (dropped, was_running) = self.session.stop("stopped by the user");
+                self.reject_waiting();
                 let note = match (was_running, dropped) {
                     (false, 0) => "no turn is running".to_owned(),
                     (false, n) => format!("dropped {n} queued message(s)"),
@@ -323,7 +338,11 @@ impl Chat {
                 Err(e) => self.say(&self.style.red(&e.to_string())),
             },
         }
-        self.prompt(running);
+        match self.approvals.front() {
+            // A command typed at a question leaves it open: ask it again.
+            Some(pending) => self.say(&self.style.yellow(&approve::question(&pending.request))),
+            None => self.prompt(running),
+        }
         Action::Nothing
     }
 
@@ -335,8 +354,7 @@ impl Chat {
         };
         match &event.kind {
             EventKind::ModelTextDelta { text, .. } => {
-                print!("{text}");
-                let _ = std::io::stdout().flush();
+                out!("{}", printable(text));
                 self.mid_line = !text.ends_with('\n');
                 self.streamed = true;
                 return;
@@ -378,7 +396,7 @@ impl Chat {
             && !self.streamed
             && !answer.is_empty()
         {
-            self.say(answer);
+            self.say(&printable(answer));
         }
         if let Some(id) = self.execution.take() {
             let entries = self.steering.ledger(id);
@@ -399,56 +417,10 @@ impl Chat {
         self.prompt(false);
         None
     }
-
-    fn ask(&mut self, pending: Pending) {
-        if self.input_closed || self.quitting {
-            let _ = pending.reply.send(approve::answer(""));
-            return;
-        }
-        if self.approvals.is_empty() {
-            let question = approve::question(&pending.request);
-            self.say(&self.style.yellow(&question));
-        }
-        self.approvals.push_back(pending);
-    }
-
-    /// Declines every call waiting for an answer (nobody is left to give one).
-    fn reject_waiting(&mut self) {
-        for pending in self.approvals.drain(..) {
-            let _ = pending.reply.send(approve::answer(""));
-        }
-    }
-
-    fn print_ledger(&mut self) {
-        let mut entries = self.ledger.clone();
-        if let Some(id) = self.execution {
-            entries.extend(self.steering.ledger(id));
-        }
-        if entries.is_empty() {
-            return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
-        }
-        self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
-        for entry in &entries {
-            let line = ledger_line(&self.style, entry);
-            self.say(&line);
-        }
-    }
-
-    fn print_status(&mut self, running: bool) {
-        let Some(started) = self.turn_started.filter(|_| running) else {
-            if running {
-                return self.say("a turn is starting");
-            }
-            return self.say("idle: type a message to start a turn");
-        };
-        let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
-        for (call_id, (tool, since)) in &self.tools {
-            status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
-        }
-        let queued = self.session.queued();
-        if queued > 0 {
-            status.push_str(&format!("; {queued} steering message(s) queued"));
-        }
-        self.say(&status);
-    }
 }
+
+mod approvals;
+mod status;
+
+#[cfg(test)]
+mod tests;

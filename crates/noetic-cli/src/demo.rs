@@ -16,7 +16,8 @@ use noetic::prelude::*;
 use noetic::steering::{ANSWER_FORMAT, SteeringState};
 use serde_json::{Value, json};
 
-use crate::render::{Style, event_line, ledger_line};
+use crate::output::{errln, outln};
+use crate::render::{Style, event_line, ledger_line, printable};
 
 type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -166,8 +167,8 @@ pub async fn run(plain: bool) -> DemoResult<()> {
         .build()?;
     let session = runtime.session("demo");
     let mut events = session.subscribe();
-    println!("{}", style.bold("noetic demo — a step-composed agent, two steering rules, a live steering message"));
-    println!("{}", style.dim(&format!("task: {TASK}")));
+    outln!("{}", style.bold("noetic demo — a step-composed agent, two steering rules, a live steering message"));
+    outln!("{}", style.dim(&format!("task: {TASK}")));
 
     // The "user": types a message while the first of three slow reads runs (a person at a terminal can type too).
     let typist = session.clone();
@@ -177,16 +178,16 @@ pub async fn run(plain: bool) -> DemoResult<()> {
         let mut steered = false;
         while let Ok(event) = events.recv().await {
             if let Some(line) = event_line(&printer_style, &event.kind) {
-                println!("{line}");
+                outln!("{line}");
             }
             match &event.kind {
                 EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
                 EventKind::ToolCallStarted { call_id, .. } if call_id == "c6" && !steered => {
                     steered = true;
                     tokio::time::sleep(Duration::from_millis(150)).await;
-                    println!("{}", printer_style.cyan(&format!("  user  types: \"{STEER}\"")));
+                    outln!("{}", printer_style.cyan(&format!("  user  types: \"{STEER}\"")));
                     if let Err(e) = typist.steer(STEER) {
-                        println!("{}", printer_style.red(&format!("  steer refused: {e}")));
+                        outln!("{}", printer_style.red(&format!("  steer refused: {e}")));
                     }
                     typed.notify_one();
                 }
@@ -202,16 +203,16 @@ pub async fn run(plain: bool) -> DemoResult<()> {
 
     let answer = session.send(TASK)?.await;
     let execution = printer.await?;
-    println!();
+    outln!();
     match &answer {
-        Ok(text) => println!("{} {text}", style.bold("answer:")),
-        Err(e) => println!("{} {e}", style.red("failed:")),
+        Ok(text) => outln!("{} {}", style.bold("answer:"), printable(text)),
+        Err(e) => outln!("{} {e}", style.red("failed:")),
     }
     if let Some(id) = execution {
         let state: Option<SteeringState> = runtime.get_layer_state(id, "steering");
-        println!("\n{}", style.bold("steering ledger:"));
+        outln!("\n{}", style.bold("steering ledger:"));
         for entry in state.map(|s| s.ledger).unwrap_or_default() {
-            println!("{}", ledger_line(&style, &entry));
+            outln!("{}", ledger_line(&style, &entry));
         }
     }
     answer.map(drop).map_err(Into::into)
@@ -219,7 +220,7 @@ pub async fn run(plain: bool) -> DemoResult<()> {
 
 /// Lines typed at the terminal while the demo runs are steered into the session.
 fn spawn_terminal_steering(session: Session) {
-    println!("(type a line and press Enter to steer the agent yourself)");
+    outln!("(type a line and press Enter to steer the agent yourself)");
     std::thread::spawn(move || {
         let mut line = String::new();
         while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
@@ -228,7 +229,7 @@ fn spawn_terminal_steering(session: Session) {
             if !text.is_empty()
                 && let Err(e) = session.steer(text)
             {
-                eprintln!("steer refused: {e}");
+                errln!("steer refused: {e}");
             }
         }
     });

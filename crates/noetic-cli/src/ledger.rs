@@ -5,6 +5,7 @@ use std::path::Path;
 
 use noetic::steering::LedgerEntry;
 
+use crate::output::{errln, outln};
 use crate::render::{Style, ledger_line};
 
 /// Appends entries to `path`, one JSON object a line (the file is created if needed).
@@ -37,16 +38,16 @@ pub fn show(path: &Path, plain: bool) -> Result<(), String> {
         }
         match serde_json::from_str::<LedgerEntry>(line) {
             Ok(entry) => {
-                println!("{}", ledger_line(&style, &entry));
+                outln!("{}", ledger_line(&style, &entry));
                 shown += 1;
             }
             Err(e) => {
-                eprintln!("{}:{}: not a ledger entry: {e}", path.display(), number + 1);
+                errln!("{}:{}: not a ledger entry: {e}", path.display(), number + 1);
                 bad += 1;
             }
         }
     }
-    println!("{}", style.dim(&format!("{shown} entr{} in {}", if shown == 1 { "y" } else { "ies" }, path.display())));
+    outln!("{}", style.dim(&format!("{shown} entr{} in {}", if shown == 1 { "y" } else { "ies" }, path.display())));
     if bad > 0 {
         return Err(format!(
             "{bad} line(s) of '{}' are not ledger entries (see above); the file should hold one JSON entry a line as \

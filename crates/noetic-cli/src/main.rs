@@ -18,6 +18,7 @@ mod config;
 mod demo;
 mod ledger;
 mod local;
+mod output;
 mod provider;
 mod render;
 mod rules;
@@ -28,6 +29,8 @@ mod workflow;
 mod workspace;
 
 use clap::{Parser, Subcommand};
+
+use crate::output::{errln, outln};
 
 /// Run steerable, rule-guarded agents from the terminal.
 #[derive(Parser)]
@@ -95,11 +98,11 @@ fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("noetic: cannot start the async runtime: {e}");
+            errln!("noetic: cannot start the async runtime: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
+    let command = async {
         match cli.command {
             Command::Demo { plain } => demo::run(plain).await,
             Command::Rules { file } => check_rules(&file),
@@ -107,13 +110,24 @@ fn main() -> std::process::ExitCode {
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
         }
+    };
+    // A closed output (`noetic demo | head -1`) drops the command at once: nobody reads what it would print.
+    let result = runtime.block_on(async {
+        tokio::select! {
+            result = command => result,
+            () = output::closed() => Ok(()),
+        }
     });
     // Do not wait for blocking tool threads a cancelled turn left behind (a command being killed, a slow read).
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    if let Some(code) = output::exit_code() {
+        return code;
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("noetic: {e}");
+            // An error may quote a provider's or a model's text.
+            errln!("noetic: {}", render::printable(&e.to_string()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -121,9 +135,9 @@ fn main() -> std::process::ExitCode {
 
 fn check_rules(file: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let set = rules::load(&source::Source::read(file)?)?;
-    println!("{}: {} rule(s)", file.display(), set.len());
+    outln!("{}: {} rule(s)", file.display(), set.len());
     for line in set.describe() {
-        println!("  {line}");
+        outln!("  {line}");
     }
     Ok(())
 }

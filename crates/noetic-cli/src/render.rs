@@ -1,9 +1,11 @@
-//! Prints runtime events as readable lines, coloured when stdout is a terminal.
+//! Prints runtime events as readable lines, coloured when stdout is a terminal. Text a model wrote (tool names
+//! and arguments, call ids, outputs, guidance) is escaped first: it must not be able to drive the terminal.
 
 use std::io::IsTerminal;
 
 use noetic::EventKind;
 use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
+use serde_json::Value;
 
 /// How lines are styled.
 #[derive(Clone, Copy)]
@@ -53,12 +55,128 @@ impl Style {
     }
 }
 
+/// How much of a model-written text is printed as it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Nothing that could hide or reorder text: for approvals, where the person must see exactly what runs.
+    Nothing,
+    /// Line breaks, tabs, backslashes and invisible joiners (emoji, scripts need them): for transcripts.
+    Layout,
+}
+
+/// Whether `c` can move the cursor, rewrite the screen, reorder the text around it or hide itself.
+fn hides(c: char, keep: Keep) -> bool {
+    match c {
+        '\n' | '\t' => keep == Keep::Nothing,
+        // C0 (with CR and ESC), DEL and C1 (8-bit CSI) controls; bidi marks, embeddings, overrides and isolates;
+        // line and paragraph separators.
+        _ if c.is_control() => true,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        '\u{2028}' | '\u{2029}' => true,
+        // Zero-width and other invisible characters; tags (U+E0000–U+E007F) can carry a hidden text.
+        '\u{00ad}' | '\u{180e}' | '\u{200b}'..='\u{200d}' | '\u{2060}'..='\u{2064}' | '\u{feff}' => {
+            keep == Keep::Nothing
+        }
+        '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}' => keep == Keep::Nothing,
+        _ => false,
+    }
+}
+
+/// Escapes what `keep` does not keep, in JSON's notation (`\r`, `\u001b`, a surrogate pair above U+FFFF).
+fn escape(text: &str, keep: Keep) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' if keep == Keep::Nothing => out.push_str("\\\\"),
+            _ if !hides(c, keep) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            _ => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Model-written text as it must appear in an approval question: every control, bidi and invisible character
+/// (and each backslash, so an escape cannot be faked) shown as a JSON-style escape. What a person approves is
+/// exactly what runs; a carriage return or an escape code cannot redraw the question.
+pub fn visible(text: &str) -> String {
+    escape(text, Keep::Nothing)
+}
+
+/// Whether [`visible`] shows `text` with escapes beyond backslashes, line breaks and tabs (worth a warning).
+pub fn has_hidden(text: &str) -> bool {
+    text.chars().any(|c| !matches!(c, '\\' | '\n' | '\t') && hides(c, Keep::Nothing))
+}
+
+/// Whether a string (or key) anywhere in `value` [`has_hidden`] characters.
+pub fn json_has_hidden(value: &Value) -> bool {
+    match value {
+        Value::String(text) => has_hidden(text),
+        Value::Array(items) => items.iter().any(json_has_hidden),
+        Value::Object(map) => map.iter().any(|(key, item)| has_hidden(key) || json_has_hidden(item)),
+        _ => false,
+    }
+}
+
+/// JSON arguments as [`visible`] shows text: valid JSON meaning the same value, with every string escaped.
+pub fn visible_json(value: &Value) -> String {
+    fn string(text: &str, out: &mut String) {
+        out.push('"');
+        out.push_str(&visible(text).replace('"', "\\\""));
+        out.push('"');
+    }
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::String(text) => string(text, out),
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            Value::Object(map) => {
+                out.push('{');
+                for (i, (key, item)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    string(key, out);
+                    out.push(':');
+                    write(item, out);
+                }
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+/// Model-written text for a transcript: lines, tabs and backslashes stay; controls (a carriage return, terminal
+/// escape codes) and bidi characters are escaped, so printing it cannot rewrite the screen or reorder text.
+pub fn printable(text: &str) -> String {
+    escape(text, Keep::Layout)
+}
+
+/// `text` on one line, cut at `max` characters, made [`printable`].
 fn shorten(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
     if one_line.chars().count() <= max {
-        one_line
+        printable(&one_line)
     } else {
-        format!("{}…", one_line.chars().take(max).collect::<String>())
+        format!("{}…", printable(&one_line.chars().take(max).collect::<String>()))
     }
 }
 
@@ -67,7 +185,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
     Some(match kind {
         EventKind::TurnStarted { session, turn } => style.bold(&format!("▶ turn {turn} of session '{session}'")),
         EventKind::TurnCompleted { duration, .. } => style.bold(&format!("■ turn done in {} ms", duration.as_millis())),
-        EventKind::TurnFailed { error, .. } => style.red(&format!("■ turn failed: {error}")),
+        EventKind::TurnFailed { error, .. } => style.red(&format!("■ turn failed: {}", printable(&error.to_string()))),
         EventKind::StepStarted { step_id, kind } if kind.as_str() == "fork" => {
             style.cyan(&format!("  fork  {step_id}: paths start"))
         }
@@ -80,21 +198,25 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::ModelCallCompleted { tool_calls, .. } => {
             style.dim(&format!("  model answered with {tool_calls} tool call(s)"))
         }
-        EventKind::ToolCallStarted { call_id, tool } => format!("  tool  {tool} [{call_id}] …"),
+        EventKind::ToolCallStarted { call_id, tool } => {
+            format!("  tool  {} [{}] …", printable(tool), printable(call_id))
+        }
         EventKind::ToolCallCompleted { call_id, tool, is_error, output } => {
-            let line = format!("  tool  {tool} [{call_id}] → {}", shorten(output, 90));
+            let line = format!("  tool  {} [{}] → {}", printable(tool), printable(call_id), shorten(output, 90));
             if *is_error { style.yellow(&line) } else { style.green(&line) }
         }
         EventKind::SteeringDenied { call_id, tool, layers, .. } => {
+            let (tool, call_id) = (printable(tool), printable(call_id));
             style.red(&format!("  rule  stopped {tool} [{call_id}] (layer {})", layers.join(",")))
         }
         EventKind::ModelResponseSteered { action, guidance, .. } => {
-            style.yellow(&format!("  rule  {action:?} on the model's response: {}", guidance.as_deref().unwrap_or("")))
+            let guidance = printable(guidance.as_deref().unwrap_or(""));
+            style.yellow(&format!("  rule  {action:?} on the model's response: {guidance}"))
         }
         EventKind::SteeringQueued { .. } => style.cyan("  steer message queued"),
-        EventKind::SteeringRejected { reason, .. } => style.red(&format!("  steer refused: {reason}")),
+        EventKind::SteeringRejected { reason, .. } => style.red(&format!("  steer refused: {}", printable(reason))),
         EventKind::ToolSkipped { call_id, .. } => {
-            style.yellow(&format!("  skip  [{call_id}] (a user message is waiting)"))
+            style.yellow(&format!("  skip  [{}] (a user message is waiting)", printable(call_id)))
         }
         EventKind::SteeringInjected { count, .. } => {
             style.cyan(&format!("  steer {count} message(s) handed to the model"))
@@ -108,15 +230,15 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
     let what = match entry.kind {
         LedgerKind::ToolCall => format!(
             "tool {} {}",
-            entry.tool_name.as_deref().unwrap_or("?"),
-            entry.tool_args.as_ref().map(|a| shorten(&a.to_string(), 50)).unwrap_or_default()
+            printable(entry.tool_name.as_deref().unwrap_or("?")),
+            entry.tool_args.as_ref().map(|a| shorten(&visible_json(a), 50)).unwrap_or_default()
         ),
         LedgerKind::ModelTurn => {
             format!("model turn ({} tokens out)", entry.usage.map(|u| u.output_tokens).unwrap_or_default())
         }
         LedgerKind::Custom => match entry.outcome {
             Some(outcome) => format!("execution ended: {outcome:?}"),
-            None => format!("async verdict of {}", entry.rule_id.as_deref().unwrap_or("?")),
+            None => format!("async verdict of {}", printable(entry.rule_id.as_deref().unwrap_or("?"))),
         },
     };
     let action = format!("{:?}", entry.action).to_uppercase();
@@ -125,7 +247,77 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
         SteeringAction::Guide => style.yellow(&action),
         SteeringAction::Deny => style.red(&action),
     };
-    let by = entry.rule_id.as_deref().map(|r| format!(" by {r}")).unwrap_or_default();
+    let by = entry.rule_id.as_deref().map(|r| format!(" by {}", printable(r))).unwrap_or_default();
     let why = entry.guidance.as_deref().map(|g| format!(": {}", shorten(g, 60))).unwrap_or_default();
     format!("  {action:<7} {what}{by}{why}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::time::{Duration, SystemTime};
+
+    use serde_json::json;
+
+    use super::*;
+
+    const PLAIN: Style = Style { colour: false };
+
+    #[test]
+    fn tool_output_in_the_transcript_cannot_emit_escape_sequences() {
+        let kind = EventKind::ToolCallCompleted {
+            call_id: "c1\u{1b}[2K".into(),
+            tool: "read_file".into(),
+            is_error: false,
+            output: "fine\r\u{1b}]0;owned\u{7}\u{202e}".into(),
+        };
+        assert_eq!(
+            event_line(&PLAIN, &kind).unwrap(),
+            "  tool  read_file [c1\\u001b[2K] → fine\\r\\u001b]0;owned\\u0007\\u202e"
+        );
+    }
+
+    #[test]
+    fn model_written_guidance_in_the_transcript_is_escaped() {
+        let kind = EventKind::ModelResponseSteered {
+            step_id: "assistant".into(),
+            action: SteeringAction::Guide,
+            guidance: Some("be brief\u{1b}[8m hidden".into()),
+        };
+        assert_eq!(
+            event_line(&PLAIN, &kind).unwrap(),
+            "  rule  Guide on the model's response: be brief\\u001b[8m hidden"
+        );
+    }
+
+    #[test]
+    fn tool_arguments_in_a_ledger_line_are_escaped() {
+        let entry = LedgerEntry {
+            kind: LedgerKind::ToolCall,
+            timestamp: SystemTime::UNIX_EPOCH,
+            tool_name: Some("run_command".into()),
+            tool_args: Some(json!({"command": "ls\r\u{1b}[2Krm x\u{202e}"})),
+            usage: None,
+            action: SteeringAction::Allow,
+            guidance: None,
+            rule_id: None,
+            evaluator: None,
+            failures: Vec::new(),
+            duration: Duration::ZERO,
+            outcome: None,
+        };
+        assert_eq!(
+            ledger_line(&PLAIN, &entry),
+            "  ALLOW   tool run_command {\"command\":\"ls\\r\\u001b[2Krm x\\u202e\"}"
+        );
+    }
+
+    #[test]
+    fn transcript_text_keeps_its_lines_tabs_and_backslashes_but_not_controls_or_bidi() {
+        assert_eq!(
+            printable("a\tb\nc\\n\r\u{1b}[31m\u{85}\u{2067}👨\u{200d}👩"),
+            "a\tb\nc\\n\\r\\u001b[31m\\u0085\\u2067👨\u{200d}👩"
+        );
+    }
 }

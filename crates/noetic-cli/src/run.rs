@@ -1,17 +1,19 @@
 //! `noetic run WORKFLOW --prompt TEXT`: one turn of an agent defined in a file, for scripts.
 //!
-//! The answer goes to stdout; progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
+//! The answer goes to stdout (with [`printable`]'s escapes); progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
 //! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
 //! (or `{"type":"error","message":...}`).
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use noetic::EventKind;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::agent::{self, AgentSpec};
-use crate::render::{Style, event_line};
+use crate::output::{errln, outln};
+use crate::render::{Style, event_line, printable};
 use crate::workspace::Workspace;
 use crate::{approve, ledger, local, workflow};
 
@@ -56,12 +58,14 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
     // `_local_server` lives until the run ends: dropping it stops a server this run started.
     let (model, _local_server) = if args.local {
-        let server = local::ensure(|line| eprintln!("{line}")).await?;
+        let server = local::ensure(|line| errln!("{line}")).await?;
         flow.model = local::LOCAL_MODEL_ID.to_owned();
         (server.model()?, Some(server))
     } else {
         (flow.model_client(args.base_url.as_deref())?, None)
     };
+    // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
+    let steer_to = Arc::new(OnceLock::new());
     let spec = AgentSpec {
         model,
         model_id: flow.model.clone(),
@@ -72,10 +76,11 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal()),
+        approver: Some(approve::at_terminal(steer_to.clone())),
     };
     let agent = agent::build(spec)?;
     let session = agent.runtime.session("run");
+    let _ = steer_to.set(session.clone());
     let mut events = session.subscribe();
     let turn = session.send(args.prompt.clone())?;
     let style = Style::detect(args.plain);
@@ -84,9 +89,9 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         match events.recv().await {
             Ok(event) => {
                 if args.json {
-                    println!("{}", serde_json::to_string(&*event)?);
+                    outln!("{}", serde_json::to_string(&*event)?);
                 } else if let Some(line) = event_line(&style, &event.kind) {
-                    eprintln!("{line}");
+                    errln!("{line}");
                 }
                 match &event.kind {
                     EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
@@ -94,7 +99,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
                     _ => {}
                 }
             }
-            Err(RecvError::Lagged(n)) => eprintln!("({n} events were not shown: the terminal fell behind)"),
+            Err(RecvError::Lagged(n)) => errln!("({n} events were not shown: the terminal fell behind)"),
             Err(RecvError::Closed) => break,
         }
     }
@@ -105,18 +110,18 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     }
     match answer {
         Ok(text) if args.json => {
-            println!("{}", json!({"type": "ledger", "entries": entries}));
-            println!("{}", json!({"type": "answer", "text": text}));
+            outln!("{}", json!({"type": "ledger", "entries": entries}));
+            outln!("{}", json!({"type": "answer", "text": text}));
             Ok(())
         }
         Ok(text) => {
-            println!("{text}");
+            outln!("{}", printable(&text));
             Ok(())
         }
         Err(e) => {
             if args.json {
-                println!("{}", json!({"type": "ledger", "entries": entries}));
-                println!("{}", json!({"type": "error", "message": e.to_string()}));
+                outln!("{}", json!({"type": "ledger", "entries": entries}));
+                outln!("{}", json!({"type": "error", "message": e.to_string()}));
             }
             Err(format!("the turn failed: {e}").into())
         }

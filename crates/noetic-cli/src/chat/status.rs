@@ -1,0 +1,42 @@
+//! The chat's `/ledger` and `/status` reports.
+
+use super::Chat;
+use crate::render::{ledger_line, printable};
+
+impl Chat {
+    /// Prints the steering decisions of the finished turns and of the running one.
+    pub(super) fn print_ledger(&mut self) {
+        let mut entries = self.ledger.clone();
+        if let Some(id) = self.execution {
+            entries.extend(self.steering.ledger(id));
+        }
+        if entries.is_empty() {
+            return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
+        }
+        self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
+        for entry in &entries {
+            let line = ledger_line(&self.style, entry);
+            self.say(&line);
+        }
+    }
+
+    /// Prints how long the turn and its running tools have run, and what is queued.
+    pub(super) fn print_status(&mut self, running: bool) {
+        let Some(started) = self.turn_started.filter(|_| running) else {
+            if running {
+                return self.say("a turn is starting");
+            }
+            return self.say("idle: type a message to start a turn");
+        };
+        let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
+        for (call_id, (tool, since)) in &self.tools {
+            let (tool, call_id) = (printable(tool), printable(call_id));
+            status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
+        }
+        let queued = self.session.queued();
+        if queued > 0 {
+            status.push_str(&format!("; {queued} steering message(s) queued"));
+        }
+        self.say(&status);
+    }
+}
