@@ -4,7 +4,7 @@
 //! FIFO order, right before the next model request, which is also when they enter the history (exactly once).
 //! If the turn ends before that, [`TurnSteering::return_pending`] puts them back at the head of the queue.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -28,52 +28,64 @@ pub enum BatchPolicy {
     FinishBatch,
 }
 
-/// A session's own steering settings: its dequeue mode and queue capacity, starting from the runtime's.
+/// A session's own steering settings: its dequeue mode, batch policy and queue capacity, starting from the
+/// runtime's. Packed in one word (capacity in the high 32 bits, then the policy and mode bytes) so that idle
+/// sessions stay small.
 #[derive(Debug)]
 pub(crate) struct SessionSettings {
-    mode: AtomicU8,
-    capacity: AtomicUsize,
-    /// 0 = skip the rest of the batch, 1 = finish it.
-    batch_policy: AtomicU8,
+    packed: AtomicU64,
 }
 
 impl SessionSettings {
     pub(crate) fn new(mode: SteeringMode, capacity: usize, batch_policy: BatchPolicy) -> Self {
-        let settings = SessionSettings {
-            mode: AtomicU8::new(mode.to_u8()),
-            capacity: AtomicUsize::new(capacity.max(1)),
-            batch_policy: AtomicU8::new(0),
-        };
-        settings.set_batch_policy(batch_policy);
-        settings
+        SessionSettings { packed: AtomicU64::new(pack(mode, capacity, batch_policy)) }
     }
 
-    pub(crate) fn batch_policy(&self) -> BatchPolicy {
-        match self.batch_policy.load(Ordering::SeqCst) {
-            1 => BatchPolicy::FinishBatch,
-            _ => BatchPolicy::SkipRemaining,
-        }
+    fn unpacked(&self) -> (SteeringMode, usize, BatchPolicy) {
+        unpack(self.packed.load(Ordering::SeqCst))
     }
 
-    pub(crate) fn set_batch_policy(&self, policy: BatchPolicy) {
-        self.batch_policy.store(u8::from(policy == BatchPolicy::FinishBatch), Ordering::SeqCst);
+    fn update(&self, f: impl Fn((SteeringMode, usize, BatchPolicy)) -> (SteeringMode, usize, BatchPolicy)) {
+        let _ = self.packed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            let (mode, capacity, policy) = f(unpack(v));
+            Some(pack(mode, capacity, policy))
+        });
     }
 
     pub(crate) fn mode(&self) -> SteeringMode {
-        SteeringMode::from_u8(self.mode.load(Ordering::SeqCst))
+        self.unpacked().0
     }
 
     pub(crate) fn set_mode(&self, mode: SteeringMode) {
-        self.mode.store(mode.to_u8(), Ordering::SeqCst);
+        self.update(|(_, capacity, policy)| (mode, capacity, policy));
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.capacity.load(Ordering::SeqCst)
+        self.unpacked().1
     }
 
     pub(crate) fn set_capacity(&self, capacity: usize) {
-        self.capacity.store(capacity.max(1), Ordering::SeqCst);
+        self.update(|(mode, _, policy)| (mode, capacity, policy));
     }
+
+    pub(crate) fn batch_policy(&self) -> BatchPolicy {
+        self.unpacked().2
+    }
+
+    pub(crate) fn set_batch_policy(&self, policy: BatchPolicy) {
+        self.update(|(mode, capacity, _)| (mode, capacity, policy));
+    }
+}
+
+fn unpack(v: u64) -> (SteeringMode, usize, BatchPolicy) {
+    let policy = if (v >> 8) & 0xff == 1 { BatchPolicy::FinishBatch } else { BatchPolicy::SkipRemaining };
+    (SteeringMode::from_u8((v & 0xff) as u8), usize::try_from(v >> 32).unwrap_or(usize::MAX), policy)
+}
+
+/// One word for the settings; the capacity is clamped to 1..=u32::MAX.
+fn pack(mode: SteeringMode, capacity: usize, policy: BatchPolicy) -> u64 {
+    let capacity = u64::try_from(capacity.clamp(1, u32::MAX as usize)).unwrap_or(u64::from(u32::MAX));
+    (capacity << 32) | (u64::from(u8::from(policy == BatchPolicy::FinishBatch)) << 8) | u64::from(mode.to_u8())
 }
 
 /// The steering state of one running turn.

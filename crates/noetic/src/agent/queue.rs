@@ -247,9 +247,12 @@ fn put_back(queue: &mut VecDeque<SteerMessage>, messages: Vec<SteerMessage>) {
 }
 
 /// One session's steering FIFO, behind a lock of its own: sessions never wait for each other to queue or take.
+/// The FIFO is boxed and made on first use, so an idle session pays one pointer for it.
 #[derive(Debug, Default)]
 pub(crate) struct SessionQueue {
-    messages: Mutex<VecDeque<SteerMessage>>,
+    // Boxed on purpose: one pointer while idle instead of a VecDeque's four words, times every idle session.
+    #[allow(clippy::box_collection)]
+    messages: Mutex<Option<Box<VecDeque<SteerMessage>>>>,
 }
 
 impl SessionQueue {
@@ -257,30 +260,30 @@ impl SessionQueue {
         if text.trim().is_empty() {
             return Err(SteerError::Empty);
         }
-        push_into(&mut lock(&self.messages), session, text, capacity)
+        push_into(lock(&self.messages).get_or_insert_default(), session, text, capacity)
     }
 
     pub(crate) fn take(&self, mode: SteeringMode) -> Vec<SteerMessage> {
-        take_from(&mut lock(&self.messages), mode)
+        lock(&self.messages).as_deref_mut().map(|q| take_from(q, mode)).unwrap_or_default()
     }
 
     pub(crate) fn put_back(&self, messages: Vec<SteerMessage>) {
         if !messages.is_empty() {
-            put_back(&mut lock(&self.messages), messages);
+            put_back(lock(&self.messages).get_or_insert_default(), messages);
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        lock(&self.messages).len()
+        lock(&self.messages).as_ref().map_or(0, |q| q.len())
     }
 
     pub(crate) fn peek(&self) -> Vec<SteerMessage> {
-        lock(&self.messages).iter().cloned().collect()
+        lock(&self.messages).as_ref().map(|q| q.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Empties the queue; returns how many messages were removed.
     pub(crate) fn clear(&self) -> usize {
-        std::mem::take(&mut *lock(&self.messages)).len()
+        lock(&self.messages).take().map_or(0, |q| q.len())
     }
 }
 
