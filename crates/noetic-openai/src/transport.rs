@@ -137,7 +137,15 @@ impl Inner {
     fn transport_error(&self, error: &reqwest::Error) -> NoeticError {
         let detail = error_chain(error);
         let (message, retryable) = if error.is_timeout() {
-            (format!("{} timed out ({detail}); raise OpenAiConfig::timeout or try again", self.endpoint), true)
+            // reqwest's read timeout is the configured timeout, so this says the same as `timed` does.
+            let ms = self.config.timeout.as_millis();
+            (
+                format!(
+                    "{} did not answer within {ms} ms ({detail}); raise OpenAiConfig::timeout or try again",
+                    self.endpoint
+                ),
+                true,
+            )
         } else if error.is_connect() {
             (
                 format!(
