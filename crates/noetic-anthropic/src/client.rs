@@ -1,35 +1,36 @@
 //! The transport: [`AnthropicModel`] sends requests with `reqwest`, retries before a response has begun, and hands
 //! bodies to the pure translation functions.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use noetic::NoeticError;
 use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta, replay};
-use noetic::step::RetryPolicy;
+use noetic_http::{
+    BodyError, SseStreamError, describe_bytes, error_chain, first_chunk, read_body, sse_events, with_retries,
+};
 use serde_json::Value;
 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig};
-use crate::error::{error_chain, error_from_status, parse_retry_after, transport_error};
+use crate::error::{error_from_status, parse_retry_after, transport_error};
 use crate::request::request_body;
 use crate::response::parse_response;
-use crate::sse::stream_deltas;
-
-/// The cap on one backoff delay when the retry policy sets none (the same 30 s `RetryPolicy` uses).
-const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
+use crate::sse::{event_deltas, mid_stream};
 
 /// A [`Model`] backed by Anthropic's Messages API (`POST /v1/messages`).
 ///
 /// * [`Model::call`] sends a non-streamed request; [`Model::stream`] sends `"stream": true` and yields deltas as
 ///   the server-sent events arrive, ending with [`StreamDelta::Done`].
 /// * Rate limits (429, honouring `Retry-After`), overload (529), other 5xx, 408/409, timeouts and connection
-///   failures are retried with the configured [`RetryPolicy`] — for a stream only until the response has begun,
+///   failures are retried with the configured [`RetryPolicy`](noetic::step::RetryPolicy) — for a stream only
+///   until the response has begun (its first body byte: a stall before it, per the idle limit, is retried too),
 ///   never after. A `Retry-After` longer than the policy's longest delay is not waited for: the
 ///   [`NoeticError::ModelRateLimit`] is returned at once.
+/// * Every body — a response, an error body, a whole stream — is capped by
+///   [`AnthropicConfig::max_body_bytes`] (32 MiB by default) and read once: over the cap the call ends with a
+///   non-retryable error naming the setting.
 /// * Cancellation is by dropping the future or stream, which closes the connection; nothing is spawned.
 ///
 /// The model is cheap to clone (the connection pool is shared).
@@ -46,10 +47,10 @@ impl std::fmt::Debug for AnthropicModel {
     }
 }
 
-/// What a streaming request opened.
+/// What a streaming attempt opened.
 enum Opened {
-    /// An SSE body.
-    Events(reqwest::Response),
+    /// The deltas of an SSE body whose first bytes have arrived.
+    Events(BoxStream<'static, Result<StreamDelta, NoeticError>>),
     /// A whole JSON response (a server that ignored `"stream": true`).
     Whole(ModelResponse),
 }
@@ -59,7 +60,8 @@ impl AnthropicModel {
     ///
     /// # Errors
     ///
-    /// [`NoeticError::ModelFailed`] when the base URL is not a valid URL or the HTTP client cannot be built.
+    /// [`NoeticError::ModelFailed`] when the base URL is not a valid URL, the timeout or idle limit is zero, or the
+    /// HTTP client cannot be built.
     pub fn new(config: AnthropicConfig) -> Result<Self, NoeticError> {
         let url = config.messages_url();
         let invalid = |detail: String| NoeticError::ModelFailed {
@@ -71,6 +73,16 @@ impl AnthropicModel {
         let parsed = reqwest::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(invalid("the scheme must be http or https".to_owned()));
+        }
+        if config.timeout.is_zero() || config.idle_timeout.is_zero() {
+            return Err(NoeticError::ModelFailed {
+                message: "the Anthropic provider's timeout or idle limit is zero, so every request would time out; \
+                          set AnthropicConfig::timeout and idle_timeout to a positive duration"
+                    .to_owned(),
+                status: None,
+                raw: None,
+                retryable: false,
+            });
         }
         let http = reqwest::Client::builder().build().map_err(|e| NoeticError::ModelFailed {
             message: format!("cannot build the HTTP client ({}); check the TLS setup", error_chain(&e)),
@@ -117,26 +129,64 @@ impl AnthropicModel {
         }
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let retry_after = parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref());
-        let text = response.text().await.unwrap_or_default();
+        let length = response.content_length();
+        let text = match read_body(response.bytes_stream(), self.config.max_body_bytes, length).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            // Read once and not retried: a retry would fetch the same oversized body again.
+            Err(BodyError::TooLarge { limit }) => {
+                let what = format!("the error body of an HTTP {} answer from {}", status.as_u16(), self.url);
+                return Err(too_large(&what, limit, Some(status.as_u16())));
+            }
+            Err(_) => String::new(),
+        };
         Err(error_from_status(status.as_u16(), retry_after, &text, self.config.api_key.is_some()))
+    }
+
+    /// A whole body as text, read once within the cap. Nothing has reached the caller yet, so a transport failure
+    /// here may be retried.
+    async fn read_whole(&self, response: reqwest::Response) -> Result<String, NoeticError> {
+        let length = response.content_length();
+        let bytes = read_body(response.bytes_stream(), self.config.max_body_bytes, length)
+            .await
+            .map_err(|e| self.body_error(e))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// A failure reading a body before anything reached the caller.
+    fn body_error(&self, error: BodyError<reqwest::Error>) -> NoeticError {
+        match error {
+            BodyError::Transport(e) => NoeticError::ModelFailed {
+                message: format!("the Anthropic response body could not be read ({}); try again", error_chain(&e)),
+                status: None,
+                raw: None,
+                retryable: true,
+            },
+            BodyError::TooLarge { limit } => too_large(&format!("the response from {}", self.url), limit, None),
+            BodyError::Idle { after } => NoeticError::ModelFailed {
+                message: format!(
+                    "Anthropic at {} sent the response headers, then no data for {} ms (AnthropicConfig::idle_timeout); \
+                     try again, or raise the idle limit",
+                    self.url,
+                    after.as_millis()
+                ),
+                status: None,
+                raw: None,
+                retryable: true,
+            },
+        }
     }
 
     /// One attempt of a non-streamed call, bounded by the timeout as a whole.
     async fn call_once(&self, body: &Value) -> Result<ModelResponse, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
-            let text = response.text().await.map_err(|e| NoeticError::ModelFailed {
-                message: format!("the Anthropic response body could not be read ({}); try again", error_chain(&e)),
-                status: None,
-                raw: None,
-                retryable: true,
-            })?;
-            parse_response(&text)
+            parse_response(&self.read_whole(response).await?)
         };
         tokio::time::timeout(self.config.timeout, attempt).await.unwrap_or_else(|_| Err(self.timed_out()))
     }
 
-    /// One attempt at opening a stream, bounded by the timeout until the response starts.
+    /// One attempt at opening a stream, bounded by the timeout until the first body byte: a stall or failure
+    /// before it fails the attempt (and is retried); after it, failures end the returned stream.
     async fn open_once(&self, body: &Value) -> Result<Opened, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
@@ -145,17 +195,16 @@ impl AnthropicModel {
                 .get(reqwest::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|t| t.starts_with("application/json"));
-            if !json {
-                return Ok(Opened::Events(response));
+            if json {
+                return parse_response(&self.read_whole(response).await?).map(Opened::Whole);
             }
-            // Nothing has been streamed yet, so a failure here is still retryable.
-            let text = response.text().await.map_err(|e| NoeticError::ModelFailed {
-                message: format!("the Anthropic response body could not be read ({}); try again", error_chain(&e)),
-                status: None,
-                raw: None,
-                retryable: true,
-            })?;
-            parse_response(&text).map(Opened::Whole)
+            let limit = self.config.max_body_bytes;
+            let bytes = first_chunk(response.bytes_stream(), limit, Some(self.config.idle_timeout))
+                .await
+                .map_err(|e| self.body_error(e))?;
+            // The whole stream counts against the cap, so one event does too; the framer's own limit is the same.
+            let events = sse_events(bytes, limit).map(|event| event.map_err(stream_error));
+            Ok(Opened::Events(event_deltas(events).boxed()))
         };
         tokio::time::timeout(self.config.timeout, attempt).await.unwrap_or_else(|_| Err(self.timed_out()))
     }
@@ -180,7 +229,7 @@ impl Model for AnthropicModel {
         let this = self.clone();
         Box::pin(async move {
             let body = this.body(&request, false);
-            with_retries(this.config.retry, || this.call_once(&body)).await
+            with_retries(&this.config.retry, &this.url, || this.call_once(&body)).await
         })
     }
 
@@ -188,11 +237,8 @@ impl Model for AnthropicModel {
         let this = self.clone();
         let open = async move {
             let body = this.body(&request, true);
-            let deltas = match with_retries(this.config.retry, || this.open_once(&body)).await? {
-                Opened::Events(response) => {
-                    let bytes = response.bytes_stream().map_err(|e| error_chain(&e));
-                    stream_deltas(idle_timeout(bytes, this.config.timeout)).boxed()
-                }
+            let deltas = match with_retries(&this.config.retry, &this.url, || this.open_once(&body)).await? {
+                Opened::Events(deltas) => deltas,
                 Opened::Whole(response) => futures::stream::iter(replay(response).into_iter().map(Ok)).boxed(),
             };
             Ok::<_, NoeticError>(deltas)
@@ -201,101 +247,52 @@ impl Model for AnthropicModel {
     }
 }
 
-/// Runs `attempt` until it succeeds, fails for good, or the policy's attempts are used up.
-async fn with_retries<T, F, Fut>(policy: RetryPolicy, mut attempt: F) -> Result<T, NoeticError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, NoeticError>>,
-{
-    let mut number = 0;
-    loop {
-        let error = match attempt().await {
-            Ok(value) => return Ok(value),
-            Err(e) => e,
-        };
-        let Some(delay) = retry_delay(&policy, number, &error) else { return Err(error) };
-        tracing::debug!(attempt = number, ?delay, %error, "Anthropic request failed; retrying");
-        tokio::time::sleep(delay).await;
-        number += 1;
+/// `what` is over the body cap: not retried, since the same request would bring the same body.
+fn too_large(what: &str, limit: usize, status: Option<u16>) -> NoeticError {
+    NoeticError::ModelFailed {
+        message: format!(
+            "{what} is larger than the limit of {} (AnthropicConfig::max_body_bytes); it was not read further and \
+             not retried — raise the limit if answers this large are expected",
+            describe_bytes(limit)
+        ),
+        status,
+        raw: None,
+        retryable: false,
     }
 }
 
-/// The wait before retrying after failed attempt `attempt` (0-based), or `None` when `error` is final: not
-/// retryable, the last attempt, or a `Retry-After` longer than the policy's longest delay.
-pub(crate) fn retry_delay(policy: &RetryPolicy, attempt: u32, error: &NoeticError) -> Option<Duration> {
-    if attempt.saturating_add(1) >= policy.max_attempts.max(1) || !error.is_retryable() {
-        return None;
-    }
-    let backoff = policy.delay(attempt);
+/// A failure after the stream began (never retried).
+fn stream_error(error: SseStreamError<BodyError<reqwest::Error>>) -> NoeticError {
     match error {
-        NoeticError::ModelRateLimit { retry_after_ms: Some(ms), .. } => {
-            let asked = Duration::from_millis(*ms);
-            (asked <= policy.max_delay.unwrap_or(DEFAULT_MAX_DELAY)).then(|| backoff.max(asked))
-        }
-        _ => Some(backoff),
+        SseStreamError::Transport(BodyError::Transport(e)) => mid_stream(&error_chain(&e)),
+        SseStreamError::Transport(BodyError::TooLarge { limit }) => mid_stream(&format!(
+            "the streamed response is larger than the limit of {} (AnthropicConfig::max_body_bytes)",
+            describe_bytes(limit)
+        )),
+        SseStreamError::Transport(BodyError::Idle { after }) => mid_stream(&format!(
+            "no data arrived for {} ms mid-stream (AnthropicConfig::idle_timeout)",
+            after.as_millis()
+        )),
+        SseStreamError::Sse(e) => mid_stream(&format!("{e} (AnthropicConfig::max_body_bytes)")),
     }
-}
-
-/// Ends `bytes` with an error when no chunk arrives within `timeout`.
-fn idle_timeout<S, B>(bytes: S, timeout: Duration) -> impl Stream<Item = Result<B, String>> + Send + 'static
-where
-    S: Stream<Item = Result<B, String>> + Send + 'static,
-    B: Send + 'static,
-{
-    futures::stream::unfold(Some(Box::pin(bytes)), move |bytes| async move {
-        let mut bytes = bytes?;
-        match tokio::time::timeout(timeout, bytes.next()).await {
-            Ok(Some(item)) => Some((item, Some(bytes))),
-            Ok(None) => None,
-            Err(_) => Some((
-                Err(format!(
-                    "no data arrived for {} ms; raise AnthropicConfig::timeout if the model needs longer pauses",
-                    timeout.as_millis()
-                )),
-                None,
-            )),
-        }
-    })
 }
 
 #[cfg(test)]
 mod tests {
-    use noetic::step::Backoff;
+    use std::time::Duration;
 
     use super::*;
 
-    const MS: Duration = Duration::from_millis(1);
-
-    fn failed(retryable: bool) -> NoeticError {
-        NoeticError::ModelFailed { message: String::new(), status: None, raw: None, retryable }
-    }
-
     #[test]
-    fn retries_follow_the_backoff_and_stop_after_the_last_attempt() {
-        let policy = RetryPolicy::new(3, Backoff::Exponential, 500 * MS);
-        assert_eq!(retry_delay(&policy, 0, &failed(true)), Some(500 * MS));
-        assert_eq!(retry_delay(&policy, 1, &failed(true)), Some(1000 * MS));
-        assert_eq!(retry_delay(&policy, 2, &failed(true)), None);
-        assert_eq!(retry_delay(&policy, 0, &failed(false)), None);
-    }
-
-    #[test]
-    fn a_retry_after_longer_than_the_backoff_wins_and_one_beyond_the_cap_ends_the_retries() {
-        let policy = RetryPolicy::new(3, Backoff::Exponential, 500 * MS).max_delay(10_000 * MS);
-        let limited =
-            |ms| NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms), message: None };
-        assert_eq!(retry_delay(&policy, 0, &limited(2000)), Some(2000 * MS));
-        assert_eq!(retry_delay(&policy, 0, &limited(0)), Some(500 * MS));
-        assert_eq!(retry_delay(&policy, 0, &limited(60_000)), None);
-        let unknown = NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: None, message: None };
-        assert_eq!(retry_delay(&policy, 0, &unknown), Some(500 * MS));
-    }
-
-    #[test]
-    fn invalid_base_urls_are_rejected_when_the_client_is_built() {
+    fn invalid_base_urls_and_zero_timeouts_are_rejected_when_the_client_is_built() {
         let e = AnthropicModel::new(AnthropicConfig::without_key().base_url("not a url"));
         assert!(matches!(e, Err(NoeticError::ModelFailed { retryable: false, .. })));
         let e = AnthropicModel::new(AnthropicConfig::without_key().base_url("ftp://host"));
         assert!(matches!(e, Err(NoeticError::ModelFailed { retryable: false, .. })));
+        let e = AnthropicModel::new(AnthropicConfig::without_key().idle_timeout(Duration::ZERO));
+        assert!(
+            matches!(e, Err(NoeticError::ModelFailed { retryable: false, message, .. }) if message.contains("idle_timeout"))
+        );
+        assert!(AnthropicModel::new(AnthropicConfig::without_key()).is_ok());
     }
 }

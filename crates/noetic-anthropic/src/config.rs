@@ -14,6 +14,10 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// How long a request may take by default: 10 minutes, as Anthropic's own SDKs allow for long generations.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The default idle limit of a stream: the longest silence between two pieces of a streamed body. Anthropic sends
+/// `ping` events while a response is being generated, so a minute of silence means the connection stalled.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The default retry policy: 3 attempts, exponential backoff from 500 ms (500 ms, then 1 s), each delay capped at
 /// 30 s.
 pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy {
@@ -44,9 +48,18 @@ pub struct AnthropicConfig {
     /// Where the API lives, without `/v1/messages` (a trailing `/v1` is accepted too).
     pub base_url: String,
     /// The limit on one attempt: for [`noetic::model::Model::call`], the whole request; for
-    /// [`noetic::model::Model::stream`], the wait for the response to start and then each wait for the next piece
-    /// of the body. A timeout before the response starts is retried.
+    /// [`noetic::model::Model::stream`], the wait for the response to begin (headers and first body bytes). An
+    /// attempt that runs out of time is retried.
     pub timeout: Duration,
+    /// The idle limit of a stream: the longest wait for the next bytes of a streamed body once its headers
+    /// arrived. Before the first body byte a silence this long fails the attempt, which is retried; later it ends
+    /// the stream with a non-retryable error, since part of the answer is out.
+    pub idle_timeout: Duration,
+    /// The cap on a response body, in bytes: a whole response, an error body, and a whole streamed response (so
+    /// also one event). Over the cap the body is not read further and the call ends with a non-retryable
+    /// [`noetic::NoeticError::ModelFailed`] naming this setting; it is not retried, since the same request would
+    /// bring the same body.
+    pub max_body_bytes: usize,
     /// Retries of rate limits (429), overload (529), server errors, timeouts and connection failures — only
     /// before a streamed response has begun, never after. Set `max_attempts: 1` to turn retries off (for instance
     /// when wrapping the model in [`noetic::model::RetryModel`]).
@@ -58,7 +71,7 @@ pub struct AnthropicConfig {
 
 impl AnthropicConfig {
     /// A configuration with `api_key` and the defaults: [`DEFAULT_BASE_URL`], [`DEFAULT_TIMEOUT`],
-    /// [`DEFAULT_RETRY`].
+    /// [`DEFAULT_IDLE_TIMEOUT`], a 32 MiB body cap ([`noetic_http::DEFAULT_MAX_BODY_BYTES`]), [`DEFAULT_RETRY`].
     pub fn new(api_key: impl Into<String>) -> Self {
         AnthropicConfig { api_key: Some(api_key.into()), ..Self::without_key() }
     }
@@ -69,6 +82,8 @@ impl AnthropicConfig {
             api_key: None,
             base_url: DEFAULT_BASE_URL.to_owned(),
             timeout: DEFAULT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_body_bytes: noetic_http::DEFAULT_MAX_BODY_BYTES,
             retry: DEFAULT_RETRY,
             model_override: None,
         }
@@ -103,9 +118,21 @@ impl AnthropicConfig {
         self
     }
 
-    /// Sets the per-attempt timeout.
+    /// Sets the per-attempt timeout (see the `timeout` field).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets the idle limit of a stream (see the `idle_timeout` field; default [`DEFAULT_IDLE_TIMEOUT`]).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the cap on a response body in bytes (see the `max_body_bytes` field; default 32 MiB).
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
         self
     }
 
@@ -135,6 +162,8 @@ impl fmt::Debug for AnthropicConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("base_url", &self.base_url)
             .field("timeout", &self.timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_body_bytes", &self.max_body_bytes)
             .field("retry", &self.retry)
             .field("model_override", &self.model_override)
             .finish()

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use noetic::NoeticError;
+use noetic_http::error_chain;
 use serde_json::Value;
 
 /// The environment variable holding the API key, named in authentication errors.
@@ -157,18 +158,6 @@ pub(crate) fn transport_error(error: &reqwest::Error, url: &str) -> NoeticError 
         format!("could not reach Anthropic at {url} ({detail}); check the network and ANTHROPIC_BASE_URL, or try again")
     };
     NoeticError::ModelFailed { message, status: None, raw: None, retryable: true }
-}
-
-/// An error and its sources, joined with `: ` (reqwest's own message hides the cause).
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

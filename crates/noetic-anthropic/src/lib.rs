@@ -53,7 +53,12 @@
 //!   objects — only before a streamed response has begun. Once a stream has started, every error is returned
 //!   as it is and marked not retryable, because part of the answer may already have been used.
 //! * **Timeouts.** [`AnthropicConfig::timeout`] bounds a whole non-streamed attempt, and for a stream the wait for
-//!   the response to begin and then every gap between chunks.
+//!   the response to begin (its first body byte); [`AnthropicConfig::idle_timeout`] (60 s) bounds every gap between
+//!   chunks of a stream. A stall before the first body byte is retried like a failed call.
+//! * **Limits.** [`AnthropicConfig::max_body_bytes`] (32 MiB) caps every body — a response, an error body, a whole
+//!   stream — which is read once; over the cap is a non-retryable error naming the setting.
+//! * **Shared toolkit.** SSE framing (linear in the input), body caps and retries come from `noetic-http`, shared
+//!   with the OpenAI-compatible provider.
 //! * **Cancellation** is by drop: dropping the future or the stream closes the connection. Nothing is spawned.
 
 mod client;
@@ -65,9 +70,11 @@ mod sse;
 mod stream;
 
 pub use client::AnthropicModel;
-pub use config::{ANTHROPIC_VERSION, AnthropicConfig, DEFAULT_BASE_URL, DEFAULT_RETRY, DEFAULT_TIMEOUT};
+pub use config::{
+    ANTHROPIC_VERSION, AnthropicConfig, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT,
+};
 pub use error::{API_KEY_VAR, error_from_body, error_from_status, parse_retry_after};
 pub use request::{DEFAULT_MAX_TOKENS, DEVELOPER_PREFIX, SYSTEM_PREFIX, model_id, request_body};
 pub use response::{parse_response, usage};
-pub use sse::stream_deltas;
+pub use sse::{stream_deltas, stream_deltas_limited};
 pub use stream::StreamAccumulator;

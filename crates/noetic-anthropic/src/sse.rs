@@ -1,19 +1,19 @@
-//! SSE framing: any stream of byte chunks → server-sent events → [`StreamDelta`]s via [`StreamAccumulator`].
+//! SSE framing: any stream of byte chunks → server-sent events (`noetic-http`'s linear framer) → [`StreamDelta`]s
+//! via [`StreamAccumulator`].
 //!
 //! Free of sockets: the client feeds it the HTTP body; tests feed it fixture bytes cut at arbitrary points.
 
 use std::collections::VecDeque;
 use std::fmt::Display;
 
-use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
+use noetic_http::{DEFAULT_MAX_BODY_BYTES, SseEvent, sse_events};
 
-use crate::error::error_chain;
 use crate::stream::StreamAccumulator;
 
-/// Streaming state driven by [`stream_deltas`].
+/// Streaming state driven by [`event_deltas`].
 struct State<S> {
     events: S,
     accumulator: Option<StreamAccumulator>,
@@ -24,19 +24,39 @@ struct State<S> {
 ///
 /// `bytes` is any stream of byte chunks, cut anywhere (even inside a UTF-8 character or a line break); the
 /// result does not depend on where. The stream ends after `Done` or after the first error: an `error` event, a
-/// transport error, invalid SSE or JSON, or a body that ends before `message_stop`. Errors here are never
-/// retryable (see [`StreamAccumulator::push`]).
+/// transport error, invalid JSON, an event over [`DEFAULT_MAX_BODY_BYTES`] (see [`stream_deltas_limited`]), or a
+/// body that ends before `message_stop`. Errors here are never retryable (see [`StreamAccumulator::push`]).
 pub fn stream_deltas<S, B, E>(bytes: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
     B: AsRef<[u8]> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let state = State {
-        events: Box::pin(bytes.eventsource()),
-        accumulator: Some(StreamAccumulator::new()),
-        pending: VecDeque::new(),
-    };
+    stream_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
+}
+
+/// [`stream_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
+/// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
+/// unbounded event.
+pub fn stream_deltas_limited<S, B, E>(
+    bytes: S,
+    max_event_bytes: usize,
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    event_deltas(sse_events(bytes, max_event_bytes).map(|event| event.map_err(|e| mid_stream(&e))))
+}
+
+/// Framed events (or the error that ended them) → deltas. Errors pass through as they are.
+pub(crate) fn event_deltas<S>(events: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
+where
+    S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
+{
+    let state =
+        State { events: Box::pin(events), accumulator: Some(StreamAccumulator::new()), pending: VecDeque::new() };
     futures::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(delta) = state.pending.pop_front() {
@@ -45,15 +65,7 @@ where
             let accumulator = state.accumulator.as_mut()?;
             let outcome = match state.events.next().await {
                 Some(Ok(event)) => accumulator.push(&event.data).map(VecDeque::from),
-                Some(Err(e)) => Err(NoeticError::ModelFailed {
-                    message: format!(
-                        "the Anthropic stream broke after the response had begun ({}); try again",
-                        error_chain_display(&e)
-                    ),
-                    status: None,
-                    raw: None,
-                    retryable: false,
-                }),
+                Some(Err(e)) => Err(e),
                 None => match state.accumulator.take().map(StreamAccumulator::finish) {
                     Some(Ok(response)) => Ok(VecDeque::from([StreamDelta::Done { response }])),
                     Some(Err(e)) => Err(e),
@@ -80,12 +92,13 @@ where
     })
 }
 
-/// The message of an SSE parsing or transport error.
-fn error_chain_display<E: Display>(error: &eventsource_stream::EventStreamError<E>) -> String {
-    match error {
-        eventsource_stream::EventStreamError::Transport(e) => e.to_string(),
-        eventsource_stream::EventStreamError::Utf8(e) => format!("the body is not UTF-8: {}", error_chain(e)),
-        eventsource_stream::EventStreamError::Parser(e) => format!("the body is not valid SSE: {e}"),
+/// A failure after the response had begun (never retried: part of the answer may have been passed on).
+pub(crate) fn mid_stream(what: &dyn Display) -> NoeticError {
+    NoeticError::ModelFailed {
+        message: format!("the Anthropic stream broke after the response had begun ({what}); try again"),
+        status: None,
+        raw: None,
+        retryable: false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The benchmark suite, one JSON line per figure (`{"name", "value", "unit", "min", "max", "cold", "target"}`):
-//! the runtime's bare overhead with an instant scripted model, and the path users run (`real_*`, see
-//! [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
+//! the runtime's bare overhead with an instant scripted model, the providers' SSE framing, and the path users run
+//! (`real_*`, see [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
 //!
 //! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
 //! repetitions after a first, cold run (reported as `cold`); `min` and `max` bound the repetitions. Memory figures
@@ -192,6 +192,25 @@ async fn steer_latency_us() -> BenchResult<f64> {
     Ok(nanos as f64 / 1000.0)
 }
 
+/// One 2 MiB event arriving in 16-byte chunks, through the providers' SSE framing (`noetic-http`), in ms.
+async fn sse_framing_ms() -> BenchResult<f64> {
+    const SIZE: usize = 2 * 1024 * 1024;
+    let mut body = b"data: ".to_vec();
+    body.resize(body.len() + SIZE, b'x');
+    body.extend_from_slice(b"\n\n");
+    // Owned chunks, as an HTTP body delivers them; splitting is set-up, not measured.
+    let chunks: Vec<Vec<u8>> = body.chunks(16).map(<[u8]>::to_vec).collect();
+    let start = Instant::now();
+    let bytes = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+    let events: Vec<_> =
+        futures::StreamExt::collect(noetic_http::sse_events(bytes, noetic_http::DEFAULT_MAX_BODY_BYTES)).await;
+    let elapsed = start.elapsed().as_secs_f64() * 1e3;
+    match events.as_slice() {
+        [Ok(event)] if event.data.len() == SIZE => Ok(elapsed),
+        _ => Err(format!("the 2 MiB event was not framed as one event: {} results", events.len()).into()),
+    }
+}
+
 /// Resident memory now and at its peak, in MiB (Linux `/proc/self/status`).
 fn rss_mib() -> (f64, f64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -298,6 +317,7 @@ fn main() -> BenchResult<()> {
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
         report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
         report("steer_latency_us", measure(15, steer_latency_us).await?, "us", "<= 50");
+        report("sse_framing_2mb_16b_chunks_ms", measure(7, sse_framing_ms).await?, "ms", "<= 50");
         BenchResult::Ok(())
     })?;
     let children = |arg: &str| (0..3).map(|_| child(arg)).collect::<BenchResult<Vec<_>>>();

@@ -90,6 +90,10 @@ pub struct ChatArgs {
     /// No colours, even on a terminal.
     #[arg(long)]
     plain: bool,
+    /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
+    /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
+    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
+    timeout: Option<std::time::Duration>,
 }
 
 const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
@@ -114,15 +118,19 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                 .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
         );
     }
+    let timeout = match args.timeout {
+        Some(timeout) => Some(timeout),
+        None => crate::config::timeout(defaults)?,
+    };
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
     let (model_id, provider_name, model, _local_server) = if args.local {
         let server = local::ensure(|line| errln!("{line}")).await?;
         let described = format!("local, {}", server.base_url());
-        (local::LOCAL_MODEL_ID.to_owned(), described, server.model()?, Some(server))
+        (local::LOCAL_MODEL_ID.to_owned(), described, server.model(timeout)?, Some(server))
     } else {
         let model_id = provider::model_id(args.model.as_deref());
         let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
-        let model = provider::build(provider, args.base_url.as_deref())?;
+        let model = provider::build(provider, args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?;
         (model_id, provider.as_str().to_owned(), model, None)
     };
     let rules = match &args.rules {

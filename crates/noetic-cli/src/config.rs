@@ -10,6 +10,7 @@
 //! rules = "rules.toml"
 //! instructions = "You are careful."
 //! ledger_out = "ledger.jsonl"
+//! timeout = 120                     # seconds: request timeout and idle limit of the provider
 //! ```
 //!
 //! The file is `--config FILE`, else `./noetic.toml` when it exists. Every key is overridden by the environment
@@ -17,9 +18,10 @@
 //! flag overrides both.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use noetic::agent::SteeringMode;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// The file's name in the current folder.
 pub const FILE_NAME: &str = "noetic.toml";
@@ -60,6 +62,38 @@ pub struct Defaults {
     pub instructions: Option<String>,
     /// Where to append ledgers.
     pub ledger_out: Option<PathBuf>,
+    /// The provider's timeout in seconds, as written (checked by [`timeout`]).
+    #[serde(default, deserialize_with = "number_or_text")]
+    pub timeout: Option<String>,
+}
+
+/// A number (`120`, `2.5`) or a string, kept as text so a bad value can be quoted back as written.
+pub(crate) fn number_or_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(i64),
+        Float(f64),
+        Text(String),
+    }
+    Ok(Some(match Raw::deserialize(deserializer)? {
+        Raw::Int(n) => n.to_string(),
+        Raw::Float(x) => x.to_string(),
+        Raw::Text(t) => t,
+    }))
+}
+
+/// The configured provider timeout (`timeout`, after the environment's override), `None` when unset. A value
+/// that is not a positive number of seconds is an error naming it and where it came from.
+pub fn timeout(defaults: &Defaults) -> Result<Option<Duration>, String> {
+    defaults
+        .timeout
+        .as_deref()
+        .map(|value| {
+            crate::provider::parse_timeout(value)
+                .map_err(|e| format!("agents.defaults.timeout (from {FILE_NAME} or {ENV_PREFIX}TIMEOUT): {e}"))
+        })
+        .transpose()
 }
 
 /// The configured steering mode (`steering_mode`, after the environment's override), one-at-a-time when
@@ -110,6 +144,7 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
     text(&mut defaults.base_url, "BASE_URL");
     text(&mut defaults.steering_mode, "STEERING_MODE");
     text(&mut defaults.instructions, "INSTRUCTIONS");
+    text(&mut defaults.timeout, "TIMEOUT");
     let path_var = |slot: &mut Option<PathBuf>, key: &str| {
         if let Some(v) = var(key) {
             *slot = Some(PathBuf::from(v));
@@ -146,6 +181,30 @@ mod tests {
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(steering_mode(&fine), Ok(SteeringMode::All));
         assert_eq!(steering_mode(&Defaults::default()), Ok(SteeringMode::OneAtATime));
+    }
+
+    #[test]
+    fn the_timeout_comes_from_the_file_or_the_environment_and_a_bad_one_is_an_error_naming_it() {
+        let (_dir, path) = write("[agents.defaults]\ntimeout = 30\n");
+        let from_file = load_with(Some(&path), |_| None).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(timeout(&from_file), Ok(Some(Duration::from_secs(30))));
+        let (_dir, path) = write("[agents.defaults]\ntimeout = 2.5\n");
+        let fractional = load_with(Some(&path), |_| None).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(timeout(&fractional), Ok(Some(Duration::from_millis(2500))));
+        let env =
+            |value: &'static str| move |k: &str| (k == "NOETIC_AGENTS_DEFAULTS_TIMEOUT").then(|| value.to_owned());
+        let from_env = load_with(Some(&path), env("45")).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(timeout(&from_env), Ok(Some(Duration::from_secs(45))), "the environment overrides the file");
+        assert_eq!(timeout(&Defaults::default()), Ok(None));
+        let zero = load_with(None, env("0")).unwrap_or_else(|e| unreachable!("{e}"));
+        let err = timeout(&zero).err().unwrap_or_default();
+        assert!(err.contains("'0' is not a valid timeout") && err.contains("NOETIC_AGENTS_DEFAULTS_TIMEOUT"), "{err}");
+        let (_dir, path) = write("[agents.defaults]\ntimeout = -5\n");
+        let negative = load_with(Some(&path), |_| None).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(timeout(&negative).err().unwrap_or_default().contains("'-5' is not a valid timeout"));
+        let (_dir, path) = write("[agents.defaults]\ntimeout = \"soon\"\n");
+        let text = load_with(Some(&path), |_| None).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(timeout(&text).err().unwrap_or_default().contains("'soon' is not a valid timeout"));
     }
 
     #[test]

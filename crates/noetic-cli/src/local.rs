@@ -36,11 +36,14 @@ impl LocalServer {
     }
 
     /// The model for this server: llama.cpp's capabilities (grammar-constrained judge verdicts, narrowed named
-    /// tool choices) and every request sent as [`LOCAL_MODEL_ID`], judges included.
-    pub fn model(&self) -> Result<Arc<dyn Model>, String> {
+    /// tool choices) and every request sent as [`LOCAL_MODEL_ID`], judges included. `timeout` (request timeout
+    /// and idle limit) is 300 s unless given: a CPU-only server may be slow to start answering.
+    pub fn model(&self, timeout: Option<Duration>) -> Result<Arc<dyn Model>, String> {
+        let timeout = timeout.unwrap_or(Duration::from_secs(300));
         let config = OpenAiConfig::llama_cpp(self.base_url.clone())
             .model_override(LOCAL_MODEL_ID)
-            .timeout(Duration::from_secs(300));
+            .timeout(timeout)
+            .idle_timeout(timeout);
         Ok(Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?))
     }
 }

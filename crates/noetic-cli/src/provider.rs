@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use noetic::model::Model;
 use noetic_anthropic::{AnthropicConfig, AnthropicModel};
@@ -12,6 +13,20 @@ use noetic_openai::{OpenAiConfig, OpenAiModel};
 pub const DEFAULT_MODEL: &str = noetic::agent::DEFAULT_MODEL;
 /// The environment variable naming the default model.
 pub const MODEL_ENV: &str = "NOETIC_MODEL";
+/// The provider's request timeout when neither `--timeout`, the workflow nor `noetic.toml` sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A timeout given in seconds (`120`, `2.5`): a positive, finite number. Anything else is an error naming the
+/// value, so a typo never turns the limit off.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let invalid =
+        |why: &str| format!("'{text}' is not a valid timeout: {why}; give a positive number of seconds, e.g. 120");
+    let seconds: f64 = text.trim().parse().map_err(|_| invalid("not a number"))?;
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(invalid("it must be more than 0"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| invalid("it is too large"))
+}
 
 /// Which API the model is reached through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -51,11 +66,13 @@ pub fn model_id(flag: Option<&str>) -> String {
 }
 
 /// Builds the provider's model. Keys come from the environment; a missing key is an error naming the variable,
-/// unless the base URL is a local server (which usually needs none).
-pub fn build(provider: Provider, base_url: Option<&str>) -> Result<Arc<dyn Model>, String> {
+/// unless the base URL is a local server (which usually needs none). `timeout` bounds each attempt until the
+/// answer begins and is also the idle limit between streamed bytes, so a stalled server is given up on (and
+/// retried) after that long.
+pub fn build(provider: Provider, base_url: Option<&str>, timeout: Duration) -> Result<Arc<dyn Model>, String> {
     match provider {
         Provider::Openai => {
-            let mut config = OpenAiConfig::from_env();
+            let mut config = OpenAiConfig::from_env().timeout(timeout).idle_timeout(timeout);
             if let Some(url) = base_url {
                 config = config.base_url(url);
             }
@@ -70,7 +87,7 @@ pub fn build(provider: Provider, base_url: Option<&str>) -> Result<Arc<dyn Model
             Ok(Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?))
         }
         Provider::Anthropic => {
-            let mut config = AnthropicConfig::from_env();
+            let mut config = AnthropicConfig::from_env().timeout(timeout).idle_timeout(timeout);
             if let Some(url) = base_url {
                 config = config.base_url(url);
             }
@@ -125,6 +142,26 @@ mod tests {
         }
         for url in ["https://api.openai.com/v1", "https://openrouter.ai/api/v1", "http://8.8.8.8/v1"] {
             assert!(!is_local(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_a_positive_number_of_seconds_and_a_bad_one_is_an_error_naming_it() {
+        assert_eq!(parse_timeout("120"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_timeout(" 2.5 "), Ok(Duration::from_millis(2500)));
+        for (bad, why) in [
+            ("0", "more than 0"),
+            ("-5", "more than 0"),
+            ("0.0", "more than 0"),
+            ("abc", "not a number"),
+            ("", "not a number"),
+            ("10s", "not a number"),
+            ("NaN", "more than 0"),
+            ("inf", "more than 0"),
+            ("1e30", "too large"),
+        ] {
+            let error = parse_timeout(bad).err().unwrap_or_default();
+            assert!(error.starts_with(&format!("'{bad}' is not a valid timeout: ")) && error.contains(why), "{error}");
         }
     }
 

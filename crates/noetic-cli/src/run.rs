@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use noetic::EventKind;
 use serde_json::json;
@@ -15,7 +16,7 @@ use crate::agent::{self, AgentSpec};
 use crate::output::{errln, outln};
 use crate::render::{Style, event_line, printable};
 use crate::workspace::Workspace;
-use crate::{approve, ledger, local, workflow};
+use crate::{approve, ledger, local, provider, workflow};
 
 /// Arguments of `noetic run`.
 #[derive(clap::Args)]
@@ -44,6 +45,11 @@ pub struct RunArgs {
     /// whatever the workflow names: started for this run unless it already runs, stopped at the end.
     #[arg(long, conflicts_with = "model")]
     local: bool,
+    /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
+    /// stalled start is retried: 3 attempts in all). Overrides the workflow's `timeout` and
+    /// `agents.defaults.timeout`; default 120 (300 with --local).
+    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
+    timeout: Option<Duration>,
     /// No colours on the progress lines.
     #[arg(long)]
     plain: bool,
@@ -56,13 +62,17 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         flow.model = model.clone();
     }
     let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
+    let timeout = match args.timeout.or(flow.timeout) {
+        Some(timeout) => Some(timeout),
+        None => crate::config::timeout(defaults)?,
+    };
     // `_local_server` lives until the run ends: dropping it stops a server this run started.
     let (model, _local_server) = if args.local {
         let server = local::ensure(|line| errln!("{line}")).await?;
         flow.model = local::LOCAL_MODEL_ID.to_owned();
-        (server.model()?, Some(server))
+        (server.model(timeout)?, Some(server))
     } else {
-        (flow.model_client(args.base_url.as_deref())?, None)
+        (flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?, None)
     };
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());

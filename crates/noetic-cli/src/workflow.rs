@@ -11,6 +11,7 @@
 //! max_rounds = 8                 # model → tools rounds within the llm step
 //! max_iterations = 4             # iterations of the agent loop
 //! steering_mode = "one-at-a-time"
+//! timeout = 120                  # seconds: the provider's request timeout and idle limit
 //!
 //! [[scripted.response]]
 //! tool_calls = [{ name = "list_dir", args = { path = "." } }]
@@ -24,6 +25,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use noetic::NoeticError;
 use noetic::agent::SteeringMode;
@@ -53,6 +55,8 @@ struct WorkflowFile {
     max_rounds: Option<u32>,
     max_iterations: Option<u32>,
     steering_mode: Option<SteeringMode>,
+    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    timeout: Option<String>,
     workspace: Option<PathBuf>,
     scripted: Option<ScriptedDef>,
 }
@@ -107,6 +111,8 @@ pub struct Workflow {
     pub max_iterations: Option<u32>,
     /// The steering queue's mode.
     pub steering_mode: Option<SteeringMode>,
+    /// The provider's request timeout and idle limit.
+    pub timeout: Option<Duration>,
     /// The workspace, resolved against the file's folder.
     pub workspace: Option<PathBuf>,
     scripted: Option<ScriptedDef>,
@@ -132,6 +138,12 @@ pub fn load(path: &Path) -> Result<Workflow, SourceError> {
             format!("there is no built-in tool '{bad}'; choose from {}", crate::tools::BUILT_IN.join(", ")),
         ));
     }
+    let timeout = file
+        .timeout
+        .as_deref()
+        .map(provider::parse_timeout)
+        .transpose()
+        .map_err(|e| source.error_at(&[Seg::Key("timeout")], e))?;
     let model = file.model.unwrap_or_else(|| provider::model_id(None));
     if model == SCRIPTED {
         let responses = file.scripted.as_ref().map_or(0, |s| s.response.len());
@@ -160,19 +172,20 @@ pub fn load(path: &Path) -> Result<Workflow, SourceError> {
         max_rounds: file.max_rounds,
         max_iterations: file.max_iterations,
         steering_mode: file.steering_mode,
+        timeout,
         workspace: file.workspace.map(|w| dir.join(w)),
         scripted: file.scripted,
     })
 }
 
 impl Workflow {
-    /// The model client: the scripted model for `model = "scripted"`, else the provider's.
-    pub fn model_client(&self, base_url_flag: Option<&str>) -> Result<Arc<dyn Model>, String> {
+    /// The model client: the scripted model for `model = "scripted"`, else the provider's with `timeout`.
+    pub fn model_client(&self, base_url_flag: Option<&str>, timeout: Duration) -> Result<Arc<dyn Model>, String> {
         if self.model == SCRIPTED {
             return Ok(Arc::new(scripted_model(self.scripted.as_ref())));
         }
         let provider = self.provider.unwrap_or_else(|| Provider::guess(&self.model));
-        provider::build(provider, base_url_flag.or(self.base_url.as_deref()))
+        provider::build(provider, base_url_flag.or(self.base_url.as_deref()), timeout)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Where the provider lives and how to talk to it: base URL, API key, extra headers, timeout, retries.
+//! Where the provider lives and how to talk to it: base URL, API key, extra headers, timeouts, body cap, retries.
 
 use std::fmt;
 use std::time::Duration;
@@ -24,6 +24,8 @@ pub const OPENROUTER_API_KEY_ENV: &str = "OPENROUTER_API_KEY";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default idle limit on a streamed response: the longest silence between two pieces of the body.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default retry policy: 3 attempts, exponential backoff from 500 ms (capped at 30 s).
 pub fn default_retry_policy() -> RetryPolicy {
@@ -52,6 +54,8 @@ pub struct OpenAiConfig {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_body_bytes: usize,
     pub(crate) retry: RetryPolicy,
     pub(crate) model_override: Option<String>,
     pub(crate) capabilities: Capabilities,
@@ -68,6 +72,8 @@ impl Default for OpenAiConfig {
             headers: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_body_bytes: noetic_http::DEFAULT_MAX_BODY_BYTES,
             retry: default_retry_policy(),
             model_override: None,
             capabilities: Capabilities::default(),
@@ -87,6 +93,8 @@ impl fmt::Debug for OpenAiConfig {
             .field("headers", &self.headers.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>())
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_body_bytes", &self.max_body_bytes)
             .field("retry", &self.retry)
             .field("model_override", &self.model_override)
             .field("capabilities", &self.capabilities)
@@ -233,10 +241,28 @@ impl OpenAiConfig {
         self
     }
 
-    /// The request timeout (default 600 s). It bounds a whole non-streaming call, the wait for a streaming
-    /// response to start, and any silence between two pieces of a stream.
+    /// The request timeout of one attempt (default 600 s). It bounds a whole non-streaming call and the wait for
+    /// a streaming response to begin (its headers and first body bytes). An attempt that runs out of time is
+    /// retried.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The idle limit of a stream (default [`DEFAULT_IDLE_TIMEOUT`], 60 s): the longest wait for the next bytes of
+    /// a streamed body once its headers arrived. Before the first body byte a silence this long fails the attempt,
+    /// which is retried; later it ends the stream with a non-retryable error (part of the answer is out).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The cap on a response body (default [`noetic_http::DEFAULT_MAX_BODY_BYTES`], 32 MiB): a whole response, an
+    /// error body, and a whole streamed response (so also one event). A body over the cap is not read further
+    /// and ends the call with a non-retryable [`NoeticError::ModelFailed`](noetic::NoeticError::ModelFailed)
+    /// naming this setting; a `Content-Length` over the cap fails before the body is read.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
         self
     }
 
@@ -283,6 +309,21 @@ impl OpenAiConfig {
     /// The retry policy.
     pub fn get_retry(&self) -> RetryPolicy {
         self.retry
+    }
+
+    /// The request timeout of one attempt.
+    pub fn get_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The idle limit of a stream.
+    pub fn get_idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// The cap on a response body, in bytes.
+    pub fn get_max_body_bytes(&self) -> usize {
+        self.max_body_bytes
     }
 
     /// The model id sent for a request naming `requested`: the override if set; on OpenAI's own API a leading

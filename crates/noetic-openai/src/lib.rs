@@ -3,10 +3,11 @@
 //! One [`Model`](noetic::model::Model) for every server that speaks the chat-completions wire format: OpenAI,
 //! OpenRouter (model ids like `openai/gpt-4o-mini`), Ollama, vLLM and llama.cpp's server.
 //!
-//! * [`OpenAiConfig`] — base URL, API key, extra headers, timeout, retries; from code or from the environment
-//!   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENROUTER_API_KEY`).
+//! * [`OpenAiConfig`] — base URL, API key, extra headers, timeouts (request, idle), body cap, retries; from code
+//!   or from the environment (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENROUTER_API_KEY`).
 //! * [`OpenAiModel`] — the transport: `call` and `stream` over reqwest, retries with backoff before the first
-//!   streamed byte only, typed errors that say what to do.
+//!   streamed byte only, typed errors that say what to do. SSE framing, body caps and retries come from
+//!   `noetic-http`, shared with the Anthropic provider.
 //! * [`wire`] — the translation as pure functions (request body, response parsing, SSE → deltas), usable and
 //!   tested without a socket.
 //!
@@ -50,10 +51,12 @@
 mod client;
 mod config;
 mod status;
+mod transport;
 pub mod wire;
 
 pub use client::OpenAiModel;
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, OLLAMA_BASE_URL, OPENAI_API_KEY_ENV, OPENAI_BASE_URL,
-    OPENAI_BASE_URL_ENV, OPENROUTER_API_KEY_ENV, OPENROUTER_BASE_URL, OpenAiConfig, default_retry_policy,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_TIMEOUT, OLLAMA_BASE_URL, OPENAI_API_KEY_ENV,
+    OPENAI_BASE_URL, OPENAI_BASE_URL_ENV, OPENROUTER_API_KEY_ENV, OPENROUTER_BASE_URL, OpenAiConfig,
+    default_retry_policy,
 };

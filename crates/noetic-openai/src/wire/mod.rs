@@ -3,7 +3,7 @@
 //! * [`request_body`] — [`ModelRequest`](noetic::model::ModelRequest) → JSON body.
 //! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic::model::ModelResponse).
 //! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic::model::StreamDelta)s.
-//! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas.
+//! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas (framed by `noetic-http`, linear in the input).
 
 mod request;
 mod response;
@@ -13,6 +13,6 @@ mod stream;
 pub use request::request_body;
 pub use response::parse_response;
 pub(crate) use response::{ProviderError, quote};
-pub(crate) use sse::error_chain;
-pub use sse::sse_deltas;
+pub(crate) use sse::{event_deltas, mid_stream};
+pub use sse::{sse_deltas, sse_deltas_limited};
 pub use stream::{StreamAccumulator, replay};

@@ -1,17 +1,18 @@
-//! An SSE byte stream → [`StreamDelta`]s, through `eventsource-stream` and the [`StreamAccumulator`].
+//! An SSE byte stream → [`StreamDelta`]s, through `noetic-http`'s linear framer and the [`StreamAccumulator`].
 
 use std::collections::VecDeque;
 use std::error::Error as StdError;
 
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
+use noetic_http::{DEFAULT_MAX_BODY_BYTES, SseEvent, SseStreamError, error_chain, sse_events};
 
 use super::StreamAccumulator;
 
 /// Parses an SSE byte stream (however it is split into chunks) into deltas, ending with [`StreamDelta::Done`] or
-/// an error. This is the path the client's `stream` uses on the HTTP body; tests feed it bytes directly.
+/// an error. The client's `stream` runs the same translation on the HTTP body (with its own limits); tests feed it
+/// bytes directly. One event may be up to [`DEFAULT_MAX_BODY_BYTES`] long (see [`sse_deltas_limited`]).
 ///
 /// After `[DONE]` or an error nothing more is read. A transport error in the middle becomes a non-retryable
 /// [`NoeticError::ModelFailed`]: part of the answer may have been delivered, and a retry would repeat it.
@@ -33,18 +34,44 @@ where
     B: AsRef<[u8]> + Send + 'static,
     E: StdError + Send + 'static,
 {
+    sse_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
+}
+
+/// [`sse_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
+/// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
+/// unbounded event.
+pub fn sse_deltas_limited<S, B, E>(
+    bytes: S,
+    max_event_bytes: usize,
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: StdError + Send + 'static,
+{
+    event_deltas(sse_events(bytes, max_event_bytes).map(|event| {
+        event.map_err(|e| match e {
+            SseStreamError::Transport(e) => {
+                mid_stream(format!("the connection failed mid-stream: {}", error_chain(&e)))
+            }
+            SseStreamError::Sse(e) => mid_stream(e.to_string()),
+        })
+    }))
+}
+
+/// Framed events (or the error that ended them) → deltas. Errors pass through as they are.
+pub(crate) fn event_deltas<S>(events: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
+where
+    S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
+{
     struct State<T> {
         events: T,
         accumulator: StreamAccumulator,
         queue: VecDeque<Result<StreamDelta, NoeticError>>,
         ended: bool,
     }
-    let state = State {
-        events: Box::pin(bytes.eventsource()),
-        accumulator: StreamAccumulator::new(),
-        queue: VecDeque::new(),
-        ended: false,
-    };
+    let state =
+        State { events: Box::pin(events), accumulator: StreamAccumulator::new(), queue: VecDeque::new(), ended: false };
     futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(next) = st.queue.pop_front() {
@@ -65,7 +92,7 @@ where
                     }
                 },
                 Some(Err(e)) => {
-                    st.queue.push_back(Err(stream_failed(&e)));
+                    st.queue.push_back(Err(e));
                     st.ended = true;
                 }
                 None => {
@@ -81,13 +108,9 @@ where
     })
 }
 
-/// A failure of the byte stream or of SSE decoding after the response began.
-fn stream_failed<E: StdError>(error: &EventStreamError<E>) -> NoeticError {
-    let what = match error {
-        EventStreamError::Transport(e) => format!("the connection failed mid-stream: {}", error_chain(e)),
-        EventStreamError::Utf8(e) => format!("the stream is not valid UTF-8: {e}"),
-        EventStreamError::Parser(e) => format!("the stream is not valid server-sent events: {e}"),
-    };
+/// A failure after the response began, described by `what`: never retried, since part of the answer may already
+/// have been delivered.
+pub(crate) fn mid_stream(what: String) -> NoeticError {
     NoeticError::ModelFailed {
         message: format!(
             "{what}; the partial answer was discarded and not retried (part of it may already have been delivered) \
@@ -97,19 +120,4 @@ fn stream_failed<E: StdError>(error: &EventStreamError<E>) -> NoeticError {
         raw: None,
         retryable: false,
     }
-}
-
-/// An error and its sources, joined by `: ` (reqwest's own message hides the cause).
-pub(crate) fn error_chain(error: &dyn StdError) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

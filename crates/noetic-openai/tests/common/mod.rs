@@ -146,13 +146,26 @@ fn read_request(stream: &mut TcpStream) -> bool {
     true
 }
 
-/// Writes the head of a chunked SSE response and one chunk holding `event`.
+/// Writes the head of a chunked SSE response and one chunk holding `event`, in one write (so no pause falls
+/// between them).
 pub fn write_sse_head_and_chunk(stream: &mut TcpStream, event: &str) {
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    let chunk = format!("{:x}\r\n{event}\r\n", event.len());
-    stream.write_all(head.as_bytes()).unwrap();
+    let chunk = format!("{head}{:x}\r\n{event}\r\n", event.len());
     stream.write_all(chunk.as_bytes()).unwrap();
     stream.flush().unwrap();
+}
+
+/// Writes the head of a chunked SSE response, and no body yet.
+pub fn write_sse_head(stream: &mut TcpStream) {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.flush().unwrap();
+}
+
+/// Writes one chunk of a chunked body (ignoring a client that went away).
+pub fn write_chunk(stream: &mut TcpStream, data: &str) {
+    let chunk = format!("{:x}\r\n{data}\r\n", data.len());
+    let _ = stream.write_all(chunk.as_bytes()).and_then(|()| stream.flush());
 }
 
 /// Blocks until the peer closes the connection (or it fails).

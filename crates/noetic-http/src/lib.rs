@@ -1,0 +1,66 @@
+//! # noetic-http — the toolkit noetic's HTTP providers share
+//!
+//! Pure pieces both `noetic-openai` and `noetic-anthropic` use, written once:
+//!
+//! * [`SseFramer`] / [`sse_events`] — server-sent events framing per the WHATWG rules, linear in the input
+//!   whatever the chunking, with a cap on one event's size.
+//! * [`read_body`] / [`guard_body`] — response bodies with a size cap ([`DEFAULT_MAX_BODY_BYTES`]) and an idle
+//!   limit between chunks.
+//! * [`with_retries`] / [`retry_delay`] — retries with backoff and `Retry-After`, before anything reached the
+//!   caller.
+//! * [`error_chain`] — an error and its sources in one line.
+//!
+//! No sockets here: everything works on streams of byte chunks, so it is tested without a server.
+
+mod body;
+mod retry;
+mod sse;
+
+pub use body::{BodyError, first_chunk, guard_body, read_body};
+pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
+pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
+
+/// The default cap on a response body, and on one server-sent event: 32 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// A byte count for messages: `32 MiB (33554432 bytes)`, or `1000 bytes` when it is not a whole KiB or MiB.
+pub fn describe_bytes(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * 1024;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB ({bytes} bytes)", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB ({bytes} bytes)", bytes / KIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// An error and its sources joined by `: `, skipping a cause whose text is already included (reqwest's own
+/// message hides the cause; some wrappers repeat it).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_are_described_in_the_largest_whole_unit() {
+        assert_eq!(describe_bytes(DEFAULT_MAX_BODY_BYTES), "32 MiB (33554432 bytes)");
+        assert_eq!(describe_bytes(64 * 1024), "64 KiB (65536 bytes)");
+        assert_eq!(describe_bytes(1000), "1000 bytes");
+        assert_eq!(describe_bytes(0), "0 bytes");
+    }
+}
