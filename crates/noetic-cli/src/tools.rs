@@ -15,6 +15,34 @@ use crate::workspace::{Workspace, WsPath};
 /// The names of the built-in tools.
 pub const BUILT_IN: [&str; 5] = ["read_file", "write_file", "list_dir", "delete_file", "run_command"];
 
+/// The arguments a built-in tool takes (`None` for a name that is not a built-in tool).
+pub fn arguments(tool: &str) -> Option<&'static [&'static str]> {
+    Some(match tool {
+        "read_file" => &["path", "offset"],
+        "write_file" => &["path", "content"],
+        "list_dir" => &["path"],
+        "delete_file" => &["path"],
+        "run_command" => &["command", "timeout_secs"],
+        _ => return None,
+    })
+}
+
+/// The path a call of a built-in tool touches, resolved as the tool resolves it, shown workspace-relative
+/// (`README.md`, `.` for the root): `None` unless `arg` is the `path` of a built-in file tool. Rules on path
+/// arguments match this, not what the model wrote; `Some(Err)` says why the path cannot be resolved inside the
+/// workspace (the tool refuses such a call too).
+pub fn resolved_path(workspace: &Workspace, tool: &str, arg: &str, args: &Value) -> Option<Result<String, String>> {
+    if !is_path_argument(tool, arg) {
+        return None;
+    }
+    Some(target(workspace, tool, args).map(|path| path.to_string()))
+}
+
+/// True when `arg` is the path a built-in file tool works on.
+pub fn is_path_argument(tool: &str, arg: &str) -> bool {
+    arg == "path" && matches!(tool, "read_file" | "write_file" | "list_dir" | "delete_file")
+}
+
 /// What a file tool's call touches: `delete_file` removes the entry (a link itself), the others follow links.
 fn target(workspace: &Workspace, tool: &str, args: &Value) -> Result<WsPath, String> {
     match tool {
