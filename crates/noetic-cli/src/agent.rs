@@ -58,7 +58,8 @@ fn default_instructions(workspace: &Workspace) -> String {
 pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     let config_error = |e: noetic::ConfigError| e.to_string();
     let tools = tools::built_in(&spec.workspace, spec.tools.as_deref(), &spec.rules.approval_tools())?;
-    let layer = steering(SteeringConfig::new(spec.rules.steering_rules(&spec.model_id))).map_err(config_error)?;
+    let layer = steering(SteeringConfig::new(spec.rules.steering_rules(&spec.model_id, &spec.workspace)))
+        .map_err(config_error)?;
     let instructions = spec.instructions.unwrap_or_else(|| default_instructions(&spec.workspace));
     // Streamed, so the terminal shows the answer as it arrives.
     let mut llm = Step::llm("assistant", spec.model_id.as_str()).instructions(instructions).stream(true);

@@ -83,9 +83,10 @@ enum Command {
     #[command(
         after_help = "Each [[rule]] has an id and exactly one of: deny_tool = \"name\"; deny_arg = { tool, arg, \
                             glob | regex }; require_approval = \"name\"; prompt = \"...\" (LLM-judged, with optional mode \
-                            = \"sync\"|\"async\", model, on_failure = \"allow\"|\"deny\"). Optional: name, applies_to \
-                            (default [\"before_tool_call\"]), guidance and action = \"deny\"|\"guide\" (programmatic \
-                            rules). Example: crates/noetic-cli/examples/rules.toml."
+                            = \"sync\"|\"async\", model, on_failure = \"allow\"|\"deny\", tools = [...] to judge \
+                            only those tools' calls). Optional: name, applies_to (default [\"before_tool_call\"]), \
+                            guidance and action = \"deny\"|\"guide\" (programmatic rules). Path globs match the path \
+                            relative to the workspace, links followed. Example: crates/noetic-cli/examples/rules.toml."
     )]
     Rules {
         /// The rules file (TOML, or JSON with a .json extension).

@@ -10,10 +10,47 @@ use noetic::tool::{FnTool, Tool, ToolError};
 use serde_json::{Value, json};
 
 use crate::command;
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, WsPath};
 
 /// The names of the built-in tools.
 pub const BUILT_IN: [&str; 5] = ["read_file", "write_file", "list_dir", "delete_file", "run_command"];
+
+/// The arguments a built-in tool takes (`None` for a name that is not a built-in tool).
+pub fn arguments(tool: &str) -> Option<&'static [&'static str]> {
+    Some(match tool {
+        "read_file" => &["path", "offset"],
+        "write_file" => &["path", "content"],
+        "list_dir" => &["path"],
+        "delete_file" => &["path"],
+        "run_command" => &["command", "timeout_secs"],
+        _ => return None,
+    })
+}
+
+/// The path a call of a built-in tool touches, resolved as the tool resolves it, shown workspace-relative
+/// (`README.md`, `.` for the root): `None` unless `arg` is the `path` of a built-in file tool. Rules on path
+/// arguments match this, not what the model wrote; `Some(Err)` says why the path cannot be resolved inside the
+/// workspace (the tool refuses such a call too).
+pub fn resolved_path(workspace: &Workspace, tool: &str, arg: &str, args: &Value) -> Option<Result<String, String>> {
+    if !is_path_argument(tool, arg) {
+        return None;
+    }
+    Some(target(workspace, tool, args).map(|path| path.to_string()))
+}
+
+/// True when `arg` is the path a built-in file tool works on.
+pub fn is_path_argument(tool: &str, arg: &str) -> bool {
+    arg == "path" && matches!(tool, "read_file" | "write_file" | "list_dir" | "delete_file")
+}
+
+/// What a file tool's call touches: `delete_file` removes the entry (a link itself), the others follow links.
+fn target(workspace: &Workspace, tool: &str, args: &Value) -> Result<WsPath, String> {
+    match tool {
+        "delete_file" => workspace.resolve_entry(text_arg(args, "path")),
+        "list_dir" => workspace.resolve(args["path"].as_str().unwrap_or(".")),
+        _ => workspace.resolve(text_arg(args, "path")),
+    }
+}
 
 /// Builds the named built-in tools (all of them for `None`). Tools in `needs_approval` wait for an approver;
 /// `run_command` always does.
@@ -80,7 +117,7 @@ fn read_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         let ws = ws.clone();
         async move {
             let offset = args["offset"].as_u64().unwrap_or(0);
-            blocking(move || ws.read_file(text_arg(&args, "path"), offset)).await
+            blocking(move || ws.read_resolved(&target(&ws, "read_file", &args)?, offset)).await
         }
     })
 }
@@ -100,7 +137,9 @@ fn write_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
     ))
     .handler(move |args, _| {
         let ws = ws.clone();
-        async move { blocking(move || ws.write_file(text_arg(&args, "path"), text_arg(&args, "content"))).await }
+        async move {
+            blocking(move || ws.write_resolved(&target(&ws, "write_file", &args)?, text_arg(&args, "content"))).await
+        }
     })
 }
 
@@ -113,10 +152,7 @@ fn list_dir(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         ))
         .handler(move |args, _| {
             let ws = ws.clone();
-            async move {
-                let path = args["path"].as_str().unwrap_or(".").to_owned();
-                blocking(move || ws.list_dir(&path)).await
-            }
+            async move { blocking(move || ws.list_resolved(&target(&ws, "list_dir", &args)?)).await }
         })
 }
 
@@ -129,7 +165,7 @@ fn delete_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         ))
         .handler(move |args, _| {
             let ws = ws.clone();
-            async move { blocking(move || ws.delete_file(text_arg(&args, "path"))).await }
+            async move { blocking(move || ws.delete_resolved(&target(&ws, "delete_file", &args)?)).await }
         })
 }
 

@@ -1,4 +1,4 @@
-//! `noetic chat` driven through stdin (not a terminal) against a local server speaking OpenAI chat completions.
+//! `noetic chat` driven through stdin (a pipe, or a pseudo-terminal where approvals are needed) against a local server speaking OpenAI chat completions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -84,33 +84,48 @@ async fn end_of_input_waits_for_the_running_turn_then_exits() {
     assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
 }
 
-/// Makes a named pipe: `read_file` on it blocks until the test writes, so a tool is "slow" exactly as long as
-/// the test wants, without sleeping.
+/// Makes a named pipe: `run_command` with `cat` on it blocks until the test writes, so a tool is "slow" exactly as
+/// long as the test wants, without sleeping (`read_file` refuses anything but regular files).
 #[cfg(unix)]
 fn fifo(path: &Path) {
     let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
     assert!(status.success());
 }
 
+/// A chat typing into a terminal, so that `run_command` asks for approval and can be approved.
+#[cfg(unix)]
+fn chat_on_terminal(server: &MockServer, workspace: &Path) -> Driven {
+    let mut cmd = noetic();
+    cmd.args(["chat", "--plain", "--model", "test-model", "--base-url", &format!("{}/v1", server.uri())])
+        .arg("--workspace")
+        .arg(workspace);
+    Driven::spawn_on_terminal(cmd)
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_rest_of_the_batch() {
     let server = server(
-        tool_calls(&[("c1", "read_file", json!({"path": "slow.pipe"})), ("c2", "list_dir", json!({"path": "."}))]),
+        tool_calls(&[
+            ("c1", "run_command", json!({"command": "cat slow.pipe"})),
+            ("c2", "list_dir", json!({"path": "."})),
+        ]),
         answer("Stopping there, as you asked."),
     )
     .await;
     let ws = tempfile::tempdir().unwrap();
     let pipe = ws.path().join("slow.pipe");
     fifo(&pipe);
-    let mut driven = chat(&server, ws.path(), &["--plain"]);
+    let mut driven = chat_on_terminal(&server, ws.path());
     let out = tokio::task::spawn_blocking(move || {
         driven.send("Read slow.pipe, then list the folder.");
-        driven.wait_for("tool  read_file [c1] …");
+        driven.wait_for("approve: run `cat slow.pipe`?");
+        driven.send("y");
+        // The command now waits for the pipe's writer; the line arrives while it runs.
         driven.send("Skip the listing and stop.");
         driven.wait_for("steer message queued");
         std::fs::write(&pipe, "pipe contents").unwrap();
-        driven.wait_for("tool  read_file [c1] → pipe contents");
+        driven.wait_for("tool  run_command [c1] →");
         driven.wait_for("skip  [c2]");
         driven.wait_for("steer 1 message(s) handed to the model");
         driven.wait_for("■ turn done");
@@ -124,6 +139,8 @@ async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_
     let requests = bodies(&server).await;
     assert_eq!(requests.len(), 2);
     let messages = requests[1]["messages"].as_array().unwrap();
+    let ran = messages.iter().find(|m| m["tool_call_id"] == "c1").unwrap();
+    assert!(ran["content"].as_str().unwrap().contains("pipe contents"), "{ran}");
     let last = messages.last().unwrap();
     assert_eq!((last["role"].as_str(), last["content"].as_str()), (Some("user"), Some("Skip the listing and stop.")));
     let skipped = messages.iter().find(|m| m["tool_call_id"] == "c2").unwrap();
@@ -133,14 +150,19 @@ async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
-    let server =
-        server(tool_calls(&[("c1", "read_file", json!({"path": "never.pipe"}))]), answer("Second turn answer.")).await;
+    let server = server(
+        tool_calls(&[("c1", "run_command", json!({"command": "cat never.pipe"}))]),
+        answer("Second turn answer."),
+    )
+    .await;
     let ws = tempfile::tempdir().unwrap();
     fifo(&ws.path().join("never.pipe"));
-    let mut driven = chat(&server, ws.path(), &["--plain"]);
+    let mut driven = chat_on_terminal(&server, ws.path());
     let out = tokio::task::spawn_blocking(move || {
         driven.send("Read never.pipe.");
-        driven.wait_for("tool  read_file [c1] …");
+        driven.wait_for("approve: run `cat never.pipe`?");
+        driven.send("y");
+        // Nobody ever writes the pipe: only /stop ends the command.
         driven.send("/stop");
         driven.wait_for("■ turn failed");
         driven.send("Something else, then.");

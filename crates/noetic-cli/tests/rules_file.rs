@@ -15,7 +15,8 @@ fn the_example_rules_file_holds_every_kind_of_rule() {
         "no-env-files: deny read_file when path matches glob \"**/.env\"",
         "no-shell-rm: guide run_command when command matches regex",
         "ask-before-overwrite: write_file needs the user's approval",
-        "commands-stay-local: LLM-judged (sync, judge = the agent's model, on failure deny) [before_tool_call]",
+        "commands-stay-local: LLM-judged (sync, judge = the agent's model, on failure deny) on run_command \
+         [before_tool_call]",
     ] {
         assert!(out.stdout.contains(expected), "missing {expected:?} in:\n{}", out.stdout);
     }
@@ -69,4 +70,31 @@ fn an_llm_rule_with_a_bad_mode_is_refused_at_the_value() {
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn a_rule_naming_a_tool_that_does_not_exist_is_an_error_naming_it_and_the_tools() {
+    let tools = "the tools are read_file, write_file, list_dir, delete_file, run_command";
+    for (text, expected) in [
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"delet_file\"\n",
+            "rules.toml:3:1: rule 'a': there is no tool 'delet_file'",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"nope\", arg = \"path\", glob = \"x\" }\n",
+            "rules.toml:3:14: rule 'a': there is no tool 'nope'",
+        ),
+        ("[[rule]]\nid = \"a\"\nrequire_approval = \"x\"\n", "rules.toml:3:1: rule 'a': there is no tool 'x'"),
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"Be careful.\"\ntools = [\"run_command\", \"run_comand\"]\n",
+            "rules.toml:4:25: rule 'a': there is no tool 'run_comand'",
+        ),
+    ] {
+        let out = check(text);
+        assert!(!out.status.success(), "{text:?} was accepted");
+        let line = out.stderr.trim();
+        assert!(line.starts_with("noetic: ") && line.lines().count() == 1, "{line}");
+        let from_file = &line[line.find("rules.toml").unwrap()..];
+        assert_eq!(from_file, format!("{expected}; {tools}"), "{text:?}");
+    }
 }

@@ -189,3 +189,48 @@ fn a_workflow_on_openai_without_a_key_names_the_variable_to_set() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("OPENAI_API_KEY"), "{}", out.stderr);
 }
+
+/// Runs the example workflow with its text changed by `edit`, in the workspace `ws`.
+fn run_edited_example(ws: &Path, edit: impl Fn(&str) -> String) -> common::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("workflow.toml");
+    let text = std::fs::read_to_string(example("workflow.toml")).unwrap();
+    let edited = edit(&text);
+    assert_ne!(edited, text, "the edit changed nothing");
+    std::fs::write(&flow, edited).unwrap();
+    run(noetic().arg("run").arg(&flow).args(["--prompt", "Tidy up", "--workspace"]).arg(ws))
+}
+
+#[cfg(unix)]
+#[test]
+fn the_example_keep_readme_rule_holds_for_an_absolute_or_symlinked_spelling_of_the_path() {
+    let ws = workspace();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", ws.path().join("sub/link-to-root")).unwrap();
+    let absolute = ws.path().join("README.md").to_str().unwrap().to_owned();
+    for spelling in [absolute.as_str(), "sub/link-to-root/README.md"] {
+        let out = run_edited_example(ws.path(), |text| {
+            text.replace(r#"args = { path = "README.md" }"#, &format!("args = {{ path = {spelling:?} }}"))
+        });
+        assert!(out.status.success(), "stderr: {}", out.stderr);
+        assert!(
+            out.stderr.contains("delete_file [d1] → Steering denied: README files stay; delete only scratch files."),
+            "{spelling}: {}",
+            out.stderr
+        );
+        assert_eq!(std::fs::read_to_string(ws.path().join("README.md")).unwrap(), "# project\n");
+    }
+}
+
+#[test]
+fn the_example_llm_rule_is_judged_on_write_file_calls_only() {
+    let ws = workspace();
+    // A second judge reply would deny the next call it is asked about: no other call may reach the judge.
+    let out = run_edited_example(ws.path(), |text| {
+        text.replace(r#"judge = ["ALLOW"]"#, r#"judge = ["ALLOW", "DENY: this call is outside the rule's tools"]"#)
+    });
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("delete_file [d2] → deleted scratch.txt"), "{}", out.stderr);
+    assert!(!out.stderr.contains("outside the rule's tools"), "{}", out.stderr);
+    assert!(!ws.path().join("scratch.txt").exists());
+}

@@ -11,6 +11,11 @@ use serde_json::{Value, json};
 
 /// Runs a scripted workflow making `calls` (name, args) in one batch; returns each call's result text by id.
 fn call_tools(workspace: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+    call_tools_with_rules(workspace, json!([]), calls)
+}
+
+/// Like [`call_tools`], with the workflow's inline `rule` tables.
+fn call_tools_with_rules(workspace: &Path, rules: Value, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
     let dir = tempfile::tempdir().unwrap();
     let flow = dir.path().join("flow.json");
     let calls: Vec<Value> = calls
@@ -18,7 +23,7 @@ fn call_tools(workspace: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> 
         .enumerate()
         .map(|(i, (name, args))| json!({"id": format!("c{i}"), "name": name, "args": args}))
         .collect();
-    let def = json!({"model": "scripted", "scripted": {"response": [{"tool_calls": calls}, {"text": "done"}]}});
+    let def = json!({"model": "scripted", "rule": rules, "scripted": {"response": [{"tool_calls": calls}, {"text": "done"}]}});
     std::fs::write(&flow, def.to_string()).unwrap();
     let out = run(noetic().arg("run").arg(&flow).args(["--json", "--prompt", "go", "--workspace"]).arg(workspace));
     assert!(out.status.success(), "stderr: {}", out.stderr);
@@ -106,4 +111,55 @@ fn run_command_needs_approval_and_is_rejected_without_a_terminal() {
     assert!(results[0].0);
     assert!(results[0].1.contains("stdin is not a terminal"), "{}", results[0].1);
     assert!(!ws.path().join("ran.txt").exists());
+}
+
+/// The example workflow's `keep-readme` rule, as a rule table.
+fn keep_readme() -> Value {
+    json!([{"id": "keep-readme", "guidance": "README files stay.",
+            "deny_arg": {"tool": "delete_file", "arg": "path", "glob": "README*"}}])
+}
+
+#[cfg(unix)]
+#[test]
+fn a_path_rule_sees_the_resolved_path_so_absolute_and_symlinked_spellings_are_denied() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("README.md"), "# keep\n").unwrap();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", ws.path().join("sub/link-to-root")).unwrap();
+    std::os::unix::fs::symlink(ws.path(), ws.path().join("sub/absolute-link-to-root")).unwrap();
+    let absolute = ws.path().join("README.md");
+    let results = call_tools_with_rules(
+        ws.path(),
+        keep_readme(),
+        &[
+            ("delete_file", json!({"path": absolute.to_str().unwrap()})),
+            ("delete_file", json!({"path": "sub/link-to-root/README.md"})),
+            ("delete_file", json!({"path": "sub/absolute-link-to-root/README.md"})),
+            ("delete_file", json!({"path": "./sub/../README.md"})),
+        ],
+    );
+    assert_eq!(results.len(), 4);
+    for (is_error, output) in &results {
+        assert!(*is_error, "{output}");
+        assert_eq!(output, "Steering denied: README files stay.");
+    }
+    assert_eq!(std::fs::read_to_string(ws.path().join("README.md")).unwrap(), "# keep\n");
+}
+
+#[test]
+fn a_path_rule_denies_a_path_it_cannot_resolve_inside_the_workspace() {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(outer.path().join("README.md"), "outside").unwrap();
+    let results = call_tools_with_rules(&ws, keep_readme(), &[("delete_file", json!({"path": "../README.md"}))]);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].0);
+    assert_eq!(
+        results[0].1,
+        "Steering denied: rule 'keep-readme' cannot check this delete_file call, so it is refused: the path \
+         '../README.md' is outside the workspace; use a path relative to the workspace root (no '..' climbing out \
+         of it, no absolute paths elsewhere)"
+    );
+    assert_eq!(std::fs::read_to_string(outer.path().join("README.md")).unwrap(), "outside");
 }

@@ -8,6 +8,8 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::{Kind, Rule};
+use crate::tools;
+use crate::workspace::Workspace;
 
 /// How an argument is matched.
 #[derive(Debug, Clone)]
@@ -62,8 +64,9 @@ fn arg_text(value: &Value) -> String {
     }
 }
 
-/// The steering rule for a rule (`None` for `require_approval`, which is a property of the tool).
-pub(super) fn steering_rule(rule: &Rule, judge_model: &str) -> Option<SteeringRule> {
+/// The steering rule for a rule (`None` for `require_approval`, which is a property of the tool). Rules on the
+/// path of a built-in file tool match the path resolved in `workspace` (see [`tools::resolved_path`]).
+pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspace) -> Option<SteeringRule> {
     let (id, action, hooks) = (rule.id.clone(), rule.action, rule.applies_to.clone());
     let built = match &rule.kind {
         Kind::RequireApproval { .. } => return None,
@@ -77,15 +80,29 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str) -> Option<SteeringRu
         }
         Kind::DenyArg { tool, arg, matcher } => {
             let (tool, arg, matcher) = (tool.clone(), arg.clone(), Arc::new(matcher.clone()));
-            let guidance = rule.guidance.clone();
+            let (guidance, workspace, rule_id) = (rule.guidance.clone(), workspace.clone(), id.clone());
             SteeringRule::predicate(id, hooks, move |p| {
                 let Some(call) = p.tool_call().filter(|c| c.name == tool) else { return SteeringDecision::allow() };
-                match call.args.get(&arg).map(arg_text) {
-                    Some(value) if matcher.is_match(&value) => decision(
+                let value = match tools::resolved_path(&workspace, &tool, &arg, call.args) {
+                    Some(Ok(path)) => path,
+                    // The rule cannot tell what the call would touch: fail closed, whatever its action.
+                    Some(Err(why)) => {
+                        return SteeringDecision::deny(format!(
+                            "rule '{rule_id}' cannot check this {tool} call, so it is refused: {why}"
+                        ));
+                    }
+                    None => match call.args.get(&arg) {
+                        Some(value) => arg_text(value),
+                        None => return SteeringDecision::allow(),
+                    },
+                };
+                if matcher.is_match(&value) {
+                    decision(
                         action,
                         guidance.clone().unwrap_or_else(|| format!("{tool} with {arg} = {value:?} is not allowed.")),
-                    ),
-                    _ => SteeringDecision::allow(),
+                    )
+                } else {
+                    SteeringDecision::allow()
                 }
             })
         }
@@ -95,7 +112,12 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str) -> Option<SteeringRu
                 LlmMode::Async => LlmEval::asynchronous(prompt.clone()),
             };
             let eval = eval.model(model.clone().unwrap_or_else(|| judge_model.to_owned())).on_failure(*on_failure);
-            SteeringRule::llm(id, hooks, eval)
+            let judged = SteeringRule::llm(id, hooks, eval);
+            match &rule.tools {
+                // Scoped in the layer, so the judge is not even asked about calls of other tools.
+                Some(tools) => judged.for_tools(tools.iter().cloned()),
+                None => judged,
+            }
         }
     };
     Some(match &rule.name {

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ pub fn tool_calls(calls: &[(&str, &str, Value)]) -> ResponseTemplate {
 /// A running `noetic` driven line by line through its stdin, its stdout read as it comes.
 pub struct Driven {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Box<dyn Write + Send>>,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -93,7 +93,30 @@ const STUCK: Duration = Duration::from_secs(60);
 impl Driven {
     /// Starts the binary with piped stdin and stdout.
     pub fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        cmd.stdin(Stdio::piped());
+        Self::start(cmd, None)
+    }
+
+    /// Starts the binary with a pseudo-terminal as stdin (echo off), so that it asks approval questions there;
+    /// stdout stays piped.
+    #[cfg(unix)]
+    pub fn spawn_on_terminal(mut cmd: Command) -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let terminal = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+        let mut modes = tcgetattr(&terminal).unwrap();
+        modes.local_modes.remove(LocalModes::ECHO);
+        tcsetattr(&terminal, OptionalActions::Now, &modes).unwrap();
+        cmd.stdin(Stdio::from(terminal));
+        Self::start(cmd, Some(Box::new(std::fs::File::from(master))))
+    }
+
+    fn start(mut cmd: Command, stdin: Option<Box<dyn Write + Send>>) -> Self {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -104,7 +127,7 @@ impl Driven {
                 }
             }
         });
-        let stdin = child.stdin.take();
+        let stdin = stdin.or_else(|| child.stdin.take().map(|s| Box::new(s) as Box<dyn Write + Send>));
         Driven { child, stdin, lines, seen: Vec::new() }
     }
 

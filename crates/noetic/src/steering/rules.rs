@@ -128,6 +128,9 @@ pub struct SteeringRule {
     pub predicate: Option<Predicate>,
     /// The judge, for LLM rules.
     pub llm_eval: Option<LlmEval>,
+    /// The tools the rule is about (`None`: every tool). A scoped rule is not evaluated — its judge is not
+    /// asked — before calls of other tools, nor after a model response that calls none of them.
+    pub tools: Option<Vec<String>>,
 }
 
 impl fmt::Debug for SteeringRule {
@@ -137,6 +140,7 @@ impl fmt::Debug for SteeringRule {
             .field("applies_to", &self.applies_to)
             .field("predicate", &self.predicate.is_some())
             .field("llm_eval", &self.llm_eval)
+            .field("tools", &self.tools)
             .finish()
     }
 }
@@ -168,6 +172,7 @@ impl SteeringRule {
             applies_to: applies_to.into_iter().collect(),
             predicate: Some(Arc::new(f)),
             llm_eval: None,
+            tools: None,
         }
     }
 
@@ -179,6 +184,7 @@ impl SteeringRule {
             applies_to: applies_to.into_iter().collect(),
             predicate: None,
             llm_eval: Some(eval),
+            tools: None,
         }
     }
 
@@ -188,9 +194,29 @@ impl SteeringRule {
         self
     }
 
+    /// Scopes the rule to calls of these tools (see [`SteeringRule::tools`]): an LLM rule about shell commands
+    /// then costs no judge call before a `list_dir`.
+    pub fn for_tools(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.tools = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// True when the rule applies to `hook`.
     pub fn applies(&self, hook: Hook) -> bool {
         self.applies_to.contains(&hook)
+    }
+
+    /// True when the rule is evaluated for these hook parameters: its hook, and one of its tools when scoped
+    /// (the call's tool before a tool call; any tool the response calls after a model call).
+    pub fn applies_to_params(&self, params: &HookParams<'_>) -> bool {
+        if !self.applies(params.hook()) {
+            return false;
+        }
+        let Some(tools) = &self.tools else { return true };
+        match params {
+            HookParams::BeforeToolCall(call) => tools.iter().any(|t| t == call.name),
+            HookParams::AfterModelCall(m) => m.response.tool_calls_iter().any(|c| tools.contains(&c.name)),
+        }
     }
 }
 
@@ -240,5 +266,33 @@ impl SteeringConfig {
     pub fn with_max_retries(mut self, retries: u32) -> Self {
         self.max_retries = retries;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_rule_scoped_to_tools_applies_only_around_their_calls() {
+        let rule = SteeringRule::llm("net", [Hook::BeforeToolCall, Hook::AfterModelCall], LlmEval::sync("p"))
+            .for_tools(["run_command"]);
+        let args = json!({});
+        let call = |name| HookParams::BeforeToolCall(ToolCallParams { call_id: "c", name, args: &args });
+        assert!(rule.applies_to_params(&call("run_command")));
+        assert!(!rule.applies_to_params(&call("list_dir")));
+        let calling = |name: &str| ModelResponse::tool_calls([("c", name, json!({}))]);
+        let (shell, listing, text) = (calling("run_command"), calling("list_dir"), ModelResponse::text("no calls"));
+        let after = |response| HookParams::AfterModelCall(ModelCallParams { step_id: "s", model: "m", response });
+        assert!(rule.applies_to_params(&after(&shell)));
+        assert!(!rule.applies_to_params(&after(&listing)));
+        assert!(!rule.applies_to_params(&after(&text)));
+        let unscoped = SteeringRule::llm("any", [Hook::BeforeToolCall], LlmEval::sync("p"));
+        assert!(unscoped.applies_to_params(&call("list_dir")));
+        assert!(!unscoped.applies_to_params(&after(&shell)), "not its hook");
     }
 }

@@ -1,0 +1,168 @@
+//! Checking one `[[rule]]` table: exactly one kind, keys that fit it, tools and arguments that exist.
+
+use globset::GlobBuilder;
+use noetic::layer::Hook;
+use noetic::steering::{LlmMode, SteeringAction};
+use regex::Regex;
+
+use super::steer::Matcher;
+use super::{Kind, Rule, RuleDef};
+use crate::source::{Seg, Source, SourceError};
+use crate::tools;
+
+/// Checks rule number `index` of `source` against the tools a rule may name (`known`).
+pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String]) -> Result<Rule, SourceError> {
+    let id = def.id.clone();
+    let err_at = |path: &[Seg<'_>], message: String| {
+        let mut full = vec![Seg::Key("rule"), Seg::Index(index)];
+        full.extend_from_slice(path);
+        source.error_at(&full, format!("rule '{id}': {message}"))
+    };
+    let err = |key: &'static str, message: String| err_at(&[Seg::Key(key)], message);
+    // A typo in a tool's name would switch the rule off: a name must be one of the tools there are.
+    let tool_exists = |path: &[Seg<'_>], tool: &str| {
+        if known.iter().any(|k| k == tool) {
+            Ok(())
+        } else {
+            Err(err_at(path, format!("there is no tool '{tool}'; the tools are {}", known.join(", "))))
+        }
+    };
+    let kinds: Vec<&'static str> = [
+        ("deny_tool", def.deny_tool.is_some()),
+        ("deny_arg", def.deny_arg.is_some()),
+        ("require_approval", def.require_approval.is_some()),
+        ("prompt", def.prompt.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect();
+    let one_kind = "a rule has exactly one of deny_tool, deny_arg, require_approval (programmatic) or prompt \
+                    (LLM-judged)";
+    let kind_key = match kinds.as_slice() {
+        [] => return Err(err("id", format!("says nothing to check; {one_kind}"))),
+        [only] => *only,
+        [first, second, ..] => return Err(err(second, format!("has both {first} and {second}; {one_kind}"))),
+    };
+    let llm = def.prompt.is_some();
+    for (key, present) in
+        [("mode", def.mode.is_some()), ("model", def.model.is_some()), ("on_failure", def.on_failure.is_some())]
+    {
+        if present && !llm {
+            return Err(err(key, format!("{key} applies to LLM-judged rules only (those with a prompt); remove it")));
+        }
+    }
+    for (key, present) in [("action", def.action.is_some()), ("guidance", def.guidance.is_some())] {
+        if present && llm {
+            return Err(err(
+                key,
+                format!("{key} applies to programmatic rules only; the judge gives its own guidance"),
+            ));
+        }
+    }
+    let action = match def.action {
+        None | Some(SteeringAction::Deny) => SteeringAction::Deny,
+        Some(SteeringAction::Guide) => SteeringAction::Guide,
+        Some(SteeringAction::Allow) => {
+            return Err(err("action", "action must be \"deny\" or \"guide\"; a rule that allows does nothing".into()));
+        }
+    };
+    let applies_to = match def.applies_to {
+        Some(hooks) if hooks.is_empty() => {
+            return Err(err(
+                "applies_to",
+                "applies_to is empty; list \"before_tool_call\" and/or \"after_model_call\"".into(),
+            ));
+        }
+        Some(_) if def.require_approval.is_some() => {
+            return Err(err(
+                "applies_to",
+                "require_approval marks a tool as needing approval; it takes no applies_to".into(),
+            ));
+        }
+        Some(hooks) if !llm && hooks != [Hook::BeforeToolCall] => {
+            return Err(err(
+                "applies_to",
+                "programmatic rules look at tool calls; applies_to must be [\"before_tool_call\"]".into(),
+            ));
+        }
+        Some(hooks) => hooks,
+        None => vec![Hook::BeforeToolCall],
+    };
+    let tools = match def.tools {
+        Some(_) if !llm => {
+            return Err(err(
+                "tools",
+                format!("{kind_key} already names its tool; tools scopes LLM-judged rules (those with a prompt)"),
+            ));
+        }
+        Some(list) if list.is_empty() => {
+            return Err(err(
+                "tools",
+                "tools is empty; list the tools whose calls the judge looks at, or remove tools to judge every call"
+                    .into(),
+            ));
+        }
+        Some(list) => {
+            for (i, tool) in list.iter().enumerate() {
+                tool_exists(&[Seg::Key("tools"), Seg::Index(i)], tool)?;
+            }
+            Some(list)
+        }
+        None => None,
+    };
+    let non_empty = |key: &'static str, value: String, what: &str| {
+        if value.trim().is_empty() { Err(err(key, format!("{key} is empty; give {what}"))) } else { Ok(value) }
+    };
+    let kind = if let Some(tool) = def.deny_tool {
+        tool_exists(&[Seg::Key("deny_tool")], &tool)?;
+        Kind::DenyTool { tool }
+    } else if let Some(tool) = def.require_approval {
+        tool_exists(&[Seg::Key("require_approval")], &tool)?;
+        Kind::RequireApproval { tool }
+    } else if let Some(def_arg) = def.deny_arg {
+        let (tool, arg) = (def_arg.tool, def_arg.arg);
+        tool_exists(&[Seg::Key("deny_arg"), Seg::Key("tool")], &tool)?;
+        // Built-in tools' arguments are known; a tool of an MCP server declares its own.
+        if let Some(args) = tools::arguments(&tool)
+            && !args.contains(&arg.as_str())
+        {
+            return Err(err_at(
+                &[Seg::Key("deny_arg"), Seg::Key("arg")],
+                format!("{tool} has no argument '{arg}'; its arguments are {}", args.join(", ")),
+            ));
+        }
+        let path_arg = tools::is_path_argument(&tool, &arg);
+        let matcher = match (def_arg.glob, def_arg.regex) {
+            (Some(glob), None) => {
+                if path_arg && glob.starts_with('/') {
+                    return Err(err(
+                        "deny_arg",
+                        format!(
+                            "the glob {glob:?} starts with '/', but rules see {tool}'s {arg} relative to the \
+                             workspace (such as \"notes/today.md\"), so it would never match; write it relative"
+                        ),
+                    ));
+                }
+                let compiled = GlobBuilder::new(&glob)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| err("deny_arg", format!("the glob {glob:?} is invalid: {e}")))?;
+                Matcher::Glob(glob, compiled.compile_matcher())
+            }
+            (None, Some(re)) => Matcher::Regex(
+                Regex::new(&re).map_err(|e| err("deny_arg", format!("the regex {re:?} is invalid: {e}")))?,
+            ),
+            _ => return Err(err("deny_arg", "deny_arg needs exactly one of glob and regex".into())),
+        };
+        Kind::DenyArg { tool, arg, matcher }
+    } else {
+        let prompt = non_empty("prompt", def.prompt.unwrap_or_default(), "the rule in words for the judge")?;
+        Kind::Llm {
+            mode: def.mode.unwrap_or(LlmMode::Sync),
+            prompt,
+            model: def.model,
+            on_failure: def.on_failure.unwrap_or_default(),
+        }
+    };
+    Ok(Rule { id: def.id, name: def.name, applies_to, tools, guidance: def.guidance, action, kind })
+}

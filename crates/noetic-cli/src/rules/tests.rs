@@ -1,0 +1,227 @@
+//! Tests of the rules file: each kind, scoping, and mistakes reported where they are written.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use noetic::layer::{MemoryLayer, ToolCallParams};
+use noetic::model::{ModelResponse, ScriptedModel};
+use noetic::prelude::Context;
+use noetic::steering::{HookParams, SteeringConfig, SteeringDecision, SteeringLayer, steering};
+use serde_json::{Value, json};
+
+use super::*;
+
+fn rules(text: &str) -> Result<RuleSet, String> {
+    load(&Source::toml("rules.toml", text)).map_err(|e| e.to_string())
+}
+
+fn workspace() -> (tempfile::TempDir, Workspace) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    (dir, ws)
+}
+
+fn decide(rule: &SteeringRule, tool: &str, args: Value) -> SteeringDecision {
+    let params = HookParams::BeforeToolCall(ToolCallParams { call_id: "c1", name: tool, args: &args });
+    (rule.predicate.as_ref().unwrap())(&params)
+}
+
+fn action(rule: &SteeringRule, tool: &str, args: Value) -> SteeringAction {
+    decide(rule, tool, args).action
+}
+
+#[test]
+fn each_programmatic_kind_decides_on_tool_calls() {
+    let (_dir, ws) = workspace();
+    let set = rules(
+        "[[rule]]\nid = \"no-rm\"\ndeny_tool = \"delete_file\"\n\n\
+         [[rule]]\nid = \"no-etc\"\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"etc/**\" }\n\n\
+         [[rule]]\nid = \"no-sudo\"\naction = \"guide\"\nguidance = \"no sudo\"\n\
+         deny_arg = { tool = \"run_command\", arg = \"command\", regex = \"^sudo\\\\b\" }\n\n\
+         [[rule]]\nid = \"ask-write\"\nrequire_approval = \"write_file\"\n",
+    )
+    .unwrap();
+    let steering = set.steering_rules("m", &ws);
+    assert_eq!(steering.len(), 3);
+    assert_eq!(action(&steering[0], "delete_file", json!({})), SteeringAction::Deny);
+    assert_eq!(action(&steering[0], "read_file", json!({})), SteeringAction::Allow);
+    assert_eq!(action(&steering[1], "read_file", json!({"path": "etc/ssh/sshd_config"})), SteeringAction::Deny);
+    assert_eq!(action(&steering[1], "read_file", json!({"path": "notes/etc"})), SteeringAction::Allow);
+    assert_eq!(action(&steering[2], "run_command", json!({"command": "sudo ls"})), SteeringAction::Guide);
+    assert_eq!(set.approval_tools().into_iter().collect::<Vec<_>>(), vec!["write_file".to_owned()]);
+}
+
+#[test]
+fn globs_keep_single_stars_within_a_folder_and_double_stars_cross_folders() {
+    let (_dir, ws) = workspace();
+    let set = rules(
+        "[[rule]]\nid = \"env\"\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"**/.env\" }\n\n\
+         [[rule]]\nid = \"top\"\ndeny_arg = { tool = \"write_file\", arg = \"path\", glob = \"*.lock\" }\n",
+    )
+    .unwrap();
+    let steering = set.steering_rules("m", &ws);
+    let read = |p: &str| action(&steering[0], "read_file", json!({ "path": p }));
+    let write = |p: &str| action(&steering[1], "write_file", json!({ "path": p }));
+    assert_eq!(read(".env"), SteeringAction::Deny);
+    assert_eq!(read("app/config/.env"), SteeringAction::Deny);
+    assert_eq!(read("app/.envrc"), SteeringAction::Allow);
+    assert_eq!(read("./app/x/../.env"), SteeringAction::Deny);
+    assert_eq!(write("Cargo.lock"), SteeringAction::Deny);
+    assert_eq!(write("sub/Cargo.lock"), SteeringAction::Allow);
+    assert_eq!(write("./sub/../Cargo.lock"), SteeringAction::Deny);
+}
+
+#[cfg(unix)]
+#[test]
+fn path_rules_match_the_resolved_workspace_relative_path() {
+    let (dir, ws) = workspace();
+    std::fs::write(dir.path().join("README.md"), "r").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", dir.path().join("sub/link-to-root")).unwrap();
+    std::os::unix::fs::symlink("README.md", dir.path().join("readme-link")).unwrap();
+    let set = rules(
+        "[[rule]]\nid = \"keep\"\naction = \"guide\"\nguidance = \"keep it\"\n\
+         deny_arg = { tool = \"delete_file\", arg = \"path\", glob = \"README*\" }\n\n\
+         [[rule]]\nid = \"no-list-root\"\ndeny_arg = { tool = \"list_dir\", arg = \"path\", glob = \".\" }\n",
+    )
+    .unwrap();
+    let steering = set.steering_rules("m", &ws);
+    let delete = |p: &str| action(&steering[0], "delete_file", json!({ "path": p }));
+    let absolute = dir.path().join("README.md");
+    assert_eq!(delete(absolute.to_str().unwrap()), SteeringAction::Guide);
+    assert_eq!(delete("sub/link-to-root/README.md"), SteeringAction::Guide);
+    // Deleting the link removes the link, not README.md: the rule sees the link's own path.
+    assert_eq!(delete("readme-link"), SteeringAction::Allow);
+    assert_eq!(delete("sub/readme"), SteeringAction::Allow);
+    // list_dir without a path lists the root, as the tool does.
+    assert_eq!(action(&steering[1], "list_dir", json!({})), SteeringAction::Deny);
+    assert_eq!(action(&steering[1], "list_dir", json!({"path": "sub/link-to-root"})), SteeringAction::Deny);
+    assert_eq!(action(&steering[1], "list_dir", json!({"path": "sub"})), SteeringAction::Allow);
+}
+
+#[test]
+fn a_path_the_rule_cannot_resolve_is_denied_even_by_a_guiding_rule() {
+    let (_dir, ws) = workspace();
+    let set = rules(
+        "[[rule]]\nid = \"keep\"\naction = \"guide\"\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"x\" }\n",
+    )
+    .unwrap();
+    let rule = &set.steering_rules("m", &ws)[0];
+    let decision = decide(rule, "read_file", json!({"path": "../../etc/passwd"}));
+    assert_eq!(decision.action, SteeringAction::Deny);
+    assert_eq!(
+        decision.guidance.as_deref(),
+        Some(
+            "rule 'keep' cannot check this read_file call, so it is refused: the path '../../etc/passwd' is outside \
+             the workspace; use a path relative to the workspace root (no '..' climbing out of it, no absolute \
+             paths elsewhere)"
+        )
+    );
+    assert_eq!(action(rule, "read_file", json!({"path": 7})), SteeringAction::Deny, "not a path: cannot check");
+}
+
+#[test]
+fn llm_rules_default_their_judge_to_the_agents_model() {
+    let (_dir, ws) = workspace();
+    let set = rules("[[rule]]\nid = \"j\"\nprompt = \"Be nice.\"\nmode = \"async\"\non_failure = \"deny\"\napplies_to = [\"after_model_call\"]\n").unwrap();
+    let rule = &set.steering_rules("local-model", &ws)[0];
+    let eval = rule.llm_eval.as_ref().unwrap();
+    assert_eq!((eval.mode, eval.model_id(), eval.on_failure), (LlmMode::Async, "local-model", FailurePolicy::Deny));
+    assert_eq!(rule.applies_to, vec![Hook::AfterModelCall]);
+    assert_eq!(rule.tools, None);
+}
+
+#[tokio::test]
+async fn an_llm_rule_scoped_to_tools_never_asks_the_judge_about_other_tools() {
+    let (_dir, ws) = workspace();
+    let set =
+        rules("[[rule]]\nid = \"net\"\nprompt = \"No network.\"\non_failure = \"deny\"\ntools = [\"run_command\"]\n")
+            .unwrap();
+    let layer = steering(SteeringConfig::new(set.steering_rules("judge", &ws))).unwrap();
+    let judge = ScriptedModel::new([ModelResponse::text("DENY: curl reaches the network")]);
+    let ctx = Context::builder().model(Arc::new(judge.clone())).build();
+    async fn call(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringAction {
+        layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().action
+    }
+    assert_eq!(call(&layer, &ctx, "list_dir", json!({"path": "."})).await, SteeringAction::Allow);
+    assert_eq!(call(&layer, &ctx, "read_file", json!({"path": "a"})).await, SteeringAction::Allow);
+    assert_eq!(judge.calls(), 0, "no judge call for tools outside the rule's scope");
+    assert_eq!(call(&layer, &ctx, "run_command", json!({"command": "curl x"})).await, SteeringAction::Deny);
+    assert_eq!(judge.calls(), 1);
+}
+
+#[test]
+fn scoping_mistakes_name_the_valid_tools_and_hooks() {
+    let tools = "the tools are read_file, write_file, list_dir, delete_file, run_command";
+    let cases = [
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"p\"\ntools = [\"list_dir\", \"lsit_dir\"]\n",
+            format!("rules.toml:4:22: rule 'a': there is no tool 'lsit_dir'; {tools}"),
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"p\"\ntools = []\n",
+            "rules.toml:4:1: rule 'a': tools is empty; list the tools whose calls the judge looks at, or remove \
+             tools to judge every call"
+                .to_owned(),
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"run_command\"\ntools = [\"list_dir\"]\n",
+            "rules.toml:4:1: rule 'a': deny_tool already names its tool; tools scopes LLM-judged rules (those with \
+             a prompt)"
+                .to_owned(),
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"p\"\napplies_to = [\"before_tool_cal\"]\n",
+            "rules.toml:4:15: unknown variant `before_tool_cal`, expected `before_tool_call` or `after_model_call`"
+                .to_owned(),
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"read_file\", arg = \"pth\", glob = \"x\" }\n",
+            "rules.toml:3:34: rule 'a': read_file has no argument 'pth'; its arguments are path, offset".to_owned(),
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"/etc/**\" }\n",
+            "rules.toml:3:1: rule 'a': the glob \"/etc/**\" starts with '/', but rules see read_file's path relative \
+             to the workspace (such as \"notes/today.md\"), so it would never match; write it relative"
+                .to_owned(),
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(rules(text).unwrap_err(), expected, "{text:?}");
+    }
+}
+
+#[test]
+fn mistakes_are_reported_with_line_and_column() {
+    let cases = [
+        ("[[rule]]\nid = \"a\"\ndeny_tol = \"x\"\n", "rules.toml:3:1: unknown field `deny_tol`"),
+        ("[[rule]]\nid = \"a\"\ndeny_tool = \n", "rules.toml:3:"),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"list_dir\"\n[[rule]]\nid = \"b\"\ndeny_arg = { tool = \"run_command\", arg = \"command\", regex = \"(\" }\n",
+            "rules.toml:6:1: rule 'b': the regex \"(\" is invalid",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"read_file\", arg = \"path\", glob = \"a[\" }\n",
+            "rules.toml:3:1: rule 'a': the glob",
+        ),
+        ("[[rule]]\nid = \"a\"\n", "rules.toml:2:1: rule 'a': says nothing to check"),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"list_dir\"\nprompt = \"y\"\n",
+            "rules.toml:4:1: rule 'a': has both deny_tool and prompt",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"list_dir\"\n[[rule]]\nid = \"a\"\ndeny_tool = \"read_file\"\n",
+            "rules.toml:5:1: two rules share the id 'a'",
+        ),
+        ("[[rule]]\nid = \"a\"\nprompt = \"y\"\nmode = \"sometimes\"\n", "rules.toml:4:8: unknown variant `sometimes`"),
+        ("[[rule]]\ndeny_tool = \"x\"\n", "missing field `id`"),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"list_dir\"\nmode = \"sync\"\n",
+            "rules.toml:4:1: rule 'a': mode applies to LLM-judged rules only",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = rules(text).unwrap_err();
+        assert!(err.starts_with(expected) || err.contains(expected), "{text:?}: got {err:?}, want {expected:?}");
+    }
+}
