@@ -56,7 +56,7 @@ pub mod steering;
 pub mod step;
 pub mod tool;
 
-pub use context::{Channel, ChannelMode, Context, Event, EventKind, EventSink, ExecutionId};
+pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};
 pub use exec::execute;
 

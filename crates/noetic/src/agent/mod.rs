@@ -34,7 +34,7 @@ pub(crate) use checkpoint::SessionSettings;
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
-pub use session::{Routed, Session, SessionError, Turn};
+pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 
 use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError};

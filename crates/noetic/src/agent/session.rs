@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::queue::{MessageId, SessionQueue};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
-use crate::context::{Context, Event, EventKind, EventSink, ExecutionId, Services, lock};
+use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Services, lock};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 
@@ -29,6 +29,8 @@ pub enum Routed {
 
 /// How many events a session buffers per subscriber.
 const SESSION_EVENT_CAPACITY: usize = 1024;
+/// How many of its most recent events a session's log keeps for followers that resume.
+pub const SESSION_EVENT_LOG_CAPACITY: usize = 4096;
 
 /// Why a session could not do what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,6 +95,7 @@ struct Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
+        self.ctx.events().set_turn(None);
         self.steering.return_pending();
         *lock(&self.state.conversation) = Conversation::Idle(self.ctx.history());
         self.state.turn_ended.notify_waiters();
@@ -159,13 +162,37 @@ impl Session {
         matches!(*lock(&self.state.conversation), Conversation::Running { .. })
     }
 
-    /// Subscribes to this session's events (turns, steps, model and tool calls, tool progress).
+    /// Subscribes to this session's events (turns, steps, model and tool calls, tool progress) from now on —
+    /// also those of a turn already running. A receiver that falls behind loses events (`Lagged`); use
+    /// [`Session::follow`] to get every event or an explicit gap.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        let sink = self.state.events.get_or_init(|| EventSink::new(SESSION_EVENT_CAPACITY));
-        match sink.subscribe() {
+        match self.sink().subscribe() {
             Some(rx) => rx,
             None => broadcast::channel(1).1,
         }
+    }
+
+    /// Follows this session's events in order from the one numbered after `after` (`Event::seq`; 0: from the
+    /// oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
+    /// (the last [`SESSION_EVENT_LOG_CAPACITY`]) no longer holds are reported as one [`Followed::Gap`](crate::context::Followed::Gap), never
+    /// skipped silently; a follower that falls behind catches up the same way. The log starts at the first
+    /// subscription or follow.
+    pub fn follow(&self, after: u64) -> EventFollower {
+        // A session's sink always has a log; were it missing, the follower would just end.
+        self.sink().follow(after).unwrap_or_else(EventFollower::ended)
+    }
+
+    /// The number of the session's newest event (0 before the first subscription).
+    pub fn last_event_seq(&self) -> u64 {
+        self.state.events.get().map_or(0, EventSink::last_seq)
+    }
+
+    /// The session's sink: numbered, logged, opened at the first subscription; shared with every turn's context
+    /// so that a subscriber arriving mid-turn sees the rest of it.
+    fn sink(&self) -> &EventSink {
+        self.state
+            .events
+            .get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
     }
 
     /// Cancels the running turn, if any. Returns true if there was one.
@@ -336,7 +363,7 @@ impl Session {
             .execution_id(execution_id)
             .thread_id(self.state.key.clone())
             .history(history)
-            .events(self.state.events.get().cloned().unwrap_or_default())
+            .events(self.sink().clone())
             .layers(self.runtime.layers.iter().cloned())
             .services(services)
             .cancel_with(&cancel)
@@ -357,6 +384,7 @@ impl Session {
             let release = Release { state: state.clone(), ctx: ctx.clone(), steering: steering.clone() };
             let session = state.key.clone();
             let started = tokio::time::Instant::now();
+            ctx.events().set_turn(Some(number));
             ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
             let result = AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
                 Err(NoeticError::other(format!(

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use events::{Event, EventKind, EventSink};
+pub use events::{Event, EventFollower, EventKind, EventSink, Followed};
 
 use crate::agent::TurnSteering;
 use crate::error::NoeticError;

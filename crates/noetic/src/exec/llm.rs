@@ -71,7 +71,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             ctx.emit(|| kind);
         }
     };
-    let watched = ctx.events().is_active();
+    // Asked at each use: a subscriber may arrive mid-step.
+    let watched = || ctx.events().is_active();
     let mut usage = Usage::default();
     let mut cost = 0.0;
     // Corrections asked for by `after_model_call` guide decisions, sent after the history until a response is
@@ -112,7 +113,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
             grammar: None,
         };
-        if watched {
+        if watched() {
             emit(EventKind::ModelCallStarted {
                 step_id: s.id.clone(),
                 model: s.model.clone(),
@@ -124,7 +125,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
         let answer = if s.stream {
             let on_text = |text: String| {
-                if watched {
+                if watched() {
                     emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
                 }
             };
@@ -139,7 +140,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         // Cancelled while the model answered: the tokens were spent (counted above), but the answer is not used.
         ctx.check_cancelled()?;
         let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
-        if watched {
+        if watched() {
             emit(EventKind::ModelCallCompleted {
                 step_id: s.id.clone(),
                 round,
