@@ -63,6 +63,13 @@ impl EventCollector {
         self.events().iter().map(|e| event_type(e)).collect()
     }
 
+    /// Every event received so far that an earlier `take` did not return, in order; the collector forgets them,
+    /// so the next call returns only newer events (to assert one phase of a test at a time).
+    pub fn take(&mut self) -> Vec<Arc<Event>> {
+        self.collect();
+        std::mem::take(&mut self.events)
+    }
+
     /// How many events the receiver lost because it fell behind (0 in a test that keeps up).
     pub fn missed(&mut self) -> u64 {
         self.collect();
@@ -99,6 +106,10 @@ mod tests {
             .collect();
         assert_eq!(steps, ["a", "b"], "earlier events are kept, new ones appended");
         assert_eq!(events.missed(), 0);
+        assert_eq!(events.take().len(), 2);
+        ctx.emit(|| inbox("c"));
+        assert_eq!(events.take().iter().map(|e| event_type(e)).collect::<Vec<_>>(), ["loop_inbox_message"]);
+        assert!(events.types().is_empty(), "taken events are forgotten");
     }
 
     #[test]
