@@ -54,6 +54,8 @@ pub mod layer;
 pub mod model;
 pub mod steering;
 pub mod step;
+/// A test kit: scripted models, gated and counting tools, event collectors and transcripts, for tests of agents.
+pub mod testing;
 pub mod tool;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};

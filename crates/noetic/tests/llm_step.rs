@@ -8,6 +8,7 @@ use std::time::Duration;
 use noetic::model::{History, ModelRequest, ModelResponse, ScriptedModel, StepMeta, ToolCall, ToolResult, Usage};
 use noetic::prelude::*;
 use noetic::step::Emit;
+use noetic::testing::EventCollector;
 use noetic::tool::{ApprovalRequest, FnApprover};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -760,22 +761,16 @@ async fn an_llm_step_without_a_model_is_a_no_model_provider_config_error() {
 // ---------------------------------------------------------------------------------------------------------------
 // Events
 
-fn drain(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) -> Vec<EventKind> {
-    let mut out = Vec::new();
-    while let Ok(event) = rx.try_recv() {
-        out.push(event.kind.clone());
-    }
-    out
+/// The kinds of the events not yet taken from `events`.
+fn drain(events: &mut EventCollector) -> Vec<EventKind> {
+    events.take().iter().map(|e| e.kind.clone()).collect()
 }
 
-fn evented_context(
-    model: &ScriptedModel,
-    log: &Log,
-) -> (Context, tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) {
+fn evented_context(model: &ScriptedModel, log: &Log) -> (Context, EventCollector) {
     let sink = EventSink::new(256);
-    let rx = sink.subscribe().unwrap();
+    let events = EventCollector::new(sink.subscribe().unwrap());
     let ctx = Context::builder().model(Arc::new(model.clone())).tools([add_tool(log)]).events(sink).build();
-    (ctx, rx)
+    (ctx, events)
 }
 
 fn add_then_answer() -> ScriptedModel {

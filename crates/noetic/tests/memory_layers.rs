@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use noetic::layer::lifecycle;
 use noetic::layer::{Budget, HookErrorPolicy, HookTimeouts, MemoryLayer, ModelCallParams, ToolCallParams};
 use noetic::prelude::*;
+use noetic::testing::EventCollector;
 use serde_json::json;
 
 type Log = Arc<Mutex<Vec<String>>>;
@@ -334,15 +335,15 @@ async fn thread_scoped_steering_keeps_its_ledger_across_turns_and_execution_scop
         let rt =
             Runtime::builder().model(Arc::new(model)).layer(layer.clone() as Arc<dyn MemoryLayer>).build().unwrap();
         let session = rt.session("thread-1");
-        let mut events = session.subscribe();
+        let mut events = EventCollector::of(&session);
         session.send("one").unwrap().await.unwrap();
         session.send("two").unwrap().await.unwrap();
-        let mut last_turn = None;
-        while let Ok(e) = events.try_recv() {
-            if matches!(e.kind, EventKind::TurnStarted { .. }) {
-                last_turn = Some(e.execution_id);
-            }
-        }
+        let last_turn = events
+            .events()
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::TurnStarted { .. }))
+            .map(|e| e.execution_id);
         let ctx = Context::builder().thread_id("thread-1").build();
         let ledger_len = match scope {
             Scope::Thread => layer.state_for(&ctx).unwrap().ledger.len(),

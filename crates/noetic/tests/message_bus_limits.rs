@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use noetic::agent::{BusReplies, BusReply, Delivery, InboundMessage, MessageBus, Transcriber};
 use noetic::prelude::*;
-use serde_json::{Value, json};
-use tokio::sync::Notify;
+use noetic::testing::{Gate, gated_tool, until_within};
+use serde_json::json;
 use tokio::time::timeout;
 
 /// Publishing must return well within this (paused time: a publish that waits for anything times out).
@@ -23,23 +23,12 @@ async fn publish(bus: &MessageBus, session: &str, text: &str) -> Delivery {
         .unwrap()
 }
 
-/// A runtime whose tool `work` signals `started` and waits for `gate`; the model's answers are `script`.
-fn held_runtime(script: Vec<ModelResponse>, started: &Arc<Notify>, gate: &Arc<Notify>) -> (Runtime, ScriptedModel) {
-    let (started, gate) = (started.clone(), gate.clone());
-    let tool = FnTool::builder("work", "Works.")
-        .handler(move |_, _| {
-            let (started, gate) = (started.clone(), gate.clone());
-            async move {
-                started.notify_one();
-                gate.notified().await;
-                Ok(Value::Null)
-            }
-        })
-        .build()
-        .unwrap();
+/// A runtime whose tool `work` is gated; the model's answers are `script`.
+fn held_runtime(script: Vec<ModelResponse>) -> (Runtime, ScriptedModel, Gate) {
+    let (tool, gate) = gated_tool("work").unwrap();
     let model = ScriptedModel::new(script);
-    let rt = Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(tool)).build().unwrap();
-    (rt, model)
+    let rt = Runtime::builder().model(Arc::new(model.clone())).tool(tool).build().unwrap();
+    (rt, model, gate)
 }
 
 async fn two_replies(replies: &mut BusReplies) -> (BusReply, BusReply) {
@@ -53,19 +42,18 @@ fn users(history: &[Item]) -> Vec<&str> {
 
 #[tokio::test(start_paused = true)]
 async fn a_message_waiting_for_a_turn_slot_owns_its_session_and_later_messages_steer_into_that_turn() {
-    let (started, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let script = vec![
         ModelResponse::tool_calls([("c1", "work", json!({}))]),
         ModelResponse::text("a done"),
         ModelResponse::text("b done"),
     ];
-    let (rt, model) = held_runtime(script, &started, &gate);
+    let (rt, model, gate) = held_runtime(script);
     let (bus, mut replies) = MessageBus::new(rt.clone(), 1);
     assert_eq!(publish(&bus, "a", "start a").await, Delivery::Started);
-    started.notified().await;
+    gate.started().await;
     assert_eq!(publish(&bus, "b", "first").await, Delivery::Started, "accepted while a holds the only slot");
     assert!(matches!(publish(&bus, "b", "second").await, Delivery::Steered(_)), "steered into b's waiting turn");
-    gate.notify_one();
+    gate.release();
     let (a, b) = two_replies(&mut replies).await;
     assert_eq!(a.result.unwrap(), "a done");
     assert_eq!((b.continuation, b.result.unwrap()), (false, "b done".to_owned()));
@@ -77,23 +65,22 @@ async fn a_message_waiting_for_a_turn_slot_owns_its_session_and_later_messages_s
 
 #[tokio::test(start_paused = true)]
 async fn stop_cancels_a_turn_still_waiting_for_a_slot_before_it_reaches_the_model() {
-    let (started, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let script = vec![
         ModelResponse::tool_calls([("c1", "work", json!({}))]),
         ModelResponse::text("a done"),
         ModelResponse::text("b again"),
     ];
-    let (rt, model) = held_runtime(script, &started, &gate);
+    let (rt, model, gate) = held_runtime(script);
     let (bus, mut replies) = MessageBus::new(rt.clone(), 1);
     publish(&bus, "a", "start a").await;
-    started.notified().await;
+    gate.started().await;
     assert_eq!(publish(&bus, "b", "first").await, Delivery::Started);
     assert!(matches!(publish(&bus, "b", "second").await, Delivery::Steered(_)));
     assert_eq!(publish(&bus, "b", "/stop").await, Delivery::Stopped { cleared: 1, cancelled: true });
     let stopped = replies.recv().await.unwrap();
     assert_eq!(stopped.session, "b");
     assert!(stopped.result.unwrap_err().is_cancelled(), "b's waiting turn reports that it was stopped");
-    gate.notify_one();
+    gate.release();
     assert_eq!(replies.recv().await.unwrap().result.unwrap(), "a done");
     assert_eq!(model.calls(), 2, "the stopped turn never reached the model");
     assert!(rt.session("b").history().is_empty());
@@ -114,12 +101,7 @@ async fn publish_never_blocks_when_nobody_reads_replies_and_the_oldest_replies_a
         assert_eq!(publish(&bus, &format!("s{i}"), &format!("m{i}")).await, Delivery::Started);
     }
     let dropped = (MESSAGES - 8) as u64;
-    for _ in 0..100_000 {
-        if replies.dropped() == dropped {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    until_within(100_000, "every reply was sent", || replies.dropped() == dropped).await.unwrap();
     assert_eq!((replies.dropped(), replies.len()), (dropped, 8), "the newest 8 replies are kept");
     let kept: Vec<BusReply> = (0..8).map(|_| replies.try_recv().unwrap()).collect();
     assert_eq!(kept[0].dropped_before, dropped, "the first reply read says how many were dropped before it");

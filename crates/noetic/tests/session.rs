@@ -6,21 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use noetic::agent::SessionError;
 use noetic::prelude::*;
+use noetic::testing::{EventCollector, transcript};
 use serde_json::{Value, json};
 
 fn runtime(model: &ScriptedModel, tools: Vec<Arc<dyn Tool>>) -> Runtime {
     Runtime::builder().model(Arc::new(model.clone())).tools(tools).build().unwrap()
-}
-
-fn texts(items: &[Item]) -> Vec<String> {
-    items
-        .iter()
-        .map(|i| match i {
-            Item::Message { role, content } => format!("{role:?}: {content}"),
-            Item::ToolCall(c) => format!("call {} {}", c.id, c.name),
-            Item::ToolResult(r) => format!("result {} {}", r.call_id, r.content),
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -32,7 +22,7 @@ async fn history_persists_across_turns_and_the_model_sees_it() {
     assert_eq!(session.send("Who am I?").unwrap().await.unwrap(), "You are Ada.");
     let second = &model.requests()[1];
     assert_eq!(
-        texts(second.history.as_slice()),
+        transcript(second.history.as_slice()),
         vec!["User: I am Ada", "Assistant: Hi Ada.", "User: Who am I?"],
         "the second call carries the first turn"
     );
@@ -45,7 +35,7 @@ async fn sessions_with_different_keys_do_not_share_history() {
     let rt = runtime(&model, vec![]);
     rt.session("a").send("for a").unwrap().await.unwrap();
     rt.session("b").send("for b").unwrap().await.unwrap();
-    assert_eq!(texts(model.requests()[1].history.as_slice()), vec!["User: for b"]);
+    assert_eq!(transcript(model.requests()[1].history.as_slice()), vec!["User: for b"]);
     assert_eq!(rt.session("a").history().len(), 2, "the same key gives the same session");
     assert_eq!(rt.session_count(), 2);
 }
@@ -123,15 +113,9 @@ async fn the_session_event_stream_shows_turn_model_and_tool_events_in_order() {
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "echo", json!({"x": 1}))]), ModelResponse::text("done")]);
     let rt = Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(echo)).stream(true).build().unwrap();
     let session = rt.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     session.send("go").unwrap().await.unwrap();
-    let mut seen = Vec::new();
-    while let Ok(e) = events.try_recv() {
-        let name = serde_json::to_value(&*e).unwrap()["type"].as_str().unwrap().to_owned();
-        if !name.starts_with("step_") {
-            seen.push(name);
-        }
-    }
+    let seen: Vec<String> = events.types().into_iter().filter(|name| !name.starts_with("step_")).collect();
     assert_eq!(
         seen,
         vec![
@@ -161,7 +145,7 @@ async fn a_failed_turn_reports_the_error_and_keeps_what_was_said() {
     let session = rt.session("s");
     let err = session.send("hello").unwrap().await.unwrap_err();
     assert!(err.to_string().contains("server down"), "{err}");
-    assert_eq!(texts(&session.history()), vec!["User: hello"], "the user's message is not lost");
+    assert_eq!(transcript(&session.history()), vec!["User: hello"], "the user's message is not lost");
 }
 
 #[test]

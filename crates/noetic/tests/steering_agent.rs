@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use noetic::prelude::*;
 use noetic::steering::LedgerKind;
+use noetic::testing::EventCollector;
 use serde_json::{Value, json};
 
 fn delete_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
@@ -57,7 +58,7 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
         .build()
         .unwrap();
     let session = rt.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     assert_eq!(session.send("free some disk").unwrap().await.unwrap(), "Cleaned the workspace instead.");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the allowed call ran");
     let second_request = &model.requests()[1];
@@ -68,7 +69,7 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
     );
     let mut denied_events = 0;
     let mut execution = None;
-    while let Ok(e) = events.try_recv() {
+    for e in events.events() {
         if let EventKind::TurnStarted { .. } = e.kind {
             execution = Some(e.execution_id);
         }

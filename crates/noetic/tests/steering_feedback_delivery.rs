@@ -2,18 +2,22 @@
 //! turns, in a hand-built loop; and a spawned child never shares its parent's feedback queue.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{Router, feedback_block, state, until};
 use noetic::context::ExecutionId;
 use noetic::model::HeldCall;
 use noetic::prelude::*;
 use noetic::steering::Evaluator;
 use noetic::step::until as stop;
+use noetic::testing::{EventCollector, JudgeRouter, steering_state, until};
 use serde_json::{Value, json};
+
+/// The steering feedback block the model is shown for these `(rule, guidance)` lines.
+fn feedback_block(lines: &[(&str, &str)]) -> Item {
+    let body: Vec<String> = lines.iter().map(|(rule, text)| format!("[{rule}] {text}")).collect();
+    Item::developer(format!("<steering_feedback>\n{}\n</steering_feedback>", body.join("\n")))
+}
 
 fn async_rule(scope: Scope) -> Arc<SteeringLayer> {
     let rule = SteeringRule::llm("report", [Hook::BeforeToolCall], LlmEval::asynchronous("Report what ran."));
@@ -40,7 +44,11 @@ fn releasing_tool(layer: &Arc<SteeringLayer>, release_on: usize, held: HeldCall)
                         let held = held.lock().unwrap().take().unwrap();
                         held.entered().await;
                         held.release();
-                        until("the verdict is queued", || !state(&layer, &tcx.ctx).pending_feedback.is_empty()).await;
+                        until("the verdict is queued", || {
+                            !steering_state(&layer, &tcx.ctx).pending_feedback.is_empty()
+                        })
+                        .await
+                        .unwrap();
                     }
                     Ok(Value::Null)
                 }
@@ -63,14 +71,8 @@ fn call(id: &str) -> ModelResponse {
 }
 
 /// The execution id of each turn, from the session's events.
-fn turn_executions(events: &mut tokio::sync::broadcast::Receiver<Arc<noetic::context::Event>>) -> Vec<ExecutionId> {
-    let mut ids = Vec::new();
-    while let Ok(e) = events.try_recv() {
-        if let EventKind::TurnStarted { .. } = e.kind {
-            ids.push(e.execution_id);
-        }
-    }
-    ids
+fn turn_executions(events: &mut EventCollector) -> Vec<ExecutionId> {
+    events.events().iter().filter(|e| matches!(e.kind, EventKind::TurnStarted { .. })).map(|e| e.execution_id).collect()
 }
 
 fn async_entries(layer: &SteeringLayer, execution: ExecutionId) -> usize {
@@ -85,7 +87,7 @@ async fn async_verdict_resolving_in_a_tool_round_reaches_the_next_request_of_the
     let judge = judge.with_responder(|_| Ok(ModelResponse::text("ALLOW")));
     let layer = async_rule(Scope::Execution);
     let rt = Runtime::builder()
-        .model(Router::new(agent.clone(), judge))
+        .model(JudgeRouter::new(agent.clone(), judge))
         .tool(releasing_tool(&layer, 1, held))
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
@@ -104,18 +106,18 @@ async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_firs
     let held = judge.push_held(ModelResponse::text("GUIDE: tell the user c1 ran"));
     let layer = async_rule(Scope::Execution);
     let rt = Runtime::builder()
-        .model(Router::new(agent.clone(), judge))
+        .model(JudgeRouter::new(agent.clone(), judge))
         .tool(plain_tool())
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
     let session = rt.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     assert_eq!(session.send("one").unwrap().await.unwrap(), "first");
     let first = turn_executions(&mut events)[0];
     held.entered().await;
     held.release();
-    until("the late verdict resolved", || async_entries(&layer, first) == 1).await;
+    until("the late verdict resolved", || async_entries(&layer, first) == 1).await.unwrap();
     assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
     assert_eq!(session.send("three").unwrap().await.unwrap(), "third");
     let block = feedback_block(&[("report", "tell the user c1 ran")]);
@@ -132,20 +134,22 @@ async fn async_verdict_queued_when_the_turn_ends_reaches_the_next_turn_first_req
     let held = judge.push_held(ModelResponse::text("GUIDE: c1 needs a follow-up"));
     let layer = async_rule(Scope::Execution);
     let rt = Runtime::builder()
-        .model(Router::new(agent.clone(), judge))
+        .model(JudgeRouter::new(agent.clone(), judge))
         .tool(plain_tool())
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
     let session = rt.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     let turn = session.send("one").unwrap();
     // The verdict resolves while the model writes the turn's last answer: no later request of this turn.
     last_answer.entered().await;
     let first = turn_executions(&mut events)[0];
     held.entered().await;
     held.release();
-    until("the verdict is queued", || layer.state_of(first).is_some_and(|s| s.pending_feedback.len() == 1)).await;
+    until("the verdict is queued", || layer.state_of(first).is_some_and(|s| s.pending_feedback.len() == 1))
+        .await
+        .unwrap();
     last_answer.release();
     assert_eq!(turn.await.unwrap(), "first");
     assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
@@ -166,7 +170,7 @@ async fn async_verdicts_in_a_hand_built_loop_reach_a_later_request_and_the_threa
     let during = judge.push_held(ModelResponse::text("GUIDE: first verdict"));
     let after = judge.push_held(ModelResponse::text("GUIDE: second verdict"));
     let layer = async_rule(Scope::Execution);
-    let model = Router::new(agent.clone(), judge);
+    let model = JudgeRouter::new(agent.clone(), judge);
     let loop_of = |steps: u32| -> Step<String, String> {
         let body: Step<String, String> = Step::llm("assistant", "m").build().unwrap();
         Step::loop_("agent", [body])
@@ -190,7 +194,7 @@ async fn async_verdicts_in_a_hand_built_loop_reach_a_later_request_and_the_threa
     answer_one.entered().await;
     during.entered().await;
     during.release();
-    until("the first verdict is queued", || state(&layer, &ctx).pending_feedback.len() == 1).await;
+    until("the first verdict is queued", || steering_state(&layer, &ctx).pending_feedback.len() == 1).await.unwrap();
     answer_one.release();
     assert_eq!(run.await.unwrap().unwrap(), "two");
     // The second run of the thread: the verdict on c2 resolves after the run ended; the next run shows it.
@@ -198,7 +202,7 @@ async fn async_verdicts_in_a_hand_built_loop_reach_a_later_request_and_the_threa
     assert_eq!(noetic::run(&loop_of(1), "again".to_owned(), &ctx2).await.unwrap(), "three");
     after.entered().await;
     after.release();
-    until("the second verdict resolved", || async_entries(&layer, ctx2.execution_id()) == 1).await;
+    until("the second verdict resolved", || async_entries(&layer, ctx2.execution_id()) == 1).await.unwrap();
     assert_eq!(noetic::run(&loop_of(1), "more".to_owned(), &context()).await.unwrap(), "four");
     let first = feedback_block(&[("report", "first verdict")]);
     let second = feedback_block(&[("report", "second verdict")]);
@@ -223,7 +227,7 @@ async fn a_spawned_child_never_drains_its_parent_feedback_and_keeps_its_decision
             .build()
             .unwrap();
         let ctx = Context::builder()
-            .model(Router::new(agent.clone(), judge))
+            .model(JudgeRouter::new(agent.clone(), judge))
             .tools([Arc::new(tool) as Arc<dyn Tool>])
             .layers([layer.clone() as Arc<dyn MemoryLayer>])
             .thread_id("thread-1")
@@ -232,15 +236,21 @@ async fn a_spawned_child_never_drains_its_parent_feedback_and_keeps_its_decision
         let args = json!({});
         let call = noetic::layer::ToolCallParams { call_id: "p1", name: "parent-tool", args: &args };
         layer.before_tool_call(&ctx, call).await.unwrap();
-        until("the parent's verdict is queued", || state(&layer, &ctx).pending_feedback.len() == 1).await;
-        let parent_ledger = state(&layer, &ctx).ledger;
+        until("the parent's verdict is queued", || steering_state(&layer, &ctx).pending_feedback.len() == 1)
+            .await
+            .unwrap();
+        let parent_ledger = steering_state(&layer, &ctx).ledger;
 
         let child: Step<String, String> = Step::llm("child", "m").build().unwrap();
         let spawn = Step::spawn("spawn", child).build().unwrap();
         assert_eq!(spawn.execute("child task".to_owned(), &ctx).await.unwrap(), "child done");
         let child_id = child_id.lock().unwrap().unwrap();
-        until("the child's verdict resolved", || async_entries(&layer, child_id) == 1).await;
-        assert_eq!(state(&layer, &ctx).ledger, parent_ledger, "{scope:?}: the child's decisions stay in the child");
+        until("the child's verdict resolved", || async_entries(&layer, child_id) == 1).await.unwrap();
+        assert_eq!(
+            steering_state(&layer, &ctx).ledger,
+            parent_ledger,
+            "{scope:?}: the child's decisions stay in the child"
+        );
         let child_ledger = layer.ledger(child_id);
         assert_eq!(child_ledger[..parent_ledger.len()], parent_ledger[..], "{scope:?}: the child starts with a copy");
         assert!(child_ledger.iter().any(|e| e.tool_name.as_deref() == Some("t")), "{scope:?}");

@@ -2,15 +2,13 @@
 //! `after_model_call` judge sees the whole response (SPEC 3.2).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Router, state, until};
 use noetic::layer::{ModelCallParams, ToolCallParams};
 use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, FailurePolicy, LlmMode};
+use noetic::testing::{Counter, JudgeRouter, steering_state, until};
 use serde_json::{Value, json};
 
 fn no_provider() -> NoeticError {
@@ -34,19 +32,6 @@ fn assert_no_provider(err: &NoeticError) {
     }
 }
 
-fn counting_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    Arc::new(
-        FnTool::builder("t", "A tool.")
-            .handler(move |_, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async { Ok(Value::Null) }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
 #[tokio::test]
 async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
     for policy in [FailurePolicy::Allow, FailurePolicy::Deny] {
@@ -57,7 +42,7 @@ async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
             .await
             .unwrap_err();
         assert_no_provider(&err);
-        let ledger = state(&layer, &ctx).ledger;
+        let ledger = steering_state(&layer, &ctx).ledger;
         assert_eq!(ledger.len(), 1, "the failed evaluation is recorded");
         assert_eq!(ledger[0].action, SteeringAction::Deny);
         assert_eq!(ledger[0].rule_id.as_deref(), Some("safe"));
@@ -68,30 +53,30 @@ async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
         );
 
         // Through a direct tool step and its lifecycle: the tool never runs.
-        let runs = Arc::new(AtomicUsize::new(0));
+        let runs = Counter::new();
         let ctx = Context::builder()
             .model(Arc::new(failing_judge()))
             .layers([judged(LlmMode::Sync, policy) as Arc<dyn MemoryLayer>])
             .build();
-        let step: Step<Value, Value> = Step::tool("call", counting_tool(&runs)).build().unwrap();
+        let step: Step<Value, Value> = Step::tool("call", runs.tool("t", Value::Null).unwrap()).build().unwrap();
         assert_no_provider(&noetic::run(&step, json!({}), &ctx).await.unwrap_err());
-        assert_eq!(runs.load(Ordering::SeqCst), 0, "policy {policy:?} must not let the tool run");
+        assert_eq!(runs.count(), 0, "policy {policy:?} must not let the tool run");
     }
 }
 
 #[tokio::test]
 async fn judge_config_error_after_a_model_call_fails_the_turn_and_runs_no_tool() {
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Counter::new();
     let agent = ScriptedModel::new([ModelResponse::tool_calls([("c1", "t", json!({}))])]);
     let rt = Runtime::builder()
-        .model(Router::new(agent.clone(), failing_judge()))
-        .tool(counting_tool(&runs))
+        .model(JudgeRouter::new(agent.clone(), failing_judge()))
+        .tool(runs.tool("t", Value::Null).unwrap())
         .layer(judged(LlmMode::Sync, FailurePolicy::Allow) as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
     let err = rt.session("s").send("go").unwrap().await.unwrap_err();
     assert_no_provider(&err);
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.count(), 0);
     assert_eq!(agent.calls(), 1);
 }
 
@@ -101,12 +86,14 @@ async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
     let ctx = Context::builder().model(Arc::new(failing_judge())).build();
     let call = ToolCallParams { call_id: "c1", name: "t", args: &json!({}) };
     assert_eq!(layer.before_tool_call(&ctx, call).await.unwrap().action, SteeringAction::Allow, "async never blocks");
-    until("the async verdict resolved", || !state(&layer, &ctx).ledger.iter().all(|e| e.evaluator.is_none())).await;
-    let resolved = state(&layer, &ctx).ledger;
+    until("the async verdict resolved", || !steering_state(&layer, &ctx).ledger.iter().all(|e| e.evaluator.is_none()))
+        .await
+        .unwrap();
+    let resolved = steering_state(&layer, &ctx).ledger;
     let entry = resolved.iter().find(|e| e.evaluator == Some(Evaluator::LlmAsync)).unwrap();
     assert!(matches!(&entry.failures[0].cause, FailureCause::Config { .. }), "{entry:?}");
     assert_eq!(entry.action, SteeringAction::Deny, "a configuration error is never recorded as allowed");
-    assert!(state(&layer, &ctx).pending_feedback.is_empty(), "the error is not feedback for the model");
+    assert!(steering_state(&layer, &ctx).pending_feedback.is_empty(), "the error is not feedback for the model");
     assert_no_provider(&layer.before_tool_call(&ctx, call).await.unwrap_err());
 }
 
@@ -132,7 +119,8 @@ async fn async_judge_config_error_fails_the_turn_at_the_next_model_request() {
                 until("the async verdict resolved", || {
                     l.state_for(&tcx.ctx).is_some_and(|s| s.ledger.iter().any(|e| e.evaluator.is_some()))
                 })
-                .await;
+                .await
+                .unwrap();
                 w.fetch_add(1, Ordering::SeqCst);
                 Ok(Value::Null)
             }
@@ -140,7 +128,7 @@ async fn async_judge_config_error_fails_the_turn_at_the_next_model_request() {
         .build()
         .unwrap();
     let rt = Runtime::builder()
-        .model(Router::new(agent.clone(), failing_judge()))
+        .model(JudgeRouter::new(agent.clone(), failing_judge()))
         .tool(Arc::new(tool))
         .layer(layer as Arc<dyn MemoryLayer>)
         .build()

@@ -6,58 +6,26 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use noetic::agent::{BatchPolicy, SKIPPED_RESULT, SessionError, SteerError, SteeringMode};
 use noetic::prelude::*;
+use noetic::testing::{Counter, EventCollector, Gate, gated_tool, transcript};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
-
-/// A tool that signals when it starts and waits for a go-ahead before finishing.
-struct Gate {
-    started: Arc<Notify>,
-    proceed: Arc<Notify>,
-}
-
-fn gated_tool(name: &'static str, runs: &Arc<AtomicUsize>, gate: Option<&Gate>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    let signals = gate.map(|g| (g.started.clone(), g.proceed.clone()));
-    Arc::new(
-        FnTool::builder(name, "A tool.")
-            .handler(move |_, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let signals = signals.clone();
-                async move {
-                    if let Some((started, proceed)) = signals {
-                        started.notify_one();
-                        proceed.notified().await;
-                    }
-                    Ok(Value::String(format!("{name} done")))
-                }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
-fn describe(items: &[Item]) -> Vec<String> {
-    items
-        .iter()
-        .map(|i| match i {
-            Item::Message { role, content } => format!("{role:?}: {content}"),
-            Item::ToolCall(c) => format!("call {}", c.id),
-            Item::ToolResult(r) => {
-                format!("result {} {}{}", r.call_id, if r.is_error { "(error) " } else { "" }, r.content)
-            }
-        })
-        .collect()
-}
 
 fn three_calls() -> ModelResponse {
     ModelResponse::tool_calls([("c1", "first", json!({})), ("c2", "second", json!({})), ("c3", "third", json!({}))])
 }
 
+/// A runtime whose tool `first` is gated and whose tools `second` and `third` just count their runs.
 struct Setup {
     model: ScriptedModel,
     runtime: Runtime,
-    runs: Arc<AtomicUsize>,
     gate: Gate,
+    counter: Counter,
+}
+
+impl Setup {
+    /// Runs of the three tools together.
+    fn runs(&self) -> usize {
+        self.gate.runs() + self.counter.count()
+    }
 }
 
 fn setup(
@@ -65,46 +33,45 @@ fn setup(
     configure: impl FnOnce(noetic::agent::RuntimeBuilder) -> noetic::agent::RuntimeBuilder,
 ) -> Setup {
     let model = ScriptedModel::new(responses);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gate = Gate { started: Arc::new(Notify::new()), proceed: Arc::new(Notify::new()) };
+    let (gate, counter) = (Gate::new(), Counter::new());
     let builder = Runtime::builder().model(Arc::new(model.clone())).tools([
-        gated_tool("first", &runs, Some(&gate)),
-        gated_tool("second", &runs, None),
-        gated_tool("third", &runs, None),
+        gate.tool("first").unwrap(),
+        counter.tool("second", json!("second done")).unwrap(),
+        counter.tool("third", json!("third done")).unwrap(),
     ]);
-    Setup { runtime: configure(builder).build().unwrap(), model, runs, gate }
+    Setup { runtime: configure(builder).build().unwrap(), model, gate, counter }
 }
 
 #[tokio::test]
 async fn a_message_steered_mid_batch_skips_the_rest_and_reaches_the_next_request() {
     let s = setup(vec![three_calls(), ModelResponse::text("ok, doing X instead")], |b| b);
     let session = s.runtime.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     let turn = session.send("do the three things").unwrap();
-    s.gate.started.notified().await;
+    s.gate.started().await;
     let id = session.steer("stop, do X instead").unwrap();
-    s.gate.proceed.notify_one();
+    s.gate.release();
     assert_eq!(turn.await.unwrap(), "ok, doing X instead");
-    assert_eq!(s.runs.load(Ordering::SeqCst), 1, "only the running tool finished; the rest never started");
+    assert_eq!(s.runs(), 1, "only the running tool finished; the rest never started");
     let second = &s.model.requests()[1];
     assert_eq!(
-        describe(second.history.as_slice()),
+        transcript(second.history.as_slice()),
         vec![
             "User: do the three things".to_owned(),
-            "call c1".into(),
-            "call c2".into(),
-            "call c3".into(),
+            "call c1 first({})".into(),
+            "call c2 second({})".into(),
+            "call c3 third({})".into(),
             "result c1 first done".into(),
             format!("result c2 (error) {SKIPPED_RESULT}"),
             format!("result c3 (error) {SKIPPED_RESULT}"),
             "User: stop, do X instead".into(),
         ]
     );
-    let history = describe(&session.history());
+    let history = transcript(&session.history());
     assert_eq!(history.iter().filter(|l| l.contains("stop, do X instead")).count(), 1, "persisted exactly once");
     let mut kinds = Vec::new();
-    while let Ok(e) = events.try_recv() {
-        match &e.kind {
+    for kind in events.kinds() {
+        match &kind {
             EventKind::SteeringQueued { id: queued, .. } => {
                 assert_eq!(queued, &id.to_string());
                 kinds.push("queued".to_owned());
@@ -122,12 +89,12 @@ async fn finish_batch_runs_every_tool_then_injects() {
     let s = setup(vec![three_calls(), ModelResponse::text("done")], |b| b.batch_policy(BatchPolicy::FinishBatch));
     let session = s.runtime.session("s");
     let turn = session.send("go").unwrap();
-    s.gate.started.notified().await;
+    s.gate.started().await;
     session.steer("also tidy up").unwrap();
-    s.gate.proceed.notify_one();
+    s.gate.release();
     turn.await.unwrap();
-    assert_eq!(s.runs.load(Ordering::SeqCst), 3);
-    let last = describe(s.model.requests()[1].history.as_slice());
+    assert_eq!(s.runs(), 3);
+    let last = transcript(s.model.requests()[1].history.as_slice());
     assert_eq!(
         &last[4..],
         &["result c1 first done", "result c2 second done", "result c3 third done", "User: also tidy up"]
@@ -141,11 +108,11 @@ async fn a_sessions_own_batch_policy_overrides_the_runtimes_and_leaves_other_ses
     session.set_batch_policy(BatchPolicy::FinishBatch);
     assert_eq!(s.runtime.session("other").batch_policy(), BatchPolicy::SkipRemaining);
     let turn = session.send("go").unwrap();
-    s.gate.started.notified().await;
+    s.gate.started().await;
     session.steer("also tidy up").unwrap();
-    s.gate.proceed.notify_one();
+    s.gate.release();
     turn.await.unwrap();
-    assert_eq!(s.runs.load(Ordering::SeqCst), 3, "the batch finished");
+    assert_eq!(s.runs(), 3, "the batch finished");
 }
 
 #[tokio::test]
@@ -161,20 +128,20 @@ async fn one_at_a_time_injects_one_message_per_checkpoint_in_fifo_order_and_all_
         );
         let session = s.runtime.session("s");
         let turn = session.send("go").unwrap();
-        s.gate.started.notified().await;
+        s.gate.started().await;
         session.steer("m1").unwrap();
         session.steer("m2").unwrap();
-        s.gate.proceed.notify_one();
+        s.gate.release();
         turn.await.unwrap();
         let requests = s.model.requests();
         let users = |i: usize| {
-            describe(requests[i].history.as_slice())
+            transcript(requests[i].history.as_slice())
                 .into_iter()
                 .filter(|l| l.starts_with("User: m"))
                 .collect::<Vec<_>>()
         };
         assert_eq!(users(1).len(), first_request_users, "{mode:?}");
-        let history = describe(&session.history());
+        let history = transcript(&session.history());
         let injected: Vec<_> = history.iter().filter(|l| l.starts_with("User: m")).cloned().collect();
         assert_eq!(injected, vec!["User: m1", "User: m2"], "{mode:?}: FIFO, each exactly once");
         assert_eq!(session.queued(), 0);
@@ -194,7 +161,7 @@ async fn an_answer_without_tools_is_kept_when_steering_is_pending_and_the_model_
     held.release();
     assert_eq!(turn.await.unwrap(), "second answer, with the correction");
     assert_eq!(
-        describe(&session.history()),
+        transcript(&session.history()),
         vec![
             "User: question",
             "Assistant: first answer",
@@ -211,21 +178,19 @@ async fn a_message_queued_while_idle_is_taken_at_turn_start() {
     let session = s.runtime.session("s");
     session.steer("and be brief").unwrap();
     session.send("hello").unwrap().await.unwrap();
-    assert_eq!(describe(s.model.requests()[0].history.as_slice()), vec!["User: hello", "User: and be brief"]);
+    assert_eq!(transcript(s.model.requests()[0].history.as_slice()), vec!["User: hello", "User: and be brief"]);
 }
 
 #[tokio::test]
 async fn a_full_queue_refuses_the_message_says_so_and_keeps_the_others() {
     let s = setup(vec![], |b| b.steering_capacity(2));
     let session = s.runtime.session("s");
-    let mut events = session.subscribe();
+    let mut events = EventCollector::of(&session);
     session.steer("one").unwrap();
     session.steer("two").unwrap();
     assert_eq!(session.steer("three"), Err(SteerError::QueueFull { session: "s".into(), capacity: 2 }));
     assert_eq!(session.queued(), 2);
-    let rejected = std::iter::from_fn(|| events.try_recv().ok())
-        .filter(|e| matches!(e.kind, EventKind::SteeringRejected { .. }))
-        .count();
+    let rejected = events.kinds().iter().filter(|k| matches!(k, EventKind::SteeringRejected { .. })).count();
     assert_eq!(rejected, 1);
     assert_eq!(session.clear_queue(), 2);
 }
@@ -235,7 +200,7 @@ async fn steering_never_crosses_sessions() {
     let s = setup(vec![ModelResponse::text("for b")], |b| b);
     s.runtime.session("a").steer("only for a").unwrap();
     s.runtime.session("b").send("hi").unwrap().await.unwrap();
-    assert_eq!(describe(s.model.requests()[0].history.as_slice()), vec!["User: hi"]);
+    assert_eq!(transcript(s.model.requests()[0].history.as_slice()), vec!["User: hi"]);
     assert_eq!(s.runtime.session("a").queued(), 1);
 }
 
@@ -244,17 +209,17 @@ async fn a_message_taken_but_not_injected_when_the_turn_is_aborted_returns_to_th
     let s = setup(vec![three_calls(), ModelResponse::text("never")], |b| b);
     let session = s.runtime.session("s");
     let turn = session.send("go").unwrap();
-    s.gate.started.notified().await;
+    s.gate.started().await;
     session.steer("first steer").unwrap();
     session.steer("second steer").unwrap();
     // The running tool ignores cancellation and finishes; the checkpoint after it takes "first steer", then the
     // turn stops at the cancellation check before the next model request.
     session.cancel("user pressed stop");
-    s.gate.proceed.notify_one();
+    s.gate.release();
     assert!(turn.await.unwrap_err().is_cancelled());
     let queued = s.runtime.session("s").queued_messages();
     assert_eq!(queued.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), vec!["first steer", "second steer"]);
-    assert!(describe(&session.history()).iter().all(|l| !l.contains("steer")), "never shown to the model");
+    assert!(transcript(&session.history()).iter().all(|l| !l.contains("steer")), "never shown to the model");
     assert_eq!(s.model.calls(), 1);
 }
 
@@ -275,11 +240,11 @@ async fn continue_session_passes_messages_separately_and_skips_the_initial_poll(
     assert_eq!(turn.await.unwrap(), "r2");
     let requests = s.model.requests();
     assert_eq!(
-        describe(requests[0].history.as_slice()),
+        transcript(requests[0].history.as_slice()),
         vec!["User: m1"],
         "one-at-a-time, no second take at turn start"
     );
-    assert_eq!(describe(requests[1].history.as_slice()), vec!["User: m1", "Assistant: r1", "User: m2"]);
+    assert_eq!(transcript(requests[1].history.as_slice()), vec!["User: m1", "Assistant: r1", "User: m2"]);
 }
 
 #[tokio::test]
@@ -287,11 +252,11 @@ async fn continue_session_refuses_while_a_turn_runs_and_leaves_the_queue_alone()
     let s = setup(vec![three_calls(), ModelResponse::text("x")], |b| b.batch_policy(BatchPolicy::FinishBatch));
     let session = s.runtime.session("s");
     let turn = session.send("go").unwrap();
-    s.gate.started.notified().await;
+    s.gate.started().await;
     session.steer("m").unwrap();
     assert_eq!(session.continue_session().err(), Some(SessionError::Busy { session: "s".into() }));
     assert_eq!(session.queued(), 1);
-    s.gate.proceed.notify_one();
+    s.gate.release();
     turn.await.unwrap();
 }
 
@@ -401,31 +366,33 @@ async fn concurrent_pushers_and_poppers_lose_and_duplicate_nothing() {
 }
 
 /// A runtime whose three tools are each gated, so a test can steer during any one of them.
-fn three_gated(policy: BatchPolicy) -> (ScriptedModel, Runtime, Arc<AtomicUsize>, Vec<Gate>) {
+fn three_gated(policy: BatchPolicy) -> (ScriptedModel, Runtime, Vec<Gate>) {
     let model = ScriptedModel::new([three_calls(), ModelResponse::text("done")]);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let gates: Vec<Gate> =
-        (0..3).map(|_| Gate { started: Arc::new(Notify::new()), proceed: Arc::new(Notify::new()) }).collect();
-    let tools =
-        ["first", "second", "third"].iter().zip(&gates).map(|(n, g)| gated_tool(n, &runs, Some(g))).collect::<Vec<_>>();
+    let gates: Vec<Gate> = (0..3).map(|_| Gate::new()).collect();
+    let tools = ["first", "second", "third"].iter().zip(&gates).map(|(n, g)| g.tool(n).unwrap()).collect::<Vec<_>>();
     let rt = Runtime::builder().model(Arc::new(model.clone())).tools(tools).batch_policy(policy).build().unwrap();
-    (model, rt, runs, gates)
+    (model, rt, gates)
+}
+
+/// Runs of all the gated tools together.
+fn runs(gates: &[Gate]) -> usize {
+    gates.iter().map(Gate::runs).sum()
 }
 
 #[tokio::test]
 async fn steering_during_the_middle_tool_skips_only_the_later_ones() {
-    let (model, rt, runs, gates) = three_gated(BatchPolicy::SkipRemaining);
+    let (model, rt, gates) = three_gated(BatchPolicy::SkipRemaining);
     let session = rt.session("s");
     let turn = session.send("go").unwrap();
-    gates[0].started.notified().await;
-    gates[0].proceed.notify_one();
-    gates[1].started.notified().await;
+    gates[0].started().await;
+    gates[0].release();
+    gates[1].started().await;
     session.steer("new plan").unwrap();
-    gates[1].proceed.notify_one();
+    gates[1].release();
     turn.await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(runs(&gates), 2);
     assert_eq!(
-        &describe(model.requests()[1].history.as_slice())[4..],
+        &transcript(model.requests()[1].history.as_slice())[4..],
         &[
             "result c1 first done".to_owned(),
             "result c2 second done".into(),
@@ -437,26 +404,26 @@ async fn steering_during_the_middle_tool_skips_only_the_later_ones() {
 
 #[tokio::test]
 async fn steering_during_the_last_tool_skips_nothing_and_is_injected() {
-    let (model, rt, runs, gates) = three_gated(BatchPolicy::SkipRemaining);
+    let (model, rt, gates) = three_gated(BatchPolicy::SkipRemaining);
     let session = rt.session("s");
     let turn = session.send("go").unwrap();
     for gate in &gates[..2] {
-        gate.started.notified().await;
-        gate.proceed.notify_one();
+        gate.started().await;
+        gate.release();
     }
-    gates[2].started.notified().await;
+    gates[2].started().await;
     session.steer("after all three").unwrap();
-    gates[2].proceed.notify_one();
+    gates[2].release();
     turn.await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 3);
-    let second = describe(model.requests()[1].history.as_slice());
+    assert_eq!(runs(&gates), 3);
+    let second = transcript(model.requests()[1].history.as_slice());
     assert!(second.iter().all(|l| !l.contains("Skipped")));
     assert_eq!(second.last().unwrap(), "User: after all three");
 }
 
 #[tokio::test]
 async fn steering_during_a_tool_that_steering_denies_still_stops_the_next_tool() {
-    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Counter::new();
     let session_slot: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
     let slot = session_slot.clone();
     // The rule denies "first"; while it decides, the user types (the rule steers on their behalf).
@@ -472,16 +439,16 @@ async fn steering_during_a_tool_that_steering_denies_still_stops_the_next_tool()
     let model = ScriptedModel::new([three_calls(), ModelResponse::text("ok")]);
     let rt = Runtime::builder()
         .model(Arc::new(model.clone()))
-        .tools([gated_tool("first", &runs, None), gated_tool("second", &runs, None), gated_tool("third", &runs, None)])
+        .tools(["first", "second", "third"].map(|name| counter.tool(name, json!(format!("{name} done"))).unwrap()))
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
     let session = rt.session("s");
     *session_slot.lock().unwrap() = Some(session.clone());
     session.send("go").unwrap().await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "first denied, second and third skipped");
+    assert_eq!(counter.count(), 0, "first denied, second and third skipped");
     assert_eq!(
-        &describe(model.requests()[1].history.as_slice())[4..],
+        &transcript(model.requests()[1].history.as_slice())[4..],
         &[
             "result c1 (error) Steering denied: first is not allowed".to_owned(),
             format!("result c2 (error) {SKIPPED_RESULT}"),
@@ -505,15 +472,13 @@ async fn two_messages_in_one_at_a_time_mode_reach_two_successive_requests_in_ord
     session.steer("m2").unwrap();
     held.release();
     assert_eq!(turn.await.unwrap(), "a2");
-    let last_user = |i: usize| describe(model.requests()[i].history.as_slice()).last().cloned().unwrap();
+    let last_user = |i: usize| transcript(model.requests()[i].history.as_slice()).last().cloned().unwrap();
     assert_eq!((last_user(1), last_user(2)), ("User: m1".to_owned(), "User: m2".to_owned()));
 }
 
 #[tokio::test]
 async fn steering_at_the_round_limit_gets_one_more_round() {
-    let (started, proceed) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let tool = gated_tool("first", &runs, Some(&Gate { started: started.clone(), proceed: proceed.clone() }));
+    let (tool, gate) = gated_tool("first").unwrap();
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([("c1", "first", json!({}))]),
         ModelResponse::text("answered the steer"),
@@ -522,9 +487,9 @@ async fn steering_at_the_round_limit_gets_one_more_round() {
     let rt = Runtime::builder().model(Arc::new(model.clone())).tool(tool).agent(agent).build().unwrap();
     let session = rt.session("s");
     let turn = session.send("go").unwrap();
-    started.notified().await;
+    gate.started().await;
     session.steer("one more thing").unwrap();
-    proceed.notify_one();
+    gate.release();
     assert_eq!(turn.await.unwrap(), "answered the steer", "the steer bought a round past max_rounds = 1");
 }
 

@@ -3,12 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use noetic::layer::{MemoryLayer, Outcome, ToolCallParams};
 use noetic::prelude::*;
-use serde_json::{Value, json};
+use noetic::testing::Counter;
+use serde_json::json;
 
 /// A layer that panics in one hook while armed.
 struct Panicky {
@@ -57,23 +58,10 @@ impl MemoryLayer for Panicky {
     }
 }
 
-fn counting_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    Arc::new(
-        FnTool::builder("touch", "Touches a file.")
-            .handler(move |_, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async { Ok(Value::String("touched".into())) }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
-fn runtime(layer: &Arc<Panicky>, model: &ScriptedModel, runs: &Arc<AtomicUsize>) -> Runtime {
+fn runtime(layer: &Arc<Panicky>, model: &ScriptedModel, runs: &Counter) -> Runtime {
     Runtime::builder()
         .model(Arc::new(model.clone()))
-        .tool(counting_tool(runs))
+        .tool(runs.tool("touch", json!("touched")).unwrap())
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap()
@@ -92,7 +80,7 @@ async fn assert_released(session: &Session, layer: &Panicky, model: &ScriptedMod
 async fn a_layer_panicking_in_init_fails_the_turn_naming_it_and_leaves_the_session_idle() {
     let layer = Panicky::new("init");
     let model = ScriptedModel::new([]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
     let err = session.send("hi").unwrap().await.unwrap_err().to_string();
     assert!(err.contains("init hook of memory layer 'panicky' panicked: boom in init"), "{err}");
@@ -104,7 +92,7 @@ async fn a_layer_panicking_in_init_fails_the_turn_naming_it_and_leaves_the_sessi
 async fn a_layer_panicking_in_on_complete_fails_the_turn_naming_it_and_keeps_the_history() {
     let layer = Panicky::new("on_complete");
     let model = ScriptedModel::new([ModelResponse::text("answer")]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
     let err = session.send("hi").unwrap().await.unwrap_err().to_string();
     assert!(err.contains("on_complete hook of memory layer 'panicky' panicked: boom in on_complete"), "{err}");
@@ -116,10 +104,10 @@ async fn a_layer_panicking_in_on_complete_fails_the_turn_naming_it_and_keeps_the
 async fn a_gating_hook_that_panics_fails_the_turn_and_the_tool_does_not_run() {
     let layer = Panicky::new("before_tool_call");
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "touch", json!({}))])]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
     let err = session.send("hi").unwrap().await.unwrap_err().to_string();
     assert!(err.contains("before_tool_call hook of memory layer 'panicky' panicked"), "{err}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "fail closed: the tool never ran");
+    assert_eq!(runs.count(), 0, "fail closed: the tool never ran");
     assert_released(&session, &layer, &model).await;
 }
