@@ -12,6 +12,7 @@
 
 mod channel;
 mod events;
+mod sink;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -20,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use events::{Event, EventFollower, EventKind, EventSink, Followed};
+pub use events::{Event, EventKind};
+pub use sink::{EventFollower, EventSink, Followed};
 
 use crate::agent::TurnSteering;
 use crate::error::NoeticError;

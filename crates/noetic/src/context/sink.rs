@@ -1,0 +1,253 @@
+//! Where events go: live subscribers and a session's numbered, bounded log, and the followers that resume from it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use tokio::sync::broadcast;
+
+use super::events::{Event, EventKind};
+use super::{ExecutionId, lock};
+
+/// Where events go: a broadcast channel any number of subscribers can read, and — for a sink made with
+/// [`EventSink::with_log`], as every session's is — a bounded log of the most recent events, numbered 1, 2, 3 …,
+/// from which a follower can resume ([`EventSink::follow`]). Events are built only when someone listens (a
+/// subscriber, or a log that exists because someone subscribed once). The runtime never blocks on a subscriber:
+/// a [`broadcast::Receiver`] that falls more than `capacity` behind sees `RecvError::Lagged`; an [`EventFollower`]
+/// catches up from the log and is told exactly what it missed when the log no longer holds it.
+///
+/// Clones share everything, including a channel and log opened later: a context built with a session's sink
+/// before anybody subscribed still reaches a subscriber that arrives mid-turn.
+#[derive(Clone, Default)]
+pub struct EventSink {
+    core: Option<Arc<SinkCore>>,
+}
+
+struct SinkCore {
+    capacity: usize,
+    log_capacity: Option<usize>,
+    /// Opened by the first subscription (at once for [`EventSink::new`] and [`EventSink::with_log`]).
+    live: OnceLock<Live>,
+    /// The turn events are stamped with (0: between turns).
+    turn: AtomicU64,
+}
+
+struct Live {
+    tx: broadcast::Sender<Arc<Event>>,
+    log: Option<Mutex<LogState>>,
+}
+
+struct LogState {
+    /// The number the next event gets.
+    next: u64,
+    recent: VecDeque<Arc<Event>>,
+    capacity: usize,
+}
+
+impl LogState {
+    /// The events after `after` that the log still holds, and the range it no longer holds, if any.
+    fn since(&self, after: u64) -> (VecDeque<Arc<Event>>, Option<(u64, u64)>) {
+        let oldest = self.recent.front().map_or(self.next, |e| e.seq);
+        let gap = (after.saturating_add(1) < oldest).then(|| (after.saturating_add(1), oldest - 1));
+        let backlog = self.recent.iter().filter(|e| e.seq > after).cloned().collect();
+        (backlog, gap)
+    }
+}
+
+impl SinkCore {
+    fn live(&self) -> &Live {
+        self.live.get_or_init(|| {
+            let (tx, _) = broadcast::channel(self.capacity);
+            let log =
+                self.log_capacity.map(|capacity| Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity }));
+            Live { tx, log }
+        })
+    }
+}
+
+impl EventSink {
+    fn make(capacity: usize, log_capacity: Option<usize>, open: bool) -> Self {
+        let core = SinkCore {
+            capacity: capacity.max(1),
+            log_capacity: log_capacity.map(|c| c.max(1)),
+            live: OnceLock::new(),
+            turn: AtomicU64::new(0),
+        };
+        if open {
+            core.live();
+        }
+        EventSink { core: Some(Arc::new(core)) }
+    }
+
+    /// A sink buffering up to `capacity` events per subscriber (at least 1), with no log.
+    pub fn new(capacity: usize) -> Self {
+        Self::make(capacity, None, true)
+    }
+
+    /// A sink that also keeps the last `log_capacity` events (at least 1), numbered, for followers to resume from.
+    pub fn with_log(capacity: usize, log_capacity: usize) -> Self {
+        Self::make(capacity, Some(log_capacity), true)
+    }
+
+    /// Like [`EventSink::with_log`], but the channel and the log open at the first subscription: until then
+    /// emitting costs one check and nothing is recorded.
+    pub(crate) fn dormant_with_log(capacity: usize, log_capacity: usize) -> Self {
+        Self::make(capacity, Some(log_capacity), false)
+    }
+
+    /// A sink that drops everything.
+    pub fn disabled() -> Self {
+        EventSink { core: None }
+    }
+
+    /// A new subscriber, seeing events emitted from now on. `None` for a disabled sink.
+    pub fn subscribe(&self) -> Option<broadcast::Receiver<Arc<Event>>> {
+        self.core.as_ref().map(|core| core.live().tx.subscribe())
+    }
+
+    /// A follower that first gets the logged events numbered after `after` (0: from the oldest the log holds),
+    /// then live ones; if the log no longer holds some of them, it is told so first with [`Followed::Gap`]. A
+    /// number past the newest event (a log that restarted, say) counts as the newest. `None` for a sink without
+    /// a log.
+    pub fn follow(&self, after: u64) -> Option<EventFollower> {
+        let core = self.core.as_ref()?;
+        let live = core.live();
+        let log = live.log.as_ref()?;
+        // Subscribing under the log's lock: every event is either in the backlog or arrives live, never both.
+        let state = lock(log);
+        let after = after.min(state.next - 1);
+        let (backlog, gap) = state.since(after);
+        let rx = live.tx.subscribe();
+        drop(state);
+        Some(EventFollower { core: core.clone(), rx, backlog, gap, last: after })
+    }
+
+    /// The number of the newest event (0 when none was logged).
+    pub fn last_seq(&self) -> u64 {
+        match self.core.as_ref().and_then(|c| c.live.get()).and_then(|l| l.log.as_ref()) {
+            Some(log) => lock(log).next - 1,
+            None => 0,
+        }
+    }
+
+    /// Stamps the events emitted from now on with this turn (`None` between turns).
+    pub fn set_turn(&self, turn: Option<u64>) {
+        if let Some(core) = &self.core {
+            core.turn.store(turn.unwrap_or(0), Ordering::SeqCst);
+        }
+    }
+
+    /// True when someone listens (or a log records).
+    pub fn is_active(&self) -> bool {
+        match self.core.as_ref().and_then(|c| c.live.get()) {
+            Some(live) => live.log.is_some() || live.tx.receiver_count() > 0,
+            None => false,
+        }
+    }
+
+    /// Emits the event `kind` builds, if anyone listens or a log records.
+    pub fn emit(&self, execution_id: ExecutionId, kind: impl FnOnce() -> EventKind) {
+        let Some(core) = &self.core else { return };
+        let Some(live) = core.live.get() else { return };
+        let turn = Some(core.turn.load(Ordering::Relaxed)).filter(|t| *t > 0);
+        match &live.log {
+            None if live.tx.receiver_count() > 0 => {
+                let event = Event { seq: 0, turn, execution_id, at: SystemTime::now(), kind: kind() };
+                let _ = live.tx.send(Arc::new(event));
+            }
+            None => {}
+            Some(log) => {
+                let mut state = lock(log);
+                let event =
+                    Arc::new(Event { seq: state.next, turn, execution_id, at: SystemTime::now(), kind: kind() });
+                state.next += 1;
+                if state.recent.len() >= state.capacity {
+                    state.recent.pop_front();
+                }
+                state.recent.push_back(event.clone());
+                // Sent under the lock, so live receivers see the numbers in order.
+                let _ = live.tx.send(event);
+            }
+        }
+    }
+}
+
+/// What a follower gets: the next event, or the news that some events are gone from the log.
+#[derive(Debug, Clone)]
+pub enum Followed {
+    /// The next event (numbers increase by one, except right after a gap).
+    Event(Arc<Event>),
+    /// Events `from..=to` were dropped from the bounded log before this follower could read them.
+    Gap {
+        /// The first missing number.
+        from: u64,
+        /// The last missing number.
+        to: u64,
+    },
+}
+
+/// Reads a sink's events in order from a given number on: the logged backlog first, then live events. A
+/// follower that falls behind the live channel catches up from the log; what the log no longer holds is reported
+/// as a [`Followed::Gap`], never skipped silently.
+pub struct EventFollower {
+    core: Arc<SinkCore>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    backlog: VecDeque<Arc<Event>>,
+    gap: Option<(u64, u64)>,
+    /// The number of the last event handed out.
+    last: u64,
+}
+
+impl EventFollower {
+    /// A follower with nothing to read: `next` answers `None` at once.
+    pub(crate) fn ended() -> Self {
+        let core = SinkCore { capacity: 1, log_capacity: None, live: OnceLock::new(), turn: AtomicU64::new(0) };
+        let core = Arc::new(core);
+        // Its sender is dropped at once, so the receiver reports the channel closed.
+        let (_, rx) = broadcast::channel(1);
+        EventFollower { core, rx, backlog: VecDeque::new(), gap: None, last: 0 }
+    }
+
+    /// The next event or gap; waits for a live event when caught up. `None` once the sink is gone.
+    pub async fn next(&mut self) -> Option<Followed> {
+        loop {
+            if let Some(f) = self.ready() {
+                return Some(f);
+            }
+            match self.rx.recv().await {
+                // Live events already handed out from the backlog are skipped.
+                Ok(event) if event.seq <= self.last => continue,
+                Ok(event) => {
+                    self.last = event.seq;
+                    return Some(Followed::Event(event));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up(),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next gap or backlog event, without waiting.
+    fn ready(&mut self) -> Option<Followed> {
+        if let Some((from, to)) = self.gap.take() {
+            self.last = self.last.max(to);
+            return Some(Followed::Gap { from, to });
+        }
+        let event = self.backlog.pop_front()?;
+        self.last = event.seq;
+        Some(Followed::Event(event))
+    }
+
+    /// Re-reads the log after falling behind the live channel.
+    fn catch_up(&mut self) {
+        let live = self.core.live();
+        let Some(log) = &live.log else { return };
+        let state = lock(log);
+        let (backlog, gap) = state.since(self.last);
+        self.rx = live.tx.subscribe();
+        drop(state);
+        self.backlog = backlog;
+        self.gap = gap;
+    }
+}
