@@ -54,7 +54,6 @@ pub mod layer;
 pub mod model;
 pub mod steering;
 pub mod step;
-/// A test kit: scripted models, gated and counting tools, event collectors and transcripts, for tests of agents.
 pub mod testing;
 pub mod tool;
 
