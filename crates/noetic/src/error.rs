@@ -5,6 +5,9 @@
 //! * [`ConfigError`] — the program was put together wrongly (an empty step id, a fork without a merge function,
 //!   a negative interval …). Builders return it before anything runs; it carries a stable [`ConfigCode`].
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -449,6 +452,30 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     } else {
         "a non-string panic payload".to_owned()
     }
+}
+
+/// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
+pub(crate) fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
+}
+
+/// Awaits user code, turning a panic into an error.
+pub(crate) async fn guard_async<T>(
+    step_id: &str,
+    what: &str,
+    fut: impl Future<Output = Result<T, NoeticError>>,
+) -> Result<T, NoeticError> {
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(p) => Err(panicked(step_id, what, &*p)),
+    }
+}
+
+fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
+    NoeticError::other(format!(
+        "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
+        panic_message(payload)
+    ))
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ pub mod layer;
 pub mod model;
 pub mod steering;
 pub mod step;
+mod sync;
 pub mod testing;
 pub mod tool;
 

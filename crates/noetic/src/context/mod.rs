@@ -15,7 +15,7 @@ mod events;
 mod sink;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -97,11 +97,7 @@ impl Inner {
     }
 }
 
-/// Locks a mutex, recovering the data if another thread panicked while holding it (the data is plain state that
-/// stays consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// The handle steps receive. Clone it freely; clones share everything.
 #[derive(Clone)]

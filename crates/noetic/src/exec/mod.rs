@@ -14,11 +14,6 @@ mod run;
 mod spawn;
 mod tool;
 
-use std::any::Any;
-use std::panic::AssertUnwindSafe;
-
-use futures::FutureExt;
-
 use crate::context::{Context, EventKind, MAX_DEPTH};
 use crate::error::NoeticError;
 use crate::step::{Step, StepFuture};
@@ -71,30 +66,7 @@ async fn dispatch<I: Send + 'static, O: Send + 'static>(
     result
 }
 
-/// The message of a panic payload.
-/// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
-pub(crate) fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
-}
-
-/// Awaits user code, turning a panic into an error.
-pub(crate) async fn guard_async<T>(
-    step_id: &str,
-    what: &str,
-    fut: impl Future<Output = Result<T, NoeticError>>,
-) -> Result<T, NoeticError> {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(r) => r,
-        Err(p) => Err(panicked(step_id, what, &*p)),
-    }
-}
-
-fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
-    NoeticError::other(format!(
-        "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
-        crate::error::panic_message(payload)
-    ))
-}
+pub(crate) use crate::error::{guard, guard_async};
 
 /// Wraps an error from user code as a failure of `step_id` (cancellation passes through unchanged).
 pub(crate) fn step_failed(step_id: &str, cause: NoeticError, retries_exhausted: bool) -> NoeticError {
@@ -102,4 +74,12 @@ pub(crate) fn step_failed(step_id: &str, cause: NoeticError, retries_exhausted: 
         return cause;
     }
     NoeticError::StepFailed { step_id: step_id.to_owned(), cause: Box::new(cause), retries_exhausted }
+}
+
+impl<I: Send + 'static, O: Send + 'static> Step<I, O> {
+    /// Runs the step on `input` in `ctx` (the interpreter implements the step's own method, so the step layer
+    /// needs no import of it).
+    pub async fn execute(&self, input: I, ctx: &Context) -> Result<O, NoeticError> {
+        execute(self, input, ctx).await
+    }
 }

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{History, Item, ToolCall, Usage};
+use super::{ModelParams, ToolChoice};
 use crate::error::NoeticError;
-use crate::step::{ModelParams, ToolChoice};
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,6 +4,8 @@
 //! Providers translate this list to and from their wire formats.
 
 mod interface;
+mod params;
+mod retry;
 mod scripted;
 mod wrappers;
 
@@ -12,6 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
+pub use params::{ModelParams, ToolChoice};
+pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use scripted::{HeldCall, ScriptedModel};
 pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 

@@ -8,8 +8,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{Notify, oneshot};
 
 use super::{Model, ModelRequest, ModelResponse};
-use crate::context::lock;
 use crate::error::NoeticError;
+use crate::sync::lock;
 
 type Responder = Arc<dyn Fn(&ModelRequest) -> Result<ModelResponse, NoeticError> + Send + Sync>;
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
 
+use super::RetryPolicy;
 use super::{Model, ModelRequest, ModelResponse, StreamDelta};
 use crate::error::NoeticError;
-use crate::step::RetryPolicy;
 
 /// Retries retryable failures ([`NoeticError::is_retryable`]) with the policy's backoff; a rate limit's
 /// `retry_after` wins over the backoff when it is longer. Calls and streams are retried alike: a stream is

@@ -49,7 +49,7 @@ impl<I: Clone + Send + Sync + 'static, B: Send + 'static> Step<I, B> {
     pub fn every(id: impl Into<String>, body: Step<I, B>, ms: f64) -> EveryBuilder<I> {
         let body: BodyFn<I> = Arc::new(move |input, ctx| {
             let body = body.clone();
-            Box::pin(async move { crate::exec::execute(&body, input, &ctx).await.map(|_| ()) })
+            Box::pin(async move { body.execute(input, &ctx).await.map(|_| ()) })
         });
         EveryBuilder {
             id: id.into(),

@@ -21,7 +21,6 @@ pub(crate) mod fork;
 pub(crate) mod llm;
 pub(crate) mod loop_;
 pub(crate) mod provide;
-pub(crate) mod retry;
 pub(crate) mod run;
 pub(crate) mod spawn;
 pub(crate) mod tool;
@@ -33,18 +32,18 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
+pub use crate::model::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
+pub use crate::model::{ModelParams, ToolChoice};
 pub use branch::{BranchBuilder, StepBranch};
 pub use every::{EveryBuilder, EveryOnError, StepEvery};
 pub use fork::{ForkBuilder, ForkMode, SettleResult, SettleStatus, StepFork};
-pub use llm::{Emit, IntoPrompt, LlmBuilder, ModelParams, StepLlm, ToolChoice};
+pub use llm::{Emit, IntoPrompt, LlmBuilder, StepLlm};
 pub use loop_::{LoopBuilder, LoopErrorAction, StepLoop};
 pub use provide::{ProvideBuilder, StepProvide};
-pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use run::{RunBuilder, StepRun};
 pub use spawn::{SpawnBuilder, StepSpawn};
 pub use tool::{StepTool, ToolStepBuilder};
 
-use crate::context::Context;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 
 /// A boxed, sendable future returning a step result.
@@ -174,13 +173,6 @@ impl<I, O> Step<I, O> {
             Step::Loop(_) => StepKind::Loop,
             Step::Every(_) => StepKind::Every,
         }
-    }
-}
-
-impl<I: Send + 'static, O: Send + 'static> Step<I, O> {
-    /// Runs the step on `input` in `ctx`.
-    pub async fn execute(&self, input: I, ctx: &Context) -> Result<O, NoeticError> {
-        crate::exec::execute(self, input, ctx).await
     }
 }
 

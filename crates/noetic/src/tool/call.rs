@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{Approval, ApprovalRequest, Tool, ToolContext};
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
-use crate::exec::{guard, guard_async};
+use crate::error::{guard, guard_async};
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle::{self, Gate};
 use crate::model::{ToolCall, ToolResult};
