@@ -48,6 +48,7 @@
 
 pub mod agent;
 pub mod context;
+mod decision;
 pub mod error;
 pub mod exec;
 pub mod layer;

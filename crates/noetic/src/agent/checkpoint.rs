@@ -14,8 +14,7 @@ use super::session::SessionState;
 use crate::context::{Context, EventKind, ExecutionId, lock};
 use crate::model::Item;
 
-/// The content of the result each skipped tool call gets.
-pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
+pub use crate::context::SKIPPED_RESULT;
 
 /// What happens to the rest of a tool batch when steering arrives mid-batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -172,5 +171,35 @@ impl TurnSteering {
     pub(crate) fn discard_pending(&self) {
         self.discarded.store(true, Ordering::SeqCst);
         lock(&self.pending).clear();
+    }
+}
+
+impl crate::context::Checkpoints for TurnSteering {
+    fn applies_to(&self, ctx: &Context) -> bool {
+        TurnSteering::applies_to(self, ctx)
+    }
+
+    fn poll_at_turn_start(&self) {
+        TurnSteering::poll_at_turn_start(self);
+    }
+
+    fn poll(&self) -> bool {
+        TurnSteering::poll(self)
+    }
+
+    fn has_pending(&self) -> bool {
+        TurnSteering::has_pending(self)
+    }
+
+    fn capacity(&self) -> usize {
+        TurnSteering::capacity(self)
+    }
+
+    fn inject(&self, ctx: &Context) -> usize {
+        TurnSteering::inject(self, ctx)
+    }
+
+    fn skips_rest_of_batch(&self) -> bool {
+        self.policy() == BatchPolicy::SkipRemaining
     }
 }

@@ -1,5 +1,6 @@
 //! Framework events: what the runtime did, as a stream a UI or a log can subscribe to.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -8,7 +9,6 @@ use serde::Serialize;
 use super::ExecutionId;
 use crate::error::NoeticError;
 use crate::model::Usage;
-use crate::step::StepKind;
 
 /// One event, stamped with the execution that produced it.
 #[derive(Debug, Clone, Serialize)]
@@ -153,7 +153,7 @@ pub enum EventKind {
         /// The llm step.
         step_id: Arc<str>,
         /// The action taken.
-        action: crate::steering::SteeringAction,
+        action: crate::decision::SteeringAction,
         /// The guidance.
         guidance: Option<String>,
     },
@@ -219,4 +219,51 @@ pub enum EventKind {
         /// Why.
         error: NoeticError,
     },
+}
+
+/// The kind of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// `Step::Run`.
+    Run,
+    /// `Step::Llm`.
+    Llm,
+    /// `Step::Tool`.
+    Tool,
+    /// `Step::Branch`.
+    Branch,
+    /// `Step::Fork`.
+    Fork,
+    /// `Step::Spawn`.
+    Spawn,
+    /// `Step::Provide`.
+    Provide,
+    /// `Step::Loop`.
+    Loop,
+    /// `Step::Every`.
+    Every,
+}
+
+impl StepKind {
+    /// The kind's lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Run => "run",
+            StepKind::Llm => "llm",
+            StepKind::Tool => "tool",
+            StepKind::Branch => "branch",
+            StepKind::Fork => "fork",
+            StepKind::Spawn => "spawn",
+            StepKind::Provide => "provide",
+            StepKind::Loop => "loop",
+            StepKind::Every => "every",
+        }
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
 }

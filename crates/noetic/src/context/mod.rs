@@ -11,6 +11,7 @@
 //! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
 
 mod channel;
+mod checkpoints;
 mod events;
 mod sink;
 
@@ -21,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use events::{Event, EventKind};
+pub use checkpoints::{Checkpoints, SKIPPED_RESULT};
+pub use events::{Event, EventKind, StepKind};
 pub use sink::{EventFollower, EventSink, Followed};
 
-use crate::agent::TurnSteering;
 use crate::error::NoeticError;
 use crate::layer::{LayerStack, MemoryLayer};
 use crate::model::{History, Item, Model, StepMeta, Usage};
@@ -85,7 +86,7 @@ pub struct Services {
     /// Decides on calls of tools that need approval.
     pub approver: Option<Arc<dyn Approver>>,
     /// The live steering of the session turn this execution belongs to.
-    pub steering: Option<Arc<TurnSteering>>,
+    pub steering: Option<Arc<dyn Checkpoints>>,
 }
 
 impl Inner {
@@ -442,7 +443,7 @@ impl Context {
     }
 
     /// The steering checkpoints of the current session turn, when they apply to this execution.
-    pub(crate) fn turn_steering(&self) -> Option<&Arc<TurnSteering>> {
+    pub(crate) fn turn_steering(&self) -> Option<&Arc<dyn Checkpoints>> {
         self.inner.services.steering.as_ref().filter(|s| s.applies_to(self))
     }
 

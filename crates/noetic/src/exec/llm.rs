@@ -6,12 +6,11 @@
 
 use std::sync::Arc;
 
-use crate::agent::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
-use crate::context::{Context, EventKind};
+use crate::context::{Checkpoints, Context, EventKind, SKIPPED_RESULT};
+use crate::decision::SteeringAction;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolResult, ToolSpec, Usage};
-use crate::steering::SteeringAction;
 use crate::step::StepLlm;
 use crate::tool::Tool;
 use crate::tool::call::{EmitFilter, run_tool_call};
@@ -225,7 +224,7 @@ async fn run_calls(
     tools: &[Arc<dyn Tool>],
     calls: &[ToolCall],
     allow: EmitFilter<'_>,
-    steering: Option<&TurnSteering>,
+    steering: Option<&dyn Checkpoints>,
 ) -> Result<(), NoeticError> {
     for (i, call) in calls.iter().enumerate() {
         let outcome = match ctx.check_cancelled() {
@@ -237,7 +236,7 @@ async fn run_calls(
                 ctx.push_item(Item::ToolResult(result));
                 if let Some(ts) = steering
                     && ts.poll()
-                    && ts.policy() == BatchPolicy::SkipRemaining
+                    && ts.skips_rest_of_batch()
                 {
                     skip_rest(ctx, &calls[i + 1..]);
                     return Ok(());

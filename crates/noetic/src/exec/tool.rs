@@ -4,10 +4,10 @@ use serde_json::Value;
 
 use super::{guard, guard_async, step_failed};
 use crate::context::{Context, EventKind};
+use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle;
-use crate::steering::SteeringAction;
 use crate::step::StepTool;
 use crate::tool::ToolContext;
 use crate::tool::call::result_text;

@@ -12,9 +12,9 @@ use futures::FutureExt;
 
 use super::{HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
 use crate::context::{Context, ExecutionId};
+use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse};
-use crate::steering::{SteeringAction, SteeringDecision};
 
 /// The aggregate of the gating layers' decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,9 +30,9 @@ use serde_json::Value;
 pub use state::{LayerState, ScopeKey};
 
 use crate::context::Context;
+use crate::decision::SteeringDecision;
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse};
-use crate::steering::SteeringDecision;
 
 /// Where a layer runs relative to others: lower slots run first. Ties keep insertion order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -30,8 +30,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 
+pub use crate::context::StepKind;
 pub use crate::model::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use crate::model::{ModelParams, ToolChoice};
 pub use branch::{BranchBuilder, StepBranch};
@@ -48,53 +48,6 @@ use crate::error::{ConfigCode, ConfigError, NoeticError};
 
 /// A boxed, sendable future returning a step result.
 pub type StepFuture<T> = BoxFuture<'static, Result<T, NoeticError>>;
-
-/// The kind of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    /// [`Step::Run`].
-    Run,
-    /// [`Step::Llm`].
-    Llm,
-    /// [`Step::Tool`].
-    Tool,
-    /// [`Step::Branch`].
-    Branch,
-    /// [`Step::Fork`].
-    Fork,
-    /// [`Step::Spawn`].
-    Spawn,
-    /// [`Step::Provide`].
-    Provide,
-    /// [`Step::Loop`].
-    Loop,
-    /// [`Step::Every`].
-    Every,
-}
-
-impl StepKind {
-    /// The kind's lowercase name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepKind::Run => "run",
-            StepKind::Llm => "llm",
-            StepKind::Tool => "tool",
-            StepKind::Branch => "branch",
-            StepKind::Fork => "fork",
-            StepKind::Spawn => "spawn",
-            StepKind::Provide => "provide",
-            StepKind::Loop => "loop",
-            StepKind::Every => "every",
-        }
-    }
-}
-
-impl fmt::Display for StepKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
 
 /// A step taking `I` and producing `O`. Build one with the constructors below; run it with [`Step::execute`].
 pub enum Step<I, O> {

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::{Approval, ApprovalRequest, Tool, ToolContext};
 use crate::context::{Context, EventKind};
+use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::error::{guard, guard_async};
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle::{self, Gate};
 use crate::model::{ToolCall, ToolResult};
-use crate::steering::SteeringAction;
 
 /// Asks the approver about a call of a tool that needs approval. `Err` carries the message for the model.
 pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args: &Value) -> Result<(), String> {
