@@ -9,7 +9,8 @@ use futures::{StreamExt, TryStreamExt};
 use noetic::NoeticError;
 use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta, replay};
 use noetic_http::{
-    BodyError, SseStreamError, describe_bytes, error_chain, first_chunk, read_body, sse_events, with_retries,
+    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, read_body, sse_events,
+    with_retries,
 };
 use serde_json::Value;
 
@@ -130,15 +131,16 @@ impl AnthropicModel {
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let retry_after = parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref());
         let length = response.content_length();
-        let text = match read_body(response.bytes_stream(), self.config.max_body_bytes, length).await {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            // Read once and not retried: a retry would fetch the same oversized body again.
-            Err(BodyError::TooLarge { limit }) => {
-                let what = format!("the error body of an HTTP {} answer from {}", status.as_u16(), self.url);
-                return Err(too_large(&what, limit, Some(status.as_u16())));
-            }
-            Err(_) => String::new(),
-        };
+        // Read once and not retried: a retry would fetch the same oversized body again.
+        let text = error_body_text(
+            response.bytes_stream(),
+            self.config.max_body_bytes,
+            length,
+            status.as_u16(),
+            &self.url,
+            SETTING,
+        )
+        .await?;
         Err(error_from_status(status.as_u16(), retry_after, &text, self.config.api_key.is_some()))
     }
 
@@ -247,18 +249,12 @@ impl Model for AnthropicModel {
     }
 }
 
-/// `what` is over the body cap: not retried, since the same request would bring the same body.
+/// The setting that caps bodies, named in errors.
+const SETTING: &str = "AnthropicConfig::max_body_bytes";
+
+/// `what` is over the body cap (see [`noetic_http::too_large`]).
 fn too_large(what: &str, limit: usize, status: Option<u16>) -> NoeticError {
-    NoeticError::ModelFailed {
-        message: format!(
-            "{what} is larger than the limit of {} (AnthropicConfig::max_body_bytes); it was not read further and \
-             not retried — raise the limit if answers this large are expected",
-            describe_bytes(limit)
-        ),
-        status,
-        raw: None,
-        retryable: false,
-    }
+    noetic_http::too_large(what, limit, status, SETTING)
 }
 
 /// A failure after the stream began (never retried).

@@ -144,3 +144,43 @@ where
     let first = body.next().await.transpose()?;
     Ok(futures::stream::iter(first.map(Ok)).chain(body))
 }
+
+/// `what` is over the body cap `limit`, set by `setting` (e.g. `OpenAiConfig::max_body_bytes`): a non-retryable
+/// failure, since the same request would bring the same body.
+pub fn too_large(what: &str, limit: usize, status: Option<u16>, setting: &str) -> noetic::NoeticError {
+    noetic::NoeticError::ModelFailed {
+        message: format!(
+            "{what} is larger than the limit of {} ({setting}); it was not read further and not retried — raise the \
+             limit if answers this large are expected",
+            describe_bytes(limit)
+        ),
+        status,
+        raw: None,
+        retryable: false,
+    }
+}
+
+/// The text of an HTTP error answer's body, read once within `limit`: over the cap it is a [`too_large`] failure
+/// naming `origin` and `setting`; a body that cannot be read is empty text (the status still tells the story).
+pub async fn error_body_text<S, B, E>(
+    bytes: S,
+    limit: usize,
+    content_length: Option<u64>,
+    status: u16,
+    origin: &str,
+    setting: &str,
+) -> Result<String, noetic::NoeticError>
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: Send + 'static,
+{
+    match read_body(bytes, limit, content_length).await {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(BodyError::TooLarge { limit }) => {
+            let what = format!("the error body of an HTTP {status} answer from {origin}");
+            Err(too_large(&what, limit, Some(status), setting))
+        }
+        Err(_) => Ok(String::new()),
+    }
+}

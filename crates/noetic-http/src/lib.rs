@@ -16,7 +16,7 @@ mod body;
 mod retry;
 mod sse;
 
-pub use body::{BodyError, first_chunk, guard_body, read_body};
+pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
 

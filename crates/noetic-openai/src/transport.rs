@@ -8,7 +8,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use noetic::NoeticError;
 use noetic::model::{ModelResponse, StreamDelta};
-use noetic_http::{BodyError, SseStreamError, describe_bytes, error_chain, first_chunk, read_body, sse_events};
+use noetic_http::{
+    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, read_body, sse_events,
+};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 
 use crate::client::Inner;
@@ -103,15 +105,10 @@ impl Inner {
             SystemTime::now(),
         );
         let length = response.content_length();
-        let raw = match read_body(response.bytes_stream(), self.config.max_body_bytes, length).await {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            // Read once and not retried: a retry would fetch the same oversized body again.
-            Err(BodyError::TooLarge { limit }) => {
-                let what = format!("the error body of an HTTP {} answer from {}", status.as_u16(), self.endpoint);
-                return Err(too_large(&what, limit, Some(status.as_u16())));
-            }
-            Err(_) => String::new(),
-        };
+        // Read once and not retried: a retry would fetch the same oversized body again.
+        let body = response.bytes_stream();
+        let raw =
+            error_body_text(body, self.config.max_body_bytes, length, status.as_u16(), &self.endpoint, SETTING).await?;
         Err(status_error(status.as_u16(), wait, &raw, &self.key_info()))
     }
 
@@ -171,18 +168,12 @@ fn is_json(response: &reqwest::Response) -> bool {
         .is_some_and(|v| v.trim_start().starts_with("application/json"))
 }
 
-/// `what` is over the body cap: not retried, since the same request would bring the same body.
+/// The setting that caps bodies, named in errors.
+const SETTING: &str = "OpenAiConfig::max_body_bytes";
+
+/// `what` is over the body cap (see [`noetic_http::too_large`]).
 fn too_large(what: &str, limit: usize, status: Option<u16>) -> NoeticError {
-    NoeticError::ModelFailed {
-        message: format!(
-            "{what} is larger than the limit of {} (OpenAiConfig::max_body_bytes); it was not read further and not \
-             retried — raise the limit if answers this large are expected",
-            describe_bytes(limit)
-        ),
-        status,
-        raw: None,
-        retryable: false,
-    }
+    noetic_http::too_large(what, limit, status, SETTING)
 }
 
 /// A failure after the stream began (never retried).
