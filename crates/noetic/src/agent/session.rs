@@ -96,6 +96,7 @@ struct Release {
 impl Drop for Release {
     fn drop(&mut self) {
         self.ctx.events().set_turn(None);
+        // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
         self.steering.return_pending();
         *lock(&self.state.conversation) = Conversation::Idle(self.ctx.history());
         self.state.turn_ended.notify_waiters();
@@ -381,7 +382,7 @@ impl Session {
         let state = self.state.clone();
         let handle = tokio::spawn(async move {
             // Whatever happens below — an error, a panic, the task being aborted — the session is released.
-            let release = Release { state: state.clone(), ctx: ctx.clone(), steering: steering.clone() };
+            let release = Release { state: state.clone(), ctx: ctx.clone(), steering };
             let session = state.key.clone();
             let started = tokio::time::Instant::now();
             ctx.events().set_turn(Some(number));
@@ -392,8 +393,6 @@ impl Session {
                     crate::error::panic_message(&*p)
                 )))
             });
-            // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
-            steering.return_pending();
             match &result {
                 Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
                     session: session.clone(),
