@@ -13,11 +13,14 @@ use crate::step::ModelParams;
 /// The last line of every judge prompt.
 pub const ANSWER_FORMAT: &str = "Respond with exactly \"ALLOW\", \"DENY\", or \"GUIDE: <guidance text>\".";
 
-/// The most tokens a judge may answer with: a verdict and a sentence or two of guidance.
-pub const JUDGE_MAX_TOKENS: u32 = 256;
+/// The most tokens a judge may answer with. It must hold the longest reply the output constraints allow — 400
+/// characters of guidance plus the verdict and, for the JSON schema, its frame, at worst about one token per
+/// character — or a rambling judge is cut off inside the constrained reply and leaves it unparseable (seen with a
+/// small model writing its guidance first: 256 tokens were not enough).
+pub const JUDGE_MAX_TOKENS: u32 = 512;
 
 /// The GBNF grammar a judge's reply must follow on backends that take one: `ALLOW`, `DENY`, `DENY: <reason>` or
-/// `GUIDE: <guidance>`, on one line of at most 400 characters of guidance (so a rambling judge ends well inside
+/// `GUIDE: <guidance>`, on one line of at most 400 characters of guidance (so a rambling judge ends inside
 /// [`JUDGE_MAX_TOKENS`]).
 pub const VERDICT_GRAMMAR: &str = r#"root ::= "ALLOW" | "DENY" | "DENY: " text | "GUIDE: " text
 text ::= [^\n]{1,400}
