@@ -58,6 +58,7 @@ pub mod step;
 mod sync;
 pub mod testing;
 pub mod tool;
+pub mod turn;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};

@@ -3,8 +3,7 @@
 
 use super::Context;
 
-/// The content of the result each tool call skipped by queued steering gets (seed 3).
-pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
+pub use crate::turn::SKIPPED_RESULT;
 
 /// What an `llm` step asks of the session turn it runs in: polls at the checkpoints, injection of taken messages
 /// before the next model request, and the batch policy.

@@ -1,23 +1,20 @@
 //! Executes `llm` steps: rounds of model call → tool calls (sequential, in call order) → results fed back, until
-//! the model answers without tool calls.
+//! the model answers without tool calls. This is the thin async driver of [`TurnCore`](crate::turn::TurnCore),
+//! which makes every decision; the driver performs its actions (model calls, reviews, tool calls, checkpoints).
 //!
 //! The step's [`StepMeta`] records the tool calls of the *accepted final* response, so `until::no_tool_calls`
 //! around an `llm` step stops once the step has produced its answer.
 
 use std::sync::Arc;
 
-use crate::context::{Checkpoints, Context, EventKind, SKIPPED_RESULT};
-use crate::decision::SteeringAction;
+use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
-use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolResult, ToolSpec, Usage};
+use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::Tool;
-use crate::tool::call::{EmitFilter, run_tool_call};
-
-/// How often an `after_model_call` guide decision makes the step ask the model again before it accepts the
-/// response anyway.
-pub const MAX_GUIDE_RETRIES: usize = 3;
+use crate::tool::call::run_tool_call;
+use crate::turn::{Action, Effect, Input, Polled, TurnCore};
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -65,6 +62,93 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         None => ctx.tools().to_vec(),
     };
     let specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
+    let allow = |kind: &EventKind| s.emit.allows(kind);
+    let steering = ctx.turn_steering().cloned();
+    // The decisions are the core's; this loop performs its actions and feeds their outcomes back.
+    let mut core = TurnCore::new(s.id.to_string(), s.max_rounds, steering.is_some());
+    let mut input = Input::Start;
+    loop {
+        let next = core.advance(input);
+        for effect in next.effects {
+            apply(ctx, s, effect);
+        }
+        input = match next.action {
+            Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
+            Action::CallModel { round, tail } => match ctx.check_cancelled() {
+                Ok(()) => {
+                    if let Some(ts) = &steering {
+                        ts.inject(ctx);
+                    }
+                    outcome(call_model(s, ctx, &model, &specs, round, tail.to_vec()).await, Input::Response)
+                }
+                Err(cancelled) => Input::Failed(cancelled),
+            },
+            Action::Review(response) => {
+                let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
+                let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).await;
+                outcome(gate, |gate| Input::Reviewed(gate.decision))
+            }
+            Action::Store(response) => {
+                lifecycle::store(ctx, response).await;
+                Input::Stored
+            }
+            Action::RunTool(call) => match ctx.check_cancelled() {
+                Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                Err(cancelled) => Input::Failed(cancelled),
+            },
+            Action::Finish { text, usage, cost } => {
+                ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
+                return parse_output(s, &text);
+            }
+            Action::Fail(error) => return Err(error),
+        };
+    }
+}
+
+fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {
+    result.map_or_else(Input::Failed, ok)
+}
+
+/// Performs a checkpoint. Without steering (a child execution, a plain context) nothing is ever pending.
+fn poll(steering: Option<&dyn Checkpoints>, turn_start: bool) -> Input {
+    let Some(ts) = steering else {
+        return Input::Polled(Polled { pending: false, capacity: 0, skip_rest: true });
+    };
+    let pending = if turn_start {
+        ts.poll_at_turn_start();
+        ts.has_pending()
+    } else {
+        ts.poll()
+    };
+    Input::Polled(Polled { pending, capacity: ts.capacity(), skip_rest: ts.skips_rest_of_batch() })
+}
+
+/// Applies one effect of the core: appends items, emits the events.
+fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
+    match effect {
+        Effect::Append(items) => ctx.extend_items(items),
+        Effect::Skipped { call_id } => {
+            ctx.emit(|| EventKind::ToolSkipped { call_id, reason: "queued user steering message".to_owned() });
+        }
+        Effect::Steered { action, guidance } => {
+            let kind = EventKind::ModelResponseSteered { step_id: s.id.clone(), action, guidance };
+            if s.emit.allows(&kind) {
+                ctx.emit(|| kind);
+            }
+        }
+    }
+}
+
+/// Recalls the layers, builds the request and calls (or streams) the model; the usage is counted even when the
+/// turn was cancelled while the model answered (the answer is then not used).
+async fn call_model<I, O>(
+    s: &StepLlm<I, O>,
+    ctx: &Context,
+    model: &Arc<dyn crate::model::Model>,
+    specs: &Arc<[ToolSpec]>,
+    round: u32,
+    tail: Vec<Item>,
+) -> Result<ModelResponse, NoeticError> {
     let emit = |kind: EventKind| {
         if s.emit.allows(&kind) {
             ctx.emit(|| kind);
@@ -72,126 +156,53 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     };
     // Asked at each use: a subscriber may arrive mid-step.
     let watched = || ctx.events().is_active();
-    let mut usage = Usage::default();
-    let mut cost = 0.0;
-    // Corrections asked for by `after_model_call` guide decisions, sent after the history until a response is
-    // accepted.
-    let mut corrections: Vec<Item> = Vec::new();
-    let steering = ctx.turn_steering().cloned();
-    let mut round = 0;
-    loop {
-        ctx.check_cancelled()?;
-        if let Some(ts) = &steering {
-            ts.poll_at_turn_start();
-        }
-        // Pending steering buys rounds beyond the limit, up to one queue's worth, so it cannot run forever.
-        let limit = match &steering {
-            Some(ts) if ts.has_pending() => {
-                s.max_rounds.saturating_add(u32::try_from(ts.capacity()).unwrap_or(u32::MAX))
-            }
-            _ => s.max_rounds,
-        };
-        if round >= limit {
-            return Err(NoeticError::RoundLimitExceeded { step_id: s.id.to_string(), max_rounds: s.max_rounds });
-        }
-        if let Some(ts) = &steering {
-            ts.inject(ctx);
-        }
-        // Recall before every model request, not once per step: feedback that async rules queued during this
-        // step's tool rounds reaches the model in the next request of the same turn (SPEC 3.8).
-        let recalled = lifecycle::recall(ctx).await?;
-        let request = ModelRequest {
+    // Recall before every model request, not once per step: feedback that async rules queued during this
+    // step's tool rounds reaches the model in the next request of the same turn (SPEC 3.8).
+    let recalled = lifecycle::recall(ctx).await?;
+    let request = ModelRequest {
+        model: s.model.clone(),
+        instructions: s.instructions.clone(),
+        context: recalled,
+        history: ctx.history(),
+        tail,
+        tools: specs.clone(),
+        params: s.params.clone(),
+        tool_choice: s.tool_choice.clone(),
+        output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
+        grammar: None,
+    };
+    if watched() {
+        emit(EventKind::ModelCallStarted {
+            step_id: s.id.clone(),
             model: s.model.clone(),
-            instructions: s.instructions.clone(),
-            context: recalled,
-            history: ctx.history(),
-            tail: corrections.clone(),
-            tools: specs.clone(),
-            params: s.params.clone(),
-            tool_choice: s.tool_choice.clone(),
-            output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
-            grammar: None,
-        };
-        if watched() {
-            emit(EventKind::ModelCallStarted {
-                step_id: s.id.clone(),
-                model: s.model.clone(),
-                round,
-                messages: request.messages().count(),
-                tools: specs.len(),
-            });
-        }
-        // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
-        let answer = if s.stream {
-            let on_text = |text: String| {
-                if watched() {
-                    emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
-                }
-            };
-            ctx.run_cancellable(collect_stream(model.stream(request), on_text)).await
-        } else {
-            ctx.run_cancellable(model.call(request)).await
-        };
-        let response: ModelResponse = answer.map_err(|e| with_step_id(e, &s.id))?;
-        usage.add(&response.usage);
-        cost += response.cost.unwrap_or(0.0);
-        ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
-        // Cancelled while the model answered: the tokens were spent (counted above), but the answer is not used.
-        ctx.check_cancelled()?;
-        let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
-        if watched() {
-            emit(EventKind::ModelCallCompleted {
-                step_id: s.id.clone(),
-                round,
-                tool_calls: calls.len(),
-                usage: response.usage,
-            });
-        }
-        if let Some(refusal) = response.refusal {
-            return Err(NoeticError::ModelRefused { step_id: s.id.to_string(), refusal });
-        }
-        let review = ModelCallParams { step_id: &s.id, model: &s.model, response: &response };
-        let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).await?;
-        match gate.decision.action {
-            SteeringAction::Allow => {}
-            SteeringAction::Deny => {
-                emit(EventKind::ModelResponseSteered {
-                    step_id: s.id.clone(),
-                    action: SteeringAction::Deny,
-                    guidance: gate.decision.guidance.clone(),
-                });
-                return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
-            }
-            SteeringAction::Guide if corrections.len() < MAX_GUIDE_RETRIES => {
-                emit(EventKind::ModelResponseSteered {
-                    step_id: s.id.clone(),
-                    action: SteeringAction::Guide,
-                    guidance: gate.decision.guidance.clone(),
-                });
-                let text = gate.decision.guidance.unwrap_or_else(|| "Please adjust your response.".to_owned());
-                corrections.push(Item::developer(text));
-                continue;
-            }
-            SteeringAction::Guide => {
-                tracing::warn!(step_id = %s.id, "steering kept guiding after {MAX_GUIDE_RETRIES} retries; accepting the response");
-            }
-        }
-        corrections.clear();
-        round += 1;
-        if calls.is_empty() {
-            let text = response.text_output().to_owned();
-            lifecycle::store(ctx, &response).await;
-            ctx.extend_items(response.items);
-            // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
-            if steering.as_ref().is_some_and(|ts| ts.poll()) {
-                continue;
-            }
-            ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
-            return parse_output(s, &text);
-        }
-        ctx.extend_items(response.items);
-        run_calls(ctx, &tools, &calls, &|kind: &EventKind| s.emit.allows(kind), steering.as_deref()).await?;
+            round,
+            messages: request.messages().count(),
+            tools: specs.len(),
+        });
     }
+    // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
+    let answer = if s.stream {
+        let on_text = |text: String| {
+            if watched() {
+                emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });
+            }
+        };
+        ctx.run_cancellable(collect_stream(model.stream(request), on_text)).await
+    } else {
+        ctx.run_cancellable(model.call(request)).await
+    };
+    let response = answer.map_err(|e| with_step_id(e, &s.id))?;
+    ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
+    ctx.check_cancelled()?;
+    if watched() {
+        emit(EventKind::ModelCallCompleted {
+            step_id: s.id.clone(),
+            round,
+            tool_calls: response.tool_calls_iter().count(),
+            usage: response.usage,
+        });
+    }
+    Ok(response)
 }
 
 /// Drains a model stream, handing each text piece to `on_text`; the final `Done` delta is the response.
@@ -214,61 +225,4 @@ async fn collect_stream(
         raw: None,
         retryable: true,
     })
-}
-
-/// Runs the calls one after another, appending each result. After every call the steering queue is polled; with
-/// the `SkipRemaining` policy, messages found there stop the batch and each later call gets a skipped result. On
-/// cancellation every call without a result gets a cancelled result, so the conversation stays well-formed.
-async fn run_calls(
-    ctx: &Context,
-    tools: &[Arc<dyn Tool>],
-    calls: &[ToolCall],
-    allow: EmitFilter<'_>,
-    steering: Option<&dyn Checkpoints>,
-) -> Result<(), NoeticError> {
-    for (i, call) in calls.iter().enumerate() {
-        let outcome = match ctx.check_cancelled() {
-            Ok(()) => run_tool_call(ctx, tools, call, allow).await,
-            Err(cancelled) => Err(cancelled),
-        };
-        match outcome {
-            Ok(result) => {
-                ctx.push_item(Item::ToolResult(result));
-                if let Some(ts) = steering
-                    && ts.poll()
-                    && ts.skips_rest_of_batch()
-                {
-                    skip_rest(ctx, &calls[i + 1..]);
-                    return Ok(());
-                }
-            }
-            Err(error) => {
-                let reason = error.to_string();
-                ctx.extend_items(calls[i..].iter().map(|c| {
-                    Item::ToolResult(ToolResult {
-                        call_id: c.id.clone(),
-                        content: format!("Tool call not completed: {reason}"),
-                        is_error: true,
-                    })
-                }));
-                return Err(error);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Gives each call that will not start the skipped result, in call order.
-fn skip_rest(ctx: &Context, rest: &[ToolCall]) {
-    for call in rest {
-        ctx.push_item(Item::ToolResult(ToolResult {
-            call_id: call.id.clone(),
-            content: SKIPPED_RESULT.to_owned(),
-            is_error: true,
-        }));
-        ctx.emit(|| EventKind::ToolSkipped {
-            call_id: call.id.clone(),
-            reason: "queued user steering message".to_owned(),
-        });
-    }
 }

@@ -34,20 +34,17 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
     }
 }
 
-/// The result of a tool call a steering decision stopped, and the `steering_denied` event.
+/// The result of a tool call a steering decision stopped (the turn core decides its text), and the
+/// `steering_denied` event.
 fn steered(ctx: &Context, call: &ToolCall, gate: Gate) -> ToolResult {
-    let guidance = gate.decision.guidance.clone().unwrap_or_else(|| "steering rule violation".to_owned());
-    let content = match gate.decision.action {
-        SteeringAction::Guide => format!("Steering guidance: {guidance}"),
-        _ => format!("Steering denied: {guidance}"),
-    };
+    let result = crate::turn::steered_result(&call.id, &gate.decision);
     ctx.emit(|| EventKind::SteeringDenied {
         call_id: call.id.clone(),
         tool: call.name.clone(),
         layers: gate.layers,
         error: NoeticError::SteeringDenied { guidance: gate.decision.guidance },
     });
-    ToolResult { call_id: call.id.clone(), content, is_error: true }
+    result
 }
 
 fn error_result(call: &ToolCall, message: String) -> ToolResult {

@@ -1,0 +1,427 @@
+//! The turn core: every decision of a model-driven turn (an `llm` step) as a pure state machine.
+//!
+//! [`TurnCore`] does no I/O and holds no handles. The async driver (`exec::llm`) feeds it [`Input`]s — the model's
+//! response, the after-model review, a tool call's outcome, what a steering checkpoint found, a failure such as
+//! cancellation — and performs the [`Action`] it returns (call the model, review, run a tool, poll the queue …),
+//! applying the [`Effect`]s that come with it (items to append, events to emit). Its state is
+//! `Serialize + Deserialize`: it is what a durable store journals while a turn runs and what a resumed turn starts
+//! from.
+//!
+//! The decisions it owns (SPEC 3.5 and 4):
+//! - the round limit, raised by pending steering up to one queue's worth (`max_rounds + capacity`);
+//! - the checkpoints: at turn start, after every tool outcome, after an answer without tool calls;
+//! - the rest of a batch when steering is pending (skipped results, or the batch finishes);
+//! - an answer without tool calls while steering is pending: kept, and the model is asked again;
+//! - after-model review: deny fails the step, guide asks again with a correction (at most
+//!   [`MAX_GUIDE_RETRIES`] times), allow accepts;
+//! - a failure in the middle of a batch: every call without a result gets one, so the conversation stays
+//!   well-formed;
+//! - what a steering decision on a model-driven tool call makes the model see ([`steered_result`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::{SteeringAction, SteeringDecision};
+use crate::error::NoeticError;
+use crate::model::{Item, ModelResponse, ToolCall, ToolResult, Usage};
+
+#[cfg(test)]
+mod tests;
+
+/// The content of the result each tool call skipped by queued steering gets (seed 3).
+pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
+
+/// How often an `after_model_call` guide decision makes the step ask the model again before it accepts the
+/// response anyway.
+pub const MAX_GUIDE_RETRIES: usize = 3;
+
+/// The correction sent when a guide decision carries no guidance.
+const DEFAULT_CORRECTION: &str = "Please adjust your response.";
+
+/// The tool result a steering decision that stopped a model-driven call gives the model (SPEC 3.5): `Steering
+/// denied: <guidance>` for a deny, `Steering guidance: <guidance>` for a guide, with the error flag.
+pub fn steered_result(call_id: &str, decision: &SteeringDecision) -> ToolResult {
+    let guidance = decision.guidance.as_deref().unwrap_or("steering rule violation");
+    let content = match decision.action {
+        SteeringAction::Guide => format!("Steering guidance: {guidance}"),
+        _ => format!("Steering denied: {guidance}"),
+    };
+    ToolResult { call_id: call_id.to_owned(), content, is_error: true }
+}
+
+/// The result of a call that will not complete because the turn failed before or while it ran.
+fn not_completed(call: &ToolCall, reason: &str) -> Item {
+    Item::ToolResult(ToolResult {
+        call_id: call.id.clone(),
+        content: format!("Tool call not completed: {reason}"),
+        is_error: true,
+    })
+}
+
+fn skipped(call: &ToolCall) -> Item {
+    Item::ToolResult(ToolResult { call_id: call.id.clone(), content: SKIPPED_RESULT.to_owned(), is_error: true })
+}
+
+/// What a steering checkpoint found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Polled {
+    /// Messages are taken and wait to be injected before the next model request.
+    pub pending: bool,
+    /// The session's queue capacity: the extra rounds pending steering may buy.
+    pub capacity: usize,
+    /// The batch policy: pending steering skips the rest of the tool batch (else the batch finishes).
+    pub skip_rest: bool,
+}
+
+/// What the driver tells the core.
+#[derive(Debug)]
+pub enum Input {
+    /// The turn begins.
+    Start,
+    /// The answer to [`Action::Poll`].
+    Polled(Polled),
+    /// The answer to [`Action::CallModel`].
+    Response(ModelResponse),
+    /// The answer to [`Action::Review`]: the after-model decision.
+    Reviewed(SteeringDecision),
+    /// The answer to [`Action::Store`]: the layers stored the answer.
+    Stored,
+    /// The answer to [`Action::RunTool`]: the call's result (whatever the outcome — executed, failed, denied,
+    /// unknown tool, invalid arguments — it is a result).
+    ToolDone(ToolResult),
+    /// The current action failed, or the turn was cancelled before it.
+    Failed(NoeticError),
+}
+
+/// What the driver does next.
+#[derive(Debug)]
+pub enum Action<'a> {
+    /// Poll the steering queue and answer with [`Input::Polled`]. At the turn start the poll happens at most once
+    /// per turn (and not at all for a continuation); the answer then only reports what is pending.
+    Poll {
+        /// This is the turn-start checkpoint.
+        turn_start: bool,
+    },
+    /// Inject pending steering, recall the layers, and call the model with the history followed by `tail`; answer
+    /// with [`Input::Response`].
+    CallModel {
+        /// The round this request belongs to (0-based; guide retries repeat a round).
+        round: u32,
+        /// Corrections from guide decisions, sent after the history.
+        tail: &'a [Item],
+    },
+    /// Run the after-model review of `response`; answer with [`Input::Reviewed`].
+    Review(&'a ModelResponse),
+    /// Let the layers store the accepted final answer; answer with [`Input::Stored`].
+    Store(&'a ModelResponse),
+    /// Run one tool call; answer with [`Input::ToolDone`].
+    RunTool(&'a ToolCall),
+    /// The step is done: parse `text` as its output.
+    Finish {
+        /// The final answer's text.
+        text: String,
+        /// Usage of the step's model calls.
+        usage: Usage,
+        /// Their cost in US dollars.
+        cost: f64,
+    },
+    /// The step fails with this error.
+    Fail(NoeticError),
+}
+
+/// What the driver applies before it performs the action, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Append these items to the conversation.
+    Append(Vec<Item>),
+    /// This call will not start: queued steering skipped it (its result is in the `Append` before).
+    Skipped {
+        /// The skipped call's id.
+        call_id: String,
+    },
+    /// The after-model review steered the response (deny or guide).
+    Steered {
+        /// Deny or guide.
+        action: SteeringAction,
+        /// The decision's guidance.
+        guidance: Option<String>,
+    },
+}
+
+/// The core's answer to one input: effects to apply, then the action to perform.
+#[derive(Debug)]
+pub struct Next<'a> {
+    /// Effects, in order.
+    pub effects: Vec<Effect>,
+    /// The action.
+    pub action: Action<'a>,
+}
+
+/// Where the turn is: what the core waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    /// Nothing has happened yet.
+    Start,
+    /// Waiting for the turn-start checkpoint.
+    TurnStartPoll,
+    /// Waiting for the model's response.
+    AwaitingResponse,
+    /// Waiting for the after-model review of `response`.
+    Reviewing { response: ModelResponse },
+    /// Waiting for the layers to store the accepted final answer.
+    Storing { response: ModelResponse },
+    /// Waiting for the checkpoint after the final answer (already appended).
+    AnswerPoll { text: String },
+    /// Waiting for the outcome of `calls[next]`.
+    Tool { calls: Vec<ToolCall>, next: usize },
+    /// Waiting for the checkpoint after the outcome of `calls[next - 1]`.
+    ToolPoll { calls: Vec<ToolCall>, next: usize },
+    /// Finished or failed.
+    Done,
+}
+
+/// The state of one model-driven turn. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnCore {
+    step_id: String,
+    max_rounds: u32,
+    /// The turn has steering checkpoints (a session turn's own execution; not a child or a plain context).
+    checkpoints: bool,
+    round: u32,
+    corrections: Vec<Item>,
+    usage: Usage,
+    cost: f64,
+    steering_pending: bool,
+    steering_capacity: u32,
+    phase: Phase,
+}
+
+impl TurnCore {
+    /// A turn of the `llm` step `step_id` with its round limit; `checkpoints` is true when a steering queue is
+    /// polled at its checkpoints.
+    pub fn new(step_id: impl Into<String>, max_rounds: u32, checkpoints: bool) -> Self {
+        TurnCore {
+            step_id: step_id.into(),
+            max_rounds,
+            checkpoints,
+            round: 0,
+            corrections: Vec::new(),
+            usage: Usage::default(),
+            cost: 0.0,
+            steering_pending: false,
+            steering_capacity: 0,
+            phase: Phase::Start,
+        }
+    }
+
+    /// Completed rounds (accepted model responses).
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
+    /// Usage of the turn's model calls so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// True once the turn finished or failed.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Advances the turn by one input.
+    pub fn advance(&mut self, input: Input) -> Next<'_> {
+        let mut effects = Vec::new();
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        let to = match (phase, input) {
+            (Phase::Start, Input::Start) if self.checkpoints => {
+                To::Poll { phase: Phase::TurnStartPoll, turn_start: true }
+            }
+            (Phase::Start, Input::Start) => self.request(),
+            (Phase::TurnStartPoll, Input::Polled(p)) => {
+                self.note(p);
+                self.request()
+            }
+            (Phase::AwaitingResponse, Input::Response(response)) => self.respond(response),
+            (Phase::Reviewing { response }, Input::Reviewed(decision)) => self.review(response, decision, &mut effects),
+            (Phase::Storing { response }, Input::Stored) => {
+                let text = response.text_output().to_owned();
+                effects.push(Effect::Append(response.items));
+                if self.checkpoints {
+                    To::Poll { phase: Phase::AnswerPoll { text }, turn_start: false }
+                } else {
+                    self.finish(text)
+                }
+            }
+            (Phase::AnswerPoll { text }, Input::Polled(p)) => {
+                self.note(p);
+                // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
+                if self.steering_pending { self.request() } else { self.finish(text) }
+            }
+            (Phase::Tool { calls, next }, Input::ToolDone(result)) => {
+                effects.push(Effect::Append(vec![Item::ToolResult(result)]));
+                if self.checkpoints {
+                    To::Poll { phase: Phase::ToolPoll { calls, next: next + 1 }, turn_start: false }
+                } else {
+                    self.next_call(calls, next + 1)
+                }
+            }
+            (Phase::ToolPoll { calls, next }, Input::Polled(p)) => {
+                self.note(p);
+                if self.steering_pending && p.skip_rest {
+                    for call in &calls[next.min(calls.len())..] {
+                        effects.push(Effect::Append(vec![skipped(call)]));
+                        effects.push(Effect::Skipped { call_id: call.id.clone() });
+                    }
+                    self.request()
+                } else {
+                    self.next_call(calls, next)
+                }
+            }
+            (Phase::Tool { calls, next }, Input::Failed(error)) => {
+                // Every call without a result gets one, so the conversation stays well-formed.
+                let reason = error.to_string();
+                let rest = &calls[next.min(calls.len())..];
+                effects.push(Effect::Append(rest.iter().map(|c| not_completed(c, &reason)).collect()));
+                To::Fail(error)
+            }
+            (_, Input::Failed(error)) => To::Fail(error),
+            (phase, input) => To::Fail(NoeticError::Other {
+                message: format!(
+                    "turn core of step '{}' got {} while {}; this is a bug in the driver",
+                    self.step_id,
+                    input_name(&input),
+                    phase_name(&phase)
+                ),
+            }),
+        };
+        let action = match to {
+            To::Poll { phase, turn_start } => {
+                self.phase = phase;
+                Action::Poll { turn_start }
+            }
+            To::Phase(phase) => {
+                self.phase = phase;
+                match &self.phase {
+                    Phase::AwaitingResponse => Action::CallModel { round: self.round, tail: &self.corrections },
+                    Phase::Reviewing { response } => Action::Review(response),
+                    Phase::Storing { response } => Action::Store(response),
+                    Phase::Tool { calls, next } => match calls.get(*next) {
+                        Some(call) => Action::RunTool(call),
+                        None => Action::Fail(NoeticError::Other {
+                            message: format!("turn core of step '{}' lost its place in the batch", self.step_id),
+                        }),
+                    },
+                    _ => Action::Fail(NoeticError::Other {
+                        message: format!("turn core of step '{}' has no action for its phase", self.step_id),
+                    }),
+                }
+            }
+            To::Finish { text } => Action::Finish { text, usage: self.usage, cost: self.cost },
+            To::Fail(error) => Action::Fail(error),
+        };
+        Next { effects, action }
+    }
+
+    fn note(&mut self, p: Polled) {
+        self.steering_pending = p.pending;
+        self.steering_capacity = u32::try_from(p.capacity).unwrap_or(u32::MAX);
+    }
+
+    /// Before a model request: the round limit (raised by pending steering, up to one queue's worth), then the
+    /// request. Injection happens in the driver right before the call, which clears what is pending.
+    fn request(&mut self) -> To {
+        let limit = if self.steering_pending {
+            self.max_rounds.saturating_add(self.steering_capacity)
+        } else {
+            self.max_rounds
+        };
+        if self.round >= limit {
+            return To::Fail(NoeticError::RoundLimitExceeded {
+                step_id: self.step_id.clone(),
+                max_rounds: self.max_rounds,
+            });
+        }
+        self.steering_pending = false;
+        To::Phase(Phase::AwaitingResponse)
+    }
+
+    fn respond(&mut self, response: ModelResponse) -> To {
+        self.usage.add(&response.usage);
+        self.cost += response.cost.unwrap_or(0.0);
+        if let Some(refusal) = response.refusal {
+            return To::Fail(NoeticError::ModelRefused { step_id: self.step_id.clone(), refusal });
+        }
+        To::Phase(Phase::Reviewing { response })
+    }
+
+    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, effects: &mut Vec<Effect>) -> To {
+        match decision.action {
+            SteeringAction::Allow => {}
+            SteeringAction::Deny => {
+                effects.push(Effect::Steered { action: SteeringAction::Deny, guidance: decision.guidance.clone() });
+                return To::Fail(NoeticError::SteeringDenied { guidance: decision.guidance });
+            }
+            SteeringAction::Guide if self.corrections.len() < MAX_GUIDE_RETRIES => {
+                effects.push(Effect::Steered { action: SteeringAction::Guide, guidance: decision.guidance.clone() });
+                let text = decision.guidance.unwrap_or_else(|| DEFAULT_CORRECTION.to_owned());
+                self.corrections.push(Item::developer(text));
+                // The response is discarded; the same round asks again.
+                return self.request();
+            }
+            SteeringAction::Guide => {
+                tracing::warn!(step_id = %self.step_id, "steering kept guiding after {MAX_GUIDE_RETRIES} retries; accepting the response");
+            }
+        }
+        self.corrections.clear();
+        self.round += 1;
+        let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
+        if calls.is_empty() {
+            return To::Phase(Phase::Storing { response });
+        }
+        effects.push(Effect::Append(response.items));
+        To::Phase(Phase::Tool { calls, next: 0 })
+    }
+
+    fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> To {
+        if next < calls.len() { To::Phase(Phase::Tool { calls, next }) } else { self.request() }
+    }
+
+    fn finish(&self, text: String) -> To {
+        To::Finish { text }
+    }
+}
+
+/// A transition.
+enum To {
+    Phase(Phase),
+    Poll { phase: Phase, turn_start: bool },
+    Finish { text: String },
+    Fail(NoeticError),
+}
+
+fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Start => "the start",
+        Input::Polled(_) => "a checkpoint result",
+        Input::Response(_) => "a model response",
+        Input::Reviewed(_) => "a review decision",
+        Input::Stored => "a stored answer",
+        Input::ToolDone(_) => "a tool result",
+        Input::Failed(_) => "a failure",
+    }
+}
+
+fn phase_name(phase: &Phase) -> &'static str {
+    match phase {
+        Phase::Start => "not started",
+        Phase::TurnStartPoll => "waiting for the turn-start checkpoint",
+        Phase::AwaitingResponse => "waiting for the model",
+        Phase::Reviewing { .. } => "waiting for the review",
+        Phase::Storing { .. } => "waiting for the answer to be stored",
+        Phase::AnswerPoll { .. } => "waiting for the checkpoint after the answer",
+        Phase::Tool { .. } => "waiting for a tool result",
+        Phase::ToolPoll { .. } => "waiting for the checkpoint after a tool",
+        Phase::Done => "done",
+    }
+}
