@@ -227,6 +227,10 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    fn streams_natively(&self) -> bool {
+        true
+    }
+
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let this = self.clone();
         Box::pin(async move {

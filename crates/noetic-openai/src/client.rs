@@ -176,6 +176,10 @@ impl OpenAiModel {
 }
 
 impl Model for OpenAiModel {
+    fn streams_natively(&self) -> bool {
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.config.capabilities
     }

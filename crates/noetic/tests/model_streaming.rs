@@ -178,3 +178,49 @@ async fn the_same_flaky_model_succeeds_watched_and_unwatched_streamed_or_not() {
         }
     }
 }
+
+/// A `Streamer` that says it streams natively (real providers do).
+#[derive(Clone, Default)]
+struct NativeStreamer(Streamer);
+
+impl Model for NativeStreamer {
+    fn streams_natively(&self) -> bool {
+        true
+    }
+
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        self.0.call(request)
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
+        self.0.stream(request)
+    }
+}
+
+/// With no streaming setting, a step streams exactly when its model streams natively (through the wrappers
+/// too); an explicit setting wins either way.
+#[tokio::test(start_paused = true)]
+async fn by_default_a_step_streams_when_its_model_streams_natively_and_an_explicit_setting_wins() {
+    let script = || vec![(Duration::ZERO, text("str")), (Duration::ZERO, done("streamed"))];
+    let cases: [(bool, Option<bool>, &str); 4] = [
+        (true, None, "streamed"),
+        (true, Some(false), "from call, not from the stream"),
+        (false, None, "from call, not from the stream"),
+        (false, Some(true), "streamed"),
+    ];
+    for (native, setting, expected) in cases {
+        let streamer = Streamer::with([script()]);
+        let model: Arc<dyn Model> = if native {
+            Arc::new(NativeStreamer(streamer.clone()).with_timeout(Duration::from_secs(5)))
+        } else {
+            Arc::new(streamer.clone().with_retry(RetryPolicy::new(2, Backoff::Fixed, Duration::from_millis(1))))
+        };
+        let mut builder = Runtime::builder().model(model);
+        if let Some(stream) = setting {
+            builder = builder.stream(stream);
+        }
+        let answer = builder.build().unwrap().session("s").send("hi").unwrap().await;
+        assert_eq!(answer.as_deref().ok(), Some(expected), "native={native} setting={setting:?}");
+        assert_eq!(streamer.opened(), usize::from(expected == "streamed"), "native={native} setting={setting:?}");
+    }
+}

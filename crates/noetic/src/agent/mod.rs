@@ -76,7 +76,7 @@ pub struct RuntimeBuilder {
     steering_mode: Option<SteeringMode>,
     queue_capacity: Option<usize>,
     batch_policy: BatchPolicy,
-    stream: bool,
+    stream: Option<bool>,
 }
 
 impl RuntimeBuilder {
@@ -129,10 +129,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether the default agent's `llm` step streams the model's answers (default false: one call per
-    /// request). Configuration, not a consequence of who subscribes to events.
+    /// Whether the default agent's `llm` step streams the model's answers (default: when the model streams
+    /// natively). Configuration, not a consequence of who subscribes to events.
     pub fn stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
+        self.stream = Some(stream);
         self
     }
 
@@ -192,11 +192,18 @@ impl RuntimeBuilder {
 /// A loop around one `llm` step, until the model answers without tool calls. Later iterations (after an inbox
 /// message, for instance) add no user message: the conversation already holds everything.
 pub fn default_agent(model_id: &str, instructions: Option<String>) -> Result<Step<String, String>, ConfigError> {
-    agent_step(model_id, instructions, false)
+    agent_step(model_id, instructions, None)
 }
 
-fn agent_step(model_id: &str, instructions: Option<String>, stream: bool) -> Result<Step<String, String>, ConfigError> {
-    let mut llm = Step::llm("assistant", model_id).stream(stream);
+fn agent_step(
+    model_id: &str,
+    instructions: Option<String>,
+    stream: Option<bool>,
+) -> Result<Step<String, String>, ConfigError> {
+    let mut llm = Step::llm("assistant", model_id);
+    if let Some(stream) = stream {
+        llm = llm.stream(stream);
+    }
     if let Some(text) = instructions {
         llm = llm.instructions(text);
     }

@@ -181,7 +181,7 @@ async fn call_model<I, O>(
         });
     }
     // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
-    let answer = if s.stream {
+    let answer = if s.stream.unwrap_or_else(|| model.streams_natively()) {
         let on_text = |text: String| {
             if watched() {
                 emit(EventKind::ModelTextDelta { step_id: s.id.clone(), text });

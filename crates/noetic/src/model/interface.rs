@@ -205,6 +205,12 @@ pub trait Model: Send + Sync + 'static {
         Capabilities::default()
     }
 
+    /// True when [`Model::stream`] really streams (text arrives while the model writes) rather than replaying a
+    /// whole response. An `llm` step with no explicit streaming setting streams exactly when this is true.
+    fn streams_natively(&self) -> bool {
+        false
+    }
+
     /// Calls the model and streams the response. The default calls [`Model::call`] and replays the result as
     /// deltas; streaming providers override it.
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {

@@ -98,6 +98,10 @@ impl Model for RetryModel {
         };
         futures::stream::once(opened).flatten().boxed()
     }
+    fn streams_natively(&self) -> bool {
+        self.inner.streams_natively()
+    }
+
     fn capabilities(&self) -> super::Capabilities {
         self.inner.capabilities()
     }
@@ -150,6 +154,10 @@ impl Model for TimeoutModel {
             }
         })
         .boxed()
+    }
+
+    fn streams_natively(&self) -> bool {
+        self.inner.streams_natively()
     }
 
     fn capabilities(&self) -> super::Capabilities {

@@ -92,7 +92,7 @@ pub struct StepLlm<I, O> {
     pub(crate) tool_choice: Option<ToolChoice>,
     pub(crate) emit: Emit,
     pub(crate) max_rounds: u32,
-    pub(crate) stream: bool,
+    pub(crate) stream: Option<bool>,
     pub(crate) prompt: fn(I) -> Option<String>,
     pub(crate) parse_output: ParseOutput<O>,
 }
@@ -139,8 +139,10 @@ impl<I, O> StepLlm<I, O> {
     }
 
     /// Whether the model is called with [`Model::stream`](crate::model::Model::stream) (text reaches
-    /// subscribers as `model_text_delta` events while it arrives) or [`Model::call`](crate::model::Model::call).
-    pub fn streams(&self) -> bool {
+    /// subscribers as `model_text_delta` events while it arrives) or [`Model::call`](crate::model::Model::call):
+    /// `None` (the default) streams exactly when the model streams natively
+    /// ([`Model::streams_natively`](crate::model::Model::streams_natively)).
+    pub fn streams(&self) -> Option<bool> {
         self.stream
     }
 
@@ -166,7 +168,7 @@ pub struct LlmBuilder<I, O> {
     tool_choice: Option<ToolChoice>,
     emit: Emit,
     max_rounds: u32,
-    stream: bool,
+    stream: Option<bool>,
     parse_output: ParseOutput<O>,
     _input: PhantomData<fn(I)>,
 }
@@ -193,7 +195,7 @@ impl<I: IntoPrompt + Send + 'static> Step<I, String> {
             tool_choice: None,
             emit: Emit::All,
             max_rounds: DEFAULT_MAX_ROUNDS,
-            stream: false,
+            stream: None,
             parse_output: text_output,
             _input: PhantomData,
         }
@@ -256,11 +258,12 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
         self
     }
 
-    /// Streams the model's answers (default: one call per request). This is configuration on purpose: whether
-    /// anybody watches the events never changes how the model is called (SPEC 7.2), so retries and timeouts
-    /// behave the same watched or not.
+    /// Streams the model's answers, or not (default: stream when the model streams natively, see
+    /// [`Model::streams_natively`](crate::model::Model::streams_natively)). This is configuration on purpose:
+    /// whether anybody watches the events never changes how the model is called (SPEC 7.2), so retries and
+    /// timeouts behave the same watched or not.
     pub fn stream(mut self, stream: bool) -> Self {
-        self.stream = stream;
+        self.stream = Some(stream);
         self
     }
 
