@@ -65,6 +65,8 @@ pub enum ConfigCode {
     InvalidSteeringMode,
     /// Two tools in one scope have the same name.
     DuplicateToolName,
+    /// Evicting sessions was asked for, but the runtime has no archive to keep them in.
+    MissingArchive,
 }
 
 impl ConfigCode {
@@ -93,6 +95,7 @@ impl ConfigCode {
             ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
             ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
+            ConfigCode::MissingArchive => "MISSING_ARCHIVE",
         }
     }
 }

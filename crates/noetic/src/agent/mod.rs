@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+mod archive;
 mod bus;
 mod checkpoint;
 mod queue;
@@ -25,8 +26,10 @@ mod replies;
 mod session;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+pub use archive::{MemoryArchive, SessionArchive, SessionSnapshot};
 pub use bus::{
     BusReply, DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber,
 };
@@ -37,7 +40,7 @@ pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 
 use crate::context::Services;
-use crate::error::{ConfigCode, ConfigError};
+use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::MemoryLayer;
 use crate::model::Model;
 use crate::step::{Step, until};
@@ -57,6 +60,12 @@ pub(crate) struct RuntimeInner {
     /// Read-mostly: looking a session up takes the read lock, so lookups never serialise turns; each session's
     /// conversation, queue and settings sit behind locks of their own.
     sessions: RwLock<HashMap<Arc<str>, Arc<session::SessionState>>>,
+    /// Where evicted sessions go and come back from.
+    archive: Option<Arc<dyn SessionArchive>>,
+    /// How many idle sessions stay in memory (with an archive); beyond it the least recently used go.
+    max_idle_sessions: Option<usize>,
+    /// A logical clock: each session use takes the next tick.
+    clock: AtomicU64,
 }
 
 /// Runs agent sessions. Cheap to clone.
@@ -77,6 +86,8 @@ pub struct RuntimeBuilder {
     queue_capacity: Option<usize>,
     batch_policy: BatchPolicy,
     stream: Option<bool>,
+    archive: Option<Arc<dyn SessionArchive>>,
+    max_idle_sessions: Option<usize>,
 }
 
 impl RuntimeBuilder {
@@ -158,6 +169,20 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Where idle sessions go when evicted and come back from (see [`Runtime::evict`]). Without one, nothing is
+    /// ever evicted: the conversation would be lost.
+    pub fn archive(mut self, archive: Arc<dyn SessionArchive>) -> Self {
+        self.archive = Some(archive);
+        self
+    }
+
+    /// Keeps at most `n` idle sessions in memory: when a turn ends with more, the least recently used idle ones
+    /// (not followed by anybody) go to the archive. Needs [`RuntimeBuilder::archive`].
+    pub fn max_idle_sessions(mut self, n: usize) -> Self {
+        self.max_idle_sessions = Some(n);
+        self
+    }
+
     /// Validates and builds the runtime.
     pub fn build(self) -> Result<Runtime, ConfigError> {
         if self.services.model.is_none() {
@@ -172,6 +197,13 @@ impl RuntimeBuilder {
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
         crate::tool::check_unique_names(&self.services.tools, "the runtime")?;
+        if self.max_idle_sessions.is_some() && self.archive.is_none() {
+            return Err(ConfigError::new(
+                ConfigCode::MissingArchive,
+                "max_idle_sessions is set but the runtime has no session archive, so evicted sessions would be lost",
+                "add .archive(...) (a store's archive, or MemoryArchive) or drop max_idle_sessions",
+            ));
+        }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.tools);
@@ -184,6 +216,9 @@ impl RuntimeBuilder {
                 default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
                 batch_policy: self.batch_policy,
                 sessions: RwLock::new(HashMap::new()),
+                archive: self.archive,
+                max_idle_sessions: self.max_idle_sessions,
+                clock: AtomicU64::new(0),
             }),
         })
     }
@@ -216,28 +251,47 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// The session with this key, created on first use.
+    /// The session with this key: in memory, else restored from the archive, else new. A session the archive
+    /// fails to restore is returned unavailable (it runs and queues nothing, and says why); use
+    /// [`Runtime::try_session`] to get that error here instead.
     pub fn session(&self, key: &str) -> Session {
-        let known = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
-        let state = match known {
-            Some(state) => state,
-            None => self
-                .inner
-                .sessions
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(Arc::from(key))
-                .or_insert_with(|| {
-                    let settings = SessionSettings::new(
-                        self.inner.default_mode,
-                        self.inner.default_capacity,
-                        self.inner.batch_policy,
-                    );
-                    Arc::new(session::SessionState::new(Arc::from(key), settings))
-                })
-                .clone(),
+        Session::new(self.inner.clone(), state_of(&self.inner, key))
+    }
+
+    /// Like [`Runtime::session`], but a session the archive fails to restore is an error.
+    pub fn try_session(&self, key: &str) -> Result<Session, NoeticError> {
+        let state = state_of(&self.inner, key);
+        if state.is_unavailable() {
+            // Not kept: the next attempt asks the archive again.
+            let mut sessions = self.inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
+            if sessions.get(key).is_some_and(|s| Arc::ptr_eq(s, &state)) {
+                sessions.remove(key);
+            }
+            drop(sessions);
+            let archive = self.inner.archive.as_ref().map(|a| a.load(key));
+            return match archive {
+                Some(Err(e)) => Err(e),
+                _ => Ok(self.session(key)),
+            };
+        }
+        Ok(Session::new(self.inner.clone(), state))
+    }
+
+    /// Drops the idle session `key` from memory after the archive kept it; the next [`Runtime::session`] for
+    /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
+    /// is not in memory. Without an archive this is a `ConfigError`: the conversation would be lost.
+    pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
+        let Some(archive) = &self.inner.archive else {
+            return Err(NoeticError::Config(ConfigError::new(
+                ConfigCode::MissingArchive,
+                format!("cannot evict session '{key}': the runtime has no session archive, so it would be lost"),
+                "build the runtime with .archive(...)",
+            )));
         };
-        Session::new(self.inner.clone(), state)
+        let Some(state) = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned() else {
+            return Ok(false);
+        };
+        evict_state(&self.inner, archive.as_ref(), &state)
     }
 
     /// A copy of a layer's state for an execution (e.g. `get_layer_state::<SteeringState>(id, "steering")`);
@@ -248,8 +302,93 @@ impl Runtime {
         crate::layer::lifecycle::get_layer_state(&layers, execution_id, layer_id)
     }
 
-    /// Number of sessions created so far.
+    /// Number of sessions in memory.
     pub fn session_count(&self) -> usize {
         self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The live state of `key`: in memory (touched), else restored from the archive, else new.
+pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionState> {
+    let now = tick(inner);
+    let known = inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+    if let Some(state) = known {
+        state.touch(now);
+        return state;
+    }
+    let mut sessions = inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(state) = sessions.get(key) {
+        state.touch(now);
+        return state.clone();
+    }
+    let settings = || SessionSettings::new(inner.default_mode, inner.default_capacity, inner.batch_policy);
+    // Restoring under the write lock: a second caller for the same key waits for this one instead of restoring
+    // a copy of its own. The archive is a cold path (an open, an eviction).
+    let state = match inner.archive.as_ref().map(|a| a.load(key)) {
+        Some(Ok(Some(snapshot))) if snapshot.key == key => session::SessionState::restored(snapshot),
+        Some(Ok(Some(snapshot))) => session::SessionState::unavailable(
+            Arc::from(key),
+            settings(),
+            format!("the archive answered with session '{}'", snapshot.key),
+        ),
+        Some(Err(e)) => {
+            tracing::error!(session = key, error = %e, "could not restore the session from the archive");
+            session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
+        }
+        Some(Ok(None)) | None => session::SessionState::new(Arc::from(key), settings()),
+    };
+    let state = Arc::new(state);
+    state.touch(now);
+    sessions.insert(state.key().clone(), state.clone());
+    state
+}
+
+/// The runtime's next logical time.
+pub(crate) fn tick(inner: &RuntimeInner) -> u64 {
+    inner.clock.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// Archives and drops one session if it is idle and unwatched.
+fn evict_state(
+    inner: &RuntimeInner,
+    archive: &dyn SessionArchive,
+    state: &Arc<session::SessionState>,
+) -> Result<bool, NoeticError> {
+    let Some(snapshot) = state.evict() else { return Ok(false) };
+    if let Err(e) = archive.save(&snapshot) {
+        state.unevict();
+        return Err(e);
+    }
+    let mut sessions = inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
+    if sessions.get(state.key()).is_some_and(|s| Arc::ptr_eq(s, state)) {
+        sessions.remove(state.key());
+    }
+    Ok(true)
+}
+
+/// Evicts the least recently used idle sessions while more than the limit are in memory.
+pub(crate) fn evict_over_limit(inner: &RuntimeInner) {
+    let (Some(limit), Some(archive)) = (inner.max_idle_sessions, inner.archive.as_ref()) else { return };
+    let candidates: Vec<Arc<session::SessionState>> = {
+        let sessions = inner.sessions.read().unwrap_or_else(PoisonError::into_inner);
+        if sessions.len() <= limit {
+            return;
+        }
+        let mut all: Vec<_> = sessions.values().cloned().collect();
+        all.sort_by_key(|s| s.last_used());
+        all
+    };
+    let mut in_memory = candidates.len();
+    for state in candidates {
+        if in_memory <= limit {
+            break;
+        }
+        match evict_state(inner, archive.as_ref(), &state) {
+            Ok(true) => in_memory -= 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session = %state.key(), error = %e, "could not archive an idle session; it stays in memory")
+            }
+        }
     }
 }

@@ -109,6 +109,16 @@ pub enum SteerError {
     /// The message is empty.
     #[error("a steering message must not be empty")]
     Empty,
+    /// The session could not be restored from the runtime's archive; nothing is queued for it.
+    #[error(
+        "session '{session}' could not be restored from its archive ({message}); fix the archive and open it again"
+    )]
+    Unavailable {
+        /// The session key.
+        session: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Keyed FIFO queues with a shared capacity per key and a mode switchable at run time, for programs that route

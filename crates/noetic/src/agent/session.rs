@@ -1,7 +1,8 @@
 //! One conversation and its turns.
 
+use std::borrow::Cow;
 use std::future::IntoFuture;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use std::panic::AssertUnwindSafe;
@@ -12,6 +13,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::archive::SessionSnapshot;
 use super::queue::{MessageId, SessionQueue};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
@@ -42,6 +44,16 @@ pub enum SessionError {
         /// The session key.
         session: String,
     },
+    /// The session could not be restored from the runtime's archive; nothing runs in it until it can be.
+    #[error(
+        "session '{session}' could not be restored from its archive ({message}); fix the archive and open it again"
+    )]
+    Unavailable {
+        /// The session key.
+        session: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Where the conversation lives: in the session while idle, in the turn's context while a turn runs (so the
@@ -61,6 +73,13 @@ pub(crate) struct SessionState {
     turn_ended: Notify,
     settings: SessionSettings,
     queue: SessionQueue,
+    /// The runtime's logical clock when the session was last used (the least recently used idle sessions are
+    /// evicted first).
+    last_used: AtomicU64,
+    /// Set (under the conversation lock) when the runtime dropped this state: handles then find the live one.
+    evicted: AtomicBool,
+    /// Why restoring it failed: such a session runs nothing.
+    unavailable: Option<String>,
 }
 
 impl SessionState {
@@ -81,7 +100,69 @@ impl SessionState {
             events: OnceLock::new(),
             turns: AtomicU64::new(0),
             turn_ended: Notify::new(),
+            last_used: AtomicU64::new(0),
+            evicted: AtomicBool::new(false),
+            unavailable: None,
         }
+    }
+
+    /// A session recreated from an archive's snapshot.
+    pub(crate) fn restored(snapshot: SessionSnapshot) -> Self {
+        let settings = SessionSettings::new(snapshot.mode, snapshot.capacity, snapshot.batch_policy);
+        let state = SessionState::new(Arc::from(snapshot.key), settings);
+        state.queue.put_back(snapshot.queued);
+        *lock(&state.conversation) = Conversation::Idle(History::new(snapshot.history));
+        state.turns.store(snapshot.turns, Ordering::SeqCst);
+        state
+    }
+
+    /// A session that could not be restored: it runs nothing and says why.
+    pub(crate) fn unavailable(key: Arc<str>, settings: SessionSettings, message: String) -> Self {
+        SessionState { unavailable: Some(message), ..SessionState::new(key, settings) }
+    }
+
+    pub(crate) fn key(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    pub(crate) fn touch(&self, now: u64) {
+        self.last_used.store(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_unavailable(&self) -> bool {
+        self.unavailable.is_some()
+    }
+
+    /// Snapshots an idle, unwatched session and marks it evicted, atomically with respect to turns starting and
+    /// messages being queued (both hold the conversation lock and re-check the mark). `None` when a turn runs or
+    /// somebody follows its events (they would silently stop hearing from it).
+    pub(crate) fn evict(&self) -> Option<SessionSnapshot> {
+        let conversation = lock(&self.conversation);
+        let Conversation::Idle(history) = &*conversation else { return None };
+        if self.events.get().is_some_and(EventSink::is_active) || self.unavailable.is_some() {
+            return None;
+        }
+        let snapshot = SessionSnapshot {
+            key: self.key.to_string(),
+            history: history.to_vec(),
+            queued: self.queue.peek(),
+            turns: self.turns.load(Ordering::SeqCst),
+            mode: self.settings.mode(),
+            capacity: self.settings.capacity(),
+            batch_policy: self.settings.batch_policy(),
+        };
+        self.evicted.store(true, Ordering::SeqCst);
+        Some(snapshot)
+    }
+
+    /// Undoes [`SessionState::evict`] when the archive could not keep the snapshot.
+    pub(crate) fn unevict(&self) {
+        let _conversation = lock(&self.conversation);
+        self.evicted.store(false, Ordering::SeqCst);
     }
 }
 
@@ -145,6 +226,29 @@ impl Session {
         Session { runtime, state }
     }
 
+    /// The session's live state: this handle's, unless the runtime evicted it since — then the one the runtime
+    /// holds now (restored from its archive if needed).
+    fn live(&self) -> Cow<'_, Arc<SessionState>> {
+        if self.state.evicted.load(Ordering::SeqCst) {
+            Cow::Owned(super::state_of(&self.runtime, &self.state.key))
+        } else {
+            Cow::Borrowed(&self.state)
+        }
+    }
+
+    /// Runs `f` on the live state's conversation, locked; looks again when an eviction won the race for the lock.
+    fn locked<R>(&self, f: impl FnOnce(&Arc<SessionState>, &mut Conversation) -> R) -> R {
+        let mut state = self.live();
+        loop {
+            let mut conversation = lock(&state.conversation);
+            if !state.evicted.load(Ordering::SeqCst) {
+                return f(&state, &mut conversation);
+            }
+            drop(conversation);
+            state = Cow::Owned(super::state_of(&self.runtime, &self.state.key));
+        }
+    }
+
     /// The session key.
     pub fn key(&self) -> &str {
         &self.state.key
@@ -152,22 +256,22 @@ impl Session {
 
     /// The conversation so far (including what a running turn has added).
     pub fn history(&self) -> Vec<Item> {
-        match &*lock(&self.state.conversation) {
+        self.locked(|_, conversation| match conversation {
             Conversation::Idle(h) => h.to_vec(),
             Conversation::Running { ctx, .. } => ctx.items(),
-        }
+        })
     }
 
     /// True while a turn runs.
     pub fn is_busy(&self) -> bool {
-        matches!(*lock(&self.state.conversation), Conversation::Running { .. })
+        self.locked(|_, conversation| matches!(conversation, Conversation::Running { .. }))
     }
 
     /// Subscribes to this session's events (turns, steps, model and tool calls, tool progress) from now on —
     /// also those of a turn already running. A receiver that falls behind loses events (`Lagged`); use
     /// [`Session::follow`] to get every event or an explicit gap.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        match self.sink().subscribe() {
+        match sink(&self.live()).subscribe() {
             Some(rx) => rx,
             None => broadcast::channel(1).1,
         }
@@ -177,73 +281,49 @@ impl Session {
     /// oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
     /// (the last [`SESSION_EVENT_LOG_CAPACITY`]) no longer holds are reported as one [`Followed::Gap`](crate::context::Followed::Gap), never
     /// skipped silently; a follower that falls behind catches up the same way. The log starts at the first
-    /// subscription or follow.
+    /// subscription or follow. A session that is followed is never evicted.
     pub fn follow(&self, after: u64) -> EventFollower {
         // A session's sink always has a log; were it missing, the follower would just end.
-        self.sink().follow(after).unwrap_or_else(EventFollower::ended)
+        sink(&self.live()).follow(after).unwrap_or_else(EventFollower::ended)
     }
 
     /// The number of the session's newest event (0 before the first subscription).
     pub fn last_event_seq(&self) -> u64 {
-        self.state.events.get().map_or(0, EventSink::last_seq)
-    }
-
-    /// The session's sink: numbered, logged, opened at the first subscription; shared with every turn's context
-    /// so that a subscriber arriving mid-turn sees the rest of it.
-    fn sink(&self) -> &EventSink {
-        self.state
-            .events
-            .get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
+        self.live().events.get().map_or(0, EventSink::last_seq)
     }
 
     /// Cancels the running turn, if any. Returns true if there was one.
     pub fn cancel(&self, reason: &str) -> bool {
-        match &*lock(&self.state.conversation) {
+        self.locked(|_, conversation| match conversation {
             Conversation::Running { ctx, .. } => {
                 ctx.cancel(reason);
                 true
             }
             Conversation::Idle(_) => false,
-        }
+        })
     }
 
     /// Starts a turn with a user message. Fails with [`SessionError::Busy`] while another turn runs.
     pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
-        let mut conversation = lock(&self.state.conversation);
-        let history = self.claim(&mut conversation)?;
-        Ok(self.start_turn(&mut conversation, history, message.into(), Vec::new(), false))
-    }
-
-    /// Takes the idle conversation's history for a new turn; `Busy` while a turn runs.
-    fn claim(&self, conversation: &mut Conversation) -> Result<History, SessionError> {
-        match conversation {
-            Conversation::Running { .. } => Err(SessionError::Busy { session: self.state.key.to_string() }),
-            Conversation::Idle(h) => Ok(std::mem::take(h)),
-        }
+        let message = message.into();
+        self.locked(|state, conversation| {
+            let history = claim(state, conversation)?;
+            Ok(self.start_turn(state, conversation, history, message, Vec::new(), false))
+        })
     }
 
     /// Queues a message for the running turn: it reaches the model at the next checkpoint (after the running
     /// tool call), and the rest of that tool batch is skipped. While the session is idle the message waits for
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
     pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
-        let execution_id = match &*lock(&self.state.conversation) {
-            Conversation::Running { ctx, .. } => ctx.execution_id(),
-            Conversation::Idle(_) => ExecutionId::new(),
-        };
-        self.enqueue(execution_id, text.into())
-    }
-
-    /// Queues a message and tells the event stream whether it was accepted.
-    fn enqueue(&self, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
-        let result = self.state.queue.push(&self.state.key, text, self.state.settings.capacity());
-        if let Some(sink) = self.state.events.get() {
-            let session = self.state.key.clone();
-            match &result {
-                Ok(m) => sink.emit(execution_id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
-                Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
-            }
-        }
-        result.map(|m| m.id)
+        let text = text.into();
+        self.locked(|state, conversation| {
+            let execution_id = match conversation {
+                Conversation::Running { ctx, .. } => ctx.execution_id(),
+                Conversation::Idle(_) => ExecutionId::new(),
+            };
+            enqueue(state, execution_id, text)
+        })
     }
 
     /// Starts a turn if the session is idle, or steers the message into the running turn — decided atomically,
@@ -251,104 +331,115 @@ impl Session {
     /// [`MessageBus`](super::MessageBus), which runs a continuation for such messages).
     pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
-        let mut conversation = lock(&self.state.conversation);
-        let history = match &mut *conversation {
-            // Queue while holding the conversation lock: the turn cannot be released in between, so the bus's
-            // continuation check after the turn sees this message.
-            Conversation::Running { ctx, .. } => return self.enqueue(ctx.execution_id(), text).map(Routed::Steered),
-            Conversation::Idle(h) => std::mem::take(h),
-        };
-        Ok(Routed::Started(self.start_turn(&mut conversation, history, text, Vec::new(), false)))
+        self.locked(|state, conversation| {
+            let history = match conversation {
+                // Queue while holding the conversation lock: the turn cannot be released in between, so the
+                // bus's continuation check after the turn sees this message.
+                Conversation::Running { ctx, .. } => {
+                    return enqueue(state, ctx.execution_id(), text).map(Routed::Steered);
+                }
+                Conversation::Idle(_) => claim(state, conversation)
+                    .map_err(|e| SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() })?,
+            };
+            Ok(Routed::Started(self.start_turn(state, conversation, history, text, Vec::new(), false)))
+        })
     }
 
     /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]); `None` when idle.
     pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
-        let conversation = lock(&self.state.conversation);
-        let Conversation::Running { ctx, .. } = &*conversation else { return None };
-        Some(self.enqueue(ctx.execution_id(), text.to_owned()))
+        self.locked(|state, conversation| {
+            let Conversation::Running { ctx, .. } = conversation else { return None };
+            Some(enqueue(state, ctx.execution_id(), text.to_owned()))
+        })
     }
 
     /// Stops the session: clears its queue (including messages the running turn took but has not shown the
     /// model) and cancels the running turn; running tools see the cancellation. Returns how many queued
     /// messages were dropped and whether a turn was running.
     pub fn stop(&self, reason: &str) -> (usize, bool) {
-        let conversation = lock(&self.state.conversation);
-        let running = match &*conversation {
-            Conversation::Running { ctx, steering } => {
-                steering.discard_pending();
-                ctx.cancel(reason);
-                true
-            }
-            Conversation::Idle(_) => false,
-        };
-        (self.state.queue.clear(), running)
+        self.locked(|state, conversation| {
+            let running = match conversation {
+                Conversation::Running { ctx, steering } => {
+                    steering.discard_pending();
+                    ctx.cancel(reason);
+                    true
+                }
+                Conversation::Idle(_) => false,
+            };
+            (state.queue.clear(), running)
+        })
     }
 
     /// This session's dequeue mode (it starts with the runtime's).
     pub fn steering_mode(&self) -> SteeringMode {
-        self.state.settings.mode()
+        self.live().settings.mode()
     }
 
     /// Changes this session's dequeue mode (no other session's); its next checkpoint uses it.
     pub fn set_steering_mode(&self, mode: SteeringMode) {
-        self.state.settings.set_mode(mode);
+        self.locked(|state, _| state.settings.set_mode(mode));
     }
 
     /// How many messages this session may have queued at once (it starts with the runtime's).
     pub fn steering_capacity(&self) -> usize {
-        self.state.settings.capacity()
+        self.live().settings.capacity()
     }
 
     /// Changes this session's queue capacity (at least 1); messages already queued stay.
     pub fn set_steering_capacity(&self, capacity: usize) {
-        self.state.settings.set_capacity(capacity);
+        self.locked(|state, _| state.settings.set_capacity(capacity));
     }
 
     /// Messages queued for this session.
     pub fn queued(&self) -> usize {
-        self.state.queue.len()
+        self.live().queue.len()
     }
 
     /// What happens to the rest of a tool batch when steering arrives, for this session (it starts with the
     /// runtime's).
     pub fn batch_policy(&self) -> BatchPolicy {
-        self.state.settings.batch_policy()
+        self.live().settings.batch_policy()
     }
 
     /// Changes this session's batch policy; the next checkpoint uses it.
     pub fn set_batch_policy(&self, policy: BatchPolicy) {
-        self.state.settings.set_batch_policy(policy);
+        self.locked(|state, _| state.settings.set_batch_policy(policy));
     }
 
     /// A copy of the messages queued for this session, oldest first.
     pub fn queued_messages(&self) -> Vec<SteerMessage> {
-        self.state.queue.peek()
+        self.live().queue.peek()
     }
 
     /// Empties this session's queue; returns how many messages were removed.
     pub fn clear_queue(&self) -> usize {
-        self.state.queue.clear()
+        self.locked(|state, _| state.queue.clear())
     }
 
     /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
     /// [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the model as
     /// separate user messages; the turn-start poll is skipped.
     pub fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
-        let mut conversation = lock(&self.state.conversation);
-        if matches!(*conversation, Conversation::Running { .. }) {
-            return Err(SessionError::Busy { session: self.state.key.to_string() });
-        }
-        let messages = self.state.queue.take(self.state.settings.mode());
-        if messages.is_empty() {
-            return Ok(None);
-        }
-        let history = self.claim(&mut conversation)?;
-        Ok(Some(self.start_turn(&mut conversation, history, String::new(), messages, true)))
+        self.locked(|state, conversation| {
+            if matches!(*conversation, Conversation::Running { .. }) {
+                return Err(SessionError::Busy { session: state.key.to_string() });
+            }
+            if let Some(message) = &state.unavailable {
+                return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
+            }
+            let messages = state.queue.take(state.settings.mode());
+            if messages.is_empty() {
+                return Ok(None);
+            }
+            let history = claim(state, conversation)?;
+            Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, true)))
+        })
     }
 
     /// Starts a turn on a claimed conversation (the caller holds its lock and took its history).
     fn start_turn(
         &self,
+        state: &Arc<SessionState>,
         conversation: &mut Conversation,
         history: History,
         message: String,
@@ -357,29 +448,30 @@ impl Session {
     ) -> Turn {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
-        let steering =
-            Arc::new(TurnSteering::new(self.state.clone(), self.state.key.clone(), execution_id, skip_initial_poll));
+        let steering = Arc::new(TurnSteering::new(state.clone(), state.key.clone(), execution_id, skip_initial_poll));
         let services = Services { steering: Some(steering.clone()), ..self.runtime.services.clone() };
         let ctx = Context::builder()
             .execution_id(execution_id)
-            .thread_id(self.state.key.clone())
+            .thread_id(state.key.clone())
             .history(history)
-            .events(self.sink().clone())
+            .events(sink(state).clone())
             .layers(self.runtime.layers.iter().cloned())
             .services(services)
             .cancel_with(&cancel)
             .build();
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
+        state.touch(super::tick(&self.runtime));
         // Messages a continuation starts with enter the conversation now, whatever the agent does next, so they
         // are shown (and persisted) exactly once.
         if !pending.is_empty() {
             let count = pending.len();
             ctx.extend_items(pending.into_iter().map(|m| Item::user(m.text)));
-            ctx.emit(|| EventKind::SteeringInjected { session: self.state.key.clone(), count });
+            ctx.emit(|| EventKind::SteeringInjected { session: state.key.clone(), count });
         }
-        let number = self.state.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let number = state.turns.fetch_add(1, Ordering::SeqCst) + 1;
         let agent = self.runtime.agent.clone();
-        let state = self.state.clone();
+        let state = state.clone();
+        let runtime = self.runtime.clone();
         let handle = tokio::spawn(async move {
             // Whatever happens below — an error, a panic, the task being aborted — the session is released.
             let release = Release { state: state.clone(), ctx: ctx.clone(), steering };
@@ -404,6 +496,8 @@ impl Session {
                 }
             }
             drop(release);
+            // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
+            super::evict_over_limit(&runtime);
             result
         });
         Turn { number, cancel, handle }
@@ -412,13 +506,48 @@ impl Session {
     /// Waits until no turn runs.
     pub async fn idle(&self) {
         loop {
-            let ended = self.state.turn_ended.notified();
+            let state = self.live().into_owned();
+            let ended = state.turn_ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            if !self.is_busy() {
+            if !matches!(*lock(&state.conversation), Conversation::Running { .. }) {
                 return;
             }
             ended.await;
         }
     }
+}
+
+/// Takes the idle conversation's history for a new turn; `Busy` while a turn runs, `Unavailable` for a session
+/// that could not be restored.
+fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<History, SessionError> {
+    if let Some(message) = &state.unavailable {
+        return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
+    }
+    match conversation {
+        Conversation::Running { .. } => Err(SessionError::Busy { session: state.key.to_string() }),
+        Conversation::Idle(h) => Ok(std::mem::take(h)),
+    }
+}
+
+/// Queues a message and tells the event stream whether it was accepted.
+fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
+    if let Some(message) = &state.unavailable {
+        return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
+    }
+    let result = state.queue.push(&state.key, text, state.settings.capacity());
+    if let Some(sink) = state.events.get() {
+        let session = state.key.clone();
+        match &result {
+            Ok(m) => sink.emit(execution_id, || EventKind::SteeringQueued { session, id: m.id.to_string() }),
+            Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
+        }
+    }
+    result.map(|m| m.id)
+}
+
+/// The session's sink: numbered, logged, opened at the first subscription; shared with every turn's context so
+/// that a subscriber arriving mid-turn sees the rest of it.
+fn sink(state: &SessionState) -> &EventSink {
+    state.events.get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
 }

@@ -1,0 +1,186 @@
+//! Idle sessions can leave memory and come back from an archive: history, queued steering, settings and turn
+//! numbers survive; memory stays bounded by the sessions in use; nothing is lost when the archive fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use noetic::agent::{
+    BatchPolicy, MemoryArchive, SessionArchive, SessionError, SessionSnapshot, SteerError, SteeringMode,
+};
+use noetic::prelude::*;
+
+fn answers(n: usize) -> ScriptedModel {
+    ScriptedModel::new((0..n).map(|i| ModelResponse::text(format!("answer {i}"))))
+}
+
+fn runtime(model: &ScriptedModel, archive: Arc<dyn SessionArchive>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).archive(archive).build().unwrap()
+}
+
+#[tokio::test]
+async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_turn_numbers() {
+    let model = answers(2);
+    let archive = Arc::new(MemoryArchive::new());
+    let runtime = runtime(&model, archive.clone());
+    let session = runtime.session("s");
+    assert_eq!(session.send("first").unwrap().await.unwrap(), "answer 0");
+    session.set_steering_mode(SteeringMode::All);
+    session.set_steering_capacity(3);
+    session.set_batch_policy(BatchPolicy::FinishBatch);
+    let queued = session.steer("later").unwrap();
+
+    assert!(runtime.evict("s").unwrap());
+    assert_eq!(runtime.session_count(), 0);
+    assert_eq!(archive.len(), 1);
+
+    let back = runtime.session("s");
+    assert_eq!(back.history(), vec![Item::user("first"), Item::assistant("answer 0")]);
+    let messages = back.queued_messages();
+    assert_eq!(messages.len(), 1);
+    assert_eq!((messages[0].id, messages[0].text.as_str()), (queued, "later"));
+    assert_eq!(back.steering_mode(), SteeringMode::All);
+    assert_eq!(back.steering_capacity(), 3);
+    assert_eq!(back.batch_policy(), BatchPolicy::FinishBatch);
+    let turn = back.continue_session().unwrap().unwrap();
+    assert_eq!(turn.number(), 2, "turn numbers continue after the eviction");
+    assert_eq!(turn.await.unwrap(), "answer 1");
+    assert_eq!(back.history().len(), 4);
+}
+
+#[tokio::test]
+async fn a_handle_held_across_an_eviction_talks_to_the_restored_session() {
+    let model = answers(2);
+    let runtime = runtime(&model, Arc::new(MemoryArchive::new()));
+    let held = runtime.session("s");
+    held.send("one").unwrap().await.unwrap();
+    assert!(runtime.evict("s").unwrap());
+    // The old handle neither runs on the dropped state nor forks the conversation.
+    held.send("two").unwrap().await.unwrap();
+    assert_eq!(runtime.session("s").history().len(), 4);
+    assert_eq!(held.history(), runtime.session("s").history());
+    assert_eq!(runtime.session_count(), 1);
+}
+
+#[tokio::test]
+async fn a_running_or_followed_session_is_not_evicted() {
+    let model = ScriptedModel::new([]);
+    let runtime = runtime(&model, Arc::new(MemoryArchive::new()));
+    let gate = noetic::testing::Gate::new();
+    let gated = Runtime::builder()
+        .model(Arc::new(ScriptedModel::new([
+            ModelResponse::tool_calls([("c1", "wait", serde_json::json!({}))]),
+            ModelResponse::text("done"),
+        ])))
+        .tool(gate.tool("wait").unwrap())
+        .archive(Arc::new(MemoryArchive::new()))
+        .build()
+        .unwrap();
+    let busy = gated.session("busy");
+    let turn = busy.send("go").unwrap();
+    gate.started().await;
+    assert!(!gated.evict("busy").unwrap(), "a running session stays");
+    gate.release();
+    turn.await.unwrap();
+    assert!(gated.evict("busy").unwrap(), "once idle it may go");
+
+    let watched = runtime.session("watched");
+    let _follower = watched.follow(0);
+    assert!(!runtime.evict("watched").unwrap(), "its follower would stop hearing from it");
+    assert!(!runtime.evict("never-opened").unwrap());
+}
+
+#[tokio::test]
+async fn beyond_max_idle_sessions_the_least_recently_used_idle_sessions_go_to_the_archive() {
+    let model = answers(40);
+    let archive = Arc::new(MemoryArchive::new());
+    let runtime =
+        Runtime::builder().model(Arc::new(model)).archive(archive.clone()).max_idle_sessions(5).build().unwrap();
+    for i in 0..20 {
+        runtime.session(&format!("s{i}")).send("hi").unwrap().await.unwrap();
+        assert!(runtime.session_count() <= 5, "after session {i}: {} in memory", runtime.session_count());
+    }
+    assert_eq!(archive.len(), 15);
+    // The oldest comes back whole, and using it makes it recent again.
+    let oldest = runtime.session("s0");
+    assert_eq!(oldest.history().len(), 2);
+    oldest.send("again").unwrap().await.unwrap();
+    assert_eq!(runtime.session("s0").history().len(), 4);
+    assert!(runtime.session_count() <= 5);
+}
+
+#[test]
+fn eviction_without_an_archive_is_refused_as_a_configuration_error() {
+    let model = answers(0);
+    let err = Runtime::builder().model(Arc::new(model.clone())).max_idle_sessions(3).build().err().unwrap();
+    assert_eq!(err.code, ConfigCode::MissingArchive);
+    let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
+    runtime.session("s");
+    let err = runtime.evict("s").unwrap_err();
+    assert!(matches!(err, NoeticError::Config(ref c) if c.code == ConfigCode::MissingArchive), "{err}");
+    assert_eq!(runtime.session_count(), 1);
+}
+
+/// An archive whose saves or loads fail on demand.
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryArchive,
+    fail_save: AtomicBool,
+    fail_load: AtomicBool,
+}
+
+impl SessionArchive for Flaky {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<(), NoeticError> {
+        if self.fail_save.load(Ordering::SeqCst) {
+            return Err(NoeticError::other("disk full"));
+        }
+        self.inner.save(snapshot)
+    }
+
+    fn load(&self, key: &str) -> Result<Option<SessionSnapshot>, NoeticError> {
+        if self.fail_load.load(Ordering::SeqCst) {
+            return Err(NoeticError::other("database unreachable"));
+        }
+        self.inner.load(key)
+    }
+}
+
+#[tokio::test]
+async fn an_archive_that_cannot_save_keeps_the_session_in_memory_untouched() {
+    let model = answers(2);
+    let archive = Arc::new(Flaky::default());
+    let runtime = runtime(&model, archive.clone());
+    let session = runtime.session("s");
+    session.send("one").unwrap().await.unwrap();
+    archive.fail_save.store(true, Ordering::SeqCst);
+    let err = runtime.evict("s").unwrap_err();
+    assert!(err.to_string().contains("disk full"), "{err}");
+    assert_eq!(runtime.session_count(), 1);
+    assert_eq!(session.send("two").unwrap().await.unwrap(), "answer 1");
+    assert_eq!(session.history().len(), 4);
+}
+
+#[tokio::test]
+async fn a_session_the_archive_cannot_restore_runs_and_queues_nothing_and_says_why() {
+    let model = answers(2);
+    let archive = Arc::new(Flaky::default());
+    let runtime = runtime(&model, archive.clone());
+    runtime.session("s").send("one").unwrap().await.unwrap();
+    assert!(runtime.evict("s").unwrap());
+    archive.fail_load.store(true, Ordering::SeqCst);
+
+    let err = runtime.try_session("s").err().unwrap();
+    assert!(err.to_string().contains("database unreachable"), "{err}");
+    let broken = runtime.session("s");
+    assert!(matches!(broken.send("two"), Err(SessionError::Unavailable { .. })));
+    assert!(matches!(broken.steer("hey"), Err(SteerError::Unavailable { .. })));
+    assert!(matches!(broken.continue_session(), Err(SessionError::Unavailable { .. })));
+    assert!(!runtime.evict("s").unwrap(), "an unavailable session is never archived over the good copy");
+    assert_eq!(model.calls(), 1);
+
+    // Once the archive answers again, the session comes back whole.
+    archive.fail_load.store(false, Ordering::SeqCst);
+    let back = runtime.try_session("s").unwrap();
+    assert_eq!(back.history().len(), 2);
+    assert_eq!(back.send("two").unwrap().await.unwrap(), "answer 1");
+}
