@@ -45,6 +45,25 @@
 //!
 //! Errors come in two kinds: [`NoeticError`] while steps run, [`ConfigError`] (with a stable code) when a step is
 //! built wrongly.
+//!
+//! ## How the crate is layered
+//!
+//! Modules form layers and import only from layers below their own (a test, `tests/module_layers.rs`, fails on an
+//! upward import). Where a low module needs behaviour from a high one, it defines a small trait that the high one
+//! implements — [`context::Checkpoints`] (the steering queue's checkpoints, implemented by the agent layer) is one.
+//!
+//! | layer | modules | what it holds |
+//! |---|---|---|
+//! | 9 | `testing` | the test kit |
+//! | 8 | [`agent`] | runtime, sessions, turns, bus, steering queue, session archive |
+//! | 7 | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
+//! | 6 | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
+//! | 5 | [`step`] | the step enum and builders, `until` predicates |
+//! | 4 | [`layer`], [`tool`] | memory layers and their lifecycle · tools, approvals, tool calls |
+//! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
+//! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
+//! | 1 | [`model`], `decision` | items, requests, the `Model` trait, wrappers · steering decisions |
+//! | 0 | [`error`], `sync` | errors · lock helpers |
 
 pub mod agent;
 pub mod context;
