@@ -10,6 +10,7 @@
 //! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]);
 //! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
 
+mod carried;
 mod channel;
 mod checkpoints;
 mod events;
@@ -21,13 +22,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{Checkpoints, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
 pub use sink::{EventFollower, EventSink, Followed};
 
 use crate::error::NoeticError;
-use crate::layer::{LayerStack, MemoryLayer};
 use crate::model::{History, Item, Model, StepMeta, Usage};
 use crate::tool::{Approver, Tool};
 
@@ -104,7 +105,8 @@ pub(crate) use crate::sync::lock;
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Inner>,
-    layers: LayerStack,
+    /// The memory layers in scope (a `layer::LayerStack`; the layer module reads it — see `Context::layers`).
+    layers: Carried,
     depth: u32,
 }
 
@@ -131,7 +133,8 @@ pub struct ContextBuilder {
     resource_id: Option<Arc<str>>,
     items: History,
     events: EventSink,
-    layers: Vec<Arc<dyn MemoryLayer>>,
+    /// The memory layers (a `layer::LayerStack`, set through `ContextBuilder::layers`).
+    pub(crate) layers: Carried,
     cancel: Option<CancellationToken>,
     services: Services,
     execution_id: Option<ExecutionId>,
@@ -165,12 +168,6 @@ impl ContextBuilder {
     /// Where events go.
     pub fn events(mut self, events: EventSink) -> Self {
         self.events = events;
-        self
-    }
-
-    /// Memory layers in scope for every step.
-    pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
-        self.layers.extend(layers);
         self
     }
 
@@ -212,7 +209,7 @@ impl ContextBuilder {
 
     /// Builds the context. Memory declared by its tools joins the layers (unless a layer with that id is there).
     pub fn build(mut self) -> Context {
-        crate::tool::add_tool_memory_layers(&mut self.layers, &self.services.tools);
+        crate::tool::add_tool_memory_to(&mut self.layers, &self.services.tools);
         Context {
             inner: Arc::new(Inner {
                 execution_id: self.execution_id.unwrap_or_default(),
@@ -227,7 +224,7 @@ impl ContextBuilder {
                 events: self.events,
                 services: Arc::new(self.services),
             }),
-            layers: LayerStack::new(self.layers),
+            layers: self.layers,
             depth: 0,
         }
     }
@@ -328,13 +325,9 @@ impl Context {
         self.child(items, self.layers.clone())
     }
 
-    /// A child context for a spawned step: fresh execution id, the given item log (usually empty), the given layers,
-    /// cancellation linked to this one, usage starting at zero.
-    pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
-        self.child(History(Arc::new(items)), layers)
-    }
-
-    fn child(&self, items: History, layers: LayerStack) -> Context {
+    /// A child context: fresh execution id, the given item log and layers, cancellation linked to this one, usage
+    /// starting at zero (`Context::spawn_child` in the layer module names the layers' type).
+    pub(crate) fn child(&self, items: History, layers: Carried) -> Context {
         Context {
             inner: Arc::new(Inner {
                 execution_id: ExecutionId::new(),
@@ -354,9 +347,9 @@ impl Context {
         }
     }
 
-    /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
-    pub fn with_layers(&self, provided: &[Arc<dyn MemoryLayer>]) -> Context {
-        Context { inner: self.inner.clone(), layers: self.layers.merged(provided), depth: self.depth }
+    /// The same context (same execution, same depth) with other layers in scope.
+    pub(crate) fn with_carried_layers(&self, layers: Carried) -> Context {
+        Context { inner: self.inner.clone(), layers, depth: self.depth }
     }
 
     /// The same context, one nesting level deeper (used for the children of composite steps).
@@ -364,8 +357,8 @@ impl Context {
         Context { inner: self.inner.clone(), layers: self.layers.clone(), depth: self.depth + 1 }
     }
 
-    /// The memory layers in scope, in slot order.
-    pub fn layers(&self) -> &LayerStack {
+    /// The memory layers in scope, as the layer module keeps them.
+    pub(crate) fn carried_layers(&self) -> &Carried {
         &self.layers
     }
 

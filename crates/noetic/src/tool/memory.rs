@@ -40,9 +40,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Tool;
-use crate::context::Context;
+use crate::context::{Carried, Context};
 use crate::error::NoeticError;
-use crate::layer::{LayerState, MemoryLayer, Scope, ScopeKey, Slot};
+use crate::layer::{LayerStack, LayerState, MemoryLayer, Scope, ScopeKey, Slot};
 use crate::model::Item;
 
 /// The slot of tool-declared memory layers: after the steering layer (90) and working memory (100).
@@ -155,6 +155,17 @@ pub fn tool_memory_layers(tools: &[Arc<dyn Tool>]) -> Vec<Arc<dyn MemoryLayer>> 
 
 /// Appends the layers `tools` declare whose ids `layers` does not hold yet. Allocates nothing when no tool declares
 /// memory (the common case, on every turn).
+/// The same, for the layers a context builder carries (a `LayerStack`); nothing changes when no tool declares
+/// memory.
+pub(crate) fn add_tool_memory_to(carried: &mut Carried, tools: &[Arc<dyn Tool>]) {
+    if tools.iter().all(|t| t.memory().is_none()) {
+        return;
+    }
+    let mut layers: Vec<Arc<dyn MemoryLayer>> = carried.get::<LayerStack>().map(|s| s.to_vec()).unwrap_or_default();
+    add_tool_memory_layers(&mut layers, tools);
+    *carried = Carried::new(LayerStack::new(layers));
+}
+
 pub(crate) fn add_tool_memory_layers(layers: &mut Vec<Arc<dyn MemoryLayer>>, tools: &[Arc<dyn Tool>]) {
     for tool in tools {
         let Some(memory) = tool.memory() else { continue };

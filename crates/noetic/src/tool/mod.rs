@@ -18,8 +18,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
-pub(crate) use memory::add_tool_memory_layers;
 pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
+pub(crate) use memory::{add_tool_memory_layers, add_tool_memory_to};
 pub use schema::Schema;
 pub use typed::{TypedTool, tool_fn};
 
