@@ -250,6 +250,20 @@ fn child(arg: &str) -> BenchResult<f64> {
     Ok(text.trim().parse::<f64>()?)
 }
 
+/// Microseconds to copy `bytes` bytes into a fresh buffer (median of many copies).
+fn copy_us(bytes: usize) -> f64 {
+    let source = vec![7u8; bytes.max(1)];
+    let mut samples = Vec::with_capacity(51);
+    for _ in 0..51 {
+        let start = std::time::Instant::now();
+        let copy = std::hint::black_box(&source).clone();
+        std::hint::black_box(&copy);
+        samples.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
 /// The figures of the path users run (see [`real_path`]).
 fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
     rt.block_on(async {
@@ -265,6 +279,15 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
                 if calls == 1000 { "<= 60" } else { "" },
             );
             report(&format!("real_request_bytes_per_call_{calls}_calls"), Stats::exact(bytes), "bytes", "");
+            // The physical floor: copying one request's bytes once (the body must hold them all).
+            let floor = copy_us(bytes as usize);
+            report(&format!("real_body_copy_floor_us_{calls}_calls"), Stats::exact(floor), "us", "");
+            report(
+                &format!("real_tool_call_us_{calls}_calls_above_copy_floor"),
+                Stats::exact(per_call.median - floor),
+                "us",
+                "",
+            );
         }
         let unwatched = measure(5, || real_path::turn_us(false)).await?;
         let watched = measure(5, || real_path::turn_us(true)).await?;

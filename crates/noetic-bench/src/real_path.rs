@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use noetic::agent::Runtime;
 use noetic::model::{Model, ModelRequest, ModelResponse};
 use noetic::prelude::*;
-use noetic_openai::wire::{parse_response, request_body};
+use noetic_openai::wire::{BodyOptions, HistoryCache, encode_body, parse_response};
 use serde_json::{Value, json};
 
 use crate::BenchResult;
@@ -26,6 +26,7 @@ pub struct WireModel {
     request_bytes: AtomicU64,
     tool_answer: String,
     final_answer: String,
+    history_cache: HistoryCache,
 }
 
 impl WireModel {
@@ -48,7 +49,13 @@ impl WireModel {
             "usage": {"prompt_tokens": 1300, "completion_tokens": 20, "total_tokens": 1320}
         })
         .to_string();
-        WireModel { calls: AtomicUsize::new(0), request_bytes: AtomicU64::new(0), tool_answer, final_answer }
+        WireModel {
+            calls: AtomicUsize::new(0),
+            request_bytes: AtomicU64::new(0),
+            tool_answer,
+            final_answer,
+            history_cache: HistoryCache::new(),
+        }
     }
 
     /// Bytes of every request body encoded so far.
@@ -59,7 +66,9 @@ impl WireModel {
 
 impl Model for WireModel {
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        let body = request_body(&request, false).to_string();
+        // What OpenAiModel does: the history's messages come from the cache where an earlier request of the
+        // session's log encoded them.
+        let body = encode_body(&request, false, &BodyOptions::default(), &self.history_cache);
         self.request_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let answer = if n % (ROUNDS_PER_TURN + 1) < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };

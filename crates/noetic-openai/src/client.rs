@@ -6,14 +6,13 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt, stream};
 use noetic::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
-use noetic::step::ToolChoice;
 use noetic::{ConfigCode, ConfigError, NoeticError};
 use noetic_http::{error_chain, with_retries};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::OpenAiConfig;
 use crate::transport::Opened;
-use crate::wire::{replay, request_body};
+use crate::wire::{BodyOptions, HistoryCache, encode_body, replay};
 
 /// An OpenAI-compatible chat-completions model: OpenAI, OpenRouter, Ollama, vLLM, llama.cpp's server.
 ///
@@ -63,6 +62,8 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     pub(crate) endpoint: String,
     pub(crate) config: OpenAiConfig,
+    /// The history messages earlier requests encoded, per item log: each request encodes only what is new.
+    pub(crate) history_cache: HistoryCache,
 }
 
 impl std::fmt::Debug for OpenAiModel {
@@ -152,7 +153,7 @@ impl OpenAiModel {
                 config_error(format!("the HTTP client could not be built: {}", error_chain(&e)), "check the TLS setup")
             })?;
         let endpoint = format!("{}/chat/completions", config.base_url);
-        Ok(OpenAiModel { inner: Arc::new(Inner { http, endpoint, config }) })
+        Ok(OpenAiModel { inner: Arc::new(Inner { http, endpoint, config, history_cache: HistoryCache::new() }) })
     }
 
     /// A model configured from the environment ([`OpenAiConfig::from_env`]).
@@ -209,47 +210,17 @@ impl Model for OpenAiModel {
     }
 }
 
-/// Sends a named tool choice as `required` over that one tool, for servers that take only the string forms. Left
-/// alone when the named tool is not offered (the server's own error is the clearest answer then).
-fn narrow_to(body: &mut serde_json::Map<String, serde_json::Value>, name: &str) {
-    let Some(serde_json::Value::Array(tools)) = body.get_mut("tools") else { return };
-    let Some(index) = tools.iter().position(|t| t["function"]["name"] == name) else { return };
-    let tool = tools.swap_remove(index);
-    *tools = vec![tool];
-    body.insert("tool_choice".into(), serde_json::Value::String("required".into()));
-}
-
-/// Turns every `system` message after the first message into a `user` message starting `[system] `.
-fn demote_late_system(body: &mut serde_json::Map<String, serde_json::Value>) {
-    let Some(serde_json::Value::Array(messages)) = body.get_mut("messages") else { return };
-    for message in messages.iter_mut().skip(1) {
-        if message["role"] == "system" {
-            let content = message["content"].as_str().unwrap_or_default();
-            *message = serde_json::json!({"role": "user", "content": format!("[system] {content}")});
-        }
-    }
-}
-
 impl Inner {
-    /// The JSON body for `request`, with this server's adjustments.
+    /// The JSON body for `request`, with this server's adjustments; the history's messages come from the cache
+    /// where an earlier request of the same log encoded them.
     fn body(&self, request: &ModelRequest, stream: bool) -> Vec<u8> {
-        let mut body = request_body(request, stream);
-        if let Some(obj) = body.as_object_mut() {
-            obj.insert("model".into(), self.config.model_for(&request.model).into());
-            if !self.config.capabilities.grammar {
-                // Servers that take no grammar reject the unknown field (OpenAI answers 400).
-                obj.remove("grammar");
-            }
-            if self.config.narrow_named_tool_choice
-                && let Some(ToolChoice::Named(name)) = &request.tool_choice
-            {
-                narrow_to(obj, name);
-            }
-            if self.config.late_system_as_user {
-                demote_late_system(obj);
-            }
-        }
-        body.to_string().into_bytes()
+        let options = BodyOptions {
+            model: Some(self.config.model_for(&request.model)),
+            grammar: self.config.capabilities.grammar,
+            narrow_named_tool_choice: self.config.narrow_named_tool_choice,
+            late_system_as_user: self.config.late_system_as_user,
+        };
+        encode_body(request, stream, &options, &self.history_cache)
     }
 }
 

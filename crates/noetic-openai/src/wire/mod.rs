@@ -1,15 +1,18 @@
 //! The chat-completions wire format as pure functions — no I/O, so each piece is tested without sockets.
 //!
 //! * [`request_body`] — [`ModelRequest`](noetic::model::ModelRequest) → JSON body.
+//! * [`encode_body`] — the same as bytes, with server adjustments, linear in what is new ([`HistoryCache`]).
 //! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic::model::ModelResponse).
 //! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic::model::StreamDelta)s.
 //! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas (framed by `noetic-http`, linear in the input).
 
+mod encode;
 mod request;
 mod response;
 mod sse;
 mod stream;
 
+pub use encode::{BodyOptions, HistoryCache, encode_body};
 pub use request::request_body;
 pub use response::parse_response;
 pub(crate) use response::{ProviderError, quote};

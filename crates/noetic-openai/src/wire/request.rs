@@ -39,9 +39,15 @@ use serde_json::{Map, Value, json};
 /// );
 /// ```
 pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
-    let mut body = Map::new();
+    let mut body = fields(request, stream);
     body.insert("model".into(), Value::String(request.model.clone()));
     body.insert("messages".into(), Value::Array(messages(request)));
+    Value::Object(body)
+}
+
+/// Every field of the body but `model` and `messages`.
+pub(super) fn fields(request: &ModelRequest, stream: bool) -> Map<String, Value> {
+    let mut body = Map::new();
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -84,7 +90,7 @@ pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
         body.insert("stream".into(), Value::Bool(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Value::Object(body)
+    body
 }
 
 /// An `f32` as the decimal a user wrote (`0.2`, not `0.20000000298023224`); `None` for NaN and infinities.
@@ -129,7 +135,8 @@ impl AssistantTurn<'_> {
     }
 }
 
-fn messages(request: &ModelRequest) -> Vec<Value> {
+/// The leading `system` message: the instructions and every `System`-role item, joined by a blank line.
+pub(super) fn system_message(request: &ModelRequest) -> Option<Value> {
     let system: Vec<&str> = request
         .instructions
         .as_deref()
@@ -140,44 +147,64 @@ fn messages(request: &ModelRequest) -> Vec<Value> {
         }))
         .filter(|text| !text.is_empty())
         .collect();
-    let mut out = Vec::new();
-    if !system.is_empty() {
-        out.push(json!({"role": "system", "content": system.join("\n\n")}));
+    (!system.is_empty()).then(|| json!({"role": "system", "content": system.join("\n\n")}))
+}
+
+fn messages(request: &ModelRequest) -> Vec<Value> {
+    let mut out: Vec<Value> = system_message(request).into_iter().collect();
+    for segment in [&request.context[..], request.history.as_slice(), &request.tail[..]] {
+        walk(segment, |message, _| out.push(message));
     }
+    out
+}
+
+/// True when a message ends right after `item`, whatever follows: `walk` over the items before and after such a
+/// point gives the same messages as over all of them (assistant text and tool calls may still merge with what
+/// follows; `System` items, which live in the leading message, do not end the one before them).
+pub(super) fn closes_message(item: &Item) -> bool {
+    match item {
+        Item::ToolResult(_) => true,
+        Item::Message { role, .. } => !matches!(role, Role::System | Role::Assistant),
+        Item::ToolCall(_) => false,
+    }
+}
+
+/// The chat-completions messages of one segment of items (context, history or tail — an assistant message never
+/// spans two), each with the number of the segment's items consumed when it ends.
+pub(super) fn walk(items: &[Item], mut emit: impl FnMut(Value, usize)) {
     let mut pending: Option<AssistantTurn<'_>> = None;
-    for item in request.messages() {
+    for (index, item) in items.iter().enumerate() {
         match item {
             Item::Message { role: Role::System, .. } => {}
             Item::Message { role: Role::Assistant, content } => {
                 // Text after tool calls, or a second text, starts a new assistant message.
                 if let Some(turn) = pending.take() {
-                    out.push(turn.into_message());
+                    emit(turn.into_message(), index);
                 }
                 pending = Some(AssistantTurn { text: Some(content), calls: Vec::new() });
             }
             Item::ToolCall(call) => pending.get_or_insert_with(AssistantTurn::default).calls.push(call),
             Item::Message { role, content } => {
                 if let Some(turn) = pending.take() {
-                    out.push(turn.into_message());
+                    emit(turn.into_message(), index);
                 }
                 let role = match role {
                     Role::User => "user",
                     _ => "system",
                 };
-                out.push(json!({"role": role, "content": content}));
+                emit(json!({"role": role, "content": content}), index + 1);
             }
             Item::ToolResult(result) => {
                 if let Some(turn) = pending.take() {
-                    out.push(turn.into_message());
+                    emit(turn.into_message(), index);
                 }
-                out.push(json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content}));
+                emit(json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content}), index + 1);
             }
         }
     }
     if let Some(turn) = pending.take() {
-        out.push(turn.into_message());
+        emit(turn.into_message(), items.len());
     }
-    out
 }
 
 #[cfg(test)]

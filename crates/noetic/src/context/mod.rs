@@ -29,7 +29,7 @@ pub use events::{Event, EventKind, StepKind};
 pub use sink::{EventFollower, EventSink, Followed};
 
 use crate::error::NoeticError;
-use crate::model::{History, Item, Model, StepMeta, Usage};
+use crate::model::{History, Item, Log, Model, StepMeta, Usage};
 use crate::tool::{Approver, Tool};
 
 /// Steps may nest at most this deep (counting every composite step and child context).
@@ -70,7 +70,7 @@ struct Inner {
     resource_id: Option<Arc<str>>,
     cancel: CancellationToken,
     cancel_reason: OnceLock<String>,
-    items: Mutex<Arc<Vec<Item>>>,
+    items: Mutex<Arc<Log>>,
     usage: Mutex<(Usage, f64)>,
     last_step_meta: Mutex<Option<Arc<StepMeta>>>,
     events: EventSink,
@@ -364,17 +364,17 @@ impl Context {
 
     /// Appends an item to the conversation.
     pub fn push_item(&self, item: Item) {
-        Arc::make_mut(&mut lock(&self.inner.items)).push(item);
+        Arc::make_mut(&mut lock(&self.inner.items)).items.push(item);
     }
 
     /// Appends items to the conversation.
     pub fn extend_items(&self, items: impl IntoIterator<Item = Item>) {
-        Arc::make_mut(&mut lock(&self.inner.items)).extend(items);
+        Arc::make_mut(&mut lock(&self.inner.items)).items.extend(items);
     }
 
     /// A copy of the conversation.
     pub fn items(&self) -> Vec<Item> {
-        lock(&self.inner.items).as_ref().clone()
+        lock(&self.inner.items).items.clone()
     }
 
     /// A snapshot of the conversation, taken in constant time. The log is copy-on-write: the next append copies
@@ -385,12 +385,12 @@ impl Context {
 
     /// Number of items in the conversation.
     pub fn item_count(&self) -> usize {
-        lock(&self.inner.items).len()
+        lock(&self.inner.items).items.len()
     }
 
     /// Reads the conversation without copying it.
     pub fn with_items<R>(&self, f: impl FnOnce(&[Item]) -> R) -> R {
-        f(&lock(&self.inner.items))
+        f(&lock(&self.inner.items).items)
     }
 
     /// Token usage accumulated in this context (including spawned children that succeeded).
@@ -483,5 +483,31 @@ mod tests {
         assert_ne!(path.execution_id(), root.execution_id());
         assert_eq!(path.parent_execution_id(), Some(root.execution_id()));
         assert_eq!(path.depth(), 1);
+    }
+
+    #[test]
+    fn a_log_keeps_its_id_while_it_only_grows_and_a_diverging_copy_gets_a_new_one() {
+        let ctx = Context::builder().items(vec![Item::user("a")]).build();
+        let first = ctx.history();
+        let id = first.log_id();
+        drop(first);
+        ctx.push_item(Item::assistant("b"));
+        assert_eq!(ctx.history().log_id(), id, "appending in place keeps the sequence");
+
+        // A snapshot is alive while the log grows: the log is copied, and the copy is a new sequence.
+        let snapshot = ctx.history();
+        ctx.push_item(Item::user("c"));
+        let grown = ctx.history();
+        assert_ne!(grown.log_id(), id);
+        assert_eq!((snapshot.log_id(), snapshot.len()), (id, 2));
+        assert_eq!(grown.len(), 3);
+
+        // Two logs started from one history diverge under different ids.
+        let fork = ctx.fork_child();
+        fork.push_item(Item::user("fork"));
+        ctx.push_item(Item::user("main"));
+        assert_ne!(fork.history().log_id(), ctx.history().log_id());
+        assert_ne!(History::new(Vec::new()).log_id(), History::new(Vec::new()).log_id());
+        assert_eq!(History::new(vec![Item::user("x")]), History::new(vec![Item::user("x")]));
     }
 }

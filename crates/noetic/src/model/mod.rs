@@ -128,44 +128,91 @@ pub struct ToolResult {
     pub is_error: bool,
 }
 
+/// An append-only item log: the items and the identity of their sequence.
+///
+/// The id names one append-only sequence: items are only ever added at its end in place (while the log is not
+/// shared), and copying the log — which happens when it is shared and written — gives the copy a fresh id. So two
+/// histories with the same id agree on every item both hold: a provider may reuse what it encoded of the shorter
+/// one for the longer one ([`History::log_id`]).
+#[derive(Debug)]
+pub(crate) struct Log {
+    pub(crate) id: u64,
+    pub(crate) items: Vec<Item>,
+}
+
+impl Log {
+    pub(crate) fn new(items: Vec<Item>) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Log { id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), items }
+    }
+}
+
+impl Clone for Log {
+    /// A copy is a new sequence: it gets its own id.
+    fn clone(&self) -> Self {
+        Log::new(self.items.clone())
+    }
+}
+
 /// An immutable snapshot of a conversation, cheap to clone (it shares the items).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct History(pub(crate) Arc<Vec<Item>>);
+#[derive(Debug, Clone)]
+pub struct History(pub(crate) Arc<Log>);
+
+impl Default for History {
+    fn default() -> Self {
+        History::new(Vec::new())
+    }
+}
+
+impl PartialEq for History {
+    /// Histories are equal when their items are (whatever their log ids).
+    fn eq(&self, other: &Self) -> bool {
+        self.0.items == other.0.items
+    }
+}
 
 impl History {
-    /// A history holding `items`.
+    /// A history holding `items` (a new log).
     pub fn new(items: Vec<Item>) -> Self {
-        History(Arc::new(items))
+        History(Arc::new(Log::new(items)))
+    }
+
+    /// The identity of the append-only log this snapshot was taken from. Two snapshots with the same id agree on
+    /// every item both hold (the longer one only adds items at the end), so what was derived from the first `n`
+    /// items of one — a provider's encoding, say — holds for the other. A history built by [`History::new`] or
+    /// copied on write has an id of its own; ids are never reused within a process.
+    pub fn log_id(&self) -> u64 {
+        self.0.id
     }
 
     /// The items, oldest first.
     pub fn iter(&self) -> std::slice::Iter<'_, Item> {
-        self.0.iter()
+        self.0.items.iter()
     }
 
     /// Number of items.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.items.len()
     }
 
     /// True when there are no items.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.items.is_empty()
     }
 
     /// The newest item.
     pub fn last(&self) -> Option<&Item> {
-        self.0.last()
+        self.0.items.last()
     }
 
     /// The items as a slice.
     pub fn as_slice(&self) -> &[Item] {
-        &self.0
+        &self.0.items
     }
 
     /// A copy of the items.
     pub fn to_vec(&self) -> Vec<Item> {
-        self.0.as_ref().clone()
+        self.0.items.clone()
     }
 }
 
@@ -174,13 +221,13 @@ impl<'a> IntoIterator for &'a History {
     type IntoIter = std::slice::Iter<'a, Item>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.0.items.iter()
     }
 }
 
 impl Serialize for History {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        self.0.items.serialize(s)
     }
 }
 

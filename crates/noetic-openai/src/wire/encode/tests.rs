@@ -1,0 +1,148 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use noetic::model::{Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::wire::request_body;
+
+/// What the body must be: the plain JSON body with the options applied to it after the fact.
+fn reference(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Value {
+    let mut body = request_body(request, stream);
+    let obj = body.as_object_mut().unwrap();
+    if let Some(model) = &options.model {
+        obj.insert("model".into(), json!(model));
+    }
+    if !options.grammar {
+        obj.remove("grammar");
+    }
+    if options.narrow_named_tool_choice
+        && let Some(ToolChoice::Named(name)) = &request.tool_choice
+    {
+        narrow_to(obj, name);
+    }
+    if options.late_system_as_user
+        && let Some(Value::Array(messages)) = obj.get_mut("messages")
+    {
+        for message in messages.iter_mut().skip(1) {
+            *message = demoted(message.take());
+        }
+    }
+    body
+}
+
+fn parsed(bytes: Vec<u8>) -> Value {
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// A conversation that exercises every merge rule: text + calls in one message, calls alone, a second text,
+/// system and developer items in the middle, results, user messages.
+fn items() -> Vec<Item> {
+    let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
+    let result =
+        |id: &str| Item::ToolResult(ToolResult { call_id: id.into(), content: format!("r{id}"), is_error: false });
+    vec![
+        Item::user("hi"),
+        Item::assistant("Let me look."),
+        call("c1"),
+        call("c2"),
+        result("c1"),
+        result("c2"),
+        call("c3"),
+        Item::Message { role: Role::System, content: "late system".into() },
+        result("c3"),
+        Item::developer("be brief"),
+        Item::assistant("first"),
+        Item::assistant("second"),
+        Item::user("more"),
+        call("c4"),
+        result("c4"),
+        Item::assistant("done"),
+    ]
+}
+
+fn request(history: History, instructions: bool, context: bool) -> ModelRequest {
+    ModelRequest {
+        model: "gpt".into(),
+        instructions: instructions.then(|| "Be helpful.".to_owned()),
+        context: if context { vec![Item::developer("memory: x")] } else { Vec::new() },
+        history,
+        tail: vec![Item::developer("correction")],
+        tools: Arc::from(vec![
+            ToolSpec { name: "search".into(), description: "d".into(), parameters: json!({"type": "object"}) },
+            ToolSpec { name: "other".into(), description: "o".into(), parameters: json!({"type": "object"}) },
+        ]),
+        tool_choice: Some(ToolChoice::Named("search".into())),
+        grammar: Some("root ::= x".into()),
+        ..ModelRequest::default()
+    }
+}
+
+#[test]
+fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body_whatever_the_options() {
+    for late_system_as_user in [false, true] {
+        for (instructions, context) in [(false, false), (true, false), (false, true)] {
+            for grammar in [false, true] {
+                let options = BodyOptions {
+                    model: Some("served-name".into()),
+                    grammar,
+                    narrow_named_tool_choice: late_system_as_user,
+                    late_system_as_user,
+                };
+                let cache = HistoryCache::new();
+                // One log growing item by item, as a session's does: each request reuses the cache.
+                let ctx = noetic::Context::new();
+                for item in items() {
+                    ctx.push_item(item);
+                    let request = request(ctx.history(), instructions, context);
+                    let body = parsed(encode_body(&request, true, &options, &cache));
+                    assert_eq!(
+                        body,
+                        reference(&request, true, &options),
+                        "{} items, options {options:?}, instructions {instructions}, context {context}",
+                        request.history.len()
+                    );
+                }
+                assert_eq!(cache.usage().0, 1, "one log, one entry");
+            }
+        }
+    }
+}
+
+#[test]
+fn requests_of_other_logs_or_with_leading_messages_that_moved_do_not_reuse_the_wrong_bytes() {
+    let options = BodyOptions { late_system_as_user: true, ..BodyOptions::default() };
+    let cache = HistoryCache::new();
+    let ctx = noetic::Context::new();
+    for item in items() {
+        ctx.push_item(item);
+    }
+    // Cached with the history first in the body …
+    let first = request(ctx.history(), false, false);
+    assert_eq!(parsed(encode_body(&first, false, &options, &cache)), reference(&first, false, &options));
+    // … then the same log behind instructions: its first message is no longer first (so it is demoted).
+    let moved = request(ctx.history(), true, false);
+    assert_eq!(parsed(encode_body(&moved, false, &options, &cache)), reference(&moved, false, &options));
+    // A different log with the same items and one that diverged after a copy.
+    let other = request(History::new(items()), false, false);
+    assert_eq!(parsed(encode_body(&other, false, &options, &cache)), reference(&other, false, &options));
+    let fork = ctx.fork_child();
+    fork.push_item(Item::user("fork only"));
+    ctx.push_item(Item::user("main only"));
+    for history in [fork.history(), ctx.history()] {
+        let request = request(history, false, false);
+        assert_eq!(parsed(encode_body(&request, false, &options, &cache)), reference(&request, false, &options));
+    }
+}
+
+#[test]
+fn the_cache_stays_bounded_in_logs() {
+    let cache = HistoryCache::new();
+    for _ in 0..(MAX_ENTRIES + 50) {
+        let request = request(History::new(vec![Item::user("hi")]), false, false);
+        encode_body(&request, false, &BodyOptions::default(), &cache);
+    }
+    assert_eq!(cache.usage().0, MAX_ENTRIES);
+}
