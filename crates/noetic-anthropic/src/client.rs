@@ -12,11 +12,10 @@ use noetic_http::{
     BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, read_body, sse_events,
     with_retries,
 };
-use serde_json::Value;
 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig};
+use crate::encode::{HistoryCache, encode_body};
 use crate::error::{error_from_status, parse_retry_after, transport_error};
-use crate::request::request_body;
 use crate::response::parse_response;
 use crate::sse::{event_deltas, mid_stream};
 
@@ -40,6 +39,8 @@ pub struct AnthropicModel {
     http: reqwest::Client,
     config: Arc<AnthropicConfig>,
     url: Arc<str>,
+    /// The history messages earlier requests encoded, per item log: each request encodes only what is new.
+    history_cache: Arc<HistoryCache>,
 }
 
 impl std::fmt::Debug for AnthropicModel {
@@ -91,7 +92,12 @@ impl AnthropicModel {
             raw: None,
             retryable: false,
         })?;
-        Ok(AnthropicModel { http, config: Arc::new(config), url: Arc::from(url) })
+        Ok(AnthropicModel {
+            http,
+            config: Arc::new(config),
+            url: Arc::from(url),
+            history_cache: Arc::new(HistoryCache::default()),
+        })
     }
 
     /// A model client configured from the environment (see [`AnthropicConfig::from_env`]).
@@ -108,18 +114,21 @@ impl AnthropicModel {
         &self.config
     }
 
-    /// The body for `request`, with the configured model override applied.
-    fn body(&self, request: &ModelRequest, stream: bool) -> Value {
-        let mut body = request_body(request, stream);
-        if let Some(model) = &self.config.model_override {
-            body["model"] = Value::String(model.clone());
-        }
-        body
+    /// The body for `request`, with the configured model override applied; the history's messages come from the
+    /// cache where an earlier request of the same log encoded them. Bytes: a retry resends it without copying.
+    fn body(&self, request: &ModelRequest, stream: bool) -> bytes::Bytes {
+        let model = self.config.model_override.as_deref();
+        bytes::Bytes::from(encode_body(request, stream, model, &self.history_cache))
     }
 
     /// Sends one request; a non-2xx status becomes its typed error (the error body is read for the message).
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, NoeticError> {
-        let mut request = self.http.post(&*self.url).header("anthropic-version", ANTHROPIC_VERSION).json(body);
+    async fn send(&self, body: &bytes::Bytes) -> Result<reqwest::Response, NoeticError> {
+        let mut request = self
+            .http
+            .post(&*self.url)
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
@@ -179,7 +188,7 @@ impl AnthropicModel {
     }
 
     /// One attempt of a non-streamed call, bounded by the timeout as a whole.
-    async fn call_once(&self, body: &Value) -> Result<ModelResponse, NoeticError> {
+    async fn call_once(&self, body: &bytes::Bytes) -> Result<ModelResponse, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
             parse_response(&self.read_whole(response).await?)
@@ -189,7 +198,7 @@ impl AnthropicModel {
 
     /// One attempt at opening a stream, bounded by the timeout until the first body byte: a stall or failure
     /// before it fails the attempt (and is retried); after it, failures end the returned stream.
-    async fn open_once(&self, body: &Value) -> Result<Opened, NoeticError> {
+    async fn open_once(&self, body: &bytes::Bytes) -> Result<Opened, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
             let json = response

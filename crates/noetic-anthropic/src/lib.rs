@@ -63,6 +63,7 @@
 
 mod client;
 mod config;
+mod encode;
 mod error;
 mod request;
 mod response;
@@ -73,6 +74,7 @@ pub use client::AnthropicModel;
 pub use config::{
     ANTHROPIC_VERSION, AnthropicConfig, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT,
 };
+pub use encode::{HistoryCache, Prefix, encode_body};
 pub use error::{API_KEY_VAR, error_from_body, error_from_status, parse_retry_after};
 pub use request::{DEFAULT_MAX_TOKENS, DEVELOPER_PREFIX, SYSTEM_PREFIX, model_id, request_body};
 pub use response::{parse_response, usage};

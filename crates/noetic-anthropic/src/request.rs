@@ -52,24 +52,38 @@ pub fn model_id(model: &str) -> &str {
 ///   validates the answer).
 pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
     let items: Vec<&Item> = request.messages().collect();
-    let leading = items.iter().take_while(|i| matches!(i.role(), Some(Role::System | Role::Developer))).count();
+    let leading = leading_system(&items);
+    let mut body = fields(request, stream);
+    body.insert("model".into(), json!(model_id(&request.model)));
+    body.insert("max_tokens".into(), json!(request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
+    if let Some(system) = system_prompt(request, &items[..leading]) {
+        body.insert("system".into(), json!(system));
+    }
+    body.insert("messages".into(), Value::Array(turns(&items[leading..]).into_iter().map(|(m, _)| m).collect()));
+    Value::Object(body)
+}
 
+/// How many items at the start are system or developer messages (they join the system prompt).
+pub(crate) fn leading_system(items: &[&Item]) -> usize {
+    items.iter().take_while(|i| matches!(i.role(), Some(Role::System | Role::Developer))).count()
+}
+
+/// The system prompt: the instructions, the leading system and developer items, the structured-output sentence.
+pub(crate) fn system_prompt(request: &ModelRequest, leading: &[&Item]) -> Option<String> {
     let mut system: Vec<String> = Vec::new();
     if let Some(instructions) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
         system.push(instructions.to_owned());
     }
-    system.extend(items[..leading].iter().filter_map(|i| i.text()).filter(|t| !t.is_empty()).map(str::to_owned));
+    system.extend(leading.iter().filter_map(|i| i.text()).filter(|t| !t.is_empty()).map(str::to_owned));
     if let Some(schema) = &request.output_schema {
         system.push(structured_output_instruction(schema));
     }
+    (!system.is_empty()).then(|| system.join("\n\n"))
+}
 
+/// Every field but `model`, `max_tokens`, `system` and `messages`.
+pub(crate) fn fields(request: &ModelRequest, stream: bool) -> Map<String, Value> {
     let mut body = Map::new();
-    body.insert("model".into(), json!(model_id(&request.model)));
-    body.insert("max_tokens".into(), json!(request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
-    if !system.is_empty() {
-        body.insert("system".into(), json!(system.join("\n\n")));
-    }
-    body.insert("messages".into(), Value::Array(messages(&items[leading..])));
     if let Some(t) = request.params.temperature {
         body.insert("temperature".into(), float(t));
     }
@@ -88,7 +102,7 @@ pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
-    Value::Object(body)
+    body
 }
 
 /// The sentence appended to the system prompt when the request asks for structured output.
@@ -104,10 +118,11 @@ struct Turn {
     blocks: Vec<Value>,
 }
 
-/// The conversation as alternating Anthropic messages.
-fn messages(items: &[&Item]) -> Vec<Value> {
-    let mut turns: Vec<Turn> = Vec::new();
-    for item in items {
+/// The conversation as alternating Anthropic messages, each with the index of the first item it holds. A message
+/// is final once the next one has started: items added later can only join the last one.
+pub(crate) fn turns(items: &[&Item]) -> Vec<(Value, usize)> {
+    let mut turns: Vec<(Turn, usize)> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
         let (role, block) = match item {
             Item::Message { role, content } => {
                 let (anthropic_role, text) = match role {
@@ -137,17 +152,17 @@ fn messages(items: &[&Item]) -> Vec<Value> {
             ),
         };
         match turns.last_mut() {
-            Some(last) if last.role == role => last.blocks.push(block),
-            _ => turns.push(Turn { role, blocks: vec![block] }),
+            Some((last, _)) if last.role == role => last.blocks.push(block),
+            _ => turns.push((Turn { role, blocks: vec![block] }, index)),
         }
     }
     turns
         .into_iter()
-        .map(|turn| {
+        .map(|(turn, start)| {
             let mut blocks = turn.blocks;
             // Anthropic wants the tool results of a user turn before any text in it; the sort is stable.
             blocks.sort_by_key(|b| b["type"] != "tool_result");
-            json!({"role": turn.role, "content": blocks})
+            (json!({"role": turn.role, "content": blocks}), start)
         })
         .collect()
 }

@@ -54,7 +54,7 @@ impl WireModel {
             request_bytes: AtomicU64::new(0),
             tool_answer,
             final_answer,
-            history_cache: HistoryCache::new(),
+            history_cache: HistoryCache::default(),
         }
     }
 

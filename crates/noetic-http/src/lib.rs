@@ -9,14 +9,17 @@
 //! * [`with_retries`] / [`retry_delay`] — retries with backoff and `Retry-After`, before anything reached the
 //!   caller.
 //! * [`error_chain`] — an error and its sources in one line.
+//! * [`LogCache`] — what a provider encoded of each item log, bounded, so requests encode only what is new.
 //!
 //! No sockets here: everything works on streams of byte chunks, so it is tested without a server.
 
 mod body;
+mod log_cache;
 mod retry;
 mod sse;
 
 pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
+pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
 

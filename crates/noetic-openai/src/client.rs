@@ -153,7 +153,7 @@ impl OpenAiModel {
                 config_error(format!("the HTTP client could not be built: {}", error_chain(&e)), "check the TLS setup")
             })?;
         let endpoint = format!("{}/chat/completions", config.base_url);
-        Ok(OpenAiModel { inner: Arc::new(Inner { http, endpoint, config, history_cache: HistoryCache::new() }) })
+        Ok(OpenAiModel { inner: Arc::new(Inner { http, endpoint, config, history_cache: HistoryCache::default() }) })
     }
 
     /// A model configured from the environment ([`OpenAiConfig::from_env`]).
@@ -213,14 +213,15 @@ impl Model for OpenAiModel {
 impl Inner {
     /// The JSON body for `request`, with this server's adjustments; the history's messages come from the cache
     /// where an earlier request of the same log encoded them.
-    fn body(&self, request: &ModelRequest, stream: bool) -> Vec<u8> {
+    fn body(&self, request: &ModelRequest, stream: bool) -> bytes::Bytes {
         let options = BodyOptions {
             model: Some(self.config.model_for(&request.model)),
             grammar: self.config.capabilities.grammar,
             narrow_named_tool_choice: self.config.narrow_named_tool_choice,
             late_system_as_user: self.config.late_system_as_user,
         };
-        encode_body(request, stream, &options, &self.history_cache)
+        // Bytes: a retry resends the body without copying it.
+        bytes::Bytes::from(encode_body(request, stream, &options, &self.history_cache))
     }
 }
 

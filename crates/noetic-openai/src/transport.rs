@@ -51,7 +51,7 @@ impl Inner {
     }
 
     /// One non-streaming attempt. Nothing has reached the caller yet, so a failure reading the body may be retried.
-    pub(crate) async fn call_once(&self, body: &[u8]) -> Result<ModelResponse, NoeticError> {
+    pub(crate) async fn call_once(&self, body: &bytes::Bytes) -> Result<ModelResponse, NoeticError> {
         let response = self.send(body, false).await?;
         let text = self.read_whole(response).await?;
         parse_response(&text)
@@ -59,7 +59,7 @@ impl Inner {
 
     /// One streaming attempt, up to the first body byte: a stall or failure before it fails the attempt (and is
     /// retried); after it, failures end the returned stream and are not retried.
-    pub(crate) async fn open_once(&self, body: &[u8]) -> Result<Opened, NoeticError> {
+    pub(crate) async fn open_once(&self, body: &bytes::Bytes) -> Result<Opened, NoeticError> {
         let response = self.send(body, true).await?;
         if is_json(&response) {
             let text = self.read_whole(response).await?;
@@ -84,13 +84,13 @@ impl Inner {
     }
 
     /// Posts the body; returns the response once its status is a success, else the typed error.
-    async fn send(&self, body: &[u8], stream: bool) -> Result<reqwest::Response, NoeticError> {
+    async fn send(&self, body: &bytes::Bytes, stream: bool) -> Result<reqwest::Response, NoeticError> {
         let response = self
             .http
             .post(&self.endpoint)
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, if stream { "text/event-stream" } else { "application/json" })
-            .body(body.to_vec())
+            .body(body.clone())
             .send()
             .await
             .map_err(|e| self.transport_error(&e))?;

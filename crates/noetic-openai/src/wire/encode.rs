@@ -8,19 +8,12 @@
 //! messages changed in a way that moves the history (see `at_zero`), is encoded whole and starts a new entry. The
 //! cache is bounded (entries and bytes; least recently used go first).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use noetic::model::{History, ModelRequest};
 use noetic::step::ToolChoice;
+use noetic_http::{LogCache, Weighed};
 use serde_json::{Map, Value};
 
 use super::request::{closes_message, fields, system_message, walk};
-
-/// At most this many logs are remembered.
-const MAX_ENTRIES: usize = 1024;
-/// At most this many bytes of encoded messages are remembered over all logs.
-const MAX_BYTES: usize = 64 << 20;
 
 /// Server-specific adjustments of the body (see [`OpenAiConfig`](crate::OpenAiConfig)).
 #[derive(Debug, Clone, Default)]
@@ -36,7 +29,7 @@ pub struct BodyOptions {
 }
 
 /// The encoded history messages of one log.
-struct Prefix {
+pub struct Prefix {
     /// Items of the history the bytes cover.
     items: usize,
     /// Messages in the bytes.
@@ -48,70 +41,16 @@ struct Prefix {
     late_system_as_user: bool,
     /// The messages, comma-separated, without brackets.
     json: String,
-    last_used: u64,
 }
 
-#[derive(Default)]
-struct Entries {
-    by_log: HashMap<u64, Prefix>,
-    bytes: usize,
-    clock: u64,
-}
-
-/// Encoded history messages per item log, shared by the requests a model sends.
-#[derive(Default)]
-pub struct HistoryCache {
-    entries: Mutex<Entries>,
-}
-
-impl std::fmt::Debug for HistoryCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (logs, bytes) = self.usage();
-        f.debug_struct("HistoryCache").field("logs", &logs).field("bytes", &bytes).finish()
+impl Weighed for Prefix {
+    fn bytes(&self) -> usize {
+        self.json.len()
     }
 }
 
-impl HistoryCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        HistoryCache::default()
-    }
-
-    /// How many logs it remembers and how many bytes of messages it holds.
-    pub fn usage(&self) -> (usize, usize) {
-        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        (entries.by_log.len(), entries.bytes)
-    }
-
-    /// Takes the prefix of `log` out (so encoding runs without the lock).
-    fn take(&self, log: u64) -> Option<Prefix> {
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let prefix = entries.by_log.remove(&log)?;
-        entries.bytes -= prefix.json.len();
-        Some(prefix)
-    }
-
-    fn put(&self, log: u64, mut prefix: Prefix) {
-        if prefix.json.len() > MAX_BYTES {
-            return;
-        }
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.clock += 1;
-        prefix.last_used = entries.clock;
-        entries.bytes += prefix.json.len();
-        if let Some(old) = entries.by_log.insert(log, prefix) {
-            entries.bytes -= old.json.len();
-        }
-        while entries.by_log.len() > MAX_ENTRIES || entries.bytes > MAX_BYTES {
-            let Some(oldest) = entries.by_log.iter().min_by_key(|(_, p)| p.last_used).map(|(k, _)| *k) else {
-                break;
-            };
-            if let Some(gone) = entries.by_log.remove(&oldest) {
-                entries.bytes -= gone.json.len();
-            }
-        }
-    }
-}
+/// Encoded history messages per item log, shared by the requests a model sends (bounded: see [`LogCache`]).
+pub type HistoryCache = LogCache<Prefix>;
 
 /// Writes the body's messages, demoting late `system` messages when asked.
 struct Messages<'a> {
@@ -195,7 +134,6 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
         at_zero,
         late_system_as_user: options.late_system_as_user,
         json: String::new(),
-        last_used: 0,
     });
     if prefix.messages > 0 {
         if messages.count > 0 {

@@ -91,7 +91,7 @@ fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body_whatever_t
                     narrow_named_tool_choice: late_system_as_user,
                     late_system_as_user,
                 };
-                let cache = HistoryCache::new();
+                let cache = HistoryCache::default();
                 // One log growing item by item, as a session's does: each request reuses the cache.
                 let ctx = noetic::Context::new();
                 for item in items() {
@@ -114,7 +114,7 @@ fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body_whatever_t
 #[test]
 fn requests_of_other_logs_or_with_leading_messages_that_moved_do_not_reuse_the_wrong_bytes() {
     let options = BodyOptions { late_system_as_user: true, ..BodyOptions::default() };
-    let cache = HistoryCache::new();
+    let cache = HistoryCache::default();
     let ctx = noetic::Context::new();
     for item in items() {
         ctx.push_item(item);
@@ -139,10 +139,10 @@ fn requests_of_other_logs_or_with_leading_messages_that_moved_do_not_reuse_the_w
 
 #[test]
 fn the_cache_stays_bounded_in_logs() {
-    let cache = HistoryCache::new();
-    for _ in 0..(MAX_ENTRIES + 50) {
+    let cache = HistoryCache::default();
+    for _ in 0..(noetic_http::LOG_CACHE_ENTRIES + 50) {
         let request = request(History::new(vec![Item::user("hi")]), false, false);
         encode_body(&request, false, &BodyOptions::default(), &cache);
     }
-    assert_eq!(cache.usage().0, MAX_ENTRIES);
+    assert_eq!(cache.usage().0, noetic_http::LOG_CACHE_ENTRIES);
 }

@@ -1,0 +1,115 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use noetic::model::{History, Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
+use noetic::step::ToolChoice;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::request_body;
+
+fn reference(request: &ModelRequest, stream: bool, model: Option<&str>) -> Value {
+    let mut body = request_body(request, stream);
+    if let Some(model) = model {
+        body["model"] = json!(model);
+    }
+    body
+}
+
+fn parsed(bytes: Vec<u8>) -> Value {
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Leading system items, then every merge rule: text + calls, results then text in one user message (results
+/// first), developer and system items inside the conversation, empty texts, two assistant texts in a row.
+fn items() -> Vec<Item> {
+    let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
+    let result =
+        |id: &str| Item::ToolResult(ToolResult { call_id: id.into(), content: format!("r{id}"), is_error: false });
+    vec![
+        Item::Message { role: Role::System, content: "early system".into() },
+        Item::user("hi"),
+        Item::assistant("Let me look."),
+        call("c1"),
+        call("c2"),
+        result("c1"),
+        result("c2"),
+        Item::developer("steering: be brief"),
+        call("c3"),
+        result("c3"),
+        Item::Message { role: Role::System, content: "late system".into() },
+        Item::assistant(""),
+        Item::assistant("first"),
+        Item::assistant("second"),
+        Item::user("more"),
+        Item::user("even more"),
+        call("c4"),
+        result("c4"),
+        Item::assistant("done"),
+    ]
+}
+
+fn request(history: History, context: Vec<Item>) -> ModelRequest {
+    ModelRequest {
+        model: "anthropic/claude-x".into(),
+        instructions: Some("Be helpful.".into()),
+        context,
+        history,
+        tail: vec![Item::developer("correction")],
+        tools: Arc::from(vec![ToolSpec {
+            name: "search".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }]),
+        tool_choice: Some(ToolChoice::Required),
+        ..ModelRequest::default()
+    }
+}
+
+#[test]
+fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body() {
+    let contexts = [
+        Vec::new(),
+        vec![Item::developer("memory: x")],
+        // A conversational context item: the history no longer starts the conversation (no reuse, still right).
+        vec![Item::user("from memory")],
+    ];
+    for context in contexts {
+        for model in [None, Some("claude-override")] {
+            let cache = HistoryCache::default();
+            let ctx = noetic::Context::new();
+            for item in items() {
+                ctx.push_item(item);
+                let request = request(ctx.history(), context.clone());
+                let body = parsed(encode_body(&request, true, model, &cache));
+                assert_eq!(
+                    body,
+                    reference(&request, true, model),
+                    "{} items, context {context:?}, model {model:?}",
+                    request.history.len()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cached_log_is_reused_and_other_logs_never_see_its_bytes() {
+    let cache = HistoryCache::default();
+    let ctx = noetic::Context::new();
+    for item in items() {
+        ctx.push_item(item);
+        encode_body(&request(ctx.history(), Vec::new()), false, None, &cache);
+    }
+    let (logs, bytes) = cache.usage();
+    assert_eq!(logs, 1);
+    assert!(bytes > 0, "the closed messages are cached");
+    let fork = ctx.fork_child();
+    fork.push_item(Item::user("fork only"));
+    ctx.push_item(Item::user("main only"));
+    for history in [fork.history(), ctx.history(), History::new(items())] {
+        let request = request(history, Vec::new());
+        assert_eq!(parsed(encode_body(&request, false, None, &cache)), reference(&request, false, None));
+    }
+}
