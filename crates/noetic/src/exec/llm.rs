@@ -14,7 +14,7 @@ use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, Too
 use crate::step::StepLlm;
 use crate::tool::Tool;
 use crate::tool::call::run_tool_call;
-use crate::turn::{Action, Effect, Input, Polled, TurnCore};
+use crate::turn::{Action, Effect, Input, Polled, TurnCore, interrupted_result};
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -96,6 +96,9 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
                 Err(cancelled) => Input::Failed(cancelled),
             },
+            // Whether the tool is idempotent is not known yet: a call that may have taken effect is never run
+            // twice (fail closed), it gets the interrupted result.
+            Action::ResumeTool(call) => Input::ToolDone(interrupted_result(&call.id)),
             Action::Finish { text, usage, cost } => {
                 ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
                 return parse_output(s, &text);

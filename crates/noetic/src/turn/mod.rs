@@ -30,6 +30,16 @@ mod tests;
 /// The content of the result each tool call skipped by queued steering gets (seed 3).
 pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
 
+/// The content of the result a tool call gets when the process stopped while it ran and its tool is not
+/// idempotent, so it is not run again (SPEC 6.3).
+pub const INTERRUPTED_RESULT: &str =
+    "Interrupted: the process stopped while this tool ran; it may or may not have taken effect.";
+
+/// The result a call gets when a resumed turn does not run it again (see [`INTERRUPTED_RESULT`]).
+pub fn interrupted_result(call_id: &str) -> ToolResult {
+    ToolResult { call_id: call_id.to_owned(), content: INTERRUPTED_RESULT.to_owned(), is_error: true }
+}
+
 /// How often an `after_model_call` guide decision makes the step ask the model again before it accepts the
 /// response anyway.
 pub const MAX_GUIDE_RETRIES: usize = 3;
@@ -77,6 +87,10 @@ pub struct Polled {
 pub enum Input {
     /// The turn begins.
     Start,
+    /// A turn restored from a journal continues in another process: the core repeats what it was waiting for —
+    /// a journaled model response is reviewed, not requested again; a tool call that was running is offered as
+    /// [`Action::ResumeTool`].
+    Resume,
     /// The answer to [`Action::Poll`].
     Polled(Polled),
     /// The answer to [`Action::CallModel`].
@@ -115,6 +129,9 @@ pub enum Action<'a> {
     Store(&'a ModelResponse),
     /// Run one tool call; answer with [`Input::ToolDone`].
     RunTool(&'a ToolCall),
+    /// A resumed turn was running this call when its process stopped, and no outcome was journaled: run it again
+    /// if its tool is idempotent, else answer with [`interrupted_result`]; either way with [`Input::ToolDone`].
+    ResumeTool(&'a ToolCall),
     /// The step is done: parse `text` as its output.
     Finish {
         /// The final answer's text.
@@ -234,10 +251,19 @@ impl TurnCore {
         let mut effects = Vec::new();
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         let to = match (phase, input) {
-            (Phase::Start, Input::Start) if self.checkpoints => {
+            (Phase::Start, Input::Start | Input::Resume) if self.checkpoints => {
                 To::Poll { phase: Phase::TurnStartPoll, turn_start: true }
             }
-            (Phase::Start, Input::Start) => self.request(),
+            (Phase::Start, Input::Start | Input::Resume) => self.request(),
+            (Phase::Done, Input::Resume) => To::Fail(NoeticError::Other {
+                message: format!("the turn of step '{}' already ended; there is nothing to resume", self.step_id),
+            }),
+            (Phase::TurnStartPoll, Input::Resume) => To::Poll { phase: Phase::TurnStartPoll, turn_start: true },
+            (phase @ (Phase::AnswerPoll { .. } | Phase::ToolPoll { .. }), Input::Resume) => {
+                To::Poll { phase, turn_start: false }
+            }
+            (Phase::Tool { calls, next }, Input::Resume) => To::Resumed { calls, next },
+            (phase, Input::Resume) => To::Phase(phase),
             (Phase::TurnStartPoll, Input::Polled(p)) => {
                 self.note(p);
                 self.request()
@@ -308,6 +334,20 @@ impl TurnCore {
                     Phase::Storing { response } => Action::Store(response),
                     Phase::Tool { calls, next } => match calls.get(*next) {
                         Some(call) => Action::RunTool(call),
+                        None => Action::Fail(NoeticError::Other {
+                            message: format!("turn core of step '{}' lost its place in the batch", self.step_id),
+                        }),
+                    },
+                    _ => Action::Fail(NoeticError::Other {
+                        message: format!("turn core of step '{}' has no action for its phase", self.step_id),
+                    }),
+                }
+            }
+            To::Resumed { calls, next } => {
+                self.phase = Phase::Tool { calls, next };
+                match &self.phase {
+                    Phase::Tool { calls, next } => match calls.get(*next) {
+                        Some(call) => Action::ResumeTool(call),
                         None => Action::Fail(NoeticError::Other {
                             message: format!("turn core of step '{}' lost its place in the batch", self.step_id),
                         }),
@@ -396,6 +436,7 @@ impl TurnCore {
 enum To {
     Phase(Phase),
     Poll { phase: Phase, turn_start: bool },
+    Resumed { calls: Vec<ToolCall>, next: usize },
     Finish { text: String },
     Fail(NoeticError),
 }
@@ -403,6 +444,7 @@ enum To {
 fn input_name(input: &Input) -> &'static str {
     match input {
         Input::Start => "the start",
+        Input::Resume => "a resume",
         Input::Polled(_) => "a checkpoint result",
         Input::Response(_) => "a model response",
         Input::Reviewed(_) => "a review decision",

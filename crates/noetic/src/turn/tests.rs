@@ -30,6 +30,7 @@ fn describe(next: Next<'_>) -> Vec<String> {
         Action::Review(response) => format!("review {} item(s)", response.items.len()),
         Action::Store(response) => format!("store '{}'", response.text_output()),
         Action::RunTool(call) => format!("run {}", call.id),
+        Action::ResumeTool(call) => format!("resume {}", call.id),
         Action::Finish { text, usage, .. } => format!("finish '{text}' ({} tokens)", usage.total_tokens()),
         Action::Fail(error) => format!("fail: {error}"),
     });
@@ -338,4 +339,58 @@ fn an_input_that_does_not_fit_the_turn_fails_it_with_a_message_instead_of_panick
     assert_eq!(lines.len(), 1);
     assert!(lines[0].contains("got a stored answer while waiting for the model"), "{lines:?}");
     assert!(core.is_done());
+}
+
+/// Saves the core as a journal would and restores it, as another process would.
+fn reloaded(core: &TurnCore) -> TurnCore {
+    serde_json::from_str(&serde_json::to_string(core).unwrap()).unwrap()
+}
+
+#[test]
+fn a_resumed_turn_reviews_its_journaled_response_instead_of_asking_the_model_again() {
+    let mut core = started();
+    step(&mut core, Input::Response(calls(&["c1"])));
+    let mut resumed = reloaded(&core);
+    assert_eq!(step(&mut resumed, Input::Resume), ["review 1 item(s)"]);
+}
+
+#[test]
+fn a_resumed_turn_that_waited_for_the_model_asks_it_again_with_the_same_corrections() {
+    let mut core = started();
+    step(&mut core, Input::Response(ModelResponse::text("x")));
+    step(&mut core, Input::Reviewed(SteeringDecision::guide("shorter")));
+    let mut resumed = reloaded(&core);
+    assert_eq!(step(&mut resumed, Input::Resume), ["call model round 0 tail [Developer: shorter]"]);
+}
+
+#[test]
+fn a_resumed_turn_offers_the_call_that_was_running_and_then_goes_on_with_the_batch() {
+    let mut core = in_batch(&["c1", "c2"]);
+    let mut resumed = reloaded(&core);
+    assert_eq!(step(&mut resumed, Input::Resume), ["resume c1"]);
+    assert_eq!(
+        step(&mut resumed, Input::ToolDone(interrupted_result("c1"))),
+        [format!("append <- c1 ERROR {INTERRUPTED_RESULT}"), "poll".to_owned()]
+    );
+    assert_eq!(step(&mut resumed, none_pending()), ["run c2"]);
+    // The original, had it gone on, would have run c1 normally.
+    assert_eq!(step(&mut core, result("c1", "one", false)), ["append <- c1 one", "poll"]);
+}
+
+#[test]
+fn a_resumed_turn_repeats_the_checkpoint_it_was_at_and_a_finished_one_has_nothing_to_resume() {
+    let mut core = in_batch(&["c1", "c2"]);
+    step(&mut core, result("c1", "one", false));
+    assert_eq!(step(&mut reloaded(&core), Input::Resume), ["poll"]);
+    let mut fresh = TurnCore::new("agent", 10, true);
+    assert_eq!(step(&mut reloaded(&fresh), Input::Resume), ["poll at turn start"]);
+    step(&mut fresh, Input::Start);
+    assert_eq!(step(&mut reloaded(&fresh), Input::Resume), ["poll at turn start"]);
+    let mut done = TurnCore::new("agent", 10, false);
+    step(&mut done, Input::Start);
+    step(&mut done, Input::Response(ModelResponse::text("bye")));
+    step(&mut done, allow());
+    step(&mut done, Input::Stored);
+    let lines = step(&mut reloaded(&done), Input::Resume);
+    assert!(lines[0].contains("already ended; there is nothing to resume"), "{lines:?}");
 }
