@@ -148,15 +148,17 @@ impl TurnSteering {
         !lock(&self.pending).is_empty()
     }
 
-    /// Injects the pending messages as user messages; returns how many.
-    pub(crate) fn inject(&self, ctx: &Context) -> usize {
+    /// Injects the pending messages as user messages; returns their ids.
+    pub(crate) fn inject(&self, ctx: &Context) -> Vec<String> {
         let messages = std::mem::take(&mut *lock(&self.pending));
         let count = messages.len();
-        if count > 0 {
-            ctx.extend_items(messages.into_iter().map(|m| Item::user(m.text)));
-            ctx.emit(|| EventKind::SteeringInjected { session: self.session.clone(), count });
+        if count == 0 {
+            return Vec::new();
         }
-        count
+        let ids = messages.iter().map(|m| m.id.to_string()).collect();
+        ctx.extend_items(messages.into_iter().map(|m| Item::user(m.text)));
+        ctx.emit(|| EventKind::SteeringInjected { session: self.session.clone(), count });
+        ids
     }
 
     /// Puts messages taken but not injected back at the head of the queue (unless the session was stopped).
@@ -195,7 +197,7 @@ impl crate::context::Checkpoints for TurnSteering {
         TurnSteering::capacity(self)
     }
 
-    fn inject(&self, ctx: &Context) -> usize {
+    fn inject(&self, ctx: &Context) -> Vec<String> {
         TurnSteering::inject(self, ctx)
     }
 

@@ -31,6 +31,7 @@ pub use sink::{EventFollower, EventSink, Followed};
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, Model, StepMeta, Usage};
 use crate::tool::{Approver, Tool};
+use crate::turn::TurnJournal;
 
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
@@ -88,6 +89,8 @@ pub struct Services {
     pub approver: Option<Arc<dyn Approver>>,
     /// The live steering of the session turn this execution belongs to.
     pub steering: Option<Arc<dyn Checkpoints>>,
+    /// Where the session turn's state goes so that another process can resume it (a durable store's).
+    pub journal: Option<Arc<dyn TurnJournal>>,
 }
 
 impl Inner {
@@ -433,6 +436,12 @@ impl Context {
     /// The approver, if one is configured.
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
         self.inner.services.approver.as_ref()
+    }
+
+    /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
+    /// path's (those are not resumed).
+    pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
+        self.inner.services.journal.as_ref().filter(|_| self.inner.parent.is_none())
     }
 
     /// The steering checkpoints of the current session turn, when they apply to this execution.

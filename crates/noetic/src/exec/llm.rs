@@ -14,7 +14,7 @@ use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, Too
 use crate::step::StepLlm;
 use crate::tool::Tool;
 use crate::tool::call::run_tool_call;
-use crate::turn::{Action, Effect, Input, Polled, TurnCore, interrupted_result};
+use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJournal, interrupted_result};
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -54,9 +54,6 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             "build the context with Context::builder().model(...) or run the step through a Runtime",
         )
     })?;
-    if let Some(text) = s.prompt_of(input) {
-        ctx.push_item(Item::user(text));
-    }
     let tools: Vec<Arc<dyn Tool>> = match &s.tools {
         Some(tools) => tools.clone(),
         None => ctx.tools().to_vec(),
@@ -64,22 +61,48 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     let specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
     let allow = |kind: &EventKind| s.emit.allows(kind);
     let steering = ctx.turn_steering().cloned();
-    // The decisions are the core's; this loop performs its actions and feeds their outcomes back.
-    let mut core = TurnCore::new(s.id.to_string(), s.max_rounds, steering.is_some());
-    let mut input = Input::Start;
+    let journal = ctx.journal().cloned();
+    // The decisions are the core's; this loop performs its actions and feeds their outcomes back. A turn a
+    // stopped process left in the journal continues where it was (its prompt is in the history already).
+    let (mut core, mut input) = match journal.as_ref().and_then(|j| j.saved(&s.id)) {
+        Some(saved) => (saved, Input::Resume),
+        None => {
+            if let Some(text) = s.prompt_of(input) {
+                ctx.push_item(Item::user(text));
+            }
+            (TurnCore::new(s.id.to_string(), s.max_rounds, steering.is_some()), Input::Start)
+        }
+    };
     loop {
-        let next = core.advance(input);
-        for effect in next.effects {
+        for effect in core.advance(input) {
             apply(ctx, s, effect);
         }
-        input = match next.action {
+        // A response that arrived and a call about to run are journaled before anything acts on them.
+        if let Some(journal) = journal.as_deref()
+            && core.is_at_durable_point()
+            && !matches!(core.action(), Action::CallModel { .. })
+            && let Err(e) = commit(ctx, journal, &s.id, Some(&core), Vec::new()).await
+        {
+            input = Input::Failed(e);
+            continue;
+        }
+        input = match core.action() {
             Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
             Action::CallModel { round, tail } => match ctx.check_cancelled() {
                 Ok(()) => {
-                    if let Some(ts) = &steering {
-                        ts.inject(ctx);
+                    // Injected messages and their user items are committed together before the request.
+                    let injected = steering.as_ref().map(|ts| ts.inject(ctx)).unwrap_or_default();
+                    let committed = match journal.as_deref() {
+                        Some(journal) => commit(ctx, journal, &s.id, Some(&core), injected).await,
+                        None => Ok(()),
+                    };
+                    match committed {
+                        Ok(()) => {
+                            let answer = call_model(s, ctx, &model, &specs, round, tail.to_vec()).await;
+                            outcome(answer, Input::Response)
+                        }
+                        Err(e) => Input::Failed(e),
                     }
-                    outcome(call_model(s, ctx, &model, &specs, round, tail.to_vec()).await, Input::Response)
                 }
                 Err(cancelled) => Input::Failed(cancelled),
             },
@@ -100,12 +123,36 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             // twice (fail closed), it gets the interrupted result.
             Action::ResumeTool(call) => Input::ToolDone(interrupted_result(&call.id)),
             Action::Finish { text, usage, cost } => {
+                if let Some(journal) = journal.as_deref() {
+                    commit(ctx, journal, &s.id, None, Vec::new()).await?;
+                }
                 ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
                 return parse_output(s, &text);
             }
-            Action::Fail(error) => return Err(error),
+            Action::Fail(error) => {
+                if let Some(journal) = journal.as_deref()
+                    && let Err(lost) = commit(ctx, journal, &s.id, None, Vec::new()).await
+                {
+                    tracing::error!(step_id = %s.id, error = %lost, "could not journal the end of a failed turn");
+                }
+                return Err(error);
+            }
         };
     }
+}
+
+/// Commits what is new in the conversation since the journal's last commit, the injected message ids and the
+/// core (`None`: the step ended).
+async fn commit(
+    ctx: &Context,
+    journal: &dyn TurnJournal,
+    step_id: &str,
+    core: Option<&TurnCore>,
+    injected: Vec<String>,
+) -> Result<(), NoeticError> {
+    let first = journal.persisted();
+    let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
+    journal.commit(TurnCommit { step_id, first, items, injected, core }).await
 }
 
 fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {

@@ -24,8 +24,11 @@ use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse, ToolCall, ToolResult, Usage};
 
+mod journal;
 #[cfg(test)]
 mod tests;
+
+pub use journal::{TurnCommit, TurnJournal};
 
 /// The content of the result each tool call skipped by queued steering gets (seed 3).
 pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
@@ -164,17 +167,8 @@ pub enum Effect {
     },
 }
 
-/// The core's answer to one input: effects to apply, then the action to perform.
-#[derive(Debug)]
-pub struct Next<'a> {
-    /// Effects, in order.
-    pub effects: Vec<Effect>,
-    /// The action.
-    pub action: Action<'a>,
-}
-
 /// Where the turn is: what the core waits for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
     /// Nothing has happened yet.
@@ -191,14 +185,18 @@ enum Phase {
     AnswerPoll { text: String },
     /// Waiting for the outcome of `calls[next]`.
     Tool { calls: Vec<ToolCall>, next: usize },
+    /// A resumed turn: `calls[next]` was running when the process stopped; waiting for its outcome.
+    ResumingTool { calls: Vec<ToolCall>, next: usize },
     /// Waiting for the checkpoint after the outcome of `calls[next - 1]`.
     ToolPoll { calls: Vec<ToolCall>, next: usize },
-    /// Finished or failed.
-    Done,
+    /// The step produced its answer.
+    Finished { text: String },
+    /// The step failed.
+    Failed { error: NoeticError },
 }
 
 /// The state of one model-driven turn. See the [module docs](self).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TurnCore {
     step_id: String,
     max_rounds: u32,
@@ -211,6 +209,13 @@ pub struct TurnCore {
     steering_pending: bool,
     steering_capacity: u32,
     phase: Phase,
+}
+
+impl PartialEq for TurnCore {
+    /// Equal when they would act alike (serialised forms compared: errors have no equality of their own).
+    fn eq(&self, other: &Self) -> bool {
+        serde_json::to_value(self).ok() == serde_json::to_value(other).ok()
+    }
 }
 
 impl TurnCore {
@@ -243,27 +248,61 @@ impl TurnCore {
 
     /// True once the turn finished or failed.
     pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
+        matches!(self.phase, Phase::Finished { .. } | Phase::Failed { .. })
     }
 
-    /// Advances the turn by one input.
-    pub fn advance(&mut self, input: Input) -> Next<'_> {
+    /// True while the core waits for a model response, for its review, for a tool call's outcome or for the
+    /// checkpoint after one: the points a durable driver journals before acting, so that a resumed turn neither
+    /// asks the model again for a response it had, nor runs a call again whose outcome it had, nor runs one
+    /// twice unknowingly.
+    pub fn is_at_durable_point(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::AwaitingResponse
+                | Phase::Reviewing { .. }
+                | Phase::Tool { .. }
+                | Phase::ResumingTool { .. }
+                | Phase::ToolPoll { .. }
+        )
+    }
+
+    /// What the driver does next: performs it and answers with the matching [`Input`].
+    pub fn action(&self) -> Action<'_> {
+        match &self.phase {
+            // Before the start input there is nothing to do but start; a driver never asks.
+            Phase::Start => Action::Poll { turn_start: true },
+            Phase::TurnStartPoll => Action::Poll { turn_start: true },
+            Phase::AnswerPoll { .. } | Phase::ToolPoll { .. } => Action::Poll { turn_start: false },
+            Phase::AwaitingResponse => Action::CallModel { round: self.round, tail: &self.corrections },
+            Phase::Reviewing { response } => Action::Review(response),
+            Phase::Storing { response } => Action::Store(response),
+            Phase::Tool { calls, next } => match calls.get(*next) {
+                Some(call) => Action::RunTool(call),
+                None => self.lost(),
+            },
+            Phase::ResumingTool { calls, next } => match calls.get(*next) {
+                Some(call) => Action::ResumeTool(call),
+                None => self.lost(),
+            },
+            Phase::Finished { text } => Action::Finish { text: text.clone(), usage: self.usage, cost: self.cost },
+            Phase::Failed { error } => Action::Fail(error.clone()),
+        }
+    }
+
+    fn lost(&self) -> Action<'_> {
+        Action::Fail(NoeticError::Other {
+            message: format!("turn core of step '{}' lost its place in the batch; this is a bug", self.step_id),
+        })
+    }
+
+    /// Advances the turn by one input; returns the effects to apply, in order, before the next
+    /// [`action`](TurnCore::action).
+    pub fn advance(&mut self, input: Input) -> Vec<Effect> {
         let mut effects = Vec::new();
-        let phase = std::mem::replace(&mut self.phase, Phase::Done);
-        let to = match (phase, input) {
-            (Phase::Start, Input::Start | Input::Resume) if self.checkpoints => {
-                To::Poll { phase: Phase::TurnStartPoll, turn_start: true }
-            }
+        let phase = std::mem::replace(&mut self.phase, Phase::Start);
+        self.phase = match (phase, input) {
+            (Phase::Start, Input::Start | Input::Resume) if self.checkpoints => Phase::TurnStartPoll,
             (Phase::Start, Input::Start | Input::Resume) => self.request(),
-            (Phase::Done, Input::Resume) => To::Fail(NoeticError::Other {
-                message: format!("the turn of step '{}' already ended; there is nothing to resume", self.step_id),
-            }),
-            (Phase::TurnStartPoll, Input::Resume) => To::Poll { phase: Phase::TurnStartPoll, turn_start: true },
-            (phase @ (Phase::AnswerPoll { .. } | Phase::ToolPoll { .. }), Input::Resume) => {
-                To::Poll { phase, turn_start: false }
-            }
-            (Phase::Tool { calls, next }, Input::Resume) => To::Resumed { calls, next },
-            (phase, Input::Resume) => To::Phase(phase),
             (Phase::TurnStartPoll, Input::Polled(p)) => {
                 self.note(p);
                 self.request()
@@ -273,21 +312,17 @@ impl TurnCore {
             (Phase::Storing { response }, Input::Stored) => {
                 let text = response.text_output().to_owned();
                 effects.push(Effect::Append(response.items));
-                if self.checkpoints {
-                    To::Poll { phase: Phase::AnswerPoll { text }, turn_start: false }
-                } else {
-                    self.finish(text)
-                }
+                if self.checkpoints { Phase::AnswerPoll { text } } else { Phase::Finished { text } }
             }
             (Phase::AnswerPoll { text }, Input::Polled(p)) => {
                 self.note(p);
                 // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
-                if self.steering_pending { self.request() } else { self.finish(text) }
+                if self.steering_pending { self.request() } else { Phase::Finished { text } }
             }
-            (Phase::Tool { calls, next }, Input::ToolDone(result)) => {
+            (Phase::Tool { calls, next } | Phase::ResumingTool { calls, next }, Input::ToolDone(result)) => {
                 effects.push(Effect::Append(vec![Item::ToolResult(result)]));
                 if self.checkpoints {
-                    To::Poll { phase: Phase::ToolPoll { calls, next: next + 1 }, turn_start: false }
+                    Phase::ToolPoll { calls, next: next + 1 }
                 } else {
                     self.next_call(calls, next + 1)
                 }
@@ -304,63 +339,40 @@ impl TurnCore {
                     self.next_call(calls, next)
                 }
             }
-            (Phase::Tool { calls, next }, Input::Failed(error)) => {
+            (Phase::Tool { calls, next } | Phase::ResumingTool { calls, next }, Input::Failed(error)) => {
                 // Every call without a result gets one, so the conversation stays well-formed.
                 let reason = error.to_string();
                 let rest = &calls[next.min(calls.len())..];
                 effects.push(Effect::Append(rest.iter().map(|c| not_completed(c, &reason)).collect()));
-                To::Fail(error)
+                Phase::Failed { error }
             }
-            (_, Input::Failed(error)) => To::Fail(error),
-            (phase, input) => To::Fail(NoeticError::Other {
-                message: format!(
-                    "turn core of step '{}' got {} while {}; this is a bug in the driver",
-                    self.step_id,
-                    input_name(&input),
-                    phase_name(&phase)
-                ),
-            }),
-        };
-        let action = match to {
-            To::Poll { phase, turn_start } => {
-                self.phase = phase;
-                Action::Poll { turn_start }
-            }
-            To::Phase(phase) => {
-                self.phase = phase;
-                match &self.phase {
-                    Phase::AwaitingResponse => Action::CallModel { round: self.round, tail: &self.corrections },
-                    Phase::Reviewing { response } => Action::Review(response),
-                    Phase::Storing { response } => Action::Store(response),
-                    Phase::Tool { calls, next } => match calls.get(*next) {
-                        Some(call) => Action::RunTool(call),
-                        None => Action::Fail(NoeticError::Other {
-                            message: format!("turn core of step '{}' lost its place in the batch", self.step_id),
-                        }),
+            (phase @ (Phase::Finished { .. } | Phase::Failed { .. }), Input::Resume) => {
+                let _ = phase;
+                Phase::Failed {
+                    error: NoeticError::Other {
+                        message: format!(
+                            "the turn of step '{}' already ended; there is nothing to resume",
+                            self.step_id
+                        ),
                     },
-                    _ => Action::Fail(NoeticError::Other {
-                        message: format!("turn core of step '{}' has no action for its phase", self.step_id),
-                    }),
                 }
             }
-            To::Resumed { calls, next } => {
-                self.phase = Phase::Tool { calls, next };
-                match &self.phase {
-                    Phase::Tool { calls, next } => match calls.get(*next) {
-                        Some(call) => Action::ResumeTool(call),
-                        None => Action::Fail(NoeticError::Other {
-                            message: format!("turn core of step '{}' lost its place in the batch", self.step_id),
-                        }),
-                    },
-                    _ => Action::Fail(NoeticError::Other {
-                        message: format!("turn core of step '{}' has no action for its phase", self.step_id),
-                    }),
-                }
-            }
-            To::Finish { text } => Action::Finish { text, usage: self.usage, cost: self.cost },
-            To::Fail(error) => Action::Fail(error),
+            (Phase::Tool { calls, next }, Input::Resume) => Phase::ResumingTool { calls, next },
+            // Anywhere else a resume repeats what the turn waited for.
+            (phase, Input::Resume) => phase,
+            (_, Input::Failed(error)) => Phase::Failed { error },
+            (phase, input) => Phase::Failed {
+                error: NoeticError::Other {
+                    message: format!(
+                        "turn core of step '{}' got {} while {}; this is a bug in the driver",
+                        self.step_id,
+                        input_name(&input),
+                        phase_name(&phase)
+                    ),
+                },
+            },
         };
-        Next { effects, action }
+        effects
     }
 
     fn note(&mut self, p: Polled) {
@@ -370,37 +382,36 @@ impl TurnCore {
 
     /// Before a model request: the round limit (raised by pending steering, up to one queue's worth), then the
     /// request. Injection happens in the driver right before the call, which clears what is pending.
-    fn request(&mut self) -> To {
+    fn request(&mut self) -> Phase {
         let limit = if self.steering_pending {
             self.max_rounds.saturating_add(self.steering_capacity)
         } else {
             self.max_rounds
         };
         if self.round >= limit {
-            return To::Fail(NoeticError::RoundLimitExceeded {
-                step_id: self.step_id.clone(),
-                max_rounds: self.max_rounds,
-            });
+            return Phase::Failed {
+                error: NoeticError::RoundLimitExceeded { step_id: self.step_id.clone(), max_rounds: self.max_rounds },
+            };
         }
         self.steering_pending = false;
-        To::Phase(Phase::AwaitingResponse)
+        Phase::AwaitingResponse
     }
 
-    fn respond(&mut self, response: ModelResponse) -> To {
+    fn respond(&mut self, response: ModelResponse) -> Phase {
         self.usage.add(&response.usage);
         self.cost += response.cost.unwrap_or(0.0);
         if let Some(refusal) = response.refusal {
-            return To::Fail(NoeticError::ModelRefused { step_id: self.step_id.clone(), refusal });
+            return Phase::Failed { error: NoeticError::ModelRefused { step_id: self.step_id.clone(), refusal } };
         }
-        To::Phase(Phase::Reviewing { response })
+        Phase::Reviewing { response }
     }
 
-    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, effects: &mut Vec<Effect>) -> To {
+    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, effects: &mut Vec<Effect>) -> Phase {
         match decision.action {
             SteeringAction::Allow => {}
             SteeringAction::Deny => {
                 effects.push(Effect::Steered { action: SteeringAction::Deny, guidance: decision.guidance.clone() });
-                return To::Fail(NoeticError::SteeringDenied { guidance: decision.guidance });
+                return Phase::Failed { error: NoeticError::SteeringDenied { guidance: decision.guidance } };
             }
             SteeringAction::Guide if self.corrections.len() < MAX_GUIDE_RETRIES => {
                 effects.push(Effect::Steered { action: SteeringAction::Guide, guidance: decision.guidance.clone() });
@@ -417,28 +428,15 @@ impl TurnCore {
         self.round += 1;
         let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
         if calls.is_empty() {
-            return To::Phase(Phase::Storing { response });
+            return Phase::Storing { response };
         }
         effects.push(Effect::Append(response.items));
-        To::Phase(Phase::Tool { calls, next: 0 })
+        Phase::Tool { calls, next: 0 }
     }
 
-    fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> To {
-        if next < calls.len() { To::Phase(Phase::Tool { calls, next }) } else { self.request() }
+    fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> Phase {
+        if next < calls.len() { Phase::Tool { calls, next } } else { self.request() }
     }
-
-    fn finish(&self, text: String) -> To {
-        To::Finish { text }
-    }
-}
-
-/// A transition.
-enum To {
-    Phase(Phase),
-    Poll { phase: Phase, turn_start: bool },
-    Resumed { calls: Vec<ToolCall>, next: usize },
-    Finish { text: String },
-    Fail(NoeticError),
 }
 
 fn input_name(input: &Input) -> &'static str {
@@ -462,8 +460,9 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::Reviewing { .. } => "waiting for the review",
         Phase::Storing { .. } => "waiting for the answer to be stored",
         Phase::AnswerPoll { .. } => "waiting for the checkpoint after the answer",
-        Phase::Tool { .. } => "waiting for a tool result",
+        Phase::Tool { .. } | Phase::ResumingTool { .. } => "waiting for a tool result",
         Phase::ToolPoll { .. } => "waiting for the checkpoint after a tool",
-        Phase::Done => "done",
+        Phase::Finished { .. } => "finished",
+        Phase::Failed { .. } => "failed",
     }
 }

@@ -6,9 +6,8 @@ use serde_json::json;
 use super::*;
 
 /// One line per effect and one for the action, so a test reads like the turn it drives.
-fn describe(next: Next<'_>) -> Vec<String> {
-    let mut lines: Vec<String> = next
-        .effects
+fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> {
+    let mut lines: Vec<String> = effects
         .into_iter()
         .map(|effect| match effect {
             Effect::Append(items) => {
@@ -20,7 +19,7 @@ fn describe(next: Next<'_>) -> Vec<String> {
             }
         })
         .collect();
-    lines.push(match next.action {
+    lines.push(match action {
         Action::Poll { turn_start: true } => "poll at turn start".to_owned(),
         Action::Poll { turn_start: false } => "poll".to_owned(),
         Action::CallModel { round, tail } => {
@@ -38,7 +37,8 @@ fn describe(next: Next<'_>) -> Vec<String> {
 }
 
 fn step(core: &mut TurnCore, input: Input) -> Vec<String> {
-    describe(core.advance(input))
+    let effects = core.advance(input);
+    describe(effects, core.action())
 }
 
 fn calls(ids: &[&str]) -> ModelResponse {
