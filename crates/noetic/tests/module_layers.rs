@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Upward imports that are known and scheduled to go; each must still exist (so this list only shrinks).
-const KNOWN: &[(&str, &str)] = &[("context", "tool")];
+const KNOWN: &[(&str, &str)] = &[];
 
 fn rank(module: &str) -> Option<(usize, usize)> {
     LAYERS

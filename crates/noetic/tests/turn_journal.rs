@@ -72,12 +72,10 @@ fn context(
     journal: &Arc<MemoryJournal>,
     items: Vec<Item>,
 ) -> Context {
-    let services = Services {
-        model: Some(Arc::new(model.clone())),
-        tools,
-        journal: Some(journal.clone() as Arc<dyn TurnJournal>),
-        ..Services::default()
-    };
+    let mut services = Services::default();
+    services.model = Some(Arc::new(model.clone()));
+    services.journal = Some(journal.clone() as Arc<dyn TurnJournal>);
+    services.add_tools(tools);
     Context::builder().items(items).services(services).build()
 }
 

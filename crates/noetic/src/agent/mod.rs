@@ -99,13 +99,13 @@ impl RuntimeBuilder {
 
     /// Adds a tool to the tools in scope.
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.services.tools.push(tool);
+        self.services.add_tools([tool]);
         self
     }
 
     /// Adds tools to the tools in scope.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
-        self.services.tools.extend(tools);
+        self.services.add_tools(tools);
         self
     }
 
@@ -196,7 +196,7 @@ impl RuntimeBuilder {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
-        crate::tool::check_unique_names(&self.services.tools, "the runtime")?;
+        crate::tool::check_unique_names(self.services.tools(), "the runtime")?;
         if self.max_idle_sessions.is_some() && self.archive.is_none() {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
@@ -206,7 +206,7 @@ impl RuntimeBuilder {
         }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
-        crate::tool::add_tool_memory_layers(&mut layers, &self.services.tools);
+        crate::tool::add_tool_memory_layers(&mut layers, self.services.tools());
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 services: self.services,

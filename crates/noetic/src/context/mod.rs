@@ -10,6 +10,7 @@
 //! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]);
 //! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
 
+mod approval;
 mod carried;
 mod channel;
 mod checkpoints;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{Checkpoints, SKIPPED_RESULT};
@@ -30,7 +32,6 @@ pub use sink::{EventFollower, EventSink, Followed};
 
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, Model, StepMeta, Usage};
-use crate::tool::{Approver, Tool};
 use crate::turn::TurnJournal;
 
 /// Steps may nest at most this deep (counting every composite step and child context).
@@ -83,8 +84,9 @@ struct Inner {
 pub struct Services {
     /// The model `llm` steps call.
     pub model: Option<Arc<dyn Model>>,
-    /// Tools in scope for `llm` steps that do not restrict them.
-    pub tools: Vec<Arc<dyn Tool>>,
+    /// Tools in scope for `llm` steps that do not restrict them (`Vec<Arc<dyn Tool>>`, kept opaque here: see
+    /// `Services::tools` and `Services::add_tools` in the tool module).
+    pub(crate) tools: Carried,
     /// Decides on calls of tools that need approval.
     pub approver: Option<Arc<dyn Approver>>,
     /// The live steering of the session turn this execution belongs to.
@@ -139,7 +141,8 @@ pub struct ContextBuilder {
     /// The memory layers (a `layer::LayerStack`, set through `ContextBuilder::layers`).
     pub(crate) layers: Carried,
     cancel: Option<CancellationToken>,
-    services: Services,
+    /// Model, tools, approver … (set through `ContextBuilder::services` and `tools` in the tool module).
+    pub(crate) services: Services,
     execution_id: Option<ExecutionId>,
 }
 
@@ -180,12 +183,6 @@ impl ContextBuilder {
         self
     }
 
-    /// Tools in scope.
-    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
-        self.services.tools.extend(tools);
-        self
-    }
-
     /// The approver for tools that need approval.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.services.approver = Some(approver);
@@ -198,21 +195,14 @@ impl ContextBuilder {
         self
     }
 
-    /// Model, tools and approver at once.
-    pub fn services(mut self, services: Services) -> Self {
-        self.services = services;
-        self
-    }
-
     /// Cancel this context when `token` is cancelled (the context gets a child token of it).
     pub fn cancel_with(mut self, token: &CancellationToken) -> Self {
         self.cancel = Some(token.child_token());
         self
     }
 
-    /// Builds the context. Memory declared by its tools joins the layers (unless a layer with that id is there).
-    pub fn build(mut self) -> Context {
-        crate::tool::add_tool_memory_to(&mut self.layers, &self.services.tools);
+    /// Builds the context.
+    pub fn build(self) -> Context {
         Context {
             inner: Arc::new(Inner {
                 execution_id: self.execution_id.unwrap_or_default(),
@@ -428,11 +418,6 @@ impl Context {
         self.inner.services.model.as_ref()
     }
 
-    /// The tools in scope.
-    pub fn tools(&self) -> &[Arc<dyn Tool>] {
-        &self.inner.services.tools
-    }
-
     /// The approver, if one is configured.
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
         self.inner.services.approver.as_ref()
@@ -442,6 +427,11 @@ impl Context {
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
         self.inner.services.journal.as_ref().filter(|_| self.inner.parent.is_none())
+    }
+
+    /// The services shared by the execution tree.
+    pub(crate) fn services(&self) -> &Services {
+        &self.inner.services
     }
 
     /// The steering checkpoints of the current session turn, when they apply to this execution.

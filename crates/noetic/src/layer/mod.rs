@@ -359,10 +359,15 @@ impl Context {
 }
 
 impl ContextBuilder {
-    /// Memory layers in scope for every step.
+    /// Memory layers in scope for every step; a layer replaces one with the same id given before (a tool's
+    /// declared memory, say).
     pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
-        let current = self.layers.get::<LayerStack>().map(|s| s.to_vec()).unwrap_or_default();
-        self.layers = Carried::new(LayerStack::new(current.into_iter().chain(layers)));
+        let layers: Vec<Arc<dyn MemoryLayer>> = layers.into_iter().collect();
+        let merged = match self.layers.get::<LayerStack>() {
+            Some(current) => current.merged(&layers),
+            None => LayerStack::new(layers),
+        };
+        self.layers = Carried::new(merged);
         self
     }
 }

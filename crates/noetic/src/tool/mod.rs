@@ -4,7 +4,6 @@
 //! `serde_json::Value`. Arguments are validated against the input [`Schema`] before the tool runs, and results
 //! against the output schema after.
 
-mod approval;
 pub(crate) mod call;
 mod memory;
 mod schema;
@@ -17,13 +16,13 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
+pub use crate::context::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
 pub(crate) use memory::{add_tool_memory_layers, add_tool_memory_to};
 pub use schema::Schema;
 pub use typed::{TypedTool, tool_fn};
 
-use crate::context::{Context, EventKind};
+use crate::context::{Carried, Context, ContextBuilder, EventKind, Services};
 use crate::error::{ConfigCode, ConfigError};
 
 /// What a tool sees while it runs.
@@ -290,4 +289,47 @@ pub fn check_unique_names(tools: &[Arc<dyn Tool>], scope: &str) -> Result<(), Co
         }
     }
     Ok(())
+}
+
+/// The tools of a context's services: the context carries them without knowing their type (it sits below this
+/// module); these read and set them.
+static NO_TOOLS: Vec<Arc<dyn Tool>> = Vec::new();
+
+impl Services {
+    /// Tools in scope for `llm` steps that do not restrict them.
+    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+        self.tools.get::<Vec<Arc<dyn Tool>>>().unwrap_or(&NO_TOOLS)
+    }
+
+    /// Adds tools to those in scope.
+    pub fn add_tools(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
+        let mut all = self.tools().to_vec();
+        all.extend(tools);
+        self.tools = Carried::new(all);
+    }
+}
+
+impl Context {
+    /// The tools in scope.
+    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+        self.services().tools()
+    }
+}
+
+impl ContextBuilder {
+    /// Tools in scope. Memory they declare joins the layers (unless a layer with that id is there).
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        let tools: Vec<Arc<dyn Tool>> = tools.into_iter().collect();
+        add_tool_memory_to(&mut self.layers, &tools);
+        self.services.add_tools(tools);
+        self
+    }
+
+    /// Model, tools and approver at once. Memory the tools declare joins the layers (unless a layer with that
+    /// id is there).
+    pub fn services(mut self, services: Services) -> Self {
+        add_tool_memory_to(&mut self.layers, services.tools());
+        self.services = services;
+        self
+    }
 }

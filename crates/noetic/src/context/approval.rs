@@ -1,4 +1,5 @@
-//! Approval of tool calls that need it.
+//! Approval of tool calls that need it: a service the context carries, implemented by whoever decides (a
+//! terminal prompt, an HTTP endpoint, a policy). Re-exported by the tool module, where it is used.
 
 use futures::future::BoxFuture;
 use serde::Serialize;
