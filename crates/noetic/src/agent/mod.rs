@@ -24,6 +24,7 @@ mod checkpoint;
 mod queue;
 mod replies;
 mod session;
+mod store;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,9 @@ pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
+pub use store::{
+    JournalWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession, UnfinishedTurn, out_of_order,
+};
 
 use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
@@ -62,6 +66,8 @@ pub(crate) struct RuntimeInner {
     sessions: RwLock<HashMap<Arc<str>, Arc<session::SessionState>>>,
     /// Where evicted sessions go and come back from.
     archive: Option<Arc<dyn SessionArchive>>,
+    /// Where sessions live beyond the process (written through).
+    store: Option<Arc<dyn SessionStore>>,
     /// How many idle sessions stay in memory (with an archive); beyond it the least recently used go.
     max_idle_sessions: Option<usize>,
     /// A logical clock: each session use takes the next tick.
@@ -87,6 +93,7 @@ pub struct RuntimeBuilder {
     batch_policy: BatchPolicy,
     stream: Option<bool>,
     archive: Option<Arc<dyn SessionArchive>>,
+    store: Option<Arc<dyn SessionStore>>,
     max_idle_sessions: Option<usize>,
 }
 
@@ -176,6 +183,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps sessions in `store` (written through: conversation, queued steering, settings, the running turn's
+    /// journal) and opens them from it; a turn a dead process left is offered by [`Session::resume`]. A store is
+    /// also where evicted sessions come back from.
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// Keeps at most `n` idle sessions in memory: when a turn ends with more, the least recently used idle ones
     /// (not followed by anybody) go to the archive. Needs [`RuntimeBuilder::archive`].
     pub fn max_idle_sessions(mut self, n: usize) -> Self {
@@ -197,7 +212,7 @@ impl RuntimeBuilder {
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
         crate::tool::check_unique_names(self.services.tools(), "the runtime")?;
-        if self.max_idle_sessions.is_some() && self.archive.is_none() {
+        if self.max_idle_sessions.is_some() && self.archive.is_none() && self.store.is_none() {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
                 "max_idle_sessions is set but the runtime has no session archive, so evicted sessions would be lost",
@@ -217,6 +232,7 @@ impl RuntimeBuilder {
                 batch_policy: self.batch_policy,
                 sessions: RwLock::new(HashMap::new()),
                 archive: self.archive,
+                store: self.store,
                 max_idle_sessions: self.max_idle_sessions,
                 clock: AtomicU64::new(0),
             }),
@@ -281,17 +297,22 @@ impl Runtime {
     /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
     /// is not in memory. Without an archive this is a `ConfigError`: the conversation would be lost.
     pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
-        let Some(archive) = &self.inner.archive else {
+        if self.inner.archive.is_none() && self.inner.store.is_none() {
             return Err(NoeticError::Config(ConfigError::new(
                 ConfigCode::MissingArchive,
                 format!("cannot evict session '{key}': the runtime has no session archive, so it would be lost"),
-                "build the runtime with .archive(...)",
+                "build the runtime with .archive(...) or .store(...)",
             )));
-        };
+        }
         let Some(state) = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned() else {
             return Ok(false);
         };
-        evict_state(&self.inner, archive.as_ref(), &state)
+        evict_state(&self.inner, &state)
+    }
+
+    /// The runtime's store, if it has one.
+    pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+        self.inner.store.as_ref()
     }
 
     /// A copy of a layer's state for an execution (e.g. `get_layer_state::<SteeringState>(id, "steering")`);
@@ -324,7 +345,26 @@ pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionS
     let settings = || SessionSettings::new(inner.default_mode, inner.default_capacity, inner.batch_policy);
     // Restoring under the write lock: a second caller for the same key waits for this one instead of restoring
     // a copy of its own. The archive is a cold path (an open, an eviction).
-    let state = match inner.archive.as_ref().map(|a| a.load(key)) {
+    let state = match inner.store.as_ref() {
+        Some(store) => match store.open(key) {
+            Ok(Some(stored)) => session::SessionState::from_store(stored, store.clone()),
+            Ok(None) => session::SessionState::new(Arc::from(key), settings()).with_store(store.clone()),
+            Err(e) => {
+                tracing::error!(session = key, error = %e, "could not open the session in the store");
+                session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
+            }
+        },
+        None => from_archive(inner, key, settings),
+    };
+    let state = Arc::new(state);
+    state.touch(now);
+    sessions.insert(state.key().clone(), state.clone());
+    state
+}
+
+/// A session restored from the runtime's archive (or new).
+fn from_archive(inner: &RuntimeInner, key: &str, settings: impl Fn() -> SessionSettings) -> session::SessionState {
+    match inner.archive.as_ref().map(|a| a.load(key)) {
         Some(Ok(Some(snapshot))) if snapshot.key == key => session::SessionState::restored(snapshot),
         Some(Ok(Some(snapshot))) => session::SessionState::unavailable(
             Arc::from(key),
@@ -336,11 +376,7 @@ pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionS
             session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
         }
         Some(Ok(None)) | None => session::SessionState::new(Arc::from(key), settings()),
-    };
-    let state = Arc::new(state);
-    state.touch(now);
-    sessions.insert(state.key().clone(), state.clone());
-    state
+    }
 }
 
 /// The runtime's next logical time.
@@ -348,16 +384,18 @@ pub(crate) fn tick(inner: &RuntimeInner) -> u64 {
     inner.clock.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// Archives and drops one session if it is idle and unwatched.
-fn evict_state(
-    inner: &RuntimeInner,
-    archive: &dyn SessionArchive,
-    state: &Arc<session::SessionState>,
-) -> Result<bool, NoeticError> {
+/// Archives and drops one session if it is idle and unwatched (a store already holds everything: it only gives
+/// the session up).
+fn evict_state(inner: &RuntimeInner, state: &Arc<session::SessionState>) -> Result<bool, NoeticError> {
     let Some(snapshot) = state.evict() else { return Ok(false) };
-    if let Err(e) = archive.save(&snapshot) {
+    if let Some(archive) = &inner.archive
+        && let Err(e) = archive.save(&snapshot)
+    {
         state.unevict();
         return Err(e);
+    }
+    if let Some(store) = &inner.store {
+        store.close(state.key());
     }
     let mut sessions = inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
     if sessions.get(state.key()).is_some_and(|s| Arc::ptr_eq(s, state)) {
@@ -368,7 +406,7 @@ fn evict_state(
 
 /// Evicts the least recently used idle sessions while more than the limit are in memory.
 pub(crate) fn evict_over_limit(inner: &RuntimeInner) {
-    let (Some(limit), Some(archive)) = (inner.max_idle_sessions, inner.archive.as_ref()) else { return };
+    let Some(limit) = inner.max_idle_sessions else { return };
     let candidates: Vec<Arc<session::SessionState>> = {
         let sessions = inner.sessions.read().unwrap_or_else(PoisonError::into_inner);
         if sessions.len() <= limit {
@@ -383,7 +421,7 @@ pub(crate) fn evict_over_limit(inner: &RuntimeInner) {
         if in_memory <= limit {
             break;
         }
-        match evict_state(inner, archive.as_ref(), &state) {
+        match evict_state(inner, &state) {
             Ok(true) => in_memory -= 1,
             Ok(false) => {}
             Err(e) => {

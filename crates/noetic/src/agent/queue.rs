@@ -109,6 +109,14 @@ pub enum SteerError {
     /// The message is empty.
     #[error("a steering message must not be empty")]
     Empty,
+    /// The session's store could not keep the message; it was not queued.
+    #[error("session '{session}': the store could not keep the steering message ({message}); it was not queued")]
+    Store {
+        /// The session key.
+        session: String,
+        /// Why.
+        message: String,
+    },
     /// The session could not be restored from the runtime's archive; nothing is queued for it.
     #[error(
         "session '{session}' could not be restored from its archive ({message}); fix the archive and open it again"
@@ -285,6 +293,13 @@ impl SessionQueue {
 
     pub(crate) fn len(&self) -> usize {
         lock(&self.messages).as_ref().map_or(0, |q| q.len())
+    }
+
+    /// Removes the message with this id (one the store refused).
+    pub(crate) fn remove(&self, id: MessageId) {
+        if let Some(q) = lock(&self.messages).as_deref_mut() {
+            q.retain(|m| m.id != id);
+        }
     }
 
     pub(crate) fn peek(&self) -> Vec<SteerMessage> {

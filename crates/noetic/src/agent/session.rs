@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::future::IntoFuture;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use std::panic::AssertUnwindSafe;
@@ -15,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::archive::SessionSnapshot;
 use super::queue::{MessageId, SessionQueue};
+use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, UnfinishedTurn};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
 use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Services, lock};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
+use crate::turn::{TurnCommit, TurnCore, TurnJournal};
 
 /// What [`Session::send_or_steer`] did with a message.
 pub enum Routed {
@@ -43,6 +45,22 @@ pub enum SessionError {
     Busy {
         /// The session key.
         session: String,
+    },
+    /// A turn a stopped process left is waiting: resume it or discard it first.
+    #[error(
+        "session '{session}' has an unfinished turn left by a stopped process; resume it (Session::resume) or discard it (Session::discard_unfinished) first"
+    )]
+    Unfinished {
+        /// The session key.
+        session: String,
+    },
+    /// The store could not write what the session needed.
+    #[error("session '{session}': the store failed ({message})")]
+    Store {
+        /// The session key.
+        session: String,
+        /// Why.
+        message: String,
     },
     /// The session could not be restored from the runtime's archive; nothing runs in it until it can be.
     #[error(
@@ -80,6 +98,12 @@ pub(crate) struct SessionState {
     evicted: AtomicBool,
     /// Why restoring it failed: such a session runs nothing.
     unavailable: Option<String>,
+    /// Where the session is written through, if the runtime has a store.
+    store: Option<Arc<dyn SessionStore>>,
+    /// How many conversation items the store holds.
+    persisted: AtomicUsize,
+    /// The turn a dead process left, until it is resumed or discarded.
+    unfinished: Mutex<Option<UnfinishedTurn>>,
 }
 
 impl SessionState {
@@ -103,6 +127,46 @@ impl SessionState {
             last_used: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             unavailable: None,
+            store: None,
+            persisted: AtomicUsize::new(0),
+            unfinished: Mutex::new(None),
+        }
+    }
+
+    /// The same state, written through to `store`.
+    pub(crate) fn with_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// A session opened from a store: everything it held, and the turn a dead process left, if any.
+    pub(crate) fn from_store(stored: StoredSession, store: Arc<dyn SessionStore>) -> Self {
+        let held = stored.snapshot.history.len();
+        let state = SessionState::restored(stored.snapshot).with_store(store);
+        state.persisted.store(held, Ordering::SeqCst);
+        *lock(&state.unfinished) = stored.unfinished;
+        state
+    }
+
+    /// Writes what the conversation holds beyond what the store has (with the ids of messages injected in it)
+    /// and the journal.
+    fn flush(&self, items: &[Item], injected: &[String], journal: JournalWrite<'_>) -> Result<(), NoeticError> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let first = self.persisted.load(Ordering::SeqCst);
+        let new = items.get(first..).unwrap_or_default();
+        store.commit(&self.key, StoreCommit { first, items: new, injected, journal })?;
+        self.persisted.store(first + new.len(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Saves the settings and turn count (a failure is logged: the session goes on with them in memory).
+    fn save_settings(&self) {
+        if let Some(store) = &self.store {
+            let s = &self.settings;
+            let turns = self.turns.load(Ordering::SeqCst);
+            if let Err(e) = store.save_settings(&self.key, s.mode(), s.capacity(), s.batch_policy(), turns) {
+                tracing::warn!(session = %self.key, error = %e, "could not save the session's settings");
+            }
         }
     }
 
@@ -179,7 +243,12 @@ impl Drop for Release {
         self.ctx.events().set_turn(None);
         // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
         self.steering.return_pending();
-        *lock(&self.state.conversation) = Conversation::Idle(self.ctx.history());
+        let history = self.ctx.history();
+        // The turn is over in a live process: what it added is written, and nothing is left to resume.
+        if let Err(e) = self.state.flush(history.as_slice(), &[], JournalWrite::Clear) {
+            tracing::error!(session = %self.state.key, error = %e, "could not write the end of a turn to the store");
+        }
+        *lock(&self.state.conversation) = Conversation::Idle(history);
         self.state.turn_ended.notify_waiters();
     }
 }
@@ -366,7 +435,7 @@ impl Session {
                 }
                 Conversation::Idle(_) => false,
             };
-            (state.queue.clear(), running)
+            (clear_queue(state), running)
         })
     }
 
@@ -377,7 +446,10 @@ impl Session {
 
     /// Changes this session's dequeue mode (no other session's); its next checkpoint uses it.
     pub fn set_steering_mode(&self, mode: SteeringMode) {
-        self.locked(|state, _| state.settings.set_mode(mode));
+        self.locked(|state, _| {
+            state.settings.set_mode(mode);
+            state.save_settings();
+        });
     }
 
     /// How many messages this session may have queued at once (it starts with the runtime's).
@@ -387,7 +459,10 @@ impl Session {
 
     /// Changes this session's queue capacity (at least 1); messages already queued stay.
     pub fn set_steering_capacity(&self, capacity: usize) {
-        self.locked(|state, _| state.settings.set_capacity(capacity));
+        self.locked(|state, _| {
+            state.settings.set_capacity(capacity);
+            state.save_settings();
+        });
     }
 
     /// Messages queued for this session.
@@ -403,7 +478,10 @@ impl Session {
 
     /// Changes this session's batch policy; the next checkpoint uses it.
     pub fn set_batch_policy(&self, policy: BatchPolicy) {
-        self.locked(|state, _| state.settings.set_batch_policy(policy));
+        self.locked(|state, _| {
+            state.settings.set_batch_policy(policy);
+            state.save_settings();
+        });
     }
 
     /// A copy of the messages queued for this session, oldest first.
@@ -413,7 +491,7 @@ impl Session {
 
     /// Empties this session's queue; returns how many messages were removed.
     pub fn clear_queue(&self) -> usize {
-        self.locked(|state, _| state.queue.clear())
+        self.locked(|state, _| clear_queue(state))
     }
 
     /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
@@ -449,7 +527,9 @@ impl Session {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(state.clone(), state.key.clone(), execution_id, skip_initial_poll));
-        let services = Services { steering: Some(steering.clone()), ..self.runtime.services.clone() };
+        let journal =
+            state.store.as_ref().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
+        let services = Services { steering: Some(steering.clone()), journal, ..self.runtime.services.clone() };
         let ctx = Context::builder()
             .execution_id(execution_id)
             .thread_id(state.key.clone())
@@ -465,10 +545,16 @@ impl Session {
         // are shown (and persisted) exactly once.
         if !pending.is_empty() {
             let count = pending.len();
+            let ids: Vec<String> = pending.iter().map(|m| m.id.to_string()).collect();
             ctx.extend_items(pending.into_iter().map(|m| Item::user(m.text)));
+            // Shown exactly once: the user items and the messages leaving the queue are one write.
+            if let Err(e) = ctx.with_items(|items| state.flush(items, &ids, JournalWrite::Keep)) {
+                tracing::error!(session = %state.key, error = %e, "could not write the continuation's messages");
+            }
             ctx.emit(|| EventKind::SteeringInjected { session: state.key.clone(), count });
         }
         let number = state.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        state.save_settings();
         let agent = self.runtime.agent.clone();
         let state = state.clone();
         let runtime = self.runtime.clone();
@@ -503,6 +589,62 @@ impl Session {
         Turn { number, cancel, handle }
     }
 
+    /// The `llm` step of a turn a stopped process left unfinished, if there is one (see [`Session::resume`]).
+    pub fn unfinished_turn(&self) -> Option<String> {
+        lock(&self.live().unfinished).as_ref().map(|u| u.step_id.clone())
+    }
+
+    /// Resumes the turn a stopped process left: journaled model responses are not requested again, journaled
+    /// tool outcomes are not re-run, and a call that was running gets the interrupted result (SPEC 6.3).
+    /// `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
+    pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
+        self.locked(|state, conversation| {
+            if lock(&state.unfinished).is_none() {
+                return Ok(None);
+            }
+            let history = match conversation {
+                Conversation::Running { .. } => return Err(SessionError::Busy { session: state.key.to_string() }),
+                Conversation::Idle(h) => std::mem::take(h),
+            };
+            Ok(Some(self.start_turn(state, conversation, history, String::new(), Vec::new(), false)))
+        })
+    }
+
+    /// Gives up the turn a stopped process left: every tool call in the conversation without a result gets the
+    /// interrupted result, and nothing is left to resume. Returns false when there was none.
+    pub fn discard_unfinished(&self) -> Result<bool, SessionError> {
+        self.locked(|state, conversation| {
+            let Conversation::Idle(history) = conversation else {
+                return Err(SessionError::Busy { session: state.key.to_string() });
+            };
+            if lock(&state.unfinished).is_none() {
+                return Ok(false);
+            }
+            let mut items = history.to_vec();
+            let answered: std::collections::HashSet<String> = items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::ToolResult(r) => Some(r.call_id.clone()),
+                    _ => None,
+                })
+                .collect();
+            let open: Vec<String> = items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::ToolCall(c) if !answered.contains(&c.id) => Some(c.id.clone()),
+                    _ => None,
+                })
+                .collect();
+            items.extend(open.iter().map(|id| Item::ToolResult(crate::turn::interrupted_result(id))));
+            state
+                .flush(&items, &[], JournalWrite::Clear)
+                .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
+            *history = History::new(items);
+            *lock(&state.unfinished) = None;
+            Ok(true)
+        })
+    }
+
     /// Waits until no turn runs.
     pub async fn idle(&self) {
         loop {
@@ -524,6 +666,9 @@ fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<Histor
     if let Some(message) = &state.unavailable {
         return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
+    if lock(&state.unfinished).is_some() {
+        return Err(SessionError::Unfinished { session: state.key.to_string() });
+    }
     match conversation {
         Conversation::Running { .. } => Err(SessionError::Busy { session: state.key.to_string() }),
         Conversation::Idle(h) => Ok(std::mem::take(h)),
@@ -535,7 +680,13 @@ fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Res
     if let Some(message) = &state.unavailable {
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
-    let result = state.queue.push(&state.key, text, state.settings.capacity());
+    let mut result = state.queue.push(&state.key, text, state.settings.capacity());
+    if let (Ok(message), Some(store)) = (&result, &state.store)
+        && let Err(e) = store.push_message(&state.key, message)
+    {
+        state.queue.remove(message.id);
+        result = Err(SteerError::Store { session: state.key.to_string(), message: e.to_string() });
+    }
     if let Some(sink) = state.events.get() {
         let session = state.key.clone();
         match &result {
@@ -550,4 +701,62 @@ fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Res
 /// that a subscriber arriving mid-turn sees the rest of it.
 fn sink(state: &SessionState) -> &EventSink {
     state.events.get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
+}
+
+/// Empties the queue (and the store's copy of it); returns how many messages were removed.
+fn clear_queue(state: &SessionState) -> usize {
+    let removed = state.queue.clear();
+    if let Some(store) = &state.store
+        && let Err(e) = store.remove_messages(&state.key, None)
+    {
+        tracing::error!(session = %state.key, error = %e, "could not clear the stored steering queue");
+    }
+    removed
+}
+
+/// A session turn's journal in the runtime's store.
+struct StoreJournal {
+    state: Arc<SessionState>,
+}
+
+impl TurnJournal for StoreJournal {
+    fn persisted(&self) -> usize {
+        self.state.persisted.load(Ordering::SeqCst)
+    }
+
+    fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
+        Box::pin(std::future::ready(self.write(&commit)))
+    }
+
+    fn saved(&self, step_id: &str) -> Option<TurnCore> {
+        let mut unfinished = lock(&self.state.unfinished);
+        if unfinished.as_ref().is_none_or(|u| u.step_id != step_id) {
+            return None;
+        }
+        let saved = unfinished.take()?;
+        match serde_json::from_str(&saved.core) {
+            Ok(core) => Some(core),
+            Err(e) => {
+                tracing::error!(session = %self.state.key, error = %e, "the saved turn is unreadable; it is not resumed");
+                None
+            }
+        }
+    }
+}
+
+impl StoreJournal {
+    fn write(&self, commit: &TurnCommit<'_>) -> Result<(), NoeticError> {
+        let Some(store) = &self.state.store else { return Ok(()) };
+        let core = commit.core.map(serde_json::to_string).transpose().map_err(|e| {
+            NoeticError::other(format!("the turn of step '{}' could not be serialised: {e}", commit.step_id))
+        })?;
+        let journal = match &core {
+            Some(core) => JournalWrite::Save { step_id: commit.step_id, core },
+            None => JournalWrite::Clear,
+        };
+        let write = StoreCommit { first: commit.first, items: &commit.items, injected: &commit.injected, journal };
+        store.commit(&self.state.key, write)?;
+        self.state.persisted.store(commit.first + commit.items.len(), Ordering::SeqCst);
+        Ok(())
+    }
 }

@@ -358,6 +358,8 @@ impl TurnCore {
                 }
             }
             (Phase::Tool { calls, next }, Input::Resume) => Phase::ResumingTool { calls, next },
+            // About to ask the model: first see what was queued meanwhile, so it goes with this request.
+            (Phase::AwaitingResponse, Input::Resume) if self.checkpoints => Phase::TurnStartPoll,
             // Anywhere else a resume repeats what the turn waited for.
             (phase, Input::Resume) => phase,
             (_, Input::Failed(error)) => Phase::Failed { error },

@@ -360,7 +360,8 @@ fn a_resumed_turn_that_waited_for_the_model_asks_it_again_with_the_same_correcti
     step(&mut core, Input::Response(ModelResponse::text("x")));
     step(&mut core, Input::Reviewed(SteeringDecision::guide("shorter")));
     let mut resumed = reloaded(&core);
-    assert_eq!(step(&mut resumed, Input::Resume), ["call model round 0 tail [Developer: shorter]"]);
+    assert_eq!(step(&mut resumed, Input::Resume), ["poll at turn start"], "what was queued meanwhile goes along");
+    assert_eq!(step(&mut resumed, pending()), ["call model round 0 tail [Developer: shorter]"]);
 }
 
 #[test]

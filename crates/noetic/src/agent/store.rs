@@ -1,0 +1,247 @@
+//! The store seam: what a session needs to outlive its process (SPEC 6), as a trait a database implements.
+//!
+//! A runtime built with a [`SessionStore`] writes through: every item a turn appends (committed by the turn
+//! driver at the points a resume needs, see [`TurnJournal`](crate::turn::TurnJournal)), every steering message
+//! accepted, injected (in the same write as the user item it becomes) or cleared, the session's settings and turn
+//! count, and the running turn's core. Opening a session reads it back; a turn a dead process left unfinished is
+//! offered for resumption ([`Session::resume`](super::Session::resume)).
+//!
+//! The methods are synchronous: an embedded database answers in microseconds, and the calls happen at turn
+//! boundaries and checkpoints, never per token. [`MemoryStore`] is the in-memory implementation (tests, and the
+//! shape a database implementation follows); `noetic-sqlite` is the embedded one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use super::{BatchPolicy, SessionSnapshot, SteerMessage, SteeringMode};
+use crate::context::lock;
+use crate::error::NoeticError;
+use crate::model::Item;
+
+/// What a commit does to the session's running-turn journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalWrite<'a> {
+    /// Leave it as it is.
+    Keep,
+    /// Save this core (JSON) of the `llm` step `step_id`.
+    Save {
+        /// The step.
+        step_id: &'a str,
+        /// The serialised `TurnCore`.
+        core: &'a str,
+    },
+    /// The step ended: nothing is left to resume.
+    Clear,
+}
+
+/// One atomic write of a running turn.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreCommit<'a> {
+    /// The index in the conversation of `items[0]` (the store holds exactly `first` items before this commit).
+    pub first: usize,
+    /// Items appended since the last commit.
+    pub items: &'a [Item],
+    /// Ids of steering messages injected with these items: they leave the queue in the same write.
+    pub injected: &'a [String],
+    /// The journal.
+    pub journal: JournalWrite<'a>,
+}
+
+/// A turn a process left unfinished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnfinishedTurn {
+    /// The `llm` step it was in.
+    pub step_id: String,
+    /// Its serialised `TurnCore`.
+    pub core: String,
+}
+
+/// A session as a store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// History, queued messages, settings, turn count.
+    pub snapshot: SessionSnapshot,
+    /// The turn a process left unfinished, if any.
+    pub unfinished: Option<UnfinishedTurn>,
+}
+
+/// One line of a store's session list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The key.
+    pub key: String,
+    /// Turns started.
+    pub turns: u64,
+    /// Items in the conversation.
+    pub items: u64,
+    /// Steering messages queued.
+    pub queued: u64,
+    /// A turn was left unfinished.
+    pub unfinished: bool,
+    /// Last write.
+    pub updated_at: SystemTime,
+}
+
+/// Where sessions live beyond their process. Every method is one atomic write or a consistent read; an error
+/// means nothing of that call was written.
+pub trait SessionStore: Send + Sync + 'static {
+    /// Reads the session `key` and takes ownership of it for this process (released by
+    /// [`SessionStore::close`]); `None` when the store has never seen it. Another live process owning it is
+    /// an error naming that process; an owner that died is taken over.
+    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError>;
+
+    /// Gives up this process's ownership of `key`.
+    fn close(&self, key: &str);
+
+    /// Appends items, removes injected messages from the queue and writes the journal, all or nothing. A commit
+    /// whose `first` is not the number of items held is refused (it would leave a hole or overwrite).
+    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError>;
+
+    /// Queues a steering message at the tail.
+    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError>;
+
+    /// Removes the queued messages with these ids, or all of them (`None`).
+    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError>;
+
+    /// Saves the session's settings and turn count.
+    fn save_settings(
+        &self,
+        key: &str,
+        mode: SteeringMode,
+        capacity: usize,
+        batch_policy: BatchPolicy,
+        turns: u64,
+    ) -> Result<(), NoeticError>;
+
+    /// Every session, most recently written first.
+    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError>;
+
+    /// Deletes a session; false when there was none.
+    fn delete(&self, key: &str) -> Result<bool, NoeticError>;
+}
+
+/// A [`SessionStore`] in memory: what a database implementation does, without the durability.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, (StoredSession, SystemTime)>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    /// A copy of everything it holds: what a process killed at this moment would leave on disk (tests use it to
+    /// "crash" a runtime and open its sessions in another).
+    pub fn snapshot(&self) -> MemoryStore {
+        MemoryStore { sessions: Mutex::new(lock(&self.sessions).clone()) }
+    }
+}
+
+fn fresh(key: &str) -> StoredSession {
+    StoredSession {
+        snapshot: SessionSnapshot {
+            key: key.to_owned(),
+            history: Vec::new(),
+            queued: Vec::new(),
+            turns: 0,
+            mode: SteeringMode::default(),
+            capacity: super::DEFAULT_QUEUE_CAPACITY,
+            batch_policy: BatchPolicy::default(),
+        },
+        unfinished: None,
+    }
+}
+
+/// The error of a commit that does not continue the stored conversation.
+pub fn out_of_order(key: &str, held: usize, first: usize) -> NoeticError {
+    NoeticError::other(format!(
+        "session '{key}': a commit starting at item {first} does not continue the stored conversation of {held} \
+         items; another process may have written to it — reopen the session"
+    ))
+}
+
+impl SessionStore for MemoryStore {
+    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        Ok(lock(&self.sessions).get(key).map(|(s, _)| s.clone()))
+    }
+
+    fn close(&self, _key: &str) {}
+
+    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
+        let mut sessions = lock(&self.sessions);
+        let (session, updated) = sessions.entry(key.to_owned()).or_insert_with(|| (fresh(key), SystemTime::now()));
+        let held = session.snapshot.history.len();
+        if commit.first != held {
+            return Err(out_of_order(key, held, commit.first));
+        }
+        session.snapshot.history.extend_from_slice(commit.items);
+        session.snapshot.queued.retain(|m| !commit.injected.contains(&m.id.to_string()));
+        match commit.journal {
+            JournalWrite::Keep => {}
+            JournalWrite::Save { step_id, core } => {
+                session.unfinished = Some(UnfinishedTurn { step_id: step_id.to_owned(), core: core.to_owned() });
+            }
+            JournalWrite::Clear => session.unfinished = None,
+        }
+        *updated = SystemTime::now();
+        Ok(())
+    }
+
+    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
+        let mut sessions = lock(&self.sessions);
+        let (session, updated) = sessions.entry(key.to_owned()).or_insert_with(|| (fresh(key), SystemTime::now()));
+        session.snapshot.queued.push(message.clone());
+        *updated = SystemTime::now();
+        Ok(())
+    }
+
+    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
+        if let Some((session, _)) = lock(&self.sessions).get_mut(key) {
+            match ids {
+                Some(ids) => session.snapshot.queued.retain(|m| !ids.contains(&m.id.to_string())),
+                None => session.snapshot.queued.clear(),
+            }
+        }
+        Ok(())
+    }
+
+    fn save_settings(
+        &self,
+        key: &str,
+        mode: SteeringMode,
+        capacity: usize,
+        batch_policy: BatchPolicy,
+        turns: u64,
+    ) -> Result<(), NoeticError> {
+        let mut sessions = lock(&self.sessions);
+        let (session, updated) = sessions.entry(key.to_owned()).or_insert_with(|| (fresh(key), SystemTime::now()));
+        let snapshot = &mut session.snapshot;
+        (snapshot.mode, snapshot.capacity, snapshot.batch_policy, snapshot.turns) =
+            (mode, capacity, batch_policy, turns);
+        *updated = SystemTime::now();
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
+        let mut list: Vec<SessionSummary> = lock(&self.sessions)
+            .values()
+            .map(|(s, updated)| SessionSummary {
+                key: s.snapshot.key.clone(),
+                turns: s.snapshot.turns,
+                items: s.snapshot.history.len() as u64,
+                queued: s.snapshot.queued.len() as u64,
+                unfinished: s.unfinished.is_some(),
+                updated_at: *updated,
+            })
+            .collect();
+        list.sort_by_key(|s| std::cmp::Reverse(s.updated_at));
+        Ok(list)
+    }
+
+    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
+        Ok(lock(&self.sessions).remove(key).is_some())
+    }
+}

@@ -1,0 +1,246 @@
+//! A runtime with a store writes its sessions through, opens them in the next runtime, and resumes a turn a
+//! stopped process left: nothing committed is lost, nothing is shown twice, no call runs twice unknowingly.
+//! A "crash" here is a copy of the store taken while a turn is in flight (`MemoryStore::snapshot`): exactly what
+//! a killed process leaves behind. The SQLite store's crash test kills real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use noetic::agent::{
+    BatchPolicy, JournalWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError, SteerMessage,
+    SteeringMode, StoreCommit, StoredSession,
+};
+use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
+use noetic::prelude::*;
+use noetic::testing::{Counter, Gate};
+use noetic::turn::INTERRUPTED_RESULT;
+use serde_json::json;
+
+fn runtime(model: &ScriptedModel, store: Arc<dyn SessionStore>, tools: Vec<Arc<dyn Tool>>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).tools(tools).store(store).build().unwrap()
+}
+
+fn results(history: &[Item]) -> Vec<ToolResult> {
+    history
+        .iter()
+        .filter_map(|item| match item {
+            Item::ToolResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_written_through_opens_in_the_next_runtime_with_history_queue_settings_and_turns() {
+    let store = Arc::new(MemoryStore::new());
+    let first = runtime(&ScriptedModel::new([ModelResponse::text("hello")]), store.clone(), Vec::new());
+    let session = first.session("s");
+    assert_eq!(session.send("hi").unwrap().await.unwrap(), "hello");
+    session.set_steering_mode(SteeringMode::All);
+    session.set_batch_policy(BatchPolicy::FinishBatch);
+    let queued = session.steer("later, please").unwrap();
+    drop(first);
+
+    let next = runtime(&ScriptedModel::new([ModelResponse::text("again")]), store.clone(), Vec::new());
+    let session = next.session("s");
+    assert_eq!(session.history(), vec![Item::user("hi"), Item::assistant("hello")]);
+    assert_eq!(
+        session.queued_messages().iter().map(|m| (m.id, m.text.as_str())).collect::<Vec<_>>(),
+        [(queued, "later, please")]
+    );
+    assert_eq!((session.steering_mode(), session.batch_policy()), (SteeringMode::All, BatchPolicy::FinishBatch));
+    let turn = session.continue_session().unwrap().unwrap();
+    assert_eq!(turn.number(), 2);
+    assert_eq!(turn.await.unwrap(), "again");
+    let stored = store.open("s").unwrap().unwrap();
+    assert!(stored.snapshot.queued.is_empty(), "the injected message left the stored queue");
+    assert_eq!(stored.snapshot.history, session.history(), "every item is stored, the steering message once");
+    assert!(stored.unfinished.is_none());
+}
+
+#[tokio::test]
+async fn a_turn_left_while_a_tool_ran_resumes_without_asking_the_model_again_or_running_the_call_twice() {
+    let store = Arc::new(MemoryStore::new());
+    let (gate, counter) = (Gate::new(), Counter::new());
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "quick", json!({}))])]);
+    let first =
+        runtime(&model, store.clone(), vec![gate.tool("slow").unwrap(), counter.tool("quick", json!("ok")).unwrap()]);
+    let _turn = first.session("s").send("go").unwrap();
+    gate.started().await;
+    // The process dies here: what it leaves is what the store holds now.
+    let crashed = Arc::new(store.snapshot());
+
+    let (gate2, counter2) = (Gate::new(), Counter::new());
+    let model2 = ScriptedModel::new([ModelResponse::text("done after the crash")]);
+    let next = runtime(
+        &model2,
+        crashed.clone(),
+        vec![gate2.tool("slow").unwrap(), counter2.tool("quick", json!("ok")).unwrap()],
+    );
+    let session = next.session("s");
+    assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
+    assert!(matches!(session.send("something else"), Err(SessionError::Unfinished { .. })));
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "done after the crash");
+
+    assert_eq!(model2.calls(), 1, "the journaled response is not requested again");
+    assert_eq!(gate2.runs(), 0, "the call that was running is not run again");
+    assert_eq!(counter2.count(), 1, "the rest of the batch runs");
+    assert_eq!(
+        results(&session.history()),
+        [
+            ToolResult { call_id: "c1".into(), content: INTERRUPTED_RESULT.into(), is_error: true },
+            ToolResult { call_id: "c2".into(), content: "ok".into(), is_error: false },
+        ]
+    );
+    assert_eq!(session.history().iter().filter(|i| **i == Item::user("go")).count(), 1);
+    assert!(session.unfinished_turn().is_none());
+    let stored = crashed.open("s").unwrap().unwrap();
+    assert_eq!(stored.snapshot.history, session.history());
+    assert!(stored.unfinished.is_none());
+    gate.release();
+}
+
+#[tokio::test]
+async fn a_steering_message_injected_before_a_crash_is_shown_once_and_one_still_queued_stays_queued() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "slow", json!({}))])]);
+    let held = model.push_held(ModelResponse::text("never seen"));
+    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
+    let session = first.session("s");
+    let _turn = session.send("go").unwrap();
+    gate.started().await;
+    session.steer("use the cache").unwrap();
+    gate.release();
+    // The checkpoint after c1 takes the message, skips c2 and injects it before the next request, which hangs.
+    held.entered().await;
+    session.set_steering_capacity(5);
+    let before_crash = session.steer("second thought").unwrap();
+    let crashed = Arc::new(store.snapshot());
+
+    let next = runtime(
+        &ScriptedModel::new([ModelResponse::text("resumed")]),
+        crashed.clone(),
+        vec![Gate::new().tool("slow").unwrap()],
+    );
+    let session = next.session("s");
+    let history = session.history();
+    assert_eq!(history.iter().filter(|i| **i == Item::user("use the cache")).count(), 1, "injected exactly once");
+    assert_eq!(session.queued_messages().iter().map(|m| m.id).collect::<Vec<_>>(), [before_crash]);
+    assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
+    // The turn resumes at the model request; the queued message reaches the model in that request.
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed");
+    assert_eq!(session.history().iter().filter(|i| **i == Item::user("second thought")).count(), 1);
+    assert!(session.queued_messages().is_empty());
+    held.release();
+}
+
+#[tokio::test]
+async fn an_unfinished_turn_can_be_discarded_and_every_open_call_gets_the_interrupted_result() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "slow", json!({}))])]);
+    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
+    let _turn = first.session("s").send("go").unwrap();
+    gate.started().await;
+    let crashed = Arc::new(store.snapshot());
+
+    let next = runtime(
+        &ScriptedModel::new([ModelResponse::text("fresh")]),
+        crashed.clone(),
+        vec![Gate::new().tool("slow").unwrap()],
+    );
+    let session = next.session("s");
+    assert!(session.discard_unfinished().unwrap());
+    assert_eq!(
+        results(&session.history()).iter().map(|r| (r.call_id.as_str(), r.content.as_str())).collect::<Vec<_>>(),
+        [("c1", INTERRUPTED_RESULT), ("c2", INTERRUPTED_RESULT)]
+    );
+    assert_eq!(session.send("next").unwrap().await.unwrap(), "fresh");
+    assert!(!session.discard_unfinished().unwrap());
+    assert_eq!(crashed.open("s").unwrap().unwrap().snapshot.history, session.history());
+    gate.release();
+}
+
+#[tokio::test]
+async fn an_evicted_stored_session_comes_back_from_the_store() {
+    let store = Arc::new(MemoryStore::new());
+    let model = ScriptedModel::new([ModelResponse::text("a"), ModelResponse::text("b")]);
+    let runtime = Runtime::builder().model(Arc::new(model)).store(store.clone()).max_idle_sessions(1).build().unwrap();
+    runtime.session("one").send("1").unwrap().await.unwrap();
+    runtime.session("two").send("2").unwrap().await.unwrap();
+    assert_eq!(runtime.session_count(), 1, "the least recently used went");
+    assert_eq!(runtime.session("one").history(), vec![Item::user("1"), Item::assistant("a")]);
+    let keys: Vec<String> = store.list().unwrap().into_iter().map(|s: SessionSummary| s.key).collect();
+    assert_eq!(keys.len(), 2);
+}
+
+/// A store whose writes fail on demand.
+#[derive(Default)]
+struct Failing {
+    inner: MemoryStore,
+    fail: AtomicBool,
+}
+
+impl Failing {
+    fn check(&self) -> Result<(), NoeticError> {
+        if self.fail.load(Ordering::SeqCst) { Err(NoeticError::other("disk full")) } else { Ok(()) }
+    }
+}
+
+impl SessionStore for Failing {
+    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        self.inner.open(key)
+    }
+    fn close(&self, key: &str) {
+        self.inner.close(key);
+    }
+    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
+        self.check()?;
+        self.inner.commit(key, commit)
+    }
+    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
+        self.check()?;
+        self.inner.push_message(key, message)
+    }
+    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
+        self.check()?;
+        self.inner.remove_messages(key, ids)
+    }
+    fn save_settings(&self, key: &str, m: SteeringMode, c: usize, b: BatchPolicy, t: u64) -> Result<(), NoeticError> {
+        self.check()?;
+        self.inner.save_settings(key, m, c, b, t)
+    }
+    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
+        self.inner.list()
+    }
+    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
+        self.inner.delete(key)
+    }
+}
+
+#[tokio::test]
+async fn when_the_store_cannot_write_a_message_is_not_queued_and_a_turn_fails_before_its_tools_run() {
+    let store = Arc::new(Failing::default());
+    let counter = Counter::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "quick", json!({}))])]);
+    let runtime = runtime(&model, store.clone(), vec![counter.tool("quick", json!("ok")).unwrap()]);
+    let session = runtime.session("s");
+    store.fail.store(true, Ordering::SeqCst);
+    assert!(matches!(session.steer("hey"), Err(SteerError::Store { .. })));
+    assert_eq!(session.queued(), 0);
+    let err = session.send("go").unwrap().await.unwrap_err();
+    assert!(err.to_string().contains("disk full"), "{err}");
+    assert_eq!((model.calls(), counter.count()), (0, 0), "nothing runs on what could not be written");
+}
+
+#[test]
+fn a_commit_that_does_not_continue_the_stored_conversation_is_refused() {
+    let store = MemoryStore::new();
+    let commit = |first| StoreCommit { first, items: &[], injected: &[], journal: JournalWrite::Keep };
+    store.commit("s", commit(0)).unwrap();
+    let err = store.commit("s", commit(3)).unwrap_err();
+    assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
+}
