@@ -1,0 +1,524 @@
+//! # noetic-sqlite — durable noetic sessions on SQLite
+//!
+//! [`SqliteStore`] implements [`SessionStore`]: a runtime built with
+//! `Runtime::builder().store(Arc::new(SqliteStore::open(path)?))` keeps every session in one SQLite file
+//! (embedded and bundled: no system library, no server) and a session survives its process. A turn a killed
+//! process left is resumed with `Session::resume` (see the `noetic` crate's `agent` docs).
+//!
+//! * **Durability.** WAL mode. [`Durability::Process`] (the default, `synchronous=NORMAL`) survives a killed
+//!   process; [`Durability::PowerLoss`] (`synchronous=FULL`) also survives a power cut, at the cost of an fsync
+//!   per commit.
+//! * **Schema.** Versioned with `PRAGMA user_version`; older files are migrated in place when opened, a file
+//!   from a newer version is refused (nothing is written), as is a file that is not SQLite.
+//! * **One owner.** Opening a session takes it for this process (pid, host, process start time in the
+//!   `sessions` row); another live process opening it gets an error naming the owner. An owner that died is
+//!   taken over, so no manual cleanup is ever needed.
+//! * **Atomic commits.** A turn's commit (new items, injected steering messages leaving the queue, the
+//!   journal) is one transaction.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use noetic::NoeticError;
+use noetic::agent::{
+    BatchPolicy, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode, StoreCommit,
+    StoredSession, UnfinishedTurn, out_of_order,
+};
+use noetic::model::Item;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
+
+mod schema;
+
+pub use schema::SCHEMA_VERSION;
+
+/// Raw access for tests: files in older layouts, statements the store would never run.
+#[doc(hidden)]
+pub mod testing {
+    use std::path::Path;
+
+    /// Creates a file with the version 1 schema, as the first release wrote it.
+    pub fn create_v1(path: &Path) -> rusqlite::Result<()> {
+        let conn = rusqlite::Connection::open(path)?;
+        conn.execute_batch(super::schema::V1)?;
+        conn.pragma_update(None, "user_version", 1)
+    }
+
+    /// Runs `sql` on the file.
+    pub fn execute(path: &Path, sql: &str) -> rusqlite::Result<()> {
+        rusqlite::Connection::open(path)?.execute_batch(sql)
+    }
+}
+
+/// What a commit survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// A killed process loses nothing committed (`synchronous=NORMAL` in WAL mode); a power cut may lose the
+    /// last commits.
+    #[default]
+    Process,
+    /// A power cut loses nothing committed either (`synchronous=FULL`: an fsync per commit).
+    PowerLoss,
+}
+
+/// Sessions in one SQLite file. Cheap to share (`Arc`); every call is one transaction.
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    owner: Owner,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// This process, as a session's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    pid: u32,
+    host: String,
+    /// When the process started (clock ticks since boot on Linux): a reused pid is not the same owner.
+    started: i64,
+}
+
+impl Owner {
+    fn this_process() -> Self {
+        let pid = std::process::id();
+        Owner { pid, host: hostname(), started: process_start(pid).unwrap_or(0) }
+    }
+
+    /// True when the process that owned a session is certainly gone (same host, and no process with that pid
+    /// and start time). An owner on another host is presumed alive.
+    fn is_gone(pid: u32, host: &str, started: i64) -> bool {
+        if host != hostname() {
+            return false;
+        }
+        match process_start(pid) {
+            None => true,
+            Some(now) => started != 0 && now != started,
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned())
+}
+
+/// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), `None` when there is no such process.
+fn process_start(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count fields after its closing one.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19).and_then(|f| f.parse().ok())
+}
+
+fn millis(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn from_millis(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// An SQLite error on `path`, with what to do.
+fn db_error(path: &Path, doing: &str, e: &rusqlite::Error) -> NoeticError {
+    let hint = match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => {
+            "the file is not an SQLite database (or is encrypted/corrupt); point --db at another file or move this one away"
+        }
+        Some(rusqlite::ErrorCode::ReadOnly) => "the file is read-only; make it writable or use another --db",
+        Some(rusqlite::ErrorCode::DiskFull) => "the disk is full; free space and try again",
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            "another process holds the database for too long; try again"
+        }
+        Some(rusqlite::ErrorCode::CannotOpen) => "the file cannot be opened; check the path and its directory",
+        _ => "check the file and the disk",
+    };
+    NoeticError::other(format!("session store {}: {doing} failed: {e}; {hint}", path.display()))
+}
+
+fn json_error(path: &Path, what: &str, e: &serde_json::Error) -> NoeticError {
+    NoeticError::other(format!(
+        "session store {}: a stored {what} is unreadable ({e}); the file was written by an incompatible version or \
+         damaged",
+        path.display()
+    ))
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, surviving a killed process ([`Durability::Process`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, NoeticError> {
+        Self::open_with(path, Durability::Process)
+    }
+
+    /// Opens (creating if needed) the store at `path` with the given durability. A file that is not SQLite, is
+    /// from a newer schema or is read-only is an error naming it; nothing is written to it.
+    pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Self, NoeticError> {
+        let path = path.as_ref().to_owned();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                NoeticError::other(format!(
+                    "session store {}: cannot create its directory: {e}; check the path",
+                    path.display()
+                ))
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| db_error(&path, "opening", &e))?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            return Err(NoeticError::other(format!(
+                "session store {}: the file is read-only; make it writable or use another --db",
+                path.display()
+            )));
+        }
+        conn.busy_timeout(Duration::from_secs(5)).map_err(|e| db_error(&path, "setting the busy timeout", &e))?;
+        // Reading the schema version first: a file that is not SQLite fails here, before anything is written.
+        let version: i64 =
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| db_error(&path, "reading", &e))?;
+        if version > SCHEMA_VERSION {
+            return Err(NoeticError::other(format!(
+                "session store {}: its schema is version {version}, newer than this noetic supports \
+                 ({SCHEMA_VERSION}); upgrade noetic or use another --db (nothing was changed)",
+                path.display()
+            )));
+        }
+        let journal: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| db_error(&path, "switching to WAL", &e))?;
+        if !journal.eq_ignore_ascii_case("wal") {
+            tracing::warn!(path = %path.display(), journal, "the session store could not switch to WAL mode");
+        }
+        let sync = match durability {
+            Durability::Process => "NORMAL",
+            Durability::PowerLoss => "FULL",
+        };
+        conn.execute_batch(&format!("PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;"))
+            .map_err(|e| db_error(&path, "setting pragmas", &e))?;
+        let mut conn = conn;
+        schema::migrate(&mut conn, version).map_err(|e| db_error(&path, "migrating the schema", &e))?;
+        Ok(SqliteStore { path, conn: Mutex::new(conn), owner: Owner::this_process() })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the open file (after migration: [`SCHEMA_VERSION`]).
+    pub fn schema_version(&self) -> Result<i64, NoeticError> {
+        self.with(|conn| conn.query_row("PRAGMA user_version", [], |r| r.get(0)), "reading the schema version")
+    }
+
+    /// Reads a session without taking ownership (for listings and `sessions show`).
+    pub fn peek(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| db_error(&self.path, "reading", &e))?;
+        let stored = self.read(&tx, key)?;
+        tx.commit().map_err(|e| db_error(&self.path, "reading", &e))?;
+        Ok(stored)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>, doing: &str) -> Result<T, NoeticError> {
+        f(&self.lock()).map_err(|e| db_error(&self.path, doing, &e))
+    }
+
+    /// Runs `f` in one immediate transaction (the write lock taken up front, so two processes never interleave).
+    fn write<T>(
+        &self,
+        doing: &str,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, NoeticError>,
+    ) -> Result<T, NoeticError> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| db_error(&self.path, doing, &e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| db_error(&self.path, doing, &e))?;
+        Ok(value)
+    }
+
+    /// Makes sure the session's row exists.
+    fn ensure(&self, tx: &Transaction<'_>, key: &str) -> Result<(), NoeticError> {
+        tx.execute(
+            "INSERT INTO sessions (key, mode, capacity, batch_policy, turns, items, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, 0, 0, ?5) ON CONFLICT(key) DO NOTHING",
+            params![
+                key,
+                enum_text(&SteeringMode::default()),
+                noetic::agent::DEFAULT_QUEUE_CAPACITY as i64,
+                enum_text(&BatchPolicy::default()),
+                millis(SystemTime::now())
+            ],
+        )
+        .map_err(|e| db_error(&self.path, "creating the session", &e))?;
+        Ok(())
+    }
+
+    fn read(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        let row = tx
+            .query_row(
+                "SELECT mode, capacity, batch_policy, turns, journal_step, journal_core FROM sessions WHERE key = ?1",
+                params![key],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, Option<String>>(5)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| db_error(&self.path, "reading the session", &e))?;
+        let Some((mode, capacity, policy, turns, step, core)) = row else { return Ok(None) };
+        let mut history = Vec::new();
+        {
+            let mut stmt = tx
+                .prepare_cached("SELECT item FROM items WHERE session = ?1 ORDER BY seq")
+                .map_err(|e| db_error(&self.path, "reading the conversation", &e))?;
+            let rows = stmt
+                .query_map(params![key], |r| r.get::<_, String>(0))
+                .map_err(|e| db_error(&self.path, "reading the conversation", &e))?;
+            for row in rows {
+                let text = row.map_err(|e| db_error(&self.path, "reading the conversation", &e))?;
+                history.push(serde_json::from_str::<Item>(&text).map_err(|e| json_error(&self.path, "item", &e))?);
+            }
+        }
+        let mut queued = Vec::new();
+        {
+            let mut stmt = tx
+                .prepare_cached("SELECT message FROM queue WHERE session = ?1 ORDER BY pos")
+                .map_err(|e| db_error(&self.path, "reading the steering queue", &e))?;
+            let rows = stmt
+                .query_map(params![key], |r| r.get::<_, String>(0))
+                .map_err(|e| db_error(&self.path, "reading the steering queue", &e))?;
+            for row in rows {
+                let text = row.map_err(|e| db_error(&self.path, "reading the steering queue", &e))?;
+                queued.push(
+                    serde_json::from_str::<SteerMessage>(&text)
+                        .map_err(|e| json_error(&self.path, "steering message", &e))?,
+                );
+            }
+        }
+        let snapshot = SessionSnapshot {
+            key: key.to_owned(),
+            history,
+            queued,
+            turns: u64::try_from(turns).unwrap_or(0),
+            mode: parse_enum(&mode).map_err(|e| json_error(&self.path, "steering mode", &e))?,
+            capacity: usize::try_from(capacity).unwrap_or(1),
+            batch_policy: parse_enum(&policy).map_err(|e| json_error(&self.path, "batch policy", &e))?,
+        };
+        let unfinished = step.zip(core).map(|(step_id, core)| UnfinishedTurn { step_id, core });
+        Ok(Some(StoredSession { snapshot, unfinished }))
+    }
+}
+
+/// A unit enum's serde name (`one-at-a-time`, `skip-remaining` …).
+fn enum_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+}
+
+impl SessionStore for SqliteStore {
+    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        self.write("opening the session", |tx| {
+            let owner = tx
+                .query_row(
+                    "SELECT owner_pid, owner_host, owner_started FROM sessions WHERE key = ?1",
+                    params![key],
+                    |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)),
+                )
+                .optional()
+                .map_err(|e| db_error(&self.path, "reading the session's owner", &e))?;
+            if let Some((Some(pid), Some(host), started)) = owner {
+                let pid = u32::try_from(pid).unwrap_or(0);
+                let started = started.unwrap_or(0);
+                let mine = pid == self.owner.pid && host == self.owner.host && started == self.owner.started;
+                if !mine && !Owner::is_gone(pid, &host, started) {
+                    return Err(NoeticError::other(format!(
+                        "session '{key}' is busy in process {pid} on {host} (store {}); stop that process or use \
+                         another session",
+                        self.path.display()
+                    )));
+                }
+            }
+            let stored = self.read(tx, key)?;
+            if stored.is_some() {
+                tx.execute(
+                    "UPDATE sessions SET owner_pid = ?2, owner_host = ?3, owner_started = ?4 WHERE key = ?1",
+                    params![key, i64::from(self.owner.pid), self.owner.host, self.owner.started],
+                )
+                .map_err(|e| db_error(&self.path, "taking the session", &e))?;
+            }
+            Ok(stored)
+        })
+    }
+
+    fn close(&self, key: &str) {
+        let released = self.write("giving up the session", |tx| {
+            tx.execute(
+                "UPDATE sessions SET owner_pid = NULL, owner_host = NULL, owner_started = NULL
+                 WHERE key = ?1 AND owner_pid = ?2 AND owner_host = ?3",
+                params![key, i64::from(self.owner.pid), self.owner.host],
+            )
+            .map_err(|e| db_error(&self.path, "giving up the session", &e))
+        });
+        if let Err(e) = released {
+            tracing::warn!(session = key, error = %e, "could not give up the session (it is taken over when this process ends)");
+        }
+    }
+
+    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
+        self.write("committing the turn", |tx| {
+            self.ensure(tx, key)?;
+            let held: i64 = tx
+                .query_row("SELECT items FROM sessions WHERE key = ?1", params![key], |r| r.get(0))
+                .map_err(|e| db_error(&self.path, "reading the conversation length", &e))?;
+            let held = usize::try_from(held).unwrap_or(0);
+            if held != commit.first {
+                return Err(out_of_order(key, held, commit.first));
+            }
+            {
+                let mut insert = tx
+                    .prepare_cached("INSERT INTO items (session, seq, item) VALUES (?1, ?2, ?3)")
+                    .map_err(|e| db_error(&self.path, "appending items", &e))?;
+                for (i, item) in commit.items.iter().enumerate() {
+                    let text = serde_json::to_string(item).map_err(|e| json_error(&self.path, "item", &e))?;
+                    let seq = i64::try_from(commit.first + i).unwrap_or(i64::MAX);
+                    insert.execute(params![key, seq, text]).map_err(|e| db_error(&self.path, "appending items", &e))?;
+                }
+            }
+            if !commit.injected.is_empty() {
+                let mut delete = tx
+                    .prepare_cached("DELETE FROM queue WHERE session = ?1 AND id = ?2")
+                    .map_err(|e| db_error(&self.path, "removing injected messages", &e))?;
+                for id in commit.injected {
+                    delete.execute(params![key, id]).map_err(|e| db_error(&self.path, "removing injected messages", &e))?;
+                }
+            }
+            let count = i64::try_from(commit.first + commit.items.len()).unwrap_or(i64::MAX);
+            let now = millis(SystemTime::now());
+            let updated = match commit.journal {
+                JournalWrite::Keep => tx.execute(
+                    "UPDATE sessions SET items = ?2, updated_ms = ?3 WHERE key = ?1",
+                    params![key, count, now],
+                ),
+                JournalWrite::Save { step_id, core } => tx.execute(
+                    "UPDATE sessions SET items = ?2, updated_ms = ?3, journal_step = ?4, journal_core = ?5 WHERE key = ?1",
+                    params![key, count, now, step_id, core],
+                ),
+                JournalWrite::Clear => tx.execute(
+                    "UPDATE sessions SET items = ?2, updated_ms = ?3, journal_step = NULL, journal_core = NULL WHERE key = ?1",
+                    params![key, count, now],
+                ),
+            };
+            updated.map_err(|e| db_error(&self.path, "writing the journal", &e))?;
+            Ok(())
+        })
+    }
+
+    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
+        self.write("queueing a steering message", |tx| {
+            self.ensure(tx, key)?;
+            let text = serde_json::to_string(message).map_err(|e| json_error(&self.path, "steering message", &e))?;
+            tx.execute(
+                "INSERT INTO queue (session, pos, id, message)
+                 VALUES (?1, (SELECT COALESCE(MAX(pos), 0) + 1 FROM queue WHERE session = ?1), ?2, ?3)",
+                params![key, message.id.to_string(), text],
+            )
+            .map_err(|e| db_error(&self.path, "queueing a steering message", &e))?;
+            tx.execute("UPDATE sessions SET updated_ms = ?2 WHERE key = ?1", params![key, millis(SystemTime::now())])
+                .map_err(|e| db_error(&self.path, "queueing a steering message", &e))?;
+            Ok(())
+        })
+    }
+
+    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
+        self.write("removing steering messages", |tx| {
+            match ids {
+                None => tx.execute("DELETE FROM queue WHERE session = ?1", params![key]).map(|_| ()),
+                Some(ids) => ids.iter().try_for_each(|id| {
+                    tx.execute("DELETE FROM queue WHERE session = ?1 AND id = ?2", params![key, id]).map(|_| ())
+                }),
+            }
+            .map_err(|e| db_error(&self.path, "removing steering messages", &e))
+        })
+    }
+
+    fn save_settings(
+        &self,
+        key: &str,
+        mode: SteeringMode,
+        capacity: usize,
+        batch_policy: BatchPolicy,
+        turns: u64,
+    ) -> Result<(), NoeticError> {
+        self.write("saving the session's settings", |tx| {
+            self.ensure(tx, key)?;
+            tx.execute(
+                "UPDATE sessions SET mode = ?2, capacity = ?3, batch_policy = ?4, turns = ?5, updated_ms = ?6 WHERE key = ?1",
+                params![
+                    key,
+                    enum_text(&mode),
+                    i64::try_from(capacity).unwrap_or(i64::MAX),
+                    enum_text(&batch_policy),
+                    i64::try_from(turns).unwrap_or(i64::MAX),
+                    millis(SystemTime::now())
+                ],
+            )
+            .map_err(|e| db_error(&self.path, "saving the session's settings", &e))?;
+            Ok(())
+        })
+    }
+
+    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
+        self.with(
+            |conn| {
+                let mut stmt = conn.prepare(
+                    "SELECT key, turns, items, (SELECT COUNT(*) FROM queue q WHERE q.session = s.key),
+                            journal_core IS NOT NULL, updated_ms
+                     FROM sessions s ORDER BY updated_ms DESC, key",
+                )?;
+                let rows = stmt.query_map([], |r| {
+                    Ok(SessionSummary {
+                        key: r.get(0)?,
+                        turns: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                        items: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                        queued: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        unfinished: r.get(4)?,
+                        updated_at: from_millis(r.get(5)?),
+                    })
+                })?;
+                rows.collect()
+            },
+            "listing sessions",
+        )
+    }
+
+    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
+        self.write("deleting the session", |tx| {
+            let run = |sql: &str| tx.execute(sql, params![key]).map_err(|e| db_error(&self.path, "deleting", &e));
+            run("DELETE FROM items WHERE session = ?1")?;
+            run("DELETE FROM queue WHERE session = ?1")?;
+            Ok(run("DELETE FROM sessions WHERE key = ?1")? > 0)
+        })
+    }
+}

@@ -1,0 +1,66 @@
+//! The schema and its migrations, versioned with `PRAGMA user_version`.
+//!
+//! * Version 1: sessions (settings, turn and item counts, the running turn's journal, the owner), items
+//!   (one JSON item per row, numbered), the steering queue (one JSON message per row, in position order).
+//! * Version 2: indexes for the session list (most recent first) and for removing queued messages by id.
+
+use rusqlite::Connection;
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Version 1, as it was first released (kept verbatim: migrations start from it).
+pub(crate) const V1: &str = "
+CREATE TABLE sessions (
+    key TEXT PRIMARY KEY NOT NULL,
+    mode TEXT NOT NULL,
+    capacity INTEGER NOT NULL,
+    batch_policy TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    items INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    journal_step TEXT,
+    journal_core TEXT,
+    owner_pid INTEGER,
+    owner_host TEXT,
+    owner_started INTEGER
+);
+CREATE TABLE items (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+CREATE TABLE queue (
+    session TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (session, pos)
+) WITHOUT ROWID;
+";
+
+/// Version 1 → 2.
+const V2: &str = "
+CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);
+CREATE UNIQUE INDEX queue_by_id ON queue (session, id);
+";
+
+/// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
+pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
+    let steps: [(i64, &str); 2] = [(1, V1), (2, V2)];
+    for (version, sql) in steps {
+        if from >= version {
+            continue;
+        }
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Another process may have migrated meanwhile: read the version again under the write lock.
+        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now < version {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version)?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! The SQLite store: sessions written through and reopened, resume after a crash, the schema's versions and
+//! migrations, and files it must refuse without touching them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use noetic::agent::{JournalWrite, SessionStore, StoreCommit};
+use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
+use noetic::prelude::*;
+use noetic::testing::{Counter, Gate};
+use noetic::turn::INTERRUPTED_RESULT;
+use noetic_sqlite::{SCHEMA_VERSION, SqliteStore};
+use serde_json::json;
+
+/// A fresh directory under the target dir (kept for inspection when a test fails).
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("noetic-sqlite-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn runtime(model: &ScriptedModel, store: Arc<dyn SessionStore>, tools: Vec<Arc<dyn Tool>>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).tools(tools).store(store).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_session_continues_across_two_runtimes_on_one_file() {
+    let db = scratch("continue").join("noetic.db");
+    {
+        let store = Arc::new(SqliteStore::open(&db).unwrap());
+        let first = runtime(&ScriptedModel::new([ModelResponse::text("hello")]), store.clone(), Vec::new());
+        assert_eq!(first.session("chat").send("hi").unwrap().await.unwrap(), "hello");
+        first.session("chat").steer("and then?").unwrap();
+    }
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
+    let next = runtime(&ScriptedModel::new([ModelResponse::text("then this")]), store.clone(), Vec::new());
+    let session = next.session("chat");
+    assert_eq!(session.history(), vec![Item::user("hi"), Item::assistant("hello")]);
+    assert_eq!(session.queued(), 1);
+    assert_eq!(session.continue_session().unwrap().unwrap().await.unwrap(), "then this");
+    let list = store.list().unwrap();
+    assert_eq!((list[0].key.as_str(), list[0].turns, list[0].items, list[0].queued), ("chat", 2, 4, 0));
+    assert!(store.delete("chat").unwrap());
+    assert!(store.list().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_turn_left_mid_batch_resumes_from_the_file_without_repeating_the_model_call_or_the_running_tool() {
+    let dir = scratch("resume");
+    let db = dir.join("noetic.db");
+    let gate = Gate::new();
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "quick", json!({}))])]);
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
+    let first =
+        runtime(&model, store, vec![gate.tool("slow").unwrap(), Counter::new().tool("quick", json!(1)).unwrap()]);
+    let _turn = first.session("s").send("go").unwrap();
+    gate.started().await;
+    // A killed process leaves the file as it is now: copy it (with its WAL) and open the copy.
+    let copy = dir.join("crashed.db");
+    for suffix in ["", "-wal"] {
+        let from = PathBuf::from(format!("{}{suffix}", db.display()));
+        if from.exists() {
+            std::fs::copy(&from, format!("{}{suffix}", copy.display())).unwrap();
+        }
+    }
+    let counter = Counter::new();
+    let model2 = ScriptedModel::new([ModelResponse::text("recovered")]);
+    let next = runtime(
+        &model2,
+        Arc::new(SqliteStore::open(&copy).unwrap()),
+        vec![Gate::new().tool("slow").unwrap(), counter.tool("quick", json!("two")).unwrap()],
+    );
+    let session = next.session("s");
+    assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "recovered");
+    assert_eq!((model2.calls(), counter.count()), (1, 1));
+    let results: Vec<ToolResult> = session
+        .history()
+        .into_iter()
+        .filter_map(|i| match i {
+            Item::ToolResult(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], ToolResult { call_id: "c1".into(), content: INTERRUPTED_RESULT.into(), is_error: true });
+    assert_eq!(results[1].call_id, "c2");
+    gate.release();
+}
+
+#[test]
+fn an_empty_file_gets_the_current_schema_and_a_version_1_file_is_migrated_with_its_data() {
+    let dir = scratch("migrate");
+    let fresh = SqliteStore::open(dir.join("fresh.db")).unwrap();
+    assert_eq!(fresh.schema_version().unwrap(), SCHEMA_VERSION);
+
+    let old = dir.join("v1.db");
+    noetic_sqlite::testing::create_v1(&old).unwrap();
+    noetic_sqlite::testing::execute(
+        &old,
+        "INSERT INTO sessions (key, mode, capacity, batch_policy, turns, items, updated_ms)
+         VALUES ('kept', 'all', 3, 'finish-batch', 1, 1, 1000);
+         INSERT INTO items (session, seq, item) VALUES ('kept', 0, '{\"type\":\"message\",\"role\":\"user\",\"content\":\"from v1\"}');",
+    )
+    .unwrap();
+    let store = SqliteStore::open(&old).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let kept = store.peek("kept").unwrap().unwrap();
+    assert_eq!(kept.snapshot.history, vec![Item::user("from v1")]);
+    assert_eq!(kept.snapshot.capacity, 3);
+    assert_eq!(store.list().unwrap().len(), 1);
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_or_is_from_a_newer_schema_is_refused_and_left_untouched() {
+    let dir = scratch("refuse");
+    let text = dir.join("notes.db");
+    std::fs::write(&text, "these are my notes, not a database ".repeat(100)).unwrap();
+    let before = std::fs::read(&text).unwrap();
+    let err = SqliteStore::open(&text).unwrap_err().to_string();
+    assert!(err.contains("not an SQLite database") && err.contains("notes.db"), "{err}");
+    assert_eq!(std::fs::read(&text).unwrap(), before, "nothing was written");
+
+    let newer = dir.join("newer.db");
+    noetic_sqlite::testing::execute(&newer, &format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1)).unwrap();
+    let before = std::fs::read(&newer).unwrap();
+    let err = SqliteStore::open(&newer).unwrap_err().to_string();
+    assert!(err.contains(&format!("version {}", SCHEMA_VERSION + 1)) && err.contains("upgrade noetic"), "{err}");
+    assert_eq!(std::fs::read(&newer).unwrap(), before);
+}
+
+#[test]
+fn a_commit_that_does_not_continue_the_stored_conversation_is_refused_and_writes_nothing() {
+    let store = SqliteStore::open(scratch("order").join("noetic.db")).unwrap();
+    let items = [Item::user("a")];
+    let commit = |first, items| StoreCommit { first, items, injected: &[], journal: JournalWrite::Keep };
+    store.commit("s", commit(0, &items)).unwrap();
+    let err = store.commit("s", commit(0, &items)).unwrap_err();
+    assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
+    assert_eq!(store.peek("s").unwrap().unwrap().snapshot.history, items);
+}
