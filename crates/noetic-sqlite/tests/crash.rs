@@ -1,0 +1,273 @@
+//! Crash test: real processes killed with SIGKILL at random points, then restarted on the same SQLite file.
+//!
+//! Each trial runs a worker (this executable, in worker mode) that drives one session through a plan of tool
+//! calls with a non-idempotent tool whose side effect is appended (and fsynced) to a file, and steers the
+//! session twice while it works, logging each steering message once it is accepted. The parent kills the worker
+//! after a random delay, again and again, then lets it finish, and checks:
+//! * every tool call id in the conversation has exactly one result;
+//! * the non-idempotent side effect happened at most once per call, and exactly once for each call whose result
+//!   says it ran;
+//! * every steering message accepted before a kill reaches the conversation exactly once;
+//! * the final answer is there and nothing is left queued or unfinished.
+//!
+//! `NOETIC_CRASH_TRIALS` sets the number of trials (default 5; the long mode uses 100). It also checks that a
+//! second live process cannot open a session another owns, and that a dead owner is taken over.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use noetic::agent::{SessionStore, SteeringMode};
+use noetic::model::{Model, ModelRequest, ModelResponse};
+use noetic::prelude::*;
+use noetic_sqlite::SqliteStore;
+use serde_json::json;
+
+/// Tool calls in the plan.
+const PLAN: usize = 8;
+const SESSION: &str = "crash";
+const STEERS: [(usize, &str); 2] = [(2, "steer-A: prefer the cache"), (5, "steer-B: be brief")];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if std::env::var_os("NOETIC_CRASH_WORKER").is_some() {
+        worker(&args[1], &args[2], &args[3]);
+        return;
+    }
+    if std::env::var_os("NOETIC_CRASH_HOLDER").is_some() {
+        holder(&args[1]);
+        return;
+    }
+    a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over();
+    killed_workers_leave_nothing_lost_doubled_or_run_twice();
+}
+
+// ---- the worker ------------------------------------------------------------------------------------------
+
+/// Plans tool calls by what the conversation holds: the same request always gets the same answer, whichever
+/// process asks.
+struct Planner;
+
+impl Model for Planner {
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let asked = request.history.iter().filter(|i| matches!(i, Item::ToolCall(_))).count();
+        let response = if asked >= PLAN {
+            ModelResponse::text("done")
+        } else {
+            let ids = [format!("call-{asked}"), format!("call-{}", asked + 1)];
+            ModelResponse::tool_calls(ids.iter().map(|id| (id.as_str(), "effect", json!({}))))
+        };
+        Box::pin(async move { Ok(response) })
+    }
+}
+
+fn append_synced(path: &Path, line: &str) {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    writeln!(file, "{line}").unwrap();
+    file.sync_all().unwrap();
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+fn worker(db: &str, effects: &str, accepted: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (effects, accepted) = (PathBuf::from(effects), PathBuf::from(accepted));
+        let tool = {
+            let effects = effects.clone();
+            FnTool::builder("effect", "Appends its call id to a file: a side effect that must not happen twice.")
+                .handler(move |_, tcx| {
+                    let effects = effects.clone();
+                    async move {
+                        append_synced(&effects, &tcx.call_id);
+                        // Widen the window in which a kill lands between the effect and its journaled result.
+                        tokio::time::sleep(Duration::from_millis(fastrand::u64(1..8))).await;
+                        Ok(json!("effect done"))
+                    }
+                })
+                .build()
+                .unwrap()
+        };
+        let store = Arc::new(SqliteStore::open(db).unwrap());
+        let runtime = Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).store(store).build().unwrap();
+        let session = runtime.session(SESSION);
+        // Steering while the agent works: each message once its trigger count of effects has happened.
+        let steerer = {
+            let (session, effects, accepted) = (session.clone(), effects.clone(), accepted.clone());
+            tokio::spawn(async move {
+                loop {
+                    let done = lines(&effects).len();
+                    let logged = lines(&accepted);
+                    for (after, text) in STEERS {
+                        if done >= after && !logged.iter().any(|l| l == text) && session.steer(text).is_ok() {
+                            append_synced(&accepted, text);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        };
+        loop {
+            let history = session.history();
+            let finished = history.last() == Some(&Item::assistant("done"));
+            let all_steered = lines(&accepted).len() == STEERS.len();
+            if finished && session.queued() == 0 && all_steered && session.unfinished_turn().is_none() {
+                break;
+            }
+            let turn = if session.unfinished_turn().is_some() {
+                session.resume().unwrap()
+            } else if session.queued() > 0 {
+                session.continue_session().unwrap()
+            } else if history.is_empty() {
+                Some(session.send("go").unwrap())
+            } else if !finished {
+                Some(session.send("continue").unwrap())
+            } else {
+                // Finished, waiting for the last steering message to be accepted.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                None
+            };
+            if let Some(turn) = turn {
+                let _ = turn.await;
+            }
+        }
+        steerer.abort();
+    });
+}
+
+/// Opens the session and holds it until killed.
+fn holder(db: &str) {
+    let store = SqliteStore::open(db).unwrap();
+    store.open(SESSION).unwrap();
+    println!("holding");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+// ---- the parent ------------------------------------------------------------------------------------------
+
+fn this_exe() -> PathBuf {
+    std::env::current_exe().unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("noetic-crash-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() {
+    let dir = scratch("owner");
+    let db = dir.join("noetic.db");
+    let store = SqliteStore::open(&db).unwrap();
+    store.save_settings(SESSION, SteeringMode::default(), 10, Default::default(), 0).unwrap();
+    let mut holder =
+        Command::new(this_exe()).arg(&db).env("NOETIC_CRASH_HOLDER", "1").stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "holding");
+    let err = store.open(SESSION).unwrap_err().to_string();
+    assert!(err.contains(&format!("busy in process {}", holder.id())), "{err}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(store.open(SESSION).unwrap().is_some(), "a dead owner's session is taken over");
+    println!("ok: a second live process is refused naming the owner; a dead owner is taken over");
+}
+
+fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
+    let trials: usize = std::env::var("NOETIC_CRASH_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(5);
+    let mut kills = 0;
+    let mut kill_points: BTreeMap<String, usize> = BTreeMap::new();
+    for trial in 0..trials {
+        let dir = scratch(&format!("trial-{trial}"));
+        let (db, effects, accepted) = (dir.join("noetic.db"), dir.join("effects.log"), dir.join("accepted.log"));
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            let mut child = Command::new(this_exe())
+                .args([&db, &effects, &accepted])
+                .env("NOETIC_CRASH_WORKER", "1")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            // Kill at a random point on the first runs; then let it finish.
+            if runs <= 6 {
+                std::thread::sleep(Duration::from_millis(fastrand::u64(0..60)));
+                if child.try_wait().unwrap().is_none() {
+                    child.kill().unwrap();
+                    child.wait().unwrap();
+                    kills += 1;
+                    *kill_points.entry(kill_point(&db)).or_default() += 1;
+                    continue;
+                }
+            }
+            let status = child.wait().unwrap();
+            assert!(status.success(), "trial {trial}: the worker failed on run {runs}: {status}");
+            break;
+        }
+        check(trial, &db, &effects, &accepted);
+    }
+    println!("ok: {trials} trials, {kills} kills; kill points (journal phase at the kill): {kill_points:?}");
+}
+
+/// Where the killed worker's turn was, by the journal it left.
+fn kill_point(db: &Path) -> String {
+    if !db.exists() {
+        return "before the store existed".to_owned();
+    }
+    let store = SqliteStore::open(db).unwrap();
+    match store.peek(SESSION).unwrap() {
+        None => "before the first commit".to_owned(),
+        Some(stored) => match stored.unfinished {
+            None => "between turns".to_owned(),
+            Some(turn) => {
+                let core: serde_json::Value = serde_json::from_str(&turn.core).unwrap();
+                core["phase"]["phase"].as_str().unwrap_or("?").to_owned()
+            }
+        },
+    }
+}
+
+fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
+    let store = SqliteStore::open(db).unwrap();
+    let stored = store.peek(SESSION).unwrap().unwrap();
+    let history = stored.snapshot.history;
+    assert_eq!(history.last(), Some(&Item::assistant("done")), "trial {trial}: the turn finished");
+    assert!(stored.unfinished.is_none() && stored.snapshot.queued.is_empty(), "trial {trial}: nothing left");
+    let mut results: HashMap<String, Vec<String>> = HashMap::new();
+    let mut calls = Vec::new();
+    for item in &history {
+        match item {
+            Item::ToolCall(c) => calls.push(c.id.clone()),
+            Item::ToolResult(r) => results.entry(r.call_id.clone()).or_default().push(r.content.clone()),
+            _ => {}
+        }
+    }
+    for id in &calls {
+        let got = results.get(id).map_or(0, Vec::len);
+        assert_eq!(got, 1, "trial {trial}: call {id} has {got} results");
+    }
+    let happened = lines(effects);
+    for id in &calls {
+        let times = happened.iter().filter(|l| *l == id).count();
+        assert!(times <= 1, "trial {trial}: the side effect of {id} happened {times} times");
+        if results[id][0] == "effect done" {
+            assert_eq!(times, 1, "trial {trial}: {id} says it ran, the effect happened {times} times");
+        }
+    }
+    for (_, text) in STEERS {
+        let shown = history.iter().filter(|i| **i == Item::user(text)).count();
+        assert!(shown <= 1, "trial {trial}: '{text}' reached the model {shown} times");
+        if lines(accepted).iter().any(|l| l == text) {
+            assert_eq!(shown, 1, "trial {trial}: the accepted '{text}' reached the model {shown} times");
+        }
+    }
+}
