@@ -35,6 +35,8 @@ pub struct AgentSpec {
     pub steering_mode: SteeringMode,
     /// Who approves calls of tools that need approval (`None`: such calls are rejected).
     pub approver: Option<Arc<dyn Approver>>,
+    /// Where sessions are kept (`None`: in memory only).
+    pub store: Option<Arc<dyn noetic::agent::SessionStore>>,
 }
 
 /// A built agent.
@@ -80,6 +82,9 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         .steering_mode(spec.steering_mode);
     if let Some(approver) = spec.approver {
         builder = builder.approver(approver);
+    }
+    if let Some(store) = spec.store {
+        builder = builder.store(store);
     }
     Ok(Agent { runtime: builder.build().map_err(config_error)?, steering: layer })
 }

@@ -27,7 +27,7 @@ use crate::approve::{self, Pending};
 use crate::config::Defaults;
 use crate::output::{errln, out, outln};
 use crate::provider::{self, Provider};
-use crate::render::{Style, event_line, printable};
+use crate::render::{self, Style, event_line, printable};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
@@ -94,6 +94,12 @@ pub struct ChatArgs {
     /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
     #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
     timeout: Option<std::time::Duration>,
+    /// Continue this session (created if new); default: a new session, named at the start. `noetic sessions`
+    /// lists them.
+    #[arg(long, value_name = "NAME", conflicts_with = "no_store")]
+    session: Option<String>,
+    #[command(flatten)]
+    store: crate::sessions::StoreArgs,
 }
 
 const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
@@ -152,8 +158,11 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         max_iterations: None,
         steering_mode: args.mode.map_or_else(|| crate::config::steering_mode(defaults), |m| Ok(m.into()))?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
+        store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
     })?;
-    let session = agent.runtime.session("chat");
+    let stored = agent.runtime.store().is_some();
+    let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));
+    let session = agent.runtime.try_session(&name)?;
     let mut events = session.subscribe();
     let style = Style::detect(args.plain);
     outln!(
@@ -165,6 +174,30 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         ))
     );
     outln!("{}", style.dim(HELP));
+    if stored {
+        let turns = session
+            .history()
+            .iter()
+            .filter(|i| matches!(i, noetic::model::Item::Message { role: noetic::model::Role::User, .. }))
+            .count();
+        outln!(
+            "{}",
+            style.dim(&format!(
+                "session {} ({} earlier message(s)); continue it later with: noetic chat --session {}",
+                render::visible(&name),
+                turns,
+                render::visible(&name)
+            ))
+        );
+        if session.unfinished_turn().is_some() {
+            outln!(
+                "{}",
+                style.yellow(
+                    "this session has a turn a stopped process left unfinished: /resume finishes it, /discard drops it"
+                )
+            );
+        }
+    }
     let mut lines = spawn_stdin_reader();
     let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
     let mut turn: Option<TurnFuture> = None;
@@ -328,6 +361,21 @@ impl Chat {
                     self.say(&self.style.dim(&format!("steering mode: {rest}")));
                 }
                 other => self.say(&format!("unknown mode '{other}'; use /mode all or /mode one-at-a-time")),
+            },
+            "/resume" if !running => match self.session.resume() {
+                Ok(Some(turn)) => {
+                    self.turn_started = Some(Instant::now());
+                    return Action::Start(turn.into_future());
+                }
+                Ok(None) => self.say("there is no unfinished turn to resume"),
+                Err(e) => self.say(&self.style.red(&e.to_string())),
+            },
+            "/discard" if !running => match self.session.discard_unfinished() {
+                Ok(true) => {
+                    self.say(&self.style.dim("dropped the unfinished turn; its open tool calls are marked interrupted"))
+                }
+                Ok(false) => self.say("there is no unfinished turn"),
+                Err(e) => self.say(&self.style.red(&e.to_string())),
             },
             "/ledger" => self.print_ledger(),
             "/status" => self.print_status(running),

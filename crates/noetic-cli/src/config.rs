@@ -62,6 +62,8 @@ pub struct Defaults {
     pub instructions: Option<String>,
     /// Where to append ledgers.
     pub ledger_out: Option<PathBuf>,
+    /// The session database.
+    pub db: Option<PathBuf>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
     #[serde(default, deserialize_with = "number_or_text")]
     pub timeout: Option<String>,
@@ -153,6 +155,7 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
     path_var(&mut defaults.workspace, "WORKSPACE");
     path_var(&mut defaults.rules, "RULES");
     path_var(&mut defaults.ledger_out, "LEDGER_OUT");
+    path_var(&mut defaults.db, "DB");
     Ok(defaults)
 }
 

@@ -23,6 +23,7 @@ mod provider;
 mod render;
 mod rules;
 mod run;
+mod sessions;
 mod source;
 mod tools;
 mod workflow;
@@ -92,6 +93,8 @@ enum Command {
         /// The rules file (TOML, or JSON with a .json extension).
         file: std::path::PathBuf,
     },
+    /// List, show or delete the sessions kept on disk (what `chat --session NAME` continues).
+    Sessions(sessions::SessionsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -110,6 +113,7 @@ fn main() -> std::process::ExitCode {
             Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
+            Command::Sessions(args) => sessions::run(args, &config::load(cli.config.as_deref())?),
         }
     };
     // A closed output (`noetic demo | head -1`) drops the command at once: nobody reads what it would print.

@@ -53,6 +53,12 @@ pub struct RunArgs {
     /// No colours on the progress lines.
     #[arg(long)]
     plain: bool,
+    /// Continue this stored session (it is created if new) instead of a throwaway one; see `noetic sessions`.
+    #[arg(long, value_name = "NAME")]
+    session: Option<String>,
+    /// The session database for --session (default: as for chat).
+    #[arg(long, value_name = "FILE", requires = "session")]
+    db: Option<std::path::PathBuf>,
 }
 
 /// Runs the workflow once.
@@ -87,9 +93,25 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
         approver: Some(approve::at_terminal(steer_to.clone())),
+        store: match &args.session {
+            Some(_) => {
+                let store_args = crate::sessions::StoreArgs { db: args.db.clone(), no_store: false };
+                crate::sessions::open(&store_args, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>)
+            }
+            None => None,
+        },
     };
     let agent = agent::build(spec)?;
-    let session = agent.runtime.session("run");
+    let session = match &args.session {
+        Some(name) => agent.runtime.try_session(name)?,
+        None => agent.runtime.session("run"),
+    };
+    if session.unfinished_turn().is_some() {
+        errln!("session {}: finishing the turn a stopped process left before this prompt", session.key());
+        if let Some(turn) = session.resume()? {
+            turn.await?;
+        }
+    }
     let _ = steer_to.set(session.clone());
     let mut events = session.subscribe();
     let turn = session.send(args.prompt.clone())?;

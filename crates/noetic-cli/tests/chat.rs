@@ -210,3 +210,80 @@ fn a_missing_api_key_is_an_error_naming_the_variable() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("set ANTHROPIC_API_KEY"), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_lists_shows_and_removes_it() {
+    let server = server(answer("Nice to meet you, Ada."), answer("You told me: Ada.")).await;
+    let ws = tempfile::tempdir().unwrap();
+    let db = ws.path().join("sessions.db");
+    let db_arg = db.to_str().unwrap().to_owned();
+    for (said, expected) in [("My name is Ada.", "Nice to meet you, Ada."), ("What is my name?", "You told me: Ada.")] {
+        let mut driven = chat(&server, ws.path(), &["--plain", "--session", "ada", "--db", &db_arg]);
+        let out = tokio::task::spawn_blocking(move || {
+            driven.wait_for("continue it later with: noetic chat --session ada");
+            driven.send(said);
+            driven.wait_for(expected);
+            driven.wait_for("■ turn done");
+            driven.send("/quit");
+            driven.finish()
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "stderr: {}", out.stderr);
+    }
+    // The second run's request carried the first run's conversation.
+    let second = &bodies(&server).await[1];
+    let said: Vec<&str> = second["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(said.contains(&"My name is Ada.") && said.contains(&"Nice to meet you, Ada."), "{said:?}");
+
+    let listed = run(noetic().args(["sessions", "--db", &db_arg]));
+    assert!(listed.status.success(), "{}", listed.stderr);
+    let row = listed.stdout.lines().find(|l| l.starts_with("ada ")).unwrap_or_else(|| panic!("{}", listed.stdout));
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&columns[..5], ["ada", "2", "4", "0", "no"], "{row}");
+    let shown = run(noetic().args(["sessions", "show", "ada", "--db", &db_arg]));
+    assert!(shown.stdout.contains("User: What is my name?") && shown.stdout.contains("Assistant: You told me: Ada."));
+    let removed = run(noetic().args(["sessions", "rm", "ada", "--db", &db_arg]));
+    assert!(removed.status.success() && removed.stdout.contains("deleted session ada"), "{}", removed.stderr);
+    let missing = run(noetic().args(["sessions", "show", "ada", "--db", &db_arg]));
+    assert!(!missing.status.success() && missing.stderr.contains("no session 'ada'"), "{}", missing.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_session_name_each_chat_is_a_new_named_session_and_no_store_writes_nothing() {
+    let server = server(answer("Hello."), answer("Hello again.")).await;
+    let ws = tempfile::tempdir().unwrap();
+    let db = ws.path().join("sessions.db");
+    let db_arg = db.to_str().unwrap().to_owned();
+    let mut driven = chat(&server, ws.path(), &["--plain", "--db", &db_arg]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("hi");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let name = out.stdout.split("noetic chat --session ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    assert!(name.starts_with("chat-"), "{}", out.stdout);
+    assert!(run(noetic().args(["sessions", "--db", &db_arg])).stdout.contains(&name));
+
+    let scratch = ws.path().join("never.db");
+    let mut driven = chat(&server, ws.path(), &["--plain", "--no-store", "--db", scratch.to_str().unwrap()]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("hi");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success() && out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    let mut driven = chat(&server, ws.path(), &["--plain", "--no-store"]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("hi");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(!out.stdout.contains("--session"), "a throwaway chat offers no continuation: {}", out.stdout);
+    assert!(!scratch.exists());
+}

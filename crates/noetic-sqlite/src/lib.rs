@@ -187,9 +187,7 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        let journal: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(|e| db_error(&path, "switching to WAL", &e))?;
+        let journal = wal(&conn).map_err(|e| db_error(&path, "switching to WAL", &e))?;
         if !journal.eq_ignore_ascii_case("wal") {
             tracing::warn!(path = %path.display(), journal, "the session store could not switch to WAL mode");
         }
@@ -322,6 +320,31 @@ impl SqliteStore {
         };
         let unfinished = step.zip(core).map(|(step_id, core)| UnfinishedTurn { step_id, core });
         Ok(Some(StoredSession { snapshot, unfinished }))
+    }
+}
+
+/// Switches the file to WAL mode (a no-op when it is already in it). The switch needs the file to itself: when
+/// another process is creating or opening the same file at that moment, it is retried for up to five seconds.
+fn wal(conn: &Connection) -> rusqlite::Result<String> {
+    let current: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if current.eq_ignore_ascii_case("wal") {
+        return Ok(current);
+    }
+    let mut tries = 0;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Err(e)
+                if tries < 500
+                    && matches!(
+                        e.sqlite_error_code(),
+                        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                    ) =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
     }
 }
 

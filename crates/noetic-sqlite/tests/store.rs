@@ -141,3 +141,24 @@ fn a_commit_that_does_not_continue_the_stored_conversation_is_refused_and_writes
     assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
     assert_eq!(store.peek("s").unwrap().unwrap().snapshot.history, items);
 }
+
+#[test]
+fn many_openers_of_one_new_file_at_once_all_succeed() {
+    let db = scratch("openers").join("noetic.db");
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let openers: Vec<_> = (0..8)
+        .map(|i| {
+            let (db, barrier) = (db.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let store = SqliteStore::open(&db)?;
+                store.save_settings(&format!("s{i}"), Default::default(), 10, Default::default(), 0)?;
+                Ok::<_, NoeticError>(())
+            })
+        })
+        .collect();
+    for opener in openers {
+        opener.join().unwrap().unwrap();
+    }
+    assert_eq!(SqliteStore::open(&db).unwrap().list().unwrap().len(), 8);
+}

@@ -41,6 +41,7 @@ fn harness() -> Harness {
         max_iterations: None,
         steering_mode: SteeringMode::OneAtATime,
         approver: Some(approve::via_channel(tx)),
+        store: None,
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);

@@ -25,6 +25,10 @@ pub fn noetic() -> Command {
         cmd.env_remove(var);
     }
     cmd.env("NO_COLOR", "1");
+    // Sessions go to a scratch data directory of this command, never the user's.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cmd.env("XDG_DATA_HOME", std::env::temp_dir().join(format!("noetic-cli-tests-{}-{n}", std::process::id())));
     cmd
 }
 

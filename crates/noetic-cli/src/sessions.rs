@@ -1,0 +1,214 @@
+//! Sessions on disk: where the database is (`--db`, `db` in noetic.toml, the user's data directory), and the
+//! `noetic sessions` command (list, show, rm).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use clap::{Args, Subcommand};
+use noetic::agent::{SessionStore, SessionSummary};
+use noetic::model::Item;
+use noetic_sqlite::SqliteStore;
+
+use crate::config::Defaults;
+use crate::output::outln;
+use crate::render;
+
+/// Where sessions are kept.
+#[derive(Args, Clone, Debug, Default)]
+pub struct StoreArgs {
+    /// The session database (default: `db` in noetic.toml, else $XDG_DATA_HOME/noetic/noetic.db, else
+    /// ~/.local/share/noetic/noetic.db).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
+    pub db: Option<PathBuf>,
+    /// Keep the session in memory only: nothing is written, nothing can be continued later.
+    #[arg(long)]
+    pub no_store: bool,
+}
+
+/// The database file: the flag, else noetic.toml's `db`, else the user's data directory.
+pub fn db_path(args: &StoreArgs, defaults: &Defaults) -> Result<PathBuf, String> {
+    if let Some(path) = args.db.clone().or_else(|| defaults.db.clone()) {
+        return Ok(path);
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
+        .ok_or("no data directory: set XDG_DATA_HOME or HOME, or give --db FILE (or --no-store)")?;
+    Ok(data.join("noetic").join("noetic.db"))
+}
+
+/// The store, unless `--no-store`.
+pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Arc<SqliteStore>>, String> {
+    if args.no_store {
+        return Ok(None);
+    }
+    let path = db_path(args, defaults)?;
+    SqliteStore::open(&path).map(|store| Some(Arc::new(store))).map_err(|e| e.to_string())
+}
+
+/// A fresh session name: the command, the time and a random suffix (`chat-20261124-093015-k3x9`).
+pub fn new_name(prefix: &str) -> String {
+    let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    let suffix: String = (0..4).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
+    format!("{prefix}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{suffix}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    (era * 400 + yoe + i64::from(m <= 2), m, d)
+}
+
+/// `noetic sessions`.
+#[derive(Args, Debug)]
+pub struct SessionsArgs {
+    /// The session database (as for chat).
+    #[arg(long, value_name = "FILE", global = true)]
+    db: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<SessionsCommand>,
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsCommand {
+    /// List the sessions (the default).
+    List,
+    /// Print a session's transcript, queued steering messages and whether a turn was left unfinished.
+    Show {
+        /// The session.
+        key: String,
+    },
+    /// Delete a session.
+    Rm {
+        /// The session.
+        key: String,
+    },
+}
+
+/// Runs `noetic sessions`.
+pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
+    let path = db_path(&StoreArgs { db: args.db, no_store: false }, defaults)?;
+    if !path.exists() {
+        outln!("no sessions yet ({} does not exist)", path.display());
+        return Ok(());
+    }
+    let store = SqliteStore::open(&path)?;
+    match args.command.unwrap_or(SessionsCommand::List) {
+        SessionsCommand::List => list(&store.list()?, &path),
+        SessionsCommand::Show { key } => {
+            let Some(stored) = store.peek(&key)? else {
+                return Err(format!(
+                    "no session '{}' in {}; `noetic sessions` lists them",
+                    render::visible(&key),
+                    path.display()
+                )
+                .into());
+            };
+            outln!(
+                "session {} — {} turn(s), {} item(s)",
+                render::visible(&key),
+                stored.snapshot.turns,
+                stored.snapshot.history.len()
+            );
+            for item in &stored.snapshot.history {
+                outln!("  {}", transcript_line(item));
+            }
+            for message in &stored.snapshot.queued {
+                outln!("  queued: {}", render::visible(&message.text));
+            }
+            if let Some(turn) = &stored.unfinished {
+                outln!(
+                    "  unfinished turn in step '{}' (left by a stopped process): `noetic chat --session {}` offers to resume it",
+                    render::visible(&turn.step_id),
+                    render::visible(&key)
+                );
+            }
+            outln!(
+                "  (the steering ledger is not stored yet: write it with --ledger-out and read it with `noetic ledger FILE`)"
+            );
+        }
+        SessionsCommand::Rm { key } => {
+            if store.delete(&key)? {
+                outln!("deleted session {}", render::visible(&key));
+            } else {
+                return Err(format!("no session '{}' in {}", render::visible(&key), path.display()).into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One transcript line, with model-written text escaped.
+fn transcript_line(item: &Item) -> String {
+    render::visible(&item.to_string())
+}
+
+fn list(sessions: &[SessionSummary], path: &std::path::Path) {
+    if sessions.is_empty() {
+        outln!("no sessions in {}", path.display());
+        return;
+    }
+    outln!("{:<34} {:>5} {:>6} {:>6}  {:<10}  last activity", "session", "turns", "items", "queued", "unfinished");
+    let now = SystemTime::now();
+    for s in sessions {
+        let ago = now.duration_since(s.updated_at).map_or(0, |d| d.as_secs());
+        outln!(
+            "{:<34} {:>5} {:>6} {:>6}  {:<10}  {}",
+            render::visible(&s.key),
+            s.turns,
+            s.items,
+            s.queued,
+            if s.unfinished { "yes" } else { "no" },
+            describe_age(ago)
+        );
+    }
+}
+
+fn describe_age(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s ago"),
+        60..3600 => format!("{} min ago", secs / 60),
+        3600..86_400 => format!("{} h ago", secs / 3600),
+        _ => format!("{} days ago", secs / 86_400),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_are_right_across_leap_years_and_the_epoch() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(20_781), (2026, 11, 24));
+    }
+
+    #[test]
+    fn a_new_session_name_says_what_and_when_and_two_differ() {
+        let (a, b) = (new_name("chat"), new_name("chat"));
+        assert!(a.starts_with("chat-") && a.len() == "chat-20261124-093015-k3x9".len(), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_database_defaults_to_the_users_data_directory_and_the_flag_wins() {
+        let defaults = Defaults::default();
+        let flag = StoreArgs { db: Some(PathBuf::from("/tmp/x.db")), no_store: false };
+        assert_eq!(db_path(&flag, &defaults).unwrap(), PathBuf::from("/tmp/x.db"));
+        let path = db_path(&StoreArgs::default(), &defaults).unwrap();
+        assert!(path.ends_with("noetic/noetic.db"), "{}", path.display());
+    }
+}
