@@ -8,6 +8,7 @@
 //! the other benchmarks.
 
 mod real_path;
+mod store_path;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -347,5 +348,22 @@ fn main() -> BenchResult<()> {
     report("peak_rss_mb", Stats::of(children("rss-session")?, None), "MiB", "<= 10");
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
+    store_figures(&rt)?;
+    Ok(())
+}
+
+/// The cost of durable sessions on SQLite (see [`store_path`]).
+fn store_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        let calls = 100;
+        let plain = measure(5, || async { Ok(real_path::session_tool_calls(calls, false).await?.0) }).await?;
+        let stored = measure(5, || store_path::tool_call_us(calls)).await?;
+        report("sqlite_real_tool_call_us_100_calls", stored, "us", "");
+        report("sqlite_added_per_tool_call_us", Stats::exact(stored.median - plain.median), "us", "<= 100");
+        BenchResult::Ok(())
+    })?;
+    let (open, bytes) = store_path::open_ms_and_bytes(1000, 7)?;
+    report("sqlite_open_session_1000_turns_ms", Stats::of(open, None), "ms", "<= 20");
+    report("sqlite_bytes_per_1000_turns", Stats::exact(bytes), "bytes", "");
     Ok(())
 }

@@ -100,16 +100,20 @@ fn instructions() -> String {
     rule.repeat(3000 / rule.len() + 1)
 }
 
-/// A runtime on the fake transport, and its model.
-pub fn wire_runtime() -> BenchResult<(Runtime, Arc<WireModel>)> {
+/// A runtime on the fake transport, and its model; it writes its sessions through to `store` when given.
+pub fn wire_runtime_with(
+    store: Option<Arc<dyn noetic::agent::SessionStore>>,
+) -> BenchResult<(Runtime, Arc<WireModel>)> {
     let model = Arc::new(WireModel::new());
-    let runtime = Runtime::builder()
+    let mut builder = Runtime::builder()
         .model(model.clone())
         .model_id("openai/gpt-4o-mini")
         .instructions(instructions())
-        .tool(search_tool()?)
-        .build()?;
-    Ok((runtime, model))
+        .tool(search_tool()?);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok((builder.build()?, model))
 }
 
 /// Subscribes to the session's events and drains them in a task of its own, as a UI would.
@@ -130,7 +134,16 @@ pub fn drain_events(session: &Session) -> tokio::task::JoinHandle<usize> {
 /// One session making `calls` tool calls (turns of [`ROUNDS_PER_TURN`] each): µs per tool call over the
 /// session, and request bytes per model call.
 pub async fn session_tool_calls(calls: usize, subscribed: bool) -> BenchResult<(f64, f64)> {
-    let (runtime, model) = wire_runtime()?;
+    session_tool_calls_with(calls, subscribed, None).await
+}
+
+/// [`session_tool_calls`] on a runtime writing through to `store` when given.
+pub async fn session_tool_calls_with(
+    calls: usize,
+    subscribed: bool,
+    store: Option<Arc<dyn noetic::agent::SessionStore>>,
+) -> BenchResult<(f64, f64)> {
+    let (runtime, model) = wire_runtime_with(store)?;
     let session = runtime.session("bench");
     let drain = subscribed.then(|| drain_events(&session));
     let turns = calls.div_ceil(ROUNDS_PER_TURN);
