@@ -201,7 +201,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::ToolCallStarted { call_id, tool } => {
             format!("  tool  {} [{}] …", printable(tool), printable(call_id))
         }
-        EventKind::ToolCallCompleted { call_id, tool, is_error, output } => {
+        EventKind::ToolCallCompleted { call_id, tool, is_error, output, .. } => {
             let line = format!("  tool  {} [{}] → {}", printable(tool), printable(call_id), shorten(output, 90));
             if *is_error { style.yellow(&line) } else { style.green(&line) }
         }
@@ -271,6 +271,7 @@ mod tests {
             tool: "read_file".into(),
             is_error: false,
             output: "fine\r\u{1b}]0;owned\u{7}\u{202e}".into(),
+            error_kind: None,
         };
         assert_eq!(
             event_line(&PLAIN, &kind).unwrap(),

@@ -244,3 +244,33 @@ fn a_commit_that_does_not_continue_the_stored_conversation_is_refused() {
     let err = store.commit("s", commit(3)).unwrap_err();
     assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
 }
+
+#[tokio::test]
+async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idempotent() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
+    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
+    let _turn = first.session("s").send("go").unwrap();
+    gate.started().await;
+    let crashed = Arc::new(store.snapshot());
+
+    let reads = Counter::new();
+    let counted = reads.tool("slow", json!("read again")).unwrap();
+    let idempotent = Arc::new(
+        FnTool::builder("slow", "Reads; running it twice is harmless.")
+            .idempotent(true)
+            .handler(move |args, tcx| counted.call(args, tcx))
+            .build()
+            .unwrap(),
+    );
+    let next = runtime(&ScriptedModel::new([ModelResponse::text("done")]), crashed, vec![idempotent]);
+    let session = next.session("s");
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "done");
+    assert_eq!(reads.count(), 1, "the idempotent call ran again");
+    assert_eq!(
+        results(&session.history()),
+        [ToolResult { call_id: "c1".into(), content: "read again".into(), is_error: false }]
+    );
+    gate.release();
+}

@@ -116,6 +116,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Adds a source of tools that may change while the runtime runs (see [`ToolSource`](crate::tool::ToolSource)):
+    /// each model request offers its tools as they are then.
+    pub fn tool_source(mut self, source: Arc<dyn crate::tool::ToolSource>) -> Self {
+        self.services.add_tool_source(source);
+        self
+    }
+
     /// Adds a memory layer (the steering layer, for instance).
     pub fn layer(mut self, layer: Arc<dyn MemoryLayer>) -> Self {
         self.layers.push(layer);
@@ -211,7 +218,9 @@ impl RuntimeBuilder {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
-        crate::tool::check_unique_names(self.services.tools(), "the runtime")?;
+        if let Some(duplicate) = self.services.duplicate_tool() {
+            return Err(duplicate);
+        }
         if self.max_idle_sessions.is_some() && self.archive.is_none() && self.store.is_none() {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
@@ -221,7 +230,7 @@ impl RuntimeBuilder {
         }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
-        crate::tool::add_tool_memory_layers(&mut layers, self.services.tools());
+        crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 services: self.services,

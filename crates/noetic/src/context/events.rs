@@ -136,6 +136,9 @@ pub enum EventKind {
         is_error: bool,
         /// The result text given to the model.
         output: String,
+        /// What kind of failure, when the result is an error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_kind: Option<crate::model::ToolErrorKind>,
     },
     /// A steering decision stopped a tool call (deny or guide); the tool did not run.
     SteeringDenied {

@@ -84,8 +84,8 @@ struct Inner {
 pub struct Services {
     /// The model `llm` steps call.
     pub model: Option<Arc<dyn Model>>,
-    /// Tools in scope for `llm` steps that do not restrict them (`Vec<Arc<dyn Tool>>`, kept opaque here: see
-    /// `Services::tools` and `Services::add_tools` in the tool module).
+    /// Tools in scope for `llm` steps that do not restrict them (the tool module's fixed set and sources, kept
+    /// opaque here: see `Services::tools` and `Services::add_tools` there).
     pub(crate) tools: Carried,
     /// Decides on calls of tools that need approval.
     pub approver: Option<Arc<dyn Approver>>,

@@ -54,11 +54,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             "build the context with Context::builder().model(...) or run the step through a Runtime",
         )
     })?;
-    let tools: Vec<Arc<dyn Tool>> = match &s.tools {
+    // The tools as they are for each request (a source may change them while the turn runs); the calls of a
+    // response run against the set its request offered.
+    let current_tools = || match &s.tools {
         Some(tools) => tools.clone(),
-        None => ctx.tools().to_vec(),
+        None => ctx.tools(),
     };
-    let specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
+    let mut tools = current_tools();
+    let mut specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
     let allow = |kind: &EventKind| s.emit.allows(kind);
     let steering = ctx.turn_steering().cloned();
     let journal = ctx.journal().cloned();
@@ -90,6 +93,11 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
             Action::CallModel { round, tail } => match ctx.check_cancelled() {
                 Ok(()) => {
+                    let now = current_tools();
+                    if !now.same_as(&tools) {
+                        specs = now.iter().map(spec).collect();
+                        tools = now;
+                    }
                     // Injected messages and their user items are committed together before the request.
                     let injected = steering.as_ref().map(|ts| ts.inject(ctx)).unwrap_or_default();
                     let committed = match journal.as_deref() {
@@ -119,9 +127,15 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
                 Err(cancelled) => Input::Failed(cancelled),
             },
-            // Whether the tool is idempotent is not known yet: a call that may have taken effect is never run
-            // twice (fail closed), it gets the interrupted result.
-            Action::ResumeTool(call) => Input::ToolDone(interrupted_result(&call.id)),
+            // A call that was running when the process stopped runs again only if its tool says that is
+            // harmless; any other gets the interrupted result (it may or may not have taken effect).
+            Action::ResumeTool(call) => match tools.get(&call.name) {
+                Some(tool) if tool.idempotent() => match ctx.check_cancelled() {
+                    Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                    Err(cancelled) => Input::Failed(cancelled),
+                },
+                _ => Input::ToolDone(interrupted_result(&call.id)),
+            },
             Action::Finish { text, usage, cost } => {
                 if let Some(journal) = journal.as_deref() {
                     commit(ctx, journal, &s.id, None, Vec::new()).await?;

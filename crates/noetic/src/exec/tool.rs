@@ -28,6 +28,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         tool: name.to_owned(),
         is_error,
         output,
+        error_kind: is_error.then_some(crate::model::ToolErrorKind::Failed),
     };
     match &outcome {
         Ok(value) => ctx.emit(|| completed(false, result_text(value))),

@@ -154,6 +154,27 @@ impl Clone for Log {
     }
 }
 
+/// Why a tool call failed, as far as the caller can act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The arguments were malformed or did not fit the tool's schema: fix them and call again.
+    InvalidArguments,
+    /// No such tool, or the thing it was asked about does not exist.
+    NotFound,
+    /// Not allowed: a steering rule, a rejected approval, the tool's own permission check.
+    PermissionDenied,
+    /// The tool (or what it waited for) took too long.
+    Timeout,
+    /// The call was cancelled.
+    Cancelled,
+    /// A service behind the tool failed (an MCP server, a remote API).
+    Upstream,
+    /// Any other failure of the tool.
+    #[default]
+    Failed,
+}
+
 /// An immutable snapshot of a conversation, cheap to clone (it shares the items).
 #[derive(Debug, Clone)]
 pub struct History(pub(crate) Arc<Log>);

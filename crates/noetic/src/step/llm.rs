@@ -86,7 +86,7 @@ pub struct StepLlm<I, O> {
     pub(crate) id: Arc<str>,
     pub(crate) model: String,
     pub(crate) instructions: Option<String>,
-    pub(crate) tools: Option<Vec<Arc<dyn Tool>>>,
+    pub(crate) tools: Option<crate::tool::ToolSet>,
     pub(crate) output_schema: Option<Schema>,
     pub(crate) params: ModelParams,
     pub(crate) tool_choice: Option<ToolChoice>,
@@ -277,15 +277,16 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
                 "pass a model id such as \"openai/gpt-4o-mini\"",
             ));
         }
-        if let Some(tools) = &self.tools {
-            crate::tool::check_unique_names(tools, &format!("llm step '{id}'"))?;
-        }
+        let tools = match self.tools {
+            Some(tools) => Some(crate::tool::ToolSet::named(tools, &format!("llm step '{id}'"))?),
+            None => None,
+        };
         let output_schema = self.output_schema.map(Schema::new).transpose()?;
         Ok(Step::Llm(Arc::new(StepLlm {
             id,
             model: self.model,
             instructions: self.instructions,
-            tools: self.tools,
+            tools,
             output_schema,
             params: self.params,
             tool_choice: self.tool_choice,

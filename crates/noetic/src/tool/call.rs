@@ -2,11 +2,9 @@
 //! invalid arguments, rejected approvals, tool errors, panics and invalid results all become error results the
 //! model can read. Only cancellation escapes, as an error.
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
-use super::{Approval, ApprovalRequest, Tool, ToolContext};
+use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolSet};
 use crate::context::{Context, EventKind};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
@@ -47,9 +45,14 @@ fn steered(ctx: &Context, call: &ToolCall, gate: Gate) -> ToolResult {
     result
 }
 
-fn error_result(call: &ToolCall, message: String) -> ToolResult {
-    ToolResult { call_id: call.id.clone(), content: format!("Error: {message}"), is_error: true }
+/// What a failed call gives the model, and its kind: the one place an error becomes a tool result. The text is
+/// `Error: <message>` whatever the kind (messages say what to do); the kind travels in `tool_call_completed`.
+fn error_result(call: &ToolCall, kind: ToolErrorKind, message: String) -> Outcome {
+    (ToolResult { call_id: call.id.clone(), content: format!("Error: {message}"), is_error: true }, Some(kind))
 }
+
+/// A call's result and, when it failed, the kind of failure.
+type Outcome = (ToolResult, Option<ToolErrorKind>);
 
 /// The text a tool's JSON result becomes for the model: strings as they are, anything else as JSON.
 pub(crate) fn result_text(value: &Value) -> String {
@@ -65,7 +68,7 @@ pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 /// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them.
 pub(crate) async fn run_tool_call(
     ctx: &Context,
-    tools: &[Arc<dyn Tool>],
+    tools: &ToolSet,
     call: &ToolCall,
     allow: EmitFilter<'_>,
 ) -> Result<ToolResult, NoeticError> {
@@ -76,8 +79,8 @@ pub(crate) async fn run_tool_call(
             ctx.emit(|| kind);
         }
     }
-    let result = resolve_and_run(ctx, tools, call).await?;
-    let result = match tools.iter().find(|t| t.name() == call.name) {
+    let (result, error_kind) = resolve_and_run(ctx, tools, call).await?;
+    let result = match tools.get(&call.name) {
         Some(tool) => tool.decorate_result(result),
         None => result,
     };
@@ -87,6 +90,7 @@ pub(crate) async fn run_tool_call(
             tool: call.name.clone(),
             is_error: result.is_error,
             output: result.content.clone(),
+            error_kind: error_kind.filter(|_| result.is_error),
         };
         if allow(&kind) {
             ctx.emit(|| kind);
@@ -95,7 +99,7 @@ pub(crate) async fn run_tool_call(
     Ok(result)
 }
 
-async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall) -> Result<ToolResult, NoeticError> {
+async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Result<Outcome, NoeticError> {
     let args: Value = if call.arguments.trim().is_empty() {
         Value::Object(serde_json::Map::new())
     } else {
@@ -104,6 +108,7 @@ async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall
             Err(e) => {
                 return Ok(error_result(
                     call,
+                    ToolErrorKind::InvalidArguments,
                     format!(
                         "malformed JSON in tool arguments ({e}): {}; send the arguments as one JSON object",
                         call.arguments
@@ -112,21 +117,23 @@ async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall
             }
         }
     };
-    let Some(tool) = tools.iter().find(|t| t.name() == call.name) else {
+    let Some(tool) = tools.get(&call.name) else {
         let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
         let available = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
-        return Ok(error_result(call, format!("unknown tool '{}'; available tools: {available}", call.name)));
+        let message = format!("unknown tool '{}'; available tools: {available}", call.name);
+        return Ok(error_result(call, ToolErrorKind::NotFound, message));
     };
     let params = ToolCallParams { call_id: &call.id, name: &call.name, args: &args };
     let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
     if gate.decision.action != SteeringAction::Allow {
-        return Ok(steered(ctx, call, gate));
+        return Ok((steered(ctx, call, gate), Some(ToolErrorKind::PermissionDenied)));
     }
     if let Err(problems) = tool.input_schema().validate(&args) {
-        return Ok(error_result(call, format!("invalid arguments for tool '{}': {problems}", call.name)));
+        let message = format!("invalid arguments for tool '{}': {problems}", call.name);
+        return Ok(error_result(call, ToolErrorKind::InvalidArguments, message));
     }
     if let Err(message) = ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await? {
-        return Ok(error_result(call, message));
+        return Ok(error_result(call, ToolErrorKind::PermissionDenied, message));
     }
     let tcx = ToolContext {
         ctx: ctx.clone(),
@@ -138,16 +145,17 @@ async fn resolve_and_run(ctx: &Context, tools: &[Arc<dyn Tool>], call: &ToolCall
     let outcome = match ctx.run_cancellable(guard_async(&call.name, "tool", run)).await {
         Ok(outcome) => outcome,
         Err(e) if e.is_cancelled() => return Err(e),
-        Err(panic) => return Ok(error_result(call, panic.to_string())),
+        Err(panic) => return Ok(error_result(call, ToolErrorKind::Failed, panic.to_string())),
     };
     let value = match outcome {
         Ok(v) => v,
-        Err(e) => return Ok(error_result(call, e.message)),
+        Err(e) => return Ok(error_result(call, e.kind, e.message)),
     };
     if let Some(schema) = tool.output_schema()
         && let Err(problems) = schema.validate(&value)
     {
-        return Ok(error_result(call, format!("tool '{}' returned an invalid result: {problems}", call.name)));
+        let message = format!("tool '{}' returned an invalid result: {problems}", call.name);
+        return Ok(error_result(call, ToolErrorKind::Failed, message));
     }
-    Ok(ToolResult { call_id: call.id.clone(), content: result_text(&value), is_error: false })
+    Ok((ToolResult { call_id: call.id.clone(), content: result_text(&value), is_error: false }, None))
 }

@@ -7,6 +7,7 @@
 pub(crate) mod call;
 mod memory;
 mod schema;
+mod set;
 mod typed;
 
 use std::fmt;
@@ -20,6 +21,8 @@ pub use crate::context::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
 pub(crate) use memory::{add_tool_memory_layers, add_tool_memory_to};
 pub use schema::Schema;
+pub(crate) use set::Tools;
+pub use set::{DynamicTools, ToolSet, ToolSource};
 pub use typed::{TypedTool, tool_fn};
 
 use crate::context::{Carried, Context, ContextBuilder, EventKind, Services};
@@ -53,18 +56,28 @@ impl ToolContext {
     }
 }
 
-/// An error a tool returns. Its message is shown to the model, so say what went wrong and what to try instead.
+pub use crate::model::ToolErrorKind;
+
+/// An error a tool returns. Its message is shown to the model, so say what went wrong and what to try instead;
+/// its kind travels with the `tool_call_completed` event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolError {
+    /// What kind of failure.
+    pub kind: ToolErrorKind,
     /// What went wrong.
     pub message: String,
 }
 
 impl ToolError {
-    /// A tool error with a message.
+    /// A tool error with a message (kind [`ToolErrorKind::Failed`]).
     pub fn new(message: impl fmt::Display) -> Self {
-        ToolError { message: message.to_string() }
+        ToolError { kind: ToolErrorKind::Failed, message: message.to_string() }
+    }
+
+    /// A tool error of a kind.
+    pub fn of(kind: ToolErrorKind, message: impl fmt::Display) -> Self {
+        ToolError { kind, message: message.to_string() }
     }
 }
 
@@ -91,6 +104,12 @@ pub trait Tool: Send + Sync + 'static {
 
     /// When true, each call waits for an approver's decision before running.
     fn needs_approval(&self) -> bool {
+        false
+    }
+
+    /// True when running a call twice has the effect of running it once (a read, a lookup). A turn resumed after
+    /// its process died runs such a call again if it was running; any other gets an interrupted result instead.
+    fn idempotent(&self) -> bool {
         false
     }
 
@@ -133,6 +152,7 @@ pub struct FnTool {
     output: Option<Schema>,
     events: Option<Schema>,
     needs_approval: bool,
+    idempotent: bool,
     memory: Option<ToolMemory>,
     handler: Handler,
 }
@@ -151,6 +171,7 @@ pub struct FnToolBuilder {
     output: Option<Value>,
     events: Option<Value>,
     needs_approval: bool,
+    idempotent: bool,
     memory: Option<ToolMemory>,
     handler: Option<Handler>,
 }
@@ -165,6 +186,7 @@ impl FnTool {
             output: None,
             events: None,
             needs_approval: false,
+            idempotent: false,
             memory: None,
             handler: None,
         }
@@ -193,6 +215,12 @@ impl FnToolBuilder {
     /// Require approval before each call.
     pub fn needs_approval(mut self, yes: bool) -> Self {
         self.needs_approval = yes;
+        self
+    }
+
+    /// Declares that running a call twice is harmless (see [`Tool::idempotent`]).
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 
@@ -235,6 +263,7 @@ impl FnToolBuilder {
             name: self.name,
             description: self.description,
             needs_approval: self.needs_approval,
+            idempotent: self.idempotent,
             memory: self.memory,
             handler,
         })
@@ -266,6 +295,10 @@ impl Tool for FnTool {
         self.needs_approval
     }
 
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
+
     fn memory(&self) -> Option<&ToolMemory> {
         self.memory.as_ref()
     }
@@ -293,25 +326,53 @@ pub fn check_unique_names(tools: &[Arc<dyn Tool>], scope: &str) -> Result<(), Co
 
 /// The tools of a context's services: the context carries them without knowing their type (it sits below this
 /// module); these read and set them.
-static NO_TOOLS: Vec<Arc<dyn Tool>> = Vec::new();
-
 impl Services {
-    /// Tools in scope for `llm` steps that do not restrict them.
-    pub fn tools(&self) -> &[Arc<dyn Tool>] {
-        self.tools.get::<Vec<Arc<dyn Tool>>>().unwrap_or(&NO_TOOLS)
+    fn tool_scope(&self) -> Option<&Tools> {
+        self.tools.get::<Tools>()
     }
 
-    /// Adds tools to those in scope.
+    /// The tools in scope now (the fixed ones and each source's).
+    pub fn tools(&self) -> ToolSet {
+        self.tool_scope().map(Tools::snapshot).unwrap_or_default()
+    }
+
+    /// Adds tools to the fixed ones in scope. A name given twice keeps the first tool; a runtime refuses to
+    /// build then (`DUPLICATE_TOOL_NAME`), see [`Services::duplicate_tool`].
     pub fn add_tools(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
-        let mut all = self.tools().to_vec();
-        all.extend(tools);
-        self.tools = Carried::new(all);
+        let mut scope = self.tool_scope().cloned().unwrap_or_default();
+        let all: Vec<Arc<dyn Tool>> = scope.fixed.iter().cloned().chain(tools).collect();
+        scope.fixed = match ToolSet::named(all.clone(), "the runtime") {
+            Ok(set) => set,
+            Err(e) => {
+                scope.duplicate.get_or_insert(e);
+                ToolSet::first_wins(all)
+            }
+        };
+        self.tools = Carried::new(scope);
+    }
+
+    /// Adds a source of tools that may change while the runtime runs; each model request sees its tools as they
+    /// are then.
+    pub fn add_tool_source(&mut self, source: Arc<dyn ToolSource>) {
+        let mut scope = self.tool_scope().cloned().unwrap_or_default();
+        scope.sources.push(source);
+        self.tools = Carried::new(scope);
+    }
+
+    /// The error of two fixed tools given with one name, if that happened.
+    pub fn duplicate_tool(&self) -> Option<ConfigError> {
+        self.tool_scope().and_then(|s| s.duplicate.clone())
+    }
+
+    /// The fixed tools (their declared memory becomes layers).
+    pub(crate) fn fixed_tools(&self) -> ToolSet {
+        self.tool_scope().map(|s| s.fixed.clone()).unwrap_or_default()
     }
 }
 
 impl Context {
-    /// The tools in scope.
-    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+    /// The tools in scope now (the fixed ones and each source's).
+    pub fn tools(&self) -> ToolSet {
         self.services().tools()
     }
 }
@@ -325,10 +386,16 @@ impl ContextBuilder {
         self
     }
 
+    /// A source of tools that may change while the execution runs.
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.services.add_tool_source(source);
+        self
+    }
+
     /// Model, tools and approver at once. Memory the tools declare joins the layers (unless a layer with that
     /// id is there).
     pub fn services(mut self, services: Services) -> Self {
-        add_tool_memory_to(&mut self.layers, services.tools());
+        add_tool_memory_to(&mut self.layers, &services.fixed_tools());
         self.services = services;
         self
     }

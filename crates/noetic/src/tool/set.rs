@@ -1,0 +1,187 @@
+//! Tools indexed by name ([`ToolSet`]) and where they come from ([`ToolSource`]): a fixed list, or a source whose
+//! tools change while the runtime runs ([`DynamicTools`]; an MCP server's tools are another).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, RwLock};
+
+use super::Tool;
+use crate::error::{ConfigCode, ConfigError};
+
+/// Tools indexed by name: lookups are O(1) and no two tools share a name. Cheap to clone (shared).
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: Arc<[Arc<dyn Tool>]>,
+    by_name: Arc<HashMap<String, usize>>,
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.tools.iter().map(|t| t.name())).finish()
+    }
+}
+
+fn duplicate(name: &str, scope: &str) -> ConfigError {
+    ConfigError::new(
+        ConfigCode::DuplicateToolName,
+        format!("{scope} has two tools named '{name}'"),
+        "give every tool a distinct name (prefix tools from different sources, e.g. 'server__tool')",
+    )
+}
+
+impl ToolSet {
+    /// A set of `tools`; two tools with one name are a `DUPLICATE_TOOL_NAME` error (the model would be offered
+    /// both while only one could run).
+    pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Result<Self, ConfigError> {
+        Self::named(tools, "a tool set")
+    }
+
+    /// [`ToolSet::new`], naming where the tools were given in the error.
+    pub(crate) fn named(tools: impl IntoIterator<Item = Arc<dyn Tool>>, scope: &str) -> Result<Self, ConfigError> {
+        let tools: Vec<Arc<dyn Tool>> = tools.into_iter().collect();
+        let mut by_name = HashMap::with_capacity(tools.len());
+        for (i, tool) in tools.iter().enumerate() {
+            if by_name.insert(tool.name().to_owned(), i).is_some() {
+                return Err(duplicate(tool.name(), scope));
+            }
+        }
+        Ok(ToolSet { tools: tools.into(), by_name: Arc::new(by_name) })
+    }
+
+    /// The tools with the first of each name kept (for scopes that report duplicates elsewhere).
+    pub(crate) fn first_wins(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> ToolSet {
+        let mut kept: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut by_name = HashMap::new();
+        for tool in tools {
+            if !by_name.contains_key(tool.name()) {
+                by_name.insert(tool.name().to_owned(), kept.len());
+                kept.push(tool);
+            }
+        }
+        ToolSet { tools: kept.into(), by_name: Arc::new(by_name) }
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name).and_then(|&i| self.tools.get(i))
+    }
+
+    /// The tools' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|t| t.name())
+    }
+
+    /// True when `other` is the very same set (not only equal): a cheap "did it change?".
+    pub fn same_as(&self, other: &ToolSet) -> bool {
+        Arc::ptr_eq(&self.tools, &other.tools)
+    }
+
+    /// These tools followed by `more`, leaving out (with a warning) any of `more` whose name is already taken.
+    pub(crate) fn merged(&self, more: &ToolSet) -> ToolSet {
+        if more.is_empty() {
+            return self.clone();
+        }
+        let mut tools: Vec<Arc<dyn Tool>> = self.tools.to_vec();
+        for tool in more.iter() {
+            if self.by_name.contains_key(tool.name()) {
+                tracing::warn!(tool = tool.name(), "a tool source offers a tool whose name is taken; it is left out");
+            } else {
+                tools.push(tool.clone());
+            }
+        }
+        let by_name = tools.iter().enumerate().map(|(i, t)| (t.name().to_owned(), i)).collect();
+        ToolSet { tools: tools.into(), by_name: Arc::new(by_name) }
+    }
+}
+
+impl Deref for ToolSet {
+    type Target = [Arc<dyn Tool>];
+
+    fn deref(&self) -> &Self::Target {
+        &self.tools
+    }
+}
+
+/// Where tools come from. Each model request uses the source's tools as they are at that moment, and the calls
+/// of its response run against the same set: a tool removed meanwhile is an unknown tool to them.
+pub trait ToolSource: Send + Sync + 'static {
+    /// The tools now. Called for every model request: return a kept set (an `Arc` clone), do not build one.
+    fn snapshot(&self) -> ToolSet;
+}
+
+impl ToolSource for ToolSet {
+    fn snapshot(&self) -> ToolSet {
+        self.clone()
+    }
+}
+
+/// Tools that can be added and removed while the runtime runs (a plugin host, a server's tool list).
+#[derive(Default)]
+pub struct DynamicTools {
+    current: RwLock<ToolSet>,
+}
+
+impl fmt::Debug for DynamicTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("DynamicTools").field(&self.snapshot()).finish()
+    }
+}
+
+impl DynamicTools {
+    /// An empty source.
+    pub fn new() -> Self {
+        DynamicTools::default()
+    }
+
+    /// Adds a tool; a name already offered is a `DUPLICATE_TOOL_NAME` error and changes nothing.
+    pub fn add(&self, tool: Arc<dyn Tool>) -> Result<(), ConfigError> {
+        let mut current = self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.get(tool.name()).is_some() {
+            return Err(duplicate(tool.name(), "this tool source"));
+        }
+        *current = ToolSet::named(current.iter().cloned().chain([tool]), "this tool source")?;
+        Ok(())
+    }
+
+    /// Removes the tool named `name`; false when there was none.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut current = self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.get(name).is_none() {
+            return false;
+        }
+        let kept: Vec<Arc<dyn Tool>> = current.iter().filter(|t| t.name() != name).cloned().collect();
+        // Names were unique and stay unique.
+        *current = ToolSet::named(kept, "this tool source").unwrap_or_default();
+        true
+    }
+
+    /// Replaces all the tools at once (a server's new tool list).
+    pub fn replace(&self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Result<(), ConfigError> {
+        let set = ToolSet::named(tools, "this tool source")?;
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = set;
+        Ok(())
+    }
+}
+
+impl ToolSource for DynamicTools {
+    fn snapshot(&self) -> ToolSet {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// The tools in scope of an execution tree: a fixed set and any number of sources, merged per request.
+#[derive(Clone, Default)]
+pub(crate) struct Tools {
+    pub(crate) fixed: ToolSet,
+    pub(crate) sources: Vec<Arc<dyn ToolSource>>,
+    /// Two fixed tools were given one name (the first is kept).
+    pub(crate) duplicate: Option<ConfigError>,
+}
+
+impl Tools {
+    /// The tools now: the fixed ones, then each source's (a name already taken is left out).
+    pub(crate) fn snapshot(&self) -> ToolSet {
+        self.sources.iter().fold(self.fixed.clone(), |set, source| set.merged(&source.snapshot()))
+    }
+}
