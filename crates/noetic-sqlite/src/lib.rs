@@ -411,14 +411,6 @@ impl SessionStore for SqliteStore {
 
     fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
         self.write("committing the turn", |tx| {
-            self.ensure(tx, key)?;
-            let held: i64 = tx
-                .query_row("SELECT items FROM sessions WHERE key = ?1", params![key], |r| r.get(0))
-                .map_err(|e| db_error(&self.path, "reading the conversation length", &e))?;
-            let held = usize::try_from(held).unwrap_or(0);
-            if held != commit.first {
-                return Err(out_of_order(key, held, commit.first));
-            }
             {
                 let mut insert = tx
                     .prepare_cached("INSERT INTO items (session, seq, item) VALUES (?1, ?2, ?3)")
@@ -426,7 +418,16 @@ impl SessionStore for SqliteStore {
                 for (i, item) in commit.items.iter().enumerate() {
                     let text = serde_json::to_string(item).map_err(|e| json_error(&self.path, "item", &e))?;
                     let seq = i64::try_from(commit.first + i).unwrap_or(i64::MAX);
-                    insert.execute(params![key, seq, text]).map_err(|e| db_error(&self.path, "appending items", &e))?;
+                    if let Err(e) = insert.execute(params![key, seq, text]) {
+                        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
+                            // The item's place is taken: this commit does not continue the stored conversation.
+                            let held: i64 = tx
+                                .query_row("SELECT items FROM sessions WHERE key = ?1", params![key], |r| r.get(0))
+                                .unwrap_or(0);
+                            return Err(out_of_order(key, usize::try_from(held).unwrap_or(0), commit.first));
+                        }
+                        return Err(db_error(&self.path, "appending items", &e));
+                    }
                 }
             }
             if !commit.injected.is_empty() {
@@ -434,27 +435,47 @@ impl SessionStore for SqliteStore {
                     .prepare_cached("DELETE FROM queue WHERE session = ?1 AND id = ?2")
                     .map_err(|e| db_error(&self.path, "removing injected messages", &e))?;
                 for id in commit.injected {
-                    delete.execute(params![key, id]).map_err(|e| db_error(&self.path, "removing injected messages", &e))?;
+                    delete
+                        .execute(params![key, id])
+                        .map_err(|e| db_error(&self.path, "removing injected messages", &e))?;
                 }
             }
+            let first = i64::try_from(commit.first).unwrap_or(i64::MAX);
             let count = i64::try_from(commit.first + commit.items.len()).unwrap_or(i64::MAX);
             let now = millis(SystemTime::now());
-            let updated = match commit.journal {
-                JournalWrite::Keep => tx.execute(
-                    "UPDATE sessions SET items = ?2, updated_ms = ?3 WHERE key = ?1",
-                    params![key, count, now],
-                ),
-                JournalWrite::Save { step_id, core } => tx.execute(
-                    "UPDATE sessions SET items = ?2, updated_ms = ?3, journal_step = ?4, journal_core = ?5 WHERE key = ?1",
-                    params![key, count, now, step_id, core],
-                ),
-                JournalWrite::Clear => tx.execute(
-                    "UPDATE sessions SET items = ?2, updated_ms = ?3, journal_step = NULL, journal_core = NULL WHERE key = ?1",
-                    params![key, count, now],
-                ),
+            // One statement checks that the commit continues the stored conversation and moves it on: the
+            // items above are rolled back with the transaction when it does not.
+            let (step, core, keep) = match commit.journal {
+                JournalWrite::Keep => (None, None, true),
+                JournalWrite::Save { step_id, core } => (Some(step_id), Some(core), false),
+                JournalWrite::Clear => (None, None, false),
             };
-            updated.map_err(|e| db_error(&self.path, "writing the journal", &e))?;
-            Ok(())
+            let update = |tx: &Transaction<'_>| {
+                tx.prepare_cached(
+                    "UPDATE sessions SET items = ?3, updated_ms = ?4,
+                         journal_step = CASE WHEN ?7 THEN journal_step ELSE ?5 END,
+                         journal_core = CASE WHEN ?7 THEN journal_core ELSE ?6 END
+                     WHERE key = ?1 AND items = ?2",
+                )
+                .and_then(|mut stmt| stmt.execute(params![key, first, count, now, step, core, keep]))
+                .map_err(|e| db_error(&self.path, "writing the journal", &e))
+            };
+            if update(tx)? == 1 {
+                return Ok(());
+            }
+            let held: Option<i64> = tx
+                .query_row("SELECT items FROM sessions WHERE key = ?1", params![key], |r| r.get(0))
+                .optional()
+                .map_err(|e| db_error(&self.path, "reading the conversation length", &e))?;
+            match held {
+                // A new session: create its row, then the same update.
+                None if commit.first == 0 => {
+                    self.ensure(tx, key)?;
+                    update(tx)?;
+                    Ok(())
+                }
+                held => Err(out_of_order(key, usize::try_from(held.unwrap_or(0)).unwrap_or(0), commit.first)),
+            }
         })
     }
 

@@ -80,7 +80,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         for effect in core.advance(input) {
             apply(ctx, s, effect);
         }
-        // A response that arrived and a call about to run are journaled before anything acts on them.
+        // A call about to run is journaled before it starts (model requests commit in their own arm, with the
+        // steering they inject).
         if let Some(journal) = journal.as_deref()
             && core.is_at_durable_point()
             && !matches!(core.action(), Action::CallModel { .. })

@@ -251,19 +251,12 @@ impl TurnCore {
         matches!(self.phase, Phase::Finished { .. } | Phase::Failed { .. })
     }
 
-    /// True while the core waits for a model response, for its review, for a tool call's outcome or for the
-    /// checkpoint after one: the points a durable driver journals before acting, so that a resumed turn neither
-    /// asks the model again for a response it had, nor runs a call again whose outcome it had, nor runs one
-    /// twice unknowingly.
+    /// True while the core is about to ask the model or to run a tool call: the points a durable driver journals
+    /// before acting (one write per model request and one per tool call). A resumed turn then never runs a call
+    /// twice unknowingly, never loses an injected steering message, and asks the model again only for a response
+    /// that arrived after the last write (one that was being reviewed, or whose calls had not started).
     pub fn is_at_durable_point(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::AwaitingResponse
-                | Phase::Reviewing { .. }
-                | Phase::Tool { .. }
-                | Phase::ResumingTool { .. }
-                | Phase::ToolPoll { .. }
-        )
+        matches!(self.phase, Phase::AwaitingResponse | Phase::Tool { .. } | Phase::ResumingTool { .. })
     }
 
     /// What the driver does next: performs it and answers with the matching [`Input`].
