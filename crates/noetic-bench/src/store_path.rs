@@ -48,7 +48,10 @@ fn session_of(turns: usize) -> BenchResult<PathBuf> {
     let mut held = 0;
     for n in 0..turns {
         let items = turn_items(n);
-        store.commit("big", StoreCommit { first: held, items: &items, injected: &[], journal: JournalWrite::Keep })?;
+        store.commit(
+            "big",
+            StoreCommit { first: held, items: &items, injected: &[], journal: JournalWrite::Keep, ledger: &[] },
+        )?;
         held += items.len();
     }
     Ok(path)

@@ -84,7 +84,8 @@ pub struct SessionsArgs {
 enum SessionsCommand {
     /// List the sessions (the default).
     List,
-    /// Print a session's transcript, queued steering messages and whether a turn was left unfinished.
+    /// Print a session's transcript, queued steering messages, steering ledger and whether a turn was left
+    /// unfinished.
     Show {
         /// The session.
         key: String,
@@ -134,9 +135,15 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
                     render::visible(&key)
                 );
             }
-            outln!(
-                "  (the steering ledger is not stored yet: write it with --ledger-out and read it with `noetic ledger FILE`)"
-            );
+            let ledger = store.ledger(&key)?;
+            outln!("  steering ledger ({} decision(s)):", ledger.len());
+            let style = render::Style::detect(true);
+            for entry in ledger {
+                match serde_json::from_str::<noetic::steering::LedgerEntry>(&entry) {
+                    Ok(entry) => outln!("  {}", render::ledger_line(&style, &entry)),
+                    Err(e) => outln!("  (an unreadable ledger entry: {e})"),
+                }
+            }
         }
         SessionsCommand::Rm { key } => {
             if store.delete(&key)? {

@@ -243,6 +243,7 @@ async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_list
     assert_eq!(&columns[..5], ["ada", "2", "4", "0", "no"], "{row}");
     let shown = run(noetic().args(["sessions", "show", "ada", "--db", &db_arg]));
     assert!(shown.stdout.contains("User: What is my name?") && shown.stdout.contains("Assistant: You told me: Ada."));
+    assert!(shown.stdout.contains("steering ledger ("), "{}", shown.stdout);
     let removed = run(noetic().args(["sessions", "rm", "ada", "--db", &db_arg]));
     assert!(removed.status.success() && removed.stdout.contains("deleted session ada"), "{}", removed.stderr);
     let missing = run(noetic().args(["sessions", "show", "ada", "--db", &db_arg]));

@@ -430,6 +430,19 @@ impl SessionStore for SqliteStore {
                     }
                 }
             }
+            if !commit.ledger.is_empty() {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO ledger (session, seq, entry)
+                         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM ledger WHERE session = ?1), ?2)",
+                    )
+                    .map_err(|e| db_error(&self.path, "appending to the ledger", &e))?;
+                for entry in commit.ledger {
+                    insert
+                        .execute(params![key, entry])
+                        .map_err(|e| db_error(&self.path, "appending to the ledger", &e))?;
+                }
+            }
             if !commit.injected.is_empty() {
                 let mut delete = tx
                     .prepare_cached("DELETE FROM queue WHERE session = ?1 AND id = ?2")
@@ -562,7 +575,19 @@ impl SessionStore for SqliteStore {
             let run = |sql: &str| tx.execute(sql, params![key]).map_err(|e| db_error(&self.path, "deleting", &e));
             run("DELETE FROM items WHERE session = ?1")?;
             run("DELETE FROM queue WHERE session = ?1")?;
+            run("DELETE FROM ledger WHERE session = ?1")?;
             Ok(run("DELETE FROM sessions WHERE key = ?1")? > 0)
         })
+    }
+
+    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
+        self.with(
+            |conn| {
+                let mut stmt = conn.prepare_cached("SELECT entry FROM ledger WHERE session = ?1 ORDER BY seq")?;
+                let rows = stmt.query_map(params![key], |r| r.get::<_, String>(0))?;
+                rows.collect()
+            },
+            "reading the ledger",
+        )
     }
 }

@@ -3,11 +3,12 @@
 //! * Version 1: sessions (settings, turn and item counts, the running turn's journal, the owner), items
 //!   (one JSON item per row, numbered), the steering queue (one JSON message per row, in position order).
 //! * Version 2: indexes for the session list (most recent first) and for removing queued messages by id.
+//! * Version 3: the steering ledger (one JSON entry per row, numbered).
 
 use rusqlite::Connection;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "
@@ -46,9 +47,19 @@ CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);
 CREATE UNIQUE INDEX queue_by_id ON queue (session, id);
 ";
 
+/// Version 2 → 3.
+const V3: &str = "
+CREATE TABLE ledger (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+";
+
 /// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
-    let steps: [(i64, &str); 2] = [(1, V1), (2, V2)];
+    let steps: [(i64, &str); 3] = [(1, V1), (2, V2), (3, V3)];
     for (version, sql) in steps {
         if from >= version {
             continue;

@@ -8,6 +8,7 @@
 //! * the non-idempotent side effect happened at most once per call, and exactly once for each call whose result
 //!   says it ran;
 //! * every steering message accepted before a kill reaches the conversation exactly once;
+//! * every call that ran has its steering decision in the stored ledger;
 //! * the final answer is there and nothing is left queued or unfinished.
 //!
 //! `NOETIC_CRASH_TRIALS` sets the number of trials (default 5; the long mode uses 100). It also checks that a
@@ -96,7 +97,11 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                 .unwrap()
         };
         let store = Arc::new(SqliteStore::open(db).unwrap());
-        let runtime = Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).store(store).build().unwrap();
+        // Every tool call is reviewed, so every call leaves a ledger entry.
+        let audit = SteeringRule::predicate("audit", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
+        let layer = steering(SteeringConfig::new(vec![audit])).unwrap();
+        let runtime =
+            Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).layer(layer).store(store).build().unwrap();
         let session = runtime.session(SESSION);
         // Steering while the agent works: each message once its trigger count of effects has happened.
         let steerer = {
@@ -263,6 +268,11 @@ fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
             assert_eq!(times, 1, "trial {trial}: {id} says it ran, the effect happened {times} times");
         }
     }
+    // Decisions are committed with the results of the calls they allowed: none of those is missing.
+    let ledger = store.ledger(SESSION).unwrap();
+    let reviewed = ledger.iter().filter(|e| e.contains("\"tool_name\":\"effect\"")).count();
+    let ran = calls.iter().filter(|id| results[*id][0] == "effect done").count();
+    assert!(reviewed >= ran, "trial {trial}: {ran} calls ran but only {reviewed} decisions were kept");
     for (_, text) in STEERS {
         let shown = history.iter().filter(|i| **i == Item::user(text)).count();
         assert!(shown <= 1, "trial {trial}: '{text}' reached the model {shown} times");

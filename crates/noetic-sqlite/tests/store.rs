@@ -135,7 +135,7 @@ fn a_file_that_is_not_sqlite_or_is_from_a_newer_schema_is_refused_and_left_untou
 fn a_commit_that_does_not_continue_the_stored_conversation_is_refused_and_writes_nothing() {
     let store = SqliteStore::open(scratch("order").join("noetic.db")).unwrap();
     let items = [Item::user("a")];
-    let commit = |first, items| StoreCommit { first, items, injected: &[], journal: JournalWrite::Keep };
+    let commit = |first, items| StoreCommit { first, items, injected: &[], journal: JournalWrite::Keep, ledger: &[] };
     store.commit("s", commit(0, &items)).unwrap();
     let err = store.commit("s", commit(0, &items)).unwrap_err();
     assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");

@@ -219,6 +219,9 @@ impl SessionStore for Failing {
     fn delete(&self, key: &str) -> Result<bool, NoeticError> {
         self.inner.delete(key)
     }
+    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
+        self.inner.ledger(key)
+    }
 }
 
 #[tokio::test]
@@ -239,7 +242,7 @@ async fn when_the_store_cannot_write_a_message_is_not_queued_and_a_turn_fails_be
 #[test]
 fn a_commit_that_does_not_continue_the_stored_conversation_is_refused() {
     let store = MemoryStore::new();
-    let commit = |first| StoreCommit { first, items: &[], injected: &[], journal: JournalWrite::Keep };
+    let commit = |first| StoreCommit { first, items: &[], injected: &[], journal: JournalWrite::Keep, ledger: &[] };
     store.commit("s", commit(0)).unwrap();
     let err = store.commit("s", commit(3)).unwrap_err();
     assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
@@ -272,5 +275,33 @@ async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idem
         results(&session.history()),
         [ToolResult { call_id: "c1".into(), content: "read again".into(), is_error: false }]
     );
+    gate.release();
+}
+
+#[tokio::test]
+async fn steering_decisions_are_kept_with_the_session_and_those_committed_before_a_crash_survive_it() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let rule = SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |p| match p.tool_call() {
+        Some(c) if c.name == "rm" => SteeringDecision::deny("never delete"),
+        _ => SteeringDecision::allow(),
+    });
+    let layer = steering(SteeringConfig::new(vec![rule])).unwrap();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "rm", json!({})), ("c2", "slow", json!({}))])]);
+    let runtime = Runtime::builder()
+        .model(Arc::new(model))
+        .tools([gate.tool("slow").unwrap(), Counter::new().tool("rm", json!("gone")).unwrap()])
+        .layer(layer)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let _turn = runtime.session("s").send("go").unwrap();
+    gate.started().await;
+    // The process dies while c2 runs: the deny of c1 was committed with c1's result before c2 started.
+    let crashed = store.snapshot();
+    let ledger: Vec<serde_json::Value> =
+        crashed.ledger("s").unwrap().iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let denied = ledger.iter().find(|e| e["tool_name"] == "rm").unwrap();
+    assert_eq!((denied["action"].as_str(), denied["rule_id"].as_str()), (Some("deny"), Some("no-rm")));
     gate.release();
 }

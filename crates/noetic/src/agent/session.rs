@@ -18,7 +18,7 @@ use super::queue::{MessageId, SessionQueue};
 use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, UnfinishedTurn};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
-use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Services, lock};
+use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, Services, lock};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 use crate::turn::{TurnCommit, TurnCore, TurnJournal};
@@ -104,6 +104,8 @@ pub(crate) struct SessionState {
     persisted: AtomicUsize,
     /// The turn a dead process left, until it is resumed or discarded.
     unfinished: Mutex<Option<UnfinishedTurn>>,
+    /// Ledger entries made since the last commit (written with the next one).
+    ledger: Mutex<Vec<String>>,
 }
 
 impl SessionState {
@@ -130,6 +132,7 @@ impl SessionState {
             store: None,
             persisted: AtomicUsize::new(0),
             unfinished: Mutex::new(None),
+            ledger: Mutex::new(Vec::new()),
         }
     }
 
@@ -154,9 +157,21 @@ impl SessionState {
         let Some(store) = &self.store else { return Ok(()) };
         let first = self.persisted.load(Ordering::SeqCst);
         let new = items.get(first..).unwrap_or_default();
-        store.commit(&self.key, StoreCommit { first, items: new, injected, journal })?;
+        self.commit_with_ledger(store.as_ref(), StoreCommit { first, items: new, injected, journal, ledger: &[] })?;
         self.persisted.store(first + new.len(), Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Commits with the ledger entries made since the last commit; on failure they wait for the next one.
+    fn commit_with_ledger(&self, store: &dyn SessionStore, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
+        let entries = std::mem::take(&mut *lock(&self.ledger));
+        let result = store.commit(&self.key, StoreCommit { ledger: &entries, ..commit });
+        if result.is_err() {
+            let mut pending = lock(&self.ledger);
+            let later = std::mem::replace(&mut *pending, entries);
+            pending.extend(later);
+        }
+        result
     }
 
     /// Saves the settings and turn count (a failure is logged: the session goes on with them in memory).
@@ -529,7 +544,9 @@ impl Session {
         let steering = Arc::new(TurnSteering::new(state.clone(), state.key.clone(), execution_id, skip_initial_poll));
         let journal =
             state.store.as_ref().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
-        let services = Services { steering: Some(steering.clone()), journal, ..self.runtime.services.clone() };
+        let records =
+            state.store.as_ref().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
+        let services = Services { steering: Some(steering.clone()), journal, records, ..self.runtime.services.clone() };
         let ctx = Context::builder()
             .execution_id(execution_id)
             .thread_id(state.key.clone())
@@ -754,9 +771,21 @@ impl StoreJournal {
             Some(core) => JournalWrite::Save { step_id: commit.step_id, core },
             None => JournalWrite::Clear,
         };
-        let write = StoreCommit { first: commit.first, items: &commit.items, injected: &commit.injected, journal };
-        store.commit(&self.state.key, write)?;
+        let write =
+            StoreCommit { first: commit.first, items: &commit.items, injected: &commit.injected, journal, ledger: &[] };
+        self.state.commit_with_ledger(store.as_ref(), write)?;
         self.state.persisted.store(commit.first + commit.items.len(), Ordering::SeqCst);
         Ok(())
+    }
+}
+
+/// A session's ledger entries, kept until the next commit writes them.
+struct StoreRecords {
+    state: Arc<SessionState>,
+}
+
+impl RecordSink for StoreRecords {
+    fn ledger_entry(&self, entry: String) {
+        lock(&self.state.ledger).push(entry);
     }
 }

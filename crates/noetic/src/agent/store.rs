@@ -46,6 +46,8 @@ pub struct StoreCommit<'a> {
     pub injected: &'a [String],
     /// The journal.
     pub journal: JournalWrite<'a>,
+    /// Steering ledger entries (JSON) made since the last commit, appended in order.
+    pub ledger: &'a [String],
 }
 
 /// A turn a process left unfinished.
@@ -119,12 +121,16 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Deletes a session; false when there was none.
     fn delete(&self, key: &str) -> Result<bool, NoeticError>;
+
+    /// The session's steering ledger entries (JSON), oldest first.
+    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError>;
 }
 
 /// A [`SessionStore`] in memory: what a database implementation does, without the durability.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, (StoredSession, SystemTime)>>,
+    ledgers: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl MemoryStore {
@@ -136,7 +142,10 @@ impl MemoryStore {
     /// A copy of everything it holds: what a process killed at this moment would leave on disk (tests use it to
     /// "crash" a runtime and open its sessions in another).
     pub fn snapshot(&self) -> MemoryStore {
-        MemoryStore { sessions: Mutex::new(lock(&self.sessions).clone()) }
+        MemoryStore {
+            sessions: Mutex::new(lock(&self.sessions).clone()),
+            ledgers: Mutex::new(lock(&self.ledgers).clone()),
+        }
     }
 }
 
@@ -187,6 +196,7 @@ impl SessionStore for MemoryStore {
             JournalWrite::Clear => session.unfinished = None,
         }
         *updated = SystemTime::now();
+        lock(&self.ledgers).entry(key.to_owned()).or_default().extend_from_slice(commit.ledger);
         Ok(())
     }
 
@@ -242,6 +252,11 @@ impl SessionStore for MemoryStore {
     }
 
     fn delete(&self, key: &str) -> Result<bool, NoeticError> {
+        lock(&self.ledgers).remove(key);
         Ok(lock(&self.sessions).remove(key).is_some())
+    }
+
+    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
+        Ok(lock(&self.ledgers).get(key).cloned().unwrap_or_default())
     }
 }

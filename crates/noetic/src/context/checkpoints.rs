@@ -5,6 +5,13 @@ use super::Context;
 
 pub use crate::turn::SKIPPED_RESULT;
 
+/// Where lasting records of an execution go — the steering ledger's entries, as JSON — so that they outlive the
+/// process (a session store keeps them; see `agent::SessionStore`).
+pub trait RecordSink: Send + Sync {
+    /// Keeps one ledger entry.
+    fn ledger_entry(&self, entry: String);
+}
+
 /// What an `llm` step asks of the session turn it runs in: polls at the checkpoints, injection of taken messages
 /// before the next model request, and the batch policy.
 pub trait Checkpoints: Send + Sync {

@@ -26,7 +26,7 @@ use uuid::Uuid;
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use checkpoints::{Checkpoints, SKIPPED_RESULT};
+pub use checkpoints::{Checkpoints, RecordSink, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
 pub use sink::{EventFollower, EventSink, Followed};
 
@@ -93,6 +93,8 @@ pub struct Services {
     pub steering: Option<Arc<dyn Checkpoints>>,
     /// Where the session turn's state goes so that another process can resume it (a durable store's).
     pub journal: Option<Arc<dyn TurnJournal>>,
+    /// Where lasting records (steering ledger entries) go.
+    pub records: Option<Arc<dyn RecordSink>>,
 }
 
 impl Inner {
@@ -427,6 +429,16 @@ impl Context {
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
         self.inner.services.journal.as_ref().filter(|_| self.inner.parent.is_none())
+    }
+
+    /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
+    pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
+        if let Some(records) = &self.inner.services.records {
+            match serde_json::to_string(entry) {
+                Ok(json) => records.ledger_entry(json),
+                Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
+            }
+        }
     }
 
     /// The services shared by the execution tree.

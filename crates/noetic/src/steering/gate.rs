@@ -115,7 +115,7 @@ impl SteeringLayer {
         let carry: Arc<CarryOver> = self.carry_over().clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let verdict = judge::judge(model, ctx, &eval, prompt, max_retries).await;
+            let verdict = judge::judge(model, ctx.clone(), &eval, prompt, max_retries).await;
             let (decision, failures, late) = match verdict {
                 Ok(d) => {
                     let late = (d.action != SteeringAction::Allow).then(|| {
@@ -148,6 +148,7 @@ impl SteeringLayer {
             entry.evaluator = Some(Evaluator::LlmAsync);
             entry.failures = failures;
             entry.duration = started.elapsed();
+            ctx.record_ledger(&entry);
             ledger::append(&mut lock(&state).ledger, entry, max_ledger);
             if let Some(late) = late {
                 feedback::deliver(&state, late, &carry);
@@ -204,6 +205,7 @@ impl SteeringLayer {
         }
         entry.failures = evaluation.failures;
         entry.duration = started.elapsed();
+        ctx.record_ledger(&entry);
         ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
         match evaluation.fault {
             Some(error) => Err(error.into()),

@@ -287,6 +287,7 @@ impl MemoryLayer for SteeringLayer {
             let state = self.entry(ctx);
             let mut entry = LedgerEntry::new(LedgerKind::Custom, SteeringAction::Allow);
             entry.outcome = Some(outcome);
+            ctx.record_ledger(&entry);
             ledger::append(&mut lock(&state).ledger, entry, self.config.max_ledger_entries);
             Ok(())
         })
