@@ -147,13 +147,14 @@ fn worker(db: &str, effects: &str, accepted: &str) {
     });
 }
 
-/// Opens the session and holds it until killed.
+/// Opens the session and holds it until killed (it waits on its stdin, which the parent never closes first).
 fn holder(db: &str) {
     let store = SqliteStore::open(db).unwrap();
     store.open(SESSION).unwrap();
     println!("holding");
     std::io::stdout().flush().unwrap();
-    std::thread::sleep(Duration::from_secs(600));
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
 }
 
 // ---- the parent ------------------------------------------------------------------------------------------
@@ -174,8 +175,13 @@ fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() 
     let db = dir.join("noetic.db");
     let store = SqliteStore::open(&db).unwrap();
     store.save_settings(SESSION, SteeringMode::default(), 10, Default::default(), 0).unwrap();
-    let mut holder =
-        Command::new(this_exe()).arg(&db).env("NOETIC_CRASH_HOLDER", "1").stdout(Stdio::piped()).spawn().unwrap();
+    let mut holder = Command::new(this_exe())
+        .arg(&db)
+        .env("NOETIC_CRASH_HOLDER", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "holding");
@@ -203,7 +209,8 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap();
-            // Kill at a random point on the first runs; then let it finish.
+            // Kill at a random point on the first runs (a random delay picks the point: this is the experiment's
+            // randomness, not a timing assumption — every outcome is checked the same way); then let it finish.
             if runs <= 6 {
                 std::thread::sleep(Duration::from_millis(fastrand::u64(0..60)));
                 if child.try_wait().unwrap().is_none() {
