@@ -87,7 +87,9 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                 .handler(move |_, tcx| {
                     let effects = effects.clone();
                     async move {
+                        println!("effect {}", tcx.call_id);
                         append_synced(&effects, &tcx.call_id);
+                        println!("effect done {}", tcx.call_id);
                         // Widen the window in which a kill lands between the effect and its journaled result.
                         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..8))).await;
                         Ok(json!("effect done"))
@@ -111,7 +113,14 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                     let done = lines(&effects).len();
                     let logged = lines(&accepted);
                     for (after, text) in STEERS {
-                        if done >= after && !logged.iter().any(|l| l == text) && session.steer(text).is_ok() {
+                        if done < after || logged.iter().any(|l| l == text) {
+                            continue;
+                        }
+                        // Accepted before a kill that came before it was logged: it is in the session already
+                        // (queued, or shown); sending it again would be the sender's duplicate, not the runtime's.
+                        let known = session.queued_messages().iter().any(|m| m.text == text)
+                            || session.history().contains(&Item::user(text));
+                        if known || session.steer(text).is_ok() {
                             append_synced(&accepted, text);
                         }
                     }
@@ -140,7 +149,9 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                 None
             };
             if let Some(turn) = turn {
+                println!("turn");
                 let _ = turn.await;
+                println!("turn done");
             }
         }
         steerer.abort();
@@ -206,13 +217,20 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
             let mut child = Command::new(this_exe())
                 .args([&db, &effects, &accepted])
                 .env("NOETIC_CRASH_WORKER", "1")
-                .stdout(Stdio::null())
+                .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
-            // Kill at a random point on the first runs (a random delay picks the point: this is the experiment's
-            // randomness, not a timing assumption — every outcome is checked the same way); then let it finish.
+            // Kill on the first runs after a random number of the worker's progress lines (it goes on working
+            // while the kill is on its way, so the kill lands anywhere around that point); then let it finish.
+            let mut progress = std::io::BufReader::new(child.stdout.take().unwrap());
             if runs <= 6 {
-                std::thread::sleep(Duration::from_millis(fastrand::u64(0..60)));
+                let wanted = fastrand::usize(0..10);
+                let mut seen = 0;
+                let mut line = String::new();
+                while seen < wanted && std::io::BufRead::read_line(&mut progress, &mut line).unwrap_or(0) > 0 {
+                    seen += 1;
+                    line.clear();
+                }
                 if child.try_wait().unwrap().is_none() {
                     child.kill().unwrap();
                     child.wait().unwrap();
@@ -221,6 +239,7 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
                     continue;
                 }
             }
+            std::io::copy(&mut progress, &mut std::io::sink()).unwrap();
             let status = child.wait().unwrap();
             assert!(status.success(), "trial {trial}: the worker failed on run {runs}: {status}");
             break;
