@@ -2,7 +2,7 @@
 //!
 //! Everything here is pure: no I/O, no clock, no environment.
 
-use noetic::model::{Item, ModelRequest, Role, ToolSpec};
+use noetic::model::{ContentBlock, ImageSource, Item, ModelRequest, Role, ToolResult, ToolSpec};
 use noetic::step::ToolChoice;
 use serde_json::{Map, Value, json};
 
@@ -146,7 +146,7 @@ pub(crate) fn turns(items: &[&Item]) -> Vec<(Value, usize)> {
                 json!({
                     "type": "tool_result",
                     "tool_use_id": result.call_id,
-                    "content": result.content,
+                    "content": tool_result_content(result),
                     "is_error": result.is_error,
                 }),
             ),
@@ -165,6 +165,33 @@ pub(crate) fn turns(items: &[&Item]) -> Vec<(Value, usize)> {
             (json!({"role": turn.role, "content": blocks}), start)
         })
         .collect()
+}
+
+/// The image types Anthropic accepts in an image block.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// The `content` of a `tool_result` block: the text, or — when the result has blocks the text cannot carry —
+/// text and image blocks (JSON and resources as their text, an image of a type Anthropic does not take as its
+/// placeholder text).
+fn tool_result_content(result: &ToolResult) -> Value {
+    if !result.has_rich_blocks() {
+        return Value::String(result.content.clone());
+    }
+    let blocks: Vec<Value> = result
+        .blocks
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Image { media_type, source } if IMAGE_TYPES.contains(&media_type.as_str()) => {
+                let source = match source {
+                    ImageSource::Base64(data) => json!({"type": "base64", "media_type": media_type, "data": data}),
+                    ImageSource::Url(url) => json!({"type": "url", "url": url}),
+                };
+                json!({"type": "image", "source": source})
+            }
+            other => json!({"type": "text", "text": other.to_text()}),
+        })
+        .collect();
+    Value::Array(blocks)
 }
 
 /// The `input` object of a `tool_use` block from the raw argument text.
@@ -206,7 +233,7 @@ fn float(x: f32) -> Value {
 mod tests {
     use std::sync::Arc;
 
-    use noetic::model::{History, ToolCall, ToolResult};
+    use noetic::model::{History, ToolCall};
     use noetic::step::ModelParams;
 
     use super::*;
@@ -216,7 +243,7 @@ mod tests {
     }
 
     fn result(id: &str, content: &str, is_error: bool) -> Item {
-        Item::ToolResult(ToolResult { call_id: id.into(), content: content.into(), is_error })
+        Item::ToolResult(ToolResult::new(id, content, is_error))
     }
 
     fn request(history: Vec<Item>) -> ModelRequest {
@@ -234,6 +261,36 @@ mod tests {
                 "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
             })
         );
+    }
+
+    #[test]
+    fn a_tool_result_with_images_sends_text_and_image_blocks_and_a_plain_one_sends_its_text() {
+        let rich = ToolResult {
+            blocks: vec![
+                ContentBlock::text("The plot:"),
+                ContentBlock::image_base64("image/png", "iVBORw0KGgo="),
+                ContentBlock::image_url("image/jpeg", "https://example.com/a.jpg"),
+                ContentBlock::image_base64("image/svg+xml", "PHN2Zz4="),
+                ContentBlock::json(json!({"n": 1})),
+                ContentBlock::resource("file:///a.txt", None, Some("hello".into())),
+            ],
+            ..ToolResult::ok("c1", "ignored when blocks are sent")
+        };
+        let body = request_body(&request(vec![call("c1", "plot", "{}"), Item::ToolResult(rich)]), false);
+        assert_eq!(
+            body["messages"][1]["content"][0]["content"],
+            json!([
+                {"type": "text", "text": "The plot:"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}},
+                {"type": "text", "text": "[image image/svg+xml, 5 bytes]"},
+                {"type": "text", "text": "{\"n\":1}"},
+                {"type": "text", "text": "[resource file:///a.txt]\nhello"},
+            ])
+        );
+        let text_only = ToolResult { blocks: vec![ContentBlock::text("a")], ..ToolResult::ok("c2", "a") };
+        let body = request_body(&request(vec![call("c2", "say", "{}"), Item::ToolResult(text_only)]), false);
+        assert_eq!(body["messages"][1]["content"][0]["content"], "a");
     }
 
     #[test]

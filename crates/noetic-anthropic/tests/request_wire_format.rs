@@ -18,9 +18,7 @@ fn rich_request() -> ModelRequest {
     let call = |id: &str, args: &str| {
         Item::ToolCall(ToolCall { id: id.into(), name: "get_weather".into(), arguments: args.into() })
     };
-    let result = |id: &str, content: &str, is_error| {
-        Item::ToolResult(ToolResult { call_id: id.into(), content: content.into(), is_error })
-    };
+    let result = |id: &str, content: &str, is_error| Item::ToolResult(ToolResult::new(id, content, is_error));
     ModelRequest {
         model: "anthropic/claude-sonnet-4-5".into(),
         instructions: Some("You are a weather assistant. Use the tools.".into()),

@@ -32,11 +32,10 @@ fn turn_items(n: usize) -> Vec<Item> {
     vec![
         Item::user(format!("turn {n}: find where the retry policy is configured")),
         Item::ToolCall(ToolCall { id: id.clone(), name: "search".into(), arguments: r#"{"query":"retry"}"#.into() }),
-        Item::ToolResult(ToolResult {
-            call_id: id,
-            content: format!("src/config.rs:42: retry = RetryPolicy::new(3, ...)\n{}", "y".repeat(300)),
-            is_error: false,
-        }),
+        Item::ToolResult(ToolResult::ok(
+            id,
+            format!("src/config.rs:42: retry = RetryPolicy::new(3, ...)\n{}", "y".repeat(300)),
+        )),
         Item::assistant("The retry policy lives in config.rs; I changed nothing."),
     ]
 }

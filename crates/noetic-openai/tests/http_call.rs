@@ -39,16 +39,8 @@ fn full_request() -> ModelRequest {
                 name: "get_weather".into(),
                 arguments: r#"{"city":"Lyon"}"#.into(),
             }),
-            Item::ToolResult(ToolResult {
-                call_id: "call_paris".into(),
-                content: r#"{"temp_c":18,"sky":"sunny"}"#.into(),
-                is_error: false,
-            }),
-            Item::ToolResult(ToolResult {
-                call_id: "call_lyon".into(),
-                content: "Steering denied: Lyon is out of scope.".into(),
-                is_error: true,
-            }),
+            Item::ToolResult(ToolResult::ok("call_paris", r#"{"temp_c":18,"sky":"sunny"}"#)),
+            Item::ToolResult(ToolResult::error("call_lyon", "Steering denied: Lyon is out of scope.")),
             Item::assistant("Paris: 18 °C and sunny. I can't look up Lyon."),
             Item::user("And tomorrow in Paris?"),
         ]),

@@ -169,11 +169,7 @@ async fn a_tool_result_round_trip_is_accepted_and_answered_in_text() {
     let call = first.tool_calls_iter().next().unwrap().clone();
     let mut history = vec![Item::user("What is the weather in Paris?")];
     history.extend(first.items.iter().cloned());
-    history.push(Item::ToolResult(ToolResult {
-        call_id: call.id.clone(),
-        content: r#"{"sky":"sunny","temp_c":21}"#.into(),
-        is_error: false,
-    }));
+    history.push(Item::ToolResult(ToolResult::ok(call.id.clone(), r#"{"sky":"sunny","temp_c":21}"#)));
     // A developer note after the tool result: sent as a system message in place, which this template accepts.
     history.push(Item::developer("Answer in one sentence."));
     let request = ModelRequest {

@@ -85,7 +85,7 @@ async fn a_turn_left_mid_batch_resumes_from_the_file_without_repeating_the_model
             _ => None,
         })
         .collect();
-    assert_eq!(results[0], ToolResult { call_id: "c1".into(), content: INTERRUPTED_RESULT.into(), is_error: true });
+    assert_eq!(results[0], ToolResult::error("c1", INTERRUPTED_RESULT));
     assert_eq!(results[1].call_id, "c2");
     gate.release();
 }

@@ -67,6 +67,8 @@ pub enum ConfigCode {
     DuplicateToolName,
     /// Evicting sessions was asked for, but the runtime has no archive to keep them in.
     MissingArchive,
+    /// An MCP server's configuration is unusable (its name cannot prefix tool names, it has no command).
+    InvalidMcpServer,
 }
 
 impl ConfigCode {
@@ -96,6 +98,7 @@ impl ConfigCode {
             ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
             ConfigCode::MissingArchive => "MISSING_ARCHIVE",
+            ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
         }
     }
 }

@@ -174,8 +174,8 @@ async fn react_runs_two_tool_calls_in_order_feeds_results_back_and_returns_the_a
         Item::user("question"),
         Item::ToolCall(call("c1", "slow", "{}")),
         Item::ToolCall(call("c2", "add", &json!({"a": 2, "b": 3}).to_string())),
-        Item::ToolResult(ToolResult { call_id: "c1".into(), content: "slow result".into(), is_error: false }),
-        Item::ToolResult(ToolResult { call_id: "c2".into(), content: "5".into(), is_error: false }),
+        Item::ToolResult(ToolResult::ok("c1", "slow result")),
+        Item::ToolResult(ToolResult::ok("c2", "5")),
     ];
     assert_eq!(requests[1].history.as_slice(), expected.as_slice());
     assert_eq!(ctx.usage(), Usage { input_tokens: 40, output_tokens: 12, cached_tokens: 3 });
@@ -360,7 +360,7 @@ async fn an_approved_call_runs_the_tool() {
     assert_eq!((seen[0].tool.as_str(), seen[0].call_id.as_str()), ("delete", "c1"));
     assert_eq!(seen[0].arguments, json!({"path": "/tmp/x"}));
     let results = tool_results(&model.requests()[1].history);
-    assert_eq!(results, [ToolResult { call_id: "c1".into(), content: "deleted".into(), is_error: false }]);
+    assert_eq!(results, [ToolResult::ok("c1", "deleted")]);
 }
 
 #[tokio::test]

@@ -87,13 +87,7 @@ async fn a_turn_left_while_a_tool_ran_resumes_without_asking_the_model_again_or_
     assert_eq!(model2.calls(), 1, "the journaled response is not requested again");
     assert_eq!(gate2.runs(), 0, "the call that was running is not run again");
     assert_eq!(counter2.count(), 1, "the rest of the batch runs");
-    assert_eq!(
-        results(&session.history()),
-        [
-            ToolResult { call_id: "c1".into(), content: INTERRUPTED_RESULT.into(), is_error: true },
-            ToolResult { call_id: "c2".into(), content: "ok".into(), is_error: false },
-        ]
-    );
+    assert_eq!(results(&session.history()), [ToolResult::error("c1", INTERRUPTED_RESULT), ToolResult::ok("c2", "ok"),]);
     assert_eq!(session.history().iter().filter(|i| **i == Item::user("go")).count(), 1);
     assert!(session.unfinished_turn().is_none());
     let stored = crashed.open("s").unwrap().unwrap();
@@ -263,7 +257,7 @@ async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idem
     let idempotent = Arc::new(
         FnTool::builder("slow", "Reads; running it twice is harmless.")
             .idempotent(true)
-            .handler(move |args, tcx| counted.call(args, tcx))
+            .rich_handler(move |args, tcx| counted.call(args, tcx))
             .build()
             .unwrap(),
     );
@@ -271,10 +265,7 @@ async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idem
     let session = next.session("s");
     assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "done");
     assert_eq!(reads.count(), 1, "the idempotent call ran again");
-    assert_eq!(
-        results(&session.history()),
-        [ToolResult { call_id: "c1".into(), content: "read again".into(), is_error: false }]
-    );
+    assert_eq!(results(&session.history()), [ToolResult::ok("c1", "read again")]);
     gate.release();
 }
 

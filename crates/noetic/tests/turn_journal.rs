@@ -147,10 +147,7 @@ async fn a_turn_stopped_while_a_tool_ran_resumes_without_asking_the_model_again_
         .collect();
     assert_eq!(
         results,
-        [
-            ToolResult { call_id: "c1".into(), content: INTERRUPTED_RESULT.into(), is_error: true },
-            ToolResult { call_id: "c2".into(), content: "quick done".into(), is_error: false },
-        ],
+        [ToolResult::error("c1", INTERRUPTED_RESULT), ToolResult::ok("c2", "quick done"),],
         "every call id has exactly one result"
     );
     assert_eq!(ctx.items().iter().filter(|i| **i == Item::user("go")).count(), 1, "the prompt is not repeated");

@@ -25,8 +25,7 @@ fn parsed(bytes: Vec<u8>) -> Value {
 /// first), developer and system items inside the conversation, empty texts, two assistant texts in a row.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
-    let result =
-        |id: &str| Item::ToolResult(ToolResult { call_id: id.into(), content: format!("r{id}"), is_error: false });
+    let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
     vec![
         Item::Message { role: Role::System, content: "early system".into() },
         Item::user("hi"),

@@ -70,7 +70,7 @@ impl Harness {
 }
 
 fn result(call_id: &str, content: &str, is_error: bool) -> Item {
-    Item::ToolResult(ToolResult { call_id: call_id.to_owned(), content: content.to_owned(), is_error })
+    Item::ToolResult(ToolResult::new(call_id.to_owned(), content.to_owned(), is_error))
 }
 
 #[tokio::test]

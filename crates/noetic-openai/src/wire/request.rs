@@ -211,10 +211,28 @@ pub(super) fn walk(items: &[Item], mut emit: impl FnMut(Value, usize)) {
 mod tests {
     use std::sync::Arc;
 
-    use noetic::model::{History, ToolResult, ToolSpec};
+    use noetic::model::{ContentBlock, History, ToolResult, ToolSpec};
     use noetic::step::ModelParams;
 
     use super::*;
+
+    #[test]
+    fn a_tool_result_with_an_image_is_sent_as_its_text_since_tool_messages_take_only_text() {
+        let result = ToolResult {
+            blocks: vec![ContentBlock::text("The plot:"), ContentBlock::image_url("image/png", "https://x.test/p.png")],
+            ..ToolResult::ok("c1", "The plot:\n[image image/png: https://x.test/p.png]")
+        };
+        let request = ModelRequest {
+            model: "m".into(),
+            history: History::new(vec![call("c1", "plot", "{}"), Item::ToolResult(result)]),
+            ..ModelRequest::default()
+        };
+        let body = request_body(&request, false);
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "The plot:\n[image image/png: https://x.test/p.png]"})
+        );
+    }
 
     fn call(id: &str, name: &str, args: &str) -> Item {
         Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
@@ -229,10 +247,10 @@ mod tests {
                 Item::assistant("Let me check."),
                 call("c1", "weather", r#"{"city":"Paris"}"#),
                 call("c2", "weather", r#"{"city":"Rome"}"#),
-                Item::ToolResult(ToolResult { call_id: "c1".into(), content: "sunny".into(), is_error: false }),
-                Item::ToolResult(ToolResult { call_id: "c2".into(), content: "boom".into(), is_error: true }),
+                Item::ToolResult(ToolResult::ok("c1", "sunny")),
+                Item::ToolResult(ToolResult::error("c2", "boom")),
                 call("c3", "clock", "{}"),
-                Item::ToolResult(ToolResult { call_id: "c3".into(), content: "noon".into(), is_error: false }),
+                Item::ToolResult(ToolResult::ok("c3", "noon")),
                 Item::assistant("Sunny in Paris at noon."),
             ]),
             ..ModelRequest::default()

@@ -9,8 +9,8 @@ use crate::error::NoeticError;
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle;
 use crate::step::StepTool;
-use crate::tool::ToolContext;
-use crate::tool::call::result_text;
+use crate::tool::call::check_structured;
+use crate::tool::{ToolContext, ToolOutput};
 
 /// Runs the step between `tool_call_started` and `tool_call_completed` events — the same events a
 /// model-driven call emits, so whoever follows tool calls sees both kinds alike. The call id is the step id.
@@ -31,21 +31,22 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         error_kind: is_error.then_some(crate::model::ToolErrorKind::Failed),
     };
     match &outcome {
-        Ok(value) => ctx.emit(|| completed(false, result_text(value))),
+        Ok(output) => ctx.emit(|| completed(false, output.to_text())),
         Err(e) if !e.is_cancelled() => ctx.emit(|| completed(true, e.to_string())),
         Err(_) => {}
     }
     let output = outcome?;
     let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.to_owned(), message }, false);
-    (s.from_json)(output).map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
+    (s.from_json)(output.into_value())
+        .map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
 }
 
-/// Merges, validates, gates, approves and calls; returns the tool's checked JSON result.
+/// Merges, validates, gates, approves and calls; returns the tool's checked output.
 async fn call<I: Send + 'static, O: Send + 'static>(
     s: &StepTool<I, O>,
     input: I,
     ctx: &Context,
-) -> Result<Value, NoeticError> {
+) -> Result<ToolOutput, NoeticError> {
     let name = s.tool.name().to_owned();
     let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message }, false);
     let mut args = (s.to_json)(input).map_err(|e| fail(format!("the step input does not serialise to JSON: {e}")))?;
@@ -81,7 +82,7 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     let output =
         ctx.run_cancellable(guard_async(&s.id, "tool", call)).await.map_err(|e| step_failed(&s.id, e, false))?;
     if let Some(schema) = s.tool.output_schema() {
-        schema.validate(&output).map_err(|problems| {
+        check_structured(schema, &output).map_err(|problems| {
             fail(format!("the tool returned a result that breaks its output schema:\n{problems}"))
         })?;
     }

@@ -3,6 +3,7 @@
 //! A conversation is a flat list of [`Item`]s: messages, the tool calls a model asked for, and their results.
 //! Providers translate this list to and from their wire formats.
 
+mod content;
 mod interface;
 mod params;
 mod retry;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use content::{ContentBlock, ImageSource, blocks_text};
 pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
 pub use params::{ModelParams, ToolChoice};
 pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
@@ -118,7 +120,12 @@ pub struct ToolCall {
 }
 
 /// The result of one tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// `content` is the text every provider can show. A rich result also keeps what the text cannot say: `blocks`
+/// holds the tool's content blocks when one of them is not plain text (an image, a resource, JSON), and
+/// `structured` the tool's structured data when it came beside content blocks (a plain JSON result is `content`
+/// itself). Both are left out of the serialised form when empty, so results stored before they existed read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The id of the call this answers.
     pub call_id: String,
@@ -126,6 +133,35 @@ pub struct ToolResult {
     pub content: String,
     /// True when the call failed, was denied or was skipped.
     pub is_error: bool,
+    /// The content blocks, when the text alone does not carry them (providers that can send them do).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<ContentBlock>,
+    /// The tool's structured data, when it came beside content blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<serde_json::Value>,
+}
+
+impl ToolResult {
+    /// A text result.
+    pub fn new(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        ToolResult { call_id: call_id.into(), content: content.into(), is_error, ..ToolResult::default() }
+    }
+
+    /// A successful text result.
+    pub fn ok(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ToolResult::new(call_id, content, false)
+    }
+
+    /// An error result.
+    pub fn error(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ToolResult::new(call_id, content, true)
+    }
+
+    /// True when some content block says more than `content` (an image, a resource, JSON): a provider whose wire
+    /// format takes blocks should send them instead of the text.
+    pub fn has_rich_blocks(&self) -> bool {
+        self.blocks.iter().any(|b| !b.is_text())
+    }
 }
 
 /// An append-only item log: the items and the identity of their sequence.
@@ -297,8 +333,8 @@ mod tests {
     fn items_print_as_one_transcript_line_each() {
         let call =
             Item::ToolCall(ToolCall { id: "c1".into(), name: "search".into(), arguments: "{\"q\":\"x\"}".into() });
-        let failed = Item::ToolResult(ToolResult { call_id: "c1".into(), content: "no".into(), is_error: true });
-        let ok = Item::ToolResult(ToolResult { call_id: "c2".into(), content: "yes".into(), is_error: false });
+        let failed = Item::ToolResult(ToolResult::error("c1", "no"));
+        let ok = Item::ToolResult(ToolResult::ok("c2", "yes"));
         assert_eq!(Item::user("hi").to_string(), "User: hi");
         assert_eq!(call.to_string(), "-> c1 search({\"q\":\"x\"})");
         assert_eq!(failed.to_string(), "<- c1 ERROR no");

@@ -136,7 +136,7 @@ mod tests {
         // Paused time: an hour passes at once unless the run could finish, and it cannot before the release.
         assert!(tokio::time::timeout(Duration::from_secs(3600), &mut run).await.is_err(), "finished unreleased");
         gate.release();
-        assert_eq!(run.await.unwrap(), Ok(json!("work done")));
+        assert_eq!(run.await.unwrap(), Ok(json!("work done").into()));
     }
 
     #[tokio::test(start_paused = true)]
@@ -145,8 +145,8 @@ mod tests {
         let (a, b) = (gate.tool("a").unwrap(), gate.tool("b").unwrap());
         gate.release();
         gate.release();
-        assert_eq!(a.call(json!({}), tcx("a")).await, Ok(json!("a done")));
-        assert_eq!(b.call(json!({}), tcx("b")).await, Ok(json!("b done")));
+        assert_eq!(a.call(json!({}), tcx("a")).await, Ok(json!("a done").into()));
+        assert_eq!(b.call(json!({}), tcx("b")).await, Ok(json!("b done").into()));
         gate.started().await;
         gate.started().await;
         assert_eq!(gate.runs(), 2);
@@ -158,9 +158,9 @@ mod tests {
     async fn counting_tools_return_their_value_and_share_one_count() {
         let counter = Counter::new();
         let (x, y) = (counter.tool("x", json!(1)).unwrap(), counter.tool("y", Value::Null).unwrap());
-        assert_eq!(x.call(json!({}), tcx("x")).await, Ok(json!(1)));
-        assert_eq!(y.call(json!({}), tcx("y")).await, Ok(Value::Null));
-        assert_eq!(y.call(json!({}), tcx("y")).await, Ok(Value::Null));
+        assert_eq!(x.call(json!({}), tcx("x")).await, Ok(json!(1).into()));
+        assert_eq!(y.call(json!({}), tcx("y")).await, Ok(Value::Null.into()));
+        assert_eq!(y.call(json!({}), tcx("y")).await, Ok(Value::Null.into()));
         assert_eq!(counter.count(), 3);
     }
 }

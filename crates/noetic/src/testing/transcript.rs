@@ -38,8 +38,8 @@ mod tests {
             Item::message(Role::System, "be brief"),
             Item::user("hi"),
             Item::ToolCall(ToolCall { id: "c1".into(), name: "add".into(), arguments: r#"{"a":1}"#.into() }),
-            Item::ToolResult(ToolResult { call_id: "c1".into(), content: "1".into(), is_error: false }),
-            Item::ToolResult(ToolResult { call_id: "c2".into(), content: "no such tool".into(), is_error: true }),
+            Item::ToolResult(ToolResult::ok("c1", "1")),
+            Item::ToolResult(ToolResult::error("c2", "no such tool")),
             Item::developer("two\nlines"),
             Item::assistant("done"),
         ];

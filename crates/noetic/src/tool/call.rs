@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolSet};
+use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolOutput, ToolSet};
 use crate::context::{Context, EventKind};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
@@ -48,19 +48,11 @@ fn steered(ctx: &Context, call: &ToolCall, gate: Gate) -> ToolResult {
 /// What a failed call gives the model, and its kind: the one place an error becomes a tool result. The text is
 /// `Error: <message>` whatever the kind (messages say what to do); the kind travels in `tool_call_completed`.
 fn error_result(call: &ToolCall, kind: ToolErrorKind, message: String) -> Outcome {
-    (ToolResult { call_id: call.id.clone(), content: format!("Error: {message}"), is_error: true }, Some(kind))
+    (ToolResult::error(call.id.clone(), format!("Error: {message}")), Some(kind))
 }
 
 /// A call's result and, when it failed, the kind of failure.
 type Outcome = (ToolResult, Option<ToolErrorKind>);
-
-/// The text a tool's JSON result becomes for the model: strings as they are, anything else as JSON.
-pub(crate) fn result_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
 
 /// Decides which events a caller lets through (an `llm` step's `emit` setting).
 pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
@@ -147,15 +139,23 @@ async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Res
         Err(e) if e.is_cancelled() => return Err(e),
         Err(panic) => return Ok(error_result(call, ToolErrorKind::Failed, panic.to_string())),
     };
-    let value = match outcome {
-        Ok(v) => v,
+    let output = match outcome {
+        Ok(output) => output,
         Err(e) => return Ok(error_result(call, e.kind, e.message)),
     };
     if let Some(schema) = tool.output_schema()
-        && let Err(problems) = schema.validate(&value)
+        && let Err(problems) = check_structured(schema, &output)
     {
         let message = format!("tool '{}' returned an invalid result: {problems}", call.name);
         return Ok(error_result(call, ToolErrorKind::Failed, message));
     }
-    Ok((ToolResult { call_id: call.id.clone(), content: result_text(&value), is_error: false }, None))
+    Ok((output.into_result(&call.id), None))
+}
+
+/// Checks a tool's structured data against its output schema; a tool that declares one must return some.
+pub(crate) fn check_structured(schema: &super::Schema, output: &ToolOutput) -> Result<(), String> {
+    match &output.structured {
+        Some(value) => schema.validate(value),
+        None => Err("it declares an output schema but returned no structured data".to_owned()),
+    }
 }

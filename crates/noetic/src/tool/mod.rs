@@ -6,6 +6,7 @@
 
 pub(crate) mod call;
 mod memory;
+mod output;
 mod schema;
 mod set;
 mod typed;
@@ -20,6 +21,7 @@ use serde_json::Value;
 pub use crate::context::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
 pub(crate) use memory::{add_tool_memory_layers, add_tool_memory_to};
+pub use output::ToolOutput;
 pub use schema::Schema;
 pub(crate) use set::Tools;
 pub use set::{DynamicTools, ToolSet, ToolSource};
@@ -125,11 +127,12 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
-    /// Runs the tool on validated arguments.
-    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>>;
+    /// Runs the tool on validated arguments. A JSON result converts with `.into()`; see [`ToolOutput`] for
+    /// content blocks (images, resources) and structured data.
+    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
 }
 
-type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> + Send + Sync>;
 
 /// A tool made from an async function over JSON values.
 ///
@@ -230,11 +233,41 @@ impl FnToolBuilder {
         self
     }
 
-    /// The function that does the work.
+    /// The function that does the work, returning a JSON value.
     pub fn handler<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |args, tcx| {
+            let run = f(args, tcx);
+            Box::pin(async move { run.await.map(ToolOutput::from) })
+        }));
+        self
+    }
+
+    /// The function that does the work, returning a [`ToolOutput`]: content blocks (text, JSON, images,
+    /// resources) and structured data.
+    ///
+    /// ```
+    /// use noetic::model::ContentBlock;
+    /// use noetic::tool::{FnTool, ToolError, ToolOutput};
+    ///
+    /// let plot = FnTool::builder("plot", "Plots the sales of a month.")
+    ///     .rich_handler(|_args, _tcx| async move {
+    ///         Ok::<_, ToolError>(
+    ///             ToolOutput::text("Sales per day in May:")
+    ///                 .with_block(ContentBlock::image_url("image/png", "https://example.com/may.png")),
+    ///         )
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = plot;
+    /// ```
+    pub fn rich_handler<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
     {
         self.handler = Some(Arc::new(move |args, tcx| Box::pin(f(args, tcx))));
         self
@@ -303,7 +336,7 @@ impl Tool for FnTool {
         self.memory.as_ref()
     }
 
-    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         (self.handler)(args, tcx)
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Schema, Tool, ToolContext, ToolError, ToolMemory};
+use super::{Schema, Tool, ToolContext, ToolError, ToolMemory, ToolOutput};
 use crate::error::{ConfigCode, ConfigError};
 
 type TypedHandler<A, R> = Arc<dyn Fn(A, ToolContext) -> BoxFuture<'static, Result<R, ToolError>> + Send + Sync>;
@@ -21,6 +21,7 @@ pub struct TypedTool<A, R> {
     input: Schema,
     output: Schema,
     needs_approval: bool,
+    idempotent: bool,
     memory: Option<ToolMemory>,
     handler: TypedHandler<A, R>,
     _types: PhantomData<fn(A) -> R>,
@@ -66,6 +67,7 @@ where
         input: Schema::new(schemars::schema_for!(A).to_value())?,
         output: Schema::new(schemars::schema_for!(R).to_value())?,
         needs_approval: false,
+        idempotent: false,
         memory: None,
         handler: Arc::new(move |a, tcx| Box::pin(f(a, tcx))),
         _types: PhantomData,
@@ -76,6 +78,12 @@ impl<A, R> TypedTool<A, R> {
     /// Require approval before each call.
     pub fn needs_approval(mut self, yes: bool) -> Self {
         self.needs_approval = yes;
+        self
+    }
+
+    /// Declares that running a call twice is harmless (see [`Tool::idempotent`]).
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 
@@ -111,18 +119,24 @@ where
         self.needs_approval
     }
 
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
+
     fn memory(&self) -> Option<&ToolMemory> {
         self.memory.as_ref()
     }
 
-    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+    fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let handler = self.handler.clone();
         let name = self.name.clone();
         Box::pin(async move {
             let args: A = serde_json::from_value(args)
                 .map_err(|e| ToolError::new(format!("arguments for '{name}' do not fit its parameters: {e}")))?;
             let result = handler(args, tcx).await?;
-            serde_json::to_value(result).map_err(|e| ToolError::new(format!("the result of '{name}' is not JSON: {e}")))
+            let value = serde_json::to_value(result)
+                .map_err(|e| ToolError::new(format!("the result of '{name}' is not JSON: {e}")))?;
+            Ok(value.into())
         })
     }
 }

@@ -40,7 +40,7 @@ pub const INTERRUPTED_RESULT: &str =
 
 /// The result a call gets when a resumed turn does not run it again (see [`INTERRUPTED_RESULT`]).
 pub fn interrupted_result(call_id: &str) -> ToolResult {
-    ToolResult { call_id: call_id.to_owned(), content: INTERRUPTED_RESULT.to_owned(), is_error: true }
+    ToolResult::error(call_id, INTERRUPTED_RESULT)
 }
 
 /// How often an `after_model_call` guide decision makes the step ask the model again before it accepts the
@@ -58,20 +58,16 @@ pub fn steered_result(call_id: &str, decision: &SteeringDecision) -> ToolResult 
         SteeringAction::Guide => format!("Steering guidance: {guidance}"),
         _ => format!("Steering denied: {guidance}"),
     };
-    ToolResult { call_id: call_id.to_owned(), content, is_error: true }
+    ToolResult::error(call_id, content)
 }
 
 /// The result of a call that will not complete because the turn failed before or while it ran.
 fn not_completed(call: &ToolCall, reason: &str) -> Item {
-    Item::ToolResult(ToolResult {
-        call_id: call.id.clone(),
-        content: format!("Tool call not completed: {reason}"),
-        is_error: true,
-    })
+    Item::ToolResult(ToolResult::error(call.id.clone(), format!("Tool call not completed: {reason}")))
 }
 
 fn skipped(call: &ToolCall) -> Item {
-    Item::ToolResult(ToolResult { call_id: call.id.clone(), content: SKIPPED_RESULT.to_owned(), is_error: true })
+    Item::ToolResult(ToolResult::error(call.id.clone(), SKIPPED_RESULT.to_owned()))
 }
 
 /// What a steering checkpoint found.

@@ -54,7 +54,7 @@ fn pending() -> Input {
 }
 
 fn result(id: &str, content: &str, is_error: bool) -> Input {
-    Input::ToolDone(ToolResult { call_id: id.to_owned(), content: content.to_owned(), is_error })
+    Input::ToolDone(ToolResult::new(id.to_owned(), content.to_owned(), is_error))
 }
 
 fn allow() -> Input {
@@ -305,7 +305,7 @@ fn usage_of_every_model_call_counts_also_of_responses_a_guide_discarded() {
 #[test]
 fn steering_decisions_on_tool_calls_become_the_results_the_model_sees() {
     let deny = steered_result("c1", &SteeringDecision::deny("no rm"));
-    assert_eq!(deny, ToolResult { call_id: "c1".into(), content: "Steering denied: no rm".into(), is_error: true });
+    assert_eq!(deny, ToolResult::error("c1", "Steering denied: no rm"));
     let guide = steered_result("c2", &SteeringDecision::guide("use ls"));
     assert_eq!(guide.content, "Steering guidance: use ls");
     assert!(guide.is_error);

@@ -41,8 +41,7 @@ fn parsed(bytes: Vec<u8>) -> Value {
 /// system and developer items in the middle, results, user messages.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
-    let result =
-        |id: &str| Item::ToolResult(ToolResult { call_id: id.into(), content: format!("r{id}"), is_error: false });
+    let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
     vec![
         Item::user("hi"),
         Item::assistant("Let me look."),

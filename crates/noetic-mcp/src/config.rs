@@ -1,0 +1,150 @@
+//! How to reach one MCP server.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use noetic::{ConfigCode, ConfigError};
+
+/// The call timeout a server gets unless its configuration says otherwise.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Separates the server's name from the tool's in the names the model sees: `files__read_file`.
+pub const NAME_SEPARATOR: &str = "__";
+
+/// The longest tool name providers accept (OpenAI's limit); longer names are cut.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// One MCP server reached over stdio: the command to spawn, its arguments and environment, and how long a call
+/// may take.
+///
+/// ```
+/// use std::time::Duration;
+/// use noetic_mcp::McpServerConfig;
+///
+/// let files = McpServerConfig::stdio("files", "npx")
+///     .args(["-y", "@modelcontextprotocol/server-filesystem", "/tmp"])
+///     .env("NODE_NO_WARNINGS", "1")
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(files.name(), "files");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    pub(crate) name: String,
+    pub(crate) command: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) timeout: Duration,
+}
+
+impl McpServerConfig {
+    /// A server spawned as `command`, speaking MCP on its stdin and stdout. `name` prefixes its tools' names.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>) -> Self {
+        McpServerConfig {
+            name: name.into(),
+            command: command.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// Arguments of the command.
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// An environment variable for the server (added to the inherited environment).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// The directory the server runs in (default: this process's).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// How long one call (and the start-up handshake) may take before it is cancelled (default 60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The command line, for messages.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.command.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// Checks the name (letters, digits, `-` and `_`, no `__`, so `server__tool` splits one way) and the command.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let valid = !self.name.is_empty()
+            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !self.name.contains(NAME_SEPARATOR)
+            && self.name.len() + NAME_SEPARATOR.len() < MAX_TOOL_NAME;
+        if !valid {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidMcpServer,
+                format!("MCP server name '{}' is not usable as a tool-name prefix", self.name),
+                "name the server with letters, digits, '-' and '_' only, without '__', at most 40 characters",
+            ));
+        }
+        if self.command.trim().is_empty() {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidMcpServer,
+                format!("MCP server '{}' has no command", self.name),
+                "give the command that starts the server, e.g. \"npx\" with its arguments",
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidTimeout,
+                format!("MCP server '{}' has a zero call timeout", self.name),
+                "give a timeout above zero (default 60 s)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The name the model sees for `tool` of server `server`: `server__tool`, with characters providers refuse in
+/// tool names replaced by `_`, cut to 64 characters.
+pub fn tool_name(server: &str, tool: &str) -> String {
+    let mut name = format!("{server}{NAME_SEPARATOR}");
+    name.extend(tool.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }));
+    name.truncate(MAX_TOOL_NAME);
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn tool_names_are_prefixed_with_the_server_and_kept_to_what_providers_accept() {
+        assert_eq!(tool_name("files", "read_file"), "files__read_file");
+        assert_eq!(tool_name("gh", "repos.get/issue"), "gh__repos_get_issue");
+        assert_eq!(tool_name("s", &"x".repeat(100)).len(), MAX_TOOL_NAME);
+    }
+
+    #[test]
+    fn a_server_name_that_would_not_split_or_a_missing_command_is_a_config_error() {
+        assert!(McpServerConfig::stdio("files", "npx").validate().is_ok());
+        for bad in ["", "a__b", "has space", "dot.ted"] {
+            let err = McpServerConfig::stdio(bad, "npx").validate().unwrap_err();
+            assert_eq!(err.code, ConfigCode::InvalidMcpServer, "{bad}");
+        }
+        assert!(McpServerConfig::stdio("x", " ").validate().is_err());
+        assert!(McpServerConfig::stdio("x", "y").timeout(Duration::ZERO).validate().is_err());
+    }
+}
