@@ -98,8 +98,13 @@ pub(crate) struct SessionState {
     evicted: AtomicBool,
     /// Why restoring it failed: such a session runs nothing.
     unavailable: Option<String>,
-    /// Where the session is written through, if the runtime has a store.
-    store: Option<Arc<dyn SessionStore>>,
+    /// What a store-backed session keeps besides (boxed: a session without a store pays one pointer).
+    durable: Option<Box<Durable>>,
+}
+
+/// The write-through state of a session kept in a store.
+struct Durable {
+    store: Arc<dyn SessionStore>,
     /// How many conversation items the store holds.
     persisted: AtomicUsize,
     /// The turn a dead process left, until it is resumed or discarded.
@@ -129,45 +134,92 @@ impl SessionState {
             last_used: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             unavailable: None,
-            store: None,
-            persisted: AtomicUsize::new(0),
-            unfinished: Mutex::new(None),
-            ledger: Mutex::new(Vec::new()),
+            durable: None,
         }
     }
 
     /// The same state, written through to `store`.
     pub(crate) fn with_store(mut self, store: Arc<dyn SessionStore>) -> Self {
-        self.store = Some(store);
+        self.durable = Some(Box::new(Durable {
+            store,
+            persisted: AtomicUsize::new(0),
+            unfinished: Mutex::new(None),
+            ledger: Mutex::new(Vec::new()),
+        }));
         self
+    }
+
+    fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+        self.durable.as_ref().map(|d| &d.store)
+    }
+
+    /// How many conversation items the store holds.
+    fn persisted(&self) -> usize {
+        self.durable.as_ref().map_or(0, |d| d.persisted.load(Ordering::SeqCst))
+    }
+
+    fn set_persisted(&self, n: usize) {
+        if let Some(d) = &self.durable {
+            d.persisted.store(n, Ordering::SeqCst);
+        }
+    }
+
+    /// The `llm` step of the turn a dead process left, if any.
+    fn unfinished_step(&self) -> Option<String> {
+        self.durable.as_ref().and_then(|d| lock(&d.unfinished).as_ref().map(|u| u.step_id.clone()))
+    }
+
+    /// Takes the unfinished turn if it belongs to `step_id`.
+    fn take_unfinished(&self, step_id: &str) -> Option<UnfinishedTurn> {
+        let durable = self.durable.as_ref()?;
+        let mut unfinished = lock(&durable.unfinished);
+        if unfinished.as_ref().is_none_or(|u| u.step_id != step_id) {
+            return None;
+        }
+        unfinished.take()
+    }
+
+    fn clear_unfinished(&self) {
+        if let Some(d) = &self.durable {
+            *lock(&d.unfinished) = None;
+        }
+    }
+
+    fn record(&self, entry: String) {
+        if let Some(d) = &self.durable {
+            lock(&d.ledger).push(entry);
+        }
     }
 
     /// A session opened from a store: everything it held, and the turn a dead process left, if any.
     pub(crate) fn from_store(stored: StoredSession, store: Arc<dyn SessionStore>) -> Self {
         let held = stored.snapshot.history.len();
         let state = SessionState::restored(stored.snapshot).with_store(store);
-        state.persisted.store(held, Ordering::SeqCst);
-        *lock(&state.unfinished) = stored.unfinished;
+        state.set_persisted(held);
+        if let Some(d) = &state.durable {
+            *lock(&d.unfinished) = stored.unfinished;
+        }
         state
     }
 
     /// Writes what the conversation holds beyond what the store has (with the ids of messages injected in it)
     /// and the journal.
     fn flush(&self, items: &[Item], injected: &[String], journal: JournalWrite<'_>) -> Result<(), NoeticError> {
-        let Some(store) = &self.store else { return Ok(()) };
-        let first = self.persisted.load(Ordering::SeqCst);
+        let Some(store) = self.store() else { return Ok(()) };
+        let first = self.persisted();
         let new = items.get(first..).unwrap_or_default();
         self.commit_with_ledger(store.as_ref(), StoreCommit { first, items: new, injected, journal, ledger: &[] })?;
-        self.persisted.store(first + new.len(), Ordering::SeqCst);
+        self.set_persisted(first + new.len());
         Ok(())
     }
 
     /// Commits with the ledger entries made since the last commit; on failure they wait for the next one.
     fn commit_with_ledger(&self, store: &dyn SessionStore, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
-        let entries = std::mem::take(&mut *lock(&self.ledger));
+        let Some(durable) = &self.durable else { return store.commit(&self.key, commit) };
+        let entries = std::mem::take(&mut *lock(&durable.ledger));
         let result = store.commit(&self.key, StoreCommit { ledger: &entries, ..commit });
         if result.is_err() {
-            let mut pending = lock(&self.ledger);
+            let mut pending = lock(&durable.ledger);
             let later = std::mem::replace(&mut *pending, entries);
             pending.extend(later);
         }
@@ -176,7 +228,7 @@ impl SessionState {
 
     /// Saves the settings and turn count (a failure is logged: the session goes on with them in memory).
     fn save_settings(&self) {
-        if let Some(store) = &self.store {
+        if let Some(store) = self.store() {
             let s = &self.settings;
             let turns = self.turns.load(Ordering::SeqCst);
             if let Err(e) = store.save_settings(&self.key, s.mode(), s.capacity(), s.batch_policy(), turns) {
@@ -542,10 +594,8 @@ impl Session {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
         let steering = Arc::new(TurnSteering::new(state.clone(), state.key.clone(), execution_id, skip_initial_poll));
-        let journal =
-            state.store.as_ref().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
-        let records =
-            state.store.as_ref().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
+        let journal = state.store().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
+        let records = state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
         let services = Services { steering: Some(steering.clone()), journal, records, ..self.runtime.services.clone() };
         let ctx = Context::builder()
             .execution_id(execution_id)
@@ -608,7 +658,7 @@ impl Session {
 
     /// The `llm` step of a turn a stopped process left unfinished, if there is one (see [`Session::resume`]).
     pub fn unfinished_turn(&self) -> Option<String> {
-        lock(&self.live().unfinished).as_ref().map(|u| u.step_id.clone())
+        self.live().unfinished_step()
     }
 
     /// Resumes the turn a stopped process left: journaled model responses are not requested again, journaled
@@ -616,7 +666,7 @@ impl Session {
     /// `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
-            if lock(&state.unfinished).is_none() {
+            if state.unfinished_step().is_none() {
                 return Ok(None);
             }
             let history = match conversation {
@@ -634,7 +684,7 @@ impl Session {
             let Conversation::Idle(history) = conversation else {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             };
-            if lock(&state.unfinished).is_none() {
+            if state.unfinished_step().is_none() {
                 return Ok(false);
             }
             let mut items = history.to_vec();
@@ -657,7 +707,7 @@ impl Session {
                 .flush(&items, &[], JournalWrite::Clear)
                 .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
             *history = History::new(items);
-            *lock(&state.unfinished) = None;
+            state.clear_unfinished();
             Ok(true)
         })
     }
@@ -683,7 +733,7 @@ fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<Histor
     if let Some(message) = &state.unavailable {
         return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
-    if lock(&state.unfinished).is_some() {
+    if state.unfinished_step().is_some() {
         return Err(SessionError::Unfinished { session: state.key.to_string() });
     }
     match conversation {
@@ -698,7 +748,7 @@ fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Res
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
     let mut result = state.queue.push(&state.key, text, state.settings.capacity());
-    if let (Ok(message), Some(store)) = (&result, &state.store)
+    if let (Ok(message), Some(store)) = (&result, state.store())
         && let Err(e) = store.push_message(&state.key, message)
     {
         state.queue.remove(message.id);
@@ -723,7 +773,7 @@ fn sink(state: &SessionState) -> &EventSink {
 /// Empties the queue (and the store's copy of it); returns how many messages were removed.
 fn clear_queue(state: &SessionState) -> usize {
     let removed = state.queue.clear();
-    if let Some(store) = &state.store
+    if let Some(store) = state.store()
         && let Err(e) = store.remove_messages(&state.key, None)
     {
         tracing::error!(session = %state.key, error = %e, "could not clear the stored steering queue");
@@ -738,7 +788,7 @@ struct StoreJournal {
 
 impl TurnJournal for StoreJournal {
     fn persisted(&self) -> usize {
-        self.state.persisted.load(Ordering::SeqCst)
+        self.state.persisted()
     }
 
     fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
@@ -746,11 +796,7 @@ impl TurnJournal for StoreJournal {
     }
 
     fn saved(&self, step_id: &str) -> Option<TurnCore> {
-        let mut unfinished = lock(&self.state.unfinished);
-        if unfinished.as_ref().is_none_or(|u| u.step_id != step_id) {
-            return None;
-        }
-        let saved = unfinished.take()?;
+        let saved = self.state.take_unfinished(step_id)?;
         match serde_json::from_str(&saved.core) {
             Ok(core) => Some(core),
             Err(e) => {
@@ -763,7 +809,7 @@ impl TurnJournal for StoreJournal {
 
 impl StoreJournal {
     fn write(&self, commit: &TurnCommit<'_>) -> Result<(), NoeticError> {
-        let Some(store) = &self.state.store else { return Ok(()) };
+        let Some(store) = self.state.store() else { return Ok(()) };
         let core = commit.core.map(serde_json::to_string).transpose().map_err(|e| {
             NoeticError::other(format!("the turn of step '{}' could not be serialised: {e}", commit.step_id))
         })?;
@@ -774,7 +820,7 @@ impl StoreJournal {
         let write =
             StoreCommit { first: commit.first, items: &commit.items, injected: &commit.injected, journal, ledger: &[] };
         self.state.commit_with_ledger(store.as_ref(), write)?;
-        self.state.persisted.store(commit.first + commit.items.len(), Ordering::SeqCst);
+        self.state.set_persisted(commit.first + commit.items.len());
         Ok(())
     }
 }
@@ -786,6 +832,6 @@ struct StoreRecords {
 
 impl RecordSink for StoreRecords {
     fn ledger_entry(&self, entry: String) {
-        lock(&self.state.ledger).push(entry);
+        self.state.record(entry);
     }
 }

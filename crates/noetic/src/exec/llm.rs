@@ -73,7 +73,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             if let Some(text) = s.prompt_of(input) {
                 ctx.push_item(Item::user(text));
             }
-            (TurnCore::new(s.id.to_string(), s.max_rounds, steering.is_some()), Input::Start)
+            (TurnCore::new(s.id.clone(), s.max_rounds, steering.is_some()), Input::Start)
         }
     };
     loop {
@@ -82,15 +82,16 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         }
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
         // steering they inject).
+        let action = core.action();
         if let Some(journal) = journal.as_deref()
             && core.is_at_durable_point()
-            && !matches!(core.action(), Action::CallModel { .. })
+            && !matches!(action, Action::CallModel { .. })
             && let Err(e) = commit(ctx, journal, &s.id, Some(&core), Vec::new()).await
         {
             input = Input::Failed(e);
             continue;
         }
-        input = match core.action() {
+        input = match action {
             Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
             Action::CallModel { round, tail } => match ctx.check_cancelled() {
                 Ok(()) => {

@@ -194,7 +194,7 @@ enum Phase {
 /// The state of one model-driven turn. See the [module docs](self).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TurnCore {
-    step_id: String,
+    step_id: std::sync::Arc<str>,
     max_rounds: u32,
     /// The turn has steering checkpoints (a session turn's own execution; not a child or a plain context).
     checkpoints: bool,
@@ -217,7 +217,7 @@ impl PartialEq for TurnCore {
 impl TurnCore {
     /// A turn of the `llm` step `step_id` with its round limit; `checkpoints` is true when a steering queue is
     /// polled at its checkpoints.
-    pub fn new(step_id: impl Into<String>, max_rounds: u32, checkpoints: bool) -> Self {
+    pub fn new(step_id: impl Into<std::sync::Arc<str>>, max_rounds: u32, checkpoints: bool) -> Self {
         TurnCore {
             step_id: step_id.into(),
             max_rounds,
@@ -381,7 +381,10 @@ impl TurnCore {
         };
         if self.round >= limit {
             return Phase::Failed {
-                error: NoeticError::RoundLimitExceeded { step_id: self.step_id.clone(), max_rounds: self.max_rounds },
+                error: NoeticError::RoundLimitExceeded {
+                    step_id: self.step_id.to_string(),
+                    max_rounds: self.max_rounds,
+                },
             };
         }
         self.steering_pending = false;
@@ -392,7 +395,7 @@ impl TurnCore {
         self.usage.add(&response.usage);
         self.cost += response.cost.unwrap_or(0.0);
         if let Some(refusal) = response.refusal {
-            return Phase::Failed { error: NoeticError::ModelRefused { step_id: self.step_id.clone(), refusal } };
+            return Phase::Failed { error: NoeticError::ModelRefused { step_id: self.step_id.to_string(), refusal } };
         }
         Phase::Reviewing { response }
     }
