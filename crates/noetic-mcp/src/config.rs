@@ -36,6 +36,7 @@ pub struct McpServerConfig {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) timeout: Duration,
+    pub(crate) approval: Vec<String>,
 }
 
 impl McpServerConfig {
@@ -48,6 +49,7 @@ impl McpServerConfig {
             env: BTreeMap::new(),
             cwd: None,
             timeout: DEFAULT_CALL_TIMEOUT,
+            approval: Vec::new(),
         }
     }
 
@@ -73,6 +75,18 @@ impl McpServerConfig {
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// Tools (by their name on the server, or `*` for all) whose every call waits for the runtime's approver,
+    /// like a built-in tool with `needs_approval`.
+    pub fn require_approval(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.approval.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// True when calls of `tool` (its name on the server) need approval.
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        self.approval.iter().any(|t| t == "*" || t == tool)
     }
 
     /// The server's name.
