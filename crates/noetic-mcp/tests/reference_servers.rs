@@ -110,3 +110,33 @@ async fn the_everything_server_gives_text_an_image_structured_content_and_progre
     let progress = events.iter().filter(|k| matches!(k, EventKind::ToolProgress { .. })).count();
     assert_eq!(progress, 2, "one tool_progress event per step: {events:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_everything_server_over_streamable_http_answers_a_call() {
+    use tokio::io::AsyncBufReadExt;
+    let Some(bin) = server_bin("mcp-server-everything") else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(&bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Ready once it says (on stderr) that it listens.
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("listening") {
+                return;
+            }
+        }
+        panic!("the server ended without listening");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), listening).await.expect("the server listens");
+    let config = McpServerConfig::http("web", format!("http://127.0.0.1:{port}/mcp")).header("x-test", "noetic");
+    let server = Arc::new(McpServer::start(config).await.unwrap());
+    let (echo, _) = call_once(&server, "web__echo", json!({"message": "over http"})).await;
+    assert_eq!(echo.content, "Echo: over http");
+    child.kill().await.unwrap();
+}
