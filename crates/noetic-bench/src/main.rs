@@ -7,6 +7,7 @@
 //! run in a child process of their own (`noetic-bench rss-session` / `rss-idle`) so their peak is not polluted by
 //! the other benchmarks.
 
+mod mcp_path;
 mod real_path;
 mod store_path;
 
@@ -325,6 +326,7 @@ fn main() -> BenchResult<()> {
     match std::env::args().nth(1).as_deref() {
         Some("rss-session") => return rt.block_on(rss_session()),
         Some("rss-idle") => return rt.block_on(rss_idle()),
+        Some("mcp") => return mcp_figures(&rt),
         _ => {}
     }
     rt.block_on(async {
@@ -349,7 +351,35 @@ fn main() -> BenchResult<()> {
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
     store_figures(&rt)?;
+    mcp_figures(&rt)?;
     Ok(())
+}
+
+/// The cost of one MCP tool call over stdio (see [`mcp_path`]); a server that is not there is said on stderr.
+fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        match mcp_path::fixture() {
+            Some(bin) => {
+                let server = mcp_path::start(&bin).await?;
+                let args = json!({"text": "hello"});
+                let stats = measure(7, || mcp_path::call_us(&server, "bench__echo", &args, 200)).await?;
+                report("mcp_stdio_tool_call_us_fixture", stats, "us", "");
+            }
+            None => {
+                eprintln!("mcp_stdio_tool_call_us_fixture skipped: build it with cargo build --release -p noetic-mcp")
+            }
+        }
+        match mcp_path::everything() {
+            Some(bin) => {
+                let server = mcp_path::start(&bin).await?;
+                let args = json!({"message": "hello"});
+                let stats = measure(7, || mcp_path::call_us(&server, "bench__echo", &args, 200)).await?;
+                report("mcp_stdio_tool_call_us_everything_echo", stats, "us", "");
+            }
+            None => eprintln!("mcp_stdio_tool_call_us_everything_echo skipped: run scripts/mcp-servers.sh setup"),
+        }
+        BenchResult::Ok(())
+    })
 }
 
 /// The cost of durable sessions on SQLite (see [`store_path`]).

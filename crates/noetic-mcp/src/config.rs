@@ -15,8 +15,8 @@ pub const NAME_SEPARATOR: &str = "__";
 /// The longest tool name providers accept (OpenAI's limit); longer names are cut.
 pub const MAX_TOOL_NAME: usize = 64;
 
-/// One MCP server reached over stdio: the command to spawn, its arguments and environment, and how long a call
-/// may take.
+/// One MCP server: reached over stdio (a command to spawn, its arguments and environment) or over streamable
+/// HTTP (a URL and headers), and how long a call may take.
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,7 +35,10 @@ pub struct McpServerConfig {
     pub(crate) args: Vec<String>,
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
+    pub(crate) url: Option<String>,
+    pub(crate) headers: BTreeMap<String, String>,
     pub(crate) timeout: Duration,
+    pub(crate) approval: Vec<String>,
 }
 
 impl McpServerConfig {
@@ -47,8 +50,22 @@ impl McpServerConfig {
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
+            url: None,
+            headers: BTreeMap::new(),
             timeout: DEFAULT_CALL_TIMEOUT,
+            approval: Vec::new(),
         }
+    }
+
+    /// A server reached over streamable HTTP at `url` (e.g. `http://127.0.0.1:3001/mcp`).
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServerConfig { url: Some(url.into()), ..McpServerConfig::stdio(name, "") }
+    }
+
+    /// A header sent with every HTTP request (an `Authorization: Bearer …`, for instance).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
     }
 
     /// Arguments of the command.
@@ -75,13 +92,28 @@ impl McpServerConfig {
         self
     }
 
+    /// Tools (by their name on the server, or `*` for all) whose every call waits for the runtime's approver,
+    /// like a built-in tool with `needs_approval`.
+    pub fn require_approval(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.approval.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// True when calls of `tool` (its name on the server) need approval.
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        self.approval.iter().any(|t| t == "*" || t == tool)
+    }
+
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The command line, for messages.
+    /// The command line (or the URL), for messages.
     pub fn command_line(&self) -> String {
+        if let Some(url) = &self.url {
+            return url.clone();
+        }
         std::iter::once(self.command.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
     }
 
@@ -98,7 +130,15 @@ impl McpServerConfig {
                 "name the server with letters, digits, '-' and '_' only, without '__', at most 40 characters",
             ));
         }
-        if self.command.trim().is_empty() {
+        if let Some(url) = &self.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(
+                    ConfigCode::InvalidMcpServer,
+                    format!("MCP server '{}' has the URL '{url}', which is not http(s)", self.name),
+                    "give the server's streamable HTTP endpoint, e.g. http://127.0.0.1:3001/mcp",
+                ));
+            }
+        } else if self.command.trim().is_empty() {
             return Err(ConfigError::new(
                 ConfigCode::InvalidMcpServer,
                 format!("MCP server '{}' has no command", self.name),
@@ -145,6 +185,8 @@ mod tests {
             assert_eq!(err.code, ConfigCode::InvalidMcpServer, "{bad}");
         }
         assert!(McpServerConfig::stdio("x", " ").validate().is_err());
+        assert!(McpServerConfig::http("x", "http://127.0.0.1:1/mcp").validate().is_ok());
+        assert!(McpServerConfig::http("x", "ftp://host/mcp").validate().is_err());
         assert!(McpServerConfig::stdio("x", "y").timeout(Duration::ZERO).validate().is_err());
     }
 }

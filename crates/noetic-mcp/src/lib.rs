@@ -1,6 +1,6 @@
 //! # noetic-mcp — tools from Model Context Protocol servers
 //!
-//! An [`McpServer`] spawns an MCP server over stdio, lists its tools and offers them to a noetic runtime as a
+//! An [`McpServer`] spawns an MCP server over stdio (or reaches one over streamable HTTP), lists its tools and offers them to a noetic runtime as a
 //! [`ToolSource`](noetic::tool::ToolSource). Its tools are then steered, approved, cancelled and timed out like
 //! built-in tools: steering rules see the call before the server does, a cancelled turn sends the server
 //! `notifications/cancelled`, and a call that outlives the server's timeout (default 60 s) ends with a

@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use noetic::tool::{DynamicTools, Tool, ToolContext, ToolSet, ToolSource};
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ProgressNotificationParam, ProgressToken, ServerNotification};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::transport::{TokioChildProcess, Transport};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
 use rmcp::{ClientHandler, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
@@ -133,13 +135,13 @@ impl ClientHandler for Handler {
 /// The child's stdio transport, forwarding progress notifications as they are read. rmcp hands notifications to
 /// the handler on tasks of their own, which may run after the call's answer was delivered; read here, in wire
 /// order, a call's progress always reaches it before its answer does.
-struct ProgressTransport {
-    inner: TokioChildProcess,
+struct ProgressTransport<T> {
+    inner: T,
     shared: Weak<Shared>,
 }
 
-impl Transport<RoleClient> for ProgressTransport {
-    type Error = std::io::Error;
+impl<T: Transport<RoleClient>> Transport<RoleClient> for ProgressTransport<T> {
+    type Error = T::Error;
 
     fn send(
         &mut self,
@@ -194,7 +196,7 @@ impl StderrTail {
 
 type Running = RunningService<RoleClient, Handler>;
 
-/// Spawns the server and completes the MCP handshake.
+/// Reaches the server (spawning it, for stdio) and completes the MCP handshake.
 async fn connect(shared: &Arc<Shared>) -> Result<(Running, StderrTail), McpError> {
     let config = &shared.config;
     let start_error = |reason: String, stderr_tail: String| McpError::Start {
@@ -203,6 +205,22 @@ async fn connect(shared: &Arc<Shared>) -> Result<(Running, StderrTail), McpError
         reason,
         stderr_tail,
     };
+    let handler = Handler { shared: Arc::downgrade(shared) };
+    let tail = StderrTail::default();
+    if let Some(url) = &config.url {
+        let transport = ProgressTransport {
+            inner: http_transport(url, config).map_err(|e| start_error(e, String::new()))?,
+            shared: Arc::downgrade(shared),
+        };
+        return match tokio::time::timeout(config.timeout, handler.serve(transport)).await {
+            Ok(Ok(running)) => Ok((running, tail)),
+            Ok(Err(e)) => Err(start_error(format!("the MCP handshake failed: {e}"), String::new())),
+            Err(_) => Err(start_error(
+                format!("no answer to the MCP handshake within {} s", config.timeout.as_secs_f64()),
+                String::new(),
+            )),
+        };
+    }
     let mut command = tokio::process::Command::new(&config.command);
     command.args(&config.args).envs(&config.env);
     if let Some(dir) = &config.cwd {
@@ -212,9 +230,7 @@ async fn connect(shared: &Arc<Shared>) -> Result<(Running, StderrTail), McpError
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| start_error(format!("the command could not be run: {e}"), String::new()))?;
-    let tail = StderrTail::default();
     let reader = tail.follow(stderr, config.name.clone());
-    let handler = Handler { shared: Arc::downgrade(shared) };
     let transport = ProgressTransport { inner: transport, shared: Arc::downgrade(shared) };
     let failed = match tokio::time::timeout(config.timeout, handler.serve(transport)).await {
         Ok(Ok(running)) => return Ok((running, tail)),
@@ -224,6 +240,23 @@ async fn connect(shared: &Arc<Shared>) -> Result<(Running, StderrTail), McpError
     // The process is gone or going: give its last words a moment to arrive.
     let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
     Err(start_error(failed, tail.text()))
+}
+
+/// The streamable HTTP transport for `url`, with the configured headers.
+fn http_transport(
+    url: &str,
+    config: &McpServerConfig,
+) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
+    let mut headers = HashMap::new();
+    for (name, value) in &config.headers {
+        let name =
+            HeaderName::try_from(name.as_str()).map_err(|e| format!("the header name '{name}' is invalid: {e}"))?;
+        let value = HeaderValue::try_from(value.as_str())
+            .map_err(|e| format!("the value of header '{name}' is invalid: {e}"))?;
+        headers.insert(name, value);
+    }
+    let transport_config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+    Ok(StreamableHttpClientTransport::from_config(transport_config))
 }
 
 /// A running MCP server whose tools are a [`ToolSource`]: hand it to `RuntimeBuilder::tool_source`.

@@ -25,6 +25,7 @@ pub struct McpTool {
     input: Schema,
     output: Option<Schema>,
     idempotent: bool,
+    needs_approval: bool,
     server: Weak<Shared>,
     server_name: String,
 }
@@ -43,6 +44,7 @@ impl McpTool {
                 _ => None,
             };
         let description = listed["description"].as_str().or(listed["title"].as_str()).unwrap_or_default().to_owned();
+        let needs_approval = server.config.needs_approval(&remote);
         Ok(McpTool {
             name: tool_name(&server.config.name, &remote),
             remote,
@@ -50,6 +52,7 @@ impl McpTool {
             input,
             output,
             idempotent: listed["annotations"]["idempotentHint"].as_bool().unwrap_or(false),
+            needs_approval,
             server: Arc::downgrade(server),
             server_name: server.config.name.clone(),
         })
@@ -81,6 +84,11 @@ impl Tool for McpTool {
     /// The server's `idempotentHint` annotation.
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    /// Set by [`McpServerConfig::require_approval`](crate::McpServerConfig::require_approval).
+    fn needs_approval(&self) -> bool {
+        self.needs_approval
     }
 
     fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use noetic::model::{ContentBlock, Item, ModelResponse, ScriptedModel, ToolErrorKind, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::EventCollector;
-use noetic::tool::ToolSource;
+use noetic::tool::{Approval, ApprovalRequest, FnApprover, ToolSource};
 use noetic_mcp::{McpError, McpServer, McpServerConfig};
 use serde_json::json;
 
@@ -140,6 +140,36 @@ async fn a_steering_rule_denying_an_mcp_tool_keeps_the_call_from_the_server() {
     let results = results(model.requests()[1].history.as_slice());
     assert_eq!(results[0].content, "Steering denied: echo is not allowed here");
     assert_eq!(fixture.log(), ["call fail"], "the server saw only the allowed call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_requires_approval_reaches_the_server_only_when_the_approver_says_so() {
+    let fixture = fixture("approval", |c| c.require_approval(["echo"])).await;
+    let approver = Arc::new(FnApprover(|request: ApprovalRequest| async move {
+        if request.arguments["text"] == "rm -rf" {
+            Approval::Reject { reason: "not that".into() }
+        } else {
+            Approval::Approve
+        }
+    }));
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([
+            ("c1", "fix__echo", json!({"text": "rm -rf"})),
+            ("c2", "fix__echo", json!({"text": "ls"})),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let runtime = Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tool_source(fixture.server.clone())
+        .approver(approver)
+        .build()
+        .unwrap();
+    runtime.session("s").send("go").unwrap().await.unwrap();
+    let results = results(model.requests()[1].history.as_slice());
+    assert_eq!(results[0].content, "Error: the call of 'fix__echo' was rejected: not that");
+    assert_eq!(results[1].content, "ls");
+    assert_eq!(fixture.log(), ["call echo"], "only the approved call reached the server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
