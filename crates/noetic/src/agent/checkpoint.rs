@@ -148,14 +148,14 @@ impl TurnSteering {
         !lock(&self.pending).is_empty()
     }
 
-    /// Injects the pending messages as user messages; returns their ids.
-    pub(crate) fn inject(&self, ctx: &Context) -> Vec<String> {
+    /// Injects the pending messages as user messages; returns their ids when `ids` is true.
+    pub(crate) fn inject(&self, ctx: &Context, ids: bool) -> Vec<String> {
         let messages = std::mem::take(&mut *lock(&self.pending));
         let count = messages.len();
         if count == 0 {
             return Vec::new();
         }
-        let ids = messages.iter().map(|m| m.id.to_string()).collect();
+        let ids = if ids { messages.iter().map(|m| m.id.to_string()).collect() } else { Vec::new() };
         ctx.extend_items(messages.into_iter().map(|m| Item::user(m.text)));
         ctx.emit(|| EventKind::SteeringInjected { session: self.session.clone(), count });
         ids
@@ -197,8 +197,8 @@ impl crate::context::Checkpoints for TurnSteering {
         TurnSteering::capacity(self)
     }
 
-    fn inject(&self, ctx: &Context) -> Vec<String> {
-        TurnSteering::inject(self, ctx)
+    fn inject(&self, ctx: &Context, ids: bool) -> Vec<String> {
+        TurnSteering::inject(self, ctx, ids)
     }
 
     fn skips_rest_of_batch(&self) -> bool {

@@ -25,8 +25,8 @@ pub trait Checkpoints: Send + Sync {
     fn has_pending(&self) -> bool;
     /// The session's queue capacity: the extra rounds steering may buy beyond the round limit.
     fn capacity(&self) -> usize;
-    /// Injects the pending messages as user messages; returns their ids.
-    fn inject(&self, ctx: &Context) -> Vec<String>;
+    /// Injects the pending messages as user messages; returns their ids when `ids` is true (else nothing).
+    fn inject(&self, ctx: &Context, ids: bool) -> Vec<String>;
     /// True when steering found at a checkpoint skips the rest of the tool batch (else the batch finishes).
     fn skips_rest_of_batch(&self) -> bool;
 }

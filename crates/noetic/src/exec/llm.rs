@@ -77,9 +77,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         }
     };
     loop {
-        for effect in core.advance(input) {
-            apply(ctx, s, effect);
-        }
+        core.advance_with(input, &mut |effect| apply(ctx, s, effect));
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
         // steering they inject).
         let action = core.action();
@@ -101,7 +99,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                         tools = now;
                     }
                     // Injected messages and their user items are committed together before the request.
-                    let injected = steering.as_ref().map(|ts| ts.inject(ctx)).unwrap_or_default();
+                    // The ids are only needed by a journal (they leave the stored queue in the same write).
+                    let injected = steering.as_ref().map(|ts| ts.inject(ctx, journal.is_some())).unwrap_or_default();
                     let committed = match journal.as_deref() {
                         Some(journal) => commit(ctx, journal, &s.id, Some(&core), injected).await,
                         None => Ok(()),
@@ -193,6 +192,7 @@ fn poll(steering: Option<&dyn Checkpoints>, turn_start: bool) -> Input {
 fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
     match effect {
         Effect::Append(items) => ctx.extend_items(items),
+        Effect::Push(item) => ctx.push_item(item),
         Effect::Skipped { call_id } => {
             ctx.emit(|| EventKind::ToolSkipped { call_id, reason: "queued user steering message".to_owned() });
         }

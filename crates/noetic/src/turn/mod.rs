@@ -149,6 +149,8 @@ pub enum Action<'a> {
 pub enum Effect {
     /// Append these items to the conversation.
     Append(Vec<Item>),
+    /// Append this item to the conversation.
+    Push(Item),
     /// This call will not start: queued steering skipped it (its result is in the `Append` before).
     Skipped {
         /// The skipped call's id.
@@ -285,9 +287,16 @@ impl TurnCore {
     }
 
     /// Advances the turn by one input; returns the effects to apply, in order, before the next
-    /// [`action`](TurnCore::action).
+    /// [`action`](TurnCore::action). [`TurnCore::advance_with`] hands them over one by one instead.
     pub fn advance(&mut self, input: Input) -> Vec<Effect> {
         let mut effects = Vec::new();
+        self.advance_with(input, &mut |effect| effects.push(effect));
+        effects
+    }
+
+    /// Advances the turn by one input, handing each effect to `emit` in order (no collection is built: the
+    /// driver's per-step path).
+    pub fn advance_with(&mut self, input: Input, emit: &mut dyn FnMut(Effect)) {
         let phase = std::mem::replace(&mut self.phase, Phase::Start);
         self.phase = match (phase, input) {
             (Phase::Start, Input::Start | Input::Resume) if self.checkpoints => Phase::TurnStartPoll,
@@ -297,10 +306,10 @@ impl TurnCore {
                 self.request()
             }
             (Phase::AwaitingResponse, Input::Response(response)) => self.respond(response),
-            (Phase::Reviewing { response }, Input::Reviewed(decision)) => self.review(response, decision, &mut effects),
+            (Phase::Reviewing { response }, Input::Reviewed(decision)) => self.review(response, decision, emit),
             (Phase::Storing { response }, Input::Stored) => {
                 let text = response.text_output().to_owned();
-                effects.push(Effect::Append(response.items));
+                emit(Effect::Append(response.items));
                 if self.checkpoints { Phase::AnswerPoll { text } } else { Phase::Finished { text } }
             }
             (Phase::AnswerPoll { text }, Input::Polled(p)) => {
@@ -309,7 +318,7 @@ impl TurnCore {
                 if self.steering_pending { self.request() } else { Phase::Finished { text } }
             }
             (Phase::Tool { calls, next } | Phase::ResumingTool { calls, next }, Input::ToolDone(result)) => {
-                effects.push(Effect::Append(vec![Item::ToolResult(result)]));
+                emit(Effect::Push(Item::ToolResult(result)));
                 if self.checkpoints {
                     Phase::ToolPoll { calls, next: next + 1 }
                 } else {
@@ -320,8 +329,8 @@ impl TurnCore {
                 self.note(p);
                 if self.steering_pending && p.skip_rest {
                     for call in &calls[next.min(calls.len())..] {
-                        effects.push(Effect::Append(vec![skipped(call)]));
-                        effects.push(Effect::Skipped { call_id: call.id.clone() });
+                        emit(Effect::Push(skipped(call)));
+                        emit(Effect::Skipped { call_id: call.id.clone() });
                     }
                     self.request()
                 } else {
@@ -332,7 +341,7 @@ impl TurnCore {
                 // Every call without a result gets one, so the conversation stays well-formed.
                 let reason = error.to_string();
                 let rest = &calls[next.min(calls.len())..];
-                effects.push(Effect::Append(rest.iter().map(|c| not_completed(c, &reason)).collect()));
+                emit(Effect::Append(rest.iter().map(|c| not_completed(c, &reason)).collect()));
                 Phase::Failed { error }
             }
             (phase @ (Phase::Finished { .. } | Phase::Failed { .. }), Input::Resume) => {
@@ -363,7 +372,6 @@ impl TurnCore {
                 },
             },
         };
-        effects
     }
 
     fn note(&mut self, p: Polled) {
@@ -400,15 +408,15 @@ impl TurnCore {
         Phase::Reviewing { response }
     }
 
-    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, effects: &mut Vec<Effect>) -> Phase {
+    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, emit: &mut dyn FnMut(Effect)) -> Phase {
         match decision.action {
             SteeringAction::Allow => {}
             SteeringAction::Deny => {
-                effects.push(Effect::Steered { action: SteeringAction::Deny, guidance: decision.guidance.clone() });
+                emit(Effect::Steered { action: SteeringAction::Deny, guidance: decision.guidance.clone() });
                 return Phase::Failed { error: NoeticError::SteeringDenied { guidance: decision.guidance } };
             }
             SteeringAction::Guide if self.corrections.len() < MAX_GUIDE_RETRIES => {
-                effects.push(Effect::Steered { action: SteeringAction::Guide, guidance: decision.guidance.clone() });
+                emit(Effect::Steered { action: SteeringAction::Guide, guidance: decision.guidance.clone() });
                 let text = decision.guidance.unwrap_or_else(|| DEFAULT_CORRECTION.to_owned());
                 self.corrections.push(Item::developer(text));
                 // The response is discarded; the same round asks again.
@@ -424,7 +432,7 @@ impl TurnCore {
         if calls.is_empty() {
             return Phase::Storing { response };
         }
-        effects.push(Effect::Append(response.items));
+        emit(Effect::Append(response.items));
         Phase::Tool { calls, next: 0 }
     }
 
