@@ -227,10 +227,13 @@ fn rss_mib() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// Child process: peak RSS of a 1000-turn session.
-async fn rss_session() -> BenchResult<()> {
+/// Child process: peak RSS of a 1000-turn session (whole process), or with `added`, what the session added to
+/// the process as it started (the binary's own pages, which grow with what the suite links, left out).
+async fn rss_session(added: bool) -> BenchResult<()> {
+    let start = rss_mib().0;
     session_turns(1000).await?;
-    println!("{}", rss_mib().1);
+    let peak = rss_mib().1;
+    println!("{}", if added { peak - start } else { peak });
     Ok(())
 }
 
@@ -324,7 +327,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match std::env::args().nth(1).as_deref() {
-        Some("rss-session") => return rt.block_on(rss_session()),
+        Some("rss-session") => return rt.block_on(rss_session(false)),
+        Some("rss-session-added") => return rt.block_on(rss_session(true)),
         Some("rss-idle") => return rt.block_on(rss_idle()),
         Some("mcp") => return mcp_figures(&rt),
         _ => {}
@@ -348,6 +352,7 @@ fn main() -> BenchResult<()> {
     })?;
     let children = |arg: &str| (0..3).map(|_| child(arg)).collect::<BenchResult<Vec<_>>>();
     report("peak_rss_mb", Stats::of(children("rss-session")?, None), "MiB", "<= 10");
+    report("session_rss_added_mb", Stats::of(children("rss-session-added")?, None), "MiB", "");
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
     store_figures(&rt)?;
