@@ -37,6 +37,8 @@ pub struct AgentSpec {
     pub approver: Option<Arc<dyn Approver>>,
     /// Where sessions are kept (`None`: in memory only).
     pub store: Option<Arc<dyn noetic::agent::SessionStore>>,
+    /// Sources of more tools (MCP servers).
+    pub tool_sources: Vec<Arc<dyn noetic::tool::ToolSource>>,
 }
 
 /// A built agent.
@@ -85,6 +87,9 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     }
     if let Some(store) = spec.store {
         builder = builder.store(store);
+    }
+    for source in spec.tool_sources {
+        builder = builder.tool_source(source);
     }
     Ok(Agent { runtime: builder.build().map_err(config_error)?, steering: layer })
 }

@@ -159,6 +159,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         steering_mode: args.mode.map_or_else(|| crate::config::steering_mode(defaults), |m| Ok(m.into()))?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
+        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
     })?;
     let stored = agent.runtime.store().is_some();
     let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));

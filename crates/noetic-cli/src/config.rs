@@ -33,6 +33,9 @@ pub const ENV_PREFIX: &str = "NOETIC_AGENTS_DEFAULTS_";
 struct File {
     #[serde(default)]
     agents: Agents,
+    /// MCP servers whose tools join the agent's.
+    #[serde(default)]
+    mcp_server: Vec<crate::mcp::McpServerToml>,
 }
 
 #[derive(Deserialize, Default)]
@@ -64,6 +67,9 @@ pub struct Defaults {
     pub ledger_out: Option<PathBuf>,
     /// The session database.
     pub db: Option<PathBuf>,
+    /// The `[[mcp_server]]` tables of the file (not under `[agents.defaults]`).
+    #[serde(skip)]
+    pub mcp_servers: Vec<crate::mcp::McpServerToml>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
     #[serde(default, deserialize_with = "number_or_text")]
     pub timeout: Option<String>,
@@ -132,7 +138,7 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
             let file: File = toml::from_str(&text).map_err(|e| {
                 format!("{}: {}", path.display(), e.to_string().trim_end()).replace("TOML parse error", "error")
             })?;
-            file.agents.defaults
+            Defaults { mcp_servers: file.mcp_server, ..file.agents.defaults }
         }
     };
     let var = |key: &str| env(&format!("{ENV_PREFIX}{key}")).filter(|v| !v.trim().is_empty());

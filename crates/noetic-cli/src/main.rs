@@ -18,6 +18,7 @@ mod config;
 mod demo;
 mod ledger;
 mod local;
+mod mcp;
 mod output;
 mod provider;
 mod render;

@@ -100,6 +100,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             }
             None => None,
         },
+        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {

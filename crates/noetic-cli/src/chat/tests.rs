@@ -42,6 +42,7 @@ fn harness() -> Harness {
         steering_mode: SteeringMode::OneAtATime,
         approver: Some(approve::via_channel(tx)),
         store: None,
+        tool_sources: Vec::new(),
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);

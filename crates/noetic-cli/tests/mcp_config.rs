@@ -1,0 +1,82 @@
+//! `[[mcp_server]]` tables in noetic.toml: a real MCP server's tools join the agent's, and a bad table is an error
+//! naming it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{noetic, run};
+
+/// The npm filesystem reference server, installed by `scripts/mcp-servers.sh setup` (skipped with a reason when
+/// absent, unless `NOETIC_E2E_REQUIRED=1`).
+fn filesystem_server() -> Option<PathBuf> {
+    let dir = std::env::var_os("NOETIC_MCP_SERVERS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-mcp-servers")
+    });
+    let bin = dir.join("node_modules/.bin/mcp-server-filesystem");
+    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if bin.exists() && node {
+        return Some(bin);
+    }
+    let reason = format!("{} is missing (or node is): run scripts/mcp-servers.sh setup", bin.display());
+    assert!(!std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1"), "NOETIC_E2E_REQUIRED=1 and {reason}");
+    eprintln!("skipped: {reason}");
+    None
+}
+
+#[test]
+fn a_workflow_calls_a_tool_of_an_mcp_server_from_noetic_toml_and_gets_its_real_result() {
+    let Some(server) = filesystem_server() else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "from the MCP server\n").unwrap();
+    let config = root.join("noetic.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_server]]\nname = \"files\"\ncommand = {:?}\nargs = [{:?}]\n",
+            server.display().to_string(),
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let flow = root.join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "model = \"scripted\"\ntools = [\"list_dir\"]\n[[scripted.response]]\ntool_calls = [{{ id = \"m1\", name = \
+             \"files__read_text_file\", args = {{ path = {:?} }} }}]\n[[scripted.response]]\ntext = \"read it\"\n",
+            root.join("notes.txt").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = run(noetic()
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .arg(&flow)
+        .args(["--prompt", "Read the notes", "--json", "--workspace"])
+        .arg(&root));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let completed = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["kind"]["type"] == "tool_call_completed" || e["type"] == "tool_call_completed")
+        .unwrap_or_else(|| panic!("no tool_call_completed event: {}", out.stdout));
+    let text = completed.to_string();
+    assert!(text.contains("files__read_text_file") && text.contains("from the MCP server"), "{text}");
+}
+
+#[test]
+fn an_mcp_server_table_without_a_command_or_url_is_an_error_naming_it() {
+    let ws = tempfile::tempdir().unwrap();
+    let config = ws.path().join("noetic.toml");
+    std::fs::write(&config, "[[mcp_server]]\nname = \"broken\"\n").unwrap();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"scripted\"\n[[scripted.response]]\ntext = \"hi\"\n").unwrap();
+    let out = run(noetic().arg("--config").arg(&config).arg("run").arg(&flow).args(["--prompt", "x"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("[[mcp_server]] 'broken' needs exactly one of command"), "{}", out.stderr);
+}
