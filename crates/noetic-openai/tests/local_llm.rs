@@ -312,7 +312,11 @@ async fn an_llm_rule_judged_by_the_real_model_records_a_parsed_verdict() {
         [Hook::BeforeToolCall],
         LlmEval::sync("Deny deleting files outside /workspace/.").model(MODEL_ID),
     );
-    let layer = steering(SteeringConfig::new([rule])).unwrap();
+    // The point is the verdict, not the time: the one-thread server may be busy with the file's other tests, so
+    // the hook's 5 s limit (which would record a timeout, not a verdict) is lifted here.
+    let mut config = SteeringConfig::new([rule]);
+    config.before_tool_call_timeout = std::time::Duration::from_secs(120);
+    let layer = steering(config).unwrap();
     let ctx = Context::builder().model(Arc::new(model)).build();
     let args = json!({"path": "/etc/passwd"});
     let params = noetic::layer::ToolCallParams { call_id: "c1", name: "delete_file", args: &args };
