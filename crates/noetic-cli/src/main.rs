@@ -69,8 +69,8 @@ enum Command {
         after_help = "Workflow keys: instructions, model (\"scripted\" answers from [[scripted.response]] tables \
                             with text and/or tool_calls, and judge requests from scripted.judge), provider \
                             (openai|anthropic), base_url, tools (built-in names), workspace and rules_file (relative to \
-                            the workflow), [[rule]] tables (as in rules.toml), max_rounds, max_iterations, steering_mode, \
-                            timeout (seconds). Example: crates/noetic-cli/examples/workflow.toml."
+                            the workflow), [[rule]] tables (as in rules.toml), [[mcp_server]] tables (as in noetic.toml), \
+                            max_rounds, max_iterations, steering_mode, timeout (seconds). Example: crates/noetic-cli/examples/workflow.toml."
     )]
     Run(run::RunArgs),
     /// Pretty-print a steering ledger written with --ledger-out (JSON lines).

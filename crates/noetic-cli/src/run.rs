@@ -100,7 +100,10 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             }
             None => None,
         },
-        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
+        tool_sources: {
+            let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
+            crate::mcp::start(&servers).await?
+        },
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {

@@ -59,6 +59,8 @@ struct WorkflowFile {
     timeout: Option<String>,
     workspace: Option<PathBuf>,
     scripted: Option<ScriptedDef>,
+    #[serde(default)]
+    mcp_server: Vec<crate::mcp::McpServerToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,6 +117,8 @@ pub struct Workflow {
     pub timeout: Option<Duration>,
     /// The workspace, resolved against the file's folder.
     pub workspace: Option<PathBuf>,
+    /// MCP servers whose tools join the agent's (added to those of noetic.toml).
+    pub mcp_servers: Vec<crate::mcp::McpServerToml>,
     scripted: Option<ScriptedDef>,
 }
 
@@ -174,6 +178,7 @@ pub fn load(path: &Path) -> Result<Workflow, SourceError> {
         steering_mode: file.steering_mode,
         timeout,
         workspace: file.workspace.map(|w| dir.join(w)),
+        mcp_servers: file.mcp_server,
         scripted: file.scripted,
     })
 }

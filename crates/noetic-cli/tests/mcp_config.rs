@@ -80,3 +80,27 @@ fn an_mcp_server_table_without_a_command_or_url_is_an_error_naming_it() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("[[mcp_server]] 'broken' needs exactly one of command"), "{}", out.stderr);
 }
+
+#[test]
+fn a_workflow_file_can_bring_its_own_mcp_server() {
+    let Some(server) = filesystem_server() else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    std::fs::write(root.join("todo.txt"), "ship it\n").unwrap();
+    let flow = root.join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "model = \"scripted\"\n[[mcp_server]]\nname = \"fs\"\ncommand = {:?}\nargs = [{:?}]\n\
+             [[scripted.response]]\ntool_calls = [{{ id = \"m1\", name = \"fs__read_text_file\", args = {{ path = {:?} \
+             }} }}]\n[[scripted.response]]\ntext = \"done\"\n",
+            server.display().to_string(),
+            root.display().to_string(),
+            root.join("todo.txt").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "Read it", "--json", "--workspace"]).arg(&root));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("ship it"), "the server's result is in the events: {}", out.stdout);
+}
