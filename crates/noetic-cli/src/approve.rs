@@ -185,12 +185,13 @@ mod tests {
             tool: "run_command".into(),
             call_id: "c1".into(),
             arguments: json!({"command": "cargo test"}),
+            session: None,
         };
         assert_eq!(question(&request), "approve: run `cargo test`? [y/N] ");
     }
 
     fn request(tool: &str, arguments: serde_json::Value) -> ApprovalRequest {
-        ApprovalRequest { tool: tool.into(), call_id: "c1".into(), arguments }
+        ApprovalRequest { tool: tool.into(), call_id: "c1".into(), arguments, session: None }
     }
 
     #[test]
@@ -229,7 +230,7 @@ mod tests {
     async fn a_channel_approver_waits_for_the_answer() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let approver = via_channel(tx);
-        let request = ApprovalRequest { tool: "t".into(), call_id: "c".into(), arguments: json!({}) };
+        let request = ApprovalRequest { tool: "t".into(), call_id: "c".into(), arguments: json!({}), session: None };
         let decision = tokio::spawn(approver.approve(request));
         let Some(pending) = rx.recv().await else { panic!("no question") };
         let _ = pending.reply.send(Approval::Approve);

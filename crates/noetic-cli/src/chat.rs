@@ -421,7 +421,7 @@ impl Chat {
                 self.turn_started.get_or_insert_with(Instant::now);
             }
             EventKind::ModelCallStarted { .. } => self.streamed = false,
-            EventKind::ToolCallStarted { call_id, tool } => {
+            EventKind::ToolCallStarted { call_id, tool, .. } => {
                 self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
             }
             _ => {}

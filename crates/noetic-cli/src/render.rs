@@ -198,7 +198,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::ModelCallCompleted { tool_calls, .. } => {
             style.dim(&format!("  model answered with {tool_calls} tool call(s)"))
         }
-        EventKind::ToolCallStarted { call_id, tool } => {
+        EventKind::ToolCallStarted { call_id, tool, .. } => {
             format!("  tool  {} [{}] …", printable(tool), printable(call_id))
         }
         EventKind::ToolCallCompleted { call_id, tool, is_error, output, .. } => {

@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let user = tokio::spawn(async move {
         while let Ok(event) = events.recv().await {
             match &event.kind {
-                EventKind::ToolCallStarted { call_id, tool } => {
+                EventKind::ToolCallStarted { call_id, tool, .. } => {
                     println!("  [tool started]   {call_id} {tool}");
                     if call_id == "call-1" {
                         tokio::time::sleep(Duration::from_millis(100)).await;

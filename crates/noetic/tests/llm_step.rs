@@ -816,7 +816,7 @@ async fn emit_all_emits_model_and_tool_events_in_order() {
             EventKind::ModelCallCompleted { round, tool_calls, .. } => {
                 format!("model_call_completed round={round} tool_calls={tool_calls}")
             }
-            EventKind::ToolCallStarted { call_id, tool } => format!("tool_call_started {call_id} {tool}"),
+            EventKind::ToolCallStarted { call_id, tool, .. } => format!("tool_call_started {call_id} {tool}"),
             EventKind::ToolCallCompleted { call_id, is_error, output, .. } => {
                 format!("tool_call_completed {call_id} error={is_error} {output}")
             }

@@ -173,7 +173,7 @@ fn tool_call_events(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>
     let mut seen = Vec::new();
     while let Ok(event) = rx.try_recv() {
         match &event.kind {
-            EventKind::ToolCallStarted { call_id, tool } => seen.push(format!("started {call_id} {tool}")),
+            EventKind::ToolCallStarted { call_id, tool, .. } => seen.push(format!("started {call_id} {tool}")),
             EventKind::ToolCallCompleted { call_id, tool, is_error, output, .. } => {
                 seen.push(format!("completed {call_id} {tool} error={is_error} {output}"))
             }

@@ -177,6 +177,10 @@ impl TurnSteering {
 }
 
 impl crate::context::Checkpoints for TurnSteering {
+    fn session(&self) -> &str {
+        &self.session
+    }
+
     fn applies_to(&self, ctx: &Context) -> bool {
         TurnSteering::applies_to(self, ctx)
     }

@@ -428,6 +428,11 @@ impl Session {
         self.live().events.get().map_or(0, EventSink::last_seq)
     }
 
+    /// How many turns this session has started (the running turn's number while one runs).
+    pub fn turns(&self) -> u64 {
+        self.live().turns.load(Ordering::SeqCst)
+    }
+
     /// Cancels the running turn, if any. Returns true if there was one.
     pub fn cancel(&self, reason: &str) -> bool {
         self.locked(|_, conversation| match conversation {

@@ -12,8 +12,11 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// The call id.
     pub call_id: String,
-    /// The validated arguments.
+    /// The validated arguments (written by the model: untrusted, escape them wherever they are shown).
     pub arguments: Value,
+    /// The session whose turn made the call (`None` outside a session turn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// An approver's decision.

@@ -29,4 +29,6 @@ pub trait Checkpoints: Send + Sync {
     fn inject(&self, ctx: &Context, ids: bool) -> Vec<String>;
     /// True when steering found at a checkpoint skips the rest of the tool batch (else the batch finishes).
     fn skips_rest_of_batch(&self) -> bool;
+    /// The key of the session the turn belongs to.
+    fn session(&self) -> &str;
 }

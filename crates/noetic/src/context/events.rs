@@ -125,6 +125,9 @@ pub enum EventKind {
         call_id: String,
         /// The tool's name.
         tool: String,
+        /// The arguments as the model wrote them (untrusted; possibly malformed JSON); empty for a direct `tool`
+        /// step, whose input is a typed value.
+        arguments: String,
     },
     /// A tool call ended (ran, failed, or was refused before running).
     ToolCallCompleted {
@@ -196,6 +199,27 @@ pub enum EventKind {
         tool: String,
         /// What the tool reported.
         data: serde_json::Value,
+    },
+    /// A call of a tool that needs approval waits for the approver's decision.
+    ApprovalRequested {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The validated arguments (written by the model: untrusted).
+        arguments: serde_json::Value,
+    },
+    /// The approver decided on a call (a rejected call does not run; the reason goes to the model).
+    ApprovalDecided {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// True when the call may run.
+        approved: bool,
+        /// Why it was rejected.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A session turn started.
     TurnStarted {

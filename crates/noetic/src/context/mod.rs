@@ -446,6 +446,11 @@ impl Context {
         &self.inner.services
     }
 
+    /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).
+    pub fn session_key(&self) -> Option<&str> {
+        self.inner.services.steering.as_ref().map(|s| s.session())
+    }
+
     /// The steering checkpoints of the current session turn, when they apply to this execution.
     pub(crate) fn turn_steering(&self) -> Option<&Arc<dyn Checkpoints>> {
         self.inner.services.steering.as_ref().filter(|s| s.applies_to(self))

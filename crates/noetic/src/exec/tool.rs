@@ -21,7 +21,11 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     ctx: &Context,
 ) -> Result<O, NoeticError> {
     let name = s.tool.name();
-    ctx.emit(|| EventKind::ToolCallStarted { call_id: s.id.to_string(), tool: name.to_owned() });
+    ctx.emit(|| EventKind::ToolCallStarted {
+        call_id: s.id.to_string(),
+        tool: name.to_owned(),
+        arguments: String::new(),
+    });
     let outcome = call(s, input, ctx).await;
     let completed = |is_error: bool, output: String| EventKind::ToolCallCompleted {
         call_id: s.id.to_string(),

@@ -24,9 +24,28 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
             tool.name()
         ));
     };
-    let request =
-        ApprovalRequest { tool: tool.name().to_owned(), call_id: call_id.to_owned(), arguments: args.clone() };
-    match approver.approve(request).await {
+    let request = ApprovalRequest {
+        tool: tool.name().to_owned(),
+        call_id: call_id.to_owned(),
+        arguments: args.clone(),
+        session: ctx.session_key().map(str::to_owned),
+    };
+    ctx.emit(|| EventKind::ApprovalRequested {
+        call_id: call_id.to_owned(),
+        tool: tool.name().to_owned(),
+        arguments: args.clone(),
+    });
+    let approval = approver.approve(request).await;
+    ctx.emit(|| EventKind::ApprovalDecided {
+        call_id: call_id.to_owned(),
+        tool: tool.name().to_owned(),
+        approved: approval == Approval::Approve,
+        reason: match &approval {
+            Approval::Approve => None,
+            Approval::Reject { reason } => Some(reason.clone()),
+        },
+    });
+    match approval {
         Approval::Approve => Ok(()),
         Approval::Reject { reason } => Err(format!("the call of '{}' was rejected: {reason}", tool.name())),
     }
@@ -66,7 +85,11 @@ pub(crate) async fn run_tool_call(
 ) -> Result<ToolResult, NoeticError> {
     let watched = ctx.events().is_active();
     if watched {
-        let kind = EventKind::ToolCallStarted { call_id: call.id.clone(), tool: call.name.clone() };
+        let kind = EventKind::ToolCallStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+        };
         if allow(&kind) {
             ctx.emit(|| kind);
         }

@@ -1,0 +1,411 @@
+//! The JSON API's handlers (routes and their shapes are documented in `assets/openapi.json`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use noetic::agent::{Routed, Session, SessionError, SteerError, SteeringMode, Turn};
+use noetic::context::Followed;
+use noetic::tool::Approval;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::approvals::DecideError;
+use crate::error::ApiError;
+
+/// The longest session key accepted.
+pub const MAX_KEY_LEN: usize = 128;
+
+/// Serialises a time as milliseconds since the Unix epoch (what a browser's `new Date(ms)` takes).
+pub(crate) fn unix_millis<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(millis(*at))
+}
+
+fn millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Session keys are short and plain, so they are safe in URLs, logs and the page.
+fn check_key(key: &str) -> Result<(), ApiError> {
+    let ok = !key.is_empty()
+        && key.len() <= MAX_KEY_LEN
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_session_key",
+            format!("a session key is 1 to {MAX_KEY_LEN} characters of A-Z, a-z, 0-9, '-', '_' and '.'"),
+        ))
+    }
+}
+
+fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
+    check_key(key)?;
+    state.runtime.try_session(key).map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {e}"))
+    })
+}
+
+fn session_error(key: &str, e: SessionError) -> ApiError {
+    match e {
+        SessionError::Busy { .. } => ApiError::new(StatusCode::CONFLICT, "busy", e.to_string()),
+        SessionError::Unfinished { .. } => ApiError::new(StatusCode::CONFLICT, "unfinished_turn", e.to_string()),
+        other => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {other}"))
+        }
+    }
+}
+
+fn steer_error(e: SteerError) -> ApiError {
+    match e {
+        SteerError::QueueFull { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", e.to_string()),
+        SteerError::Empty => ApiError::bad_request("empty_message", e.to_string()),
+        other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", other.to_string()),
+    }
+}
+
+/// Runs a started turn and then, before letting go of the session, turns for messages that arrived after its
+/// last checkpoint, so no message is left in the queue of an idle session.
+pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
+    state.turns.spawn(async move {
+        let mut turn = turn;
+        loop {
+            // The outcome is in the session's events and history; nothing more to do with it here.
+            let _ = turn.await;
+            match session.continue_session() {
+                Ok(Some(next)) => turn = next,
+                Ok(None) | Err(_) => return,
+            }
+        }
+    });
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessageBody {
+    text: String,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "routed", rename_all = "snake_case")]
+enum Routing {
+    /// The session was idle: this message started turn `turn`.
+    Started { turn: u64 },
+    /// A turn was running: the message was queued for it.
+    Steered { message_id: String, turn: u64 },
+}
+
+/// `POST /api/sessions/{key}/messages`: starts a turn or steers the running one, decided atomically.
+pub(crate) async fn post_message(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    body: Result<Json<MessageBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let session = session(&state, &key)?;
+    if body.text.chars().count() > state.config.max_message_chars {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "message_too_long",
+            format!("a message may have at most {} characters; send a shorter one", state.config.max_message_chars),
+        ));
+    }
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_request("empty_message", "the message is empty; send some text"));
+    }
+    if state.shutdown.is_cancelled() {
+        return Err(shutting_down());
+    }
+    let routing = match session.send_or_steer(body.text).map_err(steer_error)? {
+        Routed::Started(turn) => {
+            let number = turn.number();
+            run_turn(&state, session, turn);
+            Routing::Started { turn: number }
+        }
+        Routed::Steered(id) => Routing::Steered { message_id: id.to_string(), turn: session.turns() },
+    };
+    Ok((StatusCode::ACCEPTED, Json(routing)).into_response())
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down; try another worker")
+}
+
+#[derive(Serialize)]
+struct QueuedMessage {
+    id: String,
+    text: String,
+    #[serde(serialize_with = "unix_millis")]
+    accepted_at: SystemTime,
+}
+
+/// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs or was left unfinished.
+pub(crate) async fn get_session(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session(&state, &key)?;
+    let queued: Vec<QueuedMessage> = session
+        .queued_messages()
+        .into_iter()
+        .map(|m| QueuedMessage { id: m.id.to_string(), text: m.text, accepted_at: m.accepted_at })
+        .collect();
+    Ok(Json(json!({
+        "key": key,
+        "busy": session.is_busy(),
+        "turns": session.turns(),
+        "steering_mode": session.steering_mode().as_str(),
+        "steering_capacity": session.steering_capacity(),
+        "queued": queued,
+        "unfinished_turn": session.unfinished_turn(),
+        "last_event_seq": session.last_event_seq(),
+        "pending_approvals": state.approvals.pending(Some(&key)),
+        "history": session.history(),
+    })))
+}
+
+#[derive(Serialize)]
+struct SessionLine {
+    key: String,
+    turns: u64,
+    items: u64,
+    queued: u64,
+    unfinished: bool,
+    #[serde(serialize_with = "unix_millis")]
+    updated_at: SystemTime,
+}
+
+/// `GET /api/sessions`: the store's sessions, newest first.
+pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let store = store(&state)?;
+    let list = store.list().map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
+    let lines: Vec<SessionLine> = list
+        .into_iter()
+        .map(|s| SessionLine {
+            key: s.key,
+            turns: s.turns,
+            items: s.items,
+            queued: s.queued,
+            unfinished: s.unfinished,
+            updated_at: s.updated_at,
+        })
+        .collect();
+    Ok(Json(json!({ "sessions": lines })))
+}
+
+fn store(state: &AppState) -> Result<&Arc<dyn noetic::agent::SessionStore>, ApiError> {
+    state.runtime.store().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "no_store",
+            "this server keeps sessions in memory only; start it with a store to list sessions and read ledgers",
+        )
+    })
+}
+
+/// `GET /api/sessions/{key}/ledger`: the steering decisions, oldest first.
+pub(crate) async fn get_ledger(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_key(&key)?;
+    let entries = store(&state)?
+        .ledger(&key)
+        .map_err(|e| ApiError::internal(format!("could not read the ledger of '{key}': {e}")))?;
+    let entries: Vec<Value> =
+        entries.iter().map(|e| serde_json::from_str(e).unwrap_or_else(|_| Value::String(e.clone()))).collect();
+    Ok(Json(json!({ "key": key, "entries": entries })))
+}
+
+/// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
+pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+    let session = session(&state, &key)?;
+    let (cleared, cancelled) = session.stop("stopped through the API");
+    Ok(Json(json!({ "cleared": cleared, "cancelled": cancelled })))
+}
+
+/// `POST /api/sessions/{key}/continue`: an idle session with queued messages starts a turn with them.
+pub(crate) async fn continue_session(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session(&state, &key)?;
+    if state.shutdown.is_cancelled() {
+        return Err(shutting_down());
+    }
+    match session.continue_session().map_err(|e| session_error(&key, e))? {
+        Some(turn) => {
+            let number = turn.number();
+            run_turn(&state, session, turn);
+            Ok(Json(json!({ "started": true, "turn": number })))
+        }
+        None => Ok(Json(json!({ "started": false }))),
+    }
+}
+
+/// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
+pub(crate) async fn resume(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session(&state, &key)?;
+    if state.shutdown.is_cancelled() {
+        return Err(shutting_down());
+    }
+    match session.resume().map_err(|e| session_error(&key, e))? {
+        Some(turn) => {
+            let number = turn.number();
+            run_turn(&state, session, turn);
+            Ok(Json(json!({ "resumed": true, "turn": number })))
+        }
+        None => Ok(Json(json!({ "resumed": false }))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModeBody {
+    mode: String,
+}
+
+/// `PUT /api/sessions/{key}/mode`: how many queued messages a checkpoint takes.
+pub(crate) async fn set_mode(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    body: Result<Json<ModeBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body?;
+    let session = session(&state, &key)?;
+    let mode = SteeringMode::parse(&body.mode).map_err(|e| ApiError::bad_request("invalid_mode", e.to_string()))?;
+    session.set_steering_mode(mode);
+    Ok(Json(json!({ "mode": mode.as_str() })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    after: Option<u64>,
+    #[allow(dead_code)]
+    access_token: Option<String>,
+}
+
+/// `GET /api/sessions/{key}/events`: server-sent events from after `?after=` or the `Last-Event-ID` header (the
+/// oldest the log holds when neither is given), then live ones. Each event's SSE id is its sequence number; events
+/// the log no longer holds arrive as one `gap` event.
+pub(crate) async fn events(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let Query(query) = query?;
+    let session = session(&state, &key)?;
+    let from_header =
+        match headers.get("last-event-id") {
+            Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+                ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event number")
+            })?),
+            None => None,
+        };
+    // A reconnecting EventSource repeats its first URL and adds the header: the header is the newer position.
+    let after = from_header.or(query.after).unwrap_or(0);
+    let follower = session.follow(after);
+    let shutdown = state.shutdown.clone();
+    let stream = futures::stream::unfold((follower, shutdown), |(mut follower, shutdown)| async move {
+        let next = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => None,
+            next = follower.next() => next,
+        };
+        let event = match next? {
+            Followed::Event(event) => {
+                let data = serde_json::to_string(&*event).unwrap_or_else(|e| {
+                    json!({ "type": "unserialisable", "seq": event.seq, "error": e.to_string() }).to_string()
+                });
+                SseEvent::default().id(event.seq.to_string()).data(data)
+            }
+            Followed::Gap { from, to } => SseEvent::default()
+                .event("gap")
+                .id(to.to_string())
+                .data(json!({ "type": "gap", "from": from, "to": to }).to_string()),
+        };
+        Some((Ok(event), (follower, shutdown)))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApprovalsQuery {
+    session: Option<String>,
+}
+
+/// `GET /api/approvals`: calls waiting for a decision (only `?session=`'s when given).
+pub(crate) async fn list_approvals(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ApprovalsQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    Ok(Json(json!({ "approvals": state.approvals.pending(query.session.as_deref()) })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecisionBody {
+    approve: bool,
+    reason: Option<String>,
+}
+
+/// `POST /api/approvals/{call_id}`: approves or rejects a waiting call.
+pub(crate) async fn decide(
+    State(state): State<Arc<AppState>>,
+    Path(call_id): Path<String>,
+    body: Result<Json<DecisionBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body?;
+    let approval = if body.approve {
+        Approval::Approve
+    } else {
+        let reason = body.reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "rejected by the user".into());
+        Approval::Reject { reason }
+    };
+    match state.approvals.decide(&call_id, approval) {
+        Ok(pending) => Ok(Json(json!({ "call_id": pending.call_id, "approved": body.approve }))),
+        Err(DecideError::NotWaiting) => Err(ApiError::not_found(
+            "no_such_approval",
+            "no call with this id waits for a decision (it was decided, timed out or its turn ended)",
+        )),
+    }
+}
+
+/// `GET /healthz`: the process answers.
+pub(crate) async fn health() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: the server takes work (not shutting down, and its store answers).
+pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutdown.is_cancelled() {
+        return shutting_down().into_response();
+    }
+    if let Some(store) = state.runtime.store()
+        && let Err(e) = store.list()
+    {
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()).into_response();
+    }
+    Json(json!({ "status": "ready" })).into_response()
+}
+
+/// Any other route.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no_such_route", "no such route; GET /openapi.json lists the API")
+}

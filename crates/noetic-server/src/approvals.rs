@@ -1,0 +1,181 @@
+//! Approvals over HTTP: a call of a tool that needs approval waits here until a client approves or rejects it,
+//! and is rejected when nobody decides in time (fail closed). The runtime's approver is [`Approvals::approver`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use noetic::tool::{Approval, ApprovalRequest, Approver};
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+/// How long a call waits for a decision by default.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A call waiting for a decision, as clients see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingApproval {
+    /// The call id (the key to decide with).
+    pub call_id: String,
+    /// The session whose turn made the call.
+    pub session: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// The arguments (written by the model: untrusted).
+    pub arguments: serde_json::Value,
+    /// When the call started waiting.
+    #[serde(serialize_with = "crate::api::unix_millis")]
+    pub requested_at: SystemTime,
+    /// When it is rejected if nobody decides.
+    #[serde(serialize_with = "crate::api::unix_millis")]
+    pub expires_at: SystemTime,
+}
+
+struct Waiting {
+    info: PendingApproval,
+    answer: oneshot::Sender<Approval>,
+}
+
+/// The calls waiting for a decision.
+#[derive(Clone)]
+pub struct Approvals {
+    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    timeout: Duration,
+}
+
+/// Why a decision could not be delivered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecideError {
+    /// No call with this id waits (never asked, already decided, timed out or cancelled).
+    NotWaiting,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Approvals {
+    /// Calls wait at most `timeout` for a decision, then are rejected.
+    pub fn new(timeout: Duration) -> Self {
+        Approvals { waiting: Arc::default(), timeout }
+    }
+
+    /// The approver to give the runtime ([`noetic::agent::RuntimeBuilder::approver`]).
+    pub fn approver(&self) -> Arc<dyn Approver> {
+        Arc::new(self.clone())
+    }
+
+    /// The calls waiting now, oldest first; only `session`'s when given.
+    pub fn pending(&self, session: Option<&str>) -> Vec<PendingApproval> {
+        let mut list: Vec<PendingApproval> = lock(&self.waiting)
+            .values()
+            .filter(|w| session.is_none() || w.info.session.as_deref() == session)
+            .map(|w| w.info.clone())
+            .collect();
+        list.sort_by_key(|p| p.requested_at);
+        list
+    }
+
+    /// Delivers a decision to the waiting call `call_id`.
+    pub fn decide(&self, call_id: &str, approval: Approval) -> Result<PendingApproval, DecideError> {
+        let waiting = lock(&self.waiting).remove(call_id).ok_or(DecideError::NotWaiting)?;
+        // The call may have been cancelled a moment ago; then nobody reads the answer, which is fine.
+        let _ = waiting.answer.send(approval);
+        Ok(waiting.info)
+    }
+}
+
+/// Removes a call's entry when its wait ends however it ends (decided, timed out, turn cancelled).
+struct Entry {
+    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    call_id: String,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        lock(&self.waiting).remove(&self.call_id);
+    }
+}
+
+impl Approver for Approvals {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<'static, Approval> {
+        let (tx, rx) = oneshot::channel();
+        let now = SystemTime::now();
+        let info = PendingApproval {
+            call_id: request.call_id.clone(),
+            session: request.session,
+            tool: request.tool,
+            arguments: request.arguments,
+            requested_at: now,
+            expires_at: now + self.timeout,
+        };
+        let replaced = lock(&self.waiting).insert(request.call_id.clone(), Waiting { info, answer: tx });
+        if let Some(old) = replaced {
+            // Two calls with one id (a model repeating an id across turns): the older one is rejected, never left
+            // waiting for a decision meant for the newer.
+            let _ = old.answer.send(Approval::Reject { reason: "a newer call with the same id replaced it".into() });
+        }
+        let entry = Entry { waiting: self.waiting.clone(), call_id: request.call_id };
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let result = tokio::time::timeout(timeout, rx).await;
+            drop(entry);
+            match result {
+                Ok(Ok(approval)) => approval,
+                Ok(Err(_)) => Approval::Reject { reason: "the approval request was withdrawn".into() },
+                Err(_) => Approval::Reject {
+                    reason: format!("nobody approved the call within {} s, so it was rejected", timeout.as_secs()),
+                },
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            tool: "write_file".into(),
+            call_id: id.into(),
+            arguments: serde_json::json!({"path": "a"}),
+            session: Some("s".into()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_nobody_decides_is_rejected_when_its_time_is_up_and_leaves_the_list() {
+        let approvals = Approvals::new(Duration::from_secs(30));
+        let wait = approvals.approve(request("c1"));
+        let waiting = tokio::spawn(wait);
+        tokio::task::yield_now().await;
+        assert_eq!(approvals.pending(None).len(), 1);
+        let Ok(answer) = waiting.await else { unreachable!("the wait does not panic") };
+        assert!(matches!(answer, Approval::Reject { reason } if reason.contains("within 30 s")));
+        assert!(approvals.pending(None).is_empty());
+        assert_eq!(approvals.decide("c1", Approval::Approve).err(), Some(DecideError::NotWaiting));
+    }
+
+    #[tokio::test]
+    async fn a_decision_reaches_the_waiting_call_once() {
+        let approvals = Approvals::new(Duration::from_secs(30));
+        let wait = tokio::spawn(approvals.approve(request("c2")));
+        let decided = approvals.decide("c2", Approval::Approve);
+        assert!(decided.is_ok_and(|p| p.session.as_deref() == Some("s") && p.tool == "write_file"));
+        assert_eq!(approvals.decide("c2", Approval::Approve).err(), Some(DecideError::NotWaiting));
+        assert!(matches!(wait.await, Ok(Approval::Approve)));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_leaves_nothing_pending() {
+        let approvals = Approvals::new(Duration::from_secs(30));
+        let wait = approvals.approve(request("c3"));
+        assert_eq!(approvals.pending(Some("s")).len(), 1);
+        assert!(approvals.pending(Some("other")).is_empty());
+        drop(wait);
+        // The entry belongs to the wait: dropping it (a cancelled turn) takes the call off the list.
+        assert!(approvals.pending(None).is_empty());
+    }
+}

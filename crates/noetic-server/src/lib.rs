@@ -1,0 +1,243 @@
+//! `noetic-server`: an HTTP API (JSON, and server-sent events for live events) and a web page, served by one
+//! process, through which people and programs talk to, watch and steer the sessions of a [`Runtime`].
+//!
+//! ```no_run
+//! # async fn demo(runtime_builder: noetic::agent::RuntimeBuilder) -> Result<(), Box<dyn std::error::Error>> {
+//! use noetic_server::{Approvals, Server, ServerConfig};
+//!
+//! let approvals = Approvals::new(noetic_server::DEFAULT_APPROVAL_TIMEOUT);
+//! let runtime = runtime_builder.approver(approvals.approver()).build()?;
+//! let server = Server::new(runtime, approvals, ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The routes (also served as an OpenAPI document at `/openapi.json`):
+//!
+//! | Route | What it does |
+//! |---|---|
+//! | `POST /api/sessions/{key}/messages` `{"text"}` | starts a turn when idle, steers the running turn when busy (atomic); 429 when the queue is full |
+//! | `GET /api/sessions/{key}/events?after=N` | server-sent events, resumable with `Last-Event-ID`; a `gap` event for what the log dropped |
+//! | `GET /api/sessions/{key}` | history, queued messages, busy, unfinished turn, pending approvals |
+//! | `POST /api/sessions/{key}/stop`, `/continue`, `/resume` | stop a turn; run the queued messages; finish an unfinished turn |
+//! | `PUT /api/sessions/{key}/mode` `{"mode"}` | `one-at-a-time` or `all` |
+//! | `GET /api/sessions`, `GET /api/sessions/{key}/ledger` | the store's sessions; the steering ledger |
+//! | `GET /api/approvals`, `POST /api/approvals/{call_id}` `{"approve", "reason"}` | calls waiting for a decision |
+//! | `GET /healthz`, `GET /readyz` | liveness and readiness |
+//!
+//! With an access token set, every `/api` request must carry it (`Authorization: Bearer …`, or `?access_token=`
+//! for an `EventSource`); the page and the health routes need none. A server bound to anything but loopback
+//! refuses to start without a token ([`check_bind`]).
+
+mod api;
+mod approvals;
+mod assets;
+mod error;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use noetic::agent::Runtime;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval};
+pub use error::ApiError;
+
+/// The environment variable `noetic serve` reads the access token from.
+pub const TOKEN_ENV: &str = "NOETIC_SERVER_TOKEN";
+
+/// How the server behaves.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The access token every API request must carry; `None` for none (loopback only).
+    pub token: Option<String>,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// The longest message, in characters.
+    pub max_message_chars: usize,
+    /// How long a shutdown waits for running turns before the process leaves them to be resumed.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            token: None,
+            max_body_bytes: 256 * 1024,
+            max_message_chars: 32 * 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Refuses an address other than loopback when no token is set, saying why.
+pub fn check_bind(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> {
+    if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "refusing to serve on {addr} without an access token: anyone who can reach that address could drive the \
+             agent and its tools. Set {TOKEN_ENV} (or --token), or bind to 127.0.0.1"
+        ))
+    }
+}
+
+/// What the handlers share.
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime,
+    pub(crate) approvals: Approvals,
+    pub(crate) config: ServerConfig,
+    /// Turns the server started (and their continuations), so a shutdown can wait for them.
+    pub(crate) turns: TaskTracker,
+    /// Cancelled when the server shuts down: event streams end, new turns are refused.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The server: the runtime's sessions behind the API and the page.
+#[derive(Clone)]
+pub struct Server {
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// A server for `runtime`, whose approver should be `approvals.approver()` (else calls that need approval
+    /// never show up as pending approvals).
+    pub fn new(runtime: Runtime, approvals: Approvals, config: ServerConfig) -> Self {
+        let state =
+            AppState { runtime, approvals, config, turns: TaskTracker::new(), shutdown: CancellationToken::new() };
+        Server { state: Arc::new(state) }
+    }
+
+    /// The routes, for embedding in another axum application.
+    pub fn router(&self) -> Router {
+        let api = Router::new()
+            .route("/sessions", get(api::list_sessions))
+            .route("/sessions/{key}", get(api::get_session))
+            .route("/sessions/{key}/messages", post(api::post_message))
+            .route("/sessions/{key}/events", get(api::events))
+            .route("/sessions/{key}/stop", post(api::stop))
+            .route("/sessions/{key}/continue", post(api::continue_session))
+            .route("/sessions/{key}/resume", post(api::resume))
+            .route("/sessions/{key}/mode", put(api::set_mode))
+            .route("/sessions/{key}/ledger", get(api::get_ledger))
+            .route("/approvals", get(api::list_approvals))
+            .route("/approvals/{call_id}", post(api::decide))
+            .fallback(api::not_found)
+            .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
+        Router::new()
+            .nest("/api", api)
+            .route("/healthz", get(api::health))
+            .route("/readyz", get(api::ready))
+            .route("/", get(assets::index))
+            .route("/app.js", get(assets::script))
+            .route("/app.css", get(assets::style))
+            .route("/openapi.json", get(assets::openapi))
+            .fallback(api::not_found)
+            .layer(DefaultBodyLimit::max(self.state.config.max_body_bytes))
+            .layer(middleware::from_fn(security_headers))
+            .with_state(self.state.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes; then stops accepting, ends the event streams, waits up to
+    /// the grace period for running turns (each writes its progress to the store as it goes, so a turn still
+    /// running when the process exits is resumable) and returns.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let state = self.state.clone();
+        let stop = state.shutdown.clone();
+        let app = self.router();
+        let signal = {
+            let stop = stop.clone();
+            async move {
+                tokio::select! {
+                    () = shutdown => stop.cancel(),
+                    () = stop.cancelled() => {}
+                }
+            }
+        };
+        axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+        stop.cancel();
+        state.turns.close();
+        if tokio::time::timeout(state.config.shutdown_grace, state.turns.wait()).await.is_err() {
+            tracing::warn!(
+                "turns still running after {} s; they stop here and can be resumed from the store",
+                state.config.shutdown_grace.as_secs()
+            );
+        }
+        Ok(())
+    }
+
+    /// Starts shutting down from inside (as the `shutdown` future of [`Server::serve`] would).
+    pub fn shutdown(&self) {
+        self.state.shutdown.cancel();
+    }
+
+    /// The runtime whose sessions the server serves.
+    pub fn runtime(&self) -> &Runtime {
+        &self.state.runtime
+    }
+
+    /// The calls waiting for approval.
+    pub fn approvals(&self) -> &Approvals {
+        &self.state.approvals
+    }
+}
+
+/// Compares in time independent of where the first difference is.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn query_token(request: &Request) -> Option<&str> {
+    request.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("access_token="))
+}
+
+/// Lets an API request through only with the token (when one is set).
+async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(token) = state.config.token.as_deref() else { return next.run(request).await };
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let given = bearer.or_else(|| query_token(&request));
+    if given.is_some_and(|g| same_secret(g.trim().as_bytes(), token.as_bytes())) {
+        next.run(request).await
+    } else {
+        let mut response = ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this server needs its access token: send 'Authorization: Bearer <token>' (or ?access_token= for event streams)",
+        )
+        .into_response();
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    }
+}
+
+/// Every response: no sniffing, no framing, and the page may load only its own scripts and styles.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
+    );
+    response
+}
