@@ -3,6 +3,7 @@
 //! * `noetic demo` — the three capabilities on the scripted model, no key needed ([`demo`]).
 //! * `noetic chat` — an interactive agent on a real provider, steerable while it works ([`chat`]).
 //! * `noetic run WORKFLOW --prompt TEXT` — one turn of an agent defined in a file ([`run`], [`workflow`]).
+//! * `noetic serve` — the agent behind an HTTP API and a live web page ([`serve`]).
 //! * `noetic ledger FILE` — a steering ledger written with `--ledger-out` ([`ledger`]).
 //! * `noetic rules FILE` — checks a rules file ([`rules`]).
 //!
@@ -24,6 +25,7 @@ mod provider;
 mod render;
 mod rules;
 mod run;
+mod serve;
 mod sessions;
 mod source;
 mod tools;
@@ -94,6 +96,14 @@ enum Command {
         /// The rules file (TOML, or JSON with a .json extension).
         file: std::path::PathBuf,
     },
+    /// Serve the agent over HTTP: a JSON/SSE API and a live web page to talk to, watch and steer it (and
+    /// approve its tool calls) from a browser or another program.
+    #[command(
+        after_help = "Examples:\n  noetic serve --local\n  noetic serve --workflow crates/noetic-cli/examples/serve.toml\n  \
+                      NOETIC_SERVER_TOKEN=... noetic serve --bind 0.0.0.0:8080 --model openai/gpt-4o-mini\n\nThen open \
+                      http://127.0.0.1:8080/ (with a token: http://HOST:PORT/#token=TOKEN)."
+    )]
+    Serve(serve::ServeArgs),
     /// List, show or delete the sessions kept on disk (what `chat --session NAME` continues).
     Sessions(sessions::SessionsArgs),
 }
@@ -114,6 +124,7 @@ fn main() -> std::process::ExitCode {
             Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
+            Command::Serve(args) => serve::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Sessions(args) => sessions::run(args, &config::load(cli.config.as_deref())?),
         }
     };

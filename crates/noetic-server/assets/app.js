@@ -104,8 +104,8 @@ function renderHistory(history) {
       const text = typeof item.content === "string" ? item.content : JSON.stringify(item.content);
       if (li) {
         li.textContent += `\n← ${short(text, 600)}`;
-        if (item.is_error) li.classList.add("error");
-        if (/skipped/i.test(text) && /steer/i.test(text)) li.classList.add("skipped");
+        if (/^skipped due to/i.test(text)) li.classList.add("skipped");
+        else if (item.is_error) li.classList.add("error");
       }
     }
   }
@@ -356,7 +356,7 @@ async function refreshLedger() {
         ? new Date(entry.timestamp.secs_since_epoch * 1000).toLocaleTimeString() : "";
       const action = entry.action || "";
       const detail = entry.tool_name ? `${entry.tool_name} ${short(entry.tool_args ?? "", 200)}` : (entry.guidance || "");
-      tr.append(el("td", null, when), el("td", null, entry.kind || ""), el("td", action, action),
+      tr.append(el("td", null, when), el("td", null, (entry.kind || "").replace(/_/g, " ")), el("td", action, action),
         el("td", null, [entry.rule_id, entry.evaluator].filter(Boolean).join(" · ")), el("td", null, detail));
       body.appendChild(tr);
     }

@@ -1,0 +1,210 @@
+//! `noetic serve`: the agent behind an HTTP API and a live web page ([`noetic_server`]), so people and programs
+//! can talk to it, watch it and steer it from anywhere that reaches the address.
+//!
+//! The agent is the one `chat` builds (model, rules, workspace, `noetic.toml`), or the one a workflow file
+//! defines (`--workflow`, as for `run`). Sessions are kept in the same database as `chat` (`--db`, or
+//! `--no-store` for memory only). Approvals are answered on the page or through the API; a call nobody answers
+//! within `--approval-timeout` is rejected.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use noetic::agent::{MemoryStore, SessionStore};
+use noetic_server::{Approvals, Server, ServerConfig, TOKEN_ENV, check_bind};
+
+use crate::agent::{self, AgentSpec};
+use crate::chat::ModeArg;
+use crate::config::Defaults;
+use crate::output::{errln, outln};
+use crate::provider::{self, Provider};
+use crate::rules::{self, RuleSet};
+use crate::source::Source;
+use crate::workspace::Workspace;
+use crate::{local, workflow};
+
+/// Arguments of `noetic serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Anything but loopback needs an access token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    bind: String,
+    /// The access token every API request must carry (default: $NOETIC_SERVER_TOKEN). Required unless the
+    /// address is loopback.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Seconds a tool call that needs approval waits for a decision before it is rejected.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    approval_timeout: u64,
+    /// An agent defined in a workflow file (as for `noetic run`) instead of the chat agent.
+    #[arg(long, value_name = "FILE")]
+    workflow: Option<PathBuf>,
+    /// The model id (default: the workflow's, else $NOETIC_MODEL, else openai/gpt-4o-mini).
+    #[arg(long)]
+    model: Option<String>,
+    /// The API (default: anthropic for anthropic/… and claude… models, else openai).
+    #[arg(long, value_enum)]
+    provider: Option<Provider>,
+    /// Base URL of an OpenAI-compatible server.
+    #[arg(long, value_name = "URL", conflicts_with = "local")]
+    base_url: Option<String>,
+    /// Use the offline model (set up by `scripts/local-llm.sh setup`), started unless it already runs.
+    #[arg(long, conflicts_with_all = ["provider", "model"])]
+    local: bool,
+    /// A rules file (ignored with --workflow, whose rules apply).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// The folder the tools may touch (default: the workflow's, else the current folder).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// How many queued steering messages reach the model at a checkpoint (each session can change its own).
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    /// System instructions.
+    #[arg(long)]
+    instructions: Option<String>,
+    /// Seconds a provider request may take to start answering (as for chat).
+    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
+    timeout: Option<Duration>,
+    #[command(flatten)]
+    store: crate::sessions::StoreArgs,
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
+    let addr: SocketAddr = args.bind.parse().map_err(|_| {
+        format!("--bind '{}' is not an address; write it like 127.0.0.1:8080", args.bind.escape_debug())
+    })?;
+    let token = args.token.clone().or_else(|| std::env::var(TOKEN_ENV).ok()).filter(|t| !t.trim().is_empty());
+    check_bind(&addr, token.as_deref())?;
+    if args.approval_timeout == 0 {
+        return Err("--approval-timeout must be at least 1 second".into());
+    }
+    let approvals = Approvals::new(Duration::from_secs(args.approval_timeout));
+    let timeout = match args.timeout {
+        Some(timeout) => Some(timeout),
+        None => crate::config::timeout(defaults)?,
+    };
+    let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
+        Some(store) => store,
+        None => Arc::new(MemoryStore::default()),
+    };
+    let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
+    let agent = agent::build(spec)?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let server = Server::new(agent.runtime, approvals, ServerConfig { token, ..ServerConfig::default() });
+    outln!("noetic serve — {described}");
+    outln!("listening on http://{bound}/ (open it in a browser; the API is described at /openapi.json)");
+    server.serve(listener, shutdown_signal()).await?;
+    errln!("noetic serve: stopped");
+    Ok(())
+}
+
+/// The agent: from the workflow file when given, else as `chat` builds it. Also says what it is, and keeps a
+/// local model server this command started alive.
+async fn agent_spec(
+    args: &ServeArgs,
+    defaults: &Defaults,
+    timeout: Option<Duration>,
+    approvals: Approvals,
+    store: Arc<dyn SessionStore>,
+) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
+    let local = if args.local { Some(local::ensure(|line| errln!("{line}")).await?) } else { None };
+    let mode = |flow_mode: Option<noetic::agent::SteeringMode>| match (args.mode, flow_mode) {
+        (Some(m), _) => Ok(m.into()),
+        (None, Some(m)) => Ok(m),
+        (None, None) => crate::config::steering_mode(defaults),
+    };
+    if let Some(path) = &args.workflow {
+        let mut flow = workflow::load(path)?;
+        if let Some(model) = &args.model {
+            flow.model = model.clone();
+        }
+        let model = match &local {
+            Some(server) => {
+                flow.model = local::LOCAL_MODEL_ID.to_owned();
+                server.model(timeout)?
+            }
+            None => flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?,
+        };
+        let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
+        let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
+        let described = format!("workflow {}, model {}", path.display(), flow.model);
+        let spec = AgentSpec {
+            model,
+            model_id: flow.model.clone(),
+            instructions: args.instructions.clone().or_else(|| flow.instructions.clone()),
+            tools: flow.tools.clone(),
+            rules: flow.rules.clone(),
+            workspace: Workspace::open(&dir)?,
+            max_rounds: flow.max_rounds,
+            max_iterations: flow.max_iterations,
+            steering_mode: mode(flow.steering_mode)?,
+            approver: Some(approvals.approver()),
+            store: Some(store),
+            tool_sources: crate::mcp::start(&servers).await?,
+        };
+        return Ok((spec, described, local));
+    }
+    let (model_id, model) = match &local {
+        Some(server) => (local::LOCAL_MODEL_ID.to_owned(), server.model(timeout)?),
+        None => {
+            let model_id = provider::model_id(args.model.as_deref().or(defaults.model.as_deref()));
+            let provider = match (args.provider, &defaults.provider) {
+                (Some(p), _) => p,
+                (None, Some(name)) => <Provider as clap::ValueEnum>::from_str(name, true)
+                    .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
+                (None, None) => Provider::guess(&model_id),
+            };
+            let base_url = args.base_url.as_deref().or(defaults.base_url.as_deref());
+            (model_id, provider::build(provider, base_url, timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?)
+        }
+    };
+    let rules = match args.rules.as_ref().or(defaults.rules.as_ref()) {
+        Some(path) => rules::load(&Source::read(path)?)?,
+        None => RuleSet::default(),
+    };
+    let workspace = args.workspace.as_ref().or(defaults.workspace.as_ref()).cloned().unwrap_or_else(|| ".".into());
+    let described = format!("model {model_id}, {} rule(s), workspace {}", rules.len(), workspace.display());
+    let spec = AgentSpec {
+        model,
+        model_id,
+        instructions: args.instructions.clone().or_else(|| defaults.instructions.clone()),
+        tools: None,
+        rules,
+        workspace: Workspace::open(&workspace)?,
+        max_rounds: None,
+        max_iterations: None,
+        steering_mode: mode(None)?,
+        approver: Some(approvals.approver()),
+        store: Some(store),
+        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
+    };
+    Ok((spec, described, local))
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                errln!("noetic serve: cannot watch SIGTERM ({e}); Ctrl-C still stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    errln!("noetic serve: shutting down (running turns get up to 10 s to finish; the rest can be resumed)");
+}

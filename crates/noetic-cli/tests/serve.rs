@@ -1,0 +1,231 @@
+//! `noetic serve` as users run it: the binary on a loopback port, driven over HTTP and from a real browser.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+
+use common::{example, noetic, run};
+use serde_json::{Value, json};
+
+/// A `noetic serve` process and the address it listens on.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Served {
+    fn start(workspace: &Path, db: &Path) -> Served {
+        let mut cmd = noetic();
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--workflow"])
+            .arg(example("serve.toml"))
+            .arg("--workspace")
+            .arg(workspace)
+            .arg("--db")
+            .arg(db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines.next().expect("serve printed its address before exiting").unwrap();
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Served { child, base }
+    }
+
+    /// SIGTERM, then the exit status and stderr.
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        #[cfg(unix)]
+        {
+            let pid = rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        }
+        #[cfg(not(unix))]
+        self.child.kill().unwrap();
+        let status = self.child.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status, stderr)
+    }
+}
+
+/// Reads server-sent events until one of `kind`, returning its data.
+async fn until_event(response: &mut reqwest::Response, buffer: &mut String, kind: &str) -> Value {
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            for line in block.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    let event: Value = serde_json::from_str(data).unwrap();
+                    if event["type"] == kind {
+                        return event;
+                    }
+                }
+            }
+        }
+        let chunk = response.chunk().await.unwrap().expect("the event stream ended early");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_a_token_and_says_how_to_fix_it() {
+    let out = run(noetic()
+        .args(["serve", "--bind", "0.0.0.0:0", "--no-store", "--workflow"])
+        .arg(example("serve.toml"))
+        .env_remove("NOETIC_SERVER_TOKEN"));
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("without an access token") && out.stderr.contains("NOETIC_SERVER_TOKEN"),
+        "{}",
+        out.stderr
+    );
+    let bad = run(noetic().args(["serve", "--bind", "localhost-ish", "--no-store"]));
+    assert!(!bad.status.success());
+    assert!(bad.stderr.contains("is not an address"), "{}", bad.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_a_turn_over_http_with_an_api_approval_keeps_it_in_the_database_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    // The first check ends at once.
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let served = Served::start(&workspace, &dir.path().join("noetic.db"));
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{}{}", served.base, p);
+    let mut events = client.get(url("/api/sessions/api-1/events")).send().await.unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    let started: Value = client
+        .post(url("/api/sessions/api-1/messages"))
+        .json(&json!({ "text": "run the checks" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(started, json!({ "routed": "started", "turn": 1 }));
+    let mut buffer = String::new();
+    // run_command always needs approval; then the write does (a rule of the workflow).
+    let asked = until_event(&mut events, &mut buffer, "approval_requested").await;
+    assert_eq!((asked["tool"].clone(), asked["call_id"].clone()), (json!("run_command"), json!("c1")));
+    let pending: Value = client.get(url("/api/approvals?session=api-1")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(pending["approvals"][0]["arguments"]["command"].as_str().map(|c| c.contains("lint passed")), Some(true));
+    let approved = client.post(url("/api/approvals/c1")).json(&json!({ "approve": true })).send().await.unwrap();
+    assert_eq!(approved.status().as_u16(), 200);
+    // The other two checks are rejected with a reason the model reads.
+    for id in ["c2", "c3"] {
+        let asked = until_event(&mut events, &mut buffer, "approval_requested").await;
+        assert_eq!(asked["call_id"], id);
+        let rejected = client
+            .post(url(&format!("/api/approvals/{id}")))
+            .json(&json!({ "approve": false, "reason": "one check is enough" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(rejected.status().as_u16(), 200);
+    }
+    let asked = until_event(&mut events, &mut buffer, "approval_requested").await;
+    assert_eq!((asked["tool"].clone(), asked["call_id"].clone()), (json!("write_file"), json!("w1")));
+    let approved = client.post(url("/api/approvals/w1")).json(&json!({ "approve": true })).send().await.unwrap();
+    assert_eq!(approved.status().as_u16(), 200);
+    until_event(&mut events, &mut buffer, "turn_completed").await;
+    assert_eq!(std::fs::read_to_string(workspace.join("notes.txt")).unwrap(), "Steered from the page.\n");
+    let session: Value = client.get(url("/api/sessions/api-1")).send().await.unwrap().json().await.unwrap();
+    let history = session["history"].as_array().unwrap();
+    assert_eq!(history.last().unwrap()["content"], "Wrote notes.txt, as you asked.");
+    let list: Value = client.get(url("/api/sessions")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(list["sessions"][0]["key"], "api-1", "kept in the SQLite database");
+    let ledger: Value = client.get(url("/api/sessions/api-1/ledger")).send().await.unwrap().json().await.unwrap();
+    assert!(!ledger["entries"].as_array().unwrap().is_empty());
+    let results: Vec<String> =
+        history.iter().filter(|i| i["type"] == "tool_result").map(|i| i["content"].to_string()).collect();
+    assert!(results[0].contains("lint passed") && results[1].contains("one check is enough"), "{results:?}");
+    drop(events);
+    let (status, stderr) = served.terminate();
+    assert!(status.success(), "a SIGTERM is a clean stop: {stderr}");
+    assert!(stderr.contains("noetic serve: stopped"), "{stderr}");
+}
+
+/// playwright-core (from `scripts/browser.sh setup`) and Chromium, or a printed reason to skip (a failure with
+/// `NOETIC_E2E_REQUIRED=1`).
+fn browser() -> Option<PathBuf> {
+    let dir = std::env::var_os("NOETIC_BROWSER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-browser"));
+    let chromium = std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if dir.join("node_modules/playwright-core").exists() && chromium.exists() && node {
+        return Some(dir);
+    }
+    let reason = format!(
+        "playwright-core in {}, {} or node is missing: run scripts/browser.sh setup",
+        dir.display(),
+        chromium.display()
+    );
+    assert!(!std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1"), "NOETIC_E2E_REQUIRED=1 and {reason}");
+    eprintln!("skipped: {reason}");
+    None
+}
+
+#[test]
+fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_call_and_shows_the_ledger() {
+    let Some(browser_dir) = browser() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let served = Served::start(&workspace, &dir.path().join("noetic.db"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let shots = root.join("test-artefacts/browser");
+    let _ = std::fs::remove_dir_all(&shots);
+    let out = std::process::Command::new("node")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/steer_page.mjs"))
+        .arg(&served.base)
+        .arg(&workspace)
+        .arg(&shots)
+        .env("NOETIC_BROWSER_DIR", &browser_dir)
+        .output()
+        .unwrap();
+    let (_, server_stderr) = served.terminate();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the page test failed:\n{stderr}\nseen: {stdout}\nserver: {server_stderr}");
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    eprintln!("screenshots: {}", shots.display());
+    assert_eq!(seen["busyWhileToolRuns"], true, "Stop is offered while the tool runs");
+    assert_eq!(seen["queuedShown"], true);
+    assert_eq!(seen["firstApproval"], true, "the command waiting for approval is shown with its arguments");
+    assert_eq!(seen["skipped"], 2, "the two checks after the running one were skipped");
+    assert!(seen["approvalTool"].as_str().unwrap().contains("write_file"));
+    assert_eq!(seen["notes"], "Steered from the page.\n");
+    let chat: Vec<&str> = seen["chat"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let steer = chat.iter().position(|l| l.contains("skip the remaining checks")).expect("the steering message");
+    let answer = chat.iter().position(|l| l.contains("Wrote notes.txt")).expect("the answer");
+    assert!(steer < answer, "{chat:?}");
+    assert!(seen["ledgerRows"].as_u64().unwrap() > 0);
+    assert_eq!(seen["consoleErrors"], json!([]), "the page logged no error");
+    let timeline: Vec<&str> = seen["timeline"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for kind in [
+        "turn_started",
+        "tool_call_started",
+        "steering_queued",
+        "steering_injected",
+        "approval_requested",
+        "approval_decided",
+        "turn_completed",
+    ] {
+        assert!(timeline.contains(&kind), "{kind} in the timeline: {timeline:?}");
+    }
+    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 8, "a screenshot per step");
+}
