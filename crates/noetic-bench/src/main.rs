@@ -4,10 +4,13 @@
 //!
 //! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
 //! repetitions after a first, cold run (reported as `cold`); `min` and `max` bound the repetitions. Memory figures
-//! run in a child process of their own (`noetic-bench rss-session` / `rss-idle`) so their peak is not polluted by
-//! the other benchmarks.
+//! run in a child process of their own (`rss_probe rss-session` / `rss-idle`, a binary linking only the runtime) so
+//! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
 
 mod mcp_path;
+// The memory figures' part of it runs in `rss_probe`.
+#[allow(dead_code)]
+mod probe;
 mod real_path;
 mod store_path;
 
@@ -20,7 +23,7 @@ use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
 use serde_json::{Value, json};
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+use probe::{BenchResult, noop_tool, session_turns};
 
 /// A figure: the median of the repetitions, their range, and the first (cold) run when there was one.
 #[derive(Clone, Copy)]
@@ -90,10 +93,6 @@ async fn fork_path_us() -> BenchResult<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6 / N as f64)
 }
 
-fn noop_tool() -> BenchResult<Arc<dyn Tool>> {
-    Ok(Arc::new(FnTool::builder("noop", "Does nothing.").handler(|_, _| async { Ok(Value::Null) }).build()?))
-}
-
 /// A model that asks for the no-op tool `rounds` times, then answers.
 fn tool_calling_model(rounds: usize) -> ScriptedModel {
     let calls = Arc::new(AtomicUsize::new(0));
@@ -128,28 +127,6 @@ fn ten_rules() -> BenchResult<Arc<dyn MemoryLayer>> {
 
 /// Runs `turns` turns of one session (each: model asks for the no-op tool, then answers); returns each turn's
 /// duration.
-async fn session_turns(turns: usize) -> BenchResult<Vec<Duration>> {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let model = ScriptedModel::responder(move |_| {
-        let n = calls.fetch_add(1, Ordering::Relaxed);
-        Ok(if n.is_multiple_of(2) {
-            ModelResponse::tool_calls([("c", "noop", json!({}))])
-        } else {
-            ModelResponse::text("ok")
-        })
-    })
-    .without_recording();
-    let rt = Runtime::builder().model(Arc::new(model)).tool(noop_tool()?).build()?;
-    let session = rt.session("bench");
-    let mut durations = Vec::with_capacity(turns);
-    for i in 0..turns {
-        let start = Instant::now();
-        session.send(format!("message {i}"))?.await?;
-        durations.push(start.elapsed());
-    }
-    Ok(durations)
-}
-
 async fn turn_growth_ratio() -> BenchResult<f64> {
     let d = session_turns(1000).await?;
     let sum = |r: std::ops::Range<usize>| d[r].iter().map(Duration::as_secs_f64).sum::<f64>();
@@ -213,46 +190,30 @@ async fn sse_framing_ms() -> BenchResult<f64> {
     }
 }
 
-/// Resident memory now and at its peak, in MiB (Linux `/proc/self/status`).
-fn rss_mib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// Child process: peak RSS of a 1000-turn session (whole process), or with `added`, what the session added to
-/// the process as it started (the binary's own pages, which grow with what the suite links, left out).
-async fn rss_session(added: bool) -> BenchResult<()> {
-    let start = rss_mib().0;
-    session_turns(1000).await?;
-    let peak = rss_mib().1;
-    println!("{}", if added { peak - start } else { peak });
-    Ok(())
-}
-
-/// Child process: memory taken by 10 000 idle sessions.
-async fn rss_idle() -> BenchResult<()> {
-    let rt = Runtime::builder().model(Arc::new(ScriptedModel::new([]))).build()?;
-    let before = rss_mib().0;
-    let sessions: Vec<Session> = (0..10_000).map(|i| rt.session(&format!("user-{i}"))).collect();
-    let after = rss_mib().0;
-    println!("{}", after - before);
-    drop(sessions);
-    Ok(())
-}
-
 fn child(arg: &str) -> BenchResult<f64> {
+    // The memory figures run in `rss_probe` (built beside this binary), which links only the runtime: a user's
+    // program does not carry the suite's SQLite, MCP and HTTP code either.
     let exe = std::env::current_exe()?;
-    let out = std::process::Command::new(exe).arg(arg).output()?;
+    let probe = exe.with_file_name(format!("rss_probe{}", std::env::consts::EXE_SUFFIX));
+    if !probe.exists() {
+        build_probe(&exe)?;
+    }
+    let out = std::process::Command::new(probe).arg(arg).output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text.trim().parse::<f64>()?)
+}
+
+/// Builds `rss_probe` with the profile of this binary (`cargo run` builds only the suite's own binary).
+fn build_probe(exe: &std::path::Path) -> BenchResult<()> {
+    let cargo =
+        std::env::var_os("CARGO").ok_or("rss_probe is missing: build it with cargo build --release -p noetic-bench")?;
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "noetic-bench", "--bin", "rss_probe"]);
+    if exe.parent().is_some_and(|dir| dir.ends_with("release")) {
+        cmd.arg("--release");
+    }
+    let status = cmd.status()?;
+    if status.success() { Ok(()) } else { Err("building rss_probe failed".into()) }
 }
 
 /// Microseconds to copy `bytes` bytes into a fresh buffer (median of many copies).
@@ -326,12 +287,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    match std::env::args().nth(1).as_deref() {
-        Some("rss-session") => return rt.block_on(rss_session(false)),
-        Some("rss-session-added") => return rt.block_on(rss_session(true)),
-        Some("rss-idle") => return rt.block_on(rss_idle()),
-        Some("mcp") => return mcp_figures(&rt),
-        _ => {}
+    if std::env::args().nth(1).as_deref() == Some("mcp") {
+        return mcp_figures(&rt);
     }
     rt.block_on(async {
         report("run_step_us", measure(7, run_step_us).await?, "us", "<= 0.5");

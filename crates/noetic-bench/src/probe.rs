@@ -1,0 +1,76 @@
+//! What the memory figures measure, shared by the suite and `rss_probe` (the small binary the suite runs them in,
+//! so that the figures are the runtime's, not the pages of everything else the suite links).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use noetic::agent::Runtime;
+use noetic::prelude::*;
+use serde_json::{Value, json};
+
+/// The benchmarks' result type.
+pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A tool that does nothing.
+pub fn noop_tool() -> BenchResult<Arc<dyn Tool>> {
+    Ok(Arc::new(FnTool::builder("noop", "Does nothing.").handler(|_, _| async { Ok(Value::Null) }).build()?))
+}
+
+/// `turns` turns of one session, each a tool call and an answer; the time of each.
+pub async fn session_turns(turns: usize) -> BenchResult<Vec<Duration>> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        Ok(if n.is_multiple_of(2) {
+            ModelResponse::tool_calls([("c", "noop", json!({}))])
+        } else {
+            ModelResponse::text("ok")
+        })
+    })
+    .without_recording();
+    let rt = Runtime::builder().model(Arc::new(model)).tool(noop_tool()?).build()?;
+    let session = rt.session("bench");
+    let mut durations = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let start = Instant::now();
+        session.send(format!("message {i}"))?.await?;
+        durations.push(start.elapsed());
+    }
+    Ok(durations)
+}
+
+/// Resident memory now and at its peak, in MiB (Linux `/proc/self/status`).
+pub fn rss_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Child process: peak RSS of a 1000-turn session (whole process), or with `added`, what the session added to
+/// the process as it started (the binary's own pages, which grow with what the suite links, left out).
+pub async fn rss_session(added: bool) -> BenchResult<()> {
+    let start = rss_mib().0;
+    session_turns(1000).await?;
+    let peak = rss_mib().1;
+    println!("{}", if added { peak - start } else { peak });
+    Ok(())
+}
+
+/// Child process: memory taken by 10 000 idle sessions.
+pub async fn rss_idle() -> BenchResult<()> {
+    let rt = Runtime::builder().model(Arc::new(ScriptedModel::new([]))).build()?;
+    let before = rss_mib().0;
+    let sessions: Vec<Session> = (0..10_000).map(|i| rt.session(&format!("user-{i}"))).collect();
+    let after = rss_mib().0;
+    println!("{}", after - before);
+    drop(sessions);
+    Ok(())
+}
