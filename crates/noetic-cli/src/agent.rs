@@ -39,6 +39,8 @@ pub struct AgentSpec {
     pub store: Option<Arc<dyn noetic::agent::SessionStore>>,
     /// Sources of more tools (MCP servers).
     pub tool_sources: Vec<Arc<dyn noetic::tool::ToolSource>>,
+    /// Ask for a tool call in the first round of each turn (the offline model calls tools only when asked to).
+    pub first_round_tool_call: bool,
 }
 
 /// A built agent.
@@ -67,6 +69,9 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     let instructions = spec.instructions.unwrap_or_else(|| default_instructions(&spec.workspace));
     // Streamed, so the terminal shows the answer as it arrives.
     let mut llm = Step::llm("assistant", spec.model_id.as_str()).instructions(instructions).stream(true);
+    if spec.first_round_tool_call {
+        llm = llm.first_round_tool_choice(noetic::model::ToolChoice::Required);
+    }
     if let Some(rounds) = spec.max_rounds {
         llm = llm.max_rounds(rounds);
     }

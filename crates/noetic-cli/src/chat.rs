@@ -160,6 +160,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
+        first_round_tool_call: args.local,
     })?;
     let stored = agent.runtime.store().is_some();
     let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));

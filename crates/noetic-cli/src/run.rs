@@ -104,6 +104,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
             crate::mcp::start(&servers).await?
         },
+        first_round_tool_call: args.local,
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {

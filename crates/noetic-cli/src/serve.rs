@@ -145,6 +145,7 @@ async fn agent_spec(
             approver: Some(approvals.approver()),
             store: Some(store),
             tool_sources: crate::mcp::start(&servers).await?,
+            first_round_tool_call: local.is_some(),
         };
         return Ok((spec, described, local));
     }
@@ -181,6 +182,7 @@ async fn agent_spec(
         approver: Some(approvals.approver()),
         store: Some(store),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
+        first_round_tool_call: local.is_some(),
     };
     Ok((spec, described, local))
 }

@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 
-use common::{Driven, example, noetic, run};
+use common::{Driven, example, local_model_dir as set_up_dir, noetic, run};
 
 /// A port nothing listens on (bound, then released).
 fn free_port() -> u16 {
@@ -48,22 +46,6 @@ fn local_conflicts_with_an_explicit_server_or_model() {
     let out = run(noetic().arg("run").arg(example("workflow.toml")).args(["--prompt", "x", "--local", "--model", "m"]));
     assert!(!out.status.success());
     assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
-}
-
-/// The set-up directory, or `None` (after saying why) when there is none and none is required.
-fn set_up_dir() -> Option<PathBuf> {
-    let dir = std::env::var("NOETIC_LOCAL_LLM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/local-llm"));
-    if dir.join("ready").is_file() {
-        return Some(dir);
-    }
-    let reason = format!("the local model is not set up in {} (scripts/local-llm.sh setup)", dir.display());
-    if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") {
-        panic!("NOETIC_E2E_REQUIRED=1 but {reason}");
-    }
-    let _ = writeln!(std::io::stderr(), "skipped: {reason}");
-    None
 }
 
 #[test]

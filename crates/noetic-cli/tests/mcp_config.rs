@@ -104,3 +104,50 @@ fn a_workflow_file_can_bring_its_own_mcp_server() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(out.stdout.contains("ship it"), "the server's result is in the events: {}", out.stdout);
 }
+
+#[test]
+fn the_offline_model_asked_for_a_tool_call_first_uses_an_mcp_servers_tool() {
+    let Some(server) = filesystem_server() else { return };
+    let Some(model_dir) = common::local_model_dir() else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "offline notes\n").unwrap();
+    // Only the MCP server's tools are offered, so whichever tool the tiny model picks is one of them.
+    let flow = root.join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "instructions = \"Use the tools to look at the folder.\"\ntools = []\nmax_rounds = 2\nmax_iterations = 1\n\
+             [[mcp_server]]\nname = \"files\"\ncommand = {:?}\nargs = [{:?}]\n",
+            server.display().to_string(),
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = run(noetic()
+        .arg("run")
+        .arg(&flow)
+        .args(["--prompt", "What files are in the folder?", "--local", "--json", "--workspace"])
+        .arg(&root)
+        .env("NOETIC_LOCAL_LLM_DIR", &model_dir)
+        .env("NOETIC_LOCAL_LLM_PORT", port.to_string()));
+    let _ = std::fs::remove_file(model_dir.join(format!("server-{port}.log")));
+    let events: Vec<serde_json::Value> =
+        out.stdout.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).collect();
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("the model called no tool: {}\n{}", out.stdout, out.stderr));
+    let tool = started["tool"].as_str().unwrap();
+    assert!(tool.starts_with("files__"), "an MCP tool: {tool}");
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_completed" && e["call_id"] == started["call_id"])
+        .unwrap_or_else(|| panic!("the call got no result: {}", out.stdout));
+    // The tiny model's arguments may be wrong; either way the server answered or the call was refused with a typed
+    // error the model can read.
+    assert!(completed["output"].as_str().is_some_and(|o| !o.is_empty()), "{completed}");
+    let requests = events.iter().filter(|e| e["type"] == "model_call_started").count();
+    assert!(requests >= 2, "the model saw the result in a second, free round: {}", out.stdout);
+}

@@ -576,6 +576,33 @@ async fn params_tool_choice_and_instructions_reach_every_model_request_unchanged
 }
 
 #[tokio::test]
+async fn a_first_round_tool_choice_applies_to_the_first_request_of_each_run_and_later_rounds_use_the_steps() {
+    let log = Log::default();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::tool_calls([("c2", "add", json!({"a": 2, "b": 2}))]),
+        ModelResponse::text("done"),
+        ModelResponse::tool_calls([("c3", "add", json!({"a": 3, "b": 3}))]),
+        ModelResponse::text("again"),
+    ]);
+    let ctx = context(&model, [add_tool(&log)]);
+    let step: Step<String, String> =
+        Step::llm("assistant", MODEL).first_round_tool_choice(ToolChoice::Required).build().unwrap();
+    assert_eq!(step.execute("first".to_string(), &ctx).await.unwrap(), "done");
+    assert_eq!(step.execute("second".to_string(), &ctx).await.unwrap(), "again");
+    let choices: Vec<Option<ToolChoice>> = model.requests().into_iter().map(|r| r.tool_choice).collect();
+    assert_eq!(choices, [Some(ToolChoice::Required), None, None, Some(ToolChoice::Required), None]);
+    let with_both: Step<String, String> = Step::llm("assistant", MODEL)
+        .tool_choice(ToolChoice::None)
+        .first_round_tool_choice(ToolChoice::Named("add".into()))
+        .build()
+        .unwrap();
+    let Step::Llm(llm) = &with_both else { unreachable!("an llm step") };
+    assert_eq!(llm.first_round_tool_choice(), Some(&ToolChoice::Named("add".into())));
+    assert_eq!(llm.tool_choice(), Some(&ToolChoice::None));
+}
+
+#[tokio::test]
 async fn defaults_send_no_params_tool_choice_or_instructions() {
     let model = ScriptedModel::new([ModelResponse::text("hi")]);
     assistant().execute("hello".to_string(), &context(&model, [])).await.unwrap();

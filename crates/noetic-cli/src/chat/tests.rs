@@ -43,6 +43,7 @@ fn harness() -> Harness {
         approver: Some(approve::via_channel(tx)),
         store: None,
         tool_sources: Vec::new(),
+        first_round_tool_call: false,
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);

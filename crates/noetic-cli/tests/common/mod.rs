@@ -178,3 +178,19 @@ impl Driven {
         Output { status, stdout: self.seen.join("\n"), stderr }
     }
 }
+
+/// The set-up directory, or `None` (after saying why) when there is none and none is required.
+pub fn local_model_dir() -> Option<PathBuf> {
+    let dir = std::env::var("NOETIC_LOCAL_LLM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/local-llm"));
+    if dir.join("ready").is_file() {
+        return Some(dir);
+    }
+    let reason = format!("the local model is not set up in {} (scripts/local-llm.sh setup)", dir.display());
+    if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") {
+        panic!("NOETIC_E2E_REQUIRED=1 but {reason}");
+    }
+    let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+    None
+}

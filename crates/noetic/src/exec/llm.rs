@@ -233,7 +233,7 @@ async fn call_model<I, O>(
         tail,
         tools: specs.clone(),
         params: s.params.clone(),
-        tool_choice: s.tool_choice.clone(),
+        tool_choice: s.tool_choice_for(round),
         output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
         grammar: None,
     };

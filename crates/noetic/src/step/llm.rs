@@ -90,6 +90,7 @@ pub struct StepLlm<I, O> {
     pub(crate) output_schema: Option<Schema>,
     pub(crate) params: ModelParams,
     pub(crate) tool_choice: Option<ToolChoice>,
+    pub(crate) first_round_tool_choice: Option<ToolChoice>,
     pub(crate) emit: Emit,
     pub(crate) max_rounds: u32,
     pub(crate) stream: Option<bool>,
@@ -126,6 +127,19 @@ impl<I, O> StepLlm<I, O> {
     /// The tool choice, if set.
     pub fn tool_choice(&self) -> Option<&ToolChoice> {
         self.tool_choice.as_ref()
+    }
+
+    /// The tool choice of each run's first round, if set apart from [`tool_choice`](Self::tool_choice).
+    pub fn first_round_tool_choice(&self) -> Option<&ToolChoice> {
+        self.first_round_tool_choice.as_ref()
+    }
+
+    /// The tool choice of round `round` (0-based) of a run of this step.
+    pub(crate) fn tool_choice_for(&self, round: u32) -> Option<ToolChoice> {
+        match (&self.first_round_tool_choice, round) {
+            (Some(first), 0) => Some(first.clone()),
+            _ => self.tool_choice.clone(),
+        }
     }
 
     /// Event emission.
@@ -166,6 +180,7 @@ pub struct LlmBuilder<I, O> {
     output_schema: Option<serde_json::Value>,
     params: ModelParams,
     tool_choice: Option<ToolChoice>,
+    first_round_tool_choice: Option<ToolChoice>,
     emit: Emit,
     max_rounds: u32,
     stream: Option<bool>,
@@ -193,6 +208,7 @@ impl<I: IntoPrompt + Send + 'static> Step<I, String> {
             output_schema: None,
             params: ModelParams::default(),
             tool_choice: None,
+            first_round_tool_choice: None,
             emit: Emit::All,
             max_rounds: DEFAULT_MAX_ROUNDS,
             stream: None,
@@ -226,6 +242,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             output_schema: Some(schema),
             params: self.params,
             tool_choice: self.tool_choice,
+            first_round_tool_choice: self.first_round_tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds,
             stream: self.stream,
@@ -243,6 +260,14 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
     /// Tool choice.
     pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
         self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Tool choice for the first round of each run of the step only; later rounds use
+    /// [`tool_choice`](Self::tool_choice). `ToolChoice::Required` here makes a model that never calls tools on its
+    /// own (a small local one) start with a tool call, and still lets it answer after seeing the result.
+    pub fn first_round_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.first_round_tool_choice = Some(choice);
         self
     }
 
@@ -290,6 +315,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             output_schema,
             params: self.params,
             tool_choice: self.tool_choice,
+            first_round_tool_choice: self.first_round_tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds.max(1),
             stream: self.stream,
