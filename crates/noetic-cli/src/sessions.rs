@@ -95,12 +95,26 @@ enum SessionsCommand {
         /// The session.
         key: String,
     },
+    /// Queue a steering message for a session, also one another process (a chat, `noetic serve`) is running:
+    /// that process shows it to the model at its next checkpoint.
+    Steer {
+        /// The session.
+        key: String,
+        /// The message.
+        text: String,
+    },
+    /// Stop a session's turn wherever it runs (at its next checkpoint) and clear its queue.
+    Stop {
+        /// The session.
+        key: String,
+    },
 }
 
 /// Runs `noetic sessions`.
 pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let path = db_path(&StoreArgs { db: args.db, no_store: false }, defaults)?;
-    if !path.exists() {
+    let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
+    if !path.exists() && !writes {
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
     }
@@ -143,6 +157,18 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
                     Ok(entry) => outln!("  {}", render::ledger_line(&style, &entry)),
                     Err(e) => outln!("  (an unreadable ledger entry: {e})"),
                 }
+            }
+        }
+        SessionsCommand::Steer { key, text } => {
+            let message = noetic::agent::SteerMessage::new(text);
+            store.steer_elsewhere(&key, &message)?;
+            outln!("queued for session {} (message {})", render::visible(&key), message.id);
+        }
+        SessionsCommand::Stop { key } => {
+            if store.request_stop(&key, "stopped with noetic sessions stop")? {
+                outln!("asked session {} to stop; its queue is cleared", render::visible(&key));
+            } else {
+                return Err(format!("no session '{}' in {}", render::visible(&key), path.display()).into());
             }
         }
         SessionsCommand::Rm { key } => {

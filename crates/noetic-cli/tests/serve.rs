@@ -229,3 +229,49 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     }
     assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 8, "a screenshot per step");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_steers_a_turn_that_serve_runs_through_the_shared_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let db = dir.path().join("noetic.db");
+    let served = Served::start(&workspace, &db);
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{}{}", served.base, p);
+    let mut events = client.get(url("/api/sessions/xp/events")).send().await.unwrap();
+    client.post(url("/api/sessions/xp/messages")).json(&json!({ "text": "run the checks" })).send().await.unwrap();
+    let mut buffer = String::new();
+    until_event(&mut events, &mut buffer, "approval_requested").await;
+    client.post(url("/api/approvals/c1")).json(&json!({ "approve": true })).send().await.unwrap();
+    let decided = until_event(&mut events, &mut buffer, "approval_decided").await;
+    assert_eq!((decided["call_id"].clone(), decided["approved"].clone()), (json!("c1"), json!(true)));
+    // The first check is running in the server process: steer it from a separate process.
+    let steer = run(noetic().arg("sessions").arg("--db").arg(&db).args([
+        "steer",
+        "xp",
+        "skip the remaining checks and write notes.txt instead",
+    ]));
+    assert!(steer.status.success(), "{}", steer.stderr);
+    assert!(steer.stdout.contains("queued for session xp"), "{}", steer.stdout);
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let injected = until_event(&mut events, &mut buffer, "steering_injected").await;
+    assert_eq!(injected["count"], 1);
+    let asked = until_event(&mut events, &mut buffer, "approval_requested").await;
+    assert_eq!(asked["call_id"], "w1", "c2 and c3 were skipped; the steered instruction is answered");
+    client.post(url("/api/approvals/w1")).json(&json!({ "approve": true })).send().await.unwrap();
+    until_event(&mut events, &mut buffer, "turn_completed").await;
+    let session: Value = client.get(url("/api/sessions/xp")).send().await.unwrap().json().await.unwrap();
+    let history = session["history"].as_array().unwrap();
+    let steered = history.iter().filter(|i| i["content"] == "skip the remaining checks and write notes.txt instead");
+    assert_eq!(steered.count(), 1, "shown to the model exactly once");
+    let skipped = history.iter().filter(|i| i["type"] == "tool_result" && i["content"].to_string().contains("Skipped"));
+    assert_eq!(skipped.count(), 2);
+    // A stop from another process, for an idle session, clears its queue and says so.
+    let stop = run(noetic().arg("sessions").arg("--db").arg(&db).args(["stop", "xp"]));
+    assert!(stop.status.success() && stop.stdout.contains("asked session xp to stop"), "{}", stop.stderr);
+    let missing = run(noetic().arg("sessions").arg("--db").arg(&db).args(["stop", "nobody"]));
+    assert!(!missing.status.success() && missing.stderr.contains("no session 'nobody'"), "{}", missing.stderr);
+    drop(events);
+    served.terminate();
+}

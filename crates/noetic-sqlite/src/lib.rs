@@ -13,6 +13,9 @@
 //! * **One owner.** Opening a session takes it for this process (pid, host, process start time in the
 //!   `sessions` row); another live process opening it gets an error naming the owner. An owner that died is
 //!   taken over, so no manual cleanup is ever needed.
+//! * **Any process may steer or stop.** [`SessionStore::steer_elsewhere`] and [`SessionStore::request_stop`]
+//!   work from a process that does not own the session; the owner takes them at its next checkpoint. That check
+//!   costs one `PRAGMA data_version` read when no other connection wrote since the last one.
 //! * **Atomic commits.** A turn's commit (new items, injected steering messages leaving the queue, the
 //!   journal) is one transaction.
 
@@ -22,8 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use noetic::NoeticError;
 use noetic::agent::{
-    BatchPolicy, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode, StoreCommit,
-    StoredSession, UnfinishedTurn, out_of_order,
+    BatchPolicy, Inbox, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode,
+    StoreCommit, StoredSession, UnfinishedTurn, out_of_order,
 };
 use noetic::model::Item;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
@@ -66,6 +69,8 @@ pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
     owner: Owner,
+    /// Per session: the connection's `data_version` when its inbox was last read (nothing new while it is equal).
+    inbox_seen: Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -199,7 +204,7 @@ impl SqliteStore {
             .map_err(|e| db_error(&path, "setting pragmas", &e))?;
         let mut conn = conn;
         schema::migrate(&mut conn, version).map_err(|e| db_error(&path, "migrating the schema", &e))?;
-        Ok(SqliteStore { path, conn: Mutex::new(conn), owner: Owner::this_process() })
+        Ok(SqliteStore { path, conn: Mutex::new(conn), owner: Owner::this_process(), inbox_seen: Mutex::default() })
     }
 
     /// The file.
@@ -244,17 +249,28 @@ impl SqliteStore {
         Ok(value)
     }
 
-    /// Makes sure the session's row exists.
-    fn ensure(&self, tx: &Transaction<'_>, key: &str) -> Result<(), NoeticError> {
+    /// Makes sure the session's row exists. A row this process creates for its own session (`own`) names it as
+    /// the owner, so a session is owned from its first write, not only once reopened; one created to queue a
+    /// message from elsewhere has no owner.
+    fn ensure(&self, tx: &Transaction<'_>, key: &str, own: bool) -> Result<(), NoeticError> {
+        let (pid, host, started) = if own {
+            (Some(i64::from(self.owner.pid)), Some(self.owner.host.as_str()), Some(self.owner.started))
+        } else {
+            (None, None, None)
+        };
         tx.execute(
-            "INSERT INTO sessions (key, mode, capacity, batch_policy, turns, items, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, 0, 0, ?5) ON CONFLICT(key) DO NOTHING",
+            "INSERT INTO sessions (key, mode, capacity, batch_policy, turns, items, updated_ms, owner_pid, owner_host,
+                                   owner_started)
+             VALUES (?1, ?2, ?3, ?4, 0, 0, ?5, ?6, ?7, ?8) ON CONFLICT(key) DO NOTHING",
             params![
                 key,
                 enum_text(&SteeringMode::default()),
                 noetic::agent::DEFAULT_QUEUE_CAPACITY as i64,
                 enum_text(&BatchPolicy::default()),
-                millis(SystemTime::now())
+                millis(SystemTime::now()),
+                pid,
+                host,
+                started
             ],
         )
         .map_err(|e| db_error(&self.path, "creating the session", &e))?;
@@ -385,9 +401,17 @@ impl SessionStore for SqliteStore {
             }
             let stored = self.read(tx, key)?;
             if stored.is_some() {
+                // Messages other processes queued are loaded with the queue: this owner has them now. A stop asked
+                // of a previous owner that never saw it has nothing left to stop.
                 tx.execute(
-                    "UPDATE sessions SET owner_pid = ?2, owner_host = ?3, owner_started = ?4 WHERE key = ?1",
+                    "UPDATE sessions SET owner_pid = ?2, owner_host = ?3, owner_started = ?4, stop_requested = NULL
+                     WHERE key = ?1",
                     params![key, i64::from(self.owner.pid), self.owner.host, self.owner.started],
+                )
+                .map_err(|e| db_error(&self.path, "taking the session", &e))?;
+                tx.execute(
+                    "UPDATE queue SET from_elsewhere = 0 WHERE session = ?1 AND from_elsewhere = 1",
+                    params![key],
                 )
                 .map_err(|e| db_error(&self.path, "taking the session", &e))?;
             }
@@ -483,7 +507,7 @@ impl SessionStore for SqliteStore {
             match held {
                 // A new session: create its row, then the same update.
                 None if commit.first == 0 => {
-                    self.ensure(tx, key)?;
+                    self.ensure(tx, key, true)?;
                     update(tx)?;
                     Ok(())
                 }
@@ -494,7 +518,7 @@ impl SessionStore for SqliteStore {
 
     fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
         self.write("queueing a steering message", |tx| {
-            self.ensure(tx, key)?;
+            self.ensure(tx, key, true)?;
             let text = serde_json::to_string(message).map_err(|e| json_error(&self.path, "steering message", &e))?;
             tx.execute(
                 "INSERT INTO queue (session, pos, id, message)
@@ -529,7 +553,7 @@ impl SessionStore for SqliteStore {
         turns: u64,
     ) -> Result<(), NoeticError> {
         self.write("saving the session's settings", |tx| {
-            self.ensure(tx, key)?;
+            self.ensure(tx, key, true)?;
             tx.execute(
                 "UPDATE sessions SET mode = ?2, capacity = ?3, batch_policy = ?4, turns = ?5, updated_ms = ?6 WHERE key = ?1",
                 params![
@@ -578,6 +602,109 @@ impl SessionStore for SqliteStore {
             run("DELETE FROM ledger WHERE session = ?1")?;
             Ok(run("DELETE FROM sessions WHERE key = ?1")? > 0)
         })
+    }
+
+    fn steer_elsewhere(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
+        if message.text.trim().is_empty() {
+            return Err(NoeticError::other("a steering message must not be empty"));
+        }
+        self.write("queueing a steering message", |tx| {
+            self.ensure(tx, key, false)?;
+            let (queued, capacity): (i64, i64) = tx
+                .query_row(
+                    "SELECT (SELECT COUNT(*) FROM queue WHERE session = ?1), capacity FROM sessions WHERE key = ?1",
+                    params![key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(|e| db_error(&self.path, "queueing a steering message", &e))?;
+            if queued >= capacity {
+                return Err(NoeticError::other(format!(
+                    "the steering queue of session '{key}' is full ({capacity} messages); wait for the agent to reach \
+                     a checkpoint or stop the turn"
+                )));
+            }
+            let text = serde_json::to_string(message).map_err(|e| json_error(&self.path, "steering message", &e))?;
+            tx.execute(
+                "INSERT INTO queue (session, pos, id, message, from_elsewhere)
+                 VALUES (?1, (SELECT COALESCE(MAX(pos), 0) + 1 FROM queue WHERE session = ?1), ?2, ?3, 1)",
+                params![key, message.id.to_string(), text],
+            )
+            .map_err(|e| db_error(&self.path, "queueing a steering message", &e))?;
+            tx.execute("UPDATE sessions SET updated_ms = ?2 WHERE key = ?1", params![key, millis(SystemTime::now())])
+                .map_err(|e| db_error(&self.path, "queueing a steering message", &e))?;
+            Ok(())
+        })
+    }
+
+    fn request_stop(&self, key: &str, reason: &str) -> Result<bool, NoeticError> {
+        self.write("asking the session to stop", |tx| {
+            let owner = tx
+                .query_row(
+                    "SELECT owner_pid, owner_host, owner_started FROM sessions WHERE key = ?1",
+                    params![key],
+                    |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)),
+                )
+                .optional()
+                .map_err(|e| db_error(&self.path, "reading the session's owner", &e))?;
+            let Some(owner) = owner else { return Ok(false) };
+            tx.execute("DELETE FROM queue WHERE session = ?1", params![key])
+                .map_err(|e| db_error(&self.path, "clearing the steering queue", &e))?;
+            // A live owner cancels its turn at its next checkpoint; with none, clearing the queue is the whole stop.
+            if let (Some(pid), Some(host), started) = owner
+                && !Owner::is_gone(u32::try_from(pid).unwrap_or(0), &host, started.unwrap_or(0))
+            {
+                tx.execute("UPDATE sessions SET stop_requested = ?2 WHERE key = ?1", params![key, reason])
+                    .map_err(|e| db_error(&self.path, "asking the session to stop", &e))?;
+            }
+            Ok(true)
+        })
+    }
+
+    fn take_inbox(&self, key: &str) -> Result<Inbox, NoeticError> {
+        let doing = "taking steering from other processes";
+        let mut conn = self.lock();
+        let version: i64 =
+            conn.query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(|e| db_error(&self.path, doing, &e))?;
+        if self.inbox_seen.lock().unwrap_or_else(PoisonError::into_inner).get(key) == Some(&version) {
+            return Ok(Inbox::default());
+        }
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| db_error(&self.path, doing, &e))?;
+        let mut inbox = Inbox::default();
+        {
+            let mut stmt = tx
+                .prepare_cached("SELECT message FROM queue WHERE session = ?1 AND from_elsewhere = 1 ORDER BY pos")
+                .map_err(|e| db_error(&self.path, doing, &e))?;
+            let rows =
+                stmt.query_map(params![key], |r| r.get::<_, String>(0)).map_err(|e| db_error(&self.path, doing, &e))?;
+            for row in rows {
+                let text = row.map_err(|e| db_error(&self.path, doing, &e))?;
+                inbox.messages.push(
+                    serde_json::from_str::<SteerMessage>(&text)
+                        .map_err(|e| json_error(&self.path, "steering message", &e))?,
+                );
+            }
+        }
+        inbox.stop = tx
+            .query_row("SELECT stop_requested FROM sessions WHERE key = ?1", params![key], |r| {
+                r.get::<_, Option<String>>(0)
+            })
+            .optional()
+            .map_err(|e| db_error(&self.path, doing, &e))?
+            .flatten();
+        if !inbox.messages.is_empty() {
+            tx.execute("UPDATE queue SET from_elsewhere = 0 WHERE session = ?1 AND from_elsewhere = 1", params![key])
+                .map_err(|e| db_error(&self.path, doing, &e))?;
+        }
+        if inbox.stop.is_some() {
+            tx.execute("UPDATE sessions SET stop_requested = NULL WHERE key = ?1", params![key])
+                .map_err(|e| db_error(&self.path, doing, &e))?;
+        }
+        tx.commit().map_err(|e| db_error(&self.path, doing, &e))?;
+        // Only what was read and committed counts as seen: a failed read is tried again at the next checkpoint.
+        self.inbox_seen.lock().unwrap_or_else(PoisonError::into_inner).insert(key.to_owned(), version);
+        Ok(inbox)
     }
 
     fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {

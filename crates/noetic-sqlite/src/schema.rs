@@ -4,11 +4,13 @@
 //!   (one JSON item per row, numbered), the steering queue (one JSON message per row, in position order).
 //! * Version 2: indexes for the session list (most recent first) and for removing queued messages by id.
 //! * Version 3: the steering ledger (one JSON entry per row, numbered).
+//! * Version 4: steering queued by processes that do not own the session (`queue.from_elsewhere`) and a stop they
+//!   asked for (`sessions.stop_requested`), which the owner takes at its next checkpoint.
 
 use rusqlite::Connection;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "
@@ -57,9 +59,15 @@ CREATE TABLE ledger (
 ) WITHOUT ROWID;
 ";
 
+/// Version 3 → 4.
+const V4: &str = "
+ALTER TABLE queue ADD COLUMN from_elsewhere INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN stop_requested TEXT;
+";
+
 /// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
-    let steps: [(i64, &str); 3] = [(1, V1), (2, V2), (3, V3)];
+    let steps: [(i64, &str); 4] = [(1, V1), (2, V2), (3, V3), (4, V4)];
     for (version, sql) in steps {
         if from >= version {
             continue;

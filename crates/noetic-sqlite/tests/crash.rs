@@ -191,6 +191,8 @@ fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() 
     let db = dir.join("noetic.db");
     let store = SqliteStore::open(&db).unwrap();
     store.save_settings(SESSION, SteeringMode::default(), 10, Default::default(), 0).unwrap();
+    // Writing a new session owns it from its first write; give it up so the holder can take it.
+    store.close(SESSION);
     let mut holder = Command::new(this_exe())
         .arg(&db)
         .env("NOETIC_CRASH_HOLDER", "1")

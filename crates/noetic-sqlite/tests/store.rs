@@ -162,3 +162,77 @@ fn many_openers_of_one_new_file_at_once_all_succeed() {
     }
     assert_eq!(SqliteStore::open(&db).unwrap().list().unwrap().len(), 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_queued_through_another_connection_reaches_the_owners_running_turn_at_its_next_checkpoint() {
+    let db = scratch("elsewhere").join("noetic.db");
+    let owner_store = Arc::new(SqliteStore::open(&db).unwrap());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("switched to the docs"),
+    ]);
+    let owner = runtime(&model, owner_store.clone(), vec![gate.tool("build").unwrap()]);
+    let session = owner.session("shared");
+    let turn = session.send("build everything").unwrap();
+    gate.started().await;
+    // Another process (here: another connection to the file, which is all a process has) steers the session.
+    let other = SqliteStore::open(&db).unwrap();
+    let message = noetic::agent::SteerMessage::new("only the docs, please");
+    other.steer_elsewhere("shared", &message).unwrap();
+    assert_eq!(other.peek("shared").unwrap().unwrap().snapshot.queued, vec![message.clone()], "durable at once");
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "switched to the docs");
+    assert_eq!(gate.runs(), 1, "the rest of the batch was skipped, as for a local steer");
+    let second = model.requests()[1].history.as_slice().to_vec();
+    assert_eq!(second.last(), Some(&Item::user("only the docs, please")));
+    let users = session.history().iter().filter(|i| **i == Item::user("only the docs, please")).count();
+    assert_eq!(users, 1, "shown to the model once");
+    assert!(other.peek("shared").unwrap().unwrap().snapshot.queued.is_empty(), "injected, so no longer queued");
+    // Nothing new: the owner's check is a version read, and finds nothing twice.
+    assert_eq!(owner_store.take_inbox("shared").unwrap(), noetic::agent::Inbox::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_asked_through_another_connection_cancels_the_owners_turn_at_its_next_checkpoint() {
+    let db = scratch("stop-elsewhere").join("noetic.db");
+    let owner_store = Arc::new(SqliteStore::open(&db).unwrap());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("never asked"),
+    ]);
+    let owner = runtime(&model, owner_store, vec![gate.tool("build").unwrap()]);
+    let session = owner.session("stoppable");
+    let turn = session.send("build").unwrap();
+    gate.started().await;
+    let other = SqliteStore::open(&db).unwrap();
+    other.steer_elsewhere("stoppable", &noetic::agent::SteerMessage::new("queued then stopped")).unwrap();
+    assert!(other.request_stop("stoppable", "stopped from another process").unwrap());
+    assert!(other.peek("stoppable").unwrap().unwrap().snapshot.queued.is_empty(), "the stop clears the queue");
+    gate.release();
+    let error = turn.await.unwrap_err();
+    assert!(error.to_string().contains("stopped from another process"), "{error}");
+    assert_eq!(model.calls(), 1, "the model is not asked again");
+    assert_eq!(gate.runs(), 1);
+    assert!(!other.request_stop("never-was", "x").unwrap(), "no such session");
+}
+
+#[test]
+fn a_message_queued_for_a_session_nobody_owns_waits_in_its_queue_for_the_next_owner() {
+    let db = scratch("unowned").join("noetic.db");
+    let store = SqliteStore::open(&db).unwrap();
+    store.steer_elsewhere("later", &noetic::agent::SteerMessage::new("read me first")).unwrap();
+    assert!(store.steer_elsewhere("later", &noetic::agent::SteerMessage::new("   ")).is_err(), "empty");
+    let opened = store.open("later").unwrap().unwrap();
+    assert_eq!(opened.snapshot.queued.len(), 1);
+    assert_eq!(opened.snapshot.queued[0].text, "read me first");
+    // Loaded with the queue when opened: not handed over a second time as news from elsewhere.
+    assert!(store.take_inbox("later").unwrap().messages.is_empty());
+    let other = SqliteStore::open(&db).unwrap();
+    for i in 0..9 {
+        other.steer_elsewhere("later", &noetic::agent::SteerMessage::new(format!("m{i}"))).unwrap();
+    }
+    let full = other.steer_elsewhere("later", &noetic::agent::SteerMessage::new("one too many")).unwrap_err();
+    assert!(full.to_string().contains("is full"), "{full}");
+}

@@ -43,6 +43,13 @@ pub struct SteerMessage {
     pub accepted_at: SystemTime,
 }
 
+impl SteerMessage {
+    /// A new message with a fresh id, accepted now (for [`SessionStore::steer_elsewhere`](super::SessionStore::steer_elsewhere)).
+    pub fn new(text: impl Into<String>) -> Self {
+        SteerMessage { id: MessageId::new(), text: text.into(), accepted_at: SystemTime::now() }
+    }
+}
+
 /// How many messages a checkpoint takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -293,6 +300,13 @@ impl SessionQueue {
 
     pub(crate) fn len(&self) -> usize {
         lock(&self.messages).as_ref().map_or(0, |q| q.len())
+    }
+
+    /// Appends messages another process queued in the store (already durable there, already bounded there).
+    pub(crate) fn push_existing(&self, messages: Vec<SteerMessage>) {
+        if !messages.is_empty() {
+            lock(&self.messages).get_or_insert_default().extend(messages);
+        }
     }
 
     /// Removes the message with this id (one the store refused).

@@ -775,6 +775,39 @@ fn sink(state: &SessionState) -> &EventSink {
     state.events.get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
 }
 
+/// At a checkpoint of the turn `execution_id` runs: takes what other processes left for this session in the store
+/// (SPEC 6.4) — their steering messages join the queue, and their stop clears it and cancels the turn. Returns
+/// true when a stop was taken.
+pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> bool {
+    let Some(store) = state.store() else { return false };
+    let inbox = match store.take_inbox(&state.key) {
+        Ok(inbox) => inbox,
+        Err(e) => {
+            tracing::warn!(session = %state.key, error = %e, "could not read steering queued by other processes");
+            return false;
+        }
+    };
+    if let Some(reason) = inbox.stop {
+        if let Conversation::Running { ctx, steering } = &*lock(&state.conversation) {
+            steering.discard_pending();
+            ctx.cancel(&reason);
+        }
+        clear_queue(state);
+        return true;
+    }
+    if !inbox.messages.is_empty() {
+        let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
+        state.queue.push_existing(inbox.messages);
+        if let Some(sink) = state.events.get() {
+            for id in ids {
+                let session = state.key.clone();
+                sink.emit(execution_id, || EventKind::SteeringQueued { session, id });
+            }
+        }
+    }
+    false
+}
+
 /// Empties the queue (and the store's copy of it); returns how many messages were removed.
 fn clear_queue(state: &SessionState) -> usize {
     let removed = state.queue.clear();

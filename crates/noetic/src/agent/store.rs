@@ -124,6 +124,40 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// The session's steering ledger entries (JSON), oldest first.
     fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError>;
+
+    /// Queues a steering message for `key` from a process that need not own it (SPEC 6.4): durable at once; the
+    /// owner takes it at its next checkpoint ([`SessionStore::take_inbox`]), and with no owner it waits in the queue
+    /// like any other. A store only one process uses queues it as [`SessionStore::push_message`] does.
+    fn steer_elsewhere(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
+        self.push_message(key, message)
+    }
+
+    /// Asks the owner of `key`, wherever it runs, to stop: at its next checkpoint it clears the queue and cancels
+    /// its turn. With no live owner the queue is cleared at once. Returns false when the store has no such session.
+    fn request_stop(&self, key: &str, reason: &str) -> Result<bool, NoeticError> {
+        let _ = reason;
+        match self.remove_messages(key, None) {
+            Ok(()) => Ok(self.list()?.iter().any(|s| s.key == key)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// For the owner of `key`, at a checkpoint: the messages other processes queued since it last looked (they are
+    /// ordinary queued messages from now on) and a stop another process asked for (consumed by this call). Must be
+    /// cheap when there is nothing: it runs at every checkpoint of every turn.
+    fn take_inbox(&self, key: &str) -> Result<Inbox, NoeticError> {
+        let _ = key;
+        Ok(Inbox::default())
+    }
+}
+
+/// What other processes left for a session's owner ([`SessionStore::take_inbox`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inbox {
+    /// Steering messages, oldest first.
+    pub messages: Vec<SteerMessage>,
+    /// A stop, with its reason.
+    pub stop: Option<String>,
 }
 
 /// A [`SessionStore`] in memory: what a database implementation does, without the durability.
