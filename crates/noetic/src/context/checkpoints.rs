@@ -29,4 +29,8 @@ pub trait Checkpoints: Send + Sync {
     fn inject(&self, ctx: &Context, ids: bool) -> Vec<String>;
     /// True when steering found at a checkpoint skips the rest of the tool batch (else the batch finishes).
     fn skips_rest_of_batch(&self) -> bool;
+    /// The turn's span, where steering-queue events go (see [`crate::trace`]); `None` when there is none.
+    fn span(&self) -> Option<&tracing::Span> {
+        None
+    }
 }
