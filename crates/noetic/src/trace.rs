@@ -21,7 +21,7 @@
 //! - `steering.queued`, `steering.rejected`, `steering.injected` (`noetic.steering.count`) and `tool.skipped`
 //!   (`gen_ai.tool.call.id`) on the turn's span.
 //!
-//! A failed span carries `otel.status_code = "ERROR"`, `otel.status_message` and `error.type` (the
+//! A failed span carries `otel.status_code = "ERROR"`, `otel.status_description` and `error.type` (the
 //! [`NoeticError::kind`] or the tool error kind).
 //!
 //! **Content is opt-in.** Prompts, responses, tool arguments and results are recorded only when content capture
@@ -45,7 +45,7 @@ pub(crate) fn fail(span: &Span, kind: &str, message: &dyn std::fmt::Display) {
         return;
     }
     span.record("otel.status_code", "ERROR");
-    span.record("otel.status_message", tracing::field::display(message));
+    span.record("otel.status_description", tracing::field::display(message));
     span.record("error.type", kind);
 }
 

@@ -744,7 +744,7 @@ fn turn_span(session: &str, number: u64) -> tracing::Span {
         gen_ai.conversation.id = session,
         noetic.turn = number,
         otel.status_code = tracing::field::Empty,
-        otel.status_message = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
 }

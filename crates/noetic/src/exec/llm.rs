@@ -265,7 +265,7 @@ fn chat_span<I, O>(s: &StepLlm<I, O>, model: &dyn crate::model::Model, round: u3
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
         otel.status_code = Empty,
-        otel.status_message = Empty,
+        otel.status_description = Empty,
         error.type = Empty,
     );
     if span.is_disabled() {

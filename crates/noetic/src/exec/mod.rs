@@ -45,7 +45,7 @@ fn step_span<I, O>(step: &Step<I, O>) -> tracing::Span {
         noetic.step.kind = kind,
         noetic.step.id = step.id(),
         otel.status_code = tracing::field::Empty,
-        otel.status_message = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
 }

@@ -98,7 +98,7 @@ pub(crate) fn tool_span(call_id: &str, name: &str) -> Span {
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
         otel.status_code = Empty,
-        otel.status_message = Empty,
+        otel.status_description = Empty,
         error.type = Empty,
     )
 }
