@@ -43,6 +43,8 @@ struct Span {
     events: Vec<(String, BTreeMap<String, String>)>,
     error: bool,
     service: String,
+    start: u64,
+    end: u64,
 }
 
 fn text(value: &Option<AnyValue>) -> String {
@@ -76,6 +78,8 @@ async fn received(server: &MockServer) -> Vec<Span> {
                         events: s.events.iter().map(|e| (e.name.clone(), attributes(&e.attributes))).collect(),
                         error: s.status.is_some_and(|st| st.code == StatusCode::Error as i32),
                         service: resource_attrs.get("service.name").cloned().unwrap_or_default(),
+                        start: s.start_time_unix_nano,
+                        end: s.end_time_unix_nano,
                     });
                 }
             }
@@ -199,7 +203,9 @@ async fn a_run_exports_its_turn_as_a_tree_with_the_denial_and_the_steered_batch(
     // The workflow's scripted model reports every answer as a natural stop.
     assert!(chats.iter().all(|c| c.attributes["gen_ai.response.finish_reasons"] == "stop"));
 
+    let first = chats.iter().find(|c| c.attributes["noetic.round"] == "0").unwrap();
     let denied = one(&spans, "execute_tool delete_file");
+    assert!(first.end <= denied.start, "a model call's span ends with its review, before the tools run");
     assert_eq!(denied.attributes["gen_ai.tool.name"], "delete_file");
     assert_eq!(denied.attributes["gen_ai.tool.call.id"], "d1");
     assert_eq!(denied.attributes["gen_ai.tool.type"], "function");

@@ -287,3 +287,23 @@ async fn fork_paths_are_nested_under_their_fork_step_and_failures_set_the_status
     assert_eq!(field(&spans[0], "otel.status_code"), "ERROR");
     assert_eq!(field(&spans[0], "error.type"), "fork_partial");
 }
+
+#[tokio::test]
+async fn an_after_model_denial_is_an_event_on_the_model_call_and_fails_the_turn_span() {
+    let (recorder, _guard) = Recorder::install();
+    let rule = SteeringRule::predicate("no-answers", [Hook::AfterModelCall], |_| SteeringDecision::deny("not today"));
+    let layer = steering(SteeringConfig::new([rule])).unwrap();
+    let rt = runtime(vec![ModelResponse::text("an answer")], |b| b.layer(layer));
+    assert!(rt.session("s1").send("hi").unwrap().await.is_err());
+
+    let chat = recorder.one("chat openai/gpt-4o-mini");
+    let [(name, decision)] = chat.events.as_slice() else { panic!("one event on the model call: {chat:#?}") };
+    assert_eq!(name, "steering.decision");
+    assert_eq!(decision["noetic.steering.hook"], "after_model_call");
+    assert_eq!(decision["noetic.steering.action"], "deny");
+    assert_eq!(decision["noetic.steering.rule_id"], "no-answers");
+    let turn = recorder.one("invoke_agent");
+    assert_eq!(field(&turn, "otel.status_code"), "ERROR");
+    assert_eq!(field(&turn, "error.type"), "steering_denied");
+    assert!(field(&turn, "otel.status_description").contains("not today"));
+}

@@ -79,7 +79,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             (TurnCore::new(s.id.clone(), s.max_rounds, steering.is_some()), Input::Start)
         }
     };
-    // The latest model call's span: its review runs in it.
+    // The latest model call's span, open until its review (which runs in it) is done.
     let mut chat = Span::none();
     loop {
         core.advance_with(input, &mut |effect| apply(ctx, s, effect));
@@ -123,7 +123,9 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             },
             Action::Review(response) => {
                 let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
-                let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).instrument(chat.clone()).await;
+                // The model call's span ends with its review.
+                let span = std::mem::replace(&mut chat, Span::none());
+                let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).instrument(span).await;
                 outcome(gate, |gate| Input::Reviewed(gate.decision))
             }
             Action::Store(response) => {
