@@ -39,6 +39,13 @@ use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::model::{FinishReason, ToolErrorKind};
 
+/// True when some subscriber may want the runtime's spans: a global level check, one atomic load. When false the
+/// runtime takes the paths it took before traces existed (no span, no wrapper around a future).
+#[inline]
+pub(crate) fn on() -> bool {
+    tracing::level_filters::LevelFilter::current() >= tracing::Level::INFO
+}
+
 /// Marks `span` failed with `kind` (the `error.type`) and a message.
 pub(crate) fn fail(span: &Span, kind: &str, message: &dyn std::fmt::Display) {
     if span.is_disabled() {

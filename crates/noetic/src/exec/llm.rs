@@ -112,7 +112,9 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     };
                     match committed {
                         Ok(()) => {
-                            chat = chat_span(s, model.as_ref(), round);
+                            if crate::trace::on() {
+                                chat = chat_span(s, model.as_ref(), round);
+                            }
                             let answer = call_model(s, ctx, &model, &specs, round, tail.to_vec(), &chat).await;
                             outcome(answer, Input::Response)
                         }
@@ -125,7 +127,12 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
                 // The model call's span ends with its review.
                 let span = std::mem::replace(&mut chat, Span::none());
-                let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).instrument(span).await;
+                let review = lifecycle::after_model_call(ctx, review);
+                let gate = if span.is_disabled() {
+                    ctx.run_cancellable(review).await
+                } else {
+                    ctx.run_cancellable(review.instrument(span)).await
+                };
                 outcome(gate, |gate| Input::Reviewed(gate.decision))
             }
             Action::Store(response) => {
@@ -224,22 +231,29 @@ fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
 }
 
 /// Recalls the layers, builds the request and calls (or streams) the model; the usage is counted even when the
-/// turn was cancelled while the model answered (the answer is then not used).
-async fn call_model<I, O>(
-    s: &StepLlm<I, O>,
-    ctx: &Context,
-    model: &Arc<dyn crate::model::Model>,
-    specs: &Arc<[ToolSpec]>,
+/// turn was cancelled while the model answered (the answer is then not used). Runs in `span` when it is enabled.
+fn call_model<'a, I, O>(
+    s: &'a StepLlm<I, O>,
+    ctx: &'a Context,
+    model: &'a Arc<dyn crate::model::Model>,
+    specs: &'a Arc<[ToolSpec]>,
     round: u32,
     tail: Vec<Item>,
-    span: &Span,
-) -> Result<ModelResponse, NoeticError> {
-    let result = request_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
-    match &result {
-        Ok(response) => trace_response(span, response, ctx.captures_content()),
-        Err(e) => crate::trace::fail_with(span, e),
+    span: &'a Span,
+) -> impl Future<Output = Result<ModelResponse, NoeticError>> + 'a {
+    use futures::future::Either;
+    // Without a subscriber the call runs exactly as it would without traces.
+    if span.is_disabled() {
+        return Either::Left(request_model(s, ctx, model, specs, round, tail, span));
     }
-    result
+    Either::Right(async move {
+        let result = request_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
+        match &result {
+            Ok(response) => trace_response(span, response, ctx.captures_content()),
+            Err(e) => crate::trace::fail_with(span, e),
+        }
+        result
+    })
 }
 
 /// The model call's span (see [`crate::trace`]): named and given its request attributes now, its response

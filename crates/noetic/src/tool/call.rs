@@ -59,19 +59,26 @@ type Outcome = (ToolResult, Option<ToolErrorKind>);
 /// Decides which events a caller lets through (an `llm` step's `emit` setting).
 pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 
-/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them.
-pub(crate) async fn run_tool_call(
-    ctx: &Context,
-    tools: &ToolSet,
-    call: &ToolCall,
-    allow: EmitFilter<'_>,
-) -> Result<ToolResult, NoeticError> {
-    let span = tool_span(&call.id, &call.name);
-    if !span.is_disabled() && ctx.captures_content() {
-        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them, in
+/// the call's span when a subscriber wants it.
+pub(crate) fn run_tool_call<'a>(
+    ctx: &'a Context,
+    tools: &'a ToolSet,
+    call: &'a ToolCall,
+    allow: EmitFilter<'a>,
+) -> impl Future<Output = Result<ToolResult, NoeticError>> + Send + 'a {
+    use futures::future::{Either, FutureExt};
+    let result_only = |r: Result<Outcome, NoeticError>| r.map(|(result, _)| result);
+    // Without a subscriber the call runs exactly as it would without traces.
+    let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
+    if span.is_disabled() {
+        return Either::Left(run_and_emit(ctx, tools, call, allow).map(result_only));
     }
-    let result = run_and_emit(ctx, tools, call, allow).instrument(span.clone()).await;
-    if !span.is_disabled() {
+    Either::Right(async move {
+        if ctx.captures_content() {
+            span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+        }
+        let result = run_and_emit(ctx, tools, call, allow).instrument(span.clone()).await;
         match &result {
             Ok((result, kind)) => trace_outcome(&span, result, *kind, ctx.captures_content()),
             Err(e) => {
@@ -79,8 +86,8 @@ pub(crate) async fn run_tool_call(
                 crate::trace::fail_with(&span, e);
             }
         }
-    }
-    result.map(|(result, _)| result)
+        result_only(result)
+    })
 }
 
 /// A tool call's span (see [`crate::trace`]), disabled when no subscriber wants it. `outcome` is `ok`, `error`,
