@@ -16,8 +16,20 @@ use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::Tool;
-use crate::tool::call::run_tool_call;
+use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJournal, interrupted_result};
+
+/// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
+/// existed. A macro, not a function, so the untraced call is not wrapped in another future.
+macro_rules! tool_call {
+    ($ctx:expr, $tools:expr, $call:expr, $allow:expr) => {
+        if crate::trace::on() {
+            traced_tool_call($ctx, $tools, $call, $allow).await
+        } else {
+            run_tool_call($ctx, $tools, $call, $allow).await.map(|(result, _)| result)
+        }
+    };
+}
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -115,7 +127,12 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                             if crate::trace::on() {
                                 chat = chat_span(s, model.as_ref(), round);
                             }
-                            let answer = call_model(s, ctx, &model, &specs, round, tail.to_vec(), &chat).await;
+                            let tail = tail.to_vec();
+                            let answer = if chat.is_disabled() {
+                                call_model(s, ctx, &model, &specs, round, tail, &chat).await
+                            } else {
+                                traced_model_call(s, ctx, &model, &specs, round, tail, &chat).await
+                            };
                             outcome(answer, Input::Response)
                         }
                         Err(e) => Input::Failed(e),
@@ -140,14 +157,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Input::Stored
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
-                Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
                 Err(cancelled) => Input::Failed(cancelled),
             },
             // A call that was running when the process stopped runs again only if its tool says that is
             // harmless; any other gets the interrupted result (it may or may not have taken effect).
             Action::ResumeTool(call) => match tools.get(&call.name) {
                 Some(tool) if tool.idempotent() => match ctx.check_cancelled() {
-                    Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                    Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
                     Err(cancelled) => Input::Failed(cancelled),
                 },
                 _ => Input::ToolDone(interrupted_result(&call.id)),
@@ -230,30 +247,23 @@ fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
     span.record("noetic.tool.outcome", "skipped");
 }
 
-/// Recalls the layers, builds the request and calls (or streams) the model; the usage is counted even when the
-/// turn was cancelled while the model answered (the answer is then not used). Runs in `span` when it is enabled.
-fn call_model<'a, I, O>(
-    s: &'a StepLlm<I, O>,
-    ctx: &'a Context,
-    model: &'a Arc<dyn crate::model::Model>,
-    specs: &'a Arc<[ToolSpec]>,
+/// [`call_model`] in its span: the driver calls this one when the span is enabled, and the plain one otherwise,
+/// so that traces cost nothing without a subscriber.
+async fn traced_model_call<I, O>(
+    s: &StepLlm<I, O>,
+    ctx: &Context,
+    model: &Arc<dyn crate::model::Model>,
+    specs: &Arc<[ToolSpec]>,
     round: u32,
     tail: Vec<Item>,
-    span: &'a Span,
-) -> impl Future<Output = Result<ModelResponse, NoeticError>> + 'a {
-    use futures::future::Either;
-    // Without a subscriber the call runs exactly as it would without traces.
-    if span.is_disabled() {
-        return Either::Left(request_model(s, ctx, model, specs, round, tail, span));
+    span: &Span,
+) -> Result<ModelResponse, NoeticError> {
+    let result = call_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
+    match &result {
+        Ok(response) => trace_response(span, response, ctx.captures_content()),
+        Err(e) => crate::trace::fail_with(span, e),
     }
-    Either::Right(async move {
-        let result = request_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
-        match &result {
-            Ok(response) => trace_response(span, response, ctx.captures_content()),
-            Err(e) => crate::trace::fail_with(span, e),
-        }
-        result
-    })
+    result
 }
 
 /// The model call's span (see [`crate::trace`]): named and given its request attributes now, its response
@@ -321,8 +331,9 @@ fn trace_response(span: &Span, response: &ModelResponse, content: bool) {
     }
 }
 
-/// Does the work of [`call_model`] inside its span.
-async fn request_model<I, O>(
+/// Recalls the layers, builds the request and calls (or streams) the model; the usage is counted even when the
+/// turn was cancelled while the model answered (the answer is then not used).
+async fn call_model<I, O>(
     s: &StepLlm<I, O>,
     ctx: &Context,
     model: &Arc<dyn crate::model::Model>,

@@ -59,26 +59,20 @@ type Outcome = (ToolResult, Option<ToolErrorKind>);
 /// Decides which events a caller lets through (an `llm` step's `emit` setting).
 pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 
-/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them, in
-/// the call's span when a subscriber wants it.
-pub(crate) fn run_tool_call<'a>(
-    ctx: &'a Context,
-    tools: &'a ToolSet,
-    call: &'a ToolCall,
-    allow: EmitFilter<'a>,
-) -> impl Future<Output = Result<ToolResult, NoeticError>> + Send + 'a {
-    use futures::future::{Either, FutureExt};
-    let result_only = |r: Result<Outcome, NoeticError>| r.map(|(result, _)| result);
-    // Without a subscriber the call runs exactly as it would without traces.
-    let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
-    if span.is_disabled() {
-        return Either::Left(run_and_emit(ctx, tools, call, allow).map(result_only));
+/// [`run_tool_call`] in the call's span (see [`crate::trace`]): the driver calls this one when a subscriber may
+/// want spans, and the plain one otherwise, so that traces cost nothing without a subscriber.
+pub(crate) async fn traced_tool_call(
+    ctx: &Context,
+    tools: &ToolSet,
+    call: &ToolCall,
+    allow: EmitFilter<'_>,
+) -> Result<ToolResult, NoeticError> {
+    let span = tool_span(&call.id, &call.name);
+    if !span.is_disabled() && ctx.captures_content() {
+        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
     }
-    Either::Right(async move {
-        if ctx.captures_content() {
-            span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
-        }
-        let result = run_and_emit(ctx, tools, call, allow).instrument(span.clone()).await;
+    let result = run_tool_call(ctx, tools, call, allow).instrument(span.clone()).await;
+    if !span.is_disabled() {
         match &result {
             Ok((result, kind)) => trace_outcome(&span, result, *kind, ctx.captures_content()),
             Err(e) => {
@@ -86,8 +80,8 @@ pub(crate) fn run_tool_call<'a>(
                 crate::trace::fail_with(&span, e);
             }
         }
-        result_only(result)
-    })
+    }
+    result.map(|(result, _)| result)
 }
 
 /// A tool call's span (see [`crate::trace`]), disabled when no subscriber wants it. `outcome` is `ok`, `error`,
@@ -126,8 +120,9 @@ fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, 
     crate::trace::fail(span, crate::trace::tool_error_kind(kind), &format_args!("the tool call failed ({outcome})"));
 }
 
-/// Runs the call and emits its events; the result and, when it failed, the kind of failure.
-async fn run_and_emit(
+/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them; the
+/// result and, when it failed, the kind of failure.
+pub(crate) async fn run_tool_call(
     ctx: &Context,
     tools: &ToolSet,
     call: &ToolCall,
