@@ -22,12 +22,20 @@ use crate::step::{Step, StepFuture};
 
 /// Runs `step` on `input` in `ctx`.
 pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    // Without a subscriber the step runs exactly as it would without traces.
+    if crate::trace::on() {
+        return traced(step, input, ctx);
+    }
     let step = step.clone();
     let ctx = ctx.clone();
-    // Without a subscriber the step runs exactly as it would without traces.
-    if !crate::trace::on() {
-        return Box::pin(async move { dispatch(step, input, ctx).await });
-    }
+    Box::pin(async move { dispatch(step, input, ctx).await })
+}
+
+/// [`execute`] in the step's span. Kept out of line so the untraced path stays as small as it was.
+#[inline(never)]
+fn traced<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    let step = step.clone();
+    let ctx = ctx.clone();
     Box::pin(async move {
         // Opened at the first poll, so its parent is the span the caller runs in (a fork's paths and a spawned
         // child are polled inside their step's span).
