@@ -7,7 +7,7 @@
 //! | `invoke_agent` | a session turn | `gen_ai.operation.name`, `gen_ai.conversation.id` (the session key), `noetic.turn` |
 //! | `step {kind}` | every step | `noetic.step.kind`, `noetic.step.id` |
 //! | `chat {model}` | every model request of an `llm` step | `gen_ai.operation.name`, `gen_ai.provider.name` (when the model says), `gen_ai.request.model`, the request parameters set (`gen_ai.request.temperature`, `gen_ai.request.top_p`, `gen_ai.request.max_tokens`, `gen_ai.request.stop_sequences`), `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `noetic.round`, `noetic.request.messages` |
-//! | `execute_tool {name}` | every model-requested tool call | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`, `noetic.tool.outcome` (`ok`, `error`, `denied`, `guided`), `noetic.tool.result.size` |
+//! | `execute_tool {name}` | every model-requested tool call | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`, `noetic.tool.outcome` (`ok`, `error`, `denied`, `skipped`), `noetic.tool.result.size` |
 //!
 //! Spans nest as the work runs: a turn's steps, an `llm` step's model and tool calls, a fork's paths and a spawned
 //! child under their step. The static `tracing` name of each span is its first word (`step`, `chat`,
