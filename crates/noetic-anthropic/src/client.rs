@@ -240,6 +240,10 @@ impl Model for AnthropicModel {
         true
     }
 
+    fn provider_name(&self) -> Option<&str> {
+        Some("anthropic")
+    }
+
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let this = self.clone();
         Box::pin(async move {

@@ -8,6 +8,7 @@
 //! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
 
 mod mcp_path;
+mod otel_path;
 // The memory figures' part of it runs in `rss_probe`.
 #[allow(dead_code)]
 mod probe;
@@ -294,6 +295,19 @@ fn main() -> BenchResult<()> {
         report("run_step_us", measure(7, run_step_us).await?, "us", "<= 0.5");
         report("fork_path_us", measure(7, fork_path_us).await?, "us", "<= 2");
         report("tool_call_us", measure(15, || tool_call_us(Vec::new())).await?, "us", "<= 5");
+        BenchResult::Ok(())
+    })?;
+    // The same turn with every span exported (batched, to a receiver that discards). The exporter is made
+    // outside the async runtime (its blocking HTTP client may not be made inside one) and after the figures
+    // above, so they run with no exporter threads at all.
+    let otel = otel_path::provider()?;
+    rt.block_on(async {
+        let _installed = tracing::subscriber::set_default(otel_path::subscriber(&otel));
+        report("otel_export_tool_call_us", measure(15, || tool_call_us(Vec::new())).await?, "us", "");
+        BenchResult::Ok(())
+    })?;
+    otel.shutdown()?;
+    rt.block_on(async {
         // Interleaved pairs, so machine noise hits both sides of each difference alike.
         let overhead = measure(31, || async {
             let steered = tool_call_us(vec![ten_rules()?]).await?;

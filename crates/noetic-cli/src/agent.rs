@@ -86,7 +86,8 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         .tools(tools)
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .agent(agent.build().map_err(config_error)?)
-        .steering_mode(spec.steering_mode);
+        .steering_mode(spec.steering_mode)
+        .capture_content(crate::telemetry::captures_content());
     if let Some(approver) = spec.approver {
         builder = builder.approver(approver);
     }

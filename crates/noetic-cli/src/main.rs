@@ -28,6 +28,7 @@ mod run;
 mod serve;
 mod sessions;
 mod source;
+mod telemetry;
 mod tools;
 mod workflow;
 mod workspace;
@@ -51,6 +52,14 @@ struct Cli {
     /// NOETIC_AGENTS_DEFAULTS_<KEY>.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    /// Export traces over OTLP/HTTP to this collector (base URL, e.g. http://localhost:4318); default:
+    /// OTEL_EXPORTER_OTLP_ENDPOINT. Without either nothing is exported.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// Let traces carry prompts, responses, tool arguments and results (default: only sizes and ids); also
+    /// NOETIC_OTEL_CAPTURE_CONTENT=1.
+    #[arg(long, global = true)]
+    capture_content: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -110,6 +119,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Declared before the async runtime, so it is dropped after it: the turn's spans have ended when it flushes.
+    let _telemetry = match telemetry::init(cli.otlp_endpoint.as_deref(), cli.capture_content) {
+        Ok(guard) => guard,
+        Err(e) => {
+            errln!("noetic: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -185,6 +185,18 @@ impl Model for OpenAiModel {
         self.inner.config.capabilities
     }
 
+    /// `openai` for OpenAI's own API, `openrouter` for OpenRouter; unknown for other compatible servers.
+    fn provider_name(&self) -> Option<&str> {
+        let url = self.inner.config.base_url.as_str();
+        if url.contains("://api.openai.com") {
+            Some("openai")
+        } else if url.contains("://openrouter.ai") {
+            Some("openrouter")
+        } else {
+            None
+        }
+    }
+
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let inner = self.inner.clone();
         let body = inner.body(&request, false);

@@ -62,7 +62,7 @@
 //! | 4 | [`layer`], [`tool`] | memory layers and their lifecycle · tools, approvals, tool calls |
 //! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
 //! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
-//! | 1 | [`model`], `decision` | items, requests, the `Model` trait, wrappers · steering decisions |
+//! | 1 | [`model`], `decision`, [`trace`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers |
 //! | 0 | [`error`], `sync` | errors · lock helpers |
 
 pub mod agent;
@@ -77,6 +77,7 @@ pub mod step;
 mod sync;
 pub mod testing;
 pub mod tool;
+pub mod trace;
 pub mod turn;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};

@@ -21,6 +21,10 @@ pub fn noetic() -> Command {
         "ANTHROPIC_BASE_URL",
         "NOETIC_MODEL",
         "NOETIC_AGENTS_DEFAULTS_STEERING_MODE",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "NOETIC_OTEL_CAPTURE_CONTENT",
     ] {
         cmd.env_remove(var);
     }

@@ -96,10 +96,18 @@ pub struct TurnSteering {
     pending: Mutex<Vec<SteerMessage>>,
     initial_poll: AtomicBool,
     discarded: AtomicBool,
+    /// The turn's span: steering-queue events are recorded on it.
+    span: tracing::Span,
 }
 
 impl TurnSteering {
-    pub(crate) fn new(state: Arc<SessionState>, session: Arc<str>, root: ExecutionId, skip_initial_poll: bool) -> Self {
+    pub(crate) fn new(
+        state: Arc<SessionState>,
+        session: Arc<str>,
+        root: ExecutionId,
+        skip_initial_poll: bool,
+        span: tracing::Span,
+    ) -> Self {
         TurnSteering {
             state,
             session,
@@ -107,7 +115,13 @@ impl TurnSteering {
             pending: Mutex::new(Vec::new()),
             initial_poll: AtomicBool::new(!skip_initial_poll),
             discarded: AtomicBool::new(false),
+            span,
         }
+    }
+
+    /// The turn's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Steering applies to the turn's own execution, not to spawned children or fork paths.
@@ -162,6 +176,7 @@ impl TurnSteering {
         let ids = if ids { messages.iter().map(|m| m.id.to_string()).collect() } else { Vec::new() };
         ctx.extend_items(messages.into_iter().map(|m| Item::user(m.text)));
         ctx.emit(|| EventKind::SteeringInjected { session: self.session.clone(), count });
+        tracing::info!(parent: &self.span, noetic.steering.count = count, "steering.injected");
         ids
     }
 
@@ -211,5 +226,9 @@ impl crate::context::Checkpoints for TurnSteering {
 
     fn skips_rest_of_batch(&self) -> bool {
         self.policy() == BatchPolicy::SkipRemaining
+    }
+
+    fn span(&self) -> Option<&tracing::Span> {
+        Some(&self.span)
     }
 }

@@ -136,6 +136,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether traces record content — prompts, responses, tool arguments and results (default off: only sizes
+    /// and ids; see [`crate::trace`]).
+    pub fn capture_content(mut self, on: bool) -> Self {
+        self.services.capture_content = on;
+        self
+    }
+
     /// The agent each turn runs, given the user message. Default: a loop around one `llm` step with all tools,
     /// until the model answers without tool calls.
     pub fn agent(mut self, agent: Step<String, String>) -> Self {

@@ -22,6 +22,7 @@ use crate::context::{Context, Event, EventFollower, EventKind, EventSink, Execut
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 use crate::turn::{TurnCommit, TurnCore, TurnJournal};
+use tracing::Instrument;
 
 /// What [`Session::send_or_steer`] did with a message.
 pub enum Routed {
@@ -458,13 +459,7 @@ impl Session {
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
     pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
         let text = text.into();
-        self.locked(|state, conversation| {
-            let execution_id = match conversation {
-                Conversation::Running { ctx, .. } => ctx.execution_id(),
-                Conversation::Idle(_) => ExecutionId::new(),
-            };
-            enqueue(state, execution_id, text)
-        })
+        self.locked(|state, conversation| enqueue(state, conversation, text))
     }
 
     /// Starts a turn if the session is idle, or steers the message into the running turn — decided atomically,
@@ -476,8 +471,8 @@ impl Session {
             let history = match conversation {
                 // Queue while holding the conversation lock: the turn cannot be released in between, so the
                 // bus's continuation check after the turn sees this message.
-                Conversation::Running { ctx, .. } => {
-                    return enqueue(state, ctx.execution_id(), text).map(Routed::Steered);
+                Conversation::Running { .. } => {
+                    return enqueue(state, conversation, text).map(Routed::Steered);
                 }
                 Conversation::Idle(_) => claim(state, conversation)
                     .map_err(|e| SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() })?,
@@ -489,8 +484,8 @@ impl Session {
     /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]); `None` when idle.
     pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
         self.locked(|state, conversation| {
-            let Conversation::Running { ctx, .. } = conversation else { return None };
-            Some(enqueue(state, ctx.execution_id(), text.to_owned()))
+            let Conversation::Running { .. } = conversation else { return None };
+            Some(enqueue(state, conversation, text.to_owned()))
         })
     }
 
@@ -598,7 +593,15 @@ impl Session {
     ) -> Turn {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
-        let steering = Arc::new(TurnSteering::new(state.clone(), state.key.clone(), execution_id, skip_initial_poll));
+        let number = state.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let span = turn_span(&state.key, number);
+        let steering = Arc::new(TurnSteering::new(
+            state.clone(),
+            state.key.clone(),
+            execution_id,
+            skip_initial_poll,
+            span.clone(),
+        ));
         let journal = state.store().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
         let records = state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
         let services = Services { steering: Some(steering.clone()), journal, records, ..self.runtime.services.clone() };
@@ -624,40 +627,45 @@ impl Session {
                 tracing::error!(session = %state.key, error = %e, "could not write the continuation's messages");
             }
             ctx.emit(|| EventKind::SteeringInjected { session: state.key.clone(), count });
+            tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
-        let number = state.turns.fetch_add(1, Ordering::SeqCst) + 1;
         state.save_settings();
         let agent = self.runtime.agent.clone();
         let state = state.clone();
         let runtime = self.runtime.clone();
-        let handle = tokio::spawn(async move {
-            // Whatever happens below — an error, a panic, the task being aborted — the session is released.
-            let release = Release { state: state.clone(), ctx: ctx.clone(), steering };
-            let session = state.key.clone();
-            let started = tokio::time::Instant::now();
-            ctx.events().set_turn(Some(number));
-            ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
-            let result = AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
-                Err(NoeticError::other(format!(
-                    "turn {number} of session '{session}' panicked: {}",
-                    crate::error::panic_message(&*p)
-                )))
-            });
-            match &result {
-                Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
-                    session: session.clone(),
-                    turn: number,
-                    duration: started.elapsed(),
-                }),
-                Err(e) => {
-                    ctx.emit(|| EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() })
+        let handle = tokio::spawn(
+            async move {
+                // Whatever happens below — an error, a panic, the task being aborted — the session is released.
+                let release = Release { state: state.clone(), ctx: ctx.clone(), steering };
+                let session = state.key.clone();
+                let started = tokio::time::Instant::now();
+                ctx.events().set_turn(Some(number));
+                ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
+                let result =
+                    AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
+                        Err(NoeticError::other(format!(
+                            "turn {number} of session '{session}' panicked: {}",
+                            crate::error::panic_message(&*p)
+                        )))
+                    });
+                match &result {
+                    Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
+                        session: session.clone(),
+                        turn: number,
+                        duration: started.elapsed(),
+                    }),
+                    Err(e) => {
+                        crate::trace::fail_with(&tracing::Span::current(), e);
+                        ctx.emit(|| EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() })
+                    }
                 }
+                drop(release);
+                // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
+                super::evict_over_limit(&runtime);
+                result
             }
-            drop(release);
-            // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
-            super::evict_over_limit(&runtime);
-            result
-        });
+            .instrument(span),
+        );
         Turn { number, cancel, handle }
     }
 
@@ -732,6 +740,20 @@ impl Session {
     }
 }
 
+/// A turn's span (see [`crate::trace`]), disabled when no subscriber wants it.
+fn turn_span(session: &str, number: u64) -> tracing::Span {
+    tracing::info_span!(
+        "invoke_agent",
+        otel.name = "invoke_agent",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.conversation.id = session,
+        noetic.turn = number,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
 /// Takes the idle conversation's history for a new turn; `Busy` while a turn runs, `Unavailable` for a session
 /// that could not be restored.
 fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<History, SessionError> {
@@ -747,8 +769,12 @@ fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<Histor
     }
 }
 
-/// Queues a message and tells the event stream whether it was accepted.
-fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Result<MessageId, SteerError> {
+/// Queues a message and tells the event stream (and the running turn's span) whether it was accepted.
+fn enqueue(state: &SessionState, conversation: &Conversation, text: String) -> Result<MessageId, SteerError> {
+    let (execution_id, span) = match conversation {
+        Conversation::Running { ctx, steering } => (ctx.execution_id(), Some(steering.span())),
+        Conversation::Idle(_) => (ExecutionId::new(), None),
+    };
     if let Some(message) = &state.unavailable {
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
@@ -758,6 +784,12 @@ fn enqueue(state: &SessionState, execution_id: ExecutionId, text: String) -> Res
     {
         state.queue.remove(message.id);
         result = Err(SteerError::Store { session: state.key.to_string(), message: e.to_string() });
+    }
+    if let Some(span) = span.filter(|s| !s.is_disabled()) {
+        match &result {
+            Ok(m) => tracing::info!(parent: span, noetic.steering.message.id = %m.id, "steering.queued"),
+            Err(e) => tracing::info!(parent: span, noetic.steering.error = %e, "steering.rejected"),
+        }
     }
     if let Some(sink) = state.events.get() {
         let session = state.key.clone();

@@ -31,4 +31,8 @@ pub trait Checkpoints: Send + Sync {
     fn skips_rest_of_batch(&self) -> bool;
     /// The key of the session the turn belongs to.
     fn session(&self) -> &str;
+    /// The turn's span, where steering-queue events go (see [`crate::trace`]); `None` when there is none.
+    fn span(&self) -> Option<&tracing::Span> {
+        None
+    }
 }

@@ -95,6 +95,9 @@ pub struct Services {
     pub journal: Option<Arc<dyn TurnJournal>>,
     /// Where lasting records (steering ledger entries) go.
     pub records: Option<Arc<dyn RecordSink>>,
+    /// Traces record prompts, responses, tool arguments and results (off: only sizes and ids; see
+    /// [`crate::trace`]).
+    pub capture_content: bool,
 }
 
 impl Inner {
@@ -188,6 +191,13 @@ impl ContextBuilder {
     /// The approver for tools that need approval.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.services.approver = Some(approver);
+        self
+    }
+
+    /// Whether traces record content — prompts, responses, tool arguments and results (default off: only sizes
+    /// and ids; see [`crate::trace`]).
+    pub fn capture_content(mut self, on: bool) -> Self {
+        self.services.capture_content = on;
         self
     }
 
@@ -423,6 +433,11 @@ impl Context {
     /// The approver, if one is configured.
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
         self.inner.services.approver.as_ref()
+    }
+
+    /// True when traces record content (see [`crate::trace`]).
+    pub fn captures_content(&self) -> bool {
+        self.inner.services.capture_content
     }
 
     /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork

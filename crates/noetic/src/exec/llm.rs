@@ -7,14 +7,29 @@
 
 use std::sync::Arc;
 
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::Tool;
-use crate::tool::call::run_tool_call;
+use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJournal, interrupted_result};
+
+/// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
+/// existed. A macro, not a function, so the untraced call is not wrapped in another future.
+macro_rules! tool_call {
+    ($ctx:expr, $tools:expr, $call:expr, $allow:expr) => {
+        if crate::trace::on() {
+            traced_tool_call($ctx, $tools, $call, $allow).await
+        } else {
+            run_tool_call($ctx, $tools, $call, $allow).await.map(|(result, _)| result)
+        }
+    };
+}
 
 fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
     ToolSpec {
@@ -76,6 +91,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             (TurnCore::new(s.id.clone(), s.max_rounds, steering.is_some()), Input::Start)
         }
     };
+    // The latest model call's span, open until its review (which runs in it) is done.
+    let mut chat = Span::none();
     loop {
         core.advance_with(input, &mut |effect| apply(ctx, s, effect));
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
@@ -107,7 +124,15 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     };
                     match committed {
                         Ok(()) => {
-                            let answer = call_model(s, ctx, &model, &specs, round, tail.to_vec()).await;
+                            if crate::trace::on() {
+                                chat = chat_span(s, model.as_ref(), round);
+                            }
+                            let tail = tail.to_vec();
+                            let answer = if chat.is_disabled() {
+                                call_model(s, ctx, &model, &specs, round, tail, &chat).await
+                            } else {
+                                traced_model_call(s, ctx, &model, &specs, round, tail, &chat).await
+                            };
                             outcome(answer, Input::Response)
                         }
                         Err(e) => Input::Failed(e),
@@ -117,7 +142,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             },
             Action::Review(response) => {
                 let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
-                let gate = ctx.run_cancellable(lifecycle::after_model_call(ctx, review)).await;
+                // The model call's span ends with its review.
+                let span = std::mem::replace(&mut chat, Span::none());
+                let review = lifecycle::after_model_call(ctx, review);
+                let gate = if span.is_disabled() {
+                    ctx.run_cancellable(review).await
+                } else {
+                    ctx.run_cancellable(review.instrument(span)).await
+                };
                 outcome(gate, |gate| Input::Reviewed(gate.decision))
             }
             Action::Store(response) => {
@@ -125,14 +157,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Input::Stored
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
-                Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
                 Err(cancelled) => Input::Failed(cancelled),
             },
             // A call that was running when the process stopped runs again only if its tool says that is
             // harmless; any other gets the interrupted result (it may or may not have taken effect).
             Action::ResumeTool(call) => match tools.get(&call.name) {
                 Some(tool) if tool.idempotent() => match ctx.check_cancelled() {
-                    Ok(()) => outcome(run_tool_call(ctx, &tools, call, &allow).await, Input::ToolDone),
+                    Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
                     Err(cancelled) => Input::Failed(cancelled),
                 },
                 _ => Input::ToolDone(interrupted_result(&call.id)),
@@ -193,7 +225,8 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
     match effect {
         Effect::Append(items) => ctx.extend_items(items),
         Effect::Push(item) => ctx.push_item(item),
-        Effect::Skipped { call_id } => {
+        Effect::Skipped { call_id, tool } => {
+            trace_skipped(ctx, &call_id, &tool);
             ctx.emit(|| EventKind::ToolSkipped { call_id, reason: "queued user steering message".to_owned() });
         }
         Effect::Steered { action, guidance } => {
@@ -202,6 +235,99 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
                 ctx.emit(|| kind);
             }
         }
+    }
+}
+
+/// A call queued steering skipped: an event on the turn's span, and a tool span that only marks the call.
+fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
+    if let Some(turn) = ctx.turn_steering().and_then(|s| s.span()) {
+        tracing::info!(parent: turn, gen_ai.tool.call.id = call_id, gen_ai.tool.name = tool, "tool.skipped");
+    }
+    let span = crate::tool::call::tool_span(call_id, tool);
+    span.record("noetic.tool.outcome", "skipped");
+}
+
+/// [`call_model`] in its span: the driver calls this one when the span is enabled, and the plain one otherwise,
+/// so that traces cost nothing without a subscriber.
+async fn traced_model_call<I, O>(
+    s: &StepLlm<I, O>,
+    ctx: &Context,
+    model: &Arc<dyn crate::model::Model>,
+    specs: &Arc<[ToolSpec]>,
+    round: u32,
+    tail: Vec<Item>,
+    span: &Span,
+) -> Result<ModelResponse, NoeticError> {
+    let result = call_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
+    match &result {
+        Ok(response) => trace_response(span, response, ctx.captures_content()),
+        Err(e) => crate::trace::fail_with(span, e),
+    }
+    result
+}
+
+/// The model call's span (see [`crate::trace`]): named and given its request attributes now, its response
+/// attributes when the answer came. It stays open through the answer's review, so the review's steering decision
+/// lands on it.
+fn chat_span<I, O>(s: &StepLlm<I, O>, model: &dyn crate::model::Model, round: u32) -> Span {
+    let span = tracing::info_span!(
+        "chat",
+        otel.name = format_args!("chat {}", s.model),
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = Empty,
+        gen_ai.request.model = &*s.model,
+        gen_ai.request.temperature = Empty,
+        gen_ai.request.top_p = Empty,
+        gen_ai.request.max_tokens = Empty,
+        gen_ai.request.stop_sequences = Empty,
+        gen_ai.response.model = Empty,
+        gen_ai.response.finish_reasons = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        noetic.step.id = &*s.id,
+        noetic.round = round,
+        noetic.request.messages = Empty,
+        noetic.response.tool_calls = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+        error.type = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(provider) = model.provider_name() {
+        span.record("gen_ai.provider.name", provider);
+    }
+    let p = &s.params;
+    if let Some(t) = p.temperature {
+        span.record("gen_ai.request.temperature", f64::from(t));
+    }
+    if let Some(t) = p.top_p {
+        span.record("gen_ai.request.top_p", f64::from(t));
+    }
+    if let Some(m) = p.max_tokens {
+        span.record("gen_ai.request.max_tokens", m);
+    }
+    if !p.stop_sequences.is_empty() {
+        span.record("gen_ai.request.stop_sequences", tracing::field::debug(&p.stop_sequences));
+    }
+    span
+}
+
+/// Records what the model answered on its span: finish reason, usage, and (when content capture is on) the
+/// output messages.
+fn trace_response(span: &Span, response: &ModelResponse, content: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("gen_ai.response.finish_reasons", crate::trace::finish_reason(&response.finish_reason));
+    span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+    span.record("noetic.response.tool_calls", response.tool_calls_iter().count());
+    if content && let Ok(json) = serde_json::to_string(&response.items) {
+        span.record("gen_ai.output.messages", json);
     }
 }
 
@@ -214,6 +340,7 @@ async fn call_model<I, O>(
     specs: &Arc<[ToolSpec]>,
     round: u32,
     tail: Vec<Item>,
+    span: &Span,
 ) -> Result<ModelResponse, NoeticError> {
     let emit = |kind: EventKind| {
         if s.emit.allows(&kind) {
@@ -237,6 +364,15 @@ async fn call_model<I, O>(
         output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
         grammar: None,
     };
+    if !span.is_disabled() {
+        span.record("noetic.request.messages", request.messages().count());
+        if ctx.captures_content() {
+            let messages: Vec<&Item> = request.messages().collect();
+            if let Ok(json) = serde_json::to_string(&messages) {
+                span.record("gen_ai.input.messages", json);
+            }
+        }
+    }
     if watched() {
         emit(EventKind::ModelCallStarted {
             step_id: s.id.clone(),

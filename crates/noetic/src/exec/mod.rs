@@ -14,15 +14,52 @@ mod run;
 mod spawn;
 mod tool;
 
+use tracing::Instrument;
+
 use crate::context::{Context, EventKind, MAX_DEPTH};
 use crate::error::NoeticError;
 use crate::step::{Step, StepFuture};
 
 /// Runs `step` on `input` in `ctx`.
 pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    // Without a subscriber the step runs exactly as it would without traces.
+    if crate::trace::on() {
+        return traced(step, input, ctx);
+    }
     let step = step.clone();
     let ctx = ctx.clone();
     Box::pin(async move { dispatch(step, input, ctx).await })
+}
+
+/// [`execute`] in the step's span. Kept out of line so the untraced path stays as small as it was.
+#[inline(never)]
+fn traced<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    let step = step.clone();
+    let ctx = ctx.clone();
+    Box::pin(async move {
+        // Opened at the first poll, so its parent is the span the caller runs in (a fork's paths and a spawned
+        // child are polled inside their step's span).
+        let span = step_span(&step);
+        let result = dispatch(step, input, ctx).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            crate::trace::fail_with(&span, e);
+        }
+        result
+    })
+}
+
+/// The step's span (see [`crate::trace`]); a disabled span when no subscriber wants it.
+fn step_span<I, O>(step: &Step<I, O>) -> tracing::Span {
+    let kind = step.kind().as_str();
+    tracing::info_span!(
+        "step",
+        otel.name = format_args!("step {kind}"),
+        noetic.step.kind = kind,
+        noetic.step.id = step.id(),
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
 }
 
 async fn dispatch<I: Send + 'static, O: Send + 'static>(

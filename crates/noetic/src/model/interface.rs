@@ -205,6 +205,12 @@ pub trait Model: Send + Sync + 'static {
         Capabilities::default()
     }
 
+    /// The provider's name as the OpenTelemetry GenAI conventions spell it (`openai`, `anthropic` …), for traces;
+    /// `None` (the default) when unknown, and then traces leave it out.
+    fn provider_name(&self) -> Option<&str> {
+        None
+    }
+
     /// True when [`Model::stream`] really streams (text arrives while the model writes) rather than replaying a
     /// whole response. An `llm` step with no explicit streaming setting streams exactly when this is true.
     fn streams_natively(&self) -> bool {

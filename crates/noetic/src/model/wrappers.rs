@@ -105,6 +105,10 @@ impl Model for RetryModel {
     fn capabilities(&self) -> super::Capabilities {
         self.inner.capabilities()
     }
+
+    fn provider_name(&self) -> Option<&str> {
+        self.inner.provider_name()
+    }
 }
 
 /// The backoff before retry `attempt + 1`; a rate limit's `retry_after` wins when it is longer.
@@ -162,5 +166,9 @@ impl Model for TimeoutModel {
 
     fn capabilities(&self) -> super::Capabilities {
         self.inner.capabilities()
+    }
+
+    fn provider_name(&self) -> Option<&str> {
+        self.inner.provider_name()
     }
 }

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::feedback::{self, CarryOver, Feedback, Inner, Late};
 use super::judge::{self, failure_decision};
@@ -113,7 +114,16 @@ impl SteeringLayer {
         let rule_id = rule.id.clone();
         let (max_retries, max_ledger) = (self.config().max_retries, self.config().max_ledger_entries);
         let carry: Arc<CarryOver> = self.carry_over().clone();
-        tokio::spawn(async move {
+        // The verdict outlives the call it judges: it gets a span of its own, linked to the call's.
+        let span = tracing::info_span!(
+            parent: None,
+            "steering_judge",
+            otel.name = format_args!("steering_judge {rule_id}"),
+            noetic.steering.rule_id = &*rule_id,
+            noetic.steering.evaluator = Evaluator::LlmAsync.as_str(),
+        );
+        span.follows_from(tracing::Span::current().id());
+        let task = async move {
             let started = Instant::now();
             let verdict = judge::judge(model, ctx.clone(), &eval, prompt, max_retries).await;
             let (decision, failures, late) = match verdict {
@@ -148,12 +158,14 @@ impl SteeringLayer {
             entry.evaluator = Some(Evaluator::LlmAsync);
             entry.failures = failures;
             entry.duration = started.elapsed();
+            ledger::trace(&entry, "async");
             ctx.record_ledger(&entry);
             ledger::append(&mut lock(&state).ledger, entry, max_ledger);
             if let Some(late) = late {
                 feedback::deliver(&state, late, &carry);
             }
-        });
+        };
+        tokio::spawn(task.instrument(span));
     }
 
     /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
@@ -205,12 +217,21 @@ impl SteeringLayer {
         }
         entry.failures = evaluation.failures;
         entry.duration = started.elapsed();
+        ledger::trace(&entry, hook_name(&params));
         ctx.record_ledger(&entry);
         ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
         match evaluation.fault {
             Some(error) => Err(error.into()),
             None => Ok(evaluation.decision),
         }
+    }
+}
+
+/// The hook's name in traces.
+fn hook_name(params: &HookParams<'_>) -> &'static str {
+    match params {
+        HookParams::BeforeToolCall(_) => "before_tool_call",
+        HookParams::AfterModelCall(_) => "after_model_call",
     }
 }
 

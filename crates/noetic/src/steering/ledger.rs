@@ -128,3 +128,47 @@ pub(crate) fn append(ledger: &mut VecDeque<LedgerEntry>, entry: LedgerEntry, max
         ledger.pop_front();
     }
 }
+
+impl Evaluator {
+    /// The evaluator's snake_case name (its serialised form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evaluator::Predicate => "predicate",
+            Evaluator::LlmSync => "llm_sync",
+            Evaluator::LlmAsync => "llm_async",
+        }
+    }
+}
+
+impl FailureCause {
+    /// The cause's snake_case name (its serialised tag).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailureCause::Unparseable { .. } => "unparseable",
+            FailureCause::JudgeError { .. } => "judge_error",
+            FailureCause::Timeout => "timeout",
+            FailureCause::PredicatePanicked { .. } => "predicate_panicked",
+            FailureCause::Config { .. } => "config",
+        }
+    }
+}
+
+/// Records a decision as a `steering.decision` event on the current span — the tool call's or the model call's
+/// the hook guarded (see [`crate::trace`]). Guidance is counted, not copied: it may quote content.
+pub(crate) fn trace(entry: &LedgerEntry, hook: &'static str) {
+    tracing::info!(
+        noetic.steering.hook = hook,
+        noetic.steering.action = crate::trace::action(entry.action),
+        noetic.steering.rule_id = entry.rule_id.as_deref(),
+        noetic.steering.evaluator = entry.evaluator.map(Evaluator::as_str),
+        noetic.steering.guidance.length = entry.guidance.as_ref().map_or(0, String::len),
+        noetic.steering.failure = (!entry.failures.is_empty()).then(|| entry
+            .failures
+            .iter()
+            .map(|f| format!("{}:{}", f.rule_id, f.cause.as_str()))
+            .collect::<Vec<_>>()
+            .join(",")),
+        noetic.steering.duration_us = u64::try_from(entry.duration.as_micros()).unwrap_or(u64::MAX),
+        "steering.decision"
+    );
+}

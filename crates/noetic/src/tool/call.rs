@@ -3,6 +3,8 @@
 //! model can read. Only cancellation escapes, as an error.
 
 use serde_json::Value;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolOutput, ToolSet};
 use crate::context::{Context, EventKind};
@@ -76,13 +78,75 @@ type Outcome = (ToolResult, Option<ToolErrorKind>);
 /// Decides which events a caller lets through (an `llm` step's `emit` setting).
 pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 
-/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them.
-pub(crate) async fn run_tool_call(
+/// [`run_tool_call`] in the call's span (see [`crate::trace`]): the driver calls this one when a subscriber may
+/// want spans, and the plain one otherwise, so that traces cost nothing without a subscriber.
+pub(crate) async fn traced_tool_call(
     ctx: &Context,
     tools: &ToolSet,
     call: &ToolCall,
     allow: EmitFilter<'_>,
 ) -> Result<ToolResult, NoeticError> {
+    let span = tool_span(&call.id, &call.name);
+    if !span.is_disabled() && ctx.captures_content() {
+        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+    }
+    let result = run_tool_call(ctx, tools, call, allow).instrument(span.clone()).await;
+    if !span.is_disabled() {
+        match &result {
+            Ok((result, kind)) => trace_outcome(&span, result, *kind, ctx.captures_content()),
+            Err(e) => {
+                span.record("noetic.tool.outcome", "error");
+                crate::trace::fail_with(&span, e);
+            }
+        }
+    }
+    result.map(|(result, _)| result)
+}
+
+/// A tool call's span (see [`crate::trace`]), disabled when no subscriber wants it. `outcome` is `ok`, `error`,
+/// `denied` (steering or approval) or `skipped` (queued steering; then the span is only a marker).
+pub(crate) fn tool_span(call_id: &str, name: &str) -> Span {
+    tracing::info_span!(
+        "execute_tool",
+        otel.name = format_args!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = name,
+        gen_ai.tool.call.id = call_id,
+        gen_ai.tool.type = "function",
+        noetic.tool.outcome = Empty,
+        noetic.tool.result.size = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+        error.type = Empty,
+    )
+}
+
+/// Records a finished call's outcome on its span; a failed call marks the span failed with its error kind.
+fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, content: bool) {
+    span.record("noetic.tool.result.size", result.content.len());
+    if content {
+        span.record("gen_ai.tool.call.result", result.content.as_str());
+    }
+    if !result.is_error {
+        span.record("noetic.tool.outcome", "ok");
+        return;
+    }
+    let kind = kind.unwrap_or_default();
+    let outcome = if kind == ToolErrorKind::PermissionDenied { "denied" } else { "error" };
+    span.record("noetic.tool.outcome", outcome);
+    crate::trace::fail(span, crate::trace::tool_error_kind(kind), &format_args!("the tool call failed ({outcome})"));
+}
+
+/// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them; the
+/// result and, when it failed, the kind of failure.
+pub(crate) async fn run_tool_call(
+    ctx: &Context,
+    tools: &ToolSet,
+    call: &ToolCall,
+    allow: EmitFilter<'_>,
+) -> Result<Outcome, NoeticError> {
     let watched = ctx.events().is_active();
     if watched {
         let kind = EventKind::ToolCallStarted {
@@ -111,7 +175,7 @@ pub(crate) async fn run_tool_call(
             ctx.emit(|| kind);
         }
     }
-    Ok(result)
+    Ok((result, error_kind))
 }
 
 async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Result<Outcome, NoeticError> {

@@ -155,6 +155,8 @@ pub enum Effect {
     Skipped {
         /// The skipped call's id.
         call_id: String,
+        /// The tool it asked for.
+        tool: String,
     },
     /// The after-model review steered the response (deny or guide).
     Steered {
@@ -330,7 +332,7 @@ impl TurnCore {
                 if self.steering_pending && p.skip_rest {
                     for call in &calls[next.min(calls.len())..] {
                         emit(Effect::Push(skipped(call)));
-                        emit(Effect::Skipped { call_id: call.id.clone() });
+                        emit(Effect::Skipped { call_id: call.id.clone(), tool: call.name.clone() });
                     }
                     self.request()
                 } else {

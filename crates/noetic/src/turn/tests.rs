@@ -14,7 +14,7 @@ fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> {
                 format!("append {}", items.iter().map(ToString::to_string).collect::<Vec<_>>().join(" | "))
             }
             Effect::Push(item) => format!("append {item}"),
-            Effect::Skipped { call_id } => format!("skipped {call_id}"),
+            Effect::Skipped { call_id, .. } => format!("skipped {call_id}"),
             Effect::Steered { action, guidance } => {
                 format!("steered {action:?} {}", guidance.unwrap_or_default())
             }
