@@ -41,6 +41,8 @@ pub struct AgentSpec {
     pub tool_sources: Vec<Arc<dyn noetic::tool::ToolSource>>,
     /// Ask for a tool call in the first round of each turn (the offline model calls tools only when asked to).
     pub first_round_tool_call: bool,
+    /// Idle sessions kept in memory before the least recently used is dropped (it stays in the store).
+    pub max_idle_sessions: Option<usize>,
 }
 
 /// A built agent.
@@ -93,6 +95,9 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     }
     if let Some(store) = spec.store {
         builder = builder.store(store);
+        if let Some(n) = spec.max_idle_sessions {
+            builder = builder.max_idle_sessions(n);
+        }
     }
     for source in spec.tool_sources {
         builder = builder.tool_source(source);

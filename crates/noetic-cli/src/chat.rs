@@ -161,6 +161,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
         first_round_tool_call: args.local,
+        max_idle_sessions: None,
     })?;
     let stored = agent.runtime.store().is_some();
     let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));

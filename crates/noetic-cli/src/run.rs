@@ -105,6 +105,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             crate::mcp::start(&servers).await?
         },
         first_round_tool_call: args.local,
+        max_idle_sessions: None,
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {

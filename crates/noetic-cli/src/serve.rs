@@ -24,6 +24,10 @@ use crate::source::Source;
 use crate::workspace::Workspace;
 use crate::{local, workflow};
 
+/// Idle sessions a server keeps in memory; the least recently used beyond this are dropped (they stay in the
+/// store and come back on their next request), so clients touching many sessions cannot grow memory without bound.
+const MAX_IDLE_SESSIONS: usize = 10_000;
+
 /// Arguments of `noetic serve`.
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -146,6 +150,7 @@ async fn agent_spec(
             store: Some(store),
             tool_sources: crate::mcp::start(&servers).await?,
             first_round_tool_call: local.is_some(),
+            max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         };
         return Ok((spec, described, local));
     }
@@ -183,6 +188,7 @@ async fn agent_spec(
         store: Some(store),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
         first_round_tool_call: local.is_some(),
+        max_idle_sessions: Some(MAX_IDLE_SESSIONS),
     };
     Ok((spec, described, local))
 }

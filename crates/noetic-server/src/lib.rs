@@ -112,7 +112,9 @@ pub struct Server {
 
 impl Server {
     /// A server for `runtime`, whose approver should be `approvals.approver()` (else calls that need approval
-    /// never show up as pending approvals).
+    /// never show up as pending approvals). Every session key a client names becomes a session of the runtime:
+    /// give the runtime a store and [`max_idle_sessions`](noetic::agent::RuntimeBuilder::max_idle_sessions) so
+    /// memory stays bounded however many keys clients use (`noetic serve` keeps 10,000 idle ones).
     pub fn new(runtime: Runtime, approvals: Approvals, config: ServerConfig) -> Self {
         let state =
             AppState { runtime, approvals, config, turns: TaskTracker::new(), shutdown: CancellationToken::new() };

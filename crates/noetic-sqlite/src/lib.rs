@@ -420,6 +420,7 @@ impl SessionStore for SqliteStore {
     }
 
     fn close(&self, key: &str) {
+        self.inbox_seen.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
         let released = self.write("giving up the session", |tx| {
             tx.execute(
                 "UPDATE sessions SET owner_pid = NULL, owner_host = NULL, owner_started = NULL

@@ -44,6 +44,7 @@ fn harness() -> Harness {
         store: None,
         tool_sources: Vec::new(),
         first_round_tool_call: false,
+        max_idle_sessions: None,
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);
