@@ -102,7 +102,7 @@ pub struct ChatArgs {
     store: crate::sessions::StoreArgs,
 }
 
-const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
+pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
                     steering decisions, /status, /quit. At an approval question: y or yes approves; n, no or an \
                     empty line declines; any other line declines and goes to the agent as a message.";

@@ -26,7 +26,7 @@ pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
 
 /// Prints the entries of a JSON-lines ledger file. Lines that are not ledger entries are reported with their
 /// number (on stderr) and make the command fail after the good ones are shown.
-pub fn show(path: &Path, plain: bool) -> Result<(), String> {
+pub fn show(path: &Path, plain: bool, json: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         format!("cannot read the ledger file '{}': {e}; write one with --ledger-out FILE", path.display())
     })?;
@@ -37,6 +37,12 @@ pub fn show(path: &Path, plain: bool) -> Result<(), String> {
             continue;
         }
         match serde_json::from_str::<LedgerEntry>(line) {
+            Ok(entry) if json => {
+                let line =
+                    serde_json::to_string(&entry).map_err(|e| format!("cannot write a ledger entry as JSON: {e}"))?;
+                outln!("{line}");
+                shown += 1;
+            }
             Ok(entry) => {
                 outln!("{}", ledger_line(&style, &entry));
                 shown += 1;
@@ -47,7 +53,9 @@ pub fn show(path: &Path, plain: bool) -> Result<(), String> {
             }
         }
     }
-    outln!("{}", style.dim(&format!("{shown} entr{} in {}", if shown == 1 { "y" } else { "ies" }, path.display())));
+    if !json {
+        outln!("{}", style.dim(&format!("{shown} entr{} in {}", if shown == 1 { "y" } else { "ies" }, path.display())));
+    }
     if bad > 0 {
         return Err(format!(
             "{bad} line(s) of '{}' are not ledger entries (see above); the file should hold one JSON entry a line as \

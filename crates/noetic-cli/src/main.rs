@@ -74,6 +74,7 @@ enum Command {
         plain: bool,
     },
     /// Chat with an agent on a real provider; type while it works to steer it, /stop to cancel a turn.
+    #[command(after_help = chat::HELP)]
     Chat(chat::ChatArgs),
     /// Run an agent defined in a workflow file (TOML or JSON) once on a prompt and print its answer.
     #[command(
@@ -91,6 +92,9 @@ enum Command {
         /// No colours, even on a terminal.
         #[arg(long)]
         plain: bool,
+        /// Print the entries as JSON lines (checked: a line that is not a ledger entry is an error).
+        #[arg(long)]
+        json: bool,
     },
     /// Check a rules file (`rules.toml`) and list what each rule does; mistakes are reported with line and column.
     #[command(
@@ -104,6 +108,9 @@ enum Command {
     Rules {
         /// The rules file (TOML, or JSON with a .json extension).
         file: std::path::PathBuf,
+        /// Print `{"file", "rules": [{"id", "describes"}]}` instead of lines.
+        #[arg(long)]
+        json: bool,
     },
     /// Serve the agent over HTTP: a JSON/SSE API and a live web page to talk to, watch and steer it (and
     /// approve its tool calls) from a browser or another program.
@@ -137,10 +144,10 @@ fn main() -> std::process::ExitCode {
     let command = async {
         match cli.command {
             Command::Demo { plain } => demo::run(plain).await,
-            Command::Rules { file } => check_rules(&file),
+            Command::Rules { file, json } => check_rules(&file, json),
             Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
-            Command::Ledger { file, plain } => ledger::show(&file, plain).map_err(Into::into),
+            Command::Ledger { file, plain, json } => ledger::show(&file, plain, json).map_err(Into::into),
             Command::Serve(args) => serve::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Sessions(args) => sessions::run(args, &config::load(cli.config.as_deref())?),
         }
@@ -167,8 +174,18 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn check_rules(file: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+fn check_rules(file: &std::path::Path, json: bool) -> Result<(), Box<dyn std::error::Error>> {
     let set = rules::load(&source::Source::read(file)?)?;
+    if json {
+        let rules: Vec<serde_json::Value> = set
+            .ids()
+            .into_iter()
+            .zip(set.describe())
+            .map(|(id, line)| serde_json::json!({ "id": id, "describes": line }))
+            .collect();
+        outln!("{}", serde_json::json!({ "file": file.display().to_string(), "rules": rules }));
+        return Ok(());
+    }
     outln!("{}: {} rule(s)", file.display(), set.len());
     for line in set.describe() {
         outln!("  {line}");

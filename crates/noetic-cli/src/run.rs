@@ -32,6 +32,16 @@ pub struct RunArgs {
     /// Append the turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
     #[arg(long, value_name = "FILE")]
     ledger_out: Option<PathBuf>,
+    /// A rules file whose rules apply besides the workflow's own (ids must differ).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// How many queued steering messages reach the model at a checkpoint (overrides the workflow's
+    /// `steering_mode`).
+    #[arg(long, value_enum)]
+    mode: Option<crate::chat::ModeArg>,
+    /// System instructions (override the workflow's `instructions`).
+    #[arg(long)]
+    instructions: Option<String>,
     /// The folder the tools work in (overrides the workflow's `workspace`; default: the current folder).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
@@ -66,6 +76,16 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let mut flow = workflow::load(&args.workflow)?;
     if let Some(model) = &args.model {
         flow.model = model.clone();
+    }
+    if let Some(path) = &args.rules {
+        let extra = crate::rules::load(&crate::source::Source::read(path)?)?;
+        flow.rules.extend(extra).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(mode) = args.mode {
+        flow.steering_mode = Some(mode.into());
+    }
+    if let Some(instructions) = &args.instructions {
+        flow.instructions = Some(instructions.clone());
     }
     let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
     let timeout = match args.timeout.or(flow.timeout) {

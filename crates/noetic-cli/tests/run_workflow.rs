@@ -165,10 +165,14 @@ async fn a_workflow_on_a_local_openai_compatible_server_returns_the_answer() {
         .await;
     let ws = workspace();
     let flow = ws.path().join("flow.toml");
-    std::fs::write(&flow, "model = \"test-model\"\ntools = [\"list_dir\"]\n").unwrap();
+    std::fs::write(&flow, "model = \"test-model\"\ninstructions = \"From the file.\"\ntools = [\"list_dir\"]\n")
+        .unwrap();
     let url = format!("{}/v1", server.uri());
     let mut cmd = noetic();
-    cmd.arg("run").arg(&flow).args(["--prompt", "What is here?", "--base-url", &url, "--workspace"]).arg(ws.path());
+    cmd.arg("run")
+        .arg(&flow)
+        .args(["--prompt", "What is here?", "--base-url", &url, "--instructions", "Be terse.", "--workspace"])
+        .arg(ws.path());
     let out = tokio::task::spawn_blocking(move || run(&mut cmd)).await.unwrap();
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert_eq!(out.stdout.trim(), "The workspace holds README.md and scratch.txt.");
@@ -176,6 +180,11 @@ async fn a_workflow_on_a_local_openai_compatible_server_returns_the_answer() {
     assert_eq!(requests.len(), 2);
     let second: Value = serde_json::from_slice(&requests[1].body).unwrap();
     assert_eq!(second["model"], "test-model");
+    assert_eq!(
+        second["messages"][0],
+        json!({"role": "system", "content": "Be terse."}),
+        "--instructions wins over the file"
+    );
     let tool_result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
     assert!(tool_result["content"].as_str().unwrap().contains("README.md"), "{tool_result}");
 }
@@ -233,4 +242,76 @@ fn the_example_llm_rule_is_judged_on_write_file_calls_only() {
     assert!(out.stderr.contains("delete_file [d2] → deleted scratch.txt"), "{}", out.stderr);
     assert!(!out.stderr.contains("outside the rule's tools"), "{}", out.stderr);
     assert!(!ws.path().join("scratch.txt").exists());
+}
+
+#[test]
+fn run_adds_the_rules_of_a_flag_to_the_workflows_and_rules_and_ledger_print_json() {
+    let ws = workspace();
+    let rules = ws.path().join("extra-rules.toml");
+    std::fs::write(&rules, "[[rule]]\nid = \"no-listing\"\ndeny_tool = \"list_dir\"\nguidance = \"No listings.\"\n")
+        .unwrap();
+    let ledger = ws.path().join("ledger.jsonl");
+    let out = run_example(
+        ws.path(),
+        &[
+            "--json",
+            "--mode",
+            "all",
+            "--instructions",
+            "Be terse.",
+            "--ledger-out",
+            ledger.to_str().unwrap(),
+            "--rules",
+            rules.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let lines = json_lines(&out.stdout);
+    let entries = lines[lines.len() - 2]["entries"].as_array().unwrap().clone();
+    let denied: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["action"] == "deny")
+        .map(|e| (e["rule_id"].as_str().unwrap(), e["tool_name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        denied,
+        [("keep-readme", "delete_file"), ("no-listing", "list_dir")],
+        "the workflow's rule and the flag's"
+    );
+
+    let shown = run(noetic().arg("ledger").arg(&ledger).arg("--json"));
+    assert!(shown.status.success(), "{}", shown.stderr);
+    let shown = json_lines(&shown.stdout);
+    assert_eq!(shown.len(), entries.len(), "one JSON line per entry, nothing else");
+    assert!(shown.iter().any(|e| e["rule_id"] == "no-listing"));
+
+    let described = run(noetic().arg("rules").arg(&rules).arg("--json"));
+    assert!(described.status.success(), "{}", described.stderr);
+    let described: Value = serde_json::from_str(described.stdout.trim()).unwrap();
+    assert_eq!(described["rules"][0]["id"], "no-listing");
+    assert!(described["rules"][0]["describes"].as_str().unwrap().contains("list_dir"));
+
+    std::fs::write(&rules, "[[rule]]\nid = \"keep-readme\"\ndeny_tool = \"list_dir\"\n").unwrap();
+    let clash_again = run_example(ws.path(), &["--rules", rules.to_str().unwrap()]);
+    assert!(
+        !clash_again.status.success() && clash_again.stderr.contains("two rules share the id 'keep-readme'"),
+        "{}",
+        clash_again.stderr
+    );
+}
+
+#[test]
+fn run_refuses_an_unknown_steering_mode() {
+    let out = run(noetic().arg("run").arg(example("workflow.toml")).args(["--prompt", "x", "--mode", "sometimes"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("one-at-a-time") && out.stderr.contains("all"), "{}", out.stderr);
+}
+
+#[test]
+fn chat_help_lists_every_slash_command() {
+    let out = run(noetic().args(["chat", "--help"]));
+    assert!(out.status.success());
+    for command in ["/stop", "/mode", "/ledger", "/status", "/quit"] {
+        assert!(out.stdout.contains(command), "{command} in chat --help:\n{}", out.stdout);
+    }
 }

@@ -192,6 +192,11 @@ impl RuleSet {
         self.rules.iter().filter_map(|r| steering_rule(r, judge_model, workspace)).collect()
     }
 
+    /// Each rule's id and what it checks (the lines of [`RuleSet::describe`], without the id prefix there).
+    pub fn ids(&self) -> Vec<String> {
+        self.rules.iter().map(|r| r.id.clone()).collect()
+    }
+
     /// One line per rule, saying what it checks.
     pub fn describe(&self) -> Vec<String> {
         self.rules
