@@ -170,14 +170,26 @@ pub fn printable(text: &str) -> String {
     escape(text, Keep::Layout)
 }
 
-/// `text` on one line, cut at `max` characters, made [`printable`].
+/// `text` on one line, at most `max` characters, made [`printable`]: a longer text keeps its beginning and its
+/// end (where paths, errors and conclusions tend to be) and loses its middle, cut at spaces when there are some.
 fn shorten(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
-    if one_line.chars().count() <= max {
-        printable(&one_line)
-    } else {
-        format!("{}…", printable(&one_line.chars().take(max).collect::<String>()))
+    let chars: Vec<char> = one_line.chars().collect();
+    if chars.len() <= max {
+        return printable(&one_line);
     }
+    let keep = max.saturating_sub(1);
+    let (head_len, tail_len) = (keep - keep / 3, keep / 3);
+    let mut head: String = chars[..head_len].iter().collect();
+    let mut tail: String = chars[chars.len() - tail_len..].iter().collect();
+    // Whole words where that costs at most a fifth of each part.
+    if let Some(cut) = head.rfind(' ').filter(|&i| i >= head.len() * 4 / 5) {
+        head.truncate(cut);
+    }
+    if let Some(cut) = tail.find(' ').filter(|&i| i <= tail.len() / 5) {
+        tail = tail[cut + 1..].to_owned();
+    }
+    format!("{}…{}", printable(&head), printable(&tail))
 }
 
 /// The line for an event, or `None` for events not worth a line.
@@ -205,9 +217,18 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
             let line = format!("  tool  {} [{}] → {}", printable(tool), printable(call_id), shorten(output, 90));
             if *is_error { style.yellow(&line) } else { style.green(&line) }
         }
-        EventKind::SteeringDenied { call_id, tool, layers, .. } => {
+        EventKind::SteeringDenied { call_id, tool, layers, action, error } => {
             let (tool, call_id) = (printable(tool), printable(call_id));
-            style.red(&format!("  rule  stopped {tool} [{call_id}] (layer {})", layers.join(",")))
+            let guidance = match error {
+                noetic::NoeticError::SteeringDenied { guidance: Some(g) } => format!(": {}", shorten(g, 200)),
+                _ => String::new(),
+            };
+            let layers = layers.join(",");
+            if *action == SteeringAction::Guide {
+                style.yellow(&format!("  rule  guided {tool} [{call_id}] (layer {layers}){guidance}"))
+            } else {
+                style.red(&format!("  rule  denied {tool} [{call_id}] (layer {layers}){guidance}"))
+            }
         }
         EventKind::ModelResponseSteered { action, guidance, .. } => {
             let guidance = printable(guidance.as_deref().unwrap_or(""));
@@ -276,6 +297,40 @@ mod tests {
         assert_eq!(
             event_line(&PLAIN, &kind).unwrap(),
             "  tool  read_file [c1\\u001b[2K] → fine\\r\\u001b]0;owned\\u0007\\u202e"
+        );
+    }
+
+    #[test]
+    fn a_long_text_keeps_its_beginning_and_its_end_and_loses_its_middle_at_word_boundaries() {
+        let text = "needs the user's approval and stdin is not a terminal, so the call of run_command was rejected";
+        let short = shorten(text, 60);
+        assert!(short.chars().count() <= 60, "{short}");
+        assert!(short.starts_with("needs the user's approval"), "{short}");
+        assert!(short.ends_with("was rejected"), "the end survives: {short}");
+        assert!(short.contains('…'));
+        assert_eq!(shorten("short enough", 60), "short enough");
+        // No spaces at all: cut inside, still both ends.
+        let path = "/a/".repeat(40) + "target.txt";
+        let short = shorten(&path, 30);
+        assert!(short.starts_with("/a/") && short.ends_with("txt") && short.chars().count() <= 30, "{short}");
+    }
+
+    #[test]
+    fn a_guided_tool_call_is_printed_as_guidance_and_a_denied_one_as_denied() {
+        let event = |action| EventKind::SteeringDenied {
+            call_id: "w1".into(),
+            tool: "write_file".into(),
+            layers: vec!["steering".into()],
+            action,
+            error: noetic::NoeticError::SteeringDenied { guidance: Some("keep notes short".into()) },
+        };
+        assert_eq!(
+            event_line(&PLAIN, &event(SteeringAction::Guide)).unwrap(),
+            "  rule  guided write_file [w1] (layer steering): keep notes short"
+        );
+        assert_eq!(
+            event_line(&PLAIN, &event(SteeringAction::Deny)).unwrap(),
+            "  rule  denied write_file [w1] (layer steering): keep notes short"
         );
     }
 

@@ -44,7 +44,7 @@ fn a_rule_of_the_workflow_denies_a_tool_call_and_the_transcript_shows_it() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(ws.path().join("README.md").exists(), "the denied delete did not run");
     for expected in [
-        "rule  stopped delete_file [d1] (layer steering)",
+        "rule  denied delete_file [d1] (layer steering): README files stay; delete only scratch files.",
         "delete_file [d1] → Steering denied: README files stay; delete only scratch files.",
         "delete_file [d2] → deleted scratch.txt",
     ] {

@@ -211,7 +211,7 @@ function describe(e) {
     case "tool_call_completed": return timeline(e, e.is_error ? "error" : "tool", e.is_error ? "tool failed" : "tool result", `${e.tool} (${e.call_id})${e.error_kind ? " · " + e.error_kind : ""}`, e.output);
     case "steering_denied": {
       const guidance = e.error && e.error.guidance ? e.error.guidance : errorText(e.error);
-      const guide = /guide/i.test(JSON.stringify(e.error)) ? "guide" : "deny";
+      const guide = e.action === "guide" ? "guide" : "deny";
       return timeline(e, guide, guide === "guide" ? "rule guided" : "rule denied", `${e.tool} (${e.call_id}) · ${e.layers.join(", ")}`, guidance);
     }
     case "model_response_steered": return timeline(e, e.action === "deny" ? "deny" : "guide", "response " + e.action, "", e.guidance);

@@ -88,7 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Ok(event) = events.try_recv() {
         match &event.kind {
             EventKind::TurnStarted { .. } => execution_id = Some(event.execution_id),
-            EventKind::SteeringDenied { call_id, tool, layers, error } => {
+            EventKind::SteeringDenied { call_id, tool, layers, error, .. } => {
                 println!("  steering_denied {call_id} {tool} by {layers:?}: {error}")
             }
             _ => {}

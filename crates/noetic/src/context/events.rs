@@ -151,6 +151,8 @@ pub enum EventKind {
         tool: String,
         /// The layers that decided.
         layers: Vec<String>,
+        /// `deny` or `guide` (a guided call gets the guidance as its result and the model may try again).
+        action: crate::decision::SteeringAction,
         /// The error, carrying the guidance.
         error: NoeticError,
     },

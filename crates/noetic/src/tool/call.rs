@@ -61,6 +61,7 @@ fn steered(ctx: &Context, call: &ToolCall, gate: Gate) -> ToolResult {
         call_id: call.id.clone(),
         tool: call.name.clone(),
         layers: gate.layers,
+        action: gate.decision.action,
         error: NoeticError::SteeringDenied { guidance: gate.decision.guidance },
     });
     result
