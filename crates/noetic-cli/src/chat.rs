@@ -203,6 +203,11 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     }
     let mut lines = spawn_stdin_reader();
     let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
+    chat.about = format!(
+        "model {model_id} ({provider_name}); {rule_count} rule(s); workspace {}; {}",
+        workspace.root().display(),
+        if stored { "kept in the session database" } else { "in memory only" }
+    );
     let mut turn: Option<TurnFuture> = None;
     chat.prompt(turn.is_some());
     loop {
@@ -258,6 +263,8 @@ enum Action {
 }
 
 struct Chat {
+    /// What this chat runs (model, provider, rules, workspace), for `/status`.
+    about: String,
     session: Session,
     steering: Arc<SteeringLayer>,
     style: Style,
@@ -290,6 +297,7 @@ impl Chat {
         terminal: bool,
     ) -> Self {
         Chat {
+            about: String::new(),
             session,
             steering,
             style,

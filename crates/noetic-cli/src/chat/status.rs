@@ -22,21 +22,33 @@ impl Chat {
 
     /// Prints how long the turn and its running tools have run, and what is queued.
     pub(super) fn print_status(&mut self, running: bool) {
-        let Some(started) = self.turn_started.filter(|_| running) else {
-            if running {
-                return self.say("a turn is starting");
-            }
-            return self.say("idle: type a message to start a turn");
-        };
-        let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
-        for (call_id, (tool, since)) in &self.tools {
-            let (tool, call_id) = (printable(tool), printable(call_id));
-            status.push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
-        }
-        let queued = self.session.queued();
-        if queued > 0 {
-            status.push_str(&format!("; {queued} steering message(s) queued"));
-        }
+        let status = self.status_text(running);
         self.say(&status);
+    }
+
+    /// The `/status` text: what runs and for how long, what is queued, and what this chat is (model, provider,
+    /// rules, workspace, session, steering mode).
+    pub(super) fn status_text(&self, running: bool) -> String {
+        let mut status = match self.turn_started.filter(|_| running) {
+            Some(started) => {
+                let mut status = format!("turn running for {:.1} s", started.elapsed().as_secs_f64());
+                for (call_id, (tool, since)) in &self.tools {
+                    let (tool, call_id) = (printable(tool), printable(call_id));
+                    status
+                        .push_str(&format!("; {tool} [{call_id}] running for {:.1} s", since.elapsed().as_secs_f64()));
+                }
+                status
+            }
+            None if running => "a turn is starting".to_owned(),
+            None => "idle: type a message to start a turn".to_owned(),
+        };
+        let queued = self.session.queued();
+        status.push_str(&format!("; {queued} steering message(s) queued"));
+        status.push_str(&format!("; steering mode {}", self.session.steering_mode().as_str()));
+        status.push_str(&format!("; session {}", printable(self.session.key())));
+        if !self.about.is_empty() {
+            status.push_str(&format!("; {}", self.about));
+        }
+        status
     }
 }

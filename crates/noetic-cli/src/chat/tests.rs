@@ -132,6 +132,14 @@ async fn a_command_at_an_approval_question_runs_and_the_question_stays_open() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
     assert!(matches!(h.chat.on_line("/status", true), Action::Nothing));
+    h.chat.about = "model scripted (test); 0 rule(s)".into();
+    let status = h.chat.status_text(true);
+    for part in ["0 steering message(s) queued", "steering mode one-at-a-time", "session chat", "model scripted (test)"]
+    {
+        assert!(status.contains(part), "{part} in {status}");
+    }
+    let idle = h.chat.status_text(false);
+    assert!(idle.starts_with("idle") && idle.contains("model scripted (test)") && idle.contains("steering mode"), "{idle}");
     assert_eq!((h.chat.approvals.len(), h.chat.session.queued()), (1, 0), "/status neither answers nor steers");
     assert!(matches!(h.chat.on_line("yes", true), Action::Nothing));
     assert_eq!(turn.await.unwrap(), "All right.");
