@@ -48,26 +48,13 @@ pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Arc<SqliteSt
     SqliteStore::open(&path).map(|store| Some(Arc::new(store))).map_err(|e| e.to_string())
 }
 
-/// A fresh session name: the command, the time and a random suffix (`chat-20261124-093015-k3x9`).
+/// A fresh session name: the command, the time (UTC) and a random suffix (`chat-20261124-093015-k3x9`).
 pub fn new_name(prefix: &str) -> String {
-    let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    let now = noetic::time::rfc3339(SystemTime::now());
+    let digits: String = now.chars().take(19).filter(char::is_ascii_digit).collect();
+    let (date, time) = digits.split_at(digits.len().min(8));
     let suffix: String = (0..4).map(|_| fastrand::alphanumeric().to_ascii_lowercase()).collect();
-    format!("{prefix}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{suffix}", rest / 3600, rest % 3600 / 60, rest % 60)
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    (era * 400 + yoe + i64::from(m <= 2), m, d)
+    format!("{prefix}-{date}-{time}-{suffix}")
 }
 
 /// `noetic sessions`.
@@ -221,13 +208,6 @@ fn describe_age(secs: u64) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates_are_right_across_leap_years_and_the_epoch() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-        assert_eq!(civil_from_days(20_781), (2026, 11, 24));
-    }
 
     #[test]
     fn a_new_session_name_says_what_and_when_and_two_differ() {

@@ -352,8 +352,9 @@ async function refreshLedger() {
     body.replaceChildren();
     for (const entry of data.entries) {
       const tr = el("tr");
-      const when = entry.timestamp && entry.timestamp.secs_since_epoch !== undefined
-        ? new Date(entry.timestamp.secs_since_epoch * 1000).toLocaleTimeString() : "";
+      const when = typeof entry.timestamp === "string" ? new Date(entry.timestamp).toLocaleTimeString()
+        : entry.timestamp && entry.timestamp.secs_since_epoch !== undefined
+          ? new Date(entry.timestamp.secs_since_epoch * 1000).toLocaleTimeString() : "";
       const action = entry.action || "";
       const detail = entry.tool_name ? `${entry.tool_name} ${short(entry.tool_args ?? "", 200)}` : (entry.guidance || "");
       tr.append(el("td", null, when), el("td", null, (entry.kind || "").replace(/_/g, " ")), el("td", action, action),

@@ -76,6 +76,7 @@ pub mod steering;
 pub mod step;
 mod sync;
 pub mod testing;
+pub mod time;
 pub mod tool;
 pub mod trace;
 pub mod turn;

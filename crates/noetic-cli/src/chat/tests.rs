@@ -139,7 +139,10 @@ async fn a_command_at_an_approval_question_runs_and_the_question_stays_open() {
         assert!(status.contains(part), "{part} in {status}");
     }
     let idle = h.chat.status_text(false);
-    assert!(idle.starts_with("idle") && idle.contains("model scripted (test)") && idle.contains("steering mode"), "{idle}");
+    assert!(
+        idle.starts_with("idle") && idle.contains("model scripted (test)") && idle.contains("steering mode"),
+        "{idle}"
+    );
     assert_eq!((h.chat.approvals.len(), h.chat.session.queued()), (1, 0), "/status neither answers nor steers");
     assert!(matches!(h.chat.on_line("yes", true), Action::Nothing));
     assert_eq!(turn.await.unwrap(), "All right.");

@@ -21,7 +21,8 @@ pub struct Event {
     pub turn: Option<u64>,
     /// The execution (root, spawned child or fork path) the event comes from.
     pub execution_id: ExecutionId,
-    /// When it happened.
+    /// When it happened (RFC 3339 in JSON).
+    #[serde(serialize_with = "crate::time::serialize")]
     pub at: SystemTime,
     /// What happened.
     #[serde(flatten)]

@@ -78,7 +78,8 @@ pub struct RuleFailure {
 pub struct LedgerEntry {
     /// What it records.
     pub kind: LedgerKind,
-    /// When.
+    /// When (RFC 3339 in JSON; the older `{"secs_since_epoch", …}` form is still read).
+    #[serde(serialize_with = "crate::time::serialize", deserialize_with = "crate::time::deserialize")]
     pub timestamp: SystemTime,
     /// The tool (tool-call entries).
     pub tool_name: Option<String>,

@@ -1,0 +1,141 @@
+//! Times as people and other programs read them: RFC 3339 in UTC with milliseconds (`2026-11-25T18:30:05.123Z`).
+//! Serde helpers for `SystemTime` fields that write that form and read it back — and read the form serde writes by
+//! default (`{"secs_since_epoch": …, "nanos_since_epoch": …}`), so ledgers stored before keep loading.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serializer};
+
+/// `at` as RFC 3339 in UTC with milliseconds; times before 1970 are written as the epoch.
+pub fn rfc3339(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Parses what [`rfc3339`] writes (any fraction length, `Z` or a numeric offset).
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> { text.get(r)?.parse().ok() };
+    if b.len() < 20
+        || b.get(4) != Some(&b'-')
+        || b.get(7) != Some(&b'-')
+        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
+    {
+        return None;
+    }
+    let (y, mo, d, h, mi, s) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: u32 = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        let digits = text.get(start..i)?;
+        let mut padded = digits.chars().take(9).collect::<String>();
+        while padded.len() < 9 {
+            padded.push('0');
+        }
+        nanos = padded.parse().ok()?;
+    }
+    let offset_secs: i64 = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if i + 6 == b.len() => {
+            let minutes = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
+            if *sign == b'+' { minutes * 60 } else { -minutes * 60 }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_secs;
+    let secs = u64::try_from(secs).ok()?;
+    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    (era * 400 + yoe + i64::from(m <= 2), m, d)
+}
+
+/// (year, month, day) → days since 1970-01-01.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Serialises a `SystemTime` as RFC 3339 (`#[serde(serialize_with = "crate::time::serialize")]`).
+pub(crate) fn serialize<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*at))
+}
+
+/// Reads RFC 3339, or serde's default `{"secs_since_epoch", "nanos_since_epoch"}`.
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Text(String),
+        Epoch { secs_since_epoch: u64, nanos_since_epoch: u32 },
+    }
+    match Either::deserialize(d)? {
+        Either::Text(text) => {
+            parse_rfc3339(&text).ok_or_else(|| serde::de::Error::custom(format!("'{text}' is not an RFC 3339 time")))
+        }
+        Either::Epoch { secs_since_epoch, nanos_since_epoch } => {
+            Ok(UNIX_EPOCH + Duration::new(secs_since_epoch, nanos_since_epoch))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn times_are_written_in_rfc3339_and_read_back_in_either_form() {
+        let at = UNIX_EPOCH + Duration::new(1_795_631_405, 123_000_000);
+        assert_eq!(rfc3339(at), "2026-11-25T18:30:05.123Z");
+        assert_eq!(parse_rfc3339("2026-11-25T18:30:05.123Z"), Some(at));
+        assert_eq!(parse_rfc3339("2026-11-25T19:30:05.123+01:00"), Some(at));
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
+        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-25T18:56:45", "2026-11-25T18:56:45.1Zjunk"] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        #[derive(serde::Serialize, Deserialize)]
+        struct T {
+            #[serde(serialize_with = "serialize", deserialize_with = "deserialize")]
+            at: SystemTime,
+        }
+        let json = serde_json::to_string(&T { at }).unwrap();
+        assert_eq!(json, r#"{"at":"2026-11-25T18:30:05.123Z"}"#);
+        assert_eq!(serde_json::from_str::<T>(&json).unwrap().at, at);
+        let old = r#"{"at":{"secs_since_epoch":1795631405,"nanos_since_epoch":123000000}}"#;
+        assert_eq!(serde_json::from_str::<T>(old).unwrap().at, at);
+    }
+}
