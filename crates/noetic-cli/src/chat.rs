@@ -242,6 +242,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     Ok(())
 }
 
+/// A turn's token use, as the turn's last line ends with it.
+fn tokens(usage: &noetic::model::Usage) -> String {
+    let cached = if usage.cached_tokens > 0 { format!(" ({} cached)", usage.cached_tokens) } else { String::new() };
+    format!("{} tokens in{cached}, {} out", usage.input_tokens, usage.output_tokens)
+}
+
 /// Lines of stdin, read on a thread so the async side never blocks on the terminal.
 fn spawn_stdin_reader() -> mpsc::UnboundedReceiver<String> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -265,6 +271,8 @@ enum Action {
 struct Chat {
     /// What this chat runs (model, provider, rules, workspace), for `/status`.
     about: String,
+    /// Tokens the running turn's model calls used so far.
+    turn_usage: noetic::model::Usage,
     session: Session,
     steering: Arc<SteeringLayer>,
     style: Style,
@@ -298,6 +306,7 @@ impl Chat {
     ) -> Self {
         Chat {
             about: String::new(),
+            turn_usage: noetic::model::Usage::default(),
             session,
             steering,
             style,
@@ -429,8 +438,10 @@ impl Chat {
             EventKind::TurnStarted { .. } => {
                 self.execution = Some(event.execution_id);
                 self.turn_started.get_or_insert_with(Instant::now);
+                self.turn_usage = noetic::model::Usage::default();
             }
             EventKind::ModelCallStarted { .. } => self.streamed = false,
+            EventKind::ModelCallCompleted { usage, .. } => self.turn_usage.add(usage),
             EventKind::ToolCallStarted { call_id, tool, .. } => {
                 self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
             }
@@ -441,6 +452,9 @@ impl Chat {
             && let Some((_, started)) = self.tools.remove(call_id)
         {
             line.push_str(&self.style.dim(&format!(" ({} ms)", started.elapsed().as_millis())));
+        }
+        if matches!(event.kind, EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. }) {
+            line.push_str(&self.style.dim(&format!(" · {}", tokens(&self.turn_usage))));
         }
         self.say(&line);
     }

@@ -82,6 +82,7 @@ async fn end_of_input_waits_for_the_running_turn_then_exits() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(out.stdout.contains("Hello there."), "{}", out.stdout);
     assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
+    assert!(out.stdout.contains("· 10 tokens in, 5 out"), "the turn's tokens: {}", out.stdout);
 }
 
 /// Makes a named pipe: `run_command` with `cat` on it blocks until the test writes, so a tool is "slow" exactly as
