@@ -25,13 +25,13 @@ use tokio::sync::mpsc;
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
 use crate::config::Defaults;
-use crate::output::{errln, out, outln};
-use crate::provider::{self, Provider};
+use crate::ledger;
+use crate::output::{out, outln};
+use crate::provider;
 use crate::render::{self, Style, event_line, printable};
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
-use crate::{ledger, local};
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
 
@@ -56,21 +56,8 @@ impl From<ModeArg> for SteeringMode {
 /// Arguments of `noetic chat`.
 #[derive(clap::Args)]
 pub struct ChatArgs {
-    /// The model id, e.g. openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, llama3.2 (default: $NOETIC_MODEL,
-    /// else openai/gpt-4o-mini).
-    #[arg(long)]
-    model: Option<String>,
-    /// The API (default: anthropic for anthropic/… and claude… models, else openai).
-    #[arg(long, value_enum)]
-    provider: Option<Provider>,
-    /// Base URL of an OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama (no key needed for a
-    /// local server). Keys come from OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY.
-    #[arg(long, value_name = "URL", conflicts_with = "local")]
-    base_url: Option<String>,
-    /// Use the offline model (llama.cpp's server with SmolLM2-135M, set up by `scripts/local-llm.sh setup`):
-    /// started for this chat unless it already runs, stopped at the end. No key, no network.
-    #[arg(long, conflicts_with_all = ["provider", "model"])]
-    local: bool,
+    #[command(flatten)]
+    model: provider::ModelArgs,
     /// A rules file (see `noetic rules FILE`).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
@@ -110,35 +97,17 @@ pub const HELP: &str = "Type a message and press Enter. While the agent works, a
 /// Runs the chat until `/quit` or the end of input.
 pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     // Flags win over noetic.toml and its environment overrides.
-    args.model = args.model.or_else(|| defaults.model.clone());
-    args.base_url = args.base_url.or_else(|| defaults.base_url.clone());
     args.rules = args.rules.or_else(|| defaults.rules.clone());
     args.workspace = args.workspace.or_else(|| defaults.workspace.clone());
     args.ledger_out = args.ledger_out.or_else(|| defaults.ledger_out.clone());
     args.instructions = args.instructions.or_else(|| defaults.instructions.clone());
-    if args.provider.is_none()
-        && let Some(name) = &defaults.provider
-    {
-        args.provider = Some(
-            <Provider as clap::ValueEnum>::from_str(name, true)
-                .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
-        );
-    }
     let timeout = match args.timeout {
         Some(timeout) => Some(timeout),
         None => crate::config::timeout(defaults)?,
     };
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
-    let (model_id, provider_name, model, _local_server) = if args.local {
-        let server = local::ensure(|line| errln!("{line}")).await?;
-        let described = format!("local, {}", server.base_url());
-        (local::LOCAL_MODEL_ID.to_owned(), described, server.model(timeout)?, Some(server))
-    } else {
-        let model_id = provider::model_id(args.model.as_deref());
-        let provider = args.provider.unwrap_or_else(|| Provider::guess(&model_id));
-        let model = provider::build(provider, args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?;
-        (model_id, provider.as_str().to_owned(), model, None)
-    };
+    let provider::Resolved { model_id, described: provider_name, model, local_server: _local_server } =
+        args.model.resolve(defaults, timeout).await?;
     let rules = match &args.rules {
         Some(path) => rules::load(&Source::read(path)?)?,
         None => RuleSet::default(),
@@ -160,7 +129,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
-        first_round_tool_call: args.local,
+        first_round_tool_call: args.model.local,
         max_idle_sessions: None,
     })?;
     let stored = agent.runtime.store().is_some();

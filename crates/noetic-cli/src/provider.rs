@@ -173,3 +173,67 @@ mod tests {
         assert_eq!(Provider::guess("llama3.2"), Provider::Openai);
     }
 }
+
+/// The model flags `chat` and `serve` share.
+#[derive(clap::Args, Debug, Default)]
+pub struct ModelArgs {
+    /// The model id, e.g. openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, llama3.2 (default: $NOETIC_MODEL,
+    /// else openai/gpt-4o-mini).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The API (default: anthropic for anthropic/… and claude… models, else openai).
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
+    /// Base URL of an OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama (no key needed for a
+    /// local server). Keys come from OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY.
+    #[arg(long, value_name = "URL", conflicts_with = "local")]
+    pub base_url: Option<String>,
+    /// Use the offline model (llama.cpp's server with SmolLM2-135M, set up by `scripts/local-llm.sh setup`):
+    /// started unless it already runs, stopped at the end. No key, no network. Each turn's first round asks for a
+    /// tool call (the tiny model calls tools only when asked).
+    #[arg(long, conflicts_with_all = ["provider", "model"])]
+    pub local: bool,
+}
+
+/// A model client and what it is.
+pub struct Resolved {
+    /// The model id the `llm` step asks for.
+    pub model_id: String,
+    /// The provider, as shown to the user (`openai`, `local, http://…`).
+    pub described: String,
+    /// The client.
+    pub model: Arc<dyn Model>,
+    /// The offline model's server when this command started it (dropping it stops the server).
+    pub local_server: Option<crate::local::LocalServer>,
+}
+
+impl ModelArgs {
+    /// The model: the flags, else noetic.toml's model, provider and base URL, else the defaults.
+    pub async fn resolve(
+        &self,
+        defaults: &crate::config::Defaults,
+        timeout: Option<Duration>,
+    ) -> Result<Resolved, String> {
+        if self.local {
+            let server = crate::local::ensure(|line| crate::output::errln!("{line}")).await?;
+            let described = format!("local, {}", server.base_url());
+            let model = server.model(timeout)?;
+            return Ok(Resolved {
+                model_id: crate::local::LOCAL_MODEL_ID.to_owned(),
+                described,
+                model,
+                local_server: Some(server),
+            });
+        }
+        let model_id = model_id(self.model.as_deref().or(defaults.model.as_deref()));
+        let provider = match (self.provider, &defaults.provider) {
+            (Some(p), _) => p,
+            (None, Some(name)) => <Provider as clap::ValueEnum>::from_str(name, true)
+                .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
+            (None, None) => Provider::guess(&model_id),
+        };
+        let base_url = self.base_url.as_deref().or(defaults.base_url.as_deref());
+        let model = build(provider, base_url, timeout.unwrap_or(DEFAULT_TIMEOUT))?;
+        Ok(Resolved { model_id, described: provider.as_str().to_owned(), model, local_server: None })
+    }
+}

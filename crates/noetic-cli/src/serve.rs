@@ -18,7 +18,7 @@ use crate::agent::{self, AgentSpec};
 use crate::chat::ModeArg;
 use crate::config::Defaults;
 use crate::output::{errln, outln};
-use crate::provider::{self, Provider};
+use crate::provider;
 use crate::rules::{self, RuleSet};
 use crate::source::Source;
 use crate::workspace::Workspace;
@@ -44,18 +44,9 @@ pub struct ServeArgs {
     /// An agent defined in a workflow file (as for `noetic run`) instead of the chat agent.
     #[arg(long, value_name = "FILE")]
     workflow: Option<PathBuf>,
-    /// The model id (default: the workflow's, else $NOETIC_MODEL, else openai/gpt-4o-mini).
-    #[arg(long)]
-    model: Option<String>,
-    /// The API (default: anthropic for anthropic/… and claude… models, else openai).
-    #[arg(long, value_enum)]
-    provider: Option<Provider>,
-    /// Base URL of an OpenAI-compatible server.
-    #[arg(long, value_name = "URL", conflicts_with = "local")]
-    base_url: Option<String>,
-    /// Use the offline model (set up by `scripts/local-llm.sh setup`), started unless it already runs.
-    #[arg(long, conflicts_with_all = ["provider", "model"])]
-    local: bool,
+    /// The model (with --workflow, --model and --base-url override the workflow's).
+    #[command(flatten)]
+    model: provider::ModelArgs,
     /// A rules file (ignored with --workflow, whose rules apply).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
@@ -115,7 +106,6 @@ async fn agent_spec(
     approvals: Approvals,
     store: Arc<dyn SessionStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
-    let local = if args.local { Some(local::ensure(|line| errln!("{line}")).await?) } else { None };
     let mode = |flow_mode: Option<noetic::agent::SteeringMode>| match (args.mode, flow_mode) {
         (Some(m), _) => Ok(m.into()),
         (None, Some(m)) => Ok(m),
@@ -123,15 +113,16 @@ async fn agent_spec(
     };
     if let Some(path) = &args.workflow {
         let mut flow = workflow::load(path)?;
-        if let Some(model) = &args.model {
+        if let Some(model) = &args.model.model {
             flow.model = model.clone();
         }
+        let local = if args.model.local { Some(local::ensure(|line| errln!("{line}")).await?) } else { None };
         let model = match &local {
             Some(server) => {
                 flow.model = local::LOCAL_MODEL_ID.to_owned();
                 server.model(timeout)?
             }
-            None => flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?,
+            None => flow.model_client(args.model.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?,
         };
         let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
         let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
@@ -154,26 +145,15 @@ async fn agent_spec(
         };
         return Ok((spec, described, local));
     }
-    let (model_id, model) = match &local {
-        Some(server) => (local::LOCAL_MODEL_ID.to_owned(), server.model(timeout)?),
-        None => {
-            let model_id = provider::model_id(args.model.as_deref().or(defaults.model.as_deref()));
-            let provider = match (args.provider, &defaults.provider) {
-                (Some(p), _) => p,
-                (None, Some(name)) => <Provider as clap::ValueEnum>::from_str(name, true)
-                    .map_err(|_| format!("unknown provider '{name}' in the configuration; use openai or anthropic"))?,
-                (None, None) => Provider::guess(&model_id),
-            };
-            let base_url = args.base_url.as_deref().or(defaults.base_url.as_deref());
-            (model_id, provider::build(provider, base_url, timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?)
-        }
-    };
+    let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
+        args.model.resolve(defaults, timeout).await?;
     let rules = match args.rules.as_ref().or(defaults.rules.as_ref()) {
         Some(path) => rules::load(&Source::read(path)?)?,
         None => RuleSet::default(),
     };
     let workspace = args.workspace.as_ref().or(defaults.workspace.as_ref()).cloned().unwrap_or_else(|| ".".into());
-    let described = format!("model {model_id}, {} rule(s), workspace {}", rules.len(), workspace.display());
+    let described =
+        format!("model {model_id} ({provider_name}), {} rule(s), workspace {}", rules.len(), workspace.display());
     let spec = AgentSpec {
         model,
         model_id,

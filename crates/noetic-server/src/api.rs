@@ -238,18 +238,7 @@ pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = session(&state, &key)?;
-    if state.shutdown.is_cancelled() {
-        return Err(shutting_down());
-    }
-    match session.continue_session().map_err(|e| session_error(&key, e))? {
-        Some(turn) => {
-            let number = turn.number();
-            run_turn(&state, session, turn);
-            Ok(Json(json!({ "started": true, "turn": number })))
-        }
-        None => Ok(Json(json!({ "started": false }))),
-    }
+    start_with(&state, &key, "started", Session::continue_session)
 }
 
 /// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
@@ -257,17 +246,27 @@ pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = session(&state, &key)?;
+    start_with(&state, &key, "resumed", Session::resume)
+}
+
+/// Starts the turn `start` makes, if any, and answers `{field: true, "turn": N}` or `{field: false}`.
+fn start_with(
+    state: &AppState,
+    key: &str,
+    field: &str,
+    start: fn(&Session) -> Result<Option<Turn>, SessionError>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session(state, key)?;
     if state.shutdown.is_cancelled() {
         return Err(shutting_down());
     }
-    match session.resume().map_err(|e| session_error(&key, e))? {
+    match start(&session).map_err(|e| session_error(key, e))? {
         Some(turn) => {
             let number = turn.number();
-            run_turn(&state, session, turn);
-            Ok(Json(json!({ "resumed": true, "turn": number })))
+            run_turn(state, session, turn);
+            Ok(Json(json!({ field: true, "turn": number })))
         }
-        None => Ok(Json(json!({ "resumed": false }))),
+        None => Ok(Json(json!({ field: false }))),
     }
 }
 

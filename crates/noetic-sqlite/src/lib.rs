@@ -79,6 +79,9 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// A session row's owner columns: pid, host, process start time (all `NULL` when nobody owns it).
+type StoredOwner = (Option<i64>, Option<String>, Option<i64>);
+
 /// This process, as a session's owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Owner {
@@ -277,6 +280,15 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// The session's owner columns (pid, host, start time); `None` when there is no such session.
+    fn owner_of(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<StoredOwner>, NoeticError> {
+        tx.query_row("SELECT owner_pid, owner_host, owner_started FROM sessions WHERE key = ?1", params![key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()
+        .map_err(|e| db_error(&self.path, "reading the session's owner", &e))
+    }
+
     fn read(&self, tx: &Transaction<'_>, key: &str) -> Result<Option<StoredSession>, NoeticError> {
         let row = tx
             .query_row(
@@ -379,14 +391,7 @@ fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_jso
 impl SessionStore for SqliteStore {
     fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
         self.write("opening the session", |tx| {
-            let owner = tx
-                .query_row(
-                    "SELECT owner_pid, owner_host, owner_started FROM sessions WHERE key = ?1",
-                    params![key],
-                    |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)),
-                )
-                .optional()
-                .map_err(|e| db_error(&self.path, "reading the session's owner", &e))?;
+            let owner = self.owner_of(tx, key)?;
             if let Some((Some(pid), Some(host), started)) = owner {
                 let pid = u32::try_from(pid).unwrap_or(0);
                 let started = started.unwrap_or(0);
@@ -639,14 +644,7 @@ impl SessionStore for SqliteStore {
 
     fn request_stop(&self, key: &str, reason: &str) -> Result<bool, NoeticError> {
         self.write("asking the session to stop", |tx| {
-            let owner = tx
-                .query_row(
-                    "SELECT owner_pid, owner_host, owner_started FROM sessions WHERE key = ?1",
-                    params![key],
-                    |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, Option<i64>>(2)?)),
-                )
-                .optional()
-                .map_err(|e| db_error(&self.path, "reading the session's owner", &e))?;
+            let owner = self.owner_of(tx, key)?;
             let Some(owner) = owner else { return Ok(false) };
             tx.execute("DELETE FROM queue WHERE session = ?1", params![key])
                 .map_err(|e| db_error(&self.path, "clearing the steering queue", &e))?;

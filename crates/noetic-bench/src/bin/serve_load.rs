@@ -20,6 +20,12 @@ use noetic_server::{Approvals, Server, ServerConfig};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+#[path = "../probe.rs"]
+#[allow(dead_code)]
+mod probe;
+
+use probe::rss_mib;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Per session: the notification that lets its running tool finish, and when each steer was sent.
@@ -32,19 +38,6 @@ struct Shared {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn rss_mib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
