@@ -339,7 +339,7 @@ function renderApprovals(list) {
 
 async function decide(callId, approve, reason) {
   try {
-    await api("POST", `/api/approvals/${encodeURIComponent(callId)}`, { approve, reason: reason || null });
+    await api("POST", `/api/approvals/${encodeURIComponent(callId)}`, { approve, reason: reason || null, session: state.key });
   } catch (e) { status("the decision was not delivered: " + e.message); }
   refreshApprovals();
 }

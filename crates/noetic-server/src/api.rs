@@ -362,6 +362,8 @@ pub(crate) async fn list_approvals(
 pub(crate) struct DecisionBody {
     approve: bool,
     reason: Option<String>,
+    /// The session, when calls of several sessions wait under the same call id.
+    session: Option<String>,
 }
 
 /// `POST /api/approvals/{call_id}`: approves or rejects a waiting call.
@@ -377,11 +379,18 @@ pub(crate) async fn decide(
         let reason = body.reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "rejected by the user".into());
         Approval::Reject { reason }
     };
-    match state.approvals.decide(&call_id, approval) {
-        Ok(pending) => Ok(Json(json!({ "call_id": pending.call_id, "approved": body.approve }))),
+    match state.approvals.decide(body.session.as_deref(), &call_id, approval) {
+        Ok(pending) => {
+            Ok(Json(json!({ "call_id": pending.call_id, "session": pending.session, "approved": body.approve })))
+        }
         Err(DecideError::NotWaiting) => Err(ApiError::not_found(
             "no_such_approval",
             "no call with this id waits for a decision (it was decided, timed out or its turn ended)",
+        )),
+        Err(DecideError::Ambiguous) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ambiguous_call_id",
+            "calls of several sessions wait under this call id; add \"session\" to the body",
         )),
     }
 }

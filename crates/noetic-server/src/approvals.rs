@@ -37,10 +37,13 @@ struct Waiting {
     answer: oneshot::Sender<Approval>,
 }
 
+/// A waiting call's key: its session and its call id (call ids are only unique within a conversation).
+type Key = (Option<String>, String);
+
 /// The calls waiting for a decision.
 #[derive(Clone)]
 pub struct Approvals {
-    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    waiting: Arc<Mutex<HashMap<Key, Waiting>>>,
     timeout: Duration,
 }
 
@@ -49,6 +52,8 @@ pub struct Approvals {
 pub enum DecideError {
     /// No call with this id waits (never asked, already decided, timed out or cancelled).
     NotWaiting,
+    /// Calls of several sessions wait under this call id: the session must be named.
+    Ambiguous,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -77,9 +82,28 @@ impl Approvals {
         list
     }
 
-    /// Delivers a decision to the waiting call `call_id`.
-    pub fn decide(&self, call_id: &str, approval: Approval) -> Result<PendingApproval, DecideError> {
-        let waiting = lock(&self.waiting).remove(call_id).ok_or(DecideError::NotWaiting)?;
+    /// Delivers a decision to the waiting call `call_id` of `session` (which may be left out while only one
+    /// session has a call with that id waiting).
+    pub fn decide(
+        &self,
+        session: Option<&str>,
+        call_id: &str,
+        approval: Approval,
+    ) -> Result<PendingApproval, DecideError> {
+        let mut map = lock(&self.waiting);
+        let key = match session {
+            Some(session) => (Some(session.to_owned()), call_id.to_owned()),
+            None => {
+                let mut keys = map.keys().filter(|(_, id)| id == call_id);
+                let key = keys.next().cloned().ok_or(DecideError::NotWaiting)?;
+                if keys.next().is_some() {
+                    return Err(DecideError::Ambiguous);
+                }
+                key
+            }
+        };
+        let waiting = map.remove(&key).ok_or(DecideError::NotWaiting)?;
+        drop(map);
         // The call may have been cancelled a moment ago; then nobody reads the answer, which is fine.
         let _ = waiting.answer.send(approval);
         Ok(waiting.info)
@@ -88,13 +112,13 @@ impl Approvals {
 
 /// Removes a call's entry when its wait ends however it ends (decided, timed out, turn cancelled).
 struct Entry {
-    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
-    call_id: String,
+    waiting: Arc<Mutex<HashMap<Key, Waiting>>>,
+    key: Key,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        lock(&self.waiting).remove(&self.call_id);
+        lock(&self.waiting).remove(&self.key);
     }
 }
 
@@ -110,13 +134,14 @@ impl Approver for Approvals {
             requested_at: now,
             expires_at: now + self.timeout,
         };
-        let replaced = lock(&self.waiting).insert(request.call_id.clone(), Waiting { info, answer: tx });
+        let key: Key = (info.session.clone(), info.call_id.clone());
+        let replaced = lock(&self.waiting).insert(key.clone(), Waiting { info, answer: tx });
         if let Some(old) = replaced {
             // Two calls with one id (a model repeating an id across turns): the older one is rejected, never left
             // waiting for a decision meant for the newer.
             let _ = old.answer.send(Approval::Reject { reason: "a newer call with the same id replaced it".into() });
         }
-        let entry = Entry { waiting: self.waiting.clone(), call_id: request.call_id };
+        let entry = Entry { waiting: self.waiting.clone(), key };
         let timeout = self.timeout;
         Box::pin(async move {
             let result = tokio::time::timeout(timeout, rx).await;
@@ -137,12 +162,29 @@ mod tests {
     use super::*;
 
     fn request(id: &str) -> ApprovalRequest {
+        in_session("s", id)
+    }
+
+    fn in_session(session: &str, id: &str) -> ApprovalRequest {
         ApprovalRequest {
             tool: "write_file".into(),
             call_id: id.into(),
             arguments: serde_json::json!({"path": "a"}),
-            session: Some("s".into()),
+            session: Some(session.into()),
         }
+    }
+
+    #[tokio::test]
+    async fn two_sessions_waiting_under_one_call_id_are_told_apart() {
+        let approvals = Approvals::new(Duration::from_secs(30));
+        let first = tokio::spawn(approvals.approve(in_session("a", "c1")));
+        let second = tokio::spawn(approvals.approve(in_session("b", "c1")));
+        assert_eq!(approvals.pending(None).len(), 2, "neither replaces the other");
+        assert_eq!(approvals.decide(None, "c1", Approval::Approve).err(), Some(DecideError::Ambiguous));
+        assert!(approvals.decide(Some("b"), "c1", Approval::Reject { reason: "no".into() }).is_ok());
+        assert!(approvals.decide(None, "c1", Approval::Approve).is_ok(), "now only session a's waits");
+        assert!(matches!(first.await, Ok(Approval::Approve)));
+        assert!(matches!(second.await, Ok(Approval::Reject { .. })));
     }
 
     #[tokio::test(start_paused = true)]
@@ -155,16 +197,16 @@ mod tests {
         let Ok(answer) = waiting.await else { unreachable!("the wait does not panic") };
         assert!(matches!(answer, Approval::Reject { reason } if reason.contains("within 30 s")));
         assert!(approvals.pending(None).is_empty());
-        assert_eq!(approvals.decide("c1", Approval::Approve).err(), Some(DecideError::NotWaiting));
+        assert_eq!(approvals.decide(None, "c1", Approval::Approve).err(), Some(DecideError::NotWaiting));
     }
 
     #[tokio::test]
     async fn a_decision_reaches_the_waiting_call_once() {
         let approvals = Approvals::new(Duration::from_secs(30));
         let wait = tokio::spawn(approvals.approve(request("c2")));
-        let decided = approvals.decide("c2", Approval::Approve);
+        let decided = approvals.decide(Some("s"), "c2", Approval::Approve);
         assert!(decided.is_ok_and(|p| p.session.as_deref() == Some("s") && p.tool == "write_file"));
-        assert_eq!(approvals.decide("c2", Approval::Approve).err(), Some(DecideError::NotWaiting));
+        assert_eq!(approvals.decide(None, "c2", Approval::Approve).err(), Some(DecideError::NotWaiting));
         assert!(matches!(wait.await, Ok(Approval::Approve)));
     }
 
