@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use noetic::agent::{JournalWrite, SessionStore, StoreCommit};
+use noetic::agent::{JournalWrite, SessionStore, SteeringMode, StoreCommit};
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
@@ -235,4 +235,51 @@ fn a_message_queued_for_a_session_nobody_owns_waits_in_its_queue_for_the_next_ow
     }
     let full = other.steer_elsewhere("later", &noetic::agent::SteerMessage::new("one too many")).unwrap_err();
     assert!(full.to_string().contains("is full"), "{full}");
+}
+
+/// Makes `path` immutable (`chattr +i`: even root cannot write it) and returns a guard that undoes it; `None`, after
+/// saying why, where the file system or the sandbox cannot (the permission bits do not stop root, who runs CI).
+fn immutable(path: &std::path::Path) -> Option<impl Drop> {
+    struct Undo(PathBuf);
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+        }
+    }
+    let made = std::process::Command::new("chattr").arg("+i").arg(path).status().is_ok_and(|s| s.success());
+    let written = made && std::fs::OpenOptions::new().append(true).open(path).is_ok();
+    if made && !written {
+        return Some(Undo(path.to_owned()));
+    }
+    if made {
+        let _ = std::process::Command::new("chattr").arg("-i").arg(path).status();
+    }
+    eprintln!("skipped: this file system cannot make {} immutable with chattr +i", path.display());
+    None
+}
+
+#[test]
+fn a_database_file_nobody_may_write_is_a_typed_error_naming_it_and_what_is_wrong() {
+    let dir = scratch("read-only");
+    let db = dir.join("noetic.db");
+    {
+        let store = SqliteStore::open(&db).unwrap();
+        store.save_settings("kept", SteeringMode::default(), 10, Default::default(), 0).unwrap();
+        store.close("kept");
+    }
+    // A clean close leaves no WAL; make the one file read-only for everyone, root included.
+    let _ = std::fs::remove_file(dir.join("noetic.db-wal"));
+    let _ = std::fs::remove_file(dir.join("noetic.db-shm"));
+    let Some(_undo) = immutable(&db) else { return };
+    let error = match SqliteStore::open(&db) {
+        // Opening may work read-only; the first write must then fail.
+        Ok(store) => store.save_settings("kept", SteeringMode::All, 10, Default::default(), 1).unwrap_err(),
+        Err(e) => e,
+    };
+    let text = error.to_string();
+    assert!(text.contains(&db.display().to_string()), "names the file: {text}");
+    assert!(
+        text.contains("read-only") || text.contains("readonly") || text.contains("cannot be opened"),
+        "says what is wrong: {text}"
+    );
 }
