@@ -6,7 +6,7 @@ use std::path::Path;
 use noetic::steering::LedgerEntry;
 
 use crate::output::{errln, outln};
-use crate::render::{Style, ledger_line};
+use crate::render::{Style, is_routine, ledger_line, routine_left_out};
 
 /// Appends entries to `path`, one JSON object a line (the file is created if needed).
 pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
@@ -26,12 +26,12 @@ pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
 
 /// Prints the entries of a JSON-lines ledger file. Lines that are not ledger entries are reported with their
 /// number (on stderr) and make the command fail after the good ones are shown.
-pub fn show(path: &Path, plain: bool, json: bool) -> Result<(), String> {
+pub fn show(path: &Path, plain: bool, json: bool, verbose: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         format!("cannot read the ledger file '{}': {e}; write one with --ledger-out FILE", path.display())
     })?;
     let style = Style::detect(plain);
-    let (mut shown, mut bad) = (0, 0);
+    let (mut shown, mut bad, mut routine) = (0, 0, 0);
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -43,6 +43,7 @@ pub fn show(path: &Path, plain: bool, json: bool) -> Result<(), String> {
                 outln!("{line}");
                 shown += 1;
             }
+            Ok(entry) if !verbose && is_routine(&entry) => routine += 1,
             Ok(entry) => {
                 outln!("{}", ledger_line(&style, &entry));
                 shown += 1;
@@ -54,7 +55,11 @@ pub fn show(path: &Path, plain: bool, json: bool) -> Result<(), String> {
         }
     }
     if !json {
-        outln!("{}", style.dim(&format!("{shown} entr{} in {}", if shown == 1 { "y" } else { "ies" }, path.display())));
+        if let Some(line) = routine_left_out(routine, "--verbose") {
+            outln!("{}", style.dim(&line));
+        }
+        let all = shown + routine;
+        outln!("{}", style.dim(&format!("{all} entr{} in {}", if all == 1 { "y" } else { "ies" }, path.display())));
     }
     if bad > 0 {
         return Err(format!(

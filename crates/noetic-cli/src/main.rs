@@ -95,6 +95,9 @@ enum Command {
         /// Print the entries as JSON lines (checked: a line that is not a ledger entry is an error).
         #[arg(long)]
         json: bool,
+        /// Also show the model answers that passed every rule (left out by default, counted).
+        #[arg(long)]
+        verbose: bool,
     },
     /// Check a rules file (`rules.toml`) and list what each rule does; mistakes are reported with line and column.
     #[command(
@@ -147,7 +150,9 @@ fn main() -> std::process::ExitCode {
             Command::Rules { file, json } => check_rules(&file, json),
             Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
-            Command::Ledger { file, plain, json } => ledger::show(&file, plain, json).map_err(Into::into),
+            Command::Ledger { file, plain, json, verbose } => {
+                ledger::show(&file, plain, json, verbose).map_err(Into::into)
+            }
             Command::Serve(args) => serve::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Sessions(args) => sessions::run(args, &config::load(cli.config.as_deref())?),
         }

@@ -246,6 +246,16 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
     })
 }
 
+/// An entry that says only that a model answer passed every rule: the bulk of any ledger, shown on request.
+pub fn is_routine(entry: &LedgerEntry) -> bool {
+    entry.kind == LedgerKind::ModelTurn && entry.action == SteeringAction::Allow
+}
+
+/// The line that stands for the routine entries left out of a ledger view.
+pub fn routine_left_out(count: usize, how: &str) -> Option<String> {
+    (count > 0).then(|| format!("  ({count} model answer(s) passed every rule; {how} shows them)"))
+}
+
 /// A ledger entry on one line.
 pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
     let what = match entry.kind {

@@ -33,9 +33,14 @@ fn a_ledger_written_by_run_is_shown_one_decision_a_line() {
         "DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme: README files stay",
         "ALLOW   tool delete_file {\"path\":\"scratch.txt\"}",
         "execution ended: Success",
+        "model answer(s) passed every rule; --verbose shows them",
     ] {
         assert!(out.stdout.contains(expected), "missing {expected:?} in:\n{}", out.stdout);
     }
+    assert!(!out.stdout.contains("ALLOW   model turn"), "routine allows are left out:\n{}", out.stdout);
+    let verbose = run(noetic().arg("ledger").arg(&ledger).arg("--verbose"));
+    assert!(verbose.stdout.contains("ALLOW   model turn"), "{}", verbose.stdout);
+    assert!(!verbose.stdout.contains("passed every rule"), "{}", verbose.stdout);
 }
 
 #[test]

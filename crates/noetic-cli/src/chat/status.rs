@@ -14,8 +14,14 @@ impl Chat {
             return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
         }
         self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
-        for entry in &entries {
+        let routine = entries.iter().filter(|e| crate::render::is_routine(e)).count();
+        for entry in entries.iter().filter(|e| !crate::render::is_routine(e)) {
             let line = ledger_line(&self.style, entry);
+            self.say(&line);
+        }
+        if let Some(line) = crate::render::routine_left_out(routine, "`noetic ledger --verbose` on a --ledger-out file")
+        {
+            let line = self.style.dim(&line);
             self.say(&line);
         }
     }
