@@ -25,8 +25,8 @@
 //! [`NoeticError::kind`] or the tool error kind).
 //!
 //! **Content is opt-in.** Prompts, responses, tool arguments and results are recorded only when content capture
-//! is on ([`RuntimeBuilder::capture_content`](crate::agent::RuntimeBuilder::capture_content),
-//! [`ContextBuilder::capture_content`](crate::context::ContextBuilder::capture_content)), as
+//! is on (`RuntimeBuilder::capture_content` (in `agent`),
+//! `ContextBuilder::capture_content` (in `context`)), as
 //! `gen_ai.input.messages`, `gen_ai.output.messages`, `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result`;
 //! by default only sizes and ids.
 //!
