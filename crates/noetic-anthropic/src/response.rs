@@ -51,6 +51,7 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
     }
     parts.stop_reason = value["stop_reason"].as_str().map(str::to_owned);
     parts.usage = usage(&value["usage"]);
+    parts.model = value["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned);
     Ok(parts.into_response())
 }
 
@@ -77,6 +78,8 @@ pub(crate) struct Parts {
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) stop_reason: Option<String>,
     pub(crate) usage: Usage,
+    /// The model that answered.
+    pub(crate) model: Option<String>,
 }
 
 impl Parts {
@@ -103,7 +106,7 @@ impl Parts {
             items.push(Item::assistant(self.text));
         }
         items.extend(self.calls.into_iter().map(Item::ToolCall));
-        ModelResponse { items, usage: self.usage, cost: None, finish_reason, refusal }
+        ModelResponse { items, usage: self.usage, cost: None, finish_reason, refusal, model: self.model }
     }
 }
 

@@ -31,6 +31,7 @@ async fn a_text_response_becomes_one_assistant_message_with_usage() {
             cost: None,
             finish_reason: FinishReason::Stop,
             refusal: None,
+            model: Some("claude-sonnet-4-5-20250929".into()),
         }
     );
 }
@@ -54,6 +55,7 @@ async fn a_tool_use_response_becomes_text_then_a_tool_call_with_cache_usage() {
             cost: None,
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
+            model: Some("claude-sonnet-4-5-20250929".into()),
         }
     );
 }
@@ -78,6 +80,7 @@ async fn a_streamed_text_response_yields_text_deltas_then_the_assembled_response
             cost: None,
             finish_reason: FinishReason::Stop,
             refusal: None,
+            model: Some("claude-sonnet-4-5-20250929".into()),
         }
     );
 }
@@ -123,6 +126,7 @@ async fn a_streamed_tool_use_yields_argument_pieces_and_assembles_each_call() {
             cost: None,
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
+            model: Some("claude-sonnet-4-5-20250929".into()),
         }
     );
 }

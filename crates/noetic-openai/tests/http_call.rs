@@ -220,6 +220,7 @@ async fn a_text_response_is_parsed() {
             cost: None,
             finish_reason: FinishReason::Stop,
             refusal: None,
+            model: Some("gpt-4o-mini-2024-07-18".into()),
         }
     );
 }
@@ -243,6 +244,7 @@ async fn a_tool_call_response_is_parsed_with_usage_and_cached_tokens() {
             cost: None,
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
+            model: Some("gpt-4o-mini-2024-07-18".into()),
         }
     );
 }
@@ -277,6 +279,7 @@ async fn a_streamed_text_response_yields_text_deltas_then_the_assembled_response
             cost: None,
             finish_reason: FinishReason::Stop,
             refusal: None,
+            model: Some("gpt-4o-mini-2024-07-18".into()),
         }
     );
 }
@@ -319,6 +322,7 @@ async fn streamed_tool_calls_are_assembled_from_pieces_with_usage_from_the_last_
             cost: None,
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
+            model: Some("gpt-4o-mini-2024-07-18".into()),
         }
     );
 }

@@ -145,7 +145,7 @@ async fn a_turn_is_a_tree_of_its_steps_model_calls_and_tool_calls() {
     let rt = runtime(
         vec![
             ModelResponse::tool_calls([("c1", "lookup", json!({"q": "secret words"}))]),
-            ModelResponse::text("the answer"),
+            ModelResponse { model: Some("gpt-4o-mini-2024-07-18".into()), ..ModelResponse::text("the answer") },
         ],
         |b| b,
     );
@@ -172,6 +172,8 @@ async fn a_turn_is_a_tree_of_its_steps_model_calls_and_tool_calls() {
     assert_eq!(field(&chats[0], "gen_ai.request.model"), "openai/gpt-4o-mini");
     assert_eq!(field(&chats[0], "gen_ai.response.finish_reasons"), "tool_calls");
     assert_eq!(field(&chats[1], "gen_ai.response.finish_reasons"), "stop");
+    assert!(!chats[0].fields.contains_key("gen_ai.response.model"), "a response that names no model records none");
+    assert_eq!(field(&chats[1], "gen_ai.response.model"), "gpt-4o-mini-2024-07-18", "the model that answered");
     assert!(chats[0].fields.contains_key("gen_ai.usage.input_tokens"));
     assert!(chats[0].fields.contains_key("gen_ai.usage.output_tokens"));
     assert!(!chats[0].fields.contains_key("gen_ai.provider.name"), "the scripted model names no provider");

@@ -63,6 +63,7 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
         cost,
         finish_reason: finish_reason(choice["finish_reason"].as_str(), has_calls),
         refusal: message["refusal"].as_str().filter(|r| !r.is_empty()).map(str::to_owned),
+        model: value["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned),
     })
 }
 

@@ -54,6 +54,8 @@ pub struct StreamAccumulator {
     usage: Usage,
     cost: Option<f64>,
     finish: Option<String>,
+    /// The model named by the chunks.
+    model: Option<String>,
     done: bool,
 }
 
@@ -102,6 +104,11 @@ impl StreamAccumulator {
         }
         if chunk["usage"].is_object() {
             (self.usage, self.cost) = usage(&chunk["usage"]);
+        }
+        if self.model.is_none()
+            && let Some(model) = chunk["model"].as_str().filter(|m| !m.is_empty())
+        {
+            self.model = Some(model.to_owned());
         }
         let mut deltas = Vec::new();
         let first = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first());
@@ -163,6 +170,7 @@ impl StreamAccumulator {
             cost: self.cost,
             finish_reason: finish_reason(self.finish.as_deref(), !self.calls.is_empty()),
             refusal: Some(self.refusal.clone()).filter(|r| !r.is_empty()),
+            model: self.model.clone(),
         }
     }
 

@@ -326,6 +326,9 @@ fn trace_response(span: &Span, response: &ModelResponse, content: bool) {
     span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
     span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
     span.record("noetic.response.tool_calls", response.tool_calls_iter().count());
+    if let Some(model) = &response.model {
+        span.record("gen_ai.response.model", model.as_str());
+    }
     if content && let Ok(json) = serde_json::to_string(&response.items) {
         span.record("gen_ai.output.messages", json);
     }

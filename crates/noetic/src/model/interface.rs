@@ -103,6 +103,9 @@ pub struct ModelResponse {
     pub finish_reason: FinishReason,
     /// A refusal message, when the model refused.
     pub refusal: Option<String>,
+    /// The model that answered, as the provider names it (it may differ from the one asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl ModelResponse {
