@@ -54,7 +54,7 @@ fn run_local_starts_the_server_answers_with_the_real_model_and_stops_it() {
     let port = free_port();
     let ws = tempfile::tempdir().unwrap();
     let flow = ws.path().join("flow.toml");
-    std::fs::write(&flow, "instructions = \"You are brief.\"\ntools = [\"list_dir\"]\nmax_rounds = 2\n").unwrap();
+    std::fs::write(&flow, "instructions = \"You are brief.\"\ntools = [\"list_dir\"]\nmax_rounds = 4\n").unwrap();
     let out = run(noetic()
         .arg("run")
         .arg(&flow)

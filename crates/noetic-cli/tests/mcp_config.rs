@@ -117,7 +117,7 @@ fn the_offline_model_asked_for_a_tool_call_first_uses_an_mcp_servers_tool() {
     std::fs::write(
         &flow,
         format!(
-            "instructions = \"Use the tools to look at the folder.\"\ntools = []\nmax_rounds = 2\nmax_iterations = 1\n\
+            "instructions = \"Use the tools to look at the folder.\"\ntools = []\nmax_rounds = 4\nmax_iterations = 1\n\
              [[mcp_server]]\nname = \"files\"\ncommand = {:?}\nargs = [{:?}]\n",
             server.display().to_string(),
             root.display().to_string()

@@ -128,10 +128,24 @@ impl AssistantTurn<'_> {
         let calls = self
             .calls
             .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .map(|c| {
+                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": wire_arguments(&c.arguments)}})
+            })
             .collect();
         message.insert("tool_calls".into(), Value::Array(calls));
         Value::Object(message)
+    }
+}
+
+/// A past call's arguments as sent back: as the model wrote them when they are JSON, else wrapped as
+/// `{"_raw": "<what the model wrote>"}` (as the Anthropic encoder does). Servers that parse the history's arguments (llama.cpp does) answer
+/// every later request with an error when one call in it is malformed — a session would be stuck for good; the
+/// call's result already tells the model its arguments were not JSON.
+fn wire_arguments(raw: &str) -> std::borrow::Cow<'_, str> {
+    if serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
+        std::borrow::Cow::Borrowed(raw)
+    } else {
+        std::borrow::Cow::Owned(json!({ "_raw": raw }).to_string())
     }
 }
 
@@ -324,5 +338,24 @@ mod tests {
             let r = ModelRequest { tool_choice: Some(choice), ..ModelRequest::default() };
             assert_eq!(request_body(&r, false)["tool_choice"], json!(wire));
         }
+    }
+
+    #[test]
+    fn a_past_call_with_malformed_arguments_is_sent_back_as_valid_json_that_keeps_what_the_model_wrote() {
+        let broken =
+            Item::ToolCall(ToolCall { id: "c1".into(), name: "list_dir".into(), arguments: "{\"path\": \"fo".into() });
+        let fine =
+            Item::ToolCall(ToolCall { id: "c2".into(), name: "list_dir".into(), arguments: "{\"path\":\".\"}".into() });
+        let request = ModelRequest {
+            model: "m".into(),
+            history: History::new(vec![Item::user("hi"), broken, fine]),
+            ..ModelRequest::default()
+        };
+        let body = request_body(&request, false);
+        let calls = &body["messages"][1]["tool_calls"];
+        let sent = calls[0]["function"]["arguments"].as_str().unwrap_or_default();
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(sent);
+        assert_eq!(parsed.ok(), Some(json!({"_raw": "{\"path\": \"fo"})));
+        assert_eq!(calls[1]["function"]["arguments"], "{\"path\":\".\"}", "valid arguments go back untouched");
     }
 }
