@@ -104,3 +104,71 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     }
     Ok(Agent { runtime: builder.build().map_err(config_error)?, steering: layer })
 }
+
+/// The agent flags `chat` and `serve` share; each falls back to `noetic.toml` (and its environment overrides).
+#[derive(clap::Args, Debug, Default)]
+pub struct AgentArgs {
+    /// A rules file (see `noetic rules FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<std::path::PathBuf>,
+    /// The folder the tools may touch (default: the current folder).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<std::path::PathBuf>,
+    /// How many queued steering messages reach the model at a checkpoint (default: one-at-a-time, or
+    /// $NOETIC_AGENTS_DEFAULTS_STEERING_MODE); each session can change its own.
+    #[arg(long, value_enum)]
+    pub mode: Option<crate::chat::ModeArg>,
+    /// System instructions (default: a careful assistant for the workspace).
+    #[arg(long)]
+    pub instructions: Option<String>,
+    /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
+    /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
+    #[arg(long, value_name = "SECONDS", value_parser = crate::provider::parse_timeout, allow_hyphen_values = true)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl AgentArgs {
+    /// The provider timeout: the flag, else `agents.defaults.timeout`.
+    pub fn timeout(&self, defaults: &crate::config::Defaults) -> Result<Option<std::time::Duration>, String> {
+        match self.timeout {
+            Some(timeout) => Ok(Some(timeout)),
+            None => crate::config::timeout(defaults),
+        }
+    }
+
+    /// The rules of the flag's file, else of noetic.toml's `rules`, else none.
+    pub fn rules(&self, defaults: &crate::config::Defaults) -> Result<RuleSet, Box<dyn std::error::Error>> {
+        match self.rules.as_ref().or(defaults.rules.as_ref()) {
+            Some(path) => Ok(crate::rules::load(&crate::source::Source::read(path)?)?),
+            None => Ok(RuleSet::default()),
+        }
+    }
+
+    /// The workspace folder: the flag, else `fallback` (a workflow's), else noetic.toml's, else `.`.
+    pub fn workspace(
+        &self,
+        defaults: &crate::config::Defaults,
+        fallback: Option<&std::path::PathBuf>,
+    ) -> Result<Workspace, String> {
+        let dir = self.workspace.as_ref().or(fallback).or(defaults.workspace.as_ref());
+        Workspace::open(dir.map_or(std::path::Path::new("."), |d| d.as_path())).map_err(|e| e.to_string())
+    }
+
+    /// The instructions: the flag, else `fallback` (a workflow's), else noetic.toml's.
+    pub fn instructions(&self, defaults: &crate::config::Defaults, fallback: Option<&String>) -> Option<String> {
+        self.instructions.clone().or_else(|| fallback.cloned()).or_else(|| defaults.instructions.clone())
+    }
+
+    /// The steering mode: the flag, else `fallback` (a workflow's), else noetic.toml's.
+    pub fn mode(
+        &self,
+        defaults: &crate::config::Defaults,
+        fallback: Option<SteeringMode>,
+    ) -> Result<SteeringMode, String> {
+        match (self.mode, fallback) {
+            (Some(mode), _) => Ok(mode.into()),
+            (None, Some(mode)) => Ok(mode),
+            (None, None) => crate::config::steering_mode(defaults),
+        }
+    }
+}

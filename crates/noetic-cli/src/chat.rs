@@ -29,9 +29,6 @@ use crate::ledger;
 use crate::output::{out, outln};
 use crate::provider;
 use crate::render::{self, Style, event_line, printable};
-use crate::rules::{self, RuleSet};
-use crate::source::Source;
-use crate::workspace::Workspace;
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
 
@@ -58,29 +55,14 @@ impl From<ModeArg> for SteeringMode {
 pub struct ChatArgs {
     #[command(flatten)]
     model: provider::ModelArgs,
-    /// A rules file (see `noetic rules FILE`).
-    #[arg(long, value_name = "FILE")]
-    rules: Option<PathBuf>,
-    /// The folder the tools may touch (default: the current folder).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
+    #[command(flatten)]
+    agent: agent::AgentArgs,
     /// Append each turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
     #[arg(long, value_name = "FILE")]
     ledger_out: Option<PathBuf>,
-    /// How many queued steering messages reach the model at a checkpoint (default: one-at-a-time, or
-    /// $NOETIC_AGENTS_DEFAULTS_STEERING_MODE).
-    #[arg(long, value_enum)]
-    mode: Option<ModeArg>,
-    /// System instructions (default: a careful assistant for the workspace).
-    #[arg(long)]
-    instructions: Option<String>,
     /// No colours, even on a terminal.
     #[arg(long)]
     plain: bool,
-    /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
-    /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
-    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
-    timeout: Option<std::time::Duration>,
     /// Continue this session (created if new); default: a new session, named at the start. `noetic sessions`
     /// lists them.
     #[arg(long, value_name = "NAME", conflicts_with = "no_store")]
@@ -97,35 +79,26 @@ pub const HELP: &str = "Type a message and press Enter. While the agent works, a
 /// Runs the chat until `/quit` or the end of input.
 pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     // Flags win over noetic.toml and its environment overrides.
-    args.rules = args.rules.or_else(|| defaults.rules.clone());
-    args.workspace = args.workspace.or_else(|| defaults.workspace.clone());
     args.ledger_out = args.ledger_out.or_else(|| defaults.ledger_out.clone());
-    args.instructions = args.instructions.or_else(|| defaults.instructions.clone());
-    let timeout = match args.timeout {
-        Some(timeout) => Some(timeout),
-        None => crate::config::timeout(defaults)?,
-    };
+    let timeout = args.agent.timeout(defaults)?;
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
     let provider::Resolved { model_id, described: provider_name, model, local_server: _local_server } =
         args.model.resolve(defaults, timeout).await?;
-    let rules = match &args.rules {
-        Some(path) => rules::load(&Source::read(path)?)?,
-        None => RuleSet::default(),
-    };
+    let rules = args.agent.rules(defaults)?;
     let terminal = std::io::stdin().is_terminal();
     let (approval_tx, mut approvals) = mpsc::unbounded_channel();
     let rule_count = rules.len();
-    let workspace = Workspace::open(args.workspace.as_deref().unwrap_or(std::path::Path::new(".")))?;
+    let workspace = args.agent.workspace(defaults, None)?;
     let agent = agent::build(AgentSpec {
         model,
         model_id: model_id.clone(),
-        instructions: args.instructions.clone(),
+        instructions: args.agent.instructions(defaults, None),
         tools: None,
         rules,
         workspace: workspace.clone(),
         max_rounds: None,
         max_iterations: None,
-        steering_mode: args.mode.map_or_else(|| crate::config::steering_mode(defaults), |m| Ok(m.into()))?,
+        steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,

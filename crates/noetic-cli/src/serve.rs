@@ -15,13 +15,9 @@ use noetic::agent::{MemoryStore, SessionStore};
 use noetic_server::{Approvals, Server, ServerConfig, TOKEN_ENV, check_bind};
 
 use crate::agent::{self, AgentSpec};
-use crate::chat::ModeArg;
 use crate::config::Defaults;
 use crate::output::{errln, outln};
 use crate::provider;
-use crate::rules::{self, RuleSet};
-use crate::source::Source;
-use crate::workspace::Workspace;
 use crate::{local, workflow};
 
 /// Idle sessions a server keeps in memory; the least recently used beyond this are dropped (they stay in the
@@ -47,21 +43,10 @@ pub struct ServeArgs {
     /// The model (with --workflow, --model and --base-url override the workflow's).
     #[command(flatten)]
     model: provider::ModelArgs,
-    /// A rules file (ignored with --workflow, whose rules apply).
-    #[arg(long, value_name = "FILE")]
-    rules: Option<PathBuf>,
-    /// The folder the tools may touch (default: the workflow's, else the current folder).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    /// How many queued steering messages reach the model at a checkpoint (each session can change its own).
-    #[arg(long, value_enum)]
-    mode: Option<ModeArg>,
-    /// System instructions.
-    #[arg(long)]
-    instructions: Option<String>,
-    /// Seconds a provider request may take to start answering (as for chat).
-    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
-    timeout: Option<Duration>,
+    /// Rules, workspace, mode, instructions, timeout as for chat (with --workflow, the workflow's rules apply and
+    /// its workspace, mode and instructions are the defaults).
+    #[command(flatten)]
+    agent: agent::AgentArgs,
     #[command(flatten)]
     store: crate::sessions::StoreArgs,
 }
@@ -77,10 +62,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         return Err("--approval-timeout must be at least 1 second".into());
     }
     let approvals = Approvals::new(Duration::from_secs(args.approval_timeout));
-    let timeout = match args.timeout {
-        Some(timeout) => Some(timeout),
-        None => crate::config::timeout(defaults)?,
-    };
+    let timeout = args.agent.timeout(defaults)?;
     let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
         Some(store) => store,
         None => Arc::new(MemoryStore::default()),
@@ -106,11 +88,6 @@ async fn agent_spec(
     approvals: Approvals,
     store: Arc<dyn SessionStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
-    let mode = |flow_mode: Option<noetic::agent::SteeringMode>| match (args.mode, flow_mode) {
-        (Some(m), _) => Ok(m.into()),
-        (None, Some(m)) => Ok(m),
-        (None, None) => crate::config::steering_mode(defaults),
-    };
     if let Some(path) = &args.workflow {
         let mut flow = workflow::load(path)?;
         if let Some(model) = &args.model.model {
@@ -124,19 +101,18 @@ async fn agent_spec(
             }
             None => flow.model_client(args.model.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?,
         };
-        let dir = args.workspace.clone().or_else(|| flow.workspace.clone()).unwrap_or_else(|| PathBuf::from("."));
         let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
         let described = format!("workflow {}, model {}", path.display(), flow.model);
         let spec = AgentSpec {
             model,
             model_id: flow.model.clone(),
-            instructions: args.instructions.clone().or_else(|| flow.instructions.clone()),
+            instructions: args.agent.instructions(defaults, flow.instructions.as_ref()),
             tools: flow.tools.clone(),
             rules: flow.rules.clone(),
-            workspace: Workspace::open(&dir)?,
+            workspace: args.agent.workspace(defaults, flow.workspace.as_ref())?,
             max_rounds: flow.max_rounds,
             max_iterations: flow.max_iterations,
-            steering_mode: mode(flow.steering_mode)?,
+            steering_mode: args.agent.mode(defaults, flow.steering_mode)?,
             approver: Some(approvals.approver()),
             store: Some(store),
             tool_sources: crate::mcp::start(&servers).await?,
@@ -147,23 +123,23 @@ async fn agent_spec(
     }
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
-    let rules = match args.rules.as_ref().or(defaults.rules.as_ref()) {
-        Some(path) => rules::load(&Source::read(path)?)?,
-        None => RuleSet::default(),
-    };
-    let workspace = args.workspace.as_ref().or(defaults.workspace.as_ref()).cloned().unwrap_or_else(|| ".".into());
-    let described =
-        format!("model {model_id} ({provider_name}), {} rule(s), workspace {}", rules.len(), workspace.display());
+    let rules = args.agent.rules(defaults)?;
+    let workspace = args.agent.workspace(defaults, None)?;
+    let described = format!(
+        "model {model_id} ({provider_name}), {} rule(s), workspace {}",
+        rules.len(),
+        workspace.root().display()
+    );
     let spec = AgentSpec {
         model,
         model_id,
-        instructions: args.instructions.clone().or_else(|| defaults.instructions.clone()),
+        instructions: args.agent.instructions(defaults, None),
         tools: None,
         rules,
-        workspace: Workspace::open(&workspace)?,
+        workspace,
         max_rounds: None,
         max_iterations: None,
-        steering_mode: mode(None)?,
+        steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(approvals.approver()),
         store: Some(store),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,

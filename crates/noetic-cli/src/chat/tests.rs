@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::*;
 use crate::rules::RuleSet;
+use crate::workspace::Workspace;
 
 const TASK: &str = "Clean up the build folder.";
 const CORRECTION: &str = "wait, don't run commands at all";
