@@ -493,17 +493,7 @@ impl Session {
     /// model) and cancels the running turn; running tools see the cancellation. Returns how many queued
     /// messages were dropped and whether a turn was running.
     pub fn stop(&self, reason: &str) -> (usize, bool) {
-        self.locked(|state, conversation| {
-            let running = match conversation {
-                Conversation::Running { ctx, steering } => {
-                    steering.discard_pending();
-                    ctx.cancel(reason);
-                    true
-                }
-                Conversation::Idle(_) => false,
-            };
-            (clear_queue(state), running)
-        })
+        self.locked(|state, conversation| stop_conversation(state, conversation, reason))
     }
 
     /// This session's dequeue mode (it starts with the runtime's).
@@ -820,11 +810,7 @@ pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> b
         }
     };
     if let Some(reason) = inbox.stop {
-        if let Conversation::Running { ctx, steering } = &*lock(&state.conversation) {
-            steering.discard_pending();
-            ctx.cancel(&reason);
-        }
-        clear_queue(state);
+        stop_conversation(state, &lock(&state.conversation), &reason);
         return true;
     }
     if !inbox.messages.is_empty() {
@@ -838,6 +824,20 @@ pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> b
         }
     }
     false
+}
+
+/// Stops the session: messages the running turn took but has not shown are dropped, the turn is cancelled (its
+/// tools see it) and the queue is emptied. Returns how many queued messages were dropped and whether a turn ran.
+fn stop_conversation(state: &SessionState, conversation: &Conversation, reason: &str) -> (usize, bool) {
+    let running = match conversation {
+        Conversation::Running { ctx, steering } => {
+            steering.discard_pending();
+            ctx.cancel(reason);
+            true
+        }
+        Conversation::Idle(_) => false,
+    };
+    (clear_queue(state), running)
 }
 
 /// Empties the queue (and the store's copy of it); returns how many messages were removed.
