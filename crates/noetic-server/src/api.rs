@@ -57,7 +57,9 @@ fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
 
 fn session_error(key: &str, e: SessionError) -> ApiError {
     match e {
-        SessionError::Busy { .. } => ApiError::new(StatusCode::CONFLICT, "busy", e.to_string()),
+        SessionError::Busy { .. } | SessionError::BusyElsewhere { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "busy", e.to_string())
+        }
         SessionError::Unfinished { .. } => ApiError::new(StatusCode::CONFLICT, "unfinished_turn", e.to_string()),
         other => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {other}"))

@@ -40,8 +40,8 @@ pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, Ste
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 pub use store::{
-    Inbox, JournalWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession, UnfinishedTurn,
-    out_of_order,
+    Inbox, JournalWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession, TurnLease,
+    UnfinishedTurn, out_of_order,
 };
 
 use crate::context::Services;

@@ -302,10 +302,17 @@ impl SessionQueue {
         lock(&self.messages).as_ref().map_or(0, |q| q.len())
     }
 
-    /// Appends messages another process queued in the store (already durable there, already bounded there).
+    /// Appends messages another process queued in the store (already durable there, already bounded there); one
+    /// already held (same id) is not added twice.
     pub(crate) fn push_existing(&self, messages: Vec<SteerMessage>) {
         if !messages.is_empty() {
-            lock(&self.messages).get_or_insert_default().extend(messages);
+            let mut guard = lock(&self.messages);
+            let queue = guard.get_or_insert_default();
+            for message in messages {
+                if !queue.iter().any(|m| m.id == message.id) {
+                    queue.push_back(message);
+                }
+            }
         }
     }
 

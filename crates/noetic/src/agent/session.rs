@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::archive::SessionSnapshot;
 use super::queue::{MessageId, SessionQueue};
-use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, UnfinishedTurn};
+use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
 use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, Services, lock};
@@ -46,6 +46,15 @@ pub enum SessionError {
     Busy {
         /// The session key.
         session: String,
+    },
+    /// Another process sharing the session's store runs a turn in it (`noetic-postgres`); a message for it is
+    /// steered there ([`Session::send_or_steer`]).
+    #[error("session '{session}' is busy with a turn on worker {owner}; wait for it, stop it, or steer it")]
+    BusyElsewhere {
+        /// The session key.
+        session: String,
+        /// The worker running the turn.
+        owner: String,
     },
     /// A turn a stopped process left is waiting: resume it or discard it first.
     #[error(
@@ -203,6 +212,36 @@ impl SessionState {
         state
     }
 
+    /// Replaces what the idle session holds with the store's newer copy (another process wrote to it: see
+    /// [`SessionStore::begin_turn`]).
+    fn apply_stored(&self, conversation: &mut Conversation, stored: StoredSession) {
+        let snapshot = stored.snapshot;
+        self.queue.clear();
+        self.queue.push_existing(snapshot.queued);
+        self.settings.set_mode(snapshot.mode);
+        self.settings.set_capacity(snapshot.capacity);
+        self.settings.set_batch_policy(snapshot.batch_policy);
+        self.turns.store(snapshot.turns, Ordering::SeqCst);
+        self.set_persisted(snapshot.history.len());
+        *conversation = Conversation::Idle(History::new(snapshot.history));
+        if let Some(d) = &self.durable {
+            *lock(&d.unfinished) = stored.unfinished;
+        }
+    }
+
+    /// Gives up the turn lease a store shares sessions by (see [`SessionStore::end_turn`]); messages other
+    /// processes queued for the turn that it never took join the queue.
+    fn end_turn(&self) {
+        let Some(store) = self.store() else { return };
+        match store.end_turn(&self.key) {
+            Ok(messages) if !messages.is_empty() => self.queue.push_existing(messages),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(session = %self.key, error = %e, "could not give up the turn's lease (it expires)");
+            }
+        }
+    }
+
     /// Writes what the conversation holds beyond what the store has (with the ids of messages injected in it)
     /// and the journal.
     fn flush(&self, items: &[Item], injected: &[String], journal: JournalWrite<'_>) -> Result<(), NoeticError> {
@@ -316,7 +355,12 @@ impl Drop for Release {
         if let Err(e) = self.state.flush(history.as_slice(), &[], JournalWrite::Clear) {
             tracing::error!(session = %self.state.key, error = %e, "could not write the end of a turn to the store");
         }
-        *lock(&self.state.conversation) = Conversation::Idle(history);
+        let mut conversation = lock(&self.state.conversation);
+        // Under the conversation lock: a message routed here meanwhile is steered into this (ending) turn and
+        // handled by the continuation check that follows, or sees the session idle after.
+        self.state.end_turn();
+        *conversation = Conversation::Idle(history);
+        drop(conversation);
         self.state.turn_ended.notify_waiters();
     }
 }
@@ -449,7 +493,12 @@ impl Session {
     pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
         self.locked(|state, conversation| {
-            let history = claim(state, conversation)?;
+            let history = match claim(state, conversation, None)? {
+                Claimed::Here(history) => history,
+                Claimed::Elsewhere(owner) => {
+                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
+                }
+            };
             Ok(self.start_turn(state, conversation, history, message, Vec::new(), false))
         })
     }
@@ -474,8 +523,24 @@ impl Session {
                 Conversation::Running { .. } => {
                     return enqueue(state, conversation, text).map(Routed::Steered);
                 }
-                Conversation::Idle(_) => claim(state, conversation)
-                    .map_err(|e| SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() })?,
+                Conversation::Idle(_) => {
+                    let message = SteerMessage::new(text.clone());
+                    let claimed = claim(state, conversation, Some(&message)).map_err(|e| match e {
+                        SessionError::Store { session, message } => SteerError::Store { session, message },
+                        e => SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() },
+                    })?;
+                    match claimed {
+                        Claimed::Here(history) => history,
+                        // Another process runs a turn in the session: the store queued the message for it.
+                        Claimed::Elsewhere(_) => {
+                            if let Some(sink) = state.events.get() {
+                                let (session, id) = (state.key.clone(), message.id.to_string());
+                                sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
+                            }
+                            return Ok(Routed::Steered(message.id));
+                        }
+                    }
+                }
             };
             Ok(Routed::Started(self.start_turn(state, conversation, history, text, Vec::new(), false)))
         })
@@ -492,8 +557,23 @@ impl Session {
     /// Stops the session: clears its queue (including messages the running turn took but has not shown the
     /// model) and cancels the running turn; running tools see the cancellation. Returns how many queued
     /// messages were dropped and whether a turn was running.
+    /// In a store several processes share, a turn running in another process is stopped there (at its next
+    /// checkpoint), and the stored queue is cleared.
     pub fn stop(&self, reason: &str) -> (usize, bool) {
-        self.locked(|state, conversation| stop_conversation(state, conversation, reason))
+        self.locked(|state, conversation| {
+            let (cleared, running) = stop_conversation(state, conversation, reason);
+            if running {
+                return (cleared, running);
+            }
+            match state.store().map(|store| store.stop_elsewhere(&state.key, reason)) {
+                Some(Ok(elsewhere)) => (cleared, elsewhere),
+                Some(Err(e)) => {
+                    tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere");
+                    (cleared, false)
+                }
+                None => (cleared, false),
+            }
+        })
     }
 
     /// This session's dequeue mode (it starts with the runtime's).
@@ -562,11 +642,27 @@ impl Session {
             if let Some(message) = &state.unavailable {
                 return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
             }
-            let messages = state.queue.take(state.settings.mode());
-            if messages.is_empty() {
+            if state.queue.len() == 0 && state.store().is_none() {
                 return Ok(None);
             }
-            let history = claim(state, conversation)?;
+            // The claim comes first: in a store several processes share, it may bring a newer queue.
+            let nothing_queued = state.queue.len() == 0;
+            let history = match claim(state, conversation, None) {
+                Err(SessionError::Unfinished { .. }) if nothing_queued && state.queue.len() == 0 => return Ok(None),
+                claimed => claimed?,
+            };
+            let history = match history {
+                Claimed::Here(history) => history,
+                Claimed::Elsewhere(owner) => {
+                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
+                }
+            };
+            let messages = state.queue.take(state.settings.mode());
+            if messages.is_empty() {
+                *conversation = Conversation::Idle(history);
+                state.end_turn();
+                return Ok(None);
+            }
             Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, true)))
         })
     }
@@ -669,13 +765,27 @@ impl Session {
     /// `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
-            if state.unfinished_step().is_none() {
+            if matches!(conversation, Conversation::Running { .. }) {
+                return Err(SessionError::Busy { session: state.key.to_string() });
+            }
+            if state.unfinished_step().is_none() && state.store().is_none() {
                 return Ok(None);
             }
-            let history = match conversation {
-                Conversation::Running { .. } => return Err(SessionError::Busy { session: state.key.to_string() }),
-                Conversation::Idle(h) => std::mem::take(h),
+            // The lease first: in a store several processes share, it brings the unfinished turn a dead worker left.
+            match lease(state, conversation, None)? {
+                TurnLease::Granted { .. } => {}
+                TurnLease::Elsewhere { owner } => {
+                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
+                }
+            }
+            if state.unfinished_step().is_none() {
+                state.end_turn();
+                return Ok(None);
+            }
+            let Conversation::Idle(history) = conversation else {
+                return Err(SessionError::Busy { session: state.key.to_string() });
             };
+            let history = std::mem::take(history);
             Ok(Some(self.start_turn(state, conversation, history, String::new(), Vec::new(), false)))
         })
     }
@@ -744,18 +854,59 @@ fn turn_span(session: &str, number: u64) -> tracing::Span {
     )
 }
 
-/// Takes the idle conversation's history for a new turn; `Busy` while a turn runs, `Unavailable` for a session
-/// that could not be restored.
-fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<History, SessionError> {
+/// What [`claim`] got.
+enum Claimed {
+    /// The idle conversation's history: the turn runs here.
+    Here(History),
+    /// Another process runs a turn in the session (a message given to [`claim`] was queued for it).
+    Elsewhere(String),
+}
+
+/// Takes the idle conversation's history for a new turn, with the store's turn lease; `Busy` while a turn runs,
+/// `Unavailable` for a session that could not be restored, `Unfinished` while a dead process's turn waits.
+fn claim(
+    state: &SessionState,
+    conversation: &mut Conversation,
+    message: Option<&SteerMessage>,
+) -> Result<Claimed, SessionError> {
     if let Some(message) = &state.unavailable {
         return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
+    if matches!(conversation, Conversation::Running { .. }) {
+        return Err(SessionError::Busy { session: state.key.to_string() });
+    }
+    if let TurnLease::Elsewhere { owner } = lease(state, conversation, message)? {
+        return Ok(Claimed::Elsewhere(owner));
+    }
     if state.unfinished_step().is_some() {
+        state.end_turn();
         return Err(SessionError::Unfinished { session: state.key.to_string() });
     }
     match conversation {
         Conversation::Running { .. } => Err(SessionError::Busy { session: state.key.to_string() }),
-        Conversation::Idle(h) => Ok(std::mem::take(h)),
+        Conversation::Idle(h) => Ok(Claimed::Here(std::mem::take(h))),
+    }
+}
+
+/// Takes the store's turn lease on an idle session (see [`SessionStore::begin_turn`]), bringing in the stored
+/// session when another process changed it. Without a store: granted.
+fn lease(
+    state: &SessionState,
+    conversation: &mut Conversation,
+    message: Option<&SteerMessage>,
+) -> Result<TurnLease, SessionError> {
+    let Some(store) = state.store() else { return Ok(TurnLease::Granted { refreshed: None }) };
+    let lease = match message {
+        Some(message) => store.begin_turn_or_queue(&state.key, message),
+        None => store.begin_turn(&state.key),
+    }
+    .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
+    match lease {
+        TurnLease::Granted { refreshed: Some(stored) } => {
+            state.apply_stored(conversation, stored);
+            Ok(TurnLease::Granted { refreshed: None })
+        }
+        lease => Ok(lease),
     }
 }
 
@@ -809,6 +960,14 @@ pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> b
             return false;
         }
     };
+    if let Some(reason) = inbox.lease_lost {
+        // Another process runs the session now: stop here without touching what is stored (its queue is theirs).
+        if let Conversation::Running { ctx, steering } = &*lock(&state.conversation) {
+            steering.discard_pending();
+            ctx.cancel(&reason);
+        }
+        return true;
+    }
     if let Some(reason) = inbox.stop {
         stop_conversation(state, &lock(&state.conversation), &reason);
         return true;

@@ -149,6 +149,62 @@ pub trait SessionStore: Send + Sync + 'static {
         let _ = key;
         Ok(Inbox::default())
     }
+
+    /// Before a turn starts in `key` (this process holds it idle): takes the session's turn lease, for stores that
+    /// several processes share turn by turn (`noetic-postgres`). [`TurnLease::Granted`] carries the session as
+    /// stored when another process wrote to it since this one last read or wrote it (what memory holds is stale:
+    /// replace it). The default, for stores one process owns from `open` to `close`: granted, nothing newer.
+    fn begin_turn(&self, key: &str) -> Result<TurnLease, NoeticError> {
+        let _ = key;
+        Ok(TurnLease::Granted { refreshed: None })
+    }
+
+    /// [`SessionStore::begin_turn`] for a message that starts the turn if it can: when another process runs a turn
+    /// in `key`, the message is queued for that turn instead ([`SessionStore::steer_elsewhere`]) in the same
+    /// atomic step, and [`TurnLease::Elsewhere`] is returned — so a message never falls between a turn that is
+    /// ending elsewhere and one that would start here.
+    fn begin_turn_or_queue(&self, key: &str, message: &SteerMessage) -> Result<TurnLease, NoeticError> {
+        let _ = message;
+        self.begin_turn(key)
+    }
+
+    /// The turn in `key` ended (after its last commit): gives up the lease. Returns the messages other processes
+    /// queued for it that it never took at a checkpoint — they are ordinary queued messages from now on, and the
+    /// caller adds them to what it holds. The default: nothing.
+    fn end_turn(&self, key: &str) -> Result<Vec<SteerMessage>, NoeticError> {
+        let _ = key;
+        Ok(Vec::new())
+    }
+
+    /// Stops the turn another process runs in `key`, if one does: clears the stored queue and asks that turn to
+    /// stop at its next checkpoint ([`SessionStore::request_stop`]). False when no other process runs a turn
+    /// there (the caller stops what it runs itself). The default, for stores one process owns: false.
+    fn stop_elsewhere(&self, key: &str, reason: &str) -> Result<bool, NoeticError> {
+        let _ = (key, reason);
+        Ok(false)
+    }
+
+    /// Sessions with an unfinished turn that no live process runs (its lease expired: the process died), for a
+    /// process to take over with [`Session::resume`](super::Session::resume). The default: none (one process
+    /// owns every session it opened; another process finds the unfinished turn when it opens the session).
+    fn orphaned(&self) -> Result<Vec<String>, NoeticError> {
+        Ok(Vec::new())
+    }
+}
+
+/// What [`SessionStore::begin_turn`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnLease {
+    /// This process runs the turn.
+    Granted {
+        /// The session as stored, when another process changed it since this one last saw it.
+        refreshed: Option<StoredSession>,
+    },
+    /// Another process runs a turn in the session.
+    Elsewhere {
+        /// Who (a worker id).
+        owner: String,
+    },
 }
 
 /// What other processes left for a session's owner ([`SessionStore::take_inbox`]).
@@ -158,6 +214,9 @@ pub struct Inbox {
     pub messages: Vec<SteerMessage>,
     /// A stop, with its reason.
     pub stop: Option<String>,
+    /// The lease on the session was lost (another process took it over): the running turn must stop at once
+    /// without writing anything more, and leave the queue to the new owner. With why.
+    pub lease_lost: Option<String>,
 }
 
 /// A [`SessionStore`] in memory: what a database implementation does, without the durability.

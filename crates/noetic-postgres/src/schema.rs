@@ -1,0 +1,92 @@
+//! The schema and its migrations, versioned in `noetic_schema`.
+//!
+//! * Version 1: sessions (settings, counts, a version bumped by every change, the running turn's journal, the
+//!   turn lease: owner and expiry, a stop asked by another worker), items (one JSON item per row, numbered), the
+//!   steering queue (one JSON message per row, in position order; `from_elsewhere` marks messages queued by a
+//!   worker that did not hold the lease, which the lease holder takes at its next checkpoint), the steering ledger.
+//!
+//! Workers that start together migrate one at a time: the migration runs under a transaction-scoped advisory
+//! lock, and reads the version again once it holds it.
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The advisory lock key migrations hold (an arbitrary constant: "noetic" in ASCII, folded).
+const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
+
+const V1: &str = "
+CREATE TABLE noetic_sessions (
+    key TEXT PRIMARY KEY,
+    mode TEXT NOT NULL,
+    capacity BIGINT NOT NULL,
+    batch_policy TEXT NOT NULL,
+    turns BIGINT NOT NULL DEFAULT 0,
+    items BIGINT NOT NULL DEFAULT 0,
+    version BIGINT NOT NULL DEFAULT 1,
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    journal_step TEXT,
+    journal_core TEXT,
+    owner TEXT,
+    lease_until TIMESTAMPTZ,
+    stop_requested TEXT
+);
+CREATE INDEX noetic_sessions_by_update ON noetic_sessions (updated_at DESC);
+CREATE INDEX noetic_sessions_unfinished ON noetic_sessions (lease_until) WHERE journal_core IS NOT NULL;
+CREATE TABLE noetic_items (
+    session TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+CREATE TABLE noetic_queue (
+    session TEXT NOT NULL,
+    pos BIGINT NOT NULL,
+    id TEXT NOT NULL,
+    message TEXT NOT NULL,
+    from_elsewhere BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (session, pos),
+    UNIQUE (session, id)
+);
+CREATE TABLE noetic_ledger (
+    session TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+";
+
+/// What migrating found.
+#[derive(Debug)]
+pub(crate) enum Migrated {
+    /// The database is at [`SCHEMA_VERSION`].
+    Current,
+    /// The database was written by a newer noetic (nothing was changed).
+    Newer(i32),
+}
+
+/// Brings the database up to [`SCHEMA_VERSION`] in one transaction.
+pub(crate) fn migrate(client: &mut postgres::Client) -> Result<Migrated, postgres::Error> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS noetic_schema (version INTEGER NOT NULL)")?;
+    let version: i32 = match tx.query_opt("SELECT version FROM noetic_schema", &[])? {
+        Some(row) => row.get(0),
+        None => {
+            tx.execute("INSERT INTO noetic_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    if version > SCHEMA_VERSION {
+        tx.rollback()?;
+        return Ok(Migrated::Newer(version));
+    }
+    let steps: [(i32, &str); 1] = [(1, V1)];
+    for (to, sql) in steps {
+        if version < to {
+            tx.batch_execute(sql)?;
+            tx.execute("UPDATE noetic_schema SET version = $1", &[&to])?;
+        }
+    }
+    tx.commit()?;
+    Ok(Migrated::Current)
+}

@@ -1,0 +1,344 @@
+//! The PostgreSQL store against a real server, with two or three workers (each a runtime with its own store,
+//! its own connections, its own worker id) in this process: sessions that move between workers, claim races,
+//! steering and stops across workers, lost leases, takeover of a dead worker's turn, and bad configuration.
+//! The multi-process tests (real worker processes, kill -9) are in `noetic-cli/tests/serve_postgres.rs`.
+//!
+//! Needs a server: `scripts/postgres.sh setup && scripts/postgres.sh start` (URL from `NOETIC_POSTGRES_URL`, by
+//! default the script's). Without one these tests say so and pass, unless `NOETIC_E2E_REQUIRED=1` (as in CI).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use noetic::agent::{Routed, SessionError, SessionStore, SteerMessage, TurnLease};
+use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
+use noetic::prelude::*;
+use noetic::testing::{Counter, Gate};
+use noetic_postgres::{PgOptions, PgStore};
+use serde_json::json;
+
+const DEFAULT_URL: &str = "postgres://noetic:noetic@127.0.0.1:54329/noetic";
+
+/// The server's URL, or `None` (with the reason printed) when there is none and it is not required.
+fn url() -> Option<String> {
+    let url = std::env::var("NOETIC_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let probe = url.clone();
+    // The synchronous client may not run on a thread that drives async tasks.
+    match std::thread::spawn(move || postgres::Client::connect(&probe, postgres::NoTls).map(drop)).join().unwrap() {
+        Ok(_) => Some(url),
+        Err(e) if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") => {
+            panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unreachable: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
+            );
+            None
+        }
+    }
+}
+
+fn worker(url: &str) -> Arc<PgStore> {
+    Arc::new(PgStore::connect_with(url, PgOptions { lease: Duration::from_secs(3), ..PgOptions::default() }).unwrap())
+}
+
+/// A session key no other test (or earlier run) uses.
+fn key(name: &str) -> String {
+    format!("{name}-{}-{:08x}", std::process::id(), fastrand_u32())
+}
+
+fn fastrand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+    h.finish() as u32
+}
+
+/// Runs `sql` with `key` as `$1` on a connection of its own (on a thread of its own: the synchronous client may
+/// not run on one that drives async tasks).
+fn admin(url: &str, sql: &'static str, key: &str) {
+    let (url, key) = (url.to_owned(), key.to_owned());
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        assert_eq!(client.execute(sql, &[&key]).unwrap(), 1);
+    })
+    .join()
+    .unwrap();
+}
+
+fn runtime(model: &ScriptedModel, store: Arc<PgStore>, tools: Vec<Arc<dyn Tool>>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).tools(tools).store(store).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moves_between_workers_turn_by_turn_and_each_sees_the_others_turns() {
+    let Some(url) = url() else { return };
+    let k = key("moves");
+    let a = runtime(&ScriptedModel::new([ModelResponse::text("one")]), worker(&url), Vec::new());
+    let b = runtime(&ScriptedModel::new([ModelResponse::text("two")]), worker(&url), Vec::new());
+    let a_session = a.session(&k);
+    assert_eq!(a_session.send("first").unwrap().await.unwrap(), "one");
+    // B opened nothing yet: it reads the session, and its turn continues A's conversation.
+    let b_session = b.session(&k);
+    assert_eq!(b_session.send("second").unwrap().await.unwrap(), "two");
+    let expected = vec![Item::user("first"), Item::assistant("one"), Item::user("second"), Item::assistant("two")];
+    assert_eq!(b_session.history(), expected);
+    // A still holds its old copy in memory; its next turn reads B's turn first (and the turn count with it).
+    let model = ScriptedModel::new([ModelResponse::text("three")]);
+    let a2 = runtime(&model, worker(&url), Vec::new());
+    let a2_session = a2.session(&k);
+    assert_eq!(a2_session.send("third").unwrap().await.unwrap(), "three");
+    assert_eq!(model.requests()[0].history.len(), 5, "the model saw both earlier turns");
+    assert_eq!(a_session.turns(), 1, "A's copy is stale until A starts a turn");
+    let a_model = ScriptedModel::new([ModelResponse::text("four")]);
+    drop(a);
+    let a = runtime(&a_model, worker(&url), Vec::new());
+    let s = a.session(&k);
+    assert_eq!(s.send("fourth").unwrap().await.unwrap(), "four");
+    assert_eq!(s.turns(), 4);
+    assert_eq!(s.history().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_is_refreshed_when_its_worker_starts_the_next_turn() {
+    let Some(url) = url() else { return };
+    let k = key("stale");
+    let model_a = ScriptedModel::new([ModelResponse::text("a1"), ModelResponse::text("a2")]);
+    let a = runtime(&model_a, worker(&url), Vec::new());
+    let b = runtime(&ScriptedModel::new([ModelResponse::text("b1")]), worker(&url), Vec::new());
+    let sa = a.session(&k);
+    sa.send("x").unwrap().await.unwrap();
+    b.session(&k).send("y").unwrap().await.unwrap();
+    assert_eq!(sa.history().len(), 2, "A has not looked yet");
+    sa.send("z").unwrap().await.unwrap();
+    assert_eq!(model_a.requests()[1].history.len(), 5, "A's second turn saw B's turn");
+    assert_eq!(sa.history().len(), 6);
+    assert_eq!(sa.turns(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_messages_for_one_idle_session_through_three_workers_start_one_turn_and_steer_the_rest() {
+    let Some(url) = url() else { return };
+    let k = key("race");
+    let gate = Gate::new();
+    // One checkpoint takes one message: a model answer per message, at most.
+    let mut script = vec![ModelResponse::tool_calls([("c1", "work", json!({}))])];
+    script.extend((0..12).map(|i| ModelResponse::text(format!("answer {i}"))));
+    let model = ScriptedModel::new(script);
+    let workers: Vec<Runtime> =
+        (0..3).map(|_| runtime(&model, worker(&url), vec![gate.tool("work").unwrap()])).collect();
+    let sessions: Vec<Session> = workers.iter().map(|w| w.session(&k)).collect();
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let session = sessions[i % 3].clone();
+        tasks.push(tokio::spawn(async move { (i, session.send_or_steer(format!("message {i}")).unwrap()) }));
+    }
+    let mut started = Vec::new();
+    let mut steered = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            (i, Routed::Started(turn)) => started.push((i, turn)),
+            (_, Routed::Steered(_)) => steered += 1,
+        }
+    }
+    assert_eq!(started.len(), 1, "exactly one turn started");
+    assert_eq!(steered, 11);
+    gate.started().await;
+    gate.release();
+    let (first, turn) = started.pop().unwrap();
+    turn.await.unwrap();
+    // Every message is in the conversation exactly once, after the first (steered ones at the checkpoint, or
+    // queued for the next turn if they came after it).
+    let owner = &sessions[first % 3];
+    while let Some(next) = owner.continue_session().unwrap() {
+        next.await.unwrap();
+    }
+    let history = owner.history();
+    for i in 0..12 {
+        let n = history.iter().filter(|item| **item == Item::user(format!("message {i}"))).count();
+        assert_eq!(n, 1, "message {i} appears {n} times in {history:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_through_worker_b_reaches_the_turn_on_worker_a_at_its_next_checkpoint() {
+    let Some(url) = url() else { return };
+    let k = key("steer");
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("switched to the docs"),
+    ]);
+    let a = runtime(&model, worker(&url), vec![gate.tool("build").unwrap()]);
+    let b = runtime(&ScriptedModel::new([]), worker(&url), vec![Gate::new().tool("build").unwrap()]);
+    let turn = a.session(&k).send("build everything").unwrap();
+    gate.started().await;
+    let Routed::Steered(_) = b.session(&k).send_or_steer("only the docs, please").unwrap() else {
+        panic!("B must steer A's turn, not start its own")
+    };
+    assert!(matches!(b.session(&k).send("direct"), Err(SessionError::BusyElsewhere { .. })));
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "switched to the docs");
+    assert_eq!(gate.runs(), 1, "the rest of the batch was skipped, as for a local steer");
+    let second = model.requests()[1].history.clone();
+    assert_eq!(second.last(), Some(&Item::user("only the docs, please")));
+    let history = a.session(&k).history();
+    assert_eq!(history.iter().filter(|i| **i == Item::user("only the docs, please")).count(), 1);
+    assert!(a.session(&k).queued_messages().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_through_worker_b_cancels_the_turn_on_worker_a() {
+    let Some(url) = url() else { return };
+    let k = key("stop");
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("never asked"),
+    ]);
+    let a = runtime(&model, worker(&url), vec![gate.tool("build").unwrap()]);
+    let b = runtime(&ScriptedModel::new([]), worker(&url), Vec::new());
+    let turn = a.session(&k).send("build").unwrap();
+    gate.started().await;
+    let (_, cancelled) = b.session(&k).stop("stopped through worker B");
+    assert!(cancelled, "B reports the turn it stopped elsewhere");
+    gate.release();
+    let error = turn.await.unwrap_err();
+    assert!(error.to_string().contains("stopped through worker B"), "{error}");
+    assert_eq!((model.calls(), gate.runs()), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_lease_was_taken_stops_at_its_next_checkpoint_and_writes_nothing_more() {
+    let Some(url) = url() else { return };
+    let k = key("lost");
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("never asked"),
+    ]);
+    let store = worker(&url);
+    let a = runtime(&model, store.clone(), vec![gate.tool("build").unwrap()]);
+    let turn = a.session(&k).send("build").unwrap();
+    gate.started().await;
+    let before = store.peek(&k).unwrap().unwrap().snapshot.history.len();
+    // Another worker takes the session (as after A's lease expired).
+    admin(
+        &url,
+        "UPDATE noetic_sessions SET owner = 'usurper', lease_until = now() + interval '1 minute' WHERE key = $1",
+        &k,
+    );
+    // The turn's next commit (after the running tool) is refused, and its next checkpoint stops it.
+    gate.release();
+    assert!(turn.await.is_err(), "the turn stops");
+    assert_eq!(model.calls(), 1, "the model is not asked again");
+    assert_eq!(gate.runs(), 1, "the rest of the batch does not run");
+    assert_eq!(store.peek(&k).unwrap().unwrap().snapshot.history.len(), before, "nothing more written");
+    assert_eq!(store.lease_holder(&k).unwrap().as_deref(), Some("usurper"), "the lease stays with its new holder");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_left_by_a_dead_worker_is_taken_over_without_rerunning_its_completed_tool_call() {
+    let Some(url) = url() else { return };
+    let k = key("takeover");
+    let gate = Gate::new();
+    let quick = Counter::new();
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "quick", json!({})), ("c2", "slow", json!({}))])]);
+    let dead = runtime(&model, worker(&url), vec![quick.tool("quick", json!(1)).unwrap(), gate.tool("slow").unwrap()]);
+    let _turn = dead.session(&k).send("go").unwrap();
+    gate.started().await;
+    // The worker "dies": its lease runs out and nobody renews it.
+    admin(
+        &url,
+        "UPDATE noetic_sessions SET owner = 'dead-worker', lease_until = now() - interval '1 second' WHERE key = $1",
+        &k,
+    );
+    let survivor_store = worker(&url);
+    assert!(survivor_store.orphaned().unwrap().contains(&k), "listed for takeover");
+    let quick2 = Counter::new();
+    let model2 = ScriptedModel::new([ModelResponse::text("recovered")]);
+    let survivor = runtime(
+        &model2,
+        survivor_store.clone(),
+        vec![quick2.tool("quick", json!(2)).unwrap(), Gate::new().tool("slow").unwrap()],
+    );
+    let session = survivor.session(&k);
+    let resumed = session.resume().unwrap().expect("an unfinished turn to resume");
+    assert_eq!(resumed.await.unwrap(), "recovered");
+    assert_eq!((model2.calls(), quick2.count()), (1, 0), "no model call and no completed tool call repeated");
+    let results: Vec<ToolResult> = session
+        .history()
+        .into_iter()
+        .filter_map(|i| match i {
+            Item::ToolResult(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.iter().map(|r| r.call_id.as_str()).collect::<Vec<_>>(), ["c1", "c2"], "one result per call");
+    assert!(!survivor_store.orphaned().unwrap().contains(&k));
+    // The dead worker's tool finishing late changes nothing stored.
+    gate.release();
+    assert_eq!(survivor_store.peek(&k).unwrap().unwrap().snapshot.history, session.history());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_worker_wins_the_lease_of_an_idle_session() {
+    let Some(url) = url() else { return };
+    let k = key("lease");
+    let (a, b) = (worker(&url), worker(&url));
+    assert_eq!(a.begin_turn(&k).unwrap(), TurnLease::Granted { refreshed: None });
+    assert_eq!(b.begin_turn(&k).unwrap(), TurnLease::Elsewhere { owner: a.worker_id().to_owned() });
+    let message = SteerMessage::new("for A's turn");
+    assert!(matches!(b.begin_turn_or_queue(&k, &message).unwrap(), TurnLease::Elsewhere { .. }));
+    // A's turn ends without having reached a checkpoint: the message comes back with the lease's release.
+    assert_eq!(a.end_turn(&k).unwrap(), vec![message]);
+    assert!(matches!(b.begin_turn(&k).unwrap(), TurnLease::Granted { refreshed: Some(_) }));
+    assert_eq!(b.lease_holder(&k).unwrap().as_deref(), Some(b.worker_id()));
+    b.end_turn(&k).unwrap();
+    assert_eq!(b.lease_holder(&k).unwrap(), None);
+}
+
+#[test]
+fn bad_urls_and_unreachable_servers_are_typed_errors_that_say_what_to_do() {
+    let e = PgStore::connect("not a url at all").unwrap_err().to_string();
+    assert!(e.contains("not a PostgreSQL URL"), "{e}");
+    let e = PgStore::connect_with(
+        "postgres://noetic:secret-pw@127.0.0.1:1/noetic",
+        PgOptions { connect_timeout: Duration::from_secs(2), ..PgOptions::default() },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("connecting failed") && e.contains("check that the server is up"), "{e}");
+    assert!(!e.contains("secret-pw"), "the password is never shown: {e}");
+    let Some(url) = url() else { return };
+    let wrong = url.replace("noetic:noetic@", "noetic:wrong@");
+    let e = PgStore::connect(&wrong).unwrap_err().to_string();
+    assert!(e.contains("credentials") || e.contains("password"), "{e}");
+}
+
+#[test]
+fn a_database_from_a_newer_schema_is_refused_and_left_untouched() {
+    let Some(url) = url() else { return };
+    let store = PgStore::connect(&url).unwrap();
+    assert_eq!(store.schema_version().unwrap(), noetic_postgres::SCHEMA_VERSION);
+    // A separate database, so the shared one stays usable by the other tests.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let db = format!("noetic_newer_{}", std::process::id());
+    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db}"));
+    admin.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let other_url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
+    let mut other = postgres::Client::connect(&other_url, postgres::NoTls).unwrap();
+    other
+        .batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (99)")
+        .unwrap();
+    let e = PgStore::connect(&other_url).unwrap_err().to_string();
+    assert!(e.contains("version 99") && e.contains("nothing was changed"), "{e}");
+    let tables: i64 = other
+        .query_one("SELECT COUNT(*) FROM information_schema.tables WHERE table_name LIKE 'noetic_%'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1, "only the version table");
+    drop(other);
+    admin.batch_execute(&format!("DROP DATABASE {db}")).unwrap();
+}
