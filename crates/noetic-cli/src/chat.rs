@@ -100,7 +100,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         max_iterations: None,
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
-        store: crate::sessions::open(&args.store, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>),
+        store: crate::sessions::open(&args.store, defaults)?.map(|s| s.shared()),
         tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,

@@ -115,8 +115,9 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         approver: Some(approve::at_terminal(steer_to.clone())),
         store: match &args.session {
             Some(_) => {
-                let store_args = crate::sessions::StoreArgs { db: args.db.clone(), no_store: false };
-                crate::sessions::open(&store_args, defaults)?.map(|s| s as Arc<dyn noetic::agent::SessionStore>)
+                let store_args =
+                    crate::sessions::StoreArgs { db: args.db.clone(), ..crate::sessions::StoreArgs::default() };
+                crate::sessions::open(&store_args, defaults)?.map(|s| s.shared())
             }
             None => None,
         },

@@ -64,7 +64,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     let approvals = Approvals::new(Duration::from_secs(args.approval_timeout));
     let timeout = args.agent.timeout(defaults)?;
     let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
-        Some(store) => store,
+        Some(store) => store.shared(),
         None => Arc::new(MemoryStore::default()),
     };
     let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;

@@ -1,13 +1,16 @@
-//! Sessions on disk: where the database is (`--db`, `db` in noetic.toml, the user's data directory), and the
-//! `noetic sessions` command (list, show, rm).
+//! Where sessions are kept: an SQLite file (`--db FILE`, `db` in noetic.toml, the user's data directory) or a
+//! PostgreSQL database several workers share (`--db postgres://…`), and the `noetic sessions` command (list, show,
+//! rm, steer, stop).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use noetic::agent::{SessionStore, SessionSummary};
+use noetic::NoeticError;
+use noetic::agent::{SessionStore, SessionSummary, StoredSession};
 use noetic::model::Item;
+use noetic_postgres::{PgOptions, PgStore};
 use noetic_sqlite::SqliteStore;
 
 use crate::config::Defaults;
@@ -15,15 +18,83 @@ use crate::output::outln;
 use crate::render;
 
 /// Where sessions are kept.
-#[derive(Args, Clone, Debug, Default)]
+#[derive(Args, Clone, Debug)]
 pub struct StoreArgs {
-    /// The session database (default: `db` in noetic.toml, else $XDG_DATA_HOME/noetic/noetic.db, else
+    /// The session database: an SQLite file, or a PostgreSQL URL (postgres://user:password@host:port/db) that
+    /// several workers share (default: `db` in noetic.toml, else $XDG_DATA_HOME/noetic/noetic.db, else
     /// ~/.local/share/noetic/noetic.db).
-    #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
+    #[arg(long, value_name = "FILE|URL", conflicts_with = "no_store")]
     pub db: Option<PathBuf>,
     /// Keep the session in memory only: nothing is written, nothing can be continued later.
     #[arg(long)]
     pub no_store: bool,
+    /// With a PostgreSQL database: how long a worker's hold on a running turn lasts without renewal, so how soon
+    /// another worker takes over the turns of one that died.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = lease_seconds)]
+    pub lease: f64,
+}
+
+impl Default for StoreArgs {
+    fn default() -> Self {
+        StoreArgs { db: None, no_store: false, lease: 15.0 }
+    }
+}
+
+fn lease_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.3..=3600.0).contains(&secs) => Ok(secs),
+        _ => Err(format!("'{text}' is not a lease time: give seconds between 0.3 and 3600")),
+    }
+}
+
+/// An open session store.
+#[derive(Clone, Debug)]
+pub enum Store {
+    /// An SQLite file.
+    Sqlite(Arc<SqliteStore>),
+    /// A PostgreSQL database several workers share.
+    Postgres(Arc<PgStore>),
+}
+
+impl Store {
+    /// The store, for a runtime.
+    pub fn shared(&self) -> Arc<dyn SessionStore> {
+        match self {
+            Store::Sqlite(s) => s.clone(),
+            Store::Postgres(s) => s.clone(),
+        }
+    }
+
+    /// Reads a session without taking it.
+    pub fn peek(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
+        match self {
+            Store::Sqlite(s) => s.peek(key),
+            Store::Postgres(s) => s.peek(key),
+        }
+    }
+
+    /// Where it is (a path, or a URL without its password).
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.path().display().to_string(),
+            Store::Postgres(s) => s.target().to_owned(),
+        }
+    }
+}
+
+/// True for a `postgres://` or `postgresql://` URL.
+pub fn is_postgres(db: &std::path::Path) -> bool {
+    db.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// Opens the store at `db` (a file or a PostgreSQL URL).
+pub fn open_at(db: &std::path::Path, lease: f64) -> Result<Store, NoeticError> {
+    if is_postgres(db) {
+        let url = db.to_str().unwrap_or_default();
+        let options = PgOptions { lease: std::time::Duration::from_secs_f64(lease), ..PgOptions::default() };
+        return PgStore::connect_with(url, options).map(|s| Store::Postgres(Arc::new(s)));
+    }
+    SqliteStore::open(db).map(|s| Store::Sqlite(Arc::new(s)))
 }
 
 /// The database file: the flag, else noetic.toml's `db`, else the user's data directory.
@@ -40,12 +111,12 @@ pub fn db_path(args: &StoreArgs, defaults: &Defaults) -> Result<PathBuf, String>
 }
 
 /// The store, unless `--no-store`.
-pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Arc<SqliteStore>>, String> {
+pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, String> {
     if args.no_store {
         return Ok(None);
     }
     let path = db_path(args, defaults)?;
-    SqliteStore::open(&path).map(|store| Some(Arc::new(store))).map_err(|e| e.to_string())
+    open_at(&path, args.lease).map(Some).map_err(|e| e.to_string())
 }
 
 /// A fresh session name: the command, the time (UTC) and a random suffix (`chat-20261124-093015-k3x9`).
@@ -60,8 +131,8 @@ pub fn new_name(prefix: &str) -> String {
 /// `noetic sessions`.
 #[derive(Args, Debug)]
 pub struct SessionsArgs {
-    /// The session database (as for chat).
-    #[arg(long, value_name = "FILE", global = true)]
+    /// The session database (as for chat): a file or a postgres:// URL.
+    #[arg(long, value_name = "FILE|URL", global = true)]
     db: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<SessionsCommand>,
@@ -99,21 +170,23 @@ enum SessionsCommand {
 
 /// Runs `noetic sessions`.
 pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
-    let path = db_path(&StoreArgs { db: args.db, no_store: false }, defaults)?;
+    let path = db_path(&StoreArgs { db: args.db, ..StoreArgs::default() }, defaults)?;
     let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
-    if !path.exists() && !writes {
+    if !is_postgres(&path) && !path.exists() && !writes {
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
     }
-    let store = SqliteStore::open(&path)?;
+    let opened = open_at(&path, 15.0)?;
+    let store = opened.shared();
+    let path = opened.describe();
     match args.command.unwrap_or(SessionsCommand::List) {
         SessionsCommand::List => list(&store.list()?, &path),
         SessionsCommand::Show { key } => {
-            let Some(stored) = store.peek(&key)? else {
+            let Some(stored) = opened.peek(&key)? else {
                 return Err(format!(
                     "no session '{}' in {}; `noetic sessions` lists them",
                     render::visible(&key),
-                    path.display()
+                    path
                 )
                 .into());
             };
@@ -155,14 +228,14 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
             if store.request_stop(&key, "stopped with noetic sessions stop")? {
                 outln!("asked session {} to stop; its queue is cleared", render::visible(&key));
             } else {
-                return Err(format!("no session '{}' in {}", render::visible(&key), path.display()).into());
+                return Err(format!("no session '{}' in {}", render::visible(&key), path).into());
             }
         }
         SessionsCommand::Rm { key } => {
             if store.delete(&key)? {
                 outln!("deleted session {}", render::visible(&key));
             } else {
-                return Err(format!("no session '{}' in {}", render::visible(&key), path.display()).into());
+                return Err(format!("no session '{}' in {}", render::visible(&key), path).into());
             }
         }
     }
@@ -174,9 +247,9 @@ fn transcript_line(item: &Item) -> String {
     render::visible(&item.to_string())
 }
 
-fn list(sessions: &[SessionSummary], path: &std::path::Path) {
+fn list(sessions: &[SessionSummary], path: &str) {
     if sessions.is_empty() {
-        outln!("no sessions in {}", path.display());
+        outln!("no sessions in {path}");
         return;
     }
     outln!("{:<34} {:>5} {:>6} {:>6}  {:<10}  last activity", "session", "turns", "items", "queued", "unfinished");
@@ -219,7 +292,7 @@ mod tests {
     #[test]
     fn the_database_defaults_to_the_users_data_directory_and_the_flag_wins() {
         let defaults = Defaults::default();
-        let flag = StoreArgs { db: Some(PathBuf::from("/tmp/x.db")), no_store: false };
+        let flag = StoreArgs { db: Some(PathBuf::from("/tmp/x.db")), ..StoreArgs::default() };
         assert_eq!(db_path(&flag, &defaults).unwrap(), PathBuf::from("/tmp/x.db"));
         let path = db_path(&StoreArgs::default(), &defaults).unwrap();
         assert!(path.ends_with("noetic/noetic.db"), "{}", path.display());

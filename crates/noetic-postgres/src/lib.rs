@@ -101,8 +101,50 @@ impl Default for PgOptions {
     }
 }
 
-/// One job for a connection thread: it gets the connection, or why there is none.
-type Job = Box<dyn FnOnce(Result<&mut Conn, NoeticError>) + Send>;
+/// One job for a connection thread, given its connection slot.
+type Job = Box<dyn FnOnce(&mut Slot<'_>) + Send>;
+
+/// A connection thread's connection: made on first use and again after it dropped.
+struct Slot<'a> {
+    shared: &'a Shared,
+    conn: Option<Conn>,
+}
+
+impl Slot<'_> {
+    fn get(&mut self) -> Result<&mut Conn, NoeticError> {
+        if self.conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let client = self.shared.connect()?;
+            self.conn = Some(Conn { client, statements: HashMap::new() });
+        }
+        self.conn.as_mut().ok_or_else(|| NoeticError::other("no database connection"))
+    }
+
+    /// Runs `f` on the connection; when the connection turns out to have dropped before `f` could change anything
+    /// (the server restarted, the network cut it), once more on a new one.
+    fn run<T>(&mut self, f: &mut impl FnMut(&mut Conn) -> Result<T, Fail>) -> Result<T, Fail> {
+        let first = f(self.get()?);
+        match first {
+            Err(Fail::Db(e)) if connection_lost(&e) => {
+                tracing::info!(error = %e, "a database connection dropped; reconnecting");
+                self.conn = None;
+                f(self.get()?)
+            }
+            other => other,
+        }
+    }
+}
+
+/// True when `e` says the connection is gone (closed, or ended by the server) rather than that a statement failed.
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || e.code().is_some_and(|c| {
+            let code = c.code();
+            code.starts_with("08") || code.starts_with("57P")
+        })
+}
 
 /// A connection with its prepared statements.
 struct Conn {
@@ -148,7 +190,7 @@ impl Conn {
         self.client.batch_execute("BEGIN")?;
         match f(self) {
             Ok(value) => {
-                self.client.batch_execute("COMMIT")?;
+                self.client.batch_execute("COMMIT").map_err(Fail::CommitUnknown)?;
                 Ok(value)
             }
             Err(e) => {
@@ -161,10 +203,12 @@ impl Conn {
     }
 }
 
-/// Why a query failed: the database, or the store's own check (already a message for the user).
+/// Why a query failed: the database, the store's own check (already a message for the user), or a `COMMIT`
+/// whose answer never came (it may or may not have taken effect: never retried).
 enum Fail {
     Db(postgres::Error),
     Store(NoeticError),
+    CommitUnknown(postgres::Error),
 }
 
 impl From<postgres::Error> for Fail {
@@ -265,6 +309,11 @@ impl Shared {
         match fail {
             Fail::Db(e) => self.db_error(doing, &e),
             Fail::Store(e) => e,
+            Fail::CommitUnknown(e) => NoeticError::other(format!(
+                "session store {}: {doing} failed while committing: {e}; whether it took effect is unknown (the \
+                 session is read again before its next turn)",
+                self.target
+            )),
         }
     }
 
@@ -313,13 +362,16 @@ impl PgStore {
             ))
         })?;
         config.connect_timeout(options.connect_timeout);
-        config.application_name("noetic");
+
         if options.lease < Duration::from_millis(300) || options.connections == 0 {
             return Err(NoeticError::other(
                 "a PostgreSQL store needs a lease of at least 300 ms and at least one connection",
             ));
         }
         let worker = format!("{}:{}:{:04x}", hostname(), std::process::id(), fastrand::u16(..));
+        // Operators see which worker a connection belongs to (`pg_stat_activity.application_name`).
+        let name: String = format!("noetic {worker}").chars().take(63).collect();
+        config.application_name(&name);
         let shared = Arc::new(Shared {
             target: describe(&config),
             config,
@@ -428,15 +480,12 @@ impl PgStore {
     fn run<T: Send + 'static>(
         &self,
         doing: &'static str,
-        f: impl FnOnce(&mut Conn) -> Result<T, Fail> + Send + 'static,
+        mut f: impl FnMut(&mut Conn) -> Result<T, Fail> + Send + 'static,
     ) -> Result<T, NoeticError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let shared = self.shared.clone();
-        let job: Job = Box::new(move |conn| {
-            let result = match conn {
-                Ok(conn) => f(conn).map_err(|fail| shared.fail(doing, fail)),
-                Err(e) => Err(e),
-            };
+        let job: Job = Box::new(move |slot| {
+            let result = slot.run(&mut f).map_err(|fail| shared.fail(doing, fail));
             let _ = tx.send(result);
         });
         let sent = match &*lock(&self.jobs) {
@@ -463,28 +512,14 @@ impl Drop for PgStore {
     }
 }
 
-fn connection_thread(shared: &Shared, jobs: &Mutex<Receiver<Job>>, mut conn: Option<Client>) {
-    let mut conn = conn.take().map(|client| Conn { client, statements: HashMap::new() });
+fn connection_thread(shared: &Shared, jobs: &Mutex<Receiver<Job>>, client: Option<Client>) {
+    let mut slot = Slot { shared, conn: client.map(|client| Conn { client, statements: HashMap::new() }) };
     loop {
         let job = match lock(jobs).recv() {
             Ok(job) => job,
             Err(_) => return,
         };
-        if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
-            conn = None;
-        }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(client) => conn = Some(Conn { client, statements: HashMap::new() }),
-                Err(e) => {
-                    job(Err(e));
-                    continue;
-                }
-            }
-        }
-        if let Some(c) = conn.as_mut() {
-            job(Ok(c));
-        }
+        job(&mut slot);
     }
 }
 
@@ -557,16 +592,17 @@ fn heartbeat_thread(shared: &Arc<Shared>, jobs: &SyncSender<Job>) {
         let (tx, rx) = mpsc::sync_channel(1);
         let (worker, lease_ms) = (shared.worker.clone(), millis(shared.options.lease));
         let asked = keys.clone();
-        let job: Job = Box::new(move |conn| {
-            let result = conn.map_err(|_| ()).and_then(|conn| {
-                conn.query(
-                    "UPDATE noetic_sessions SET lease_until = now() + $2::float8 * interval '1 millisecond'
-                     WHERE owner = $1 AND key = ANY($3) RETURNING key",
-                    &[&worker, &lease_ms, &asked],
-                )
+        let job: Job = Box::new(move |slot| {
+            let result = slot
+                .run(&mut |conn: &mut Conn| {
+                    conn.query(
+                        "UPDATE noetic_sessions SET lease_until = now() + $2::float8 * interval '1 millisecond'
+                         WHERE owner = $1 AND key = ANY($3) RETURNING key",
+                        &[&worker, &lease_ms, &asked],
+                    )
+                })
                 .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect::<HashSet<String>>())
-                .map_err(|_| ())
-            });
+                .map_err(|_| ());
             let _ = tx.send(result);
         });
         if jobs.send(job).is_err() {

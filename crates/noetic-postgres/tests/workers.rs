@@ -342,3 +342,49 @@ fn a_database_from_a_newer_schema_is_refused_and_left_untouched() {
     drop(other);
     admin.batch_execute(&format!("DROP DATABASE {db}")).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_drops_mid_turn_are_made_again_and_nothing_is_lost_or_repeated() {
+    let Some(url) = url() else { return };
+    let k = key("dropped");
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({}))]),
+        ModelResponse::text("built"),
+        ModelResponse::text("still here"),
+    ]);
+    let store = worker(&url);
+    let a = runtime(&model, store.clone(), vec![gate.tool("build").unwrap()]);
+    let session = a.session(&k);
+    let turn = session.send("build").unwrap();
+    gate.started().await;
+    // The server drops every connection of this worker (as a restart or a network cut would).
+    let (admin_url, name) = (url.clone(), format!("noetic {}", store.worker_id()));
+    let dropped = std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        client
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name.chars().take(63).collect::<String>()],
+            )
+            .unwrap()
+            .len()
+    })
+    .join()
+    .unwrap();
+    assert!(dropped >= 2, "the pool's and the listener's connections were dropped ({dropped})");
+    gate.release();
+    // A connection found dropped before its transaction changed anything is made again and the transaction run on
+    // it; were the turn to fail anyway, it must be with a typed store error.
+    if let Err(e) = turn.await {
+        let text = e.to_string();
+        assert!(text.contains("session store postgres://") && text.contains("failed"), "{text}");
+    }
+    assert_eq!(gate.runs(), 1, "the tool ran once");
+    // Reconnected: the next turn works, and what is stored has every item once.
+    assert_eq!(session.send("again").unwrap().await.unwrap(), "still here");
+    let stored = store.peek(&k).unwrap().unwrap().snapshot.history;
+    assert_eq!(stored, session.history());
+    let results = stored.iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
+    assert_eq!(results, 1, "one result for the one call: {stored:?}");
+}

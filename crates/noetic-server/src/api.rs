@@ -91,6 +91,38 @@ pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
     });
 }
 
+/// Every `every`, resumes the turns dead workers left (SPEC 6: a store several workers share lists them once their
+/// lease expired). Several workers may try the same session: its lease lets exactly one resume it.
+pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) {
+    let Some(store) = state.runtime.store().cloned() else { return };
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if state.shutdown.is_cancelled() {
+            return;
+        }
+        let orphaned = match store.orphaned() {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for turns left by dead workers");
+                continue;
+            }
+        };
+        for key in orphaned {
+            let Ok(session) = state.runtime.try_session(&key) else { continue };
+            match session.resume() {
+                Ok(Some(turn)) => {
+                    tracing::info!(session = %key, turn = turn.number(), "took over a turn a dead worker left");
+                    run_turn(&state, session, turn);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(session = %key, error = %e, "not taken over (another worker may have it)"),
+            }
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MessageBody {

@@ -68,6 +68,10 @@ pub struct ServerConfig {
     pub max_message_chars: usize,
     /// How long a shutdown waits for running turns before the process leaves them to be resumed.
     pub shutdown_grace: Duration,
+    /// How often the server looks for turns a dead worker left (a store several workers share lists them once
+    /// their lease expired: [`SessionStore::orphaned`](noetic::agent::SessionStore::orphaned)) and resumes them;
+    /// `None` never.
+    pub takeover_every: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             max_body_bytes: 256 * 1024,
             max_message_chars: 32 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            takeover_every: Some(Duration::from_secs(2)),
         }
     }
 }
@@ -171,8 +176,13 @@ impl Server {
                 }
             }
         };
-        axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+        let takeover = state.config.takeover_every.map(|every| tokio::spawn(api::take_over(state.clone(), every)));
+        let served = axum::serve(listener, app).with_graceful_shutdown(signal).await;
         stop.cancel();
+        if let Some(takeover) = takeover {
+            takeover.abort();
+        }
+        served?;
         state.turns.close();
         if tokio::time::timeout(state.config.shutdown_grace, state.turns.wait()).await.is_err() {
             tracing::warn!(

@@ -281,11 +281,23 @@ pub(crate) struct SessionQueue {
 }
 
 impl SessionQueue {
-    pub(crate) fn push(&self, session: &str, text: String, capacity: usize) -> Result<SteerMessage, SteerError> {
+    /// Makes the message `text` would become if queued now (not empty, room left), without queueing it: a
+    /// session writes it to its store first, so a turn can never take (and inject) a message the store does not
+    /// hold yet — its removal would come before its insertion and leave it queued there forever.
+    pub(crate) fn admit(&self, session: &str, text: String, capacity: usize) -> Result<SteerMessage, SteerError> {
         if text.trim().is_empty() {
             return Err(SteerError::Empty);
         }
-        push_into(lock(&self.messages).get_or_insert_default(), session, text, capacity)
+        let capacity = capacity.max(1);
+        if self.len() >= capacity {
+            return Err(SteerError::QueueFull { session: session.to_owned(), capacity });
+        }
+        Ok(SteerMessage { id: MessageId::new(), text, accepted_at: SystemTime::now() })
+    }
+
+    /// Queues a message [`SessionQueue::admit`] made, at the tail.
+    pub(crate) fn push_admitted(&self, message: SteerMessage) {
+        lock(&self.messages).get_or_insert_default().push_back(message);
     }
 
     pub(crate) fn take(&self, mode: SteeringMode) -> Vec<SteerMessage> {
@@ -313,13 +325,6 @@ impl SessionQueue {
                     queue.push_back(message);
                 }
             }
-        }
-    }
-
-    /// Removes the message with this id (one the store refused).
-    pub(crate) fn remove(&self, id: MessageId) {
-        if let Some(q) = lock(&self.messages).as_deref_mut() {
-            q.retain(|m| m.id != id);
         }
     }
 

@@ -919,12 +919,16 @@ fn enqueue(state: &SessionState, conversation: &Conversation, text: String) -> R
     if let Some(message) = &state.unavailable {
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
-    let mut result = state.queue.push(&state.key, text, state.settings.capacity());
+    // Admitted under the conversation lock (every enqueue holds it, so the capacity check holds), durable first,
+    // then visible to the turn.
+    let mut result = state.queue.admit(&state.key, text, state.settings.capacity());
     if let (Ok(message), Some(store)) = (&result, state.store())
         && let Err(e) = store.push_message(&state.key, message)
     {
-        state.queue.remove(message.id);
         result = Err(SteerError::Store { session: state.key.to_string(), message: e.to_string() });
+    }
+    if let Ok(message) = &result {
+        state.queue.push_admitted(message.clone());
     }
     if let Some(span) = span.filter(|s| !s.is_disabled()) {
         match &result {

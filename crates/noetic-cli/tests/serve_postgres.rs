@@ -1,0 +1,414 @@
+//! Several `noetic serve` worker processes on one PostgreSQL database, as users run them behind a load balancer:
+//! claim races through different workers, steering and stopping a turn through a worker that does not run it, and
+//! kill -9 of the worker running a turn — another worker takes the turn over and finishes it, with no completed
+//! tool call re-run, no steering message lost or shown twice, and exactly one result per tool call id.
+//!
+//! Needs a server (`scripts/postgres.sh setup && scripts/postgres.sh start`; URL from `NOETIC_POSTGRES_URL`).
+//! Without one the tests say so and pass, unless `NOETIC_E2E_REQUIRED=1` (as in CI).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::noetic;
+use noetic::model::Item;
+use serde_json::{Value, json};
+
+const DEFAULT_URL: &str = "postgres://noetic:noetic@127.0.0.1:54329/noetic";
+
+fn database() -> Option<String> {
+    let url = std::env::var("NOETIC_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let probe = url.clone();
+    match std::thread::spawn(move || postgres::Client::connect(&probe, postgres::NoTls).map(drop)).join().unwrap() {
+        Ok(()) => Some(url),
+        Err(e) => common::skip(&format!(
+            "no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
+        )),
+    }
+}
+
+/// A database of one test's own: the workers of tests running side by side would otherwise take over each other's
+/// orphaned turns (as they should in production) with their own scripts and workspaces. Dropped with the guard.
+struct Database {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    fn new(url: &str, tag: &str) -> Database {
+        let name = format!("noetic_t_{tag}_{}", std::process::id());
+        let (admin, statement_name) = (url.to_owned(), name.clone());
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+            client.batch_execute(&format!("DROP DATABASE IF EXISTS {statement_name} WITH (FORCE)")).unwrap();
+            client.batch_execute(&format!("CREATE DATABASE {statement_name}")).unwrap();
+        })
+        .join()
+        .unwrap();
+        let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+        Database { admin: url.to_owned(), url: format!("{base}/{name}"), name }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut client) = postgres::Client::connect(&admin, postgres::NoTls) {
+                let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            }
+        })
+        .join();
+    }
+}
+
+/// A workflow whose first answer runs three commands (each needs approval, answered over the API), then answers
+/// every later round with text.
+const WORKFLOW: &str = r#"
+instructions = "You run commands."
+model = "scripted"
+tools = ["run_command"]
+max_rounds = 30
+max_iterations = 30
+
+[[scripted.response]]
+text = "Running three commands."
+tool_calls = [
+  { id = "c1", name = "run_command", args = { command = "echo c1 >> runs.txt; for i in $(seq 1 600); do [ -e release ] && break; sleep 0.05; done; echo c1-end >> runs.txt" } },
+  { id = "c2", name = "run_command", args = { command = "echo c2 >> runs.txt" } },
+  { id = "c3", name = "run_command", args = { command = "echo c3 >> runs.txt" } },
+]
+"#;
+
+/// The workflow, or (`answers_only`) one whose scripted model only answers with text: a worker that takes a turn
+/// over never asks for the journaled response again, so its script starts after it (each process has its own
+/// script, counted from its first call).
+fn workflow_file(dir: &Path, answers_only: bool) -> std::path::PathBuf {
+    let mut text = if answers_only {
+        WORKFLOW.split("[[scripted.response]]").next().unwrap_or_default().to_owned()
+    } else {
+        WORKFLOW.to_owned()
+    };
+    for i in 0..30 {
+        text.push_str(&format!("\n[[scripted.response]]\ntext = \"answer {i}\"\n"));
+    }
+    let path = dir.join(if answers_only { "answers.toml" } else { "workflow.toml" });
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn workflow(dir: &Path) -> std::path::PathBuf {
+    workflow_file(dir, false)
+}
+
+/// One `noetic serve` worker.
+struct Worker {
+    child: Child,
+    base: String,
+}
+
+impl Worker {
+    fn start(url: &str, workflow: &Path, workspace: &Path) -> Worker {
+        let mut child = noetic()
+            .args(["serve", "--bind", "127.0.0.1:0", "--lease", "2", "--workflow"])
+            .arg(workflow)
+            .arg("--workspace")
+            .arg(workspace)
+            .args(["--db", url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(if std::env::var_os("NOETIC_TEST_WORKER_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = loop {
+            let line = lines.next().expect("serve printed its address before exiting").unwrap();
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Worker { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
+    let response = client.post(url).json(&body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Waits (30 s at most) until `worker` has an approval pending for `call` in `session`, and answers it.
+async fn approve_on(client: &reqwest::Client, worker: &Worker, session: &str, call: &str, approve: bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pending: Value = client
+            .get(worker.url(&format!("/api/approvals?session={session}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call));
+        if found {
+            let body = json!({ "approve": approve, "session": session, "reason": "not this one" });
+            let (status, _) = post(client, worker.url(&format!("/api/approvals/{call}")), body).await;
+            assert_eq!(status, 200);
+            return;
+        }
+        assert!(Instant::now() < deadline, "no approval for {call} on {} within 30 s", worker.base);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Which worker (index) has an approval pending for `call` in `session`, waiting up to 30 s.
+async fn who_asks(client: &reqwest::Client, workers: &[Worker], session: &str, call: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for (i, w) in workers.iter().enumerate() {
+            let pending: Value = match client.get(w.url(&format!("/api/approvals?session={session}"))).send().await {
+                Ok(r) => r.json().await.unwrap_or(Value::Null),
+                Err(_) => continue,
+            };
+            if pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call)) {
+                return i;
+            }
+        }
+        assert!(Instant::now() < deadline, "no worker asks for {call} within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The session as stored, once no turn holds it and nothing is queued (30 s at most).
+async fn settled(url: &str, key: &str) -> noetic::agent::StoredSession {
+    let store = noetic_postgres::PgStore::connect(url).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = store.peek(key).unwrap();
+        let holder = store.lease_holder(key).unwrap();
+        if let Some(stored) = stored
+            && holder.is_none()
+            && stored.unfinished.is_none()
+            && stored.snapshot.queued.is_empty()
+        {
+            return stored;
+        }
+        assert!(Instant::now() < deadline, "session {key} did not settle within 30 s (lease: {holder:?})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn unique_key(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+fn tool_results(history: &[Item]) -> Vec<(String, String)> {
+    history
+        .iter()
+        .filter_map(|i| match i {
+            Item::ToolResult(r) => Some((r.call_id.clone(), r.content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_for_one_idle_session_through_three_workers_start_one_turn_and_every_other_one_steers_it() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "race");
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let flow = workflow(dir.path());
+    let workers: Vec<Worker> = (0..3).map(|_| Worker::start(&url, &flow, &workspace)).collect();
+    let client = reqwest::Client::new();
+    let k = unique_key("race");
+    let posts = (0..9).map(|i| {
+        let (client, target) = (client.clone(), workers[i % 3].url(&format!("/api/sessions/{k}/messages")));
+        async move { post(&client, target, json!({ "text": format!("message {i}") })).await }
+    });
+    let answers = futures::future::join_all(posts).await;
+    let started = answers.iter().filter(|(_, a)| a["routed"] == "started").count();
+    let steered = answers.iter().filter(|(_, a)| a["routed"] == "steered").count();
+    assert!(answers.iter().all(|(status, _)| *status == 202), "{answers:?}");
+    assert_eq!((started, steered), (1, 8), "{answers:?}");
+    // The turn runs on one worker: approve its first command there, decline the others.
+    let owner = who_asks(&client, &workers, &k, "c1").await;
+    approve_on(&client, &workers[owner], &k, "c1", true).await;
+    let stored = settled(&url, &k).await;
+    for i in 0..9 {
+        let n = stored.snapshot.history.iter().filter(|item| **item == Item::user(format!("message {i}"))).count();
+        assert_eq!(n, 1, "message {i} is in the conversation {n} times");
+    }
+    let results = tool_results(&stored.snapshot.history);
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["c1", "c2", "c3"], "one result per call (the rest of the batch skipped by the steering)");
+    let runs = std::fs::read_to_string(workspace.join("runs.txt")).unwrap();
+    assert_eq!(runs, "c1\nc1-end\n", "only the first command ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_and_a_stop_through_a_worker_that_does_not_run_the_turn_reach_it() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "steer");
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let flow = workflow(dir.path());
+    let workers: Vec<Worker> = (0..2).map(|_| Worker::start(&url, &flow, &workspace)).collect();
+    let client = reqwest::Client::new();
+
+    // Steering: the turn starts on worker 0; a message through worker 1 lands at its next checkpoint.
+    let k = unique_key("steer");
+    let (_, started) =
+        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+    assert_eq!(started["routed"], "started");
+    approve_on(&client, &workers[0], &k, "c1", true).await;
+    let (_, steered) =
+        post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": "stop after this one"}))
+            .await;
+    assert_eq!(steered["routed"], "steered", "{steered}");
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let stored = settled(&url, &k).await;
+    let history = &stored.snapshot.history;
+    assert_eq!(history.iter().filter(|i| **i == Item::user("stop after this one")).count(), 1);
+    let results = tool_results(history);
+    assert!(results[1].1.contains("Skipped") && results[2].1.contains("Skipped"), "{results:?}");
+    assert_eq!(std::fs::read_to_string(workspace.join("runs.txt")).unwrap(), "c1\nc1-end\n");
+
+    // Stopping: the turn runs on worker 1; a stop through worker 0 cancels it at its next checkpoint.
+    std::fs::remove_file(workspace.join("release")).unwrap();
+    std::fs::remove_file(workspace.join("runs.txt")).unwrap();
+    let k = unique_key("stop");
+    let (_, started) =
+        post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+    assert_eq!(started["routed"], "started");
+    approve_on(&client, &workers[1], &k, "c1", true).await;
+    let (status, stopped) = post(&client, workers[0].url(&format!("/api/sessions/{k}/stop")), json!({})).await;
+    assert_eq!((status, stopped["cancelled"].clone()), (200, json!(true)), "{stopped}");
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let stored = settled(&url, &k).await;
+    assert_eq!(std::fs::read_to_string(workspace.join("runs.txt")).unwrap(), "c1\nc1-end\n", "nothing after the stop");
+    let results = tool_results(&stored.snapshot.history);
+    assert_eq!(results.len(), 3, "every call has a result: {results:?}");
+    let skipped = |r: &(String, String)| {
+        let text = r.1.to_lowercase();
+        text.contains("stopped") || text.contains("cancel") || text.contains("skipped")
+    };
+    assert!(skipped(&results[1]) && skipped(&results[2]), "{results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_worker_running_a_turn_is_killed_another_takes_it_over_and_finishes_it() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "takeover");
+    let url = db.url.clone();
+    // Kill points: while the first command waits for its approval, while it runs, while the second waits.
+    for kill_point in ["c1 asked", "c1 running", "c2 asked"] {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir(&workspace).unwrap();
+        let (flow, answers) = (workflow(dir.path()), workflow_file(dir.path(), true));
+        let mut workers = vec![Worker::start(&url, &flow, &workspace), Worker::start(&url, &answers, &workspace)];
+        let client = reqwest::Client::new();
+        let k = unique_key("takeover");
+        let (_, started) =
+            post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+        assert_eq!(started["routed"], "started");
+        let who = who_asks(&client, &workers, &k, "c1").await;
+        assert_eq!(who, 0);
+        if kill_point != "c1 asked" {
+            approve_on(&client, &workers[0], &k, "c1", true).await;
+            // c1 has started when its first line is written.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !std::fs::read_to_string(workspace.join("runs.txt")).is_ok_and(|r| r.starts_with("c1")) {
+                assert!(Instant::now() < deadline, "c1 did not start");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        if kill_point == "c2 asked" {
+            std::fs::write(workspace.join("release"), "").unwrap();
+            let _ = who_asks(&client, &workers[..1], &k, "c2").await;
+        }
+        // A steering message queued before the kill must survive it, and be shown once.
+        let (_, steered) =
+            post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": "keep going"})).await;
+        assert_eq!(steered["routed"], "steered", "{kill_point}: {steered}");
+        let killed_at = Instant::now();
+        workers[0].kill9();
+        std::fs::write(workspace.join("release"), "").unwrap();
+        // Worker 1 takes the turn over once the lease (2 s) expired; what waits for approval there is answered.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stored = loop {
+            for call in ["c2", "c3"] {
+                let pending: Value = client
+                    .get(workers[1].url(&format!("/api/approvals?session={k}")))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                if pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call)) {
+                    approve_on(&client, &workers[1], &k, call, false).await;
+                }
+            }
+            let store = noetic_postgres::PgStore::connect(&url).unwrap();
+            let stored = store.peek(&k).unwrap().unwrap();
+            if stored.unfinished.is_none() && store.lease_holder(&k).unwrap().is_none() {
+                break stored;
+            }
+            assert!(Instant::now() < deadline, "{kill_point}: not taken over within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!("{kill_point}: taken over and finished {} ms after kill -9", killed_at.elapsed().as_millis());
+        let history = &stored.snapshot.history;
+        let results = tool_results(history);
+        let mut ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), results.len(), "{kill_point}: one result per call id: {results:?}");
+        assert_eq!(ids, ["c1", "c2", "c3"], "{kill_point}: every call has its result: {results:?}");
+        let runs = std::fs::read_to_string(workspace.join("runs.txt")).unwrap_or_default();
+        assert!(runs.matches("c1\n").count() <= 1, "{kill_point}: c1 never re-run: {runs}");
+        assert!(!runs.contains("c2\n") || kill_point == "c2 asked", "{kill_point}: {runs}");
+        let shown = history.iter().filter(|i| **i == Item::user("keep going")).count()
+            + stored.snapshot.queued.iter().filter(|m| m.text == "keep going").count();
+        assert_eq!(shown, 1, "{kill_point}: the steering message survives the kill, once");
+        assert!(
+            matches!(history.last(), Some(Item::Message { role: noetic::model::Role::Assistant, .. })),
+            "{kill_point}: the turn finished with an answer: {:?}",
+            history.last()
+        );
+    }
+}
