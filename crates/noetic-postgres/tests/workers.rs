@@ -388,3 +388,107 @@ async fn connections_the_server_drops_mid_turn_are_made_again_and_nothing_is_los
     let results = stored.iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
     assert_eq!(results, 1, "one result for the one call: {stored:?}");
 }
+
+/// A TCP proxy to the database that a test can cut (every connection through it closed, new ones refused) and
+/// restore: a network partition between one worker and the database.
+struct Partition {
+    port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Partition {
+    async fn start(target: std::net::SocketAddr) -> Partition {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (cut2, generation2) = (cut.clone(), generation.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                if cut2.load(Ordering::SeqCst) {
+                    continue; // dropped: refused
+                }
+                let born = generation2.load(Ordering::SeqCst);
+                let generation = generation2.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else { return };
+                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                    let severed = async {
+                        while generation.load(Ordering::SeqCst) == born {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
+                    tokio::select! {
+                        _ = copy => {}
+                        () = severed => {}
+                    }
+                });
+            }
+        });
+        Partition { port, cut, generation }
+    }
+
+    fn sever(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_from_the_database_past_its_lease_stops_its_turn_and_the_new_holder_keeps_the_session() {
+    let Some(url) = url() else { return };
+    let k = key("partition");
+    let config: postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        _ => panic!("a TCP URL"),
+    };
+    let target = tokio::net::lookup_host((host.as_str(), config.get_ports()[0])).await.unwrap().next().unwrap();
+    let partition = Partition::start(target).await;
+    let via_proxy = url.replace(&format!(":{}/", config.get_ports()[0]), &format!(":{}/", partition.port));
+    assert_ne!(via_proxy, url);
+    let options = PgOptions {
+        lease: Duration::from_millis(900),
+        connect_timeout: Duration::from_millis(300),
+        ..PgOptions::default()
+    };
+    let cut_off = Arc::new(PgStore::connect_with(&via_proxy, options).unwrap());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("never asked"),
+    ]);
+    let a = runtime(&model, cut_off.clone(), vec![gate.tool("build").unwrap()]);
+    let turn = a.session(&k).send("build").unwrap();
+    gate.started().await;
+    partition.sever();
+    // Past the lease, another worker (with its own path to the database) takes the session.
+    let other = worker(&url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let TurnLease::Granted { .. } = other.begin_turn(&k).unwrap() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cut-off worker's lease never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored_before = other.peek(&k).unwrap().unwrap().snapshot.history;
+    partition.heal();
+    gate.release();
+    assert!(turn.await.is_err(), "the cut-off worker's turn stops");
+    assert_eq!((model.calls(), gate.runs()), (1, 1), "no model call and no tool after the cut");
+    assert_eq!(
+        other.peek(&k).unwrap().unwrap().snapshot.history,
+        stored_before,
+        "nothing written beside the new holder"
+    );
+    assert_eq!(other.lease_holder(&k).unwrap().as_deref(), Some(other.worker_id()));
+    other.end_turn(&k).unwrap();
+}
