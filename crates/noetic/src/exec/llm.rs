@@ -133,7 +133,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                             } else {
                                 traced_model_call(s, ctx, &model, &specs, round, tail, &chat).await
                             };
-                            outcome(answer, Input::Response)
+                            outcome(answer, Input::response)
                         }
                         Err(e) => Input::Failed(e),
                     }
