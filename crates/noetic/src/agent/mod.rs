@@ -318,7 +318,8 @@ impl Runtime {
 
     /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
     /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
-    /// is not in memory. Without an archive this is a `ConfigError`: the conversation would be lost.
+    /// is not in memory. Without an archive this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation
+    /// would be lost.
     pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
         if self.inner.archive.is_none() && self.inner.store.is_none() {
             return Err(NoeticError::Config(ConfigError::new(

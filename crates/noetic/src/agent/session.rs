@@ -507,7 +507,8 @@ impl Session {
         })
     }
 
-    /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]); `None` when idle.
+    /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]): its [`MessageId`], or
+    /// the [`SteerError`] that refused it; `None` when idle.
     pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
         self.locked(|state, conversation| {
             let Conversation::Running { .. } = conversation else { return None };
@@ -527,7 +528,7 @@ impl Session {
         self.live().settings.mode()
     }
 
-    /// Changes this session's dequeue mode (no other session's); its next checkpoint uses it.
+    /// Changes this session's dequeue mode ([`SteeringMode`]; no other session's); its next checkpoint uses it.
     pub fn set_steering_mode(&self, mode: SteeringMode) {
         self.locked(|state, _| {
             state.settings.set_mode(mode);
@@ -553,13 +554,13 @@ impl Session {
         self.live().queue.len()
     }
 
-    /// What happens to the rest of a tool batch when steering arrives, for this session (it starts with the
-    /// runtime's).
+    /// What happens to the rest of a tool batch when steering arrives, for this session: a [`BatchPolicy`] (it
+    /// starts with the runtime's).
     pub fn batch_policy(&self) -> BatchPolicy {
         self.live().settings.batch_policy()
     }
 
-    /// Changes this session's batch policy; the next checkpoint uses it.
+    /// Changes this session's batch policy ([`BatchPolicy`]); the next checkpoint uses it.
     pub fn set_batch_policy(&self, policy: BatchPolicy) {
         self.locked(|state, _| {
             state.settings.set_batch_policy(policy);
@@ -577,9 +578,9 @@ impl Session {
         self.locked(|state, _| clear_queue(state))
     }
 
-    /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
-    /// [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the model as
-    /// separate user messages; the turn-start poll is skipped.
+    /// Resumes an idle session with its queued messages in a new [`Turn`]: `Ok(None)` when none are queued (no
+    /// model call); [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the
+    /// model as separate user messages; the turn-start poll is skipped.
     pub fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if matches!(*conversation, Conversation::Running { .. }) {
@@ -692,7 +693,7 @@ impl Session {
 
     /// Resumes the turn a stopped process left: journaled model responses are not requested again, journaled
     /// tool outcomes are not re-run, and a call that was running gets the interrupted result (SPEC 6.3).
-    /// `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
+    /// The resumed [`Turn`], `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if state.unfinished_step().is_none() {
@@ -707,7 +708,8 @@ impl Session {
     }
 
     /// Gives up the turn a stopped process left: every tool call in the conversation without a result gets the
-    /// interrupted result, and nothing is left to resume. Returns false when there was none.
+    /// interrupted result, and nothing is left to resume. Returns false when there was none; a
+    /// [`SessionError`] while a turn runs or when the store cannot write it.
     pub fn discard_unfinished(&self) -> Result<bool, SessionError> {
         self.locked(|state, conversation| {
             let Conversation::Idle(history) = conversation else {
