@@ -1,10 +1,128 @@
 //! # Noetic — an agent runtime you can trust and redirect
 //!
-//! Agents are composed from nine typed [steps](step) — `run`, `llm`, `tool`, `branch`, `fork`, `spawn`,
-//! `provide`, `loop`, `every` — and executed by one interpreter with cancellation, retries, timeouts and
-//! [channels](Channel).
+//! A [`Runtime`](agent::Runtime) holds a model, tools and memory layers; each [`Session`](agent::Session) is one
+//! conversation that runs one [`Turn`](agent::Turn) at a time. Steering rules (a [`SteeringLayer`](steering::SteeringLayer)) check every
+//! tool call before it runs and every model answer after it arrives; a user can steer a running turn, and the
+//! message reaches the model at the next checkpoint, between two tool calls. Underneath, agents are composed from
+//! nine typed [steps](step) — `run`, `llm`, `tool`, `branch`, `fork`, `spawn`, `provide`, `loop`, `every` —
+//! executed by one interpreter with cancellation, retries, timeouts and [channels](Channel).
 //!
-//! ## A tour
+//! ## What your `Cargo.toml` needs
+//!
+//! ```toml
+//! [dependencies]
+//! noetic = { path = "crates/noetic" }       # this workspace's crate
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! schemars = "1"                             # typed tools derive `JsonSchema` from schemars 1.x
+//! serde = { version = "1", features = ["derive"] }
+//! serde_json = "1"
+//! ```
+//!
+//! A turn runs as a tokio task ([`tokio::spawn`]), so sessions need a tokio runtime: `#[tokio::main]` needs tokio's
+//! `macros` and `rt-multi-thread` features (or `macros` and `rt` with `#[tokio::main(flavor = "current_thread")]`,
+//! as the examples below). Noetic enables the tokio features it uses itself. Typed tools ([`tool::tool_fn`]) take
+//! argument and result types deriving serde's traits and schemars 1's `JsonSchema` (schemars 0.8 types do not
+//! implement it).
+//!
+//! ## A tour: runtime, session, turn
+//!
+//! A typed tool, a steering rule that denies reading outside the workspace, and a user who steers while the
+//! second tool of a batch runs: the third call is skipped, and the model's next request carries the message. The
+//! model is scripted ([`testing::ScriptedModel`]), so this runs offline; a program hands
+//! [`RuntimeBuilder::model`](agent::RuntimeBuilder::model) a provider instead (`noetic-openai`, `noetic-anthropic`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use noetic::prelude::*;
+//! use noetic::steering::SteeringState;
+//! use noetic::testing::{ScriptedModel, gated_tool, transcript};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//! use serde_json::json;
+//!
+//! // A typed tool: its input and output schemas are derived from these types.
+//! #[derive(Deserialize, JsonSchema)]
+//! struct ReadFile {
+//!     path: String,
+//! }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct FileText {
+//!     text: String,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let read_file = tool_fn("read_file", "Reads a file.", |args: ReadFile, _tcx| async move {
+//!     Ok::<_, ToolError>(FileText { text: format!("the text of {}", args.path) })
+//! })?;
+//!
+//! // A steering rule, checked before every tool call.
+//! let rule = SteeringRule::predicate("stay-in-workspace", [Hook::BeforeToolCall], |p| match p.tool_call() {
+//!     Some(c) if c.name == "read_file" && !c.args["path"].as_str().unwrap_or("").starts_with("/workspace/") => {
+//!         SteeringDecision::deny("Only files under /workspace/ may be read.")
+//!     }
+//!     _ => SteeringDecision::allow(),
+//! });
+//!
+//! // A tool from the test kit that runs until the test releases it: the moment to steer.
+//! let (index, running) = gated_tool("index")?;
+//!
+//! let model = ScriptedModel::new([
+//!     ModelResponse::tool_calls([
+//!         ("c1", "read_file", json!({"path": "/etc/passwd"})),
+//!         ("c2", "index", json!({})),
+//!         ("c3", "read_file", json!({"path": "/workspace/notes.md"})),
+//!     ]),
+//!     ModelResponse::text("Indexed; I left the notes alone, as you asked."),
+//! ]);
+//! let runtime = Runtime::builder()
+//!     .model(Arc::new(model.clone()))
+//!     .tools([Arc::new(read_file) as Arc<dyn Tool>, index])
+//!     .layer(steering(SteeringConfig::new([rule]))?)
+//!     .build()?;
+//! let session = runtime.session("user-42");
+//!
+//! // The turn runs from here on; awaiting it only waits for the answer.
+//! let turn = session.send("Index the workspace, then read my notes.")?;
+//! let execution = turn.execution_id();
+//! running.started().await; // c1 was denied, c2 runs now
+//! session.steer("Don't read the notes.")?;
+//! running.release();
+//! assert_eq!(turn.await?, "Indexed; I left the notes alone, as you asked.");
+//!
+//! assert_eq!(
+//!     transcript(&session.history()),
+//!     [
+//!         "User: Index the workspace, then read my notes.",
+//!         "call c1 read_file({\"path\":\"/etc/passwd\"})",
+//!         "call c2 index({})",
+//!         "call c3 read_file({\"path\":\"/workspace/notes.md\"})",
+//!         "result c1 (error) Steering denied: Only files under /workspace/ may be read.",
+//!         "result c2 index done",
+//!         "result c3 (error) Skipped due to queued user message.",
+//!         "User: Don't read the notes.",
+//!         "Assistant: Indexed; I left the notes alone, as you asked.",
+//!     ]
+//! );
+//! // The second request carried the steering message.
+//! assert_eq!(model.requests()[1].history.as_slice().last(), Some(&Item::user("Don't read the notes.")));
+//! // The steering ledger of this turn, found by its execution id.
+//! let state: SteeringState = runtime.get_layer_state(execution, "steering").ok_or("no ledger")?;
+//! assert!(state.ledger.iter().any(|e| e.action == SteeringAction::Deny));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Session::subscribe`](agent::Session::subscribe) and [`Session::follow`](agent::Session::follow) stream the
+//! turn's events; [`Session::send_or_steer`](agent::Session::send_or_steer) and the
+//! [`MessageBus`](agent::MessageBus) route chat messages; a [`SessionStore`](agent::SessionStore) keeps sessions
+//! beyond the process.
+//!
+//! ## The step algebra
+//!
+//! The runtime's default agent is a loop around one `llm` step; [`RuntimeBuilder::agent`](agent::RuntimeBuilder::agent)
+//! takes any step. Steps compose:
 //!
 //! ```
 //! use std::time::Duration;
@@ -122,3 +240,8 @@ pub mod prelude {
     };
     pub use crate::tool::{Approval, Approver, FnTool, Tool, ToolContext, ToolError, tool_fn};
 }
+
+/// The README, whose Rust examples `cargo test --doc` compiles and runs (the library snippet is a whole program).
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

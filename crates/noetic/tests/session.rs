@@ -133,6 +133,33 @@ async fn the_session_event_stream_shows_turn_model_and_tool_events_in_order() {
 }
 
 #[tokio::test]
+async fn a_turn_names_its_execution_the_one_its_events_and_steering_ledger_are_kept_under() {
+    let model = ScriptedModel::new([ModelResponse::text("first"), ModelResponse::text("second")]);
+    let layer = steering(SteeringConfig::new([])).unwrap();
+    let rt = Runtime::builder().model(Arc::new(model)).layer(layer.clone() as Arc<dyn MemoryLayer>).build().unwrap();
+    let session = rt.session("s");
+    let mut events = EventCollector::of(&session);
+    let first = session.send("one").unwrap();
+    let id = first.execution_id();
+    first.await.unwrap();
+    let second = session.send("two").unwrap();
+    assert_ne!(second.execution_id(), id, "each turn is an execution of its own");
+    second.await.unwrap();
+
+    let started: Vec<_> = events
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TurnStarted { .. }))
+        .map(|e| e.execution_id)
+        .collect();
+    assert_eq!(started.first(), Some(&id), "the turn_started event carries the turn's execution id");
+    let ledger = layer.ledger(id);
+    assert!(!ledger.is_empty(), "the steering layer recorded the first turn under its id");
+    let state: noetic::steering::SteeringState = rt.get_layer_state(id, "steering").unwrap();
+    assert_eq!(state.ledger, ledger, "the runtime finds the same ledger by the id");
+}
+
+#[tokio::test]
 async fn a_failed_turn_reports_the_error_and_keeps_what_was_said() {
     let model = ScriptedModel::new([]);
     model.push_error(NoeticError::ModelFailed {

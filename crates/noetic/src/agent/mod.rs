@@ -75,13 +75,15 @@ pub(crate) struct RuntimeInner {
     clock: AtomicU64,
 }
 
-/// Runs agent sessions. Cheap to clone.
+/// Runs agent sessions. Cheap to clone. Build one with [`Runtime::builder`] (a [`RuntimeBuilder`]); open a
+/// [`Session`] with [`Runtime::session`]; each [`Session::send`] starts a [`Turn`].
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Builds a [`Runtime`].
+/// Builds a [`Runtime`]: [`RuntimeBuilder::model`] is required; [`RuntimeBuilder::build`] checks the rest and
+/// fails with a [`ConfigError`].
 #[derive(Default)]
 pub struct RuntimeBuilder {
     services: Services,
@@ -99,19 +101,21 @@ pub struct RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// The model every `llm` step calls (required).
+    /// The model every `llm` step calls (required): an `Arc<dyn `[`Model`]`>` — a provider, or
+    /// [`ScriptedModel`](crate::model::ScriptedModel) in tests.
     pub fn model(mut self, model: Arc<dyn Model>) -> Self {
         self.services.model = Some(model);
         self
     }
 
-    /// Adds a tool to the tools in scope.
+    /// Adds a tool to the tools in scope: an `Arc<dyn `[`Tool`]`>` — a typed tool
+    /// ([`tool_fn`](crate::tool::tool_fn)), an [`FnTool`](crate::tool::FnTool), or your own implementation.
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.services.add_tools([tool]);
         self
     }
 
-    /// Adds tools to the tools in scope.
+    /// Adds tools (each an `Arc<dyn `[`Tool`]`>`) to the tools in scope.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
         self.services.add_tools(tools);
         self
@@ -124,13 +128,14 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Adds a memory layer (the steering layer, for instance).
+    /// Adds a memory layer, an `Arc<dyn `[`MemoryLayer`]`>` (the steering layer [`steering`](crate::steering::steering)
+    /// builds, for instance).
     pub fn layer(mut self, layer: Arc<dyn MemoryLayer>) -> Self {
         self.layers.push(layer);
         self
     }
 
-    /// The approver for tools that need approval (without one, such calls are rejected).
+    /// The [`Approver`] for tools that need approval (without one, such calls are rejected).
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.services.approver = Some(approver);
         self
@@ -143,8 +148,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The agent each turn runs, given the user message. Default: a loop around one `llm` step with all tools,
-    /// until the model answers without tool calls.
+    /// The agent each turn runs, a [`Step`]`<String, String>` given the user message. Default: a loop around one
+    /// `llm` step with all tools, until the model answers without tool calls.
     pub fn agent(mut self, agent: Step<String, String>) -> Self {
         self.agent = Some(agent);
         self
@@ -169,7 +174,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The steering queue's dequeue mode every session starts with (default one-at-a-time); each session may
+    /// The steering queue's dequeue mode ([`SteeringMode`]) every session starts with (default one-at-a-time); each session may
     /// change its own with [`Session::set_steering_mode`]. The library reads no environment variables: a program
     /// maps its configuration here (the CLI maps `agents.defaults.steering_mode` and
     /// `NOETIC_AGENTS_DEFAULTS_STEERING_MODE`).
@@ -185,20 +190,20 @@ impl RuntimeBuilder {
         self
     }
 
-    /// What happens to the rest of a tool batch when steering arrives (default: skip it).
+    /// What happens to the rest of a tool batch when steering arrives, a [`BatchPolicy`] (default: skip it).
     pub fn batch_policy(mut self, policy: BatchPolicy) -> Self {
         self.batch_policy = policy;
         self
     }
 
-    /// Where idle sessions go when evicted and come back from (see [`Runtime::evict`]). Without one, nothing is
+    /// Where idle sessions go when evicted and come back from, a [`SessionArchive`] (see [`Runtime::evict`]). Without one, nothing is
     /// ever evicted: the conversation would be lost.
     pub fn archive(mut self, archive: Arc<dyn SessionArchive>) -> Self {
         self.archive = Some(archive);
         self
     }
 
-    /// Keeps sessions in `store` (written through: conversation, queued steering, settings, the running turn's
+    /// Keeps sessions in `store`, a [`SessionStore`] (written through: conversation, queued steering, settings, the running turn's
     /// journal) and opens them from it; a turn a dead process left is offered by [`Session::resume`]. A store is
     /// also where evicted sessions come back from.
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
@@ -213,7 +218,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Validates and builds the runtime.
+    /// Validates and builds the runtime; a missing model, two tools with one name, or an idle-session limit
+    /// without an archive is a [`ConfigError`].
     pub fn build(self) -> Result<Runtime, ConfigError> {
         if self.services.model.is_none() {
             return Err(ConfigError::new(
@@ -279,19 +285,19 @@ fn agent_step(
 }
 
 impl Runtime {
-    /// Starts building a runtime.
+    /// Starts building a runtime: a [`RuntimeBuilder`].
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
     }
 
-    /// The session with this key: in memory, else restored from the archive, else new. A session the archive
+    /// The [`Session`] with this key: in memory, else restored from the archive, else new. A session the archive
     /// fails to restore is returned unavailable (it runs and queues nothing, and says why); use
     /// [`Runtime::try_session`] to get that error here instead.
     pub fn session(&self, key: &str) -> Session {
         Session::new(self.inner.clone(), state_of(&self.inner, key))
     }
 
-    /// Like [`Runtime::session`], but a session the archive fails to restore is an error.
+    /// Like [`Runtime::session`], but a session the archive fails to restore is an error ([`NoeticError`]).
     pub fn try_session(&self, key: &str) -> Result<Session, NoeticError> {
         let state = state_of(&self.inner, key);
         if state.is_unavailable() {
@@ -310,9 +316,10 @@ impl Runtime {
         Ok(Session::new(self.inner.clone(), state))
     }
 
-    /// Drops the idle session `key` from memory after the archive kept it; the next [`Runtime::session`] for
+    /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
     /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
-    /// is not in memory. Without an archive this is a `ConfigError`: the conversation would be lost.
+    /// is not in memory. Without an archive this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation
+    /// would be lost.
     pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
         if self.inner.archive.is_none() && self.inner.store.is_none() {
             return Err(NoeticError::Config(ConfigError::new(
@@ -327,13 +334,14 @@ impl Runtime {
         evict_state(&self.inner, &state)
     }
 
-    /// The runtime's store, if it has one.
+    /// The runtime's [`SessionStore`], if it has one.
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.inner.store.as_ref()
     }
 
-    /// A copy of a layer's state for an execution (e.g. `get_layer_state::<SteeringState>(id, "steering")`);
-    /// the execution id of a turn is on its `turn_started` event. Finished executions stay readable for
+    /// A copy of a layer's state for an execution (e.g. `get_layer_state::<`[`SteeringState`](crate::steering::SteeringState)`>(id, "steering")`);
+    /// a turn's [`ExecutionId`](crate::context::ExecutionId) is [`Turn::execution_id`] (and on its `turn_started`
+    /// event). Finished executions stay readable for
     /// layers that keep them (the steering layer keeps the last 64).
     pub fn get_layer_state<T: 'static>(&self, execution_id: crate::context::ExecutionId, layer_id: &str) -> Option<T> {
         let layers = crate::layer::LayerStack::new(self.inner.layers.iter().cloned());

@@ -365,16 +365,26 @@ impl Drop for Release {
     }
 }
 
-/// A handle on one conversation. Clones share it.
+/// A handle on one conversation, from [`Runtime::session`](super::Runtime::session). Clones share it.
+///
+/// [`Session::send`] starts a [`Turn`]; [`Session::steer`] queues a message for the running one;
+/// [`Session::subscribe`] and [`Session::follow`] stream its [`Event`]s.
 #[derive(Clone)]
 pub struct Session {
     runtime: Arc<RuntimeInner>,
     state: Arc<SessionState>,
 }
 
-/// A running turn. Await it for the agent's answer.
+/// A running turn, returned by [`Session::send`] (and [`Session::send_or_steer`], [`Session::continue_session`],
+/// [`Session::resume`]).
+///
+/// The turn runs as a tokio task (`tokio::spawn`) from the moment it is started, whether or not anyone awaits it:
+/// awaiting a `Turn` only waits for its answer, a `Result<String, `[`NoeticError`]`>`. Dropping it does not cancel
+/// the turn — it runs to its end and the session stays busy until then; [`Turn::cancel`] or [`Session::stop`]
+/// end it early. While it runs, [`Session::steer`] queues messages for it.
 pub struct Turn {
     number: u64,
+    execution_id: ExecutionId,
     cancel: CancellationToken,
     handle: JoinHandle<Result<String, NoeticError>>,
 }
@@ -385,7 +395,17 @@ impl Turn {
         self.number
     }
 
-    /// Cancels the turn; running tools observe the cancellation and the turn ends with `Cancelled`.
+    /// The id of the turn's execution ([`ExecutionId`]): the `execution_id` of the events the turn's own steps
+    /// emit ([`Event::execution_id`]; spawned children and fork paths have ids of their own), and the key of its
+    /// layer state — its steering ledger, for instance, through
+    /// [`Runtime::get_layer_state`](super::Runtime::get_layer_state) or
+    /// [`SteeringLayer::ledger`](crate::steering::SteeringLayer::ledger).
+    pub fn execution_id(&self) -> ExecutionId {
+        self.execution_id
+    }
+
+    /// Cancels the turn; running tools observe the cancellation and the turn ends with
+    /// [`NoeticError::Cancelled`].
     pub fn cancel(&self) {
         self.cancel.cancel();
     }
@@ -435,7 +455,7 @@ impl Session {
         &self.state.key
     }
 
-    /// The conversation so far (including what a running turn has added).
+    /// The conversation so far, as [`Item`]s (including what a running turn has added).
     pub fn history(&self) -> Vec<Item> {
         self.locked(|_, conversation| match conversation {
             Conversation::Idle(h) => h.to_vec(),
@@ -449,8 +469,11 @@ impl Session {
     }
 
     /// Subscribes to this session's events (turns, steps, model and tool calls, tool progress) from now on —
-    /// also those of a turn already running. A receiver that falls behind loses events (`Lagged`); use
-    /// [`Session::follow`] to get every event or an explicit gap.
+    /// also those of a turn already running — as a tokio
+    /// [`broadcast::Receiver`](tokio::sync::broadcast::Receiver)`<Arc<`[`Event`]`>>` (match on
+    /// [`Event::kind`], an [`EventKind`]). A receiver that falls behind loses events
+    /// ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged)); use [`Session::follow`] to get
+    /// every event or an explicit gap.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         match sink(&self.live()).subscribe() {
             Some(rx) => rx,
@@ -458,8 +481,8 @@ impl Session {
         }
     }
 
-    /// Follows this session's events in order from the one numbered after `after` (`Event::seq`; 0: from the
-    /// oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
+    /// Follows this session's events with an [`EventFollower`], in order from the one numbered after `after`
+    /// ([`Event::seq`]; 0: from the oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
     /// (the last [`SESSION_EVENT_LOG_CAPACITY`]) no longer holds are reported as one [`Followed::Gap`](crate::context::Followed::Gap), never
     /// skipped silently; a follower that falls behind catches up the same way. The log starts at the first
     /// subscription or follow. A session that is followed is never evicted.
@@ -489,7 +512,8 @@ impl Session {
         })
     }
 
-    /// Starts a turn with a user message. Fails with [`SessionError::Busy`] while another turn runs.
+    /// Starts a [`Turn`] with a user message; the turn runs from now on, awaiting it gives its answer. Fails with
+    /// [`SessionError::Busy`] while another turn runs (see [`SessionError`] for the other cases).
     pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
         self.locked(|state, conversation| {
@@ -503,15 +527,17 @@ impl Session {
         })
     }
 
-    /// Queues a message for the running turn: it reaches the model at the next checkpoint (after the running
-    /// tool call), and the rest of that tool batch is skipped. While the session is idle the message waits for
-    /// the next turn or [`Session::continue_session`]. A full queue refuses the message, and says so.
+    /// Queues a message for the running turn and returns its [`MessageId`]: it reaches the model at the next
+    /// checkpoint (after the running tool call), and the rest of that tool batch is skipped (the session's
+    /// [`BatchPolicy`]). While the session is idle the message waits for
+    /// the next turn or [`Session::continue_session`]. A full queue refuses the message with a [`SteerError`], and says so.
     pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
         let text = text.into();
         self.locked(|state, conversation| enqueue(state, conversation, text))
     }
 
-    /// Starts a turn if the session is idle, or steers the message into the running turn — decided atomically,
+    /// Starts a turn if the session is idle ([`Routed::Started`] with its [`Turn`]), or steers the message into the
+    /// running turn ([`Routed::Steered`] with its [`MessageId`]) — decided atomically,
     /// so a message can never fall between a turn's last checkpoint and its release unnoticed (see
     /// [`MessageBus`](super::MessageBus), which runs a continuation for such messages).
     pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
@@ -546,7 +572,8 @@ impl Session {
         })
     }
 
-    /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]); `None` when idle.
+    /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]): its [`MessageId`], or
+    /// the [`SteerError`] that refused it; `None` when idle.
     pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
         self.locked(|state, conversation| {
             let Conversation::Running { .. } = conversation else { return None };
@@ -576,12 +603,12 @@ impl Session {
         })
     }
 
-    /// This session's dequeue mode (it starts with the runtime's).
+    /// This session's dequeue mode, a [`SteeringMode`] (it starts with the runtime's).
     pub fn steering_mode(&self) -> SteeringMode {
         self.live().settings.mode()
     }
 
-    /// Changes this session's dequeue mode (no other session's); its next checkpoint uses it.
+    /// Changes this session's dequeue mode ([`SteeringMode`]; no other session's); its next checkpoint uses it.
     pub fn set_steering_mode(&self, mode: SteeringMode) {
         self.locked(|state, _| {
             state.settings.set_mode(mode);
@@ -607,13 +634,13 @@ impl Session {
         self.live().queue.len()
     }
 
-    /// What happens to the rest of a tool batch when steering arrives, for this session (it starts with the
-    /// runtime's).
+    /// What happens to the rest of a tool batch when steering arrives, for this session: a [`BatchPolicy`] (it
+    /// starts with the runtime's).
     pub fn batch_policy(&self) -> BatchPolicy {
         self.live().settings.batch_policy()
     }
 
-    /// Changes this session's batch policy; the next checkpoint uses it.
+    /// Changes this session's batch policy ([`BatchPolicy`]); the next checkpoint uses it.
     pub fn set_batch_policy(&self, policy: BatchPolicy) {
         self.locked(|state, _| {
             state.settings.set_batch_policy(policy);
@@ -621,7 +648,7 @@ impl Session {
         });
     }
 
-    /// A copy of the messages queued for this session, oldest first.
+    /// A copy of the messages ([`SteerMessage`]s) queued for this session, oldest first.
     pub fn queued_messages(&self) -> Vec<SteerMessage> {
         self.live().queue.peek()
     }
@@ -631,9 +658,9 @@ impl Session {
         self.locked(|state, _| clear_queue(state))
     }
 
-    /// Resumes an idle session with its queued messages: `Ok(None)` when none are queued (no model call);
-    /// [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the model as
-    /// separate user messages; the turn-start poll is skipped.
+    /// Resumes an idle session with its queued messages in a new [`Turn`]: `Ok(None)` when none are queued (no
+    /// model call); [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the
+    /// model as separate user messages; the turn-start poll is skipped.
     pub fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if matches!(*conversation, Conversation::Running { .. }) {
@@ -752,7 +779,7 @@ impl Session {
             }
             .instrument(span),
         );
-        Turn { number, cancel, handle }
+        Turn { number, execution_id, cancel, handle }
     }
 
     /// The `llm` step of a turn a stopped process left unfinished, if there is one (see [`Session::resume`]).
@@ -762,7 +789,7 @@ impl Session {
 
     /// Resumes the turn a stopped process left: journaled model responses are not requested again, journaled
     /// tool outcomes are not re-run, and a call that was running gets the interrupted result (SPEC 6.3).
-    /// `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
+    /// The resumed [`Turn`], `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if matches!(conversation, Conversation::Running { .. }) {
@@ -791,7 +818,8 @@ impl Session {
     }
 
     /// Gives up the turn a stopped process left: every tool call in the conversation without a result gets the
-    /// interrupted result, and nothing is left to resume. Returns false when there was none.
+    /// interrupted result, and nothing is left to resume. Returns false when there was none; a
+    /// [`SessionError`] while a turn runs or when the store cannot write it.
     pub fn discard_unfinished(&self) -> Result<bool, SessionError> {
         self.locked(|state, conversation| {
             let Conversation::Idle(history) = conversation else {

@@ -15,7 +15,6 @@ use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
 use crate::step::StepLlm;
-use crate::tool::Tool;
 use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJournal, interrupted_result};
 
@@ -29,14 +28,6 @@ macro_rules! tool_call {
             run_tool_call($ctx, $tools, $call, $allow).await.map(|(result, _)| result)
         }
     };
-}
-
-fn spec(tool: &Arc<dyn Tool>) -> ToolSpec {
-    ToolSpec {
-        name: tool.name().to_owned(),
-        description: tool.description().to_owned(),
-        parameters: tool.input_schema().json().clone(),
-    }
 }
 
 /// Names the step in errors the model layer raised without knowing it.
@@ -76,7 +67,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         None => ctx.tools(),
     };
     let mut tools = current_tools();
-    let mut specs: Arc<[ToolSpec]> = tools.iter().map(spec).collect();
+    let mut specs: Arc<[ToolSpec]> = tools.specs();
     let allow = |kind: &EventKind| s.emit.allows(kind);
     let steering = ctx.turn_steering().cloned();
     let journal = ctx.journal().cloned();
@@ -112,7 +103,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Ok(()) => {
                     let now = current_tools();
                     if !now.same_as(&tools) {
-                        specs = now.iter().map(spec).collect();
+                        specs = now.specs();
                         tools = now;
                     }
                     // Injected messages and their user items are committed together before the request.
@@ -133,7 +124,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                             } else {
                                 traced_model_call(s, ctx, &model, &specs, round, tail, &chat).await
                             };
-                            outcome(answer, Input::Response)
+                            outcome(answer, Input::response)
                         }
                         Err(e) => Input::Failed(e),
                     }

@@ -145,6 +145,14 @@ pub fn estimate_tokens(item: &Item) -> u32 {
 /// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
 /// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
 pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
+    if ctx.layers().is_empty() {
+        return Ok(Vec::new());
+    }
+    // Boxed, as the other hooks: a model request without layers does not carry the hooks' state inline.
+    Box::pin(recall_layers(ctx)).await
+}
+
+async fn recall_layers(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut out = Vec::new();
     for layer in ctx.layers().iter() {
         let budget = layer.budget().max;
@@ -172,6 +180,13 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
 
 /// Runs `store` on every layer. Failures are logged.
 pub async fn store(ctx: &Context, response: &ModelResponse) {
+    if ctx.layers().is_empty() {
+        return;
+    }
+    Box::pin(store_layers(ctx, response)).await;
+}
+
+async fn store_layers(ctx: &Context, response: &ModelResponse) {
     for layer in ctx.layers().iter() {
         if let Err(f) = timed(layer.timeouts().store, || layer.store(ctx, response)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
@@ -227,7 +242,8 @@ pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    gate(ctx, "before_tool_call", |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call)).await
+    // Boxed: a tool call without layers does not carry the gate's state inline (nor move it at each await).
+    Box::pin(gate(ctx, "before_tool_call", |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call))).await
 }
 
 /// Asks every layer about a model response.
@@ -235,7 +251,7 @@ pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Resul
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    gate(ctx, "after_model_call", |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call)).await
+    Box::pin(gate(ctx, "after_model_call", |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call))).await
 }
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.

@@ -4,16 +4,31 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use super::Tool;
 use crate::error::{ConfigCode, ConfigError};
+use crate::model::ToolSpec;
 
 /// Tools indexed by name: lookups are O(1) and no two tools share a name. Cheap to clone (shared).
 #[derive(Clone, Default)]
 pub struct ToolSet {
     tools: Arc<[Arc<dyn Tool>]>,
-    by_name: Arc<HashMap<String, usize>>,
+    index: Arc<Index>,
+}
+
+/// What a set derives from its tools once: positions by name, and the specs offered to the model (made at the
+/// first request, then shared by every request and clone of the set).
+#[derive(Default)]
+struct Index {
+    by_name: HashMap<String, usize>,
+    specs: OnceLock<Arc<[ToolSpec]>>,
+}
+
+impl Index {
+    fn new(by_name: HashMap<String, usize>) -> Arc<Index> {
+        Arc::new(Index { by_name, specs: OnceLock::new() })
+    }
 }
 
 impl fmt::Debug for ToolSet {
@@ -46,7 +61,7 @@ impl ToolSet {
                 return Err(duplicate(tool.name(), scope));
             }
         }
-        Ok(ToolSet { tools: tools.into(), by_name: Arc::new(by_name) })
+        Ok(ToolSet { tools: tools.into(), index: Index::new(by_name) })
     }
 
     /// The tools with the first of each name kept (for scopes that report duplicates elsewhere).
@@ -59,7 +74,7 @@ impl ToolSet {
                 kept.push(tool);
             }
         }
-        ToolSet { tools: kept.into(), by_name: Arc::new(by_name) }
+        ToolSet { tools: kept.into(), index: Index::new(by_name) }
     }
 
     /// The tool named `name`.
@@ -68,12 +83,17 @@ impl ToolSet {
         if self.tools.len() <= 8 {
             return self.tools.iter().find(|t| t.name() == name);
         }
-        self.by_name.get(name).and_then(|&i| self.tools.get(i))
+        self.index.by_name.get(name).and_then(|&i| self.tools.get(i))
     }
 
     /// The tools' names, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.iter().map(|t| t.name())
+    }
+
+    /// The tools' specs, in order, as a model request offers them: made once per set.
+    pub(crate) fn specs(&self) -> Arc<[ToolSpec]> {
+        self.index.specs.get_or_init(|| self.tools.iter().map(|tool| spec(tool.as_ref())).collect()).clone()
     }
 
     /// True when `other` is the very same set (not only equal): a cheap "did it change?".
@@ -88,14 +108,22 @@ impl ToolSet {
         }
         let mut tools: Vec<Arc<dyn Tool>> = self.tools.to_vec();
         for tool in more.iter() {
-            if self.by_name.contains_key(tool.name()) {
+            if self.index.by_name.contains_key(tool.name()) {
                 tracing::warn!(tool = tool.name(), "a tool source offers a tool whose name is taken; it is left out");
             } else {
                 tools.push(tool.clone());
             }
         }
         let by_name = tools.iter().enumerate().map(|(i, t)| (t.name().to_owned(), i)).collect();
-        ToolSet { tools: tools.into(), by_name: Arc::new(by_name) }
+        ToolSet { tools: tools.into(), index: Index::new(by_name) }
+    }
+}
+
+fn spec(tool: &dyn Tool) -> ToolSpec {
+    ToolSpec {
+        name: tool.name().to_owned(),
+        description: tool.description().to_owned(),
+        parameters: tool.input_schema().json().clone(),
     }
 }
 
@@ -187,5 +215,40 @@ impl Tools {
     /// The tools now: the fixed ones, then each source's (a name already taken is left out).
     pub(crate) fn snapshot(&self) -> ToolSet {
         self.sources.iter().fold(self.fixed.clone(), |set, source| set.merged(&source.snapshot()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+    use crate::tool::FnTool;
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        let tool =
+            FnTool::builder(name, format!("The {name} tool.")).handler(|_, _| async { Ok(serde_json::Value::Null) });
+        Arc::new(tool.build().expect("a valid tool"))
+    }
+
+    #[test]
+    fn specs_are_made_once_per_set_and_shared_by_its_clones() {
+        let set = ToolSet::new([tool("a"), tool("b")]).expect("distinct names");
+        let specs = set.specs();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(specs[1].description, "The b tool.");
+        assert!(Arc::ptr_eq(&specs, &set.specs()));
+        assert!(Arc::ptr_eq(&specs, &set.clone().specs()));
+    }
+
+    #[test]
+    fn a_source_that_changed_offers_specs_of_its_new_tools() {
+        let source = DynamicTools::new();
+        source.add(tool("a")).expect("new name");
+        let before = source.snapshot().specs();
+        source.add(tool("b")).expect("new name");
+        let after = source.snapshot().specs();
+        assert_eq!(before.len(), 1);
+        assert_eq!(after.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     }
 }

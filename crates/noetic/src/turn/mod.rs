@@ -92,8 +92,8 @@ pub enum Input {
     Resume,
     /// The answer to [`Action::Poll`].
     Polled(Polled),
-    /// The answer to [`Action::CallModel`].
-    Response(ModelResponse),
+    /// The answer to [`Action::CallModel`] (boxed: the input stays small, so feeding the core copies no response).
+    Response(Box<ModelResponse>),
     /// The answer to [`Action::Review`]: the after-model decision.
     Reviewed(SteeringDecision),
     /// The answer to [`Action::Store`]: the layers stored the answer.
@@ -103,6 +103,13 @@ pub enum Input {
     ToolDone(ToolResult),
     /// The current action failed, or the turn was cancelled before it.
     Failed(NoeticError),
+}
+
+impl Input {
+    /// [`Input::Response`] with `response`.
+    pub fn response(response: ModelResponse) -> Input {
+        Input::Response(Box::new(response))
+    }
 }
 
 /// What the driver does next.
@@ -167,7 +174,8 @@ pub enum Effect {
     },
 }
 
-/// Where the turn is: what the core waits for.
+/// Where the turn is: what the core waits for. The large payloads are boxed (serialised as if inline), so the
+/// phase stays a few words and moving it on every input costs no copy of a response or an error.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
@@ -178,9 +186,9 @@ enum Phase {
     /// Waiting for the model's response.
     AwaitingResponse,
     /// Waiting for the after-model review of `response`.
-    Reviewing { response: ModelResponse },
+    Reviewing { response: Box<ModelResponse> },
     /// Waiting for the layers to store the accepted final answer.
-    Storing { response: ModelResponse },
+    Storing { response: Box<ModelResponse> },
     /// Waiting for the checkpoint after the final answer (already appended).
     AnswerPoll { text: String },
     /// Waiting for the outcome of `calls[next]`.
@@ -192,7 +200,7 @@ enum Phase {
     /// The step produced its answer.
     Finished { text: String },
     /// The step failed.
-    Failed { error: NoeticError },
+    Failed { error: Box<NoeticError> },
 }
 
 /// The state of one model-driven turn. See the [module docs](self).
@@ -278,7 +286,7 @@ impl TurnCore {
                 None => self.lost(),
             },
             Phase::Finished { text } => Action::Finish { text: text.clone(), usage: self.usage, cost: self.cost },
-            Phase::Failed { error } => Action::Fail(error.clone()),
+            Phase::Failed { error } => Action::Fail((**error).clone()),
         }
     }
 
@@ -344,35 +352,28 @@ impl TurnCore {
                 let reason = error.to_string();
                 let rest = &calls[next.min(calls.len())..];
                 emit(Effect::Append(rest.iter().map(|c| not_completed(c, &reason)).collect()));
-                Phase::Failed { error }
+                failed(error)
             }
             (phase @ (Phase::Finished { .. } | Phase::Failed { .. }), Input::Resume) => {
                 let _ = phase;
-                Phase::Failed {
-                    error: NoeticError::Other {
-                        message: format!(
-                            "the turn of step '{}' already ended; there is nothing to resume",
-                            self.step_id
-                        ),
-                    },
-                }
+                failed(NoeticError::Other {
+                    message: format!("the turn of step '{}' already ended; there is nothing to resume", self.step_id),
+                })
             }
             (Phase::Tool { calls, next }, Input::Resume) => Phase::ResumingTool { calls, next },
             // About to ask the model: first see what was queued meanwhile, so it goes with this request.
             (Phase::AwaitingResponse, Input::Resume) if self.checkpoints => Phase::TurnStartPoll,
             // Anywhere else a resume repeats what the turn waited for.
             (phase, Input::Resume) => phase,
-            (_, Input::Failed(error)) => Phase::Failed { error },
-            (phase, input) => Phase::Failed {
-                error: NoeticError::Other {
-                    message: format!(
-                        "turn core of step '{}' got {} while {}; this is a bug in the driver",
-                        self.step_id,
-                        input_name(&input),
-                        phase_name(&phase)
-                    ),
-                },
-            },
+            (_, Input::Failed(error)) => failed(error),
+            (phase, input) => failed(NoeticError::Other {
+                message: format!(
+                    "turn core of step '{}' got {} while {}; this is a bug in the driver",
+                    self.step_id,
+                    input_name(&input),
+                    phase_name(&phase)
+                ),
+            }),
         };
     }
 
@@ -390,32 +391,35 @@ impl TurnCore {
             self.max_rounds
         };
         if self.round >= limit {
-            return Phase::Failed {
-                error: NoeticError::RoundLimitExceeded {
-                    step_id: self.step_id.to_string(),
-                    max_rounds: self.max_rounds,
-                },
-            };
+            return failed(NoeticError::RoundLimitExceeded {
+                step_id: self.step_id.to_string(),
+                max_rounds: self.max_rounds,
+            });
         }
         self.steering_pending = false;
         Phase::AwaitingResponse
     }
 
-    fn respond(&mut self, response: ModelResponse) -> Phase {
+    fn respond(&mut self, mut response: Box<ModelResponse>) -> Phase {
         self.usage.add(&response.usage);
         self.cost += response.cost.unwrap_or(0.0);
-        if let Some(refusal) = response.refusal {
-            return Phase::Failed { error: NoeticError::ModelRefused { step_id: self.step_id.to_string(), refusal } };
+        if let Some(refusal) = response.refusal.take() {
+            return failed(NoeticError::ModelRefused { step_id: self.step_id.to_string(), refusal });
         }
         Phase::Reviewing { response }
     }
 
-    fn review(&mut self, response: ModelResponse, decision: SteeringDecision, emit: &mut dyn FnMut(Effect)) -> Phase {
+    fn review(
+        &mut self,
+        response: Box<ModelResponse>,
+        decision: SteeringDecision,
+        emit: &mut dyn FnMut(Effect),
+    ) -> Phase {
         match decision.action {
             SteeringAction::Allow => {}
             SteeringAction::Deny => {
                 emit(Effect::Steered { action: SteeringAction::Deny, guidance: decision.guidance.clone() });
-                return Phase::Failed { error: NoeticError::SteeringDenied { guidance: decision.guidance } };
+                return failed(NoeticError::SteeringDenied { guidance: decision.guidance });
             }
             SteeringAction::Guide if self.corrections.len() < MAX_GUIDE_RETRIES => {
                 emit(Effect::Steered { action: SteeringAction::Guide, guidance: decision.guidance.clone() });
@@ -441,6 +445,10 @@ impl TurnCore {
     fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> Phase {
         if next < calls.len() { Phase::Tool { calls, next } } else { self.request() }
     }
+}
+
+fn failed(error: NoeticError) -> Phase {
+    Phase::Failed { error: Box::new(error) }
 }
 
 fn input_name(input: &Input) -> &'static str {

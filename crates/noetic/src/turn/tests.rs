@@ -73,7 +73,7 @@ fn started() -> TurnCore {
 /// A session turn whose model asked for `ids`, accepted, so the first call is about to run.
 fn in_batch(ids: &[&str]) -> TurnCore {
     let mut core = started();
-    assert_eq!(step(&mut core, Input::Response(calls(ids))), ["review 1 item(s)".replace('1', &ids.len().to_string())]);
+    assert_eq!(step(&mut core, Input::response(calls(ids))), ["review 1 item(s)".replace('1', &ids.len().to_string())]);
     let lines = step(&mut core, allow());
     assert_eq!(lines.last().unwrap(), &format!("run {}", ids[0]));
     core
@@ -83,7 +83,7 @@ fn in_batch(ids: &[&str]) -> TurnCore {
 fn without_checkpoints_a_turn_asks_the_model_reviews_stores_and_finishes_with_the_answer() {
     let mut core = TurnCore::new("agent", 10, false);
     assert_eq!(step(&mut core, Input::Start), ["call model round 0 tail []"]);
-    assert_eq!(step(&mut core, Input::Response(ModelResponse::text("hi"))), ["review 1 item(s)"]);
+    assert_eq!(step(&mut core, Input::response(ModelResponse::text("hi"))), ["review 1 item(s)"]);
     assert_eq!(step(&mut core, allow()), ["store 'hi'"]);
     assert_eq!(step(&mut core, Input::Stored), ["append Assistant: hi", "finish 'hi' (0 tokens)"]);
     assert!(core.is_done());
@@ -99,7 +99,7 @@ fn a_session_turn_polls_at_its_start_before_the_first_request() {
 #[test]
 fn tool_calls_run_one_at_a_time_in_call_order_with_a_checkpoint_after_each_then_the_next_round() {
     let mut core = started();
-    assert_eq!(step(&mut core, Input::Response(calls(&["c1", "c2"]))), ["review 2 item(s)"]);
+    assert_eq!(step(&mut core, Input::response(calls(&["c1", "c2"]))), ["review 2 item(s)"]);
     assert_eq!(step(&mut core, allow()), [r#"append -> c1 search({"q":"c1"}) | -> c2 search({"q":"c2"})"#, "run c1"]);
     assert_eq!(step(&mut core, result("c1", "one", false)), ["append <- c1 one", "poll"]);
     assert_eq!(step(&mut core, none_pending()), ["run c2"]);
@@ -161,11 +161,11 @@ fn with_the_finish_batch_policy_pending_steering_lets_the_batch_run_to_its_end()
 #[test]
 fn an_answer_without_tool_calls_while_steering_is_pending_is_kept_and_the_model_is_asked_again() {
     let mut core = started();
-    step(&mut core, Input::Response(ModelResponse::text("done")));
+    step(&mut core, Input::response(ModelResponse::text("done")));
     assert_eq!(step(&mut core, allow()), ["store 'done'"]);
     assert_eq!(step(&mut core, Input::Stored), ["append Assistant: done", "poll"]);
     assert_eq!(step(&mut core, pending()), ["call model round 1 tail []"]);
-    step(&mut core, Input::Response(ModelResponse::text("redone")));
+    step(&mut core, Input::response(ModelResponse::text("redone")));
     step(&mut core, allow());
     assert_eq!(step(&mut core, Input::Stored), ["append Assistant: redone", "poll"]);
     assert_eq!(step(&mut core, none_pending()), ["finish 'redone' (0 tokens)"]);
@@ -176,7 +176,7 @@ fn the_round_limit_fails_the_turn_when_no_steering_is_pending() {
     let mut core = TurnCore::new("agent", 1, true);
     step(&mut core, Input::Start);
     step(&mut core, none_pending());
-    step(&mut core, Input::Response(calls(&["c1"])));
+    step(&mut core, Input::response(calls(&["c1"])));
     step(&mut core, allow());
     step(&mut core, result("c1", "one", false));
     assert_eq!(
@@ -195,12 +195,12 @@ fn pending_steering_buys_rounds_beyond_the_limit_up_to_one_queue_capacity() {
     step(&mut core, Input::Start);
     assert_eq!(step(&mut core, steer()), ["call model round 0 tail []"]);
     for round in 1..=2 {
-        step(&mut core, Input::Response(calls(&["c"])));
+        step(&mut core, Input::response(calls(&["c"])));
         step(&mut core, allow());
         step(&mut core, result("c", "r", false));
         assert_eq!(step(&mut core, steer()), [format!("call model round {round} tail []")]);
     }
-    step(&mut core, Input::Response(calls(&["c"])));
+    step(&mut core, Input::response(calls(&["c"])));
     step(&mut core, allow());
     step(&mut core, result("c", "r", false));
     let lines = step(&mut core, steer());
@@ -210,7 +210,7 @@ fn pending_steering_buys_rounds_beyond_the_limit_up_to_one_queue_capacity() {
 #[test]
 fn an_after_model_deny_fails_the_step_with_its_guidance_and_appends_nothing() {
     let mut core = started();
-    step(&mut core, Input::Response(calls(&["c1"])));
+    step(&mut core, Input::response(calls(&["c1"])));
     assert_eq!(
         step(&mut core, Input::Reviewed(SteeringDecision::deny("not that"))),
         ["steered Deny not that", "fail: steering denied: not that"]
@@ -220,13 +220,13 @@ fn an_after_model_deny_fails_the_step_with_its_guidance_and_appends_nothing() {
 #[test]
 fn an_after_model_guide_discards_the_response_and_asks_again_with_the_guidance_as_a_developer_message() {
     let mut core = started();
-    step(&mut core, Input::Response(calls(&["c1"])));
+    step(&mut core, Input::response(calls(&["c1"])));
     assert_eq!(
         step(&mut core, Input::Reviewed(SteeringDecision::guide("use the cache"))),
         ["steered Guide use the cache", "call model round 0 tail [Developer: use the cache]"]
     );
     // Accepted next time: the corrections are gone from later requests.
-    step(&mut core, Input::Response(calls(&["c2"])));
+    step(&mut core, Input::response(calls(&["c2"])));
     assert_eq!(step(&mut core, allow()).last().unwrap(), "run c2");
     step(&mut core, result("c2", "ok", false));
     assert_eq!(step(&mut core, none_pending()), ["call model round 1 tail []"]);
@@ -235,7 +235,7 @@ fn an_after_model_guide_discards_the_response_and_asks_again_with_the_guidance_a
 #[test]
 fn a_guide_without_guidance_asks_again_with_a_default_correction() {
     let mut core = started();
-    step(&mut core, Input::Response(ModelResponse::text("x")));
+    step(&mut core, Input::response(ModelResponse::text("x")));
     let guide = SteeringDecision { action: SteeringAction::Guide, guidance: None };
     assert_eq!(
         step(&mut core, Input::Reviewed(guide)),
@@ -247,11 +247,11 @@ fn a_guide_without_guidance_asks_again_with_a_default_correction() {
 fn guide_is_obeyed_at_most_three_times_then_the_response_is_accepted() {
     let mut core = started();
     for n in 1..=MAX_GUIDE_RETRIES {
-        step(&mut core, Input::Response(ModelResponse::text(format!("try {n}"))));
+        step(&mut core, Input::response(ModelResponse::text(format!("try {n}"))));
         let lines = step(&mut core, Input::Reviewed(SteeringDecision::guide(format!("fix {n}"))));
         assert_eq!(lines[1].matches("Developer:").count(), n, "{lines:?}");
     }
-    step(&mut core, Input::Response(ModelResponse::text("try 4")));
+    step(&mut core, Input::response(ModelResponse::text("try 4")));
     assert_eq!(step(&mut core, Input::Reviewed(SteeringDecision::guide("fix 4"))), ["store 'try 4'"]);
 }
 
@@ -259,7 +259,7 @@ fn guide_is_obeyed_at_most_three_times_then_the_response_is_accepted() {
 fn a_refusal_fails_the_step_before_any_review() {
     let mut core = started();
     let refused = ModelResponse { refusal: Some("I can't".to_owned()), ..Default::default() };
-    assert_eq!(step(&mut core, Input::Response(refused)), ["fail: model refused at step 'agent': I can't"]);
+    assert_eq!(step(&mut core, Input::response(refused)), ["fail: model refused at step 'agent': I can't"]);
 }
 
 #[test]
@@ -290,7 +290,7 @@ fn usage_of_every_model_call_counts_also_of_responses_a_guide_discarded() {
     let mut core = TurnCore::new("agent", 10, false);
     step(&mut core, Input::Start);
     let used = |text: &str, n: u64| {
-        Input::Response(ModelResponse::text(text).with_usage(Usage {
+        Input::response(ModelResponse::text(text).with_usage(Usage {
             input_tokens: n,
             output_tokens: 1,
             cached_tokens: 0,
@@ -328,7 +328,7 @@ fn a_turn_saved_in_the_middle_of_a_batch_and_restored_continues_exactly_where_it
 #[test]
 fn a_turn_saved_while_reviewing_keeps_the_response_so_the_model_is_not_asked_again() {
     let mut core = started();
-    step(&mut core, Input::Response(calls(&["c1"])));
+    step(&mut core, Input::response(calls(&["c1"])));
     let mut restored: TurnCore = serde_json::from_value(serde_json::to_value(&core).unwrap()).unwrap();
     assert_eq!(step(&mut restored, allow()), [r#"append -> c1 search({"q":"c1"})"#, "run c1"]);
 }
@@ -350,7 +350,7 @@ fn reloaded(core: &TurnCore) -> TurnCore {
 #[test]
 fn a_resumed_turn_reviews_its_journaled_response_instead_of_asking_the_model_again() {
     let mut core = started();
-    step(&mut core, Input::Response(calls(&["c1"])));
+    step(&mut core, Input::response(calls(&["c1"])));
     let mut resumed = reloaded(&core);
     assert_eq!(step(&mut resumed, Input::Resume), ["review 1 item(s)"]);
 }
@@ -358,7 +358,7 @@ fn a_resumed_turn_reviews_its_journaled_response_instead_of_asking_the_model_aga
 #[test]
 fn a_resumed_turn_that_waited_for_the_model_asks_it_again_with_the_same_corrections() {
     let mut core = started();
-    step(&mut core, Input::Response(ModelResponse::text("x")));
+    step(&mut core, Input::response(ModelResponse::text("x")));
     step(&mut core, Input::Reviewed(SteeringDecision::guide("shorter")));
     let mut resumed = reloaded(&core);
     assert_eq!(step(&mut resumed, Input::Resume), ["poll at turn start"], "what was queued meanwhile goes along");
@@ -390,7 +390,7 @@ fn a_resumed_turn_repeats_the_checkpoint_it_was_at_and_a_finished_one_has_nothin
     assert_eq!(step(&mut reloaded(&fresh), Input::Resume), ["poll at turn start"]);
     let mut done = TurnCore::new("agent", 10, false);
     step(&mut done, Input::Start);
-    step(&mut done, Input::Response(ModelResponse::text("bye")));
+    step(&mut done, Input::response(ModelResponse::text("bye")));
     step(&mut done, allow());
     step(&mut done, Input::Stored);
     let lines = step(&mut reloaded(&done), Input::Resume);
