@@ -25,6 +25,7 @@ mod provider;
 mod render;
 mod rules;
 mod run;
+mod screen;
 mod serve;
 mod sessions;
 mod source;

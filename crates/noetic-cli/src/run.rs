@@ -102,17 +102,18 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     };
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
+    let workspace = Workspace::open(&dir)?;
     let spec = AgentSpec {
         model,
         model_id: flow.model.clone(),
         instructions: flow.instructions.clone(),
         tools: flow.tools.clone(),
         rules: flow.rules.clone(),
-        workspace: Workspace::open(&dir)?,
+        workspace: workspace.clone(),
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal(steer_to.clone())),
+        approver: Some(approve::at_terminal(steer_to.clone(), workspace)),
         store: match &args.session {
             Some(_) => {
                 let store_args = crate::sessions::StoreArgs { db: args.db.clone(), no_store: false };

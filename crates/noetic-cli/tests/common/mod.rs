@@ -7,6 +7,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub mod streaming;
+pub mod terminal;
+
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
 
