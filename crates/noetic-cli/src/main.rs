@@ -70,9 +70,12 @@ enum Command {
     /// Show the three capabilities on the built-in scripted model: a step-composed agent, steering rules (a
     /// predicate deny, an LLM-judged guide) and a live steering message that skips the rest of a tool batch.
     Demo {
-        /// No colours, even on a terminal.
+        /// No colours and no pauses, even on a terminal (as when piped).
         #[arg(long)]
         plain: bool,
+        /// At a terminal, the seconds each tool takes (default 2; 0: no pauses).
+        #[arg(long, value_name = "SECONDS", value_parser = demo::parse_pace)]
+        pace: Option<f64>,
     },
     /// Chat with an agent on a real provider; type while it works to steer it, /stop to cancel a turn.
     #[command(after_help = chat::HELP)]
@@ -147,7 +150,7 @@ fn main() -> std::process::ExitCode {
     };
     let command = async {
         match cli.command {
-            Command::Demo { plain } => demo::run(plain).await,
+            Command::Demo { plain, pace } => demo::run(plain, pace).await,
             Command::Rules { file, json } => check_rules(&file, json),
             Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
             Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
