@@ -22,7 +22,7 @@ use noetic::steering::{ANSWER_FORMAT, SteeringState};
 use serde_json::{Value, json};
 
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line, ledger_line, printable};
+use crate::render::{Style, event_line, printable};
 use crate::screen::{Input, Screen};
 
 /// Seconds each tool takes at a terminal unless `--pace` says otherwise.
@@ -299,8 +299,9 @@ pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
     if let Some(id) = execution {
         let state: Option<SteeringState> = runtime.get_layer_state(id, "steering");
         outln!("\n{}", style.bold("steering ledger:"));
-        for entry in state.map(|s| s.ledger).unwrap_or_default() {
-            outln!("{}", ledger_line(&style, &entry));
+        let entries = state.map(|s| s.ledger).unwrap_or_default();
+        for line in crate::ledger::view(&style, &entries, false, "`noetic ledger --verbose` on a --ledger-out file") {
+            outln!("{line}");
         }
     }
     answer.map(drop).map_err(Into::into)
