@@ -2,7 +2,7 @@
 //!
 //! The answer goes to stdout (with [`printable`]'s escapes); progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
 //! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
-//! (or `{"type":"error","message":...}`).
+//! (or `{"type":"error","message":...}`). Rounds count from 1 there, as on the progress lines.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -148,7 +148,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         match events.recv().await {
             Ok(event) => {
                 if args.json {
-                    outln!("{}", serde_json::to_string(&*event)?);
+                    outln!("{}", json_event(&event)?);
                 } else if let Some(line) = event_line(&style, &event.kind) {
                     errln!("{line}");
                 }
@@ -185,4 +185,16 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             Err(format!("the turn failed: {e}").into())
         }
     }
+}
+
+/// An event as a `--json` line: the library's JSON, with `round` counted from 1 as the progress lines count it
+/// (the library counts from 0).
+fn json_event(event: &noetic::Event) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(event)?;
+    if let Some(round) = value.get_mut("round")
+        && let Some(n) = round.as_u64()
+    {
+        *round = json!(n + 1);
+    }
+    serde_json::to_string(&value)
 }
