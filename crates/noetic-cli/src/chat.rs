@@ -61,6 +61,8 @@ impl From<ModeArg> for SteeringMode {
 #[derive(clap::Args)]
 pub struct ChatArgs {
     #[command(flatten)]
+    pub config: crate::config::ConfigArg,
+    #[command(flatten)]
     model: provider::ModelArgs,
     #[command(flatten)]
     agent: agent::AgentArgs,

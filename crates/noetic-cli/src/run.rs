@@ -21,6 +21,8 @@ use crate::{approve, ledger, local, provider, workflow};
 /// Arguments of `noetic run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub config: crate::config::ConfigArg,
     /// The workflow file (TOML, or JSON with a .json extension).
     workflow: PathBuf,
     /// The user message the agent works on.

@@ -60,6 +60,8 @@ pub fn new_name(prefix: &str) -> String {
 /// `noetic sessions`.
 #[derive(Args, Debug)]
 pub struct SessionsArgs {
+    #[command(flatten)]
+    pub config: crate::config::ConfigArg,
     /// The session database (as for chat).
     #[arg(long, value_name = "FILE", global = true)]
     db: Option<PathBuf>,
