@@ -117,12 +117,22 @@ impl Screen {
         f(&mut self.lock())
     }
 
-    /// Prints a finished line (it may hold several) above the input line.
+    /// Prints a finished line (it may hold several) above the input line. A streamed line being written stays
+    /// below it, whole, and goes on when more text comes (so a line the user sends mid-answer does not cut it).
     pub fn line(&self, text: &str) {
         self.with(|b| {
             let mut text = raw_lines(text);
             text.push_str("\r\n");
             b.print_above(&text, true);
+        });
+    }
+
+    /// Ends the streamed line being written (the answer it belongs to is over): it scrolls up as it is.
+    pub fn end_stream(&self) {
+        self.with(|b| {
+            if !b.partial.is_empty() {
+                b.print_above("\n", false);
+            }
         });
     }
 
@@ -260,11 +270,6 @@ impl Bottom {
         self.erase();
         let mut done = String::new();
         if finished {
-            if !self.partial.is_empty() {
-                done.push_str(&self.partial);
-                done.push_str("\r\n");
-                self.partial.clear();
-            }
             done.push_str(text);
         } else {
             self.partial.push_str(text);
@@ -400,6 +405,23 @@ mod tests {
         screen.press(KeyCode::Home, KeyModifiers::NONE);
         assert_eq!(screen.press(KeyCode::Char('d'), KeyModifiers::CONTROL), None, "Ctrl-D deletes in a line");
         assert_eq!(screen.input_text(), "> b");
+    }
+
+    #[test]
+    fn a_line_printed_mid_stream_goes_above_the_streamed_line_which_stays_whole_until_the_stream_ends() {
+        let screen = Screen::detached(40);
+        screen.with(|b| b.raw = true);
+        screen.stream("To write hello");
+        screen.line("you   actually, call it greeting.txt");
+        screen.stream(" world");
+        let partial = screen.with(|b| b.partial.clone());
+        assert_eq!(partial, "To write hello world");
+        screen.end_stream();
+        let partial = screen.with(|b| {
+            b.raw = false;
+            b.partial.clone()
+        });
+        assert_eq!(partial, "");
     }
 
     #[test]

@@ -36,6 +36,16 @@ impl Chat {
                 self.streamed = true;
                 return;
             }
+            // The model's streamed text is a line of its own; notes about the user's messages may come while it
+            // streams and go above it.
+            EventKind::SteeringQueued { .. } | EventKind::SteeringRejected { .. } => {}
+            _ => {
+                if let Some(screen) = &self.screen {
+                    screen.end_stream();
+                }
+            }
+        }
+        match &event.kind {
             EventKind::TurnStarted { .. } => {
                 self.execution = Some(event.execution_id);
                 self.turn_started.get_or_insert_with(Instant::now);
