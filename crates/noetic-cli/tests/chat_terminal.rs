@@ -106,7 +106,7 @@ async fn text_typed_while_the_answer_streams_stays_on_the_input_line_and_a_sent_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn esc_stops_the_running_turn_and_the_chat_takes_the_next_message() {
+async fn esc_or_ctrl_c_stops_the_running_turn_and_the_chat_takes_the_next_message() {
     let model = StreamingModel::start().await;
     let ws = tempfile::tempdir().unwrap();
     let Some(term) = chat(&model.base_url, ws.path(), &[]) else { return };
@@ -128,6 +128,17 @@ async fn esc_stops_the_running_turn_and_the_chat_takes_the_next_message() {
         reply.finish();
         term.wait_for("Second answer.");
         term.wait_for("■ turn done");
+        term.type_line("And a third thing.");
+        let (_, reply) = model.next_request();
+        reply.text("Working on the third");
+        term.wait_for("Working on the third");
+        term.press("C-c");
+        term.wait_until("a second stopped turn", |rows| {
+            rows.iter().filter(|r| r.contains("■ turn failed")).count() == 2
+        });
+        term.wait_for_input_line(">");
+        assert!(!term.history().iter().any(|r| r.contains("press Ctrl-C again")), "Ctrl-C in a turn only stops it");
+        drop(reply);
         term.press("C-d");
         assert_eq!(term.exit_status(), 0);
     })
@@ -252,4 +263,23 @@ async fn a_write_file_approval_shows_the_diff_against_the_current_file_with_esca
         std::fs::read_to_string(ws.path().join("notes.txt")).unwrap(),
         "one\n2\nthree\n\u{1b}[31mred\u{1b}[0m\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_plain_a_chat_at_a_terminal_prints_plain_lines_and_reads_typed_lines() {
+    let server = server(vec![answer("Plain hello.")]).await;
+    let ws = tempfile::tempdir().unwrap();
+    let Some(term) = chat(&format!("{}/v1", server.uri()), ws.path(), &["--plain"]) else { return };
+    tokio::task::spawn_blocking(move || {
+        term.wait_for("steering mode one-at-a-time");
+        term.type_line("hi");
+        term.wait_for("Plain hello.");
+        term.wait_for("■ turn done");
+        let history = term.history();
+        assert!(!history.iter().any(|r| r.contains("steer (Esc stops)>") || r.starts_with("you   ")), "{history:#?}");
+        term.type_line("/quit");
+        assert_eq!(term.exit_status(), 0);
+    })
+    .await
+    .unwrap();
 }
