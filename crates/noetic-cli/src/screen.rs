@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::sync::mpsc;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::output::out;
 
@@ -47,6 +48,23 @@ struct Bottom {
 #[derive(Clone)]
 pub struct Screen {
     bottom: Arc<Mutex<Bottom>>,
+}
+
+/// The terminal cells a character takes (0 for marks that combine with the one before).
+fn cells(c: char) -> usize {
+    UnicodeWidthChar::width(c).unwrap_or(0)
+}
+
+/// The byte where `text` stops fitting in `columns` cells (its length when it fits).
+fn fitting(text: &str, columns: usize) -> usize {
+    let mut used = 0;
+    for (i, c) in text.char_indices() {
+        used += cells(c);
+        if used > columns {
+            return i;
+        }
+    }
+    text.len()
 }
 
 /// `\n` as a raw-mode terminal needs it (raw mode turns off the translation to `\r\n`).
@@ -240,14 +258,24 @@ impl Bottom {
             self.partial_drawn = true;
         }
         // A line longer than the terminal scrolls sideways so the cursor stays visible.
-        let prompt: Vec<char> = self.prompt.chars().collect();
-        let room = self.columns.saturating_sub(prompt.len() + 1).max(1);
-        let start = self.cursor.saturating_sub(room - 1).min(self.input.len());
-        let end = (start + room).min(self.input.len());
+        let prompt = UnicodeWidthStr::width(self.prompt.as_str());
+        let room = self.columns.saturating_sub(prompt + 1).max(1);
+        let mut start = self.cursor;
+        let mut before = 0;
+        while start > 0 && before + cells(self.input[start - 1]) < room {
+            start -= 1;
+            before += cells(self.input[start]);
+        }
+        let mut end = self.cursor;
+        let mut used = before;
+        while end < self.input.len() && used + cells(self.input[end]) <= room {
+            used += cells(self.input[end]);
+            end += 1;
+        }
         let shown: String = self.input[start..end].iter().collect();
         text.push_str(&self.prompt);
         text.push_str(&shown);
-        let column = prompt.len() + (self.cursor - start);
+        let column = prompt + before;
         text.push('\r');
         if column > 0 {
             text.push_str(&format!("\x1b[{column}C"));
@@ -275,17 +303,17 @@ impl Bottom {
             self.partial.push_str(text);
             let width = self.columns.saturating_sub(1).max(1);
             loop {
-                let newline = self.partial.find('\n');
-                let chars = self.partial.chars().count();
-                let cut = match newline {
-                    Some(i) if self.partial[..i].chars().count() <= width => Some((i, i + 1)),
-                    _ if chars > width || newline.is_some() => {
-                        let byte = self.partial.char_indices().nth(width).map_or(self.partial.len(), |(i, _)| i);
-                        Some((byte, byte))
-                    }
-                    _ => None,
+                let line_end = self.partial.find('\n').unwrap_or(self.partial.len());
+                let fits = fitting(&self.partial[..line_end], width);
+                let (end, next) = if fits < line_end {
+                    // At least one character a row, however wide.
+                    let end = if fits == 0 { self.partial.chars().next().map_or(0, char::len_utf8) } else { fits };
+                    (end, end)
+                } else if line_end < self.partial.len() {
+                    (line_end, line_end + 1)
+                } else {
+                    break;
                 };
-                let Some((end, next)) = cut else { break };
                 done.push_str(&self.partial[..end]);
                 done.push_str("\r\n");
                 self.partial = self.partial[next..].to_owned();
@@ -422,6 +450,18 @@ mod tests {
             b.partial.clone()
         });
         assert_eq!(partial, "");
+    }
+
+    #[test]
+    fn wide_characters_count_as_two_cells_when_a_streamed_line_is_cut() {
+        let screen = Screen::detached(10);
+        screen.with(|b| b.raw = true);
+        screen.stream("日本語のテキスト");
+        let partial = screen.with(|b| {
+            b.raw = false;
+            b.partial.clone()
+        });
+        assert_eq!(partial, "テキスト", "four wide characters (8 cells of 9) went up as a line");
     }
 
     #[test]
