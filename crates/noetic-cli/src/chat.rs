@@ -5,9 +5,16 @@
 //! running tool call, and the rest of that batch is skipped). Commands: `/stop`, `/mode all|one-at-a-time`,
 //! `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
 //!
-//! While an approval question waits, `y`/`yes` approves, `n`/`no` or an empty line declines, a command runs (and
-//! the question stays open, except after `/stop` and `/quit`, which decline), and any other line declines the
-//! call and is steered into the turn, so it is not lost and the rest of the batch is skipped.
+//! While an approval question waits, `y`/`yes` approves, `a`/`always` approves this call and every later call of
+//! the same tool in this chat, `n`/`no` or an empty line declines, a command runs (and the question stays open,
+//! except after `/stop` and `/quit`, which decline), and any other line declines the call and is steered into
+//! the turn, so it is not lost and the rest of the batch is skipped. A `write_file` question first shows the
+//! diff the call would make.
+//!
+//! When stdin and stdout are both a terminal (and `--plain` is not given), the chat draws on a [`Screen`]: the
+//! input line stays at the bottom, usable while the agent works, and output scrolls above it; typed lines are
+//! echoed as the user's; Esc or Ctrl-C stops the running turn, and Ctrl-C twice at an idle prompt (or Ctrl-D)
+//! quits (see `terminal.rs`). Otherwise output is plain lines and input is read line by line.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::IntoFuture;
@@ -18,17 +25,17 @@ use std::time::Instant;
 
 use noetic::agent::{Session, SteeringMode};
 use noetic::steering::{LedgerEntry, SteeringLayer};
-use noetic::{Event, EventKind, ExecutionId, NoeticError};
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use noetic::{ExecutionId, NoeticError};
 use tokio::sync::mpsc;
 
 use crate::agent::{self, AgentSpec};
 use crate::approve::{self, Pending};
 use crate::config::Defaults;
-use crate::ledger;
 use crate::output::{out, outln};
 use crate::provider;
-use crate::render::{self, Style, event_line, printable};
+use crate::render::{self, Style};
+use crate::screen::Screen;
+use crate::workspace::Workspace;
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
 
@@ -54,6 +61,8 @@ impl From<ModeArg> for SteeringMode {
 #[derive(clap::Args)]
 pub struct ChatArgs {
     #[command(flatten)]
+    pub config: crate::config::ConfigArg,
+    #[command(flatten)]
     model: provider::ModelArgs,
     #[command(flatten)]
     agent: agent::AgentArgs,
@@ -73,8 +82,10 @@ pub struct ChatArgs {
 
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
-                    steering decisions, /status, /quit. At an approval question: y or yes approves; n, no or an \
-                    empty line declines; any other line declines and goes to the agent as a message.";
+                    steering decisions, /status, /quit. At an approval question: y or yes approves; a or always \
+                    approves this tool for the rest of the chat; n, no or an empty line declines; any other line \
+                    declines and goes to the agent as a message. At a terminal: Esc or Ctrl-C stops the running \
+                    turn; Ctrl-C twice or Ctrl-D at an idle prompt quits.";
 
 /// Runs the chat until `/quit` or the end of input.
 pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
@@ -143,8 +154,18 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             );
         }
     }
-    let mut lines = spawn_stdin_reader();
     let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
+    chat.workspace = Some(workspace.clone());
+    let full_screen = terminal && !args.plain && std::io::stdout().is_terminal();
+    // At a terminal the screen reads the keys; `_no_lines` keeps the line channel open (and silent) meanwhile.
+    let (mut keys, mut lines, _no_lines) = match full_screen.then(|| Screen::open("> ")).flatten() {
+        Some((screen, keys)) => {
+            chat.screen = Some(screen);
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(keys), rx, Some(tx))
+        }
+        None => (None, spawn_stdin_reader(), None),
+    };
     chat.about = format!(
         "model {model_id} ({provider_name}); {rule_count} rule(s); workspace {}; {}",
         workspace.root().display(),
@@ -162,6 +183,16 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                 turn = chat.on_turn_end(result, &mut events);
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
+            Some(input) = async { match keys.as_mut() { Some(k) => k.recv().await, None => std::future::pending().await } }, if !chat.quitting => {
+                match chat.on_input(input, turn.is_some()) {
+                    Action::Start(t) => turn = Some(t),
+                    Action::Quit => {
+                        chat.quitting = true;
+                        chat.reject_waiting();
+                    }
+                    Action::Nothing => {}
+                }
+            }
             line = lines.recv(), if !chat.input_closed && !chat.quitting => match line {
                 Some(line) => match chat.on_line(&line, turn.is_some()) {
                     Action::Start(t) => turn = Some(t),
@@ -180,14 +211,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         if turn.is_none() && (chat.quitting || chat.input_closed) {
             break;
         }
+        chat.show_prompt(turn.is_some());
+    }
+    if let Some(screen) = chat.screen.take() {
+        screen.close();
     }
     Ok(())
-}
-
-/// A turn's token use, as the turn's last line ends with it.
-fn tokens(usage: &noetic::model::Usage) -> String {
-    let cached = if usage.cached_tokens > 0 { format!(" ({} cached)", usage.cached_tokens) } else { String::new() };
-    format!("{} tokens in{cached}, {} out", usage.input_tokens, usage.output_tokens)
 }
 
 /// Lines of stdin, read on a thread so the async side never blocks on the terminal.
@@ -236,6 +265,14 @@ struct Chat {
     input_closed: bool,
     /// `/quit` was typed: calls needing approval are declined.
     quitting: bool,
+    /// The terminal screen, when input and output are a terminal (else plain lines).
+    screen: Option<Screen>,
+    /// Where the tools work, for the diff a `write_file` question shows.
+    workspace: Option<Workspace>,
+    /// Tools the user answered "always" for: their calls run without a question.
+    always: std::collections::BTreeSet<String>,
+    /// Ctrl-C was pressed once at an idle prompt: a second one quits.
+    interrupt_armed: bool,
 }
 
 impl Chat {
@@ -263,10 +300,17 @@ impl Chat {
             terminal,
             input_closed: false,
             quitting: false,
+            screen: None,
+            workspace: None,
+            always: Default::default(),
+            interrupt_armed: false,
         }
     }
 
     fn say(&mut self, line: &str) {
+        if let Some(screen) = &self.screen {
+            return screen.line(line);
+        }
         if self.mid_line {
             outln!();
             self.mid_line = false;
@@ -275,6 +319,9 @@ impl Chat {
     }
 
     fn prompt(&self, running: bool) {
+        if self.screen.is_some() {
+            return self.show_prompt(running);
+        }
         if self.terminal && !running {
             out!("> ");
         }
@@ -363,87 +410,12 @@ impl Chat {
         }
         Action::Nothing
     }
-
-    fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
-        let event = match event {
-            Ok(event) => event,
-            Err(RecvError::Lagged(n)) => return self.say(&self.style.dim(&format!("({n} events not shown)"))),
-            Err(RecvError::Closed) => return,
-        };
-        match &event.kind {
-            EventKind::ModelTextDelta { text, .. } => {
-                out!("{}", printable(text));
-                self.mid_line = !text.ends_with('\n');
-                self.streamed = true;
-                return;
-            }
-            EventKind::TurnStarted { .. } => {
-                self.execution = Some(event.execution_id);
-                self.turn_started.get_or_insert_with(Instant::now);
-                self.turn_usage = noetic::model::Usage::default();
-            }
-            EventKind::ModelCallStarted { .. } => self.streamed = false,
-            EventKind::ModelCallCompleted { usage, .. } => self.turn_usage.add(usage),
-            EventKind::ToolCallStarted { call_id, tool, .. } => {
-                self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
-            }
-            _ => {}
-        }
-        let Some(mut line) = event_line(&self.style, &event.kind) else { return };
-        if let EventKind::ToolCallCompleted { call_id, .. } = &event.kind
-            && let Some((_, started)) = self.tools.remove(call_id)
-        {
-            line.push_str(&self.style.dim(&format!(" ({} ms)", started.elapsed().as_millis())));
-        }
-        if matches!(event.kind, EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. }) {
-            line.push_str(&self.style.dim(&format!(" · {}", tokens(&self.turn_usage))));
-        }
-        self.say(&line);
-    }
-
-    /// Prints what is left of the turn's events and its answer, saves its ledger, and starts a continuation when
-    /// messages arrived after the turn's last checkpoint.
-    fn on_turn_end(
-        &mut self,
-        result: Result<String, NoeticError>,
-        events: &mut broadcast::Receiver<Arc<Event>>,
-    ) -> Option<TurnFuture> {
-        loop {
-            match events.try_recv() {
-                Ok(event) => self.on_event(Ok(event)),
-                Err(TryRecvError::Lagged(n)) => self.on_event(Err(RecvError::Lagged(n))),
-                Err(_) => break,
-            }
-        }
-        if let Ok(answer) = &result
-            && !self.streamed
-            && !answer.is_empty()
-        {
-            self.say(&printable(answer));
-        }
-        if let Some(id) = self.execution.take() {
-            let entries = self.steering.ledger(id);
-            if let Some(path) = &self.ledger_out
-                && let Err(e) = ledger::append(path, &entries)
-            {
-                self.say(&self.style.red(&e));
-            }
-            self.ledger.extend(entries);
-        }
-        self.turn_started = None;
-        self.tools.clear();
-        if self.session.queued() > 0
-            && let Ok(Some(turn)) = self.session.continue_session()
-        {
-            return Some(turn.into_future());
-        }
-        self.prompt(false);
-        None
-    }
 }
 
 mod approvals;
+mod events;
 mod status;
+mod terminal;
 
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,15 @@ use std::time::Duration;
 use noetic::agent::SteeringMode;
 use serde::{Deserialize, Deserializer};
 
+/// `--config FILE`, on the commands that read noetic.toml (chat, run, serve, sessions).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConfigArg {
+    /// Defaults file (default: ./noetic.toml when present); keys under [agents.defaults], each overridable by
+    /// NOETIC_AGENTS_DEFAULTS_<KEY>.
+    #[arg(long = "config", value_name = "FILE", global = true)]
+    pub path: Option<std::path::PathBuf>,
+}
+
 /// The file's name in the current folder.
 pub const FILE_NAME: &str = "noetic.toml";
 /// The prefix of the environment variables that override the file.

@@ -4,6 +4,11 @@
 //! steering rules guard its tools: a predicate denies deleting outside `/workspace/`, and an LLM-judged rule (the
 //! scripted model plays the judge) guides a write to a draft folder. Mid-way the agent reads three slow files; a
 //! user message arrives during the first read, the other two are skipped, and the model sees the message at once.
+//!
+//! At a terminal the demo is paced (each tool takes `--pace` seconds) and a person can steer it: an input line
+//! stays at the bottom, a typed line is echoed and steered into the turn, and when the first slow read starts the
+//! demo says it waits for the person; the scripted user types only when nobody did. Piped, or with `--plain`, it
+//! is instant and deterministic.
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
@@ -17,17 +22,42 @@ use noetic::steering::{ANSWER_FORMAT, SteeringState};
 use serde_json::{Value, json};
 
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line, ledger_line, printable};
+use crate::render::{Style, event_line, printable};
+use crate::screen::{Input, Screen};
+
+/// Seconds each tool takes at a terminal unless `--pace` says otherwise.
+pub const DEFAULT_PACE: f64 = 2.0;
+
+/// How long the paced demo waits for a person to type at its first slow read.
+const WAIT_FOR_THE_USER: Duration = Duration::from_secs(20);
+
+/// Reads `--pace SECONDS`: a number from 0 (instant) to 60.
+pub fn parse_pace(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(pace) if (0.0..=60.0).contains(&pace) => Ok(pace),
+        _ => Err(format!("'{text}' is not a number of seconds from 0 to 60 (0: no pauses)")),
+    }
+}
 
 type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const TASK: &str = "Tidy the workspace and write a short report on async runtimes.";
 const STEER: &str = "Skip the other notes; summarise what you have.";
 
-fn slow_tool(name: &str, description: &str, millis: u64, answer: fn(&Value) -> String) -> DemoResult<Arc<dyn Tool>> {
+/// How long a tool takes: its own short time, or the pace when the demo is paced.
+fn took(millis: u64, pace: Duration) -> Duration {
+    if pace.is_zero() { Duration::from_millis(millis) } else { pace }
+}
+
+fn slow_tool(
+    (name, description): (&str, &str),
+    millis: u64,
+    pace: Duration,
+    answer: fn(&Value) -> String,
+) -> DemoResult<Arc<dyn Tool>> {
     let tool = FnTool::builder(name, description)
         .handler(move |args, _| async move {
-            tokio::time::sleep(Duration::from_millis(millis)).await;
+            tokio::time::sleep(took(millis, pace)).await;
             Ok(Value::String(answer(&args)))
         })
         .build()?;
@@ -38,17 +68,19 @@ fn arg(args: &Value, key: &str) -> String {
     args[key].as_str().unwrap_or("?").to_owned()
 }
 
-/// `read_file` is slow; its first call also waits (at most 5 s) until the scripted user has typed, so the demo
-/// shows the same thing however busy the machine is.
-fn read_file(typed: Arc<tokio::sync::Notify>) -> DemoResult<Arc<dyn Tool>> {
+/// `read_file` is slow; its first call also waits (at most 5 s longer than the demo waits for a person) until
+/// the user has typed, so the demo shows the same thing however busy the machine is.
+fn read_file(typed: Arc<tokio::sync::Notify>, pace: Duration) -> DemoResult<Arc<dyn Tool>> {
     let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let tool = FnTool::builder("read_file", "Reads a file.")
         .handler(move |args, _| {
             let (typed, first) = (typed.clone(), first.clone());
             async move {
-                tokio::time::sleep(Duration::from_millis(400)).await;
+                tokio::time::sleep(took(400, pace)).await;
                 if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), typed.notified()).await;
+                    let limit =
+                        Duration::from_secs(5) + if pace.is_zero() { Duration::ZERO } else { WAIT_FOR_THE_USER };
+                    let _ = tokio::time::timeout(limit, typed.notified()).await;
                 }
                 Ok(Value::String(format!("contents of {}", arg(&args, "path"))))
             }
@@ -57,12 +89,12 @@ fn read_file(typed: Arc<tokio::sync::Notify>) -> DemoResult<Arc<dyn Tool>> {
     Ok(Arc::new(tool))
 }
 
-fn tools(typed: Arc<tokio::sync::Notify>) -> DemoResult<Vec<Arc<dyn Tool>>> {
+fn tools(typed: Arc<tokio::sync::Notify>, pace: Duration) -> DemoResult<Vec<Arc<dyn Tool>>> {
     Ok(vec![
-        slow_tool("search", "Searches the web.", 200, |a| format!("3 articles about {}", arg(a, "query")))?,
-        slow_tool("delete_file", "Deletes a file.", 50, |a| format!("deleted {}", arg(a, "path")))?,
-        slow_tool("write_file", "Writes a file.", 50, |a| format!("wrote {}", arg(a, "path")))?,
-        read_file(typed)?,
+        slow_tool(("search", "Searches the web."), 200, pace, |a| format!("3 articles about {}", arg(a, "query")))?,
+        slow_tool(("delete_file", "Deletes a file."), 50, pace, |a| format!("deleted {}", arg(a, "path")))?,
+        slow_tool(("write_file", "Writes a file."), 50, pace, |a| format!("wrote {}", arg(a, "path")))?,
+        read_file(typed, pace)?,
     ])
 }
 
@@ -154,14 +186,37 @@ fn agent() -> DemoResult<Step<String, String>> {
         .build()?)
 }
 
-/// Runs the demo. `plain` turns colours off.
-pub async fn run(plain: bool) -> DemoResult<()> {
+/// Where the demo's lines go: plain lines, or above the input line at a terminal.
+#[derive(Clone)]
+struct Printer(Option<Screen>);
+
+impl Printer {
+    fn line(&self, line: &str) {
+        match &self.0 {
+            Some(screen) => screen.line(line),
+            None => outln!("{line}"),
+        }
+    }
+}
+
+/// What the person at the terminal did, for the demo's scripted user to know whether to type.
+#[derive(Default)]
+struct Person {
+    typed: std::sync::atomic::AtomicBool,
+    wakes: tokio::sync::Notify,
+}
+
+/// Runs the demo. `plain` turns colours off and, like a pipe, keeps it instant; at a terminal each tool takes
+/// `pace` seconds (default [`DEFAULT_PACE`]).
+pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
     let style = Style::detect(plain);
+    let interactive = !plain && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let pace = if interactive { Duration::from_secs_f64(pace.unwrap_or(DEFAULT_PACE)) } else { Duration::ZERO };
     let layer = steering(SteeringConfig::new(rules()))?;
     let typed = Arc::new(tokio::sync::Notify::new());
     let runtime = Runtime::builder()
         .model(Arc::new(scripted_model()))
-        .tools(tools(typed.clone())?)
+        .tools(tools(typed.clone(), pace)?)
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .agent(agent()?)
         .build()?;
@@ -169,25 +224,55 @@ pub async fn run(plain: bool) -> DemoResult<()> {
     let mut events = session.subscribe();
     outln!("{}", style.bold("noetic demo — a step-composed agent, two steering rules, a live steering message"));
     outln!("{}", style.dim(&format!("task: {TASK}")));
+    let person = Arc::new(Person::default());
+    let (printer, keys) = match interactive.then(|| Screen::open("steer> ")).flatten() {
+        Some((screen, keys)) => {
+            screen.line(&style.dim(&format!(
+                "each tool takes {} s (--pace changes it). Type a line and press Enter at any time to steer the \
+                 agent yourself; Esc or Ctrl-C stops it.",
+                pace.as_secs_f64()
+            )));
+            (Printer(Some(screen)), Some(keys))
+        }
+        None => (Printer(None), None),
+    };
+    let listener = keys.map(|keys| tokio::spawn(listen(keys, session.clone(), printer.clone(), person.clone(), style)));
+    if listener.is_none() && std::io::stdin().is_terminal() {
+        spawn_terminal_steering(session.clone());
+    }
 
-    // The "user": types a message while the first of three slow reads runs (a person at a terminal can type too).
+    // The "user": types a message while the first of three slow reads runs, unless the person at the terminal
+    // has typed one.
     let typist = session.clone();
-    let printer_style = style;
-    let printer = tokio::spawn(async move {
+    let out = printer.clone();
+    let waits = !pace.is_zero();
+    let printer_task = tokio::spawn(async move {
         let mut execution = None;
         let mut steered = false;
         while let Ok(event) = events.recv().await {
-            if let Some(line) = event_line(&printer_style, &event.kind) {
-                outln!("{line}");
+            if let Some(line) = event_line(&style, &event.kind) {
+                out.line(&line);
             }
             match &event.kind {
                 EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
                 EventKind::ToolCallStarted { call_id, .. } if call_id == "c6" && !steered => {
                     steered = true;
-                    tokio::time::sleep(Duration::from_millis(150)).await;
-                    outln!("{}", printer_style.cyan(&format!("  user  types: \"{STEER}\"")));
-                    if let Err(e) = typist.steer(STEER) {
-                        outln!("{}", printer_style.red(&format!("  steer refused: {e}")));
+                    let typed_already = person.typed.load(std::sync::atomic::Ordering::SeqCst);
+                    if waits && !typed_already {
+                        out.line(&style.yellow(&format!(
+                            "  demo  waiting up to {} s for you: type a line and press Enter to steer the agent \
+                             while it reads (else the scripted user types)",
+                            WAIT_FOR_THE_USER.as_secs()
+                        )));
+                        let _ = tokio::time::timeout(WAIT_FOR_THE_USER, person.wakes.notified()).await;
+                    } else if !waits {
+                        tokio::time::sleep(Duration::from_millis(150)).await;
+                    }
+                    if !person.typed.load(std::sync::atomic::Ordering::SeqCst) {
+                        out.line(&style.cyan(&format!("  user  types: \"{STEER}\"")));
+                        if let Err(e) = typist.steer(STEER) {
+                            out.line(&style.red(&format!("  steer refused: {e}")));
+                        }
                     }
                     typed.notify_one();
                 }
@@ -197,12 +282,15 @@ pub async fn run(plain: bool) -> DemoResult<()> {
         }
         execution
     });
-    if std::io::stdin().is_terminal() {
-        spawn_terminal_steering(session.clone());
-    }
 
     let answer = session.send(TASK)?.await;
-    let execution = printer.await?;
+    let execution = printer_task.await?;
+    if let Some(listener) = listener {
+        listener.abort();
+    }
+    if let Some(screen) = printer.0 {
+        screen.close();
+    }
     outln!();
     match &answer {
         Ok(text) => outln!("{} {}", style.bold("answer:"), printable(text)),
@@ -211,14 +299,48 @@ pub async fn run(plain: bool) -> DemoResult<()> {
     if let Some(id) = execution {
         let state: Option<SteeringState> = runtime.get_layer_state(id, "steering");
         outln!("\n{}", style.bold("steering ledger:"));
-        for entry in state.map(|s| s.ledger).unwrap_or_default() {
-            outln!("{}", ledger_line(&style, &entry));
+        let entries = state.map(|s| s.ledger).unwrap_or_default();
+        for line in crate::ledger::view(&style, &entries, false, "`noetic ledger --verbose` on a --ledger-out file") {
+            outln!("{line}");
         }
     }
     answer.map(drop).map_err(Into::into)
 }
 
-/// Lines typed at the terminal while the demo runs are steered into the session.
+/// The person at the terminal: a typed line is echoed and steered into the session; Esc, Ctrl-C or Ctrl-D stop
+/// the demo's turn.
+async fn listen(
+    mut keys: tokio::sync::mpsc::UnboundedReceiver<Input>,
+    session: Session,
+    printer: Printer,
+    person: Arc<Person>,
+    style: Style,
+) {
+    while let Some(input) = keys.recv().await {
+        match input {
+            Input::Line(line) => {
+                let text = line.trim();
+                if text.is_empty() {
+                    continue;
+                }
+                printer.line(&style.cyan(&format!("you   {}", printable(text))));
+                match session.steer(text) {
+                    Ok(_) => {
+                        person.typed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        person.wakes.notify_one();
+                    }
+                    Err(e) => printer.line(&style.red(&format!("  steer refused: {e}"))),
+                }
+            }
+            Input::Escape | Input::Interrupt | Input::Eof => {
+                printer.line(&style.dim("stopping the demo"));
+                session.stop("stopped by the user");
+            }
+        }
+    }
+}
+
+/// Lines typed at a terminal while the demo's output goes elsewhere are steered into the session.
 fn spawn_terminal_steering(session: Session) {
     outln!("(type a line and press Enter to steer the agent yourself)");
     std::thread::spawn(move || {

@@ -24,6 +24,31 @@ pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
     file.write_all(text.as_bytes()).map_err(|e| format!("cannot write to the ledger file '{}': {e}", path.display()))
 }
 
+/// A ledger as a person reads it: the entries of each turn (an execution; its last entry says how it ended)
+/// under a heading with the turn's start, each entry with its time of day, the deciding rule and how it
+/// evaluated. Model answers that passed every rule are counted on one line unless `verbose`; `how` says what
+/// shows them.
+pub fn view(style: &Style, entries: &[LedgerEntry], verbose: bool, how: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let turns = entries.split_inclusive(|e| e.outcome.is_some()).filter(|turn| !turn.is_empty());
+    for (number, turn) in turns.enumerate() {
+        let started = noetic::time::rfc3339(turn[0].timestamp);
+        let running = if turn.last().is_some_and(|e| e.outcome.is_some()) { "" } else { " (not ended)" };
+        lines.push(style.bold(&format!("turn {} · started {started}{running}", number + 1)));
+        let routine = if verbose { 0 } else { turn.iter().filter(|e| is_routine(e)).count() };
+        for entry in turn.iter().filter(|e| verbose || !is_routine(e)) {
+            // `…T18:30:05.123Z` → `18:30:05.123`: the day is in the heading.
+            let at = noetic::time::rfc3339(entry.timestamp);
+            let time = at.get(11..23).unwrap_or(&at);
+            lines.push(format!("  {}{}", style.dim(time), ledger_line(style, entry)));
+        }
+        if let Some(line) = routine_left_out(routine, how) {
+            lines.push(style.dim(&line));
+        }
+    }
+    lines
+}
+
 /// Prints the entries of a JSON-lines ledger file. Lines that are not ledger entries are reported with their
 /// number (on stderr) and make the command fail after the good ones are shown.
 pub fn show(path: &Path, plain: bool, json: bool, verbose: bool) -> Result<(), String> {
@@ -31,34 +56,29 @@ pub fn show(path: &Path, plain: bool, json: bool, verbose: bool) -> Result<(), S
         format!("cannot read the ledger file '{}': {e}; write one with --ledger-out FILE", path.display())
     })?;
     let style = Style::detect(plain);
-    let (mut shown, mut bad, mut routine) = (0, 0, 0);
+    let (mut entries, mut bad) = (Vec::new(), 0);
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         match serde_json::from_str::<LedgerEntry>(line) {
-            Ok(entry) if json => {
-                let line =
-                    serde_json::to_string(&entry).map_err(|e| format!("cannot write a ledger entry as JSON: {e}"))?;
-                outln!("{line}");
-                shown += 1;
-            }
-            Ok(entry) if !verbose && is_routine(&entry) => routine += 1,
-            Ok(entry) => {
-                outln!("{}", ledger_line(&style, &entry));
-                shown += 1;
-            }
+            Ok(entry) => entries.push(entry),
             Err(e) => {
                 errln!("{}:{}: not a ledger entry: {e}", path.display(), number + 1);
                 bad += 1;
             }
         }
     }
-    if !json {
-        if let Some(line) = routine_left_out(routine, "--verbose") {
-            outln!("{}", style.dim(&line));
+    if json {
+        for entry in &entries {
+            let line = serde_json::to_string(entry).map_err(|e| format!("cannot write a ledger entry as JSON: {e}"))?;
+            outln!("{line}");
         }
-        let all = shown + routine;
+    } else {
+        for line in view(&style, &entries, verbose, "--verbose") {
+            outln!("{line}");
+        }
+        let all = entries.len();
         outln!("{}", style.dim(&format!("{all} entr{} in {}", if all == 1 { "y" } else { "ies" }, path.display())));
     }
     if bad > 0 {
@@ -69,4 +89,67 @@ pub fn show(path: &Path, plain: bool, json: bool, verbose: bool) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::time::{Duration, SystemTime};
+
+    use noetic::layer::Outcome;
+    use noetic::steering::{Evaluator, LedgerKind, SteeringAction};
+
+    use super::*;
+
+    fn entry(kind: LedgerKind, action: SteeringAction, at_ms: u64) -> LedgerEntry {
+        LedgerEntry {
+            kind,
+            timestamp: SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_000_000_000 + at_ms),
+            tool_name: Some("delete_file".into()),
+            tool_args: None,
+            usage: None,
+            action,
+            guidance: None,
+            rule_id: None,
+            evaluator: None,
+            failures: Vec::new(),
+            duration: Duration::ZERO,
+            outcome: None,
+        }
+    }
+
+    fn end(at_ms: u64) -> LedgerEntry {
+        LedgerEntry { outcome: Some(Outcome::Success), ..entry(LedgerKind::Custom, SteeringAction::Allow, at_ms) }
+    }
+
+    #[test]
+    fn the_view_groups_entries_by_turn_with_times_and_counts_routine_allows_per_turn() {
+        let denied = LedgerEntry {
+            rule_id: Some("keep".into()),
+            evaluator: Some(Evaluator::LlmSync),
+            guidance: Some("no".into()),
+            ..entry(LedgerKind::ToolCall, SteeringAction::Deny, 5)
+        };
+        let entries = vec![
+            entry(LedgerKind::ModelTurn, SteeringAction::Allow, 0),
+            denied,
+            end(9),
+            entry(LedgerKind::ToolCall, SteeringAction::Allow, 61_000),
+        ];
+        let plain = Style::detect(true);
+        assert_eq!(
+            view(&plain, &entries, false, "--verbose"),
+            [
+                "turn 1 · started 2026-11-18T11:06:40.000Z",
+                "  11:06:40.005  DENY    tool delete_file by keep (LLM judge): no",
+                "  11:06:40.009  ALLOW   execution ended: Success",
+                "  (1 model answer(s) passed every rule; --verbose shows them)",
+                "turn 2 · started 2026-11-18T11:07:41.000Z (not ended)",
+                "  11:07:41.000  ALLOW   tool delete_file (no rule objected)",
+            ]
+        );
+        let verbose = view(&plain, &entries, true, "--verbose");
+        assert_eq!(verbose[1], "  11:06:40.000  ALLOW   model turn (0 tokens out) (no rule objected)");
+    }
 }

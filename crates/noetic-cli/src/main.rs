@@ -25,6 +25,7 @@ mod provider;
 mod render;
 mod rules;
 mod run;
+mod screen;
 mod serve;
 mod sessions;
 mod source;
@@ -48,9 +49,9 @@ use crate::output::{errln, outln};
                   --json\n  noetic ledger ledger.jsonl\n  noetic rules rules.toml"
 )]
 struct Cli {
-    /// Defaults file (default: ./noetic.toml when present); keys under [agents.defaults], each overridable by
-    /// NOETIC_AGENTS_DEFAULTS_<KEY>.
-    #[arg(long, global = true, value_name = "FILE")]
+    /// Defaults file for chat, run, serve and sessions (default: ./noetic.toml when present); also accepted
+    /// after those commands.
+    #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
     /// Export traces over OTLP/HTTP to this collector (base URL, e.g. http://localhost:4318); default:
     /// OTEL_EXPORTER_OTLP_ENDPOINT. Without either nothing is exported.
@@ -69,9 +70,12 @@ enum Command {
     /// Show the three capabilities on the built-in scripted model: a step-composed agent, steering rules (a
     /// predicate deny, an LLM-judged guide) and a live steering message that skips the rest of a tool batch.
     Demo {
-        /// No colours, even on a terminal.
+        /// No colours and no pauses, even on a terminal (as when piped).
         #[arg(long)]
         plain: bool,
+        /// At a terminal, the seconds each tool takes (default 2; 0: no pauses).
+        #[arg(long, value_name = "SECONDS", value_parser = demo::parse_pace)]
+        pace: Option<f64>,
     },
     /// Chat with an agent on a real provider; type while it works to steer it, /stop to cancel a turn.
     #[command(after_help = chat::HELP)]
@@ -144,17 +148,39 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // `noetic --config FILE CMD` and `noetic CMD --config FILE` both work where a defaults file is read.
+    let config = |own: &config::ConfigArg| config::load(own.path.as_deref().or(cli.config.as_deref()));
     let command = async {
+        if cli.config.is_some()
+            && matches!(cli.command, Command::Demo { .. } | Command::Rules { .. } | Command::Ledger { .. })
+        {
+            return Err(
+                "--config applies to chat, run, serve and sessions; demo, rules and ledger read no defaults file"
+                    .into(),
+            );
+        }
         match cli.command {
-            Command::Demo { plain } => demo::run(plain).await,
+            Command::Demo { plain, pace } => demo::run(plain, pace).await,
             Command::Rules { file, json } => check_rules(&file, json),
-            Command::Run(args) => run::run(args, &config::load(cli.config.as_deref())?).await,
-            Command::Chat(args) => chat::run(args, &config::load(cli.config.as_deref())?).await,
+            Command::Run(args) => {
+                let defaults = config(&args.config)?;
+                run::run(args, &defaults).await
+            }
+            Command::Chat(args) => {
+                let defaults = config(&args.config)?;
+                chat::run(args, &defaults).await
+            }
             Command::Ledger { file, plain, json, verbose } => {
                 ledger::show(&file, plain, json, verbose).map_err(Into::into)
             }
-            Command::Serve(args) => serve::run(args, &config::load(cli.config.as_deref())?).await,
-            Command::Sessions(args) => sessions::run(args, &config::load(cli.config.as_deref())?),
+            Command::Serve(args) => {
+                let defaults = config(&args.config)?;
+                serve::run(args, &defaults).await
+            }
+            Command::Sessions(args) => {
+                let defaults = config(&args.config)?;
+                sessions::run(args, &defaults)
+            }
         }
     };
     // A closed output (`noetic demo | head -1`) drops the command at once: nobody reads what it would print.

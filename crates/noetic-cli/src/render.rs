@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 
 use noetic::EventKind;
-use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
+use noetic::steering::{Evaluator, LedgerEntry, LedgerKind, SteeringAction};
 use serde_json::Value;
 
 /// How lines are styled.
@@ -256,14 +256,25 @@ pub fn routine_left_out(count: usize, how: &str) -> Option<String> {
     (count > 0).then(|| format!("  ({count} model answer(s) passed every rule; {how} shows them)"))
 }
 
+/// How a deciding rule evaluated, in words.
+fn evaluator_name(evaluator: Evaluator) -> &'static str {
+    match evaluator {
+        Evaluator::Predicate => "predicate",
+        Evaluator::LlmSync => "LLM judge",
+        Evaluator::LlmAsync => "async LLM judge",
+    }
+}
+
 /// A ledger entry on one line.
 pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
     let what = match entry.kind {
-        LedgerKind::ToolCall => format!(
-            "tool {} {}",
-            printable(entry.tool_name.as_deref().unwrap_or("?")),
-            entry.tool_args.as_ref().map(|a| shorten(&visible_json(a), 50)).unwrap_or_default()
-        ),
+        LedgerKind::ToolCall => {
+            let tool = printable(entry.tool_name.as_deref().unwrap_or("?"));
+            match &entry.tool_args {
+                Some(args) => format!("tool {tool} {}", shorten(&visible_json(args), 50)),
+                None => format!("tool {tool}"),
+            }
+        }
         LedgerKind::ModelTurn => {
             format!("model turn ({} tokens out)", entry.usage.map(|u| u.output_tokens).unwrap_or_default())
         }
@@ -278,7 +289,15 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
         SteeringAction::Guide => style.yellow(&action),
         SteeringAction::Deny => style.red(&action),
     };
-    let by = entry.rule_id.as_deref().map(|r| format!(" by {}", printable(r))).unwrap_or_default();
+    let by = match (entry.rule_id.as_deref(), entry.evaluator) {
+        (Some(rule), Some(evaluator)) => format!(" by {} ({})", printable(rule), evaluator_name(evaluator)),
+        (Some(rule), None) => format!(" by {}", printable(rule)),
+        // Every rule that looked allowed it (or none applies); an execution's end is no decision.
+        (None, _) if entry.outcome.is_none() && entry.action == SteeringAction::Allow => {
+            " (no rule objected)".to_owned()
+        }
+        (None, _) => String::new(),
+    };
     let why = entry.guidance.as_deref().map(|g| format!(": {}", shorten(g, 60))).unwrap_or_default();
     format!("  {action:<7} {what}{by}{why}")
 }
@@ -375,7 +394,7 @@ mod tests {
         };
         assert_eq!(
             ledger_line(&PLAIN, &entry),
-            "  ALLOW   tool run_command {\"command\":\"ls\\r\\u001b[2Krm x\\u202e\"}"
+            "  ALLOW   tool run_command {\"command\":\"ls\\r\\u001b[2Krm x\\u202e\"} (no rule objected)"
         );
     }
 

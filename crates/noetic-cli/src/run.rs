@@ -2,7 +2,7 @@
 //!
 //! The answer goes to stdout (with [`printable`]'s escapes); progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
 //! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
-//! (or `{"type":"error","message":...}`).
+//! (or `{"type":"error","message":...}`). Rounds count from 1 there, as on the progress lines.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -21,6 +21,8 @@ use crate::{approve, ledger, local, provider, workflow};
 /// Arguments of `noetic run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub config: crate::config::ConfigArg,
     /// The workflow file (TOML, or JSON with a .json extension).
     workflow: PathBuf,
     /// The user message the agent works on.
@@ -102,17 +104,18 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     };
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
+    let workspace = Workspace::open(&dir)?;
     let spec = AgentSpec {
         model,
         model_id: flow.model.clone(),
         instructions: flow.instructions.clone(),
         tools: flow.tools.clone(),
         rules: flow.rules.clone(),
-        workspace: Workspace::open(&dir)?,
+        workspace: workspace.clone(),
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal(steer_to.clone())),
+        approver: Some(approve::at_terminal(steer_to.clone(), workspace)),
         store: match &args.session {
             Some(_) => {
                 let store_args =
@@ -148,7 +151,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         match events.recv().await {
             Ok(event) => {
                 if args.json {
-                    outln!("{}", serde_json::to_string(&*event)?);
+                    outln!("{}", json_event(&event)?);
                 } else if let Some(line) = event_line(&style, &event.kind) {
                     errln!("{line}");
                 }
@@ -185,4 +188,16 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             Err(format!("the turn failed: {e}").into())
         }
     }
+}
+
+/// An event as a `--json` line: the library's JSON, with `round` counted from 1 as the progress lines count it
+/// (the library counts from 0).
+fn json_event(event: &noetic::Event) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(event)?;
+    if let Some(round) = value.get_mut("round")
+        && let Some(n) = round.as_u64()
+    {
+        *round = json!(n + 1);
+    }
+    serde_json::to_string(&value)
 }

@@ -27,6 +27,8 @@ const MAX_IDLE_SESSIONS: usize = 10_000;
 /// Arguments of `noetic serve`.
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: crate::config::ConfigArg,
     /// The address to listen on. Anything but loopback needs an access token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     bind: String,

@@ -131,6 +131,8 @@ pub fn new_name(prefix: &str) -> String {
 /// `noetic sessions`.
 #[derive(Args, Debug)]
 pub struct SessionsArgs {
+    #[command(flatten)]
+    pub config: crate::config::ConfigArg,
     /// The session database (as for chat): a file or a postgres:// URL.
     #[arg(long, value_name = "FILE|URL", global = true)]
     db: Option<PathBuf>,
@@ -212,11 +214,15 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
             let ledger = store.ledger(&key)?;
             outln!("  steering ledger ({} decision(s)):", ledger.len());
             let style = render::Style::detect(true);
+            let mut entries = Vec::new();
             for entry in ledger {
                 match serde_json::from_str::<noetic::steering::LedgerEntry>(&entry) {
-                    Ok(entry) => outln!("  {}", render::ledger_line(&style, &entry)),
+                    Ok(entry) => entries.push(entry),
                     Err(e) => outln!("  (an unreadable ledger entry: {e})"),
                 }
+            }
+            for line in crate::ledger::view(&style, &entries, true, "") {
+                outln!("  {line}");
             }
         }
         SessionsCommand::Steer { key, text } => {

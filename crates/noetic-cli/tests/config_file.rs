@@ -1,6 +1,8 @@
 //! `noetic.toml` defaults, overridden by NOETIC_AGENTS_DEFAULTS_* variables, overridden by flags.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::process::{Command, Stdio};
 
 fn chat_banner(config: &std::path::Path, env: &[(&str, &str)], flags: &[&str]) -> (bool, String) {
@@ -49,4 +51,19 @@ fn a_mistake_in_the_configuration_names_the_file_and_line() {
     let (ok, text) = chat_banner(&config, &[], &[]);
     assert!(!ok);
     assert!(text.contains("noetic.toml") && text.contains("line 2") && text.contains("modle"), "{text}");
+}
+
+#[test]
+fn config_is_offered_only_by_the_commands_that_read_a_defaults_file() {
+    for command in [&["demo"][..], &["rules", "rules.toml"], &["ledger", "ledger.jsonl"]] {
+        let help = common::run(common::noetic().args(&command[..1]).arg("--help"));
+        assert!(!help.stdout.contains("--config"), "{command:?} --help offers --config:\n{}", help.stdout);
+        let before = common::run(common::noetic().args(["--config", "noetic.toml"]).args(command));
+        assert!(!before.status.success());
+        assert!(before.stderr.contains("--config applies to chat, run, serve and sessions"), "{}", before.stderr);
+    }
+    for command in [&["chat"][..], &["run"], &["serve"], &["sessions"], &["sessions", "show"]] {
+        let help = common::run(common::noetic().args(command).arg("--help"));
+        assert!(help.stdout.contains("--config <FILE>"), "{command:?} --help:\n{}", help.stdout);
+    }
 }

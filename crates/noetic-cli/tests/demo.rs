@@ -1,6 +1,8 @@
 //! `noetic demo` shows all three capabilities, from the outside: the binary's output.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::process::{Command, Stdio};
 
 #[test]
@@ -38,4 +40,31 @@ fn an_unknown_command_fails_with_usage() {
     let out = Command::new(env!("CARGO_BIN_EXE_noetic")).arg("frobnicate").output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
+}
+
+#[cfg(unix)]
+#[test]
+fn at_a_terminal_the_paced_demo_waits_for_a_typed_line_and_steers_it_instead_of_the_scripted_one() {
+    let mut demo = common::noetic();
+    demo.args(["demo", "--pace", "0.1"]);
+    let Some(term) = common::terminal::Terminal::start(&demo) else { return };
+    term.wait_for("each tool takes 0.1 s (--pace changes it)");
+    term.wait_for("demo  waiting up to 20 s for you");
+    term.type_line("Only tokio, please.");
+    term.wait_for("answer: Done:");
+    assert_eq!(term.exit_status(), 0);
+    let history = term.history();
+    let at = |needle: &str| history.iter().position(|r| r.contains(needle));
+    let (echoed, queued, skipped) = (at("you   Only tokio, please."), at("steer message queued"), at("skip  [c7]"));
+    assert!(echoed.is_some() && echoed < queued && queued < skipped, "{}", history.join("\n"));
+    assert_eq!(at("user  types:"), None, "the scripted user did not type:\n{}", history.join("\n"));
+}
+
+#[test]
+fn a_pace_that_is_not_a_number_of_seconds_is_refused() {
+    for bad in ["-1", "soon", "1000"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_noetic")).args(["demo", &format!("--pace={bad}")]).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not a number of seconds from 0 to 60"), "{bad}");
+    }
 }

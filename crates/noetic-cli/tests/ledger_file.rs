@@ -20,7 +20,7 @@ fn write_ledger(ledger: &std::path::Path) {
 }
 
 #[test]
-fn a_ledger_written_by_run_is_shown_one_decision_a_line() {
+fn a_ledger_written_by_run_is_shown_by_turn_one_decision_a_line_with_its_time_rule_and_evaluator() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger.jsonl");
     write_ledger(&ledger);
@@ -30,14 +30,21 @@ fn a_ledger_written_by_run_is_shown_one_decision_a_line() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
     for expected in [
         "ALLOW   tool write_file",
-        "DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme: README files stay",
-        "ALLOW   tool delete_file {\"path\":\"scratch.txt\"}",
+        "DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme (predicate): README files stay",
+        "ALLOW   tool delete_file {\"path\":\"scratch.txt\"} (no rule objected)",
         "execution ended: Success",
         "model answer(s) passed every rule; --verbose shows them",
     ] {
         assert!(out.stdout.contains(expected), "missing {expected:?} in:\n{}", out.stdout);
     }
     assert!(!out.stdout.contains("ALLOW   model turn"), "routine allows are left out:\n{}", out.stdout);
+    let mut lines = out.stdout.lines();
+    let heading = lines.next().unwrap();
+    assert!(heading.starts_with("turn 1 · started 20") && heading.ends_with('Z'), "{heading}");
+    let deny = out.stdout.lines().find(|l| l.contains("DENY")).unwrap();
+    let time = deny.trim_start().split(' ').next().unwrap();
+    assert!(time.len() == 12 && time.as_bytes()[2] == b':' && time.as_bytes()[8] == b'.', "a time of day: {deny}");
+    assert!(!out.stdout.contains("turn 2"), "one run is one turn:\n{}", out.stdout);
     let verbose = run(noetic().arg("ledger").arg(&ledger).arg("--verbose"));
     assert!(verbose.stdout.contains("ALLOW   model turn"), "{}", verbose.stdout);
     assert!(!verbose.stdout.contains("passed every rule"), "{}", verbose.stdout);

@@ -64,6 +64,9 @@ fn json_mode_prints_every_event_then_the_ledger_and_the_answer_as_json_lines() {
     let lines = json_lines(&out.stdout);
     let of_type = |t: &str| lines.iter().filter(|l| l["type"] == t).collect::<Vec<_>>();
     assert_eq!(of_type("turn_started").len(), 1);
+    let rounds: Vec<u64> = of_type("model_call_started").iter().map(|l| l["round"].as_u64().unwrap()).collect();
+    assert_eq!(rounds.first(), Some(&1), "rounds count from 1, as the progress lines do: {rounds:?}");
+    assert!(rounds.windows(2).all(|w| w[1] == w[0] + 1), "{rounds:?}");
     let started: Vec<&str> = of_type("tool_call_started").iter().map(|l| l["call_id"].as_str().unwrap()).collect();
     assert_eq!(started, ["w1", "d1", "d2", "l1"]);
     let denied = of_type("steering_denied");

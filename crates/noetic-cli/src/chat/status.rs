@@ -1,7 +1,7 @@
 //! The chat's `/ledger` and `/status` reports.
 
 use super::Chat;
-use crate::render::{ledger_line, printable};
+use crate::render::printable;
 
 impl Chat {
     /// Prints the steering decisions of the finished turns and of the running one.
@@ -14,14 +14,8 @@ impl Chat {
             return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
         }
         self.say(&self.style.bold(&format!("steering ledger ({} entries):", entries.len())));
-        let routine = entries.iter().filter(|e| crate::render::is_routine(e)).count();
-        for entry in entries.iter().filter(|e| !crate::render::is_routine(e)) {
-            let line = ledger_line(&self.style, entry);
-            self.say(&line);
-        }
-        if let Some(line) = crate::render::routine_left_out(routine, "`noetic ledger --verbose` on a --ledger-out file")
-        {
-            let line = self.style.dim(&line);
+        let how = "`noetic ledger --verbose` on a --ledger-out file";
+        for line in crate::ledger::view(&self.style, &entries, false, how) {
             self.say(&line);
         }
     }

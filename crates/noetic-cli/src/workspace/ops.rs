@@ -76,6 +76,31 @@ impl Workspace {
         Ok(text)
     }
 
+    /// The whole text of a resolved regular file as `write_file` would replace it (for an approval's diff):
+    /// `None` when there is no such file yet; an error for a folder, a FIFO or device, or a file over
+    /// `max_bytes`. Bytes that are not UTF-8 are shown as U+FFFD.
+    pub fn current_text(&self, path: &WsPath, max_bytes: u64) -> Result<Option<String>, String> {
+        let meta = match self.dir.metadata(path.arg()) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read '{path}': {}", why(&e))),
+        };
+        if !meta.is_file() {
+            return Err(not_regular(path, "write_file", "writes"));
+        }
+        if meta.len() > max_bytes {
+            return Err(format!("'{path}' has {} bytes, more than the {max_bytes} a diff is shown for", meta.len()));
+        }
+        let mut file = open(self, path, OpenOptions::new().read(true))
+            .map_err(|e| format!("cannot open '{path}': {}", why(&e)))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(not_regular(path, "write_file", "writes"));
+        }
+        let mut bytes = Vec::new();
+        (&mut file).take(max_bytes).read_to_end(&mut bytes).map_err(|e| format!("cannot read '{path}': {e}"))?;
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
     /// Writes a resolved file, creating missing parent directories.
     pub fn write_resolved(&self, path: &WsPath, content: &str) -> Result<String, String> {
         let not_a_file = || format!("'{path}' is a directory; write to a file path inside it");

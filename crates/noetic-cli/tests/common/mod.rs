@@ -7,6 +7,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub mod streaming;
+pub mod terminal;
+
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
 
@@ -139,11 +142,14 @@ impl Driven {
         Driven { child, stdin, lines, seen: Vec::new() }
     }
 
-    /// Types a line.
+    /// Types a line. A process that already ended (a refused argument ends it at once) cannot read it: that is
+    /// no failure here, its output and status say what happened.
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
+        match writeln!(stdin, "{line}").and_then(|()| stdin.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.unwrap(),
+        }
     }
 
     /// Reads stdout until a line contains `needle`; returns that line.

@@ -1,0 +1,112 @@
+//! The agent's events as the chat prints them, and the end of a turn.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use noetic::{Event, EventKind, NoeticError};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+
+use super::{Chat, TurnFuture};
+use crate::ledger;
+use crate::output::out;
+use crate::render::{event_line, printable};
+
+/// A turn's token use, as the turn's last line ends with it.
+fn tokens(usage: &noetic::model::Usage) -> String {
+    let cached = if usage.cached_tokens > 0 { format!(" ({} cached)", usage.cached_tokens) } else { String::new() };
+    format!("{} tokens in{cached}, {} out", usage.input_tokens, usage.output_tokens)
+}
+
+impl Chat {
+    /// Prints an event: streamed text as it comes, other events as lines (tool calls with their time, the
+    /// turn's end with its tokens).
+    pub(super) fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(RecvError::Lagged(n)) => return self.say(&self.style.dim(&format!("({n} events not shown)"))),
+            Err(RecvError::Closed) => return,
+        };
+        match &event.kind {
+            EventKind::ModelTextDelta { text, .. } => {
+                match &self.screen {
+                    Some(screen) => screen.stream(&printable(text)),
+                    None => out!("{}", printable(text)),
+                }
+                self.mid_line = !text.ends_with('\n');
+                self.streamed = true;
+                return;
+            }
+            // The model's streamed text is a line of its own; notes about the user's messages may come while it
+            // streams and go above it.
+            EventKind::SteeringQueued { .. } | EventKind::SteeringRejected { .. } => {}
+            _ => {
+                if let Some(screen) = &self.screen {
+                    screen.end_stream();
+                }
+            }
+        }
+        match &event.kind {
+            EventKind::TurnStarted { .. } => {
+                self.execution = Some(event.execution_id);
+                self.turn_started.get_or_insert_with(Instant::now);
+                self.turn_usage = noetic::model::Usage::default();
+            }
+            EventKind::ModelCallStarted { .. } => self.streamed = false,
+            EventKind::ModelCallCompleted { usage, .. } => self.turn_usage.add(usage),
+            EventKind::ToolCallStarted { call_id, tool, .. } => {
+                self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
+            }
+            _ => {}
+        }
+        let Some(mut line) = event_line(&self.style, &event.kind) else { return };
+        if let EventKind::ToolCallCompleted { call_id, .. } = &event.kind
+            && let Some((_, started)) = self.tools.remove(call_id)
+        {
+            line.push_str(&self.style.dim(&format!(" ({} ms)", started.elapsed().as_millis())));
+        }
+        if matches!(event.kind, EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. }) {
+            line.push_str(&self.style.dim(&format!(" · {}", tokens(&self.turn_usage))));
+        }
+        self.say(&line);
+    }
+
+    /// Prints what is left of the turn's events and its answer, saves its ledger, and starts a continuation when
+    /// messages arrived after the turn's last checkpoint.
+    pub(super) fn on_turn_end(
+        &mut self,
+        result: Result<String, NoeticError>,
+        events: &mut broadcast::Receiver<Arc<Event>>,
+    ) -> Option<TurnFuture> {
+        loop {
+            match events.try_recv() {
+                Ok(event) => self.on_event(Ok(event)),
+                Err(TryRecvError::Lagged(n)) => self.on_event(Err(RecvError::Lagged(n))),
+                Err(_) => break,
+            }
+        }
+        if let Ok(answer) = &result
+            && !self.streamed
+            && !answer.is_empty()
+        {
+            self.say(&printable(answer));
+        }
+        if let Some(id) = self.execution.take() {
+            let entries = self.steering.ledger(id);
+            if let Some(path) = &self.ledger_out
+                && let Err(e) = ledger::append(path, &entries)
+            {
+                self.say(&self.style.red(&e));
+            }
+            self.ledger.extend(entries);
+        }
+        self.turn_started = None;
+        self.tools.clear();
+        if self.session.queued() > 0
+            && let Ok(Some(turn)) = self.session.continue_session()
+        {
+            return Some(turn.into_future());
+        }
+        self.prompt(false);
+        None
+    }
+}
