@@ -134,7 +134,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Declared before the async runtime, so it is dropped after it: the turn's spans have ended when it flushes.
-    let _telemetry = match telemetry::init(cli.otlp_endpoint.as_deref(), cli.capture_content) {
+    // A server logs what an operator needs (lease lost, takeovers, store errors) to stderr by default.
+    let log_default = matches!(cli.command, Command::Serve(_)).then_some(tracing::Level::WARN);
+    let _telemetry = match telemetry::init(cli.otlp_endpoint.as_deref(), cli.capture_content, log_default) {
         Ok(guard) => guard,
         Err(e) => {
             errln!("noetic: {e}");

@@ -18,7 +18,9 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use tracing::Level;
 use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -79,9 +81,20 @@ fn content_asked(flag: bool) -> bool {
 /// Installs the exporter when an endpoint is configured (see the module docs) and records whether content may be
 /// captured. A configuration the exporter refuses is an error naming what to fix; without an endpoint this
 /// installs nothing and returns an inert guard.
-pub fn init(endpoint_flag: Option<&str>, capture_content: bool) -> Result<Guard, String> {
+///
+/// `log` also writes the runtime's own log lines (lease lost, takeovers, store errors …) of that level and above to
+/// stderr: `NOETIC_LOG=error|warn|info|debug` chooses it (`off` for none); `log_default` is the command's default.
+pub fn init(endpoint_flag: Option<&str>, capture_content: bool, log_default: Option<Level>) -> Result<Guard, String> {
     CAPTURE_CONTENT.store(content_asked(capture_content), Ordering::Relaxed);
+    let log = log_level(log_default)?;
     let Some(url) = endpoint(endpoint_flag) else {
+        if let Some(level) = log {
+            let logger = StderrLog.with_filter(Targets::new().with_target("noetic", level));
+            tracing_subscriber::registry()
+                .with(logger)
+                .try_init()
+                .map_err(|e| format!("cannot install the log: {e}"))?;
+        }
         return Ok(Guard { provider: None });
     };
     // Headers from OTEL_EXPORTER_OTLP_HEADERS are read by the exporter itself.
@@ -99,12 +112,64 @@ pub fn init(endpoint_flag: Option<&str>, capture_content: bool) -> Result<Guard,
     }
     let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource.build()).build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("noetic"));
-    let filter = tracing_subscriber::filter::Targets::new().with_target("noetic", tracing::Level::INFO);
+    let filter = Targets::new().with_target("noetic", Level::INFO);
     tracing_subscriber::registry()
         .with(layer.with_filter(filter))
+        .with(log.map(|level| StderrLog.with_filter(Targets::new().with_target("noetic", level))))
         .try_init()
         .map_err(|e| format!("cannot install the trace exporter: {e}"))?;
     Ok(Guard { provider: Some(provider) })
+}
+
+/// The log level: `NOETIC_LOG`, else the command's default.
+fn log_level(default: Option<Level>) -> Result<Option<Level>, String> {
+    log_level_from(std::env::var("NOETIC_LOG").ok().as_deref(), default)
+}
+
+fn log_level_from(text: Option<&str>, default: Option<Level>) -> Result<Option<Level>, String> {
+    let Some(text) = text else { return Ok(default) };
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(default),
+        "off" | "none" => Ok(None),
+        "error" => Ok(Some(Level::ERROR)),
+        "warn" | "warning" => Ok(Some(Level::WARN)),
+        "info" => Ok(Some(Level::INFO)),
+        "debug" => Ok(Some(Level::DEBUG)),
+        "trace" => Ok(Some(Level::TRACE)),
+        other => Err(format!("NOETIC_LOG={other} is not a level: use off, error, warn, info, debug or trace")),
+    }
+}
+
+/// Log lines on stderr: `2026-11-25T19:00:00.123Z WARN noetic_postgres: message key=value …`. What the fields
+/// hold is escaped (a session key or an error may carry text from outside).
+struct StderrLog;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StderrLog {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                let text = format!("{value:?}");
+                if field.name() == "message" {
+                    self.0.insert_str(0, &crate::render::visible(&text));
+                } else {
+                    self.0.push_str(&format!(" {}={}", field.name(), crate::render::visible(&text)));
+                }
+            }
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "message" {
+                    self.0.insert_str(0, &crate::render::visible(value));
+                } else {
+                    self.0.push_str(&format!(" {}={}", field.name(), crate::render::visible(value)));
+                }
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        let meta = event.metadata();
+        let now = noetic::time::rfc3339(std::time::SystemTime::now());
+        crate::output::errln!("{now} {} {}: {}", meta.level(), meta.target(), fields.0);
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +180,15 @@ mod tests {
     fn the_traces_path_goes_under_the_collector_base_url() {
         assert_eq!(traces_url("http://localhost:4318"), "http://localhost:4318/v1/traces");
         assert_eq!(traces_url("http://localhost:4318/ "), "http://localhost:4318/v1/traces");
+    }
+
+    #[test]
+    fn the_log_level_is_the_commands_default_unless_noetic_log_names_one() {
+        assert_eq!(log_level_from(None, Some(Level::WARN)), Ok(Some(Level::WARN)));
+        assert_eq!(log_level_from(Some("debug"), Some(Level::WARN)), Ok(Some(Level::DEBUG)));
+        assert_eq!(log_level_from(Some("off"), Some(Level::WARN)), Ok(None));
+        let refused = log_level_from(Some("loud"), None);
+        assert!(refused.as_ref().is_err_and(|e| e.contains("NOETIC_LOG=loud") && e.contains("warn")), "{refused:?}");
     }
 
     #[test]

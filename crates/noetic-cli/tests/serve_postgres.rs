@@ -57,6 +57,10 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept database {} for inspection (the test failed)", self.name);
+            return;
+        }
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
             if let Ok(mut client) = postgres::Client::connect(&admin, postgres::NoTls) {
@@ -115,7 +119,8 @@ struct Worker {
 impl Worker {
     fn start(url: &str, workflow: &Path, workspace: &Path) -> Worker {
         let mut child = noetic()
-            .args(["serve", "--bind", "127.0.0.1:0", "--lease", "2", "--workflow"])
+            // An approval nobody answers (a test gone wrong) is declined after 20 s instead of 300.
+            .args(["serve", "--bind", "127.0.0.1:0", "--lease", "2", "--approval-timeout", "20", "--workflow"])
             .arg(workflow)
             .arg("--workspace")
             .arg(workspace)
@@ -210,8 +215,11 @@ async fn settled(url: &str, key: &str) -> noetic::agent::StoredSession {
     let store = noetic_postgres::PgStore::connect(url).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        // The lease before and after the read: a turn that ended between the two reads would otherwise pass off
+        // the conversation as it was before that turn's last write.
+        let before = store.lease_holder(key).unwrap();
         let stored = store.peek(key).unwrap();
-        let holder = store.lease_holder(key).unwrap();
+        let holder = store.lease_holder(key).unwrap().or(before);
         if let Some(stored) = stored
             && holder.is_none()
             && stored.unfinished.is_none()
@@ -410,5 +418,86 @@ async fn when_the_worker_running_a_turn_is_killed_another_takes_it_over_and_fini
             "{kill_point}: the turn finished with an answer: {:?}",
             history.last()
         );
+    }
+}
+
+/// Approves every pending approval on `workers` until `stop` is set (so turns run through without the test
+/// choosing when).
+fn approve_everything(
+    workers: Vec<String>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            for base in &workers {
+                let Ok(response) = client.get(format!("{base}/api/approvals")).send().await else { continue };
+                let pending: Value = response.json().await.unwrap_or(Value::Null);
+                for p in pending["approvals"].as_array().cloned().unwrap_or_default() {
+                    let (call, session) = (p["call_id"].as_str().unwrap_or(""), p["session"].clone());
+                    let body = json!({ "approve": true, "session": session });
+                    let _ = client.post(format!("{base}/api/approvals/{call}")).json(&body).send().await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_at_random_moments_never_makes_a_tool_run_twice_or_a_message_vanish() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "random");
+    let url = db.url.clone();
+    let trials: u64 = std::env::var("NOETIC_PG_KILL_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(4);
+    for trial in 0..trials {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir(&workspace).unwrap();
+        std::fs::write(workspace.join("release"), "").unwrap();
+        let (flow, answers) = (workflow(dir.path()), workflow_file(dir.path(), true));
+        let mut workers = vec![Worker::start(&url, &flow, &workspace), Worker::start(&url, &answers, &workspace)];
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let approver = approve_everything(workers.iter().map(|w| w.base.clone()).collect(), stop.clone());
+        let client = reqwest::Client::new();
+        let k = unique_key("random");
+        let (_, started) =
+            post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+        assert_eq!(started["routed"], "started");
+        // A random moment in the turn (model answer, approvals, the three commands, the end), then a message
+        // through the other worker, then kill -9.
+        let delay = Duration::from_millis((trial * 37 + u64::from(std::process::id())) % 150);
+        tokio::time::sleep(delay).await;
+        let (status, _) =
+            post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": "keep going"})).await;
+        assert_eq!(status, 202);
+        workers[0].kill9();
+        // Worker 1 takes over what is left (an unfinished turn, or the message queued for the dead worker).
+        let stored = settled(&url, &k).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        approver.await.unwrap();
+        let history = &stored.snapshot.history;
+        let calls: Vec<String> = history
+            .iter()
+            .filter_map(|i| match i {
+                Item::ToolCall(c) => Some(c.id.clone()),
+                _ => None,
+            })
+            .collect();
+        let results = tool_results(history);
+        for call in &calls {
+            let n = results.iter().filter(|(id, _)| id == call).count();
+            assert_eq!(n, 1, "trial {trial} ({delay:?}): call {call} has {n} results: {results:?}");
+        }
+        let runs = std::fs::read_to_string(workspace.join("runs.txt")).unwrap_or_default();
+        for c in ["c1\n", "c2\n", "c3\n"] {
+            assert!(runs.matches(c).count() <= 1, "trial {trial} ({delay:?}): {c} ran twice: {runs}");
+        }
+        let go = history.iter().filter(|i| **i == Item::user("go")).count();
+        let keep = history.iter().filter(|i| **i == Item::user("keep going")).count();
+        assert!(go <= 1, "trial {trial} ({delay:?}): the first message is in the conversation {go} times");
+        assert_eq!(keep, 1, "trial {trial} ({delay:?}): the steering message is shown once: {history:?}");
+        eprintln!("trial {trial}: killed {} ms in, {} items, runs {:?}", delay.as_millis(), history.len(), runs);
+        drop(workers);
     }
 }

@@ -42,7 +42,8 @@
 //! ## Takeover
 //!
 //! A worker killed mid-turn leaves its lease to expire and its turn's journal in the row.
-//! [`SessionStore::orphaned`] lists sessions with a journal and no live lease; `noetic serve` checks it
+//! [`SessionStore::orphaned`] lists sessions with a journal, or with queued messages no turn took, and no live
+//! lease; `noetic serve` checks it
 //! periodically and resumes them with `Session::resume`, whose lease transaction lets exactly one worker win.
 //! The resume follows SPEC 6.3: no journaled model response requested again, no completed tool call re-run, an
 //! interrupted call gets the interrupted result.
@@ -474,6 +475,13 @@ impl PgStore {
                 )?
                 .map(|r| r.get(0)))
         })
+    }
+
+    /// True when a notification said another worker left something for `key` (steering or a stop) that the turn
+    /// running here has not read yet: its next checkpoint reads it. (Tests wait for it before letting the turn
+    /// reach that checkpoint.)
+    pub fn has_news(&self, key: &str) -> bool {
+        lock(&self.shared.notified).contains(key)
     }
 
     /// Runs `f` on a pooled connection and waits for it.
@@ -1200,9 +1208,12 @@ impl SessionStore for PgStore {
 
     fn orphaned(&self) -> Result<Vec<String>, NoeticError> {
         self.run("looking for turns left by dead workers", |conn| {
+            // A turn left unfinished, or messages no turn took (a worker died before it could run them, or they
+            // were steered into an idle session from outside a worker).
             let rows = conn.query(
-                "SELECT key FROM noetic_sessions
-                 WHERE journal_core IS NOT NULL AND (lease_until IS NULL OR lease_until < now())
+                "SELECT key FROM noetic_sessions s
+                 WHERE (lease_until IS NULL OR lease_until < now())
+                   AND (journal_core IS NOT NULL OR EXISTS (SELECT 1 FROM noetic_queue q WHERE q.session = s.key))
                  ORDER BY updated_at LIMIT 100",
                 &[],
             )?;

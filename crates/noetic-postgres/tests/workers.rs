@@ -7,6 +7,7 @@
 //! default the script's). Without one these tests say so and pass, unless `NOETIC_E2E_REQUIRED=1` (as in CI).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +53,22 @@ fn fastrand_u32() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
     h.finish() as u32
+}
+
+/// The turn's outcome, or a failure after 30 s (a turn that missed its stop or its steering would otherwise wait
+/// on its gated tool for ever).
+async fn within(turn: Turn) -> Result<String, NoeticError> {
+    tokio::time::timeout(Duration::from_secs(30), turn.into_future()).await.expect("the turn ended within 30 s")
+}
+
+/// Waits (10 s at most) until `store`'s worker was notified of something for `key`: a checkpoint reached before
+/// the notification arrives reads nothing (the following one does), so a test lets its turn reach one only then.
+async fn notified(store: &PgStore, key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !store.has_news(key) {
+        assert!(std::time::Instant::now() < deadline, "no notification for {key} within 10 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// Runs `sql` with `key` as `$1` on a connection of its own (on a thread of its own: the synchronous client may
@@ -169,7 +186,8 @@ async fn a_message_through_worker_b_reaches_the_turn_on_worker_a_at_its_next_che
         ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
         ModelResponse::text("switched to the docs"),
     ]);
-    let a = runtime(&model, worker(&url), vec![gate.tool("build").unwrap()]);
+    let a_store = worker(&url);
+    let a = runtime(&model, a_store.clone(), vec![gate.tool("build").unwrap()]);
     let b = runtime(&ScriptedModel::new([]), worker(&url), vec![Gate::new().tool("build").unwrap()]);
     let turn = a.session(&k).send("build everything").unwrap();
     gate.started().await;
@@ -177,8 +195,9 @@ async fn a_message_through_worker_b_reaches_the_turn_on_worker_a_at_its_next_che
         panic!("B must steer A's turn, not start its own")
     };
     assert!(matches!(b.session(&k).send("direct"), Err(SessionError::BusyElsewhere { .. })));
+    notified(&a_store, &k).await;
     gate.release();
-    assert_eq!(turn.await.unwrap(), "switched to the docs");
+    assert_eq!(within(turn).await.unwrap(), "switched to the docs");
     assert_eq!(gate.runs(), 1, "the rest of the batch was skipped, as for a local steer");
     let second = model.requests()[1].history.clone();
     assert_eq!(second.last(), Some(&Item::user("only the docs, please")));
@@ -196,14 +215,16 @@ async fn a_stop_through_worker_b_cancels_the_turn_on_worker_a() {
         ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
         ModelResponse::text("never asked"),
     ]);
-    let a = runtime(&model, worker(&url), vec![gate.tool("build").unwrap()]);
+    let a_store = worker(&url);
+    let a = runtime(&model, a_store.clone(), vec![gate.tool("build").unwrap()]);
     let b = runtime(&ScriptedModel::new([]), worker(&url), Vec::new());
     let turn = a.session(&k).send("build").unwrap();
     gate.started().await;
     let (_, cancelled) = b.session(&k).stop("stopped through worker B");
     assert!(cancelled, "B reports the turn it stopped elsewhere");
+    notified(&a_store, &k).await;
     gate.release();
-    let error = turn.await.unwrap_err();
+    let error = within(turn).await.unwrap_err();
     assert!(error.to_string().contains("stopped through worker B"), "{error}");
     assert_eq!((model.calls(), gate.runs()), (1, 1));
 }

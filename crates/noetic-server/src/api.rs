@@ -111,9 +111,14 @@ pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) 
         };
         for key in orphaned {
             let Ok(session) = state.runtime.try_session(&key) else { continue };
-            match session.resume() {
+            // An unfinished turn first; else messages nobody took start a turn.
+            let started = match session.resume() {
+                Ok(None) => session.continue_session(),
+                other => other,
+            };
+            match started {
                 Ok(Some(turn)) => {
-                    tracing::info!(session = %key, turn = turn.number(), "took over a turn a dead worker left");
+                    tracing::info!(session = %key, turn = turn.number(), "took over a session no live worker runs");
                     run_turn(&state, session, turn);
                 }
                 Ok(None) => {}

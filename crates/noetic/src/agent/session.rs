@@ -684,11 +684,27 @@ impl Session {
                     return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
                 }
             };
-            let messages = state.queue.take(state.settings.mode());
+            let mut history = history;
+            let mut messages = state.queue.take(state.settings.mode());
             if messages.is_empty() {
                 *conversation = Conversation::Idle(history);
+                // Giving the lease up hands over messages other processes queued for it meanwhile: run them.
                 state.end_turn();
-                return Ok(None);
+                if state.queue.len() == 0 {
+                    return Ok(None);
+                }
+                history = match claim(state, conversation, None)? {
+                    Claimed::Here(history) => history,
+                    Claimed::Elsewhere(owner) => {
+                        return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
+                    }
+                };
+                messages = state.queue.take(state.settings.mode());
+                if messages.is_empty() {
+                    *conversation = Conversation::Idle(history);
+                    state.end_turn();
+                    return Ok(None);
+                }
             }
             Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, true)))
         })

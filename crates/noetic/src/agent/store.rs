@@ -184,9 +184,10 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(false)
     }
 
-    /// Sessions with an unfinished turn that no live process runs (its lease expired: the process died), for a
-    /// process to take over with [`Session::resume`](super::Session::resume). The default: none (one process
-    /// owns every session it opened; another process finds the unfinished turn when it opens the session).
+    /// Sessions that need a turn no live process runs: an unfinished turn whose lease expired (the process died),
+    /// to take over with [`Session::resume`](super::Session::resume), or messages queued for a turn that never took
+    /// them, to start one with [`Session::continue_session`](super::Session::continue_session). The default: none
+    /// (one process owns every session it opened; another finds the unfinished turn when it opens the session).
     fn orphaned(&self) -> Result<Vec<String>, NoeticError> {
         Ok(Vec::new())
     }
