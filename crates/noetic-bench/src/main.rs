@@ -289,8 +289,12 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    if std::env::args().nth(1).as_deref() == Some("mcp") {
-        return mcp_figures(&rt);
+    // One group only: `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL).
+    match std::env::args().nth(1).as_deref() {
+        Some("mcp") => return mcp_figures(&rt),
+        Some("store") => return store_figures(&rt),
+        Some("pg") => return pg_figures(),
+        _ => {}
     }
     rt.block_on(async {
         report("run_step_us", measure(7, run_step_us).await?, "us", "<= 0.5");
