@@ -877,6 +877,44 @@ impl SessionStore for PgStore {
         let (first, shared, key_owned) = (commit.first, self.shared.clone(), key.to_owned());
         let version = self.run("committing the turn", move |conn| {
             let key = key_owned.as_str();
+            // The usual case in one statement (one round trip, atomic on its own): the row exists, holds exactly
+            // `first` items and no other live worker holds its lease. Anything else — a new session, a commit that
+            // does not continue the conversation, a lost lease — writes nothing here and takes the transaction
+            // below, which says what is wrong.
+            let fast = conn.query_opt(
+                "WITH s AS (
+                     SELECT key FROM noetic_sessions
+                     WHERE key = $1 AND items = $2
+                       AND (owner IS NULL OR owner = $3 OR lease_until IS NULL OR lease_until <= now())
+                     FOR UPDATE
+                 ),
+                 ins AS (
+                     INSERT INTO noetic_items (session, seq, item)
+                     SELECT $1, $2::bigint + ord - 1, item FROM s, unnest($4::text[]) WITH ORDINALITY AS t(item, ord)
+                 ),
+                 led AS (
+                     INSERT INTO noetic_ledger (session, seq, entry)
+                     SELECT $1, (SELECT COALESCE(MAX(seq), 0) FROM noetic_ledger WHERE session = $1) + ord, entry
+                     FROM s, unnest($5::text[]) WITH ORDINALITY AS t(entry, ord)
+                 ),
+                 del AS (
+                     DELETE FROM noetic_queue WHERE session = $1 AND id = ANY($6::text[]) AND EXISTS (SELECT 1 FROM s)
+                 )
+                 UPDATE noetic_sessions SET items = $2 + cardinality($4::text[]), updated_at = now(),
+                     version = version + 1,
+                     journal_step = CASE WHEN $9 THEN journal_step ELSE $7 END,
+                     journal_core = CASE WHEN $9 THEN journal_core ELSE $8 END
+                 WHERE key IN (SELECT key FROM s)
+                 RETURNING version",
+                &[&key, &count(first), &shared.worker, &items, &ledger, &injected, &step, &core, &keep],
+            );
+            match fast {
+                Ok(Some(row)) => return Ok(row.get::<_, i64>(0)),
+                Ok(None) => {}
+                // A unique violation means another writer got in between: the transaction below says who.
+                Err(Fail::Db(e)) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => {}
+                Err(e) => return Err(e),
+            }
             conn.transaction(|conn| {
                 let (owner, live, _) = match lock_row(conn, key)? {
                     Some(row) => row,
