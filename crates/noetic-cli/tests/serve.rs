@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
@@ -29,16 +28,7 @@ impl Served {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines.next().expect("serve printed its address before exiting").unwrap();
-            if let Some(rest) = line.strip_prefix("listening on ") {
-                break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
-            }
-        };
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let base = common::served_address(&mut child);
         Served { child, base }
     }
 

@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -134,14 +133,7 @@ impl Worker {
             })
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next().expect("serve printed its address before exiting").unwrap();
-            if let Some(rest) = line.strip_prefix("listening on ") {
-                break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let base = common::served_address(&mut child);
         Worker { child, base }
     }
 

@@ -64,7 +64,7 @@ use std::time::{Duration, Instant, SystemTime};
 use noetic::NoeticError;
 use noetic::agent::{
     BatchPolicy, Inbox, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode,
-    StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order,
+    StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text,
 };
 use noetic::model::Item;
 use postgres::fallible_iterator::FallibleIterator;
@@ -649,18 +649,6 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// A unit enum's serde name (`one-at-a-time`, `skip-remaining` …).
-fn enum_text<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned()))
-}
-
 fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -702,9 +690,9 @@ fn read_in(shared: &Shared, conn: &mut Conn, key: &str) -> Result<Option<(Stored
             history,
             queued,
             turns: u64::try_from(row.get::<_, i64>(3)).unwrap_or(0),
-            mode: parse_enum(&mode).map_err(|e| shared.json_error("steering mode", &e))?,
+            mode: parse_setting(&mode).map_err(|e| shared.json_error("steering mode", &e))?,
             capacity: usize::try_from(row.get::<_, i64>(1)).unwrap_or(1),
-            batch_policy: parse_enum(&policy).map_err(|e| shared.json_error("batch policy", &e))?,
+            batch_policy: parse_setting(&policy).map_err(|e| shared.json_error("batch policy", &e))?,
         };
         let step: Option<String> = row.get(4);
         let core: Option<String> = row.get(5);
@@ -720,9 +708,9 @@ fn ensure(conn: &mut Conn, key: &str) -> Result<(), Fail> {
          ON CONFLICT (key) DO NOTHING",
         &[
             &key,
-            &enum_text(&SteeringMode::default()),
+            &setting_text(&SteeringMode::default()),
             &count(noetic::agent::DEFAULT_QUEUE_CAPACITY),
-            &enum_text(&BatchPolicy::default()),
+            &setting_text(&BatchPolicy::default()),
         ],
     )?;
     Ok(())
@@ -1023,7 +1011,7 @@ impl SessionStore for PgStore {
         batch_policy: BatchPolicy,
         turns: u64,
     ) -> Result<(), NoeticError> {
-        let (mode, policy) = (enum_text(&mode), enum_text(&batch_policy));
+        let (mode, policy) = (setting_text(&mode), setting_text(&batch_policy));
         let (capacity, turns) = (count(capacity), i64::try_from(turns).unwrap_or(i64::MAX));
         let key_owned = key.to_owned();
         let version = self.run("saving the session's settings", move |conn| {

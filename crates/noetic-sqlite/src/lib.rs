@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use noetic::NoeticError;
 use noetic::agent::{
     BatchPolicy, Inbox, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode,
-    StoreCommit, StoredSession, UnfinishedTurn, out_of_order,
+    StoreCommit, StoredSession, UnfinishedTurn, out_of_order, parse_setting, setting_text,
 };
 use noetic::model::Item;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
@@ -267,9 +267,9 @@ impl SqliteStore {
              VALUES (?1, ?2, ?3, ?4, 0, 0, ?5, ?6, ?7, ?8) ON CONFLICT(key) DO NOTHING",
             params![
                 key,
-                enum_text(&SteeringMode::default()),
+                setting_text(&SteeringMode::default()),
                 noetic::agent::DEFAULT_QUEUE_CAPACITY as i64,
-                enum_text(&BatchPolicy::default()),
+                setting_text(&BatchPolicy::default()),
                 millis(SystemTime::now()),
                 pid,
                 host,
@@ -342,9 +342,9 @@ impl SqliteStore {
             history,
             queued,
             turns: u64::try_from(turns).unwrap_or(0),
-            mode: parse_enum(&mode).map_err(|e| json_error(&self.path, "steering mode", &e))?,
+            mode: parse_setting(&mode).map_err(|e| json_error(&self.path, "steering mode", &e))?,
             capacity: usize::try_from(capacity).unwrap_or(1),
-            batch_policy: parse_enum(&policy).map_err(|e| json_error(&self.path, "batch policy", &e))?,
+            batch_policy: parse_setting(&policy).map_err(|e| json_error(&self.path, "batch policy", &e))?,
         };
         let unfinished = step.zip(core).map(|(step_id, core)| UnfinishedTurn { step_id, core });
         Ok(Some(StoredSession { snapshot, unfinished }))
@@ -374,18 +374,6 @@ fn wal(conn: &Connection) -> rusqlite::Result<String> {
             other => return other,
         }
     }
-}
-
-/// A unit enum's serde name (`one-at-a-time`, `skip-remaining` …).
-fn enum_text<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned()))
 }
 
 impl SessionStore for SqliteStore {
@@ -564,9 +552,9 @@ impl SessionStore for SqliteStore {
                 "UPDATE sessions SET mode = ?2, capacity = ?3, batch_policy = ?4, turns = ?5, updated_ms = ?6 WHERE key = ?1",
                 params![
                     key,
-                    enum_text(&mode),
+                    setting_text(&mode),
                     i64::try_from(capacity).unwrap_or(i64::MAX),
-                    enum_text(&batch_policy),
+                    setting_text(&batch_policy),
                     i64::try_from(turns).unwrap_or(i64::MAX),
                     millis(SystemTime::now())
                 ],

@@ -207,3 +207,17 @@ pub fn skip<T>(reason: &str) -> Option<T> {
     let _ = writeln!(std::io::stderr(), "skipped: {reason}");
     None
 }
+
+/// Reads a started `noetic serve`'s stdout until it prints its address, returns it (`http://127.0.0.1:PORT`), and
+/// keeps draining the rest so the server never blocks on a full pipe.
+pub fn served_address(child: &mut Child) -> String {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("serve printed its address before exiting").unwrap();
+        if let Some(rest) = line.strip_prefix("listening on ") {
+            break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    base
+}

@@ -41,7 +41,7 @@ pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 pub use store::{
     Inbox, JournalWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession, TurnLease,
-    UnfinishedTurn, out_of_order,
+    UnfinishedTurn, out_of_order, parse_setting, setting_text,
 };
 
 use crate::context::Services;

@@ -258,6 +258,19 @@ fn fresh(key: &str) -> StoredSession {
     }
 }
 
+/// A unit enum setting's serde name (`one-at-a-time`, `skip-remaining` …), as a store keeps it in a text column.
+pub fn setting_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// Reads back what [`setting_text`] wrote.
+pub fn parse_setting<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+}
+
 /// The error of a commit that does not continue the stored conversation.
 pub fn out_of_order(key: &str, held: usize, first: usize) -> NoeticError {
     NoeticError::other(format!(
