@@ -160,20 +160,24 @@ async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// The call ids with an approval pending on the worker at `base` (in `session`, or all); none when it does not
+/// answer (a killed worker).
+async fn pending_calls(client: &reqwest::Client, base: &str, session: Option<&str>) -> Vec<(String, Value)> {
+    let url = match session {
+        Some(session) => format!("{base}/api/approvals?session={session}"),
+        None => format!("{base}/api/approvals"),
+    };
+    let Ok(response) = client.get(url).send().await else { return Vec::new() };
+    let pending: Value = response.json().await.unwrap_or(Value::Null);
+    let approvals = pending["approvals"].as_array().cloned().unwrap_or_default();
+    approvals.into_iter().map(|p| (p["call_id"].as_str().unwrap_or("").to_owned(), p["session"].clone())).collect()
+}
+
 /// Waits (30 s at most) until `worker` has an approval pending for `call` in `session`, and answers it.
 async fn approve_on(client: &reqwest::Client, worker: &Worker, session: &str, call: &str, approve: bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let pending: Value = client
-            .get(worker.url(&format!("/api/approvals?session={session}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let found = pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call));
-        if found {
+        if pending_calls(client, &worker.base, Some(session)).await.iter().any(|(id, _)| id == call) {
             let body = json!({ "approve": approve, "session": session, "reason": "not this one" });
             let (status, _) = post(client, worker.url(&format!("/api/approvals/{call}")), body).await;
             assert_eq!(status, 200);
@@ -189,11 +193,7 @@ async fn who_asks(client: &reqwest::Client, workers: &[Worker], session: &str, c
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         for (i, w) in workers.iter().enumerate() {
-            let pending: Value = match client.get(w.url(&format!("/api/approvals?session={session}"))).send().await {
-                Ok(r) => r.json().await.unwrap_or(Value::Null),
-                Err(_) => continue,
-            };
-            if pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call)) {
+            if pending_calls(client, &w.base, Some(session)).await.iter().any(|(id, _)| id == call) {
                 return i;
             }
         }
@@ -370,17 +370,9 @@ async fn when_the_worker_running_a_turn_is_killed_another_takes_it_over_and_fini
         // Worker 1 takes the turn over once the lease (2 s) expired; what waits for approval there is answered.
         let deadline = Instant::now() + Duration::from_secs(30);
         let stored = loop {
-            for call in ["c2", "c3"] {
-                let pending: Value = client
-                    .get(workers[1].url(&format!("/api/approvals?session={k}")))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                if pending["approvals"].as_array().is_some_and(|a| a.iter().any(|p| p["call_id"] == call)) {
-                    approve_on(&client, &workers[1], &k, call, false).await;
+            for (call, _) in pending_calls(&client, &workers[1].base, Some(&k)).await {
+                if call == "c2" || call == "c3" {
+                    approve_on(&client, &workers[1], &k, &call, false).await;
                 }
             }
             let store = noetic_postgres::PgStore::connect(&url).unwrap();
@@ -423,10 +415,7 @@ fn approve_everything(
         let client = reqwest::Client::new();
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
             for base in &workers {
-                let Ok(response) = client.get(format!("{base}/api/approvals")).send().await else { continue };
-                let pending: Value = response.json().await.unwrap_or(Value::Null);
-                for p in pending["approvals"].as_array().cloned().unwrap_or_default() {
-                    let (call, session) = (p["call_id"].as_str().unwrap_or(""), p["session"].clone());
+                for (call, session) in pending_calls(&client, base, None).await {
                     let body = json!({ "approve": true, "session": session });
                     let _ = client.post(format!("{base}/api/approvals/{call}")).json(&body).send().await;
                 }

@@ -498,7 +498,7 @@ async fn a_worker_cut_off_from_the_database_past_its_lease_stops_its_turn_and_th
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the cut-off worker's lease never expired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stored_before = other.peek(&k).unwrap().unwrap().snapshot.history;
     partition.heal();
