@@ -104,18 +104,9 @@ mod tests {
 
     fn entry(kind: LedgerKind, action: SteeringAction, at_ms: u64) -> LedgerEntry {
         LedgerEntry {
-            kind,
             timestamp: SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_000_000_000 + at_ms),
             tool_name: Some("delete_file".into()),
-            tool_args: None,
-            usage: None,
-            action,
-            guidance: None,
-            rule_id: None,
-            evaluator: None,
-            failures: Vec::new(),
-            duration: Duration::ZERO,
-            outcome: None,
+            ..LedgerEntry::new(kind, action)
         }
     }
 

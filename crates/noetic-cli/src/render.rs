@@ -306,7 +306,7 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use std::time::{Duration, SystemTime};
+    use std::time::SystemTime;
 
     use serde_json::json;
 
@@ -379,18 +379,10 @@ mod tests {
     #[test]
     fn tool_arguments_in_a_ledger_line_are_escaped() {
         let entry = LedgerEntry {
-            kind: LedgerKind::ToolCall,
             timestamp: SystemTime::UNIX_EPOCH,
             tool_name: Some("run_command".into()),
             tool_args: Some(json!({"command": "ls\r\u{1b}[2Krm x\u{202e}"})),
-            usage: None,
-            action: SteeringAction::Allow,
-            guidance: None,
-            rule_id: None,
-            evaluator: None,
-            failures: Vec::new(),
-            duration: Duration::ZERO,
-            outcome: None,
+            ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
         };
         assert_eq!(
             ledger_line(&PLAIN, &entry),

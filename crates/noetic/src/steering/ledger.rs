@@ -104,7 +104,8 @@ pub struct LedgerEntry {
 }
 
 impl LedgerEntry {
-    pub(crate) fn new(kind: LedgerKind, action: SteeringAction) -> Self {
+    /// An entry of `kind` with `action`, made now, with nothing else recorded (fill in the fields that apply).
+    pub fn new(kind: LedgerKind, action: SteeringAction) -> Self {
         LedgerEntry {
             kind,
             timestamp: SystemTime::now(),
