@@ -63,14 +63,27 @@ use std::time::{Duration, Instant, SystemTime};
 
 use noetic::NoeticError;
 use noetic::agent::{
-    BatchPolicy, Inbox, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode,
-    StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text,
+    BatchPolicy, Inbox, JournalWrite, LayerStateWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage,
+    SteeringMode, StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text,
+    thread_scope,
 };
 use noetic::model::Item;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement};
 
 mod schema;
+
+/// For tests: a database as an earlier version left it.
+#[doc(hidden)]
+pub mod testing {
+    /// Creates the version 1 schema, as the first release wrote it, in the database `client` is connected to.
+    pub fn create_v1(client: &mut postgres::Client) -> Result<(), postgres::Error> {
+        client.batch_execute(super::schema::V1)?;
+        client.batch_execute(
+            "CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (1)",
+        )
+    }
+}
 
 pub use schema::SCHEMA_VERSION;
 
@@ -1063,6 +1076,7 @@ impl SessionStore for PgStore {
                 conn.execute("DELETE FROM noetic_items WHERE session = $1", &[&key])?;
                 conn.execute("DELETE FROM noetic_queue WHERE session = $1", &[&key])?;
                 conn.execute("DELETE FROM noetic_ledger WHERE session = $1", &[&key])?;
+                conn.execute("DELETE FROM noetic_layer_state WHERE scope = $1", &[&thread_scope(key)])?;
                 Ok(conn.execute("DELETE FROM noetic_sessions WHERE key = $1", &[&key])? > 0)
             })
         })?;
@@ -1075,6 +1089,49 @@ impl SessionStore for PgStore {
         self.run("reading the ledger", move |conn| {
             let rows = conn.query("SELECT entry FROM noetic_ledger WHERE session = $1 ORDER BY seq", &[&key])?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
+        let scope = scope.to_owned();
+        self.run("reading the layers' state", move |conn| {
+            let rows = conn.query("SELECT layer, state FROM noetic_layer_state WHERE scope = $1", &[&scope])?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
+    /// A session thread's state is fenced like a commit: refused while another worker holds the session's lease.
+    /// (It needs no version bump of its own: the turn that changed it committed items, which bumped the version,
+    /// so the next worker to take the session reads it again.) Global state is last-writer-wins across workers.
+    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
+        let writes: Vec<(String, String, Option<String>)> =
+            writes.iter().map(|w| (w.scope.to_owned(), w.layer.to_owned(), w.state.map(str::to_owned))).collect();
+        let worker = self.shared.worker.clone();
+        self.run("saving the layers' state", move |conn| {
+            conn.transaction(|conn| {
+                for (scope, layer, state) in &writes {
+                    if let Some(key) = scope.strip_prefix("thread:")
+                        && let Some((Some(owner), true, _)) = lock_row(conn, key)?
+                        && owner != worker
+                    {
+                        return Err(Fail::Store(NoeticError::other(format!(
+                            "the layers' state of session '{key}' was not saved: worker {owner} holds its lease now"
+                        ))));
+                    }
+                    match state {
+                        Some(state) => conn.execute(
+                            "INSERT INTO noetic_layer_state (scope, layer, state) VALUES ($1, $2, $3)
+                             ON CONFLICT (scope, layer) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+                            &[scope, layer, state],
+                        )?,
+                        None => conn.execute(
+                            "DELETE FROM noetic_layer_state WHERE scope = $1 AND layer = $2",
+                            &[scope, layer],
+                        )?,
+                    };
+                }
+                Ok(())
+            })
         })
     }
 

@@ -4,17 +4,20 @@
 //!   turn lease: owner and expiry, a stop asked by another worker), items (one JSON item per row, numbered), the
 //!   steering queue (one JSON message per row, in position order; `from_elsewhere` marks messages queued by a
 //!   worker that did not hold the lease, which the lease holder takes at its next checkpoint), the steering ledger.
+//! * Version 2: the state of layers whose scope is not `execution` (one JSON state per scope name —
+//!   `thread:<session key>`, `global` — and layer id).
 //!
 //! Workers that start together migrate one at a time: the migration runs under a transaction-scoped advisory
 //! lock, and reads the version again once it holds it.
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key migrations hold (an arbitrary constant: "noetic" in ASCII, folded).
 const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
 
-const V1: &str = "
+/// Version 1, as it was first released (kept verbatim: migrations start from it).
+pub(crate) const V1: &str = "
 CREATE TABLE noetic_sessions (
     key TEXT PRIMARY KEY,
     mode TEXT NOT NULL,
@@ -55,6 +58,17 @@ CREATE TABLE noetic_ledger (
 );
 ";
 
+/// Version 1 → 2.
+const V2: &str = "
+CREATE TABLE noetic_layer_state (
+    scope TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    state TEXT NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, layer)
+);
+";
+
 /// What migrating found.
 #[derive(Debug)]
 pub(crate) enum Migrated {
@@ -80,7 +94,7 @@ pub(crate) fn migrate(client: &mut postgres::Client) -> Result<Migrated, postgre
         tx.rollback()?;
         return Ok(Migrated::Newer(version));
     }
-    let steps: [(i32, &str); 1] = [(1, V1)];
+    let steps: [(i32, &str); 2] = [(1, V1), (2, V2)];
     for (to, sql) in steps {
         if version < to {
             tx.batch_execute(sql)?;

@@ -11,7 +11,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noetic::agent::{Routed, SessionError, SessionStore, SteerMessage, TurnLease};
+use noetic::agent::{LayerStateWrite, Routed, SessionError, SessionStore, SteerMessage, TurnLease};
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
@@ -512,4 +512,75 @@ async fn a_worker_cut_off_from_the_database_past_its_lease_stops_its_turn_and_th
     );
     assert_eq!(other.lease_holder(&k).unwrap().as_deref(), Some(other.worker_id()));
     other.end_turn(&k).unwrap();
+}
+
+#[test]
+fn a_version_1_database_is_migrated_with_its_sessions_and_gets_the_layer_state_table() {
+    let Some(url) = url() else { return };
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let db = format!("noetic_v1_{}", std::process::id());
+    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db}"));
+    admin.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let other_url = format!("{}/{db}", url.rsplit_once('/').unwrap().0);
+    let mut other = postgres::Client::connect(&other_url, postgres::NoTls).unwrap();
+    noetic_postgres::testing::create_v1(&mut other).unwrap();
+    other
+        .batch_execute(
+            "INSERT INTO noetic_sessions (key, mode, capacity, batch_policy, turns, items)
+             VALUES ('kept', 'all', 3, 'finish-batch', 1, 1);
+             INSERT INTO noetic_items (session, seq, item)
+             VALUES ('kept', 0, '{\"type\":\"message\",\"role\":\"user\",\"content\":\"from v1\"}');",
+        )
+        .unwrap();
+    drop(other);
+    let store = PgStore::connect(&other_url).unwrap();
+    assert_eq!(store.schema_version().unwrap(), noetic_postgres::SCHEMA_VERSION);
+    assert_eq!(store.peek("kept").unwrap().unwrap().snapshot.history, vec![Item::user("from v1")]);
+    let write = LayerStateWrite { scope: "thread:kept", layer: "notes", state: Some("{}") };
+    store.save_layer_states(&[write]).unwrap();
+    assert_eq!(store.layer_states("thread:kept").unwrap(), [("notes".to_owned(), "{}".to_owned())]);
+    assert!(store.delete("kept").unwrap());
+    assert!(store.layer_states("thread:kept").unwrap().is_empty(), "deleted with its session");
+    drop(store);
+    admin.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_layer_state_moves_with_it_between_workers() {
+    let Some(url) = url() else { return };
+    let k = key("layer-state");
+    let layer = || {
+        let rule = SteeringRule::predicate("no-t", [Hook::BeforeToolCall], |_| SteeringDecision::deny("not t"));
+        steering(SteeringConfig::new([rule]).with_scope(Scope::Thread)).unwrap()
+    };
+    let run = |layer: &Arc<SteeringLayer>, model: ScriptedModel| {
+        let tool = Arc::new(FnTool::builder("t", "A tool.").handler(|_, _| async { Ok(json!(null)) }).build().unwrap());
+        Runtime::builder()
+            .model(Arc::new(model))
+            .tool(tool)
+            .layer(layer.clone() as Arc<dyn MemoryLayer>)
+            .store(worker(&url))
+            .build()
+            .unwrap()
+    };
+    let thread = Context::builder().thread_id(k.clone()).build();
+    let denied = |l: &SteeringLayer| {
+        l.state_for(&thread).map_or(0, |s| s.ledger.iter().filter(|e| e.rule_id.as_deref() == Some("no-t")).count())
+    };
+    let deny_turn =
+        || ScriptedModel::new([ModelResponse::tool_calls([("c1", "t", json!({}))]), ModelResponse::text("ok")]);
+    let (layer_a, layer_b) = (layer(), layer());
+    let model_a = deny_turn();
+    model_a.push(ModelResponse::tool_calls([("c2", "t", json!({}))]));
+    model_a.push(ModelResponse::text("ok"));
+    let a = run(&layer_a, model_a);
+    let b = run(&layer_b, deny_turn());
+    a.session(&k).send("one").unwrap().await.unwrap();
+    b.session(&k).send("two").unwrap().await.unwrap();
+    assert_eq!(denied(&layer_b), 2, "B's turn started from A's state");
+    // A's session and layer hold a stale copy (one deny); A's next turn reads the session again, and the layers'
+    // state with it.
+    assert_eq!(denied(&layer_a), 1);
+    a.session(&k).send("three").unwrap().await.unwrap();
+    assert_eq!(denied(&layer_a), 3, "A's turn started from B's state, not its own old copy");
 }

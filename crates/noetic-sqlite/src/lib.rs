@@ -25,8 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use noetic::NoeticError;
 use noetic::agent::{
-    BatchPolicy, Inbox, JournalWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage, SteeringMode,
-    StoreCommit, StoredSession, UnfinishedTurn, out_of_order, parse_setting, setting_text,
+    BatchPolicy, Inbox, JournalWrite, LayerStateWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage,
+    SteeringMode, StoreCommit, StoredSession, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
 };
 use noetic::model::Item;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
@@ -594,6 +594,8 @@ impl SessionStore for SqliteStore {
             run("DELETE FROM items WHERE session = ?1")?;
             run("DELETE FROM queue WHERE session = ?1")?;
             run("DELETE FROM ledger WHERE session = ?1")?;
+            tx.execute("DELETE FROM layer_state WHERE scope = ?1", params![thread_scope(key)])
+                .map_err(|e| db_error(&self.path, "deleting", &e))?;
             Ok(run("DELETE FROM sessions WHERE key = ?1")? > 0)
         })
     }
@@ -703,5 +705,34 @@ impl SessionStore for SqliteStore {
             },
             "reading the ledger",
         )
+    }
+
+    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
+        self.with(
+            |conn| {
+                let mut stmt = conn.prepare_cached("SELECT layer, state FROM layer_state WHERE scope = ?1")?;
+                let rows = stmt.query_map(params![scope], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+                rows.collect()
+            },
+            "reading the layers' state",
+        )
+    }
+
+    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
+        let doing = "saving the layers' state";
+        self.write(doing, |tx| {
+            for w in writes {
+                let done = match w.state {
+                    Some(state) => tx.execute(
+                        "INSERT INTO layer_state (scope, layer, state, updated_ms) VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT (scope, layer) DO UPDATE SET state = excluded.state, updated_ms = excluded.updated_ms",
+                        params![w.scope, w.layer, state, millis(SystemTime::now())],
+                    ),
+                    None => tx.execute("DELETE FROM layer_state WHERE scope = ?1 AND layer = ?2", params![w.scope, w.layer]),
+                };
+                done.map_err(|e| db_error(&self.path, doing, &e))?;
+            }
+            Ok(())
+        })
     }
 }

@@ -6,11 +6,13 @@
 //! * Version 3: the steering ledger (one JSON entry per row, numbered).
 //! * Version 4: steering queued by processes that do not own the session (`queue.from_elsewhere`) and a stop they
 //!   asked for (`sessions.stop_requested`), which the owner takes at its next checkpoint.
+//! * Version 5: the state of layers whose scope is not `execution` (`layer_state`: one JSON state per scope name —
+//!   `thread:<session key>`, `global` — and layer id).
 
 use rusqlite::Connection;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "
@@ -65,9 +67,20 @@ ALTER TABLE queue ADD COLUMN from_elsewhere INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN stop_requested TEXT;
 ";
 
+/// Version 4 → 5.
+const V5: &str = "
+CREATE TABLE layer_state (
+    scope TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    state TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (scope, layer)
+) WITHOUT ROWID;
+";
+
 /// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
-    let steps: [(i64, &str); 4] = [(1, V1), (2, V2), (3, V3), (4, V4)];
+    let steps: [(i64, &str); 5] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
     for (version, sql) in steps {
         if from >= version {
             continue;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use noetic::agent::{JournalWrite, SessionStore, SteeringMode, StoreCommit};
+use noetic::agent::{JournalWrite, LayerStateWrite, SessionStore, SteeringMode, StoreCommit};
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
@@ -111,6 +111,10 @@ fn an_empty_file_gets_the_current_schema_and_a_version_1_file_is_migrated_with_i
     assert_eq!(kept.snapshot.history, vec![Item::user("from v1")]);
     assert_eq!(kept.snapshot.capacity, 3);
     assert_eq!(store.list().unwrap().len(), 1);
+    // Version 5's table is there.
+    let write = LayerStateWrite { scope: "thread:kept", layer: "notes", state: Some("{}") };
+    store.save_layer_states(&[write]).unwrap();
+    assert_eq!(store.layer_states("thread:kept").unwrap(), [("notes".to_owned(), "{}".to_owned())]);
 }
 
 #[test]
@@ -282,4 +286,65 @@ fn a_database_file_nobody_may_write_is_a_typed_error_naming_it_and_what_is_wrong
         text.contains("read-only") || text.contains("readonly") || text.contains("cannot be opened"),
         "says what is wrong: {text}"
     );
+}
+
+#[test]
+fn layer_states_are_saved_replaced_deleted_and_go_with_their_session() {
+    let dir = scratch("layer-state");
+    let store = SqliteStore::open(dir.join("noetic.db")).unwrap();
+    let write = |scope, layer, state| LayerStateWrite { scope, layer, state };
+    store
+        .save_layer_states(&[
+            write("thread:s", "steering", Some(r#"{"carried":[]}"#)),
+            write("thread:s", "notes", Some("1")),
+            write("global", "notes", Some("2")),
+        ])
+        .unwrap();
+    store.save_layer_states(&[write("thread:s", "notes", Some("3")), write("thread:s", "steering", None)]).unwrap();
+    assert_eq!(store.layer_states("thread:s").unwrap(), [("notes".to_owned(), "3".to_owned())]);
+    assert_eq!(store.layer_states("global").unwrap(), [("notes".to_owned(), "2".to_owned())]);
+    // Deleting the session deletes its thread's state, not the global one.
+    store
+        .commit("s", StoreCommit { first: 0, items: &[], injected: &[], journal: JournalWrite::Keep, ledger: &[] })
+        .unwrap();
+    assert!(store.delete("s").unwrap());
+    assert!(store.layer_states("thread:s").unwrap().is_empty());
+    assert_eq!(store.layer_states("global").unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_thread_scoped_steering_ledger_comes_back_in_the_next_process_on_one_file() {
+    let db = scratch("layer-ledger").join("noetic.db");
+    let layer = || {
+        let rule = SteeringRule::predicate("no-t", [Hook::BeforeToolCall], |_| SteeringDecision::deny("not t"));
+        steering(SteeringConfig::new([rule]).with_scope(Scope::Thread)).unwrap()
+    };
+    let run = |layer: Arc<SteeringLayer>, model: ScriptedModel| {
+        let tool = Arc::new(FnTool::builder("t", "A tool.").handler(|_, _| async { Ok(json!(null)) }).build().unwrap());
+        Runtime::builder()
+            .model(Arc::new(model))
+            .tool(tool)
+            .layer(layer as Arc<dyn MemoryLayer>)
+            .store(Arc::new(SqliteStore::open(&db).unwrap()))
+            .build()
+            .unwrap()
+    };
+    let thread = Context::builder().thread_id("s").build();
+    let first = layer();
+    {
+        let rt = run(
+            first.clone(),
+            ScriptedModel::new([ModelResponse::tool_calls([("c1", "t", json!({}))]), ModelResponse::text("done")]),
+        );
+        rt.session("s").send("go").unwrap().await.unwrap();
+    }
+    let denied = |l: &SteeringLayer| {
+        l.state_for(&thread).map_or(0, |s| s.ledger.iter().filter(|e| e.rule_id.as_deref() == Some("no-t")).count())
+    };
+    assert_eq!(denied(&first), 1);
+    let next = layer();
+    let rt = run(next.clone(), ScriptedModel::new([ModelResponse::text("again")]));
+    assert_eq!(denied(&next), 0, "nothing in memory before the session's first turn");
+    rt.session("s").send("more").unwrap().await.unwrap();
+    assert_eq!(denied(&next), 1, "the deny of the first process is in the thread's ledger");
 }

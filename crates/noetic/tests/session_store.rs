@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use noetic::agent::{
-    BatchPolicy, JournalWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError, SteerMessage,
-    SteeringMode, StoreCommit, StoredSession,
+    BatchPolicy, JournalWrite, LayerStateWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError,
+    SteerMessage, SteeringMode, StoreCommit, StoredSession,
 };
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
@@ -215,6 +215,14 @@ impl SessionStore for Failing {
     }
     fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
         self.inner.ledger(key)
+    }
+    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
+        self.check()?;
+        self.inner.layer_states(scope)
+    }
+    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
+        self.check()?;
+        self.inner.save_layer_states(writes)
     }
 }
 

@@ -21,6 +21,7 @@
 mod archive;
 mod bus;
 mod checkpoint;
+mod persist;
 mod queue;
 mod replies;
 mod session;
@@ -40,8 +41,8 @@ pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, Ste
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 pub use store::{
-    Inbox, JournalWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession, TurnLease,
-    UnfinishedTurn, out_of_order, parse_setting, setting_text,
+    Inbox, JournalWrite, LayerStateWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession,
+    TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
 };
 
 use crate::context::Services;
@@ -73,6 +74,8 @@ pub(crate) struct RuntimeInner {
     max_idle_sessions: Option<usize>,
     /// A logical clock: each session use takes the next tick.
     clock: AtomicU64,
+    /// What the store keeps of global layer state (loaded once per runtime).
+    pub(crate) global_layers: persist::Kept,
 }
 
 /// Runs agent sessions. Cheap to clone. Build one with [`Runtime::builder`] (a [`RuntimeBuilder`]); open a
@@ -258,6 +261,7 @@ impl RuntimeBuilder {
                 store: self.store,
                 max_idle_sessions: self.max_idle_sessions,
                 clock: AtomicU64::new(0),
+                global_layers: persist::Kept::default(),
             }),
         })
     }

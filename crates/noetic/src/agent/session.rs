@@ -121,6 +121,8 @@ struct Durable {
     unfinished: Mutex<Option<UnfinishedTurn>>,
     /// Ledger entries made since the last commit (written with the next one).
     ledger: Mutex<Vec<String>>,
+    /// What the store keeps of the layers' state for this session's thread.
+    layers: super::persist::Kept,
 }
 
 impl SessionState {
@@ -155,6 +157,7 @@ impl SessionState {
             persisted: AtomicUsize::new(0),
             unfinished: Mutex::new(None),
             ledger: Mutex::new(Vec::new()),
+            layers: super::persist::Kept::default(),
         }));
         self
     }
@@ -226,6 +229,25 @@ impl SessionState {
         *conversation = Conversation::Idle(History::new(snapshot.history));
         if let Some(d) = &self.durable {
             *lock(&d.unfinished) = stored.unfinished;
+            // The layers' thread state changed with it: the next turn loads it again.
+            d.layers.reset();
+        }
+    }
+
+    /// Brings the layers' saved state into them before a turn (see [`super::persist`]).
+    fn load_layer_states(&self, runtime: &RuntimeInner) -> Result<(), NoeticError> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        super::persist::load(d.store.as_ref(), &runtime.layers, &self.key, &d.layers, &runtime.global_layers)
+    }
+
+    /// Saves what changed in the layers' state when a turn ends (a failure is logged; the next turn's end writes
+    /// it again).
+    fn save_layer_states(&self, runtime: &RuntimeInner) {
+        let Some(d) = &self.durable else { return };
+        if let Err(e) =
+            super::persist::save(d.store.as_ref(), &runtime.layers, &self.key, &d.layers, &runtime.global_layers)
+        {
+            tracing::error!(session = %self.key, error = %e, "could not save the layers' state to the store");
         }
     }
 
@@ -343,6 +365,7 @@ struct Release {
     state: Arc<SessionState>,
     ctx: Context,
     steering: Arc<TurnSteering>,
+    runtime: Arc<RuntimeInner>,
 }
 
 impl Drop for Release {
@@ -355,6 +378,8 @@ impl Drop for Release {
         if let Err(e) = self.state.flush(history.as_slice(), &[], JournalWrite::Clear) {
             tracing::error!(session = %self.state.key, error = %e, "could not write the end of a turn to the store");
         }
+        // Before the lease goes: the next process to run the session finds the state this turn left.
+        self.state.save_layer_states(&self.runtime);
         let mut conversation = lock(&self.state.conversation);
         // Under the conversation lock: a message routed here meanwhile is steered into this (ending) turn and
         // handled by the continuation check that follows, or sees the session idle after.
@@ -765,18 +790,23 @@ impl Session {
         let handle = tokio::spawn(
             async move {
                 // Whatever happens below — an error, a panic, the task being aborted — the session is released.
-                let release = Release { state: state.clone(), ctx: ctx.clone(), steering };
+                let release = Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: runtime.clone() };
                 let session = state.key.clone();
                 let started = tokio::time::Instant::now();
                 ctx.events().set_turn(Some(number));
                 ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
-                let result =
-                    AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
-                        Err(NoeticError::other(format!(
-                            "turn {number} of session '{session}' panicked: {}",
-                            crate::error::panic_message(&*p)
-                        )))
-                    });
+                // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
+                let result = match state.load_layer_states(&runtime) {
+                    Err(e) => Err(e),
+                    Ok(()) => {
+                        AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
+                            Err(NoeticError::other(format!(
+                                "turn {number} of session '{session}' panicked: {}",
+                                crate::error::panic_message(&*p)
+                            )))
+                        })
+                    }
+                };
                 match &result {
                     Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
                         session: session.clone(),

@@ -50,6 +50,18 @@ pub struct StoreCommit<'a> {
     pub ledger: &'a [String],
 }
 
+/// One layer's state to save or delete ([`SessionStore::save_layer_states`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerStateWrite<'a> {
+    /// Whose state ([`ScopeKey::store_name`](crate::layer::ScopeKey::store_name): `thread:<session key>`,
+    /// `global`, …).
+    pub scope: &'a str,
+    /// The layer's id.
+    pub layer: &'a str,
+    /// The state (JSON), or `None` to delete what was kept.
+    pub state: Option<&'a str>,
+}
+
 /// A turn a process left unfinished.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnfinishedTurn {
@@ -124,6 +136,13 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// The session's steering ledger entries (JSON), oldest first.
     fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError>;
+
+    /// The layer states kept for `scope` (see [`LayerStateWrite::scope`]): (layer id, JSON), in no particular
+    /// order. The state of a session's thread (`thread:<key>`) is deleted with the session.
+    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError>;
+
+    /// Saves (or deletes) layer states, all or nothing. Each replaces what was kept for its scope and layer.
+    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError>;
 
     /// Queues a steering message for `key` from a process that need not own it (SPEC 6.4): durable at once; the
     /// owner takes it at its next checkpoint ([`SessionStore::take_inbox`]), and with no owner it waits in the queue
@@ -225,6 +244,8 @@ pub struct Inbox {
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, (StoredSession, SystemTime)>>,
     ledgers: Mutex<HashMap<String, Vec<String>>>,
+    /// (scope, layer) → state.
+    layer_states: Mutex<HashMap<(String, String), String>>,
 }
 
 impl MemoryStore {
@@ -239,6 +260,7 @@ impl MemoryStore {
         MemoryStore {
             sessions: Mutex::new(lock(&self.sessions).clone()),
             ledgers: Mutex::new(lock(&self.ledgers).clone()),
+            layer_states: Mutex::new(lock(&self.layer_states).clone()),
         }
     }
 }
@@ -269,6 +291,14 @@ pub fn setting_text<T: serde::Serialize>(value: &T) -> String {
 /// Reads back what [`setting_text`] wrote.
 pub fn parse_setting<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
+}
+
+/// The scope name a session's thread state is kept under (what [`ScopeKey::store_name`] gives for the session's
+/// thread): `thread:<key>`.
+///
+/// [`ScopeKey::store_name`]: crate::layer::ScopeKey::store_name
+pub fn thread_scope(key: &str) -> String {
+    format!("thread:{key}")
 }
 
 /// The error of a commit that does not continue the stored conversation.
@@ -360,10 +390,32 @@ impl SessionStore for MemoryStore {
 
     fn delete(&self, key: &str) -> Result<bool, NoeticError> {
         lock(&self.ledgers).remove(key);
+        let thread = thread_scope(key);
+        lock(&self.layer_states).retain(|(scope, _), _| *scope != thread);
         Ok(lock(&self.sessions).remove(key).is_some())
     }
 
     fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
         Ok(lock(&self.ledgers).get(key).cloned().unwrap_or_default())
+    }
+
+    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
+        Ok(lock(&self.layer_states)
+            .iter()
+            .filter(|((s, _), _)| s == scope)
+            .map(|((_, layer), state)| (layer.clone(), state.clone()))
+            .collect())
+    }
+
+    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
+        let mut states = lock(&self.layer_states);
+        for w in writes {
+            let at = (w.scope.to_owned(), w.layer.to_owned());
+            match w.state {
+                Some(state) => states.insert(at, state.to_owned()),
+                None => states.remove(&at),
+            };
+        }
+        Ok(())
     }
 }

@@ -281,6 +281,23 @@ pub trait MemoryLayer: Send + Sync + 'static {
         None
     }
 
+    /// The layer's state for `key` as JSON, for a session store to keep (SPEC 6.1: the state of layers whose scope
+    /// is not `execution` outlives the process). Called when a turn of a session kept in a store ends, with the
+    /// session's thread key — for every layer, whatever its scope, since a layer may keep per-thread data of its
+    /// own (the steering layer's carry-over of undelivered verdicts) — and, for a layer of [`Scope::Global`], with
+    /// [`ScopeKey::Global`]. `None`: nothing to keep for `key` (what was kept before is deleted). The default keeps
+    /// nothing.
+    fn save_state(&self, _key: &ScopeKey) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Restores what [`MemoryLayer::save_state`] returned for `key`, replacing what the layer holds for it. Called
+    /// before the first turn of a session opened from a store (again when another process changed the session),
+    /// and once per runtime for global state. An error fails the turn: the layer's state could not be restored.
+    fn load_state(&self, _key: &ScopeKey, _state: serde_json::Value) -> Result<(), NoeticError> {
+        Ok(())
+    }
+
     /// Called when an execution that used the layer ends, whatever the outcome.
     fn on_complete<'a>(&'a self, _ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })

@@ -37,6 +37,17 @@ impl ScopeKey {
             Scope::Global => ScopeKey::Global,
         }
     }
+
+    /// The name a session store keeps state for this key under (`thread:<id>`, `resource:<id>`, `global`);
+    /// `None` for an execution, whose state never outlives it.
+    pub fn store_name(&self) -> Option<String> {
+        match self {
+            ScopeKey::Execution(_) => None,
+            ScopeKey::Thread(id) => Some(format!("thread:{id}")),
+            ScopeKey::Resource(id) => Some(format!("resource:{id}")),
+            ScopeKey::Global => Some("global".to_owned()),
+        }
+    }
 }
 
 /// A map from scope key to a layer's state, each entry behind its own lock so long-lived holders (an async

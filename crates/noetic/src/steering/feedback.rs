@@ -9,7 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ledger::LedgerEntry;
 use crate::context::lock;
@@ -21,7 +21,7 @@ pub const MAX_CARRIED_PER_THREAD: usize = 100;
 pub const MAX_CARRIED_THREADS: usize = 1024;
 
 /// An async verdict waiting to be shown to the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Feedback {
     /// The rule that produced it.
     pub rule_id: String,
@@ -125,6 +125,27 @@ impl CarryOver {
         match lock(&self.threads).1.remove(thread) {
             Some(c) => (c.pending, c.fault),
             None => (VecDeque::new(), None),
+        }
+    }
+
+    /// Replaces what is carried for `thread` with `pending` (restoring it from a store); an empty list removes
+    /// it. A configuration error carried meanwhile is kept.
+    pub(super) fn restore(&self, thread: &Arc<str>, mut pending: Vec<Feedback>) {
+        if pending.len() > MAX_CARRIED_PER_THREAD {
+            pending.drain(..pending.len() - MAX_CARRIED_PER_THREAD);
+        }
+        let mut guard = lock(&self.threads);
+        let (_, threads) = &mut *guard;
+        match threads.get_mut(thread) {
+            Some(carried) if pending.is_empty() && carried.fault.is_none() => {
+                threads.remove(thread);
+            }
+            Some(carried) => carried.pending = pending.into(),
+            None if pending.is_empty() => {}
+            None => {
+                drop(guard);
+                self.put(thread, pending.into_iter().map(Late::Feedback));
+            }
         }
     }
 

@@ -38,6 +38,17 @@ pub struct SteeringState {
     pub pending_feedback: Vec<Feedback>,
 }
 
+/// What the layer keeps in a session store for one scope key (see [`MemoryLayer::save_state`]).
+#[derive(Serialize, serde::Deserialize)]
+struct Saved {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ledger: Vec<LedgerEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pending: Vec<Feedback>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    carried: Vec<Feedback>,
+}
+
 /// The steering layer. Build it with [`steering`].
 pub struct SteeringLayer {
     config: SteeringConfig,
@@ -182,6 +193,17 @@ impl SteeringLayer {
     }
 }
 
+/// Whether a layer of `scope` keeps its own state under `key` in a session (a thread stands in for a resource when
+/// the session names none).
+fn owns(scope: Scope, key: &ScopeKey) -> bool {
+    matches!(
+        (scope, key),
+        (Scope::Thread | Scope::Resource, ScopeKey::Thread(_))
+            | (Scope::Resource, ScopeKey::Resource(_))
+            | (Scope::Global, ScopeKey::Global)
+    )
+}
+
 /// Renders the feedback block.
 fn render(lines: &[String]) -> String {
     format!("<steering_feedback>\n{}\n</steering_feedback>", lines.join("\n"))
@@ -317,6 +339,45 @@ impl MemoryLayer for SteeringLayer {
             }
             Ok(())
         })
+    }
+
+    /// For the session's thread: the verdicts carried to its next execution and, with [`Scope::Thread`], the
+    /// thread's ledger and undelivered feedback; for [`ScopeKey::Global`] (with [`Scope::Global`]), the global
+    /// ledger and feedback. A configuration error an async judge hit is not kept: it fails the running process's
+    /// next step.
+    fn save_state(&self, key: &ScopeKey) -> Option<serde_json::Value> {
+        let carried = match key {
+            ScopeKey::Thread(thread) => self.carry.peek(thread),
+            _ => Vec::new(),
+        };
+        let own = owns(self.config.scope, key).then(|| self.states.get(key)).flatten();
+        let (ledger, pending) = match &own {
+            Some(state) => {
+                let inner = lock(state);
+                (inner.ledger.iter().cloned().collect(), inner.pending.iter().cloned().collect())
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        if carried.is_empty() && own.is_none() {
+            return None;
+        }
+        serde_json::to_value(Saved { ledger, pending, carried }).ok()
+    }
+
+    fn load_state(&self, key: &ScopeKey, state: serde_json::Value) -> Result<(), NoeticError> {
+        let saved: Saved = serde_json::from_value(state)
+            .map_err(|e| NoeticError::other(format!("the saved steering state is unreadable: {e}")))?;
+        if let ScopeKey::Thread(thread) = key {
+            self.carry.restore(thread, saved.carried);
+        }
+        if owns(self.config.scope, key) {
+            let mut ledger: VecDeque<LedgerEntry> = saved.ledger.into();
+            while ledger.len() > self.config.max_ledger_entries {
+                ledger.pop_front();
+            }
+            self.states.insert(key.clone(), Inner { ledger, pending: saved.pending.into(), ..Inner::default() });
+        }
+        Ok(())
     }
 
     fn state(&self, key: &ScopeKey) -> Option<Box<dyn std::any::Any + Send>> {

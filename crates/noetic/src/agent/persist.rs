@@ -1,0 +1,146 @@
+//! Layer state that outlives the process (SPEC 6.1): what the runtime's layers keep for a session's thread, and
+//! what layers of global scope keep for everyone, saved in the session store when a turn ends and brought back
+//! before the first turn that needs it.
+//!
+//! A session loads its thread's states once (again after another process changed the session: see
+//! `SessionState::apply_stored`); a runtime loads global states once. Each save writes only the states that
+//! changed since they were loaded or last saved (compared by a hash of their JSON), so a layer that keeps
+//! nothing costs one call to [`MemoryLayer::save_state`] per turn and no write.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use super::store::{LayerStateWrite, SessionStore};
+use crate::context::lock;
+use crate::error::NoeticError;
+use crate::layer::{MemoryLayer, Scope, ScopeKey};
+
+/// What one scope's saved states are known to be: `None` until they were loaded; then, per layer id, the hash of
+/// the JSON the store holds.
+#[derive(Default)]
+pub(crate) struct Kept(Mutex<Option<HashMap<String, u64>>>);
+
+impl Kept {
+    /// Forgets what was loaded: the next turn loads again (another process changed the session).
+    pub(crate) fn reset(&self) {
+        *lock(&self.0) = None;
+    }
+}
+
+fn hash(json: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    json.hash(&mut h);
+    h.finish()
+}
+
+fn is_global(layer: &Arc<dyn MemoryLayer>) -> bool {
+    layer.scope() == Scope::Global
+}
+
+/// Layers once each, by id (the first with an id wins, as in a layer stack).
+fn distinct(layers: &[Arc<dyn MemoryLayer>]) -> impl Iterator<Item = &Arc<dyn MemoryLayer>> {
+    let mut seen = std::collections::HashSet::new();
+    layers.iter().filter(move |l| seen.insert(l.id().to_owned()))
+}
+
+/// Brings the saved states of `thread` (and, once per runtime, global ones) into the layers, unless they were
+/// loaded already. An error (the store cannot be read, a state is unreadable or its layer refuses it) leaves
+/// them to load again at the next turn.
+pub(crate) fn load(
+    store: &dyn SessionStore,
+    layers: &[Arc<dyn MemoryLayer>],
+    thread: &str,
+    session: &Kept,
+    global: &Kept,
+) -> Result<(), NoeticError> {
+    if layers.is_empty() {
+        return Ok(());
+    }
+    load_scope(store, layers, &ScopeKey::Thread(Arc::from(thread)), session, |_| true)?;
+    if layers.iter().any(is_global) {
+        load_scope(store, layers, &ScopeKey::Global, global, is_global)?;
+    }
+    Ok(())
+}
+
+fn load_scope(
+    store: &dyn SessionStore,
+    layers: &[Arc<dyn MemoryLayer>],
+    key: &ScopeKey,
+    kept: &Kept,
+    include: impl Fn(&Arc<dyn MemoryLayer>) -> bool,
+) -> Result<(), NoeticError> {
+    let mut guard = lock(&kept.0);
+    if guard.is_some() {
+        return Ok(());
+    }
+    let Some(name) = key.store_name() else { return Ok(()) };
+    let saved = store.layer_states(&name)?;
+    let mut hashes = HashMap::new();
+    for (id, json) in saved {
+        // A state whose layer this runtime does not have stays as it is in the store.
+        let Some(layer) = distinct(layers).find(|l| l.id() == id && include(l)) else { continue };
+        let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
+            NoeticError::other(format!(
+                "the saved state of layer '{id}' for {name} is not JSON ({e}); the store was written by something \
+                 else — delete the session or that row"
+            ))
+        })?;
+        layer.load_state(key, value).map_err(|e| {
+            NoeticError::other(format!("layer '{id}' could not restore its saved state for {name}: {e}"))
+        })?;
+        hashes.insert(id, hash(&json));
+    }
+    *guard = Some(hashes);
+    Ok(())
+}
+
+/// Saves what changed in the layers' states of `thread` (and global ones) since they were loaded or last saved.
+/// On an error nothing is marked saved, so the next turn's end writes it again.
+pub(crate) fn save(
+    store: &dyn SessionStore,
+    layers: &[Arc<dyn MemoryLayer>],
+    thread: &str,
+    session: &Kept,
+    global: &Kept,
+) -> Result<(), NoeticError> {
+    if layers.is_empty() {
+        return Ok(());
+    }
+    let mut session_kept = lock(&session.0);
+    let mut global_kept = lock(&global.0);
+    let keys = [ScopeKey::Thread(Arc::from(thread)), ScopeKey::Global];
+    let names: Vec<String> = keys.iter().map(|k| k.store_name().unwrap_or_default()).collect();
+    let kept: [&mut Option<HashMap<String, u64>>; 2] = [&mut *session_kept, &mut *global_kept];
+    // (scope index, layer id, new JSON or None to delete)
+    let mut changes: Vec<(usize, &str, Option<String>)> = Vec::new();
+    for (at, key) in keys.iter().enumerate() {
+        // Never loaded: writing would replace what the store keeps without having read it.
+        let Some(hashes) = kept[at].as_ref() else { continue };
+        let global_only = matches!(key, ScopeKey::Global);
+        for layer in distinct(layers).filter(|l| !global_only || is_global(l)) {
+            let json = layer.save_state(key).map(|v| v.to_string());
+            if hashes.get(layer.id()).copied() != json.as_deref().map(hash) {
+                changes.push((at, layer.id(), json));
+            }
+        }
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let writes: Vec<LayerStateWrite<'_>> = changes
+        .iter()
+        .map(|(at, layer, state)| LayerStateWrite { scope: &names[*at], layer, state: state.as_deref() })
+        .collect();
+    store.save_layer_states(&writes)?;
+    for (at, layer, state) in &changes {
+        if let Some(hashes) = kept[*at].as_mut() {
+            match state {
+                Some(json) => hashes.insert((*layer).to_owned(), hash(json)),
+                None => hashes.remove(*layer),
+            };
+        }
+    }
+    Ok(())
+}
