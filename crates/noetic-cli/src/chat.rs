@@ -173,6 +173,10 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     );
     let mut turn: Option<TurnFuture> = None;
     chat.prompt(turn.is_some());
+    // While idle, a kept session looks every second for messages other processes queued for it
+    // (`noetic sessions steer`) and runs them.
+    let mut elsewhere = tokio::time::interval(std::time::Duration::from_secs(1));
+    elsewhere.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // Biased, events first: what the agent already did is printed before a question or a typed line is
         // handled, so the transcript reads in order.
@@ -183,6 +187,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                 turn = chat.on_turn_end(result, &mut events);
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
+            _ = elsewhere.tick(), if stored && turn.is_none() && !chat.quitting => turn = chat.run_queued_elsewhere(),
             Some(input) = async { match keys.as_mut() { Some(k) => k.recv().await, None => std::future::pending().await } }, if !chat.quitting => {
                 match chat.on_input(input, turn.is_some()) {
                     Action::Start(t) => turn = Some(t),

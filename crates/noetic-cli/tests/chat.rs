@@ -289,3 +289,30 @@ async fn without_a_session_name_each_chat_is_a_new_named_session_and_no_store_wr
     assert!(!out.stdout.contains("--session"), "a throwaway chat offers no continuation: {}", out.stdout);
     assert!(!scratch.exists());
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_queued_by_another_process_runs_in_the_idle_chat_that_owns_the_session() {
+    let server = server(answer("Hello."), answer("Tidied up, as asked from elsewhere.")).await;
+    let ws = tempfile::tempdir().unwrap();
+    let db = ws.path().join("sessions.db");
+    let db_arg = db.to_str().unwrap().to_owned();
+    let mut driven = chat(&server, ws.path(), &["--plain", "--session", "kept", "--db", &db_arg]);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.send("Hi.");
+        driven.wait_for("■ turn done");
+        // The chat is idle, waiting for a line; another process queues a message for its session.
+        let steer = run(noetic().args(["sessions", "--db", &db_arg, "steer", "kept", "tidy up the notes"]));
+        assert!(steer.status.success(), "{}", steer.stderr);
+        driven.wait_for("a message another process queued for this session: running it");
+        driven.wait_for("Tidied up, as asked from elsewhere.");
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let second = &bodies(&server).await[1];
+    let last = second["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["role"].as_str(), last["content"].as_str()), (Some("user"), Some("tidy up the notes")));
+}

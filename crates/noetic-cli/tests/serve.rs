@@ -48,7 +48,7 @@ impl Served {
     }
 }
 
-/// Reads server-sent events until one of `kind`, returning its data.
+/// Reads server-sent events until one of `kind` (or of the kinds `a|b` names), returning its data.
 async fn until_event(response: &mut reqwest::Response, buffer: &mut String, kind: &str) -> Value {
     loop {
         while let Some(end) = buffer.find("\n\n") {
@@ -56,7 +56,7 @@ async fn until_event(response: &mut reqwest::Response, buffer: &mut String, kind
             for line in block.lines() {
                 if let Some(data) = line.strip_prefix("data: ") {
                     let event: Value = serde_json::from_str(data).unwrap();
-                    if event["type"] == kind {
+                    if kind.split('|').any(|k| event["type"] == k) {
                         return event;
                     }
                 }
@@ -254,6 +254,16 @@ async fn another_process_steers_a_turn_that_serve_runs_through_the_shared_databa
     assert_eq!(steered.count(), 1, "shown to the model exactly once");
     let skipped = history.iter().filter(|i| i["type"] == "tool_result" && i["content"].to_string().contains("Skipped"));
     assert_eq!(skipped.count(), 2);
+    // A message another process queues for the idle session: the server finds it (it looks every 2 s) and runs it.
+    let later = run(noetic().arg("sessions").arg("--db").arg(&db).args(["steer", "xp", "and then tidy up"]));
+    assert!(later.status.success(), "{}", later.stderr);
+    let started = until_event(&mut events, &mut buffer, "turn_started").await;
+    assert_eq!(started["turn"], 2);
+    // However the script answers it (it is over), the turn ends.
+    until_event(&mut events, &mut buffer, "turn_completed|turn_failed").await;
+    let session: Value = client.get(url("/api/sessions/xp")).send().await.unwrap().json().await.unwrap();
+    let history = session["history"].as_array().unwrap();
+    assert_eq!(history.iter().filter(|i| i["content"] == "and then tidy up").count(), 1, "{history:?}");
     // A stop from another process, for an idle session, clears its queue and says so.
     let stop = run(noetic().arg("sessions").arg("--db").arg(&db).args(["stop", "xp"]));
     assert!(stop.status.success() && stop.stdout.contains("asked session xp to stop"), "{}", stop.stderr);

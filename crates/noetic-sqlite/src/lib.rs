@@ -649,6 +649,31 @@ impl SessionStore for SqliteStore {
         })
     }
 
+    /// This process owns the sessions it opened for as long as it has them open, idle or not: messages other
+    /// processes queue for an idle one wait for it (see [`SessionStore::orphaned`] for who looks).
+    fn take_idle_inbox(&self, key: &str) -> Result<Inbox, NoeticError> {
+        self.take_inbox(key)
+    }
+
+    /// Sessions this process owns (or nobody does) with messages other processes queued for them, to run with
+    /// `Session::continue_session` — `noetic serve` looks every few seconds. A turn a dead process left is not
+    /// listed: whoever opens the session next is offered it.
+    fn orphaned(&self) -> Result<Vec<String>, NoeticError> {
+        self.with(
+            |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT DISTINCT q.session FROM queue q JOIN sessions s ON s.key = q.session
+                     WHERE q.from_elsewhere = 1
+                       AND (s.owner_pid IS NULL OR (s.owner_pid = ?1 AND s.owner_host = ?2 AND s.owner_started = ?3))",
+                )?;
+                let owner = &self.owner;
+                let rows = stmt.query_map(params![i64::from(owner.pid), owner.host, owner.started], |r| r.get(0))?;
+                rows.collect()
+            },
+            "looking for messages queued for idle sessions",
+        )
+    }
+
     fn take_inbox(&self, key: &str) -> Result<Inbox, NoeticError> {
         let doing = "taking steering from other processes";
         let mut conn = self.lock();

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use noetic::agent::{JournalWrite, LayerStateWrite, SessionStore, SteeringMode, StoreCommit};
+use noetic::agent::{JournalWrite, LayerStateWrite, SessionStore, SteerMessage, SteeringMode, StoreCommit};
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
@@ -347,4 +347,33 @@ async fn a_thread_scoped_steering_ledger_comes_back_in_the_next_process_on_one_f
     assert_eq!(denied(&next), 0, "nothing in memory before the session's first turn");
     rt.session("s").send("more").unwrap().await.unwrap();
     assert_eq!(denied(&next), 1, "the deny of the first process is in the thread's ledger");
+}
+
+#[tokio::test]
+async fn a_message_another_process_queues_for_an_idle_session_is_listed_and_run_by_its_owner() {
+    let db = scratch("idle-inbox").join("noetic.db");
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
+    let model = ScriptedModel::new([ModelResponse::text("first"), ModelResponse::text("got it")]);
+    let rt = runtime(&model, store.clone(), Vec::new());
+    let session = rt.session("s");
+    session.send("hi").unwrap().await.unwrap();
+    assert!(store.orphaned().unwrap().is_empty());
+    assert!(session.continue_session().unwrap().is_none(), "nothing waits");
+
+    // `noetic sessions steer` from another process: its own connection to the file.
+    let other = SqliteStore::open(&db).unwrap();
+    other.steer_elsewhere("s", &SteerMessage::new("also check the tests")).unwrap();
+    assert_eq!(store.orphaned().unwrap(), ["s"]);
+    let turn = session.continue_session().unwrap().expect("the queued message starts a turn");
+    assert_eq!(turn.await.unwrap(), "got it");
+    assert_eq!(model.requests()[1].history.last(), Some(&Item::user("also check the tests")));
+    assert!(store.orphaned().unwrap().is_empty(), "taken once");
+    assert!(session.continue_session().unwrap().is_none(), "and shown once");
+    assert_eq!(session.history().iter().filter(|i| **i == Item::user("also check the tests")).count(), 1);
+
+    // A stop asked from elsewhere while idle empties what was queued here.
+    session.steer("queued here").unwrap();
+    assert!(other.request_stop("s", "stopped elsewhere").unwrap());
+    assert!(session.continue_session().unwrap().is_none());
+    assert_eq!(session.queued(), 0);
 }

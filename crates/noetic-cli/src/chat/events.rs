@@ -70,6 +70,22 @@ impl Chat {
         self.say(&line);
     }
 
+    /// Runs what other processes queued for this idle session (`noetic sessions steer`), if anything.
+    pub(super) fn run_queued_elsewhere(&mut self) -> Option<TurnFuture> {
+        match self.session.continue_session() {
+            Ok(Some(turn)) => {
+                let line = self.style.dim("a message another process queued for this session: running it");
+                self.say(&line);
+                Some(turn.into_future())
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "not running messages queued elsewhere");
+                None
+            }
+        }
+    }
+
     /// Prints what is left of the turn's events and its answer, saves its ledger, and starts a continuation when
     /// messages arrived after the turn's last checkpoint.
     pub(super) fn on_turn_end(

@@ -694,6 +694,8 @@ impl Session {
             if let Some(message) = &state.unavailable {
                 return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
             }
+            // Messages (or a stop) other processes left while the session was idle come first.
+            take_idle_inbox(state, conversation)?;
             if state.queue.len() == 0 && state.store().is_none() {
                 return Ok(None);
             }
@@ -1061,6 +1063,31 @@ pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> b
         }
     }
     false
+}
+
+/// Takes what other processes left for the idle session (see [`SessionStore::take_idle_inbox`]): their messages
+/// join the queue, their stop empties it.
+fn take_idle_inbox(state: &SessionState, conversation: &Conversation) -> Result<(), SessionError> {
+    let Some(store) = state.store() else { return Ok(()) };
+    let inbox = store
+        .take_idle_inbox(&state.key)
+        .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
+    if let Some(reason) = inbox.stop {
+        stop_conversation(state, conversation, &reason);
+        return Ok(());
+    }
+    if !inbox.messages.is_empty() {
+        let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
+        state.queue.push_existing(inbox.messages);
+        if let Some(sink) = state.events.get() {
+            let execution_id = ExecutionId::new();
+            for id in ids {
+                let session = state.key.clone();
+                sink.emit(execution_id, || EventKind::SteeringQueued { session, id });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stops the session: messages the running turn took but has not shown are dropped, the turn is cancelled (its

@@ -203,6 +203,15 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// What other processes left for an idle session this process keeps between turns (steering messages, a
+    /// stop): taken by [`Session::continue_session`](super::Session::continue_session), which then runs them. A
+    /// store that owns a session for as long as a process has it open (SQLite) hands over what
+    /// [`SessionStore::take_inbox`] would; the default — for stores whose lease is per turn, where a message for
+    /// an idle session starts its turn where it arrives — is nothing.
+    fn take_idle_inbox(&self, _key: &str) -> Result<Inbox, NoeticError> {
+        Ok(Inbox::default())
+    }
+
     /// Sessions that need a turn no live process runs: an unfinished turn whose lease expired (the process died),
     /// to take over with [`Session::resume`](super::Session::resume), or messages queued for a turn that never took
     /// them, to start one with [`Session::continue_session`](super::Session::continue_session). The default: none
