@@ -22,7 +22,7 @@ pub struct MessageId(Uuid);
 
 impl MessageId {
     fn new() -> Self {
-        MessageId(Uuid::now_v7())
+        MessageId(crate::context::new_v7())
     }
 }
 

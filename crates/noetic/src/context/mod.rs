@@ -41,10 +41,20 @@ pub const MAX_DEPTH: u32 = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct ExecutionId(Uuid);
 
+/// A version 7 UUID (time-ordered within a thread) from a clock sequence of this thread's own. `Uuid::now_v7`
+/// takes one mutex shared by every thread, which a turn per session on many cores would all wait on; with the
+/// `fast-rng` feature the random part comes from a per-thread generator, not a system call.
+pub(crate) fn new_v7() -> Uuid {
+    thread_local! {
+        static V7: uuid::ContextV7 = const { uuid::ContextV7::new() };
+    }
+    V7.with(|context| Uuid::new_v7(uuid::Timestamp::now(context)))
+}
+
 impl ExecutionId {
     /// A fresh id.
     pub fn new() -> Self {
-        ExecutionId(Uuid::now_v7())
+        ExecutionId(new_v7())
     }
 
     /// The underlying UUID.

@@ -1,0 +1,25 @@
+//! The suite's many-sessions throughput alone, for a profiler (`perf record`): `scaling_probe SESSIONS THREADS
+//! ROUNDS` prints turns/s of each round.
+
+#[path = "../probe.rs"]
+#[allow(dead_code)]
+mod probe;
+#[path = "../real_path.rs"]
+#[allow(dead_code)]
+mod real_path;
+
+use probe::BenchResult;
+
+fn main() -> BenchResult<()> {
+    let arg = |i: usize, default: usize| -> BenchResult<usize> {
+        match std::env::args().nth(i) {
+            Some(a) => a.parse().map_err(|_| format!("'{a}' is not a number").into()),
+            None => Ok(default),
+        }
+    };
+    let (sessions, threads, rounds) = (arg(1, 10_000)?, arg(2, 2)?, arg(3, 5)?);
+    for _ in 0..rounds {
+        println!("{:.0}", real_path::throughput(sessions, threads)?);
+    }
+    Ok(())
+}
