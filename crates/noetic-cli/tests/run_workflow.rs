@@ -314,7 +314,7 @@ fn run_refuses_an_unknown_steering_mode() {
 fn chat_help_lists_every_slash_command() {
     let out = run(noetic().args(["chat", "--help"]));
     assert!(out.status.success());
-    for command in ["/stop", "/mode", "/ledger", "/status", "/quit"] {
+    for command in ["/stop", "/mode", "/steer", "/ledger", "/status", "/help", "/quit"] {
         assert!(out.stdout.contains(command), "{command} in chat --help:\n{}", out.stdout);
     }
 }
