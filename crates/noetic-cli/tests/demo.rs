@@ -60,6 +60,27 @@ fn at_a_terminal_the_paced_demo_waits_for_a_typed_line_and_steers_it_instead_of_
     assert_eq!(at("user  types:"), None, "the scripted user did not type:\n{}", history.join("\n"));
 }
 
+#[cfg(unix)]
+#[test]
+fn stopping_the_paced_demo_with_esc_or_ctrl_c_says_so_and_exits_with_status_0() {
+    for key in ["Escape", "C-c"] {
+        let mut demo = common::noetic();
+        demo.args(["demo", "--pace", "0.1"]);
+        let Some(term) = common::terminal::Terminal::start(&demo) else { return };
+        term.wait_for("demo  waiting up to 20 s for you");
+        term.press(key);
+        term.wait_for("stopping the demo");
+        term.wait_for("stopped: you stopped the demo before it finished");
+        assert_eq!(term.exit_status(), 0, "after {key}");
+        let history = term.history();
+        // The cancelled turn is reported as such ("■ turn failed: cancelled"); the demo itself does not fail.
+        for absent in ["failed:", "noetic:", "answer:", "  user  types:"] {
+            let seen = history.iter().any(|r| r.starts_with(absent));
+            assert!(!seen, "{absent} after {key}:\n{}", history.join("\n"));
+        }
+    }
+}
+
 #[test]
 fn a_pace_that_is_not_a_number_of_seconds_is_refused() {
     for bad in ["-1", "soon", "1000"] {
