@@ -24,6 +24,8 @@ fn the_demo_shows_a_deny_a_guide_a_live_steer_skipping_two_tools_and_the_ledger(
         "by no-delete-outside-workspace",
         "GUIDE   tool write_file",
         "by reports-go-to-drafts",
+        // The LLM judge also ran on the calls it allowed: the ledger names it there too.
+        "ALLOW   tool write_file {\"content\":\"…\",\"path\":\"/workspace…afts/report.md\"} by reports-go-to-drafts (LLM judge)",
         "execution ended: Success",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
