@@ -68,6 +68,8 @@ pub fn usage(usage: &Value) -> Usage {
         input_tokens: n("input_tokens") + n("cache_creation_input_tokens") + cached,
         output_tokens: n("output_tokens"),
         cached_tokens: cached,
+        // Anthropic reports no price.
+        cost: None,
     }
 }
 
@@ -106,7 +108,7 @@ impl Parts {
             items.push(Item::assistant(self.text));
         }
         items.extend(self.calls.into_iter().map(Item::ToolCall));
-        ModelResponse { items, usage: self.usage, cost: None, finish_reason, refusal, model: self.model }
+        ModelResponse { items, usage: self.usage, finish_reason, refusal, model: self.model }
     }
 }
 
@@ -148,7 +150,7 @@ mod tests {
             })
         );
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
-        assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 5, cached_tokens: 3 });
+        assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 5, cached_tokens: 3, cost: None });
     }
 
     #[test]

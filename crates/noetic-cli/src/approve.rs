@@ -108,6 +108,12 @@ pub fn answer(line: &str) -> Answer<'_> {
     }
 }
 
+/// Whether a line is an answer to a question (`y`, `n`, `a`, `yes`, `no`, `always`, any case) rather than a
+/// message; an empty line is neither.
+pub fn is_answer(line: &str) -> bool {
+    !line.trim().is_empty() && !matches!(answer(line), Answer::Message(_))
+}
+
 /// The decision a call gets when nobody answered (the input ended, the user quit or stopped the turn).
 pub fn declined() -> Approval {
     Approval::Reject { reason: DECLINED.to_owned() }

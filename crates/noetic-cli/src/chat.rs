@@ -3,7 +3,11 @@
 //! Stdin is read on its own thread, so the prompt stays live during a turn: a line typed while idle starts a
 //! turn; a line typed while the agent works is steered into the running turn (it reaches the model after the
 //! running tool call, and the rest of that batch is skipped). Commands: `/stop`, `/mode all|one-at-a-time`,
-//! `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
+//! `/steer TEXT`, `/ledger`, `/status`, `/help`, `/quit`. End of input waits for the running turn, then exits.
+//!
+//! A bare answer (`y`, `n`, `a`, `yes`, `no`, `always`) typed while a turn runs and no question waits is not
+//! sent: it was most likely typed a moment before a question appeared, and as a message it would tell the agent
+//! only "y". The chat says so; `/steer y` sends it anyway.
 //!
 //! While an approval question waits, `y`/`yes` approves, `a`/`always` approves this call and every later call of
 //! the same tool in this chat, `n`/`no` or an empty line declines, a command runs (and the question stays open,
@@ -81,10 +85,12 @@ pub struct ChatArgs {
 }
 
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
-                    running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /ledger shows the \
-                    steering decisions, /status, /quit. At an approval question: y or yes approves; a or always \
-                    approves this tool for the rest of the chat; n, no or an empty line declines; any other line \
-                    declines and goes to the agent as a message. At a terminal: Esc or Ctrl-C stops the running \
+                    running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
+                    as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
+                    /help, /quit. At an approval question: y or yes approves; a or always approves this tool for \
+                    the rest of the chat; n, no or an empty line declines; any other line declines and goes to the \
+                    agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \
+                    was meant for a question). At a terminal: Esc or Ctrl-C stops the running \
                     turn; Ctrl-C twice or Ctrl-D at an idle prompt quits.";
 
 /// Runs the chat until `/quit` or the end of input.
@@ -394,19 +400,27 @@ impl Chat {
             "/ledger" => self.print_ledger(),
             "/status" => self.print_status(running),
             "/help" => self.say(HELP),
-            _ if command.starts_with('/') => self.say(&format!("unknown command {command}; {HELP}")),
-            _ if running => {
-                if let Err(e) = self.session.steer(text) {
-                    self.say(&self.style.red(&format!("not steered: {e}")));
+            "/steer" if rest.is_empty() => self.say("/steer needs the text to send, e.g. /steer y"),
+            "/steer" => {
+                if let Some(turn) = self.message(rest, running) {
+                    return Action::Start(turn);
                 }
             }
-            _ => match self.session.send(text) {
-                Ok(turn) => {
-                    self.turn_started = Some(Instant::now());
-                    return Action::Start(turn.into_future());
+            _ if command.starts_with('/') => self.say(&format!("unknown command {command}; {HELP}")),
+            // Most likely meant for a question about to appear: sent, "y" would reach the agent as a message.
+            _ if running && approve::is_answer(text) => {
+                let shown = render::printable(text);
+                let note = format!(
+                    "no approval question is waiting, so '{shown}' was not sent; to send it to the agent as a \
+                     message, type /steer {shown}"
+                );
+                self.say(&self.style.yellow(&note));
+            }
+            _ => {
+                if let Some(turn) = self.message(text, running) {
+                    return Action::Start(turn);
                 }
-                Err(e) => self.say(&self.style.red(&e.to_string())),
-            },
+            }
         }
         match self.approvals.front() {
             // A command typed at a question leaves it open: ask it again.
@@ -414,6 +428,26 @@ impl Chat {
             None => self.prompt(running),
         }
         Action::Nothing
+    }
+
+    /// Sends a message: steered into the running turn, or the start of a new one.
+    fn message(&mut self, text: &str, running: bool) -> Option<TurnFuture> {
+        if running {
+            if let Err(e) = self.session.steer(text) {
+                self.say(&self.style.red(&format!("not steered: {e}")));
+            }
+            return None;
+        }
+        match self.session.send(text) {
+            Ok(turn) => {
+                self.turn_started = Some(Instant::now());
+                Some(turn.into_future())
+            }
+            Err(e) => {
+                self.say(&self.style.red(&e.to_string()));
+                None
+            }
+        }
     }
 }
 

@@ -204,6 +204,8 @@ impl Printer {
 struct Person {
     typed: std::sync::atomic::AtomicBool,
     wakes: tokio::sync::Notify,
+    /// Esc, Ctrl-C or Ctrl-D stopped the demo: its cancelled turn is the user's doing, not a failure.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// Runs the demo. `plain` turns colours off and, like a pipe, keeps it instant; at a terminal each tool takes
@@ -237,6 +239,10 @@ pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
         None => (Printer(None), None),
     };
     let listener = keys.map(|keys| tokio::spawn(listen(keys, session.clone(), printer.clone(), person.clone(), style)));
+    let stopped_by_user = {
+        let person = person.clone();
+        move || person.stopped.load(std::sync::atomic::Ordering::SeqCst)
+    };
     if listener.is_none() && std::io::stdin().is_terminal() {
         spawn_terminal_steering(session.clone());
     }
@@ -268,7 +274,8 @@ pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
                     } else if !waits {
                         tokio::time::sleep(Duration::from_millis(150)).await;
                     }
-                    if !person.typed.load(std::sync::atomic::Ordering::SeqCst) {
+                    let stopped = person.stopped.load(std::sync::atomic::Ordering::SeqCst);
+                    if !stopped && !person.typed.load(std::sync::atomic::Ordering::SeqCst) {
                         out.line(&style.cyan(&format!("  user  types: \"{STEER}\"")));
                         if let Err(e) = typist.steer(STEER) {
                             out.line(&style.red(&format!("  steer refused: {e}")));
@@ -292,8 +299,11 @@ pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
         screen.close();
     }
     outln!();
+    // A stop is the user's choice: said as such, and the demo exits 0; any other error still fails it.
+    let stopped = matches!(&answer, Err(e) if e.is_cancelled()) && stopped_by_user();
     match &answer {
         Ok(text) => outln!("{} {}", style.bold("answer:"), printable(text)),
+        Err(_) if stopped => outln!("{}", style.yellow("stopped: you stopped the demo before it finished")),
         Err(e) => outln!("{} {e}", style.red("failed:")),
     }
     if let Some(id) = execution {
@@ -304,11 +314,14 @@ pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
             outln!("{line}");
         }
     }
+    if stopped {
+        return Ok(());
+    }
     answer.map(drop).map_err(Into::into)
 }
 
 /// The person at the terminal: a typed line is echoed and steered into the session; Esc, Ctrl-C or Ctrl-D stop
-/// the demo's turn.
+/// the demo's turn (and the demo then ends with status 0: a stop is no failure).
 async fn listen(
     mut keys: tokio::sync::mpsc::UnboundedReceiver<Input>,
     session: Session,
@@ -333,8 +346,11 @@ async fn listen(
                 }
             }
             Input::Escape | Input::Interrupt | Input::Eof => {
+                person.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
                 printer.line(&style.dim("stopping the demo"));
                 session.stop("stopped by the user");
+                // The demo may be waiting for the person to type: it need not wait any more.
+                person.wakes.notify_one();
             }
         }
     }

@@ -143,4 +143,15 @@ mod tests {
         let verbose = view(&plain, &entries, true, "--verbose");
         assert_eq!(verbose[1], "  11:06:40.000  ALLOW   model turn (0 tokens out) (no rule objected)");
     }
+
+    #[test]
+    fn an_allow_llm_judges_decided_names_the_judged_rules_and_the_evaluator() {
+        let judged = LedgerEntry {
+            rule_id: Some("reports-go-to-drafts,no-secrets".into()),
+            evaluator: Some(Evaluator::LlmSync),
+            ..entry(LedgerKind::ToolCall, SteeringAction::Allow, 5)
+        };
+        let lines = view(&Style::detect(true), &[judged, end(9)], false, "--verbose");
+        assert_eq!(lines[1], "  11:06:40.005  ALLOW   tool delete_file by reports-go-to-drafts,no-secrets (LLM judge)");
+    }
 }

@@ -2,7 +2,8 @@
 //!
 //! The answer goes to stdout (with [`printable`]'s escapes); progress lines (tool calls, rule decisions, skips) go to stderr. With `--json`,
 //! stdout carries every event as a JSON line, then `{"type":"ledger",...}` and `{"type":"answer","text":...}`
-//! (or `{"type":"error","message":...}`). Rounds count from 1 there, as on the progress lines.
+//! (or `{"type":"error","message":...}`), with the turn's `"cost"` in US dollars when the provider reported one.
+//! Rounds count from 1 there, as on the progress lines.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -147,6 +148,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let turn = session.send(args.prompt.clone())?;
     let style = Style::detect(args.plain);
     let mut execution = None;
+    // The turn's model calls: their cost, when any reported one, goes on the last `--json` line.
+    let mut usage = noetic::model::Usage::default();
     loop {
         match events.recv().await {
             Ok(event) => {
@@ -157,6 +160,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
                 }
                 match &event.kind {
                     EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
+                    EventKind::ModelCallCompleted { usage: call, .. } => usage.add(call),
                     EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. } => break,
                     _ => {}
                 }
@@ -173,7 +177,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     match answer {
         Ok(text) if args.json => {
             outln!("{}", json!({"type": "ledger", "entries": entries}));
-            outln!("{}", json!({"type": "answer", "text": text}));
+            outln!("{}", with_cost(json!({"type": "answer", "text": text}), &usage));
             Ok(())
         }
         Ok(text) => {
@@ -183,11 +187,20 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         Err(e) => {
             if args.json {
                 outln!("{}", json!({"type": "ledger", "entries": entries}));
-                outln!("{}", json!({"type": "error", "message": e.to_string()}));
+                outln!("{}", with_cost(json!({"type": "error", "message": e.to_string()}), &usage));
             }
             Err(format!("the turn failed: {e}").into())
         }
     }
+}
+
+/// A `--json` line with the turn's `cost` in US dollars added, when a model call reported one (else left out:
+/// no made-up zero).
+fn with_cost(mut line: serde_json::Value, usage: &noetic::model::Usage) -> serde_json::Value {
+    if let (Some(cost), Some(fields)) = (usage.cost, line.as_object_mut()) {
+        fields.insert("cost".to_owned(), json!(cost));
+    }
+    line
 }
 
 /// An event as a `--json` line: the library's JSON, with `round` counted from 1 as the progress lines count it

@@ -85,6 +85,35 @@ async fn end_of_input_waits_for_the_running_turn_then_exits() {
     assert!(out.stdout.contains("· 10 tokens in, 5 out"), "the turn's tokens: {}", out.stdout);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_turn_line_shows_the_cost_the_streamed_answer_reported_and_no_cost_when_none_was_reported() {
+    let model = common::streaming::StreamingModel::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = noetic();
+    cmd.args(["chat", "--no-store", "--plain", "--model", "test-model", "--base-url", &model.base_url, "--workspace"])
+        .arg(ws.path());
+    let mut driven = Driven::spawn(cmd);
+    let (priced, unpriced) = tokio::task::spawn_blocking(move || {
+        driven.send("hi");
+        let (_, reply) = model.next_request();
+        reply.text("Hello.");
+        reply.finish_using(common::usage_costing(0.00123));
+        let priced = driven.wait_for("■ turn done");
+        driven.send("again");
+        let (_, reply) = model.next_request();
+        reply.text("Hello again.");
+        reply.finish();
+        let unpriced = driven.wait_for("■ turn done");
+        driven.send("/quit");
+        assert!(driven.finish().status.success());
+        (priced, unpriced)
+    })
+    .await
+    .unwrap();
+    assert!(priced.ends_with("· 10 tokens in, 5 out, $0.0012"), "{priced}");
+    assert!(unpriced.ends_with("· 10 tokens in, 5 out"), "no made-up cost: {unpriced}");
+}
+
 /// Makes a named pipe: `run_command` with `cat` on it blocks until the test writes, so a tool is "slow" exactly as
 /// long as the test wants, without sleeping (`read_file` refuses anything but regular files).
 #[cfg(unix)]

@@ -147,6 +147,44 @@ async fn esc_or_ctrl_c_stops_the_running_turn_and_the_chat_takes_the_next_messag
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_bare_y_typed_while_a_turn_runs_and_no_question_waits_is_not_sent_and_steer_sends_it() {
+    let model = StreamingModel::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let Some(term) = chat(&model.base_url, ws.path(), &[]) else { return };
+    tokio::task::spawn_blocking(move || {
+        term.wait_for_input_line(">");
+        term.type_line("Tidy up.");
+        let (_, reply) = model.next_request();
+        reply.text("Looking around");
+        term.wait_for("Looking around");
+        term.wait_for_input_line("steer (Esc stops)>");
+        term.type_line("y");
+        term.wait_for(
+            "no approval question is waiting, so 'y' was not sent; to send it to the agent as a message, type /steer y",
+        );
+        term.type_line("/steer y");
+        term.wait_for("steer message queued");
+        let history = term.history();
+        assert_eq!(
+            history.iter().filter(|r| r.contains("steer message queued")).count(),
+            1,
+            "only /steer y was queued:\n{}",
+            history.join("\n")
+        );
+        reply.finish();
+        let (second, reply) = model.next_request();
+        assert_eq!(messages(&second).last().unwrap(), &("user".to_owned(), "y".to_owned()));
+        reply.text("Done.");
+        reply.finish();
+        term.wait_for("■ turn done");
+        term.press("C-d");
+        assert_eq!(term.exit_status(), 0);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_approval_answered_with_free_text_declines_the_call_and_steers_the_turn() {
     let server = server(vec![
         tool_calls(&[("c1", "run_command", json!({"command": "rm -rf build"}))]),

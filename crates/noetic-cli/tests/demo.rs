@@ -24,6 +24,8 @@ fn the_demo_shows_a_deny_a_guide_a_live_steer_skipping_two_tools_and_the_ledger(
         "by no-delete-outside-workspace",
         "GUIDE   tool write_file",
         "by reports-go-to-drafts",
+        // The LLM judge also ran on the calls it allowed: the ledger names it there too.
+        "ALLOW   tool write_file {\"content\":\"…\",\"path\":\"/workspace…afts/report.md\"} by reports-go-to-drafts (LLM judge)",
         "execution ended: Success",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
@@ -58,6 +60,27 @@ fn at_a_terminal_the_paced_demo_waits_for_a_typed_line_and_steers_it_instead_of_
     let (echoed, queued, skipped) = (at("you   Only tokio, please."), at("steer message queued"), at("skip  [c7]"));
     assert!(echoed.is_some() && echoed < queued && queued < skipped, "{}", history.join("\n"));
     assert_eq!(at("user  types:"), None, "the scripted user did not type:\n{}", history.join("\n"));
+}
+
+#[cfg(unix)]
+#[test]
+fn stopping_the_paced_demo_with_esc_or_ctrl_c_says_so_and_exits_with_status_0() {
+    for key in ["Escape", "C-c"] {
+        let mut demo = common::noetic();
+        demo.args(["demo", "--pace", "0.1"]);
+        let Some(term) = common::terminal::Terminal::start(&demo) else { return };
+        term.wait_for("demo  waiting up to 20 s for you");
+        term.press(key);
+        term.wait_for("stopping the demo");
+        term.wait_for("stopped: you stopped the demo before it finished");
+        assert_eq!(term.exit_status(), 0, "after {key}");
+        let history = term.history();
+        // The cancelled turn is reported as such ("■ turn failed: cancelled"); the demo itself does not fail.
+        for absent in ["failed:", "noetic:", "answer:", "  user  types:"] {
+            let seen = history.iter().any(|r| r.starts_with(absent));
+            assert!(!seen, "{absent} after {key}:\n{}", history.join("\n"));
+        }
+    }
 }
 
 #[test]

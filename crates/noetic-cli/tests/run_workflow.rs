@@ -192,6 +192,58 @@ async fn a_workflow_on_a_local_openai_compatible_server_returns_the_answer() {
     assert!(tool_result["content"].as_str().unwrap().contains("README.md"), "{tool_result}");
 }
 
+/// `noetic run --json` of a one-tool workflow on a local server answering a tool call, then `answer`; the JSON
+/// lines it printed.
+async fn run_json_on(first_usage: Value, then_usage: Value) -> Vec<Value> {
+    let server = MockServer::start().await;
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "list_dir", "arguments": "{\"path\":\".\"}"}}]});
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(common::completion_using(call, "tool_calls", first_usage))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    let answer = json!({"role": "assistant", "content": "Two files."});
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(common::completion_using(answer, "stop", then_usage))
+        .mount(&server)
+        .await;
+    let ws = workspace();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"test-model\"\ntools = [\"list_dir\"]\n").unwrap();
+    let url = format!("{}/v1", server.uri());
+    let mut cmd = noetic();
+    cmd.arg("run").arg(&flow).args(["--prompt", "What is here?", "--json", "--base-url", &url, "--workspace"]);
+    cmd.arg(ws.path());
+    let out = tokio::task::spawn_blocking(move || run(&mut cmd)).await.unwrap();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    json_lines(&out.stdout)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_json_gives_the_turn_s_cost_when_a_call_reported_one_and_none_when_no_call_did() {
+    let tokens = json!({"prompt_tokens": 10, "completion_tokens": 5});
+    let lines = run_json_on(common::usage_costing(0.001), tokens.clone()).await;
+    let answer = lines.last().unwrap();
+    assert_eq!(answer["type"], "answer");
+    let cost = answer["cost"].as_f64().unwrap();
+    assert!((cost - 0.001).abs() < 1e-12, "the one reported cost, not a made-up one for the other call: {answer}");
+    let calls: Vec<&Value> = lines.iter().filter(|l| l["type"] == "model_call_completed").collect();
+    assert_eq!(calls.len(), 2, "{lines:?}");
+    assert_eq!((calls[0]["usage"]["cost"].as_f64(), calls[1]["usage"].get("cost")), (Some(0.001), None));
+
+    let lines = run_json_on(common::usage_costing(0.001), common::usage_costing(0.0002)).await;
+    let cost = lines.last().unwrap()["cost"].as_f64().unwrap();
+    assert!((cost - 0.0012).abs() < 1e-12, "summed over the turn's calls: {cost}");
+
+    let lines = run_json_on(tokens.clone(), tokens).await;
+    let answer = lines.last().unwrap();
+    assert_eq!((answer["type"].as_str(), answer.get("cost")), (Some("answer"), None), "{answer}");
+    assert!(lines.iter().all(|l| l["usage"].get("cost").is_none()), "{lines:?}");
+}
+
 #[test]
 fn a_workflow_on_openai_without_a_key_names_the_variable_to_set() {
     let dir = tempfile::tempdir().unwrap();
@@ -314,7 +366,7 @@ fn run_refuses_an_unknown_steering_mode() {
 fn chat_help_lists_every_slash_command() {
     let out = run(noetic().args(["chat", "--help"]));
     assert!(out.status.success());
-    for command in ["/stop", "/mode", "/ledger", "/status", "/quit"] {
+    for command in ["/stop", "/mode", "/steer", "/ledger", "/status", "/help", "/quit"] {
         assert!(out.stdout.contains(command), "{command} in chat --help:\n{}", out.stdout);
     }
 }

@@ -216,8 +216,7 @@ async fn a_text_response_is_parsed() {
         response,
         ModelResponse {
             items: vec![Item::assistant("The capital of France is Paris.")],
-            usage: Usage { input_tokens: 19, output_tokens: 8, cached_tokens: 0 },
-            cost: None,
+            usage: Usage { input_tokens: 19, output_tokens: 8, cached_tokens: 0, cost: None },
             finish_reason: FinishReason::Stop,
             refusal: None,
             model: Some("gpt-4o-mini-2024-07-18".into()),
@@ -240,8 +239,7 @@ async fn a_tool_call_response_is_parsed_with_usage_and_cached_tokens() {
         response,
         ModelResponse {
             items: vec![call("call_9sCfCbBQtDvZxRpD6fD8kcbO", "Paris"), call("call_Zq2TXbyMBLBVBJ0HSYjZ5Qsk", "Tokyo")],
-            usage: Usage { input_tokens: 1312, output_tokens: 52, cached_tokens: 1024 },
-            cost: None,
+            usage: Usage { input_tokens: 1312, output_tokens: 52, cached_tokens: 1024, cost: None },
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
             model: Some("gpt-4o-mini-2024-07-18".into()),
@@ -254,8 +252,7 @@ async fn an_openrouter_response_carries_its_cost_and_the_model_id_is_sent_as_is(
     let server = server_answering(&fixture("openrouter_cost.json"), "application/json").await;
     let response = model_for(&server).call(user_request("Say hello in French.")).await.unwrap();
     assert_eq!(response.text_output(), "Bonjour ! Comment puis-je vous aider aujourd'hui ?");
-    assert_eq!(response.cost, Some(0.0000093));
-    assert_eq!(response.usage, Usage { input_tokens: 14, output_tokens: 12, cached_tokens: 0 });
+    assert_eq!(response.usage, Usage { input_tokens: 14, output_tokens: 12, cached_tokens: 0, cost: Some(0.0000093) });
     assert_eq!(received_bodies(&server).await[0]["model"], "openai/gpt-4o-mini");
 }
 
@@ -275,8 +272,7 @@ async fn a_streamed_text_response_yields_text_deltas_then_the_assembled_response
         done(&deltas),
         ModelResponse {
             items: vec![Item::assistant("Paris — the café capital ☀️.")],
-            usage: Usage { input_tokens: 19, output_tokens: 9, cached_tokens: 0 },
-            cost: None,
+            usage: Usage { input_tokens: 19, output_tokens: 9, cached_tokens: 0, cost: None },
             finish_reason: FinishReason::Stop,
             refusal: None,
             model: Some("gpt-4o-mini-2024-07-18".into()),
@@ -318,8 +314,7 @@ async fn streamed_tool_calls_are_assembled_from_pieces_with_usage_from_the_last_
                     arguments: r#"{"zone":"Europe/Paris"}"#.into(),
                 }),
             ],
-            usage: Usage { input_tokens: 1340, output_tokens: 48, cached_tokens: 1152 },
-            cost: None,
+            usage: Usage { input_tokens: 1340, output_tokens: 48, cached_tokens: 1152, cost: None },
             finish_reason: FinishReason::ToolCalls,
             refusal: None,
             model: Some("gpt-4o-mini-2024-07-18".into()),
@@ -332,8 +327,7 @@ async fn a_streamed_openrouter_response_skips_comments_and_carries_its_cost() {
     let server = server_answering(&fixture("stream_openrouter_cost.sse"), "text/event-stream").await;
     let response = done(&collect(&model_for(&server), user_request("Say hello in French.")).await);
     assert_eq!(response.text_output(), "Bonjour !");
-    assert_eq!(response.cost, Some(0.0000039));
-    assert_eq!(response.usage, Usage { input_tokens: 14, output_tokens: 3, cached_tokens: 0 });
+    assert_eq!(response.usage, Usage { input_tokens: 14, output_tokens: 3, cached_tokens: 0, cost: Some(0.0000039) });
     assert_eq!(response.finish_reason, FinishReason::Stop);
 }
 

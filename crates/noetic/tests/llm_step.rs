@@ -154,11 +154,12 @@ async fn react_runs_two_tool_calls_in_order_feeds_results_back_and_returns_the_a
     };
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "add", json!({"a": 2, "b": 3}))])
-            .with_usage(Usage { input_tokens: 10, output_tokens: 5, cached_tokens: 1 }),
+            .with_usage(Usage { input_tokens: 10, output_tokens: 5, cached_tokens: 1, cost: None }),
         ModelResponse::text("The answer is 5.").with_usage(Usage {
             input_tokens: 30,
             output_tokens: 7,
             cached_tokens: 2,
+            cost: None,
         }),
     ]);
     let ctx = context(&model, [slow, add_tool(&log)]);
@@ -178,7 +179,7 @@ async fn react_runs_two_tool_calls_in_order_feeds_results_back_and_returns_the_a
         Item::ToolResult(ToolResult::ok("c2", "5")),
     ];
     assert_eq!(requests[1].history.as_slice(), expected.as_slice());
-    assert_eq!(ctx.usage(), Usage { input_tokens: 40, output_tokens: 12, cached_tokens: 3 });
+    assert_eq!(ctx.usage(), Usage { input_tokens: 40, output_tokens: 12, cached_tokens: 3, cost: None });
     let items = ctx.items();
     assert_eq!(items.last(), Some(&Item::assistant("The answer is 5.")), "the answer is appended to the log");
 }

@@ -22,7 +22,7 @@ fn layer(id: &'static str) -> Arc<dyn MemoryLayer> {
 }
 
 fn usage(tokens: u64) -> Usage {
-    Usage { input_tokens: tokens, output_tokens: tokens, cached_tokens: 0 }
+    Usage { input_tokens: tokens, output_tokens: tokens, cached_tokens: 0, cost: None }
 }
 
 #[tokio::test]

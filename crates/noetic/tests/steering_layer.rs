@@ -146,6 +146,38 @@ async fn the_predicate_sees_the_tool_name_and_arguments() {
 }
 
 #[tokio::test]
+async fn an_allow_after_llm_judges_ran_names_the_judged_rules_and_the_llm_evaluator() {
+    let calls = Arc::default();
+    let layer = steering(SteeringConfig::new([
+        counted("fast", vec![Hook::BeforeToolCall], SteeringDecision::allow(), &calls),
+        SteeringRule::llm("careful", [Hook::BeforeToolCall], LlmEval::sync("Be careful.")),
+        SteeringRule::llm("tidy", [Hook::BeforeToolCall], LlmEval::sync("Keep it tidy.")),
+    ]))
+    .unwrap();
+    let ctx = Context::builder().model(Arc::new(judge(&["ALLOW"]))).build();
+    assert_eq!(before(&layer, &ctx, "rm", json!({"path": "/tmp/x"})).await, SteeringDecision::allow());
+    let entry = &state(&layer, &ctx).ledger[0];
+    assert_eq!((entry.action, entry.guidance.as_deref()), (SteeringAction::Allow, None));
+    assert_eq!(entry.rule_id.as_deref(), Some("careful,tidy"), "the judges, not the predicate");
+    assert_eq!(entry.evaluator, Some(Evaluator::LlmSync));
+    let stored = serde_json::to_value(entry).unwrap();
+    assert_eq!((stored["rule_id"].as_str(), stored["evaluator"].as_str()), (Some("careful,tidy"), Some("llm_sync")));
+}
+
+#[tokio::test]
+async fn a_guide_after_an_llm_judge_allowed_names_only_the_guiding_rule() {
+    let layer = steering(SteeringConfig::new([
+        SteeringRule::llm("careful", [Hook::BeforeToolCall], LlmEval::sync("Be careful.")),
+        SteeringRule::predicate("drafts", [Hook::BeforeToolCall], |_| SteeringDecision::guide("use drafts/")),
+    ]))
+    .unwrap();
+    let ctx = Context::builder().model(Arc::new(judge(&["ALLOW"]))).build();
+    assert_eq!(before(&layer, &ctx, "write", json!({})).await, SteeringDecision::guide("use drafts/"));
+    let entry = &state(&layer, &ctx).ledger[0];
+    assert_eq!((entry.rule_id.as_deref(), entry.evaluator), (Some("drafts"), Some(Evaluator::Predicate)));
+}
+
+#[tokio::test]
 async fn a_sync_judge_decides_with_verbatim_guidance() {
     let model = judge(&["GUIDE: Ask the User before deleting"]);
     let layer = steering(SteeringConfig::new([SteeringRule::llm(

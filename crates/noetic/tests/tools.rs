@@ -380,7 +380,7 @@ async fn a_timed_out_call_is_retried_by_an_outer_retry() {
 async fn the_default_stream_replays_a_response_as_deltas_ending_in_done() {
     let response = ModelResponse::tool_calls([("c1", "add", json!({"a": 1, "b": 2})), ("c2", "mul", json!({"x": 3}))])
         .with_text("Let me compute.")
-        .with_usage(Usage { input_tokens: 12, output_tokens: 4, cached_tokens: 0 });
+        .with_usage(Usage { input_tokens: 12, output_tokens: 4, cached_tokens: 0, cost: None });
     let model = ScriptedModel::new([response.clone()]);
     let deltas: Vec<StreamDelta> = model.stream(ModelRequest::default()).map(Result::unwrap).collect().await;
     assert_eq!(

@@ -11,10 +11,18 @@ use crate::ledger;
 use crate::output::out;
 use crate::render::{event_line, printable};
 
-/// A turn's token use, as the turn's last line ends with it.
+/// A turn's token use, as the turn's last line ends with it, and its cost when the provider reported one.
 fn tokens(usage: &noetic::model::Usage) -> String {
     let cached = if usage.cached_tokens > 0 { format!(" ({} cached)", usage.cached_tokens) } else { String::new() };
-    format!("{} tokens in{cached}, {} out", usage.input_tokens, usage.output_tokens)
+    let cost = usage.cost.map(|cost| format!(", {}", dollars(cost))).unwrap_or_default();
+    format!("{} tokens in{cached}, {} out{cost}", usage.input_tokens, usage.output_tokens)
+}
+
+/// US dollars with two significant digits past the leading zeros (a call costs fractions of a cent): `$1.50`,
+/// `$0.0012`, `$0.0000093`.
+fn dollars(cost: f64) -> String {
+    let leading_zeros = if cost > 0.0 && cost < 1.0 { (-cost.log10()).floor() as usize } else { 0 };
+    format!("${cost:.*}", (leading_zeros + 2).clamp(2, 10))
 }
 
 impl Chat {
@@ -124,5 +132,19 @@ impl Chat {
         }
         self.prompt(false);
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cost_is_shown_to_two_significant_digits_and_only_when_reported() {
+        let shown: Vec<String> = [1.5, 0.5, 0.00123, 0.0000093, 0.0].into_iter().map(dollars).collect();
+        assert_eq!(shown, ["$1.50", "$0.50", "$0.0012", "$0.0000093", "$0.00"]);
+        let usage = noetic::model::Usage { input_tokens: 10, output_tokens: 5, cached_tokens: 0, cost: None };
+        assert_eq!(tokens(&usage), "10 tokens in, 5 out");
+        assert_eq!(tokens(&noetic::model::Usage { cost: Some(0.00123), ..usage }), "10 tokens in, 5 out, $0.0012");
     }
 }

@@ -177,3 +177,51 @@ async fn a_question_whose_call_has_ended_no_longer_takes_the_next_line() {
     assert!(h.chat.approvals.is_empty());
     drop(turn);
 }
+
+#[tokio::test]
+async fn a_bare_y_typed_while_a_turn_runs_and_no_question_waits_is_not_steered_and_the_question_then_takes_y() {
+    let mut h = harness();
+    let Action::Start(turn) = h.chat.on_line(TASK, false) else { panic!("the task did not start a turn") };
+    // Typed a moment before the question is shown: not a message for the agent.
+    for early in ["y", " N ", "always"] {
+        assert!(matches!(h.chat.on_line(early, true), Action::Nothing));
+    }
+    assert_eq!(h.chat.session.queued(), 0, "no bare answer is steered");
+    let pending = h.approvals.recv().await.unwrap();
+    h.chat.ask(pending);
+    assert!(matches!(h.chat.on_line("y", true), Action::Nothing));
+    assert!(h.chat.approvals.is_empty(), "the question took the y");
+    assert_eq!(turn.await.unwrap(), "All right.");
+    assert_eq!(
+        h.second_request(),
+        vec![result("c1", "exit status: 0\n--- stdout ---\napproved\n", false), result("c2", "hello.txt", false)]
+    );
+}
+
+#[tokio::test]
+async fn steer_sends_a_bare_y_to_the_running_turn_as_a_message() {
+    let mut h = harness();
+    let turn = h.start_and_wait_for_the_question().await;
+    assert!(matches!(h.chat.on_line("/steer y", true), Action::Nothing));
+    assert_eq!((h.chat.approvals.len(), h.chat.session.queued()), (1, 1), "sent, and the question stays open");
+    assert!(matches!(h.chat.on_line("no", true), Action::Nothing));
+    assert_eq!(turn.await.unwrap(), "All right.");
+    assert_eq!(
+        h.second_request(),
+        vec![
+            result("c1", &format!("Error: the call of 'run_command' was rejected: {}", approve::DECLINED), true),
+            result("c2", SKIPPED_RESULT, true),
+            Item::user("y"),
+        ]
+    );
+}
+
+#[test]
+fn only_the_answers_of_a_question_count_as_bare_answers() {
+    for line in ["y", "Y", "yes", " no ", "n", "a", "ALWAYS"] {
+        assert!(approve::is_answer(line), "{line:?}");
+    }
+    for line in ["", "  ", "yes please", "why", "/steer y", "nope"] {
+        assert!(!approve::is_answer(line), "{line:?}");
+    }
+}

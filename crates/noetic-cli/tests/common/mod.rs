@@ -63,19 +63,29 @@ pub fn run(cmd: &mut Command) -> Output {
 
 /// An OpenAI chat-completions response.
 pub fn completion(message: Value, finish_reason: &str) -> ResponseTemplate {
+    completion_using(message, finish_reason, json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}))
+}
+
+/// An OpenAI chat-completions response with this `usage` object.
+pub fn completion_using(message: Value, finish_reason: &str, usage: Value) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": 1742205538,
         "model": "test-model",
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        "usage": usage
     }))
 }
 
 /// An answer with text only.
 pub fn answer(text: &str) -> ResponseTemplate {
     completion(json!({"role": "assistant", "content": text}), "stop")
+}
+
+/// The usage object of [`completion`] with a `cost` in US dollars, as OpenRouter reports it.
+pub fn usage_costing(cost: f64) -> Value {
+    json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost": cost})
 }
 
 /// An answer asking for tool calls `(id, name, args)`.

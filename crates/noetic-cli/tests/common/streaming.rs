@@ -30,9 +30,14 @@ impl Reply {
 
     /// Ends the answer: a stop chunk with usage, then `[DONE]`.
     pub fn finish(self) {
+        self.finish_using(json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}));
+    }
+
+    /// Ends the answer as [`Reply::finish`] does, with this `usage` object in the last chunk (OpenRouter puts its
+    /// `cost` there).
+    pub fn finish_using(self, usage: Value) {
         let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "test-model",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage});
         let _ = self.pieces.send(format!("data: {chunk}\n\ndata: [DONE]\n\n"));
     }
 }

@@ -56,11 +56,9 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
         }
     }
     let has_calls = items.iter().any(|i| matches!(i, Item::ToolCall(_)));
-    let (usage, cost) = usage(&value["usage"]);
     Ok(ModelResponse {
         items,
-        usage,
-        cost,
+        usage: usage(&value["usage"]),
         finish_reason: finish_reason(choice["finish_reason"].as_str(), has_calls),
         refusal: message["refusal"].as_str().filter(|r| !r.is_empty()).map(str::to_owned),
         model: value["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned),
@@ -95,14 +93,14 @@ pub(crate) fn content_text(value: &Value) -> String {
 }
 
 /// Usage and cost from a `usage` object (absent fields count as zero; no cost unless reported).
-pub(crate) fn usage(value: &Value) -> (Usage, Option<f64>) {
+pub(crate) fn usage(value: &Value) -> Usage {
     let count = |v: &Value| v.as_u64().or_else(|| v.as_f64().map(|f| f.max(0.0) as u64)).unwrap_or(0);
-    let usage = Usage {
+    Usage {
         input_tokens: count(&value["prompt_tokens"]),
         output_tokens: count(&value["completion_tokens"]),
         cached_tokens: count(&value["prompt_tokens_details"]["cached_tokens"]),
-    };
-    (usage, value["cost"].as_f64())
+        cost: value["cost"].as_f64(),
+    }
 }
 
 /// Maps a wire finish reason; when absent, tool calls imply `ToolCalls` and anything else `Stop`.
@@ -208,7 +206,19 @@ mod tests {
         assert_eq!(r.items, vec![Item::assistant("hi")]);
         assert_eq!(r.usage, Usage::default());
         assert_eq!(r.finish_reason, FinishReason::Stop);
-        assert_eq!(r.cost, None);
+        assert_eq!(r.usage.cost, None);
+    }
+
+    #[test]
+    fn a_reported_cost_is_kept_in_the_usage_and_none_is_made_up_without_one() {
+        let with = json!({"choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": 14, "completion_tokens": 12, "cost": 0.00123}});
+        let r = parse_response(&with.to_string()).unwrap_or_default();
+        assert_eq!(r.usage, Usage { input_tokens: 14, output_tokens: 12, cached_tokens: 0, cost: Some(0.00123) });
+        let without = json!({"choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": 14, "completion_tokens": 12}});
+        let r = parse_response(&without.to_string()).unwrap_or_default();
+        assert_eq!(r.usage, Usage { input_tokens: 14, output_tokens: 12, cached_tokens: 0, cost: None });
     }
 
     #[test]

@@ -52,7 +52,6 @@ pub struct StreamAccumulator {
     refusal: String,
     calls: Vec<PartialCall>,
     usage: Usage,
-    cost: Option<f64>,
     finish: Option<String>,
     /// The model named by the chunks.
     model: Option<String>,
@@ -103,7 +102,7 @@ impl StreamAccumulator {
             return Err(error);
         }
         if chunk["usage"].is_object() {
-            (self.usage, self.cost) = usage(&chunk["usage"]);
+            self.usage = usage(&chunk["usage"]);
         }
         if self.model.is_none()
             && let Some(model) = chunk["model"].as_str().filter(|m| !m.is_empty())
@@ -167,7 +166,6 @@ impl StreamAccumulator {
         ModelResponse {
             items,
             usage: self.usage,
-            cost: self.cost,
             finish_reason: finish_reason(self.finish.as_deref(), !self.calls.is_empty()),
             refusal: Some(self.refusal.clone()).filter(|r| !r.is_empty()),
             model: self.model.clone(),
@@ -275,6 +273,18 @@ mod tests {
         );
         assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (5, 7));
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn the_final_chunk_s_cost_is_kept_in_the_usage_and_none_is_made_up_without_one() {
+        let answer = json!({"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]});
+        let with = feed(&[
+            answer.clone(),
+            json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "cost": 0.00123}}),
+        ]);
+        assert_eq!(done(&with).usage.cost, Some(0.00123));
+        let without = feed(&[answer, json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}})]);
+        assert_eq!(done(&without).usage, Usage { input_tokens: 5, output_tokens: 7, cached_tokens: 0, cost: None });
     }
 
     #[test]

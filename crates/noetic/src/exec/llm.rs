@@ -388,7 +388,7 @@ async fn call_model<I, O>(
         ctx.run_cancellable(model.call(request)).await
     };
     let response = answer.map_err(|e| with_step_id(e, &s.id))?;
-    ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
+    ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
     ctx.check_cancelled()?;
     if watched() {
         emit(EventKind::ModelCallCompleted {

@@ -95,10 +95,8 @@ pub enum FinishReason {
 pub struct ModelResponse {
     /// New items: usually an assistant message and/or tool calls.
     pub items: Vec<Item>,
-    /// Tokens used.
+    /// Tokens used, and the cost when the provider reports it.
     pub usage: Usage,
-    /// Cost in US dollars, when the provider reports it.
-    pub cost: Option<f64>,
     /// Why the model stopped.
     pub finish_reason: FinishReason,
     /// A refusal message, when the model refused.

@@ -288,8 +288,8 @@ impl Serialize for History {
     }
 }
 
-/// Token usage of one or more model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Token usage of one or more model calls, and their cost when the provider reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt tokens.
     pub input_tokens: u64,
@@ -297,6 +297,10 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Prompt tokens served from a cache.
     pub cached_tokens: u64,
+    /// Cost in US dollars, as the provider reported it (OpenRouter's `usage.cost`); `None` when no call
+    /// reported one — never a made-up zero. Absent in JSON written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
 }
 
 impl Usage {
@@ -310,6 +314,11 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cached_tokens += other.cached_tokens;
+        // A cost is known once any call reported one; calls that reported none add nothing to it.
+        self.cost = match (self.cost, other.cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -339,5 +348,30 @@ mod tests {
         assert_eq!(call.to_string(), "-> c1 search({\"q\":\"x\"})");
         assert_eq!(failed.to_string(), "<- c1 ERROR no");
         assert_eq!(ok.to_string(), "<- c2 yes");
+    }
+
+    #[test]
+    fn a_cost_is_summed_over_the_calls_that_reported_one_and_stays_none_when_none_did() {
+        let tokens = |cost| Usage { input_tokens: 10, output_tokens: 5, cached_tokens: 0, cost };
+        let mut turn = Usage::default();
+        turn.add(&tokens(None));
+        assert_eq!(turn.cost, None, "no call reported a cost: none is made up");
+        turn.add(&tokens(Some(0.25)));
+        turn.add(&tokens(None));
+        turn.add(&tokens(Some(0.5)));
+        assert_eq!((turn.input_tokens, turn.cost), (40, Some(0.75)));
+    }
+
+    #[test]
+    fn a_usage_without_a_cost_is_written_without_the_field_and_stored_usage_without_it_still_parses() {
+        let usage = Usage { input_tokens: 3, output_tokens: 2, cached_tokens: 1, cost: None };
+        let json = serde_json::to_value(usage).unwrap_or_default();
+        assert_eq!(json, serde_json::json!({"input_tokens": 3, "output_tokens": 2, "cached_tokens": 1}));
+        let stored: Usage = serde_json::from_value(json).unwrap_or_default();
+        assert_eq!(stored, usage);
+        let priced: Usage =
+            serde_json::from_str(r#"{"input_tokens":3,"output_tokens":2,"cached_tokens":1,"cost":0.5}"#)
+                .unwrap_or_default();
+        assert_eq!(priced.cost, Some(0.5));
     }
 }

@@ -41,7 +41,8 @@ impl SteeringLayer {
         };
         // The hook's time limit only matters for judges; predicates are synchronous.
         let mut deadline = None;
-        // Non-allow decisions only (allows never change the aggregate), by rule index: no allocation per rule.
+        // Non-allow decisions, and the allows of sync LLM judges (an allow they decided names them), by rule
+        // index. A predicate's allow is not kept: a predicate-only gate allocates nothing here.
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
@@ -89,6 +90,7 @@ impl SteeringLayer {
                 continue;
             };
             match decision.action {
+                SteeringAction::Allow if evaluator == Evaluator::LlmSync => decided.push((index, evaluator, decision)),
                 SteeringAction::Allow => {}
                 SteeringAction::Guide => decided.push((index, evaluator, decision)),
                 SteeringAction::Deny => {
@@ -169,7 +171,7 @@ impl SteeringLayer {
     }
 
     /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
-    /// joined, else allow.
+    /// joined and named, else allow — named after the LLM judges that allowed, if any looked.
     fn aggregate(&self, decided: Vec<(usize, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
         let id = |i: usize| self.config().rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
         if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
@@ -178,12 +180,19 @@ impl SteeringLayer {
         if decided.is_empty() {
             return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures, fault: None };
         }
-        let texts: Vec<&str> =
-            decided.iter().filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
+        let names = |action: SteeringAction| {
+            decided.iter().filter(move |(_, _, d)| d.action == action).map(|(i, ev, _)| (id(*i), *ev)).collect()
+        };
+        if decided.iter().all(|(_, _, d)| d.action == SteeringAction::Allow) {
+            let deciders = names(SteeringAction::Allow);
+            return Evaluation { decision: SteeringDecision::allow(), deciders, failures, fault: None };
+        }
+        let guides = decided.iter().filter(|(_, _, d)| d.action == SteeringAction::Guide);
+        let texts: Vec<&str> = guides.filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
         let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
         Evaluation {
             decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-            deciders: decided.iter().map(|(i, ev, _)| (id(*i), *ev)).collect(),
+            deciders: names(SteeringAction::Guide),
             failures,
             fault: None,
         }

@@ -144,7 +144,7 @@ pub async fn judge(
             NoeticError::Config(error) => FailureCause::Config { error },
             other => FailureCause::JudgeError { message: other.to_string() },
         })?;
-        ctx.add_usage(&response.usage, response.cost.unwrap_or(0.0));
+        ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
         if let Some(decision) = read_verdict(response.text_output()) {
             return Ok(decision);
         }

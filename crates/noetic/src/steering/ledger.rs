@@ -91,9 +91,11 @@ pub struct LedgerEntry {
     pub action: SteeringAction,
     /// The decision's guidance.
     pub guidance: Option<String>,
-    /// The rule(s) that decided, comma-separated (`None` when everything allowed).
+    /// The rule(s) that decided, comma-separated: the deny, the guides, or — for an allow after LLM judges ran
+    /// (sync ones; an async verdict has an entry of its own) — the judges that allowed. `None` when only
+    /// predicates looked and all allowed, or no rule applied.
     pub rule_id: Option<String>,
-    /// How the deciding rule evaluated.
+    /// How the (first) deciding rule evaluated: [`Evaluator::LlmSync`] on an allow the LLM judges decided.
     pub evaluator: Option<Evaluator>,
     /// Rules that could not decide on their own.
     pub failures: Vec<RuleFailure>,

@@ -402,7 +402,7 @@ impl TurnCore {
 
     fn respond(&mut self, mut response: Box<ModelResponse>) -> Phase {
         self.usage.add(&response.usage);
-        self.cost += response.cost.unwrap_or(0.0);
+        self.cost += response.usage.cost.unwrap_or(0.0);
         if let Some(refusal) = response.refusal.take() {
             return failed(NoeticError::ModelRefused { step_id: self.step_id.to_string(), refusal });
         }

@@ -294,6 +294,7 @@ fn usage_of_every_model_call_counts_also_of_responses_a_guide_discarded() {
             input_tokens: n,
             output_tokens: 1,
             cached_tokens: 0,
+            cost: None,
         }))
     };
     step(&mut core, used("a", 10));
