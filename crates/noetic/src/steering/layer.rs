@@ -210,9 +210,11 @@ impl MemoryLayer for SteeringLayer {
 
     /// The gating hooks enforce their own time limits: the only part that can wait is a judge call, and it runs
     /// under the hook's deadline (a timeout is recorded in the ledger and decided by the rule's policy).
-    /// Predicates are synchronous. So the lifecycle puts no second timer around them.
+    /// Predicates are synchronous. So the lifecycle puts no second timer around them. Recall never waits (it
+    /// takes what async judges already queued), so a timer around it could never fire: it gets none either,
+    /// since arming one costs more than the recall itself before every model request.
     fn timeouts(&self) -> HookTimeouts {
-        HookTimeouts { before_tool_call: None, after_model_call: None, ..HookTimeouts::default() }
+        HookTimeouts { before_tool_call: None, after_model_call: None, recall: None, ..HookTimeouts::default() }
     }
 
     fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
