@@ -45,7 +45,7 @@ impl SteeringLayer {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
-        for (index, rule) in self.config().rules.iter().enumerate().filter(|(_, r)| r.applies_to_params(&params)) {
+        for (index, rule) in self.rules_for(hook).filter(|(_, r)| r.concerns(&params)) {
             let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
                 match guard(&rule.id, "steering predicate", || predicate(&params)) {
                     Ok(d) => (d, Evaluator::Predicate),

@@ -15,12 +15,13 @@ use serde::Serialize;
 
 use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
 use super::ledger::{self, LedgerEntry, LedgerKind};
-use super::rules::{HookParams, SteeringConfig};
+use super::rules::{HookParams, SteeringConfig, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{
-    Budget, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot, ToolCallParams,
+    Budget, Hook, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot,
+    ToolCallParams,
 };
 use crate::model::Item;
 
@@ -47,6 +48,9 @@ pub struct SteeringLayer {
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
     carry: Arc<CarryOver>,
+    /// The indices of the rules that apply to each hook, in rule order: a hook call looks only at its own.
+    before_tool_call_rules: Vec<usize>,
+    after_model_call_rules: Vec<usize>,
 }
 
 /// Builds the steering layer: slot 90, budget {0, 500}, hook timeouts 5000 ms / 10000 ms.
@@ -79,12 +83,17 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
+    let rules_for = |hook: Hook| (0..config.rules.len()).filter(|&i| config.rules[i].applies(hook)).collect();
+    let (before_tool_call_rules, after_model_call_rules) =
+        (rules_for(Hook::BeforeToolCall), rules_for(Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
         config,
         states: LayerState::default(),
         recent: Mutex::new(VecDeque::new()),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
+        before_tool_call_rules,
+        after_model_call_rules,
     }))
 }
 
@@ -92,6 +101,15 @@ impl SteeringLayer {
     /// The configuration.
     pub fn config(&self) -> &SteeringConfig {
         &self.config
+    }
+
+    /// The rules that apply to `hook`, with their indices, in rule order.
+    pub(super) fn rules_for(&self, hook: Hook) -> impl Iterator<Item = (usize, &SteeringRule)> {
+        let indices = match hook {
+            Hook::BeforeToolCall => &self.before_tool_call_rules,
+            Hook::AfterModelCall => &self.after_model_call_rules,
+        };
+        indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
     }
 
     pub(super) fn carry_over(&self) -> &Arc<CarryOver> {
