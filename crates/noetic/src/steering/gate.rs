@@ -70,7 +70,9 @@ impl SteeringLayer {
                 }
                 let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
                 let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                let verdict = match tokio::time::timeout_at(deadline, call).await {
+                // Boxed: a judge call's state is large, and inline it would be carried (and copied) by every
+                // gate future, also when only predicates run.
+                let verdict = match Box::pin(tokio::time::timeout_at(deadline, call)).await {
                     Ok(v) => v,
                     Err(_) => Err(FailureCause::Timeout),
                 };
