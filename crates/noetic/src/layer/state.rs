@@ -124,3 +124,25 @@ impl<T> LayerState<T> {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_entry_last_looked_up_is_never_one_that_was_replaced_or_removed() {
+        let states: LayerState<u32> = LayerState::default();
+        let (a, b) = (ScopeKey::Thread(Arc::from("a")), ScopeKey::Thread(Arc::from("b")));
+        *lock(&states.entry(&a)) = 1;
+        assert_eq!(*lock(&states.get(&a).unwrap()), 1);
+        states.insert(a.clone(), 2);
+        assert_eq!(*lock(&states.entry(&a)), 2, "replaced");
+        assert!(states.get(&b).is_none());
+        assert_eq!(*lock(&states.get(&a).unwrap()), 2);
+        assert_eq!(*lock(&states.remove(&a).unwrap()), 2);
+        assert!(states.get(&a).is_none(), "removed");
+        assert_eq!(*lock(&states.entry(&a)), 0, "made again");
+        assert_eq!(states.len(), 1);
+    }
+}
