@@ -48,9 +48,24 @@ pub struct SteeringLayer {
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
     carry: Arc<CarryOver>,
-    /// The indices of the rules that apply to each hook, in rule order: a hook call looks only at its own.
-    before_tool_call_rules: Vec<usize>,
-    after_model_call_rules: Vec<usize>,
+    /// The rules that apply to each hook: a hook call looks only at its own.
+    before_tool_call_rules: HookRules,
+    after_model_call_rules: HookRules,
+}
+
+/// The rules that apply to one hook: their indices, in rule order, and whether they are all predicates (then
+/// the gate runs them without an await in between).
+struct HookRules {
+    indices: Vec<usize>,
+    predicates_only: bool,
+}
+
+impl HookRules {
+    fn of(rules: &[SteeringRule], hook: Hook) -> Self {
+        let indices: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].applies(hook)).collect();
+        let predicates_only = indices.iter().all(|&i| rules[i].predicate.is_some());
+        HookRules { indices, predicates_only }
+    }
 }
 
 /// Builds the steering layer: slot 90, budget {0, 500}, hook timeouts 5000 ms / 10000 ms.
@@ -83,9 +98,8 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
-    let rules_for = |hook: Hook| (0..config.rules.len()).filter(|&i| config.rules[i].applies(hook)).collect();
     let (before_tool_call_rules, after_model_call_rules) =
-        (rules_for(Hook::BeforeToolCall), rules_for(Hook::AfterModelCall));
+        (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
         config,
         states: LayerState::default(),
@@ -103,13 +117,21 @@ impl SteeringLayer {
         &self.config
     }
 
-    /// The rules that apply to `hook`, with their indices, in rule order.
-    pub(super) fn rules_for(&self, hook: Hook) -> impl Iterator<Item = (usize, &SteeringRule)> {
-        let indices = match hook {
+    fn hook_rules(&self, hook: Hook) -> &HookRules {
+        match hook {
             Hook::BeforeToolCall => &self.before_tool_call_rules,
             Hook::AfterModelCall => &self.after_model_call_rules,
-        };
-        indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+        }
+    }
+
+    /// The rules that apply to `hook`, with their indices, in rule order.
+    pub(super) fn rules_for(&self, hook: Hook) -> impl Iterator<Item = (usize, &SteeringRule)> {
+        self.hook_rules(hook).indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+    }
+
+    /// True when every rule that applies to `hook` is a predicate (also when none applies).
+    pub(super) fn only_predicates(&self, hook: Hook) -> bool {
+        self.hook_rules(hook).predicates_only
     }
 
     pub(super) fn carry_over(&self) -> &Arc<CarryOver> {

@@ -213,6 +213,7 @@ impl SteeringRule {
     }
 
     /// True when the rule is about the tools these parameters involve: always for an unscoped rule.
+    #[inline]
     pub(crate) fn concerns(&self, params: &HookParams<'_>) -> bool {
         let Some(tools) = &self.tools else { return true };
         match params {
