@@ -256,6 +256,7 @@ impl SteeringLayer {
 
 /// Keeps a rule's decision if it can change the aggregate (allows never do); true when it denies, which ends
 /// the evaluation.
+#[inline]
 fn note(decided: &mut Vec<(usize, Evaluator, SteeringDecision)>, rule: (usize, Evaluator, SteeringDecision)) -> bool {
     match rule.2.action {
         SteeringAction::Allow => false,
