@@ -12,7 +12,11 @@
 //!
 //! `instr_probe tool-call N` runs the suite's `tool_call_us` workload instead (one bare `llm` step of N rounds,
 //! each a model call and the no-op tool) and `instr_probe steered N` the same with the 10-rule steering layer of
-//! `steering_rules_overhead_us`; (I(M) − I(N)) / (M − N) is then the instructions per tool call.
+//! `steering_rules_overhead_us`; (I(M) − I(N)) / (M − N) is then the instructions per tool call. Measured with
+//! N = 200, M = 1200, bare / steered: 9,884 / 14,728 at `a03d11c`, 10,056 / 16,769 at `563a651`, 10,921 / 18,875
+//! at `b0eae6a`, then 9,561 / 15,270 once the steering layer stopped timing its recall, looking at other hooks'
+//! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
+//! steps that return at once.
 
 #[path = "../probe.rs"]
 #[allow(dead_code)]
