@@ -25,7 +25,7 @@ use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
 use serde_json::{Value, json};
 
-use probe::{BenchResult, noop_tool, session_turns};
+use probe::{BenchResult, bare_tool_calls, session_turns, ten_rules};
 
 /// A figure: the median of the repetitions, their range, and the first (cold) run when there was one.
 #[derive(Clone, Copy)]
@@ -95,36 +95,12 @@ async fn fork_path_us() -> BenchResult<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6 / N as f64)
 }
 
-/// A model that asks for the no-op tool `rounds` times, then answers.
-fn tool_calling_model(rounds: usize) -> ScriptedModel {
-    let calls = Arc::new(AtomicUsize::new(0));
-    ScriptedModel::responder(move |_| {
-        let n = calls.fetch_add(1, Ordering::Relaxed);
-        Ok(if n < rounds { ModelResponse::tool_calls([("c", "noop", json!({}))]) } else { ModelResponse::text("done") })
-    })
-    .without_recording()
-}
-
 /// One turn of `ROUNDS` model calls each asking for one no-op tool, per tool call.
 async fn tool_call_us(layers: Vec<Arc<dyn MemoryLayer>>) -> BenchResult<f64> {
     const ROUNDS: usize = 1000;
-    let llm = Step::llm("assistant", "m").max_rounds(ROUNDS as u32 + 1).build()?;
-    let ctx =
-        Context::builder().model(Arc::new(tool_calling_model(ROUNDS))).tools([noop_tool()?]).layers(layers).build();
     let start = Instant::now();
-    llm.execute("go".to_owned(), &ctx).await?;
+    bare_tool_calls(ROUNDS, layers).await?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64)
-}
-
-fn ten_rules() -> BenchResult<Arc<dyn MemoryLayer>> {
-    let rules = (0..10).map(|i| {
-        let forbidden = format!("forbidden-{i}");
-        SteeringRule::predicate(format!("rule-{i}"), [Hook::BeforeToolCall], move |p| match p.tool_call() {
-            Some(c) if c.name == forbidden => SteeringDecision::deny("no"),
-            _ => SteeringDecision::allow(),
-        })
-    });
-    Ok(steering(SteeringConfig::new(rules))?)
 }
 
 /// Runs `turns` turns of one session (each: model asks for the no-op tool, then answers); returns each turn's

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use noetic::agent::Runtime;
+use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
 use serde_json::{Value, json};
 
@@ -15,6 +16,37 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// A tool that does nothing.
 pub fn noop_tool() -> BenchResult<Arc<dyn Tool>> {
     Ok(Arc::new(FnTool::builder("noop", "Does nothing.").handler(|_, _| async { Ok(Value::Null) }).build()?))
+}
+
+/// A model that asks for the no-op tool `rounds` times, then answers.
+pub fn tool_calling_model(rounds: usize) -> ScriptedModel {
+    let calls = Arc::new(AtomicUsize::new(0));
+    ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        Ok(if n < rounds { ModelResponse::tool_calls([("c", "noop", json!({}))]) } else { ModelResponse::text("done") })
+    })
+    .without_recording()
+}
+
+/// One bare `llm` step of `rounds` model calls, each asking for the no-op tool: the suite's `tool_call_us`.
+pub async fn bare_tool_calls(rounds: usize, layers: Vec<Arc<dyn MemoryLayer>>) -> BenchResult<()> {
+    let llm = Step::llm("assistant", "m").max_rounds(rounds as u32 + 1).build()?;
+    let ctx =
+        Context::builder().model(Arc::new(tool_calling_model(rounds))).tools([noop_tool()?]).layers(layers).build();
+    llm.execute("go".to_owned(), &ctx).await?;
+    Ok(())
+}
+
+/// A steering layer of 10 predicate rules before each tool call, none of which matches the no-op tool.
+pub fn ten_rules() -> BenchResult<Arc<dyn MemoryLayer>> {
+    let rules = (0..10).map(|i| {
+        let forbidden = format!("forbidden-{i}");
+        SteeringRule::predicate(format!("rule-{i}"), [Hook::BeforeToolCall], move |p| match p.tool_call() {
+            Some(c) if c.name == forbidden => SteeringDecision::deny("no"),
+            _ => SteeringDecision::allow(),
+        })
+    });
+    Ok(steering(SteeringConfig::new(rules))?)
 }
 
 /// `turns` turns of one session, each a tool call and an answer; the time of each.

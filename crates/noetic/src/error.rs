@@ -477,7 +477,8 @@ pub(crate) async fn guard_async<T>(
     }
 }
 
-fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
+/// The error a panic of user code becomes: which code, of which step, and the panic message.
+pub(crate) fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
     NoeticError::other(format!(
         "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
         panic_message(payload)

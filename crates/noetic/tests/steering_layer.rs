@@ -507,6 +507,32 @@ async fn a_panicking_predicate_denies_and_is_recorded() {
     );
 }
 
+#[tokio::test]
+async fn a_panicking_predicate_ends_the_run_as_its_own_deny_after_the_guides_before_it() {
+    let later = Arc::new(AtomicUsize::new(0));
+    let counted = later.clone();
+    let rules = [
+        SteeringRule::predicate("careful", [Hook::BeforeToolCall], |_| SteeringDecision::guide("be careful")),
+        SteeringRule::predicate("buggy", [Hook::BeforeToolCall], |_| panic!("index out of bounds")),
+        SteeringRule::predicate("later", [Hook::BeforeToolCall], move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            SteeringDecision::allow()
+        }),
+    ];
+    let layer = steering(SteeringConfig::new(rules)).unwrap();
+    let ctx = Context::new();
+    let decision = before(&layer, &ctx, "t", json!({})).await;
+    assert_eq!(decision.action, SteeringAction::Deny);
+    assert!(decision.guidance.unwrap().contains("rule 'buggy' could not be evaluated"));
+    assert_eq!(later.load(Ordering::SeqCst), 0, "a deny ends the run");
+    let entry = &state(&layer, &ctx).ledger[0];
+    assert_eq!(entry.rule_id.as_deref(), Some("buggy"));
+    assert_eq!(entry.failures.len(), 1);
+    assert_eq!(entry.failures[0].rule_id, "buggy");
+    assert!(matches!(&entry.failures[0].cause, FailureCause::PredicatePanicked { message }
+        if message.contains("the steering predicate of step 'buggy' panicked: index out of bounds")));
+}
+
 #[test]
 fn malformed_rule_sets_are_rejected() {
     let p = |id: &str| SteeringRule::predicate(id, [Hook::BeforeToolCall], |_| SteeringDecision::allow());

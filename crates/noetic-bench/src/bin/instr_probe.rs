@@ -9,17 +9,35 @@
 //! 31,330 at `78a5833` (before the turn core) and 37,240 at its end; boxing the core's large phases, the layer
 //! hooks' state and making tool specs once per tool set brought it to about 33,000 (±100 from run to run: heap
 //! layout and random ids).
+//!
+//! `instr_probe tool-call N` runs the suite's `tool_call_us` workload instead (one bare `llm` step of N rounds,
+//! each a model call and the no-op tool) and `instr_probe steered N` the same with the 10-rule steering layer of
+//! `steering_rules_overhead_us`; (I(M) − I(N)) / (M − N) is then the instructions per tool call. Measured with
+//! N = 200, M = 1200, bare / steered: 9,884 / 14,728 at `a03d11c`, 10,056 / 16,769 at `563a651`, 10,921 / 18,875
+//! at `b0eae6a`, then 9,561 / 15,270 once the steering layer stopped timing its recall, looking at other hooks'
+//! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
+//! steps that return at once.
 
 #[path = "../probe.rs"]
 #[allow(dead_code)]
 mod probe;
 
 fn main() -> probe::BenchResult<()> {
-    let n: usize = match std::env::args().nth(1) {
-        Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of turns"))?,
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let workload = match args.first().map(String::as_str) {
+        Some("tool-call" | "steered") => args.remove(0),
+        _ => "session".to_owned(),
+    };
+    let n: usize = match args.first() {
+        Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of turns or rounds"))?,
         None => 100,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(probe::session_turns(n))?;
-    Ok(())
+    rt.block_on(async {
+        match workload.as_str() {
+            "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,
+            "steered" => probe::bare_tool_calls(n, vec![probe::ten_rules()?]).await,
+            _ => probe::session_turns(n).await.map(drop),
+        }
+    })
 }

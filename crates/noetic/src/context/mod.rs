@@ -19,6 +19,7 @@ mod sink;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
 
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -326,6 +327,12 @@ impl Context {
         &self,
         fut: impl Future<Output = Result<T, NoeticError>>,
     ) -> Result<T, NoeticError> {
+        let mut fut = std::pin::pin!(fut);
+        // Most futures run here are ready at their first poll (hooks with no layers, a tool that needs no
+        // approval, a quick tool): they need no cancellation waiter, which costs more to make than they take.
+        if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+            return r;
+        }
         tokio::select! {
             biased;
             r = fut => r,

@@ -53,45 +53,107 @@ impl ScopeKey {
 /// A map from scope key to a layer's state, each entry behind its own lock so long-lived holders (an async
 /// judge call) can keep writing to the state they started with.
 pub struct LayerState<T> {
-    entries: Mutex<HashMap<ScopeKey, Arc<Mutex<T>>>>,
+    entries: Mutex<Entries<T>>,
+}
+
+/// The entries, and the one last looked up: a layer's hooks ask for the same key several times per model call
+/// and tool call (one execution's state), and comparing a key costs much less than hashing it.
+struct Entries<T> {
+    map: HashMap<ScopeKey, Arc<Mutex<T>>>,
+    last: Option<(ScopeKey, Arc<Mutex<T>>)>,
+}
+
+impl<T> Entries<T> {
+    fn last(&self, key: &ScopeKey) -> Option<Arc<Mutex<T>>> {
+        self.last.as_ref().filter(|(k, _)| k == key).map(|(_, state)| state.clone())
+    }
+
+    fn remember(&mut self, key: &ScopeKey, state: &Arc<Mutex<T>>) {
+        self.last = Some((key.clone(), state.clone()));
+    }
+
+    /// Drops the remembered entry if it is `key`'s (its entry is being replaced or removed).
+    fn forget(&mut self, key: &ScopeKey) {
+        if self.last.as_ref().is_some_and(|(k, _)| k == key) {
+            self.last = None;
+        }
+    }
 }
 
 impl<T> Default for LayerState<T> {
     fn default() -> Self {
-        LayerState { entries: Mutex::new(HashMap::new()) }
+        LayerState { entries: Mutex::new(Entries { map: HashMap::new(), last: None }) }
     }
 }
 
 impl<T: Default> LayerState<T> {
     /// The entry for `key`, created with `T::default()` if missing.
     pub fn entry(&self, key: &ScopeKey) -> Arc<Mutex<T>> {
-        lock(&self.entries).entry(key.clone()).or_default().clone()
+        let mut entries = lock(&self.entries);
+        if let Some(state) = entries.last(key) {
+            return state;
+        }
+        let state = entries.map.entry(key.clone()).or_default().clone();
+        entries.remember(key, &state);
+        state
     }
 }
 
 impl<T> LayerState<T> {
     /// The entry for `key`, if any.
     pub fn get(&self, key: &ScopeKey) -> Option<Arc<Mutex<T>>> {
-        lock(&self.entries).get(key).cloned()
+        let mut entries = lock(&self.entries);
+        if let Some(state) = entries.last(key) {
+            return Some(state);
+        }
+        let state = entries.map.get(key).cloned()?;
+        entries.remember(key, &state);
+        Some(state)
     }
 
     /// Sets the entry for `key`.
     pub fn insert(&self, key: ScopeKey, value: T) {
-        lock(&self.entries).insert(key, Arc::new(Mutex::new(value)));
+        let mut entries = lock(&self.entries);
+        entries.forget(&key);
+        entries.map.insert(key, Arc::new(Mutex::new(value)));
     }
 
     /// Removes the entry for `key`.
     pub fn remove(&self, key: &ScopeKey) -> Option<Arc<Mutex<T>>> {
-        lock(&self.entries).remove(key)
+        let mut entries = lock(&self.entries);
+        entries.forget(key);
+        entries.map.remove(key)
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        lock(&self.entries).len()
+        lock(&self.entries).map.len()
     }
 
     /// True when there are no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_entry_last_looked_up_is_never_one_that_was_replaced_or_removed() {
+        let states: LayerState<u32> = LayerState::default();
+        let (a, b) = (ScopeKey::Thread(Arc::from("a")), ScopeKey::Thread(Arc::from("b")));
+        *lock(&states.entry(&a)) = 1;
+        assert_eq!(*lock(&states.get(&a).unwrap()), 1);
+        states.insert(a.clone(), 2);
+        assert_eq!(*lock(&states.entry(&a)), 2, "replaced");
+        assert!(states.get(&b).is_none());
+        assert_eq!(*lock(&states.get(&a).unwrap()), 2);
+        assert_eq!(*lock(&states.remove(&a).unwrap()), 2);
+        assert!(states.get(&a).is_none(), "removed");
+        assert_eq!(*lock(&states.entry(&a)), 0, "made again");
+        assert_eq!(states.len(), 1);
     }
 }

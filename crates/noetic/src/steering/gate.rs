@@ -7,6 +7,7 @@
 //! hook returned, so it fails the *next* gate or recall of the execution that fired it (or, when that execution
 //! has ended, of its parent, or of its thread's next execution).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
@@ -19,7 +20,7 @@ use super::ledger::{self, Evaluator, FailureCause, LedgerEntry, LedgerKind, Rule
 use super::rules::{FailurePolicy, HookParams, LlmMode, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, lock};
-use crate::error::{ConfigCode, ConfigError, NoeticError};
+use crate::error::{ConfigCode, ConfigError, NoeticError, panicked};
 use crate::exec::guard;
 use crate::layer::Hook;
 
@@ -35,6 +36,9 @@ struct Evaluation {
 impl SteeringLayer {
     async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, state: &Arc<Mutex<Inner>>) -> Evaluation {
         let hook = params.hook();
+        if self.only_predicates(hook) {
+            return self.evaluate_predicates(&params);
+        }
         let timeout = match hook {
             Hook::BeforeToolCall => self.config().before_tool_call_timeout,
             Hook::AfterModelCall => self.config().after_model_call_timeout,
@@ -46,7 +50,7 @@ impl SteeringLayer {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
-        for (index, rule) in self.config().rules.iter().enumerate().filter(|(_, r)| r.applies_to_params(&params)) {
+        for (index, rule) in self.rules_for(hook).filter(|(_, r)| r.concerns(&params)) {
             let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
                 match guard(&rule.id, "steering predicate", || predicate(&params)) {
                     Ok(d) => (d, Evaluator::Predicate),
@@ -71,7 +75,9 @@ impl SteeringLayer {
                 }
                 let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
                 let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                let verdict = match tokio::time::timeout_at(deadline, call).await {
+                // Boxed: a judge call's state is large, and inline it would be carried (and copied) by every
+                // gate future, also when only predicates run.
+                let verdict = match Box::pin(tokio::time::timeout_at(deadline, call)).await {
                     Ok(v) => v,
                     Err(_) => Err(FailureCause::Timeout),
                 };
@@ -89,15 +95,35 @@ impl SteeringLayer {
             } else {
                 continue;
             };
-            match decision.action {
-                SteeringAction::Allow if evaluator == Evaluator::LlmSync => decided.push((index, evaluator, decision)),
-                SteeringAction::Allow => {}
-                SteeringAction::Guide => decided.push((index, evaluator, decision)),
-                SteeringAction::Deny => {
-                    decided.push((index, evaluator, decision));
+            if note(&mut decided, (index, evaluator, decision)) {
+                break;
+            }
+        }
+        self.aggregate(decided, failures)
+    }
+
+    /// [`evaluate`](Self::evaluate) when every rule of the hook is a predicate: the same decisions, with one
+    /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
+    /// ends the run, exactly as the per-rule guard would.
+    fn evaluate_predicates(&self, params: &HookParams<'_>) -> Evaluation {
+        let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
+        let mut running: Option<(usize, &SteeringRule)> = None;
+        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            for (index, rule) in self.rules_for(params.hook()).filter(|(_, r)| r.concerns(params)) {
+                let Some(predicate) = &rule.predicate else { continue };
+                running = Some((index, rule));
+                if note(&mut decided, (index, Evaluator::Predicate, predicate(params))) {
                     break;
                 }
             }
+        }));
+        let mut failures = Vec::new();
+        if let (Err(payload), Some((index, rule))) = (run, running) {
+            let error = panicked(&rule.id, "steering predicate", &*payload);
+            let cause = FailureCause::PredicatePanicked { message: error.to_string() };
+            let decision = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
+            failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+            decided.push((index, Evaluator::Predicate, decision));
         }
         self.aggregate(decided, failures)
     }
@@ -232,6 +258,28 @@ impl SteeringLayer {
         match evaluation.fault {
             Some(error) => Err(error.into()),
             None => Ok(evaluation.decision),
+        }
+    }
+}
+
+/// Keeps a rule's decision if it can change the aggregate or names who decided it (a predicate's allow does
+/// neither); true when it denies, which ends the evaluation.
+#[inline]
+fn note(decided: &mut Vec<(usize, Evaluator, SteeringDecision)>, rule: (usize, Evaluator, SteeringDecision)) -> bool {
+    match rule.2.action {
+        // A sync judge's allow is kept too: an allow the LLM judges decided names them in the ledger.
+        SteeringAction::Allow if rule.1 == Evaluator::LlmSync => {
+            decided.push(rule);
+            false
+        }
+        SteeringAction::Allow => false,
+        SteeringAction::Guide => {
+            decided.push(rule);
+            false
+        }
+        SteeringAction::Deny => {
+            decided.push(rule);
+            true
         }
     }
 }

@@ -15,12 +15,13 @@ use serde::Serialize;
 
 use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
 use super::ledger::{self, LedgerEntry, LedgerKind};
-use super::rules::{HookParams, SteeringConfig};
+use super::rules::{HookParams, SteeringConfig, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{
-    Budget, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot, ToolCallParams,
+    Budget, Hook, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot,
+    ToolCallParams,
 };
 use crate::model::Item;
 
@@ -58,6 +59,24 @@ pub struct SteeringLayer {
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
     carry: Arc<CarryOver>,
+    /// The rules that apply to each hook: a hook call looks only at its own.
+    before_tool_call_rules: HookRules,
+    after_model_call_rules: HookRules,
+}
+
+/// The rules that apply to one hook: their indices, in rule order, and whether they are all predicates (then
+/// the gate runs them without an await in between).
+struct HookRules {
+    indices: Vec<usize>,
+    predicates_only: bool,
+}
+
+impl HookRules {
+    fn of(rules: &[SteeringRule], hook: Hook) -> Self {
+        let indices: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].applies(hook)).collect();
+        let predicates_only = indices.iter().all(|&i| rules[i].predicate.is_some());
+        HookRules { indices, predicates_only }
+    }
 }
 
 /// Builds the steering layer: slot 90, budget {0, 500}, hook timeouts 5000 ms / 10000 ms.
@@ -90,12 +109,16 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
+    let (before_tool_call_rules, after_model_call_rules) =
+        (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
         config,
         states: LayerState::default(),
         recent: Mutex::new(VecDeque::new()),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
+        before_tool_call_rules,
+        after_model_call_rules,
     }))
 }
 
@@ -103,6 +126,23 @@ impl SteeringLayer {
     /// The configuration.
     pub fn config(&self) -> &SteeringConfig {
         &self.config
+    }
+
+    fn hook_rules(&self, hook: Hook) -> &HookRules {
+        match hook {
+            Hook::BeforeToolCall => &self.before_tool_call_rules,
+            Hook::AfterModelCall => &self.after_model_call_rules,
+        }
+    }
+
+    /// The rules that apply to `hook`, with their indices, in rule order.
+    pub(super) fn rules_for(&self, hook: Hook) -> impl Iterator<Item = (usize, &SteeringRule)> {
+        self.hook_rules(hook).indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+    }
+
+    /// True when every rule that applies to `hook` is a predicate (also when none applies).
+    pub(super) fn only_predicates(&self, hook: Hook) -> bool {
+        self.hook_rules(hook).predicates_only
     }
 
     pub(super) fn carry_over(&self) -> &Arc<CarryOver> {
@@ -232,9 +272,11 @@ impl MemoryLayer for SteeringLayer {
 
     /// The gating hooks enforce their own time limits: the only part that can wait is a judge call, and it runs
     /// under the hook's deadline (a timeout is recorded in the ledger and decided by the rule's policy).
-    /// Predicates are synchronous. So the lifecycle puts no second timer around them.
+    /// Predicates are synchronous. So the lifecycle puts no second timer around them. Recall never waits (it
+    /// takes what async judges already queued), so a timer around it could never fire: it gets none either,
+    /// since arming one costs more than the recall itself before every model request.
     fn timeouts(&self) -> HookTimeouts {
-        HookTimeouts { before_tool_call: None, after_model_call: None, ..HookTimeouts::default() }
+        HookTimeouts { before_tool_call: None, after_model_call: None, recall: None, ..HookTimeouts::default() }
     }
 
     fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {

@@ -209,9 +209,12 @@ impl SteeringRule {
     /// True when the rule is evaluated for these hook parameters: its hook, and one of its tools when scoped
     /// (the call's tool before a tool call; any tool the response calls after a model call).
     pub fn applies_to_params(&self, params: &HookParams<'_>) -> bool {
-        if !self.applies(params.hook()) {
-            return false;
-        }
+        self.applies(params.hook()) && self.concerns(params)
+    }
+
+    /// True when the rule is about the tools these parameters involve: always for an unscoped rule.
+    #[inline]
+    pub(crate) fn concerns(&self, params: &HookParams<'_>) -> bool {
         let Some(tools) = &self.tools else { return true };
         match params {
             HookParams::BeforeToolCall(call) => tools.iter().any(|t| t == call.name),

@@ -212,7 +212,11 @@ async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Res
         let message = format!("invalid arguments for tool '{}': {problems}", call.name);
         return Ok(error_result(call, ToolErrorKind::InvalidArguments, message));
     }
-    if let Err(message) = ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await? {
+    // Most tools need no approval: then there is nothing to wait for, and no waiting to set up.
+    if tool.needs_approval()
+        && let Err(message) =
+            ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await?
+    {
         return Ok(error_result(call, ToolErrorKind::PermissionDenied, message));
     }
     let tcx = ToolContext {
