@@ -401,24 +401,21 @@ impl PgStore {
         });
         // The synchronous client runs its own event loop, which may not start on a thread that drives async
         // tasks: connecting and migrating happen on a thread of their own, like every later query.
+        // A client refused there is dropped there too: closing it also runs that event loop.
         let connecting = shared.clone();
-        let (first, migrated) = std::thread::spawn(move || {
+        let first = std::thread::spawn(move || {
             let mut first = connecting.connect()?;
-            let migrated = schema::migrate(&mut first).map_err(|e| connecting.db_error("migrating the schema", &e))?;
-            Ok::<_, NoeticError>((first, migrated))
+            match schema::migrate(&mut first).map_err(|e| connecting.db_error("migrating the schema", &e))? {
+                schema::Migrated::Current => Ok(first),
+                schema::Migrated::Newer(version) => Err(NoeticError::other(format!(
+                    "session store {}: its schema is version {version}, newer than this noetic supports \
+                     ({SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
+                    connecting.target
+                ))),
+            }
         })
         .join()
         .map_err(|_| NoeticError::other("the thread connecting to the database failed"))??;
-        match migrated {
-            schema::Migrated::Current => {}
-            schema::Migrated::Newer(version) => {
-                return Err(NoeticError::other(format!(
-                    "session store {}: its schema is version {version}, newer than this noetic supports \
-                     ({SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
-                    shared.target
-                )));
-            }
-        }
         let (tx, rx) = mpsc::sync_channel::<Job>(256);
         let rx = Arc::new(Mutex::new(rx));
         let mut first = Some(first);

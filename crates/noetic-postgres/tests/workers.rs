@@ -355,6 +355,11 @@ fn a_database_from_a_newer_schema_is_refused_and_left_untouched() {
         .unwrap();
     let e = PgStore::connect(&other_url).unwrap_err().to_string();
     assert!(e.contains("version 99") && e.contains("nothing was changed"), "{e}");
+    // Also refused, not a panic, when connecting from inside an async runtime (as a server does).
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    let e = rt.block_on(async { PgStore::connect(&other_url).unwrap_err().to_string() });
+    assert!(e.contains("version 99"), "{e}");
+    drop(rt);
     let tables: i64 = other
         .query_one("SELECT COUNT(*) FROM information_schema.tables WHERE table_name LIKE 'noetic_%'", &[])
         .unwrap()
