@@ -786,7 +786,8 @@ impl Session {
             tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
         state.save_settings();
-        let agent = self.runtime.agent.clone();
+        // The task reaches the agent through the runtime it holds anyway: cloning the step too would make every
+        // turn write (and release) one more reference count that all threads share.
         let state = state.clone();
         let runtime = self.runtime.clone();
         let handle = tokio::spawn(
@@ -801,7 +802,7 @@ impl Session {
                 let result = match state.load_layer_states(&runtime) {
                     Err(e) => Err(e),
                     Ok(()) => {
-                        AssertUnwindSafe(crate::run(&agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
+                        AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
                             Err(NoeticError::other(format!(
                                 "turn {number} of session '{session}' panicked: {}",
                                 crate::error::panic_message(&*p)
