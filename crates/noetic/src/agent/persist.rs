@@ -38,10 +38,10 @@ fn is_global(layer: &Arc<dyn MemoryLayer>) -> bool {
     layer.scope() == Scope::Global
 }
 
-/// Layers once each, by id (the first with an id wins, as in a layer stack).
+/// Layers once each, by id (the first with an id wins, as in a layer stack). A runtime has a handful of layers:
+/// looking back costs less than a set.
 fn distinct(layers: &[Arc<dyn MemoryLayer>]) -> impl Iterator<Item = &Arc<dyn MemoryLayer>> {
-    let mut seen = std::collections::HashSet::new();
-    layers.iter().filter(move |l| seen.insert(l.id().to_owned()))
+    layers.iter().enumerate().filter(|(i, l)| !layers[..*i].iter().any(|e| e.id() == l.id())).map(|(_, l)| l)
 }
 
 /// Brings the saved states of `thread` (and, once per runtime, global ones) into the layers, unless they were
@@ -109,10 +109,16 @@ pub(crate) fn save(
         return Ok(());
     }
     let mut session_kept = lock(&session.0);
-    let mut global_kept = lock(&global.0);
+    // The runtime-wide lock only when a layer keeps global state: other turns never wait on each other here.
+    let mut none = None;
+    let mut global_guard = layers.iter().any(is_global).then(|| lock(&global.0));
+    let global_kept = match global_guard.as_deref_mut() {
+        Some(kept) => kept,
+        None => &mut none,
+    };
     let keys = [ScopeKey::Thread(Arc::from(thread)), ScopeKey::Global];
     let names: Vec<String> = keys.iter().map(|k| k.store_name().unwrap_or_default()).collect();
-    let kept: [&mut Option<HashMap<String, u64>>; 2] = [&mut *session_kept, &mut *global_kept];
+    let kept: [&mut Option<HashMap<String, u64>>; 2] = [&mut *session_kept, global_kept];
     // (scope index, layer id, new JSON or None to delete)
     let mut changes: Vec<(usize, &str, Option<String>)> = Vec::new();
     for (at, key) in keys.iter().enumerate() {

@@ -801,14 +801,15 @@ impl Session {
                 // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
                 let result = match state.load_layer_states(&runtime) {
                     Err(e) => Err(e),
-                    Ok(()) => {
-                        AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx)).catch_unwind().await.unwrap_or_else(|p| {
+                    Ok(()) => AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|p| {
                             Err(NoeticError::other(format!(
                                 "turn {number} of session '{session}' panicked: {}",
                                 crate::error::panic_message(&*p)
                             )))
-                        })
-                    }
+                        }),
                 };
                 match &result {
                     Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
