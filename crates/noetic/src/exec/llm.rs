@@ -53,7 +53,9 @@ fn parse_output<I, O>(s: &StepLlm<I, O>, text: &str) -> Result<O, NoeticError> {
 }
 
 pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
-    let model = ctx.model().cloned().ok_or_else(|| {
+    // Borrowed for the step (the context outlives it): a clone would write the model's reference count, which
+    // every turn on every thread shares.
+    let model = ctx.model().ok_or_else(|| {
         ConfigError::new(
             ConfigCode::NoModelProvider,
             format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
@@ -120,9 +122,9 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                             }
                             let tail = tail.to_vec();
                             let answer = if chat.is_disabled() {
-                                call_model(s, ctx, &model, &specs, round, tail, &chat).await
+                                call_model(s, ctx, model, &specs, round, tail, &chat).await
                             } else {
-                                traced_model_call(s, ctx, &model, &specs, round, tail, &chat).await
+                                traced_model_call(s, ctx, model, &specs, round, tail, &chat).await
                             };
                             outcome(answer, Input::response)
                         }
