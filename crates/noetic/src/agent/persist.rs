@@ -28,6 +28,21 @@ impl Kept {
     }
 }
 
+/// One stored session's layer state: where it is kept, whose it is, and what is known of it.
+#[derive(Clone, Copy)]
+pub(crate) struct Session<'a> {
+    /// The session's store.
+    pub(crate) store: &'a dyn SessionStore,
+    /// The runtime's layers.
+    pub(crate) layers: &'a [Arc<dyn MemoryLayer>],
+    /// The session's key (its thread).
+    pub(crate) thread: &'a str,
+    /// What is known of the thread's saved states.
+    pub(crate) session: &'a Kept,
+    /// What is known of the global ones (the runtime's).
+    pub(crate) global: &'a Kept,
+}
+
 fn hash(json: &str) -> u64 {
     let mut h = DefaultHasher::new();
     json.hash(&mut h);
@@ -47,13 +62,8 @@ fn distinct(layers: &[Arc<dyn MemoryLayer>]) -> impl Iterator<Item = &Arc<dyn Me
 /// Brings the saved states of `thread` (and, once per runtime, global ones) into the layers, unless they were
 /// loaded already. An error (the store cannot be read, a state is unreadable or its layer refuses it) leaves
 /// them to load again at the next turn.
-pub(crate) fn load(
-    store: &dyn SessionStore,
-    layers: &[Arc<dyn MemoryLayer>],
-    thread: &str,
-    session: &Kept,
-    global: &Kept,
-) -> Result<(), NoeticError> {
+pub(crate) fn load(to: &Session<'_>) -> Result<(), NoeticError> {
+    let Session { store, layers, thread, session, global } = *to;
     if layers.is_empty() {
         return Ok(());
     }
@@ -98,13 +108,8 @@ fn load_scope(
 
 /// Saves what changed in the layers' states of `thread` (and global ones) since they were loaded or last saved.
 /// On an error nothing is marked saved, so the next turn's end writes it again.
-pub(crate) fn save(
-    store: &dyn SessionStore,
-    layers: &[Arc<dyn MemoryLayer>],
-    thread: &str,
-    session: &Kept,
-    global: &Kept,
-) -> Result<(), NoeticError> {
+pub(crate) fn save(from: &Session<'_>) -> Result<(), NoeticError> {
+    let Session { store, layers, thread, session, global } = *from;
     if layers.is_empty() {
         return Ok(());
     }

@@ -234,19 +234,26 @@ impl SessionState {
         }
     }
 
-    /// Brings the layers' saved state into them before a turn (see [`super::persist`]).
+    /// This session's layer state as the store keeps it (see [`super::persist`]); `None` without a store.
+    fn layer_store<'a>(&'a self, runtime: &'a RuntimeInner) -> Option<super::persist::Session<'a>> {
+        self.durable.as_ref().map(|d| super::persist::Session {
+            store: d.store.as_ref(),
+            layers: &runtime.layers,
+            thread: &self.key,
+            session: &d.layers,
+            global: &runtime.global_layers,
+        })
+    }
+
+    /// Brings the layers' saved state into them before a turn.
     fn load_layer_states(&self, runtime: &RuntimeInner) -> Result<(), NoeticError> {
-        let Some(d) = &self.durable else { return Ok(()) };
-        super::persist::load(d.store.as_ref(), &runtime.layers, &self.key, &d.layers, &runtime.global_layers)
+        self.layer_store(runtime).map_or(Ok(()), |p| super::persist::load(&p))
     }
 
     /// Saves what changed in the layers' state when a turn ends (a failure is logged; the next turn's end writes
     /// it again).
     fn save_layer_states(&self, runtime: &RuntimeInner) {
-        let Some(d) = &self.durable else { return };
-        if let Err(e) =
-            super::persist::save(d.store.as_ref(), &runtime.layers, &self.key, &d.layers, &runtime.global_layers)
-        {
+        if let Some(Err(e)) = self.layer_store(runtime).map(|p| super::persist::save(&p)) {
             tracing::error!(session = %self.key, error = %e, "could not save the layers' state to the store");
         }
     }
