@@ -38,7 +38,8 @@ use crate::turn::TurnJournal;
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
 
-/// The identity of one execution (a root run, a spawned child or a fork path). Time-ordered (UUID v7).
+/// The identity of one execution (a root run, a spawned child or a fork path). Time-ordered (UUID v7): by the
+/// millisecond across threads, strictly among the ids one thread makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct ExecutionId(Uuid);
 
