@@ -3,15 +3,16 @@
 //! before anything runs; a layer that keeps nothing writes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::ProbedStore;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use noetic::agent::{
-    BatchPolicy, LayerStateWrite, MemoryStore, SessionStore, SessionSummary, SteerMessage, SteeringMode, StoreCommit,
-    StoredSession, thread_scope,
-};
+use noetic::agent::{LayerStateWrite, MemoryStore, SessionStore, thread_scope};
 use noetic::layer::ScopeKey;
 use noetic::prelude::*;
 use noetic::testing::{EventCollector, JudgeRouter, until};
@@ -147,53 +148,9 @@ async fn deleting_a_session_deletes_its_threads_layer_state() {
     assert!(store.layer_states("thread:s").unwrap().is_empty());
 }
 
-/// A store that counts the layer-state writes it is asked for.
-#[derive(Default)]
-struct CountingWrites {
-    inner: MemoryStore,
-    layer_writes: AtomicUsize,
-}
-
-impl SessionStore for CountingWrites {
-    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
-        self.inner.open(key)
-    }
-    fn close(&self, key: &str) {
-        self.inner.close(key);
-    }
-    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
-        self.inner.commit(key, commit)
-    }
-    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
-        self.inner.push_message(key, message)
-    }
-    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
-        self.inner.remove_messages(key, ids)
-    }
-    fn save_settings(&self, key: &str, m: SteeringMode, c: usize, b: BatchPolicy, t: u64) -> Result<(), NoeticError> {
-        self.inner.save_settings(key, m, c, b, t)
-    }
-    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
-        self.inner.list()
-    }
-    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
-        self.inner.delete(key)
-    }
-    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
-        self.inner.ledger(key)
-    }
-    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
-        self.inner.layer_states(scope)
-    }
-    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
-        self.layer_writes.fetch_add(writes.len(), Ordering::SeqCst);
-        self.inner.save_layer_states(writes)
-    }
-}
-
 #[tokio::test]
 async fn a_layer_that_keeps_nothing_writes_nothing_and_an_unchanged_state_is_not_written_again() {
-    let store = Arc::new(CountingWrites::default());
+    let store = Arc::new(ProbedStore::default());
     // The steering layer in execution scope with nothing carried keeps nothing for the thread.
     let deny = SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
     let steering = steering(SteeringConfig::new([deny])).unwrap();

@@ -4,12 +4,16 @@
 //! a killed process leaves behind. The SQLite store's crash test kills real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::ProbedStore;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use noetic::agent::{
-    BatchPolicy, JournalWrite, LayerStateWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError,
-    SteerMessage, SteeringMode, StoreCommit, StoredSession,
+    BatchPolicy, JournalWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError, SteeringMode,
+    StoreCommit,
 };
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
@@ -171,64 +175,9 @@ async fn an_evicted_stored_session_comes_back_from_the_store() {
     assert_eq!(keys.len(), 2);
 }
 
-/// A store whose writes fail on demand.
-#[derive(Default)]
-struct Failing {
-    inner: MemoryStore,
-    fail: AtomicBool,
-}
-
-impl Failing {
-    fn check(&self) -> Result<(), NoeticError> {
-        if self.fail.load(Ordering::SeqCst) { Err(NoeticError::other("disk full")) } else { Ok(()) }
-    }
-}
-
-impl SessionStore for Failing {
-    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
-        self.inner.open(key)
-    }
-    fn close(&self, key: &str) {
-        self.inner.close(key);
-    }
-    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.commit(key, commit)
-    }
-    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.push_message(key, message)
-    }
-    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.remove_messages(key, ids)
-    }
-    fn save_settings(&self, key: &str, m: SteeringMode, c: usize, b: BatchPolicy, t: u64) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.save_settings(key, m, c, b, t)
-    }
-    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
-        self.inner.list()
-    }
-    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
-        self.inner.delete(key)
-    }
-    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
-        self.inner.ledger(key)
-    }
-    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
-        self.check()?;
-        self.inner.layer_states(scope)
-    }
-    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.save_layer_states(writes)
-    }
-}
-
 #[tokio::test]
 async fn when_the_store_cannot_write_a_message_is_not_queued_and_a_turn_fails_before_its_tools_run() {
-    let store = Arc::new(Failing::default());
+    let store = Arc::new(ProbedStore::default());
     let counter = Counter::new();
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "quick", json!({}))])]);
     let runtime = runtime(&model, store.clone(), vec![counter.tool("quick", json!("ok")).unwrap()]);
