@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use noetic::agent::Runtime;
@@ -269,16 +269,41 @@ where
 
 /// Turns per second of `sessions` sessions × 10 turns each, on a multi-thread runtime with `threads` workers.
 pub fn throughput(sessions: usize, threads: usize) -> BenchResult<f64> {
+    Ok(throughput_detail(sessions, threads)?.turns_per_s)
+}
+
+/// One run of [`throughput`], with how busy the workers were.
+pub struct Throughput {
+    pub turns_per_s: f64,
+    /// The workers' busy time over their wall-clock time (1.0: every worker busy all along).
+    pub busy: f64,
+    /// How many times a worker ran out of work and parked.
+    #[allow(dead_code)] // read by `scaling_probe` only
+    pub parks: u64,
+}
+
+/// [`throughput`] with the workers' busy fraction and park count (tokio's runtime metrics).
+pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Throughput> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
-    rt.block_on(async {
-        // A model with no lock of its own (the scripted model counts calls behind one), so the figure shows the
-        // runtime's scaling, not the model's.
-        let runtime = Runtime::builder().model(Arc::new(Answers)).build()?;
-        let start = Instant::now();
+    // A model with no lock of its own (the scripted model counts calls behind one), so the figure shows the
+    // runtime's scaling, not the model's.
+    let runtime = Runtime::builder().model(Arc::new(Answers)).build()?;
+    let kept = runtime.clone();
+    let metrics = rt.metrics();
+    let busy = |m: &tokio::runtime::RuntimeMetrics| -> (Duration, u64) {
+        (0..threads)
+            .fold((Duration::ZERO, 0), |(b, p), w| (b + m.worker_total_busy_duration(w), p + m.worker_park_count(w)))
+    };
+    let (busy_before, parks_before) = busy(&metrics);
+    // Everything runs on the workers (sessions are opened there too): the thread that waits here wakes once, at
+    // the end, so it neither lends the 1-worker case a second core nor takes one from the 2-worker case.
+    let start = Instant::now();
+    let driver = rt.spawn(async move {
         let tasks: Vec<_> = (0..sessions)
             .map(|i| {
-                let session = runtime.session(&format!("user-{i}"));
+                let runtime = runtime.clone();
                 tokio::spawn(async move {
+                    let session = runtime.session(&format!("user-{i}"));
                     for t in 0..10 {
                         let turn = session.send(format!("message {t}")).map_err(|e| e.to_string())?;
                         turn.await.map_err(|e| e.to_string())?;
@@ -290,7 +315,17 @@ pub fn throughput(sessions: usize, threads: usize) -> BenchResult<f64> {
         for task in tasks {
             task.await.map_err(|e| e.to_string())??;
         }
-        Ok((sessions * 10) as f64 / start.elapsed().as_secs_f64())
+        Ok::<(), String>(())
+    });
+    rt.block_on(driver).map_err(|e| e.to_string())??;
+    let elapsed = start.elapsed();
+    let (busy_after, parks_after) = busy(&metrics);
+    // Freeing the sessions is not part of the turns.
+    drop(kept);
+    Ok(Throughput {
+        turns_per_s: (sessions * 10) as f64 / elapsed.as_secs_f64(),
+        busy: (busy_after - busy_before).as_secs_f64() / (elapsed.as_secs_f64() * threads as f64),
+        parks: parks_after - parks_before,
     })
 }
 

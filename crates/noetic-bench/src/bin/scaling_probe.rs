@@ -1,5 +1,5 @@
 //! The suite's many-sessions throughput alone, for a profiler (`perf record`): `scaling_probe SESSIONS THREADS
-//! ROUNDS` prints turns/s of each round.
+//! ROUNDS` prints turns/s of each round, the workers' busy fraction and how often they parked.
 
 #[path = "../probe.rs"]
 #[allow(dead_code)]
@@ -19,7 +19,8 @@ fn main() -> BenchResult<()> {
     };
     let (sessions, threads, rounds) = (arg(1, 10_000)?, arg(2, 2)?, arg(3, 5)?);
     for _ in 0..rounds {
-        println!("{:.0}", real_path::throughput(sessions, threads)?);
+        let run = real_path::throughput_detail(sessions, threads)?;
+        println!("{:.0} busy={:.3} parks={}", run.turns_per_s, run.busy, run.parks);
     }
     Ok(())
 }
