@@ -178,9 +178,31 @@ pub(crate) struct Log {
 
 impl Log {
     pub(crate) fn new(items: Vec<Item>) -> Self {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Log { id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), items }
+        Log { id: next_log_id(), items }
     }
+}
+
+/// A process-wide unique log id. Each thread takes ids from a block of its own and reserves the next block from
+/// the shared counter only when its block runs out, so threads making histories at once (every turn makes some)
+/// do not all write one counter.
+fn next_log_id() -> u64 {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const BLOCK: u64 = 1024;
+    static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        /// The next id of this thread's block and the end of the block (exclusive).
+        static RANGE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    }
+    RANGE.with(|range| {
+        let (mut next, mut end) = range.get();
+        if next == end {
+            next = NEXT_BLOCK.fetch_add(BLOCK, Ordering::Relaxed);
+            end = next + BLOCK;
+        }
+        range.set((next + 1, end));
+        next
+    })
 }
 
 impl Clone for Log {
@@ -336,7 +358,27 @@ pub struct StepMeta {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn histories_made_on_many_threads_at_once_never_share_a_log_id() {
+        // More ids per thread than one block holds, so every thread reserves several blocks while others do too.
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..3000).map(|_| History::default().log_id()).collect::<Vec<u64>>()))
+            .collect();
+        let mut all = Vec::new();
+        for t in threads {
+            let ids = t.join().expect("a thread making histories panicked");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "one thread's ids are not increasing");
+            all.extend(ids);
+        }
+        let count = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), count, "two histories got the same log id");
+        assert!(!all.contains(&0), "0 is not an id");
+    }
 
     #[test]
     fn items_print_as_one_transcript_line_each() {
