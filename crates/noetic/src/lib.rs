@@ -212,7 +212,7 @@ pub async fn run<I: Send + 'static, O: Send + 'static>(
     ctx: &Context,
 ) -> Result<O, NoeticError> {
     let result = match layer::lifecycle::init(ctx).await {
-        Ok(()) => exec::guard_async(step.id(), "step", execute(step, input, ctx)).await,
+        Ok(()) => exec::guard_async(step.id(), "step", exec::execute_in(step, input, ctx)).await,
         Err(e) => Err(e),
     };
     // A layer that panicked while completing turns a success into an error naming it.

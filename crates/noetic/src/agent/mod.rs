@@ -45,19 +45,22 @@ pub use store::{
     TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
 };
 
-use crate::context::Services;
+use crate::context::{Carried, Services};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::MemoryLayer;
 use crate::model::Model;
 use crate::step::{Step, until};
+use crate::sync::{Padded, Spread};
 use crate::tool::{Approver, Tool};
 
 /// The model id the default agent uses.
 pub const DEFAULT_MODEL: &str = "openai/gpt-4o-mini";
 
 pub(crate) struct RuntimeInner {
-    pub(crate) services: Services,
     pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
+    /// Copies of the services and layers, one per group of threads: each turn's context starts from its thread's,
+    /// so turns running at once on different cores do not all write the same reference counts.
+    pub(crate) shared: Spread<Shared>,
     pub(crate) agent: Step<String, String>,
     /// The steering mode and queue capacity new sessions start with.
     default_mode: SteeringMode,
@@ -76,6 +79,22 @@ pub(crate) struct RuntimeInner {
     clock: AtomicU64,
     /// What the store keeps of global layer state (loaded once per runtime).
     pub(crate) global_layers: persist::Kept,
+}
+
+/// The runtime's services and layers as a turn's context carries them (one copy of [`RuntimeInner::shared`]).
+pub(crate) struct Shared {
+    pub(crate) services: Arc<Padded<Services>>,
+    pub(crate) layers: Carried,
+}
+
+impl Shared {
+    /// A copy with reference counts of its own.
+    fn new(services: &Services, layers: &[Arc<dyn MemoryLayer>]) -> Shared {
+        Shared {
+            services: Arc::new(Padded(services.replica())),
+            layers: Carried::padded(crate::layer::LayerStack::new(layers.iter().cloned())),
+        }
+    }
 }
 
 /// Runs agent sessions. Cheap to clone. Build one with [`Runtime::builder`] (a [`RuntimeBuilder`]); open a
@@ -248,10 +267,11 @@ impl RuntimeBuilder {
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
+        let shared = Spread::new(|| Shared::new(&self.services, &layers));
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
-                services: self.services,
                 layers,
+                shared,
                 agent,
                 default_mode: self.steering_mode.unwrap_or_default(),
                 default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),

@@ -18,7 +18,9 @@ use super::queue::{MessageId, SessionQueue};
 use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{RuntimeInner, SessionSettings};
-use crate::context::{Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, Services, lock};
+use crate::context::{
+    Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, TurnServices, lock,
+};
 use crate::error::NoeticError;
 use crate::model::{History, Item};
 use crate::turn::{TurnCommit, TurnCore, TurnJournal};
@@ -394,6 +396,8 @@ impl Drop for Release {
         *conversation = Conversation::Idle(history);
         drop(conversation);
         self.state.turn_ended.notify_waiters();
+        // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
+        super::evict_over_limit(&self.runtime);
     }
 }
 
@@ -767,14 +771,14 @@ impl Session {
         ));
         let journal = state.store().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
         let records = state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
-        let services = Services { steering: Some(steering.clone()), journal, records, ..self.runtime.services.clone() };
+        let shared = self.runtime.shared.local();
         let ctx = Context::builder()
             .execution_id(execution_id)
             .thread_id(state.key.clone())
             .history(history)
             .events(sink(state).clone())
-            .layers(self.runtime.layers.iter().cloned())
-            .services(services)
+            .shared_services(shared.services.clone(), shared.layers.clone())
+            .turn_services(TurnServices { steering: Some(steering.clone()), journal, records })
             .cancel_with(&cancel)
             .build();
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
@@ -793,20 +797,19 @@ impl Session {
             tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
         state.save_settings();
-        // The task reaches the agent through the runtime it holds anyway: cloning the step too would make every
-        // turn write (and release) one more reference count that all threads share.
-        let state = state.clone();
-        let runtime = self.runtime.clone();
+        // Whatever happens in the task — an error, a panic, the task being aborted or never run — the session is
+        // released. The task reaches the runtime (and the agent) through it: every other clone of the runtime or
+        // the step would make each turn write one more reference count that all threads share.
+        let release = Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: self.runtime.clone() };
         let handle = tokio::spawn(
             async move {
-                // Whatever happens below — an error, a panic, the task being aborted — the session is released.
-                let release = Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: runtime.clone() };
+                let (state, runtime) = (&release.state, &release.runtime);
                 let session = state.key.clone();
                 let started = tokio::time::Instant::now();
                 ctx.events().set_turn(Some(number));
                 ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
                 // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
-                let result = match state.load_layer_states(&runtime) {
+                let result = match state.load_layer_states(runtime) {
                     Err(e) => Err(e),
                     Ok(()) => AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx))
                         .catch_unwind()
@@ -830,8 +833,6 @@ impl Session {
                     }
                 }
                 drop(release);
-                // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
-                super::evict_over_limit(&runtime);
                 result
             }
             .instrument(span),

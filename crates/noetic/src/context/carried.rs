@@ -3,6 +3,8 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::sync::Padded;
+
 /// A value a higher module keeps in the context (the memory layers in scope are one): opaque here, set and read
 /// back — typed — by the module that owns it, so the context imports nothing from above.
 #[derive(Clone, Default)]
@@ -14,8 +16,15 @@ impl Carried {
         Carried(Some(Arc::new(value)))
     }
 
+    /// Carries `value` alone on its cache lines ([`Padded`]): for the runtime's per-thread copies, whose reference
+    /// counts different threads write at once.
+    pub(crate) fn padded<T: Any + Send + Sync>(value: T) -> Self {
+        Carried(Some(Arc::new(Padded(value))))
+    }
+
     /// The value, if one of type `T` is carried.
     pub(crate) fn get<T: Any>(&self) -> Option<&T> {
-        self.0.as_deref().and_then(|v| v.downcast_ref::<T>())
+        let value = self.0.as_deref()?;
+        value.downcast_ref::<T>().or_else(|| value.downcast_ref::<Padded<T>>().map(|p| &p.0))
     }
 }

@@ -88,7 +88,20 @@ struct Inner {
     usage: Mutex<(Usage, f64)>,
     last_step_meta: Mutex<Option<Arc<StepMeta>>>,
     events: EventSink,
-    services: Arc<Services>,
+    /// Alone on its cache lines: a runtime hands every turn on a thread the same copy (see `sync::Spread`).
+    services: Arc<Padded<Services>>,
+    /// The session turn's own services (none outside a session turn).
+    turn: TurnServices,
+}
+
+/// What a session turn adds to its runtime's [`Services`]: its steering, journal and records. They are made per
+/// turn, while the model, tools and approver stay in the runtime's copy, so a turn clones one reference count of
+/// its thread instead of one per service that every thread shares.
+#[derive(Clone, Default)]
+pub(crate) struct TurnServices {
+    pub(crate) steering: Option<Arc<dyn Checkpoints>>,
+    pub(crate) journal: Option<Arc<dyn TurnJournal>>,
+    pub(crate) records: Option<Arc<dyn RecordSink>>,
 }
 
 /// What steps can call on: the model, the tools in scope and the approver. Shared by a whole execution tree.
@@ -121,6 +134,7 @@ impl Inner {
     }
 }
 
+use crate::sync::Padded;
 pub(crate) use crate::sync::lock;
 
 /// The handle steps receive. Clone it freely; clones share everything.
@@ -160,6 +174,9 @@ pub struct ContextBuilder {
     cancel: Option<CancellationToken>,
     /// Model, tools, approver … (set through `ContextBuilder::services` and `tools` in the tool module).
     pub(crate) services: Services,
+    /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
+    shared: Option<Arc<Padded<Services>>>,
+    turn: TurnServices,
     execution_id: Option<ExecutionId>,
 }
 
@@ -225,6 +242,20 @@ impl ContextBuilder {
         self
     }
 
+    /// A runtime's services and layers, as they are (shared, not copied): what `services`, `model`, `approver`,
+    /// `capture_content`, `tools` and `layers` set is not used then.
+    pub(crate) fn shared_services(mut self, services: Arc<Padded<Services>>, layers: Carried) -> Self {
+        self.shared = Some(services);
+        self.layers = layers;
+        self
+    }
+
+    /// A session turn's steering, journal and records.
+    pub(crate) fn turn_services(mut self, turn: TurnServices) -> Self {
+        self.turn = turn;
+        self
+    }
+
     /// Builds the context.
     pub fn build(self) -> Context {
         Context {
@@ -239,7 +270,8 @@ impl ContextBuilder {
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
                 events: self.events,
-                services: Arc::new(self.services),
+                services: self.shared.unwrap_or_else(|| Arc::new(Padded(self.services))),
+                turn: self.turn,
             }),
             layers: self.layers,
             depth: 0,
@@ -364,6 +396,7 @@ impl Context {
                 last_step_meta: Mutex::new(None),
                 events: self.inner.events.clone(),
                 services: self.inner.services.clone(),
+                turn: self.inner.turn.clone(),
             }),
             layers,
             depth: self.depth + 1,
@@ -461,12 +494,13 @@ impl Context {
     /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
-        self.inner.services.journal.as_ref().filter(|_| self.inner.parent.is_none())
+        let journal = self.inner.turn.journal.as_ref().or(self.inner.services.journal.as_ref());
+        journal.filter(|_| self.inner.parent.is_none())
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
     pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
-        if let Some(records) = &self.inner.services.records {
+        if let Some(records) = self.inner.turn.records.as_ref().or(self.inner.services.records.as_ref()) {
             match serde_json::to_string(entry) {
                 Ok(json) => records.ledger_entry(json),
                 Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
@@ -476,17 +510,22 @@ impl Context {
 
     /// The services shared by the execution tree.
     pub(crate) fn services(&self) -> &Services {
-        &self.inner.services
+        &self.inner.services.0
+    }
+
+    /// The session turn's steering checkpoints (also for spawned children and fork paths).
+    fn steering(&self) -> Option<&Arc<dyn Checkpoints>> {
+        self.inner.turn.steering.as_ref().or(self.inner.services.steering.as_ref())
     }
 
     /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).
     pub fn session_key(&self) -> Option<&str> {
-        self.inner.services.steering.as_ref().map(|s| s.session())
+        self.steering().map(|s| s.session())
     }
 
     /// The steering checkpoints of the current session turn, when they apply to this execution.
     pub(crate) fn turn_steering(&self) -> Option<&Arc<dyn Checkpoints>> {
-        self.inner.services.steering.as_ref().filter(|s| s.applies_to(self))
+        self.steering().filter(|s| s.applies_to(self))
     }
 
     /// The event sink.

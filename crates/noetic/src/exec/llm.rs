@@ -5,6 +5,7 @@
 //! The step's [`StepMeta`] records the tool calls of the *accepted final* response, so `until::no_tool_calls`
 //! around an `llm` step stops once the step has produced its answer.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use tracing::field::Empty;
@@ -65,8 +66,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     // The tools as they are for each request (a source may change them while the turn runs); the calls of a
     // response run against the set its request offered.
     let current_tools = || match &s.tools {
-        Some(tools) => tools.clone(),
-        None => ctx.tools(),
+        Some(tools) => Cow::Borrowed(tools),
+        None => ctx.tools_now(),
     };
     let mut tools = current_tools();
     let mut specs: Arc<[ToolSpec]> = tools.specs();
@@ -81,7 +82,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             if let Some(text) = s.prompt_of(input) {
                 ctx.push_item(Item::user(text));
             }
-            (TurnCore::new(s.id.clone(), s.max_rounds, steering.is_some()), Input::Start)
+            // A copy of the id: the step's own is a reference count every turn on every thread would write.
+            (TurnCore::new(&*s.id, s.max_rounds, steering.is_some()), Input::Start)
         }
     };
     // The latest model call's span, open until its review (which runs in it) is done.

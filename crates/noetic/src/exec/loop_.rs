@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-use super::{execute as exec, guard, step_failed};
+use super::{execute_in as exec, guard, step_failed};
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::model::Item;

@@ -14,6 +14,7 @@ mod run;
 mod spawn;
 mod tool;
 
+use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::context::{Context, EventKind, MAX_DEPTH};
@@ -22,30 +23,45 @@ use crate::step::{Step, StepFuture};
 
 /// Runs `step` on `input` in `ctx`.
 pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+    let step = step.clone();
+    let ctx = ctx.clone();
     // Without a subscriber the step runs exactly as it would without traces.
     if crate::trace::on() {
-        return traced(step, input, ctx);
+        return Box::pin(async move { traced(&step, input, ctx).await });
     }
-    let step = step.clone();
-    let ctx = ctx.clone();
-    Box::pin(async move { dispatch(step, input, ctx).await })
+    Box::pin(async move { dispatch(&step, input, ctx).await })
 }
 
-/// [`execute`] in the step's span. Kept out of line so the untraced path stays as small as it was.
-#[inline(never)]
-fn traced<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
-    let step = step.clone();
+/// [`execute`] for a caller that awaits the step while it holds it (a composite step running its children, a
+/// turn running its agent): the step is borrowed, not cloned, so running it writes no reference count that every
+/// turn on every thread shares.
+pub(crate) fn execute_in<'a, I: Send + 'static, O: Send + 'static>(
+    step: &'a Step<I, O>,
+    input: I,
+    ctx: &Context,
+) -> BoxFuture<'a, Result<O, NoeticError>> {
     let ctx = ctx.clone();
-    Box::pin(async move {
-        // Opened at the first poll, so its parent is the span the caller runs in (a fork's paths and a spawned
-        // child are polled inside their step's span).
-        let span = step_span(&step);
-        let result = dispatch(step, input, ctx).instrument(span.clone()).await;
-        if let Err(e) = &result {
-            crate::trace::fail_with(&span, e);
-        }
-        result
-    })
+    if crate::trace::on() {
+        return Box::pin(traced(step, input, ctx));
+    }
+    Box::pin(dispatch(step, input, ctx))
+}
+
+/// Runs the step in its span. Kept out of line so the untraced path stays as small as it was.
+#[inline(never)]
+async fn traced<I: Send + 'static, O: Send + 'static>(
+    step: &Step<I, O>,
+    input: I,
+    ctx: Context,
+) -> Result<O, NoeticError> {
+    // Opened at the first poll, so its parent is the span the caller runs in (a fork's paths and a spawned child
+    // are polled inside their step's span).
+    let span = step_span(step);
+    let result = dispatch(step, input, ctx).instrument(span.clone()).await;
+    if let Err(e) = &result {
+        crate::trace::fail_with(&span, e);
+    }
+    result
 }
 
 /// The step's span (see [`crate::trace`]); a disabled span when no subscriber wants it.
@@ -63,7 +79,7 @@ fn step_span<I, O>(step: &Step<I, O>) -> tracing::Span {
 }
 
 async fn dispatch<I: Send + 'static, O: Send + 'static>(
-    step: Step<I, O>,
+    step: &Step<I, O>,
     input: I,
     ctx: Context,
 ) -> Result<O, NoeticError> {
@@ -72,17 +88,17 @@ async fn dispatch<I: Send + 'static, O: Send + 'static>(
     }
     ctx.check_cancelled()?;
     let kind = step.kind();
-    let emits = match &step {
+    let emits = match step {
+        // The probe is made only when somebody listens: its id is a reference count every turn would write.
         Step::Llm(s) => {
-            let probe = EventKind::StepStarted { step_id: step.id_arc().clone(), kind };
-            ctx.events().is_active() && s.emit.allows(&probe)
+            ctx.events().is_active() && s.emit.allows(&EventKind::StepStarted { step_id: step.id_arc().clone(), kind })
         }
         _ => true,
     };
     if emits {
         ctx.emit(|| EventKind::StepStarted { step_id: step.id_arc().clone(), kind });
     }
-    let result = match &step {
+    let result = match step {
         Step::Run(s) => run::execute(s, input, &ctx).await,
         Step::Llm(s) => llm::execute(s, input, &ctx).await,
         Step::Tool(s) => tool::execute(s, input, &ctx).await,

@@ -1,6 +1,6 @@
 //! Executes `provide` steps.
 
-use super::execute as exec;
+use super::execute_in as exec;
 use crate::context::Context;
 use crate::error::NoeticError;
 use crate::layer::Outcome;

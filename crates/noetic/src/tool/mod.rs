@@ -11,6 +11,7 @@ mod schema;
 mod set;
 mod typed;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -369,6 +370,19 @@ impl Services {
         self.tool_scope().map(Tools::snapshot).unwrap_or_default()
     }
 
+    /// The tools in scope now, borrowed when they are a fixed set (no clone: its reference counts are the
+    /// runtime's, which every turn would write).
+    pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
+        self.tool_scope().map_or_else(|| Cow::Owned(ToolSet::default()), Tools::now)
+    }
+
+    /// These services with a tool scope of their own: a runtime's per-thread copy (see `sync::Spread`). It always
+    /// has a scope, even without tools, so no request falls back to the empty set every thread shares.
+    pub(crate) fn replica(&self) -> Services {
+        let tools = self.tool_scope().cloned().unwrap_or_default().replica();
+        Services { tools: Carried::new(tools), ..self.clone() }
+    }
+
     /// Adds tools to the fixed ones in scope. A name given twice keeps the first tool; a runtime refuses to
     /// build then (`DUPLICATE_TOOL_NAME`), see [`Services::duplicate_tool`].
     pub fn add_tools(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
@@ -407,6 +421,11 @@ impl Context {
     /// The tools in scope now (the fixed ones and each source's).
     pub fn tools(&self) -> ToolSet {
         self.services().tools()
+    }
+
+    /// [`Context::tools`], borrowed when they are a fixed set.
+    pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
+        self.services().tools_now()
     }
 }
 

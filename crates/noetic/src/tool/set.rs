@@ -1,6 +1,7 @@
 //! Tools indexed by name ([`ToolSet`]) and where they come from ([`ToolSource`]): a fixed list, or a source whose
 //! tools change while the runtime runs ([`DynamicTools`]; an MCP server's tools are another).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
@@ -94,6 +95,17 @@ impl ToolSet {
     /// The tools' specs, in order, as a model request offers them: made once per set.
     pub(crate) fn specs(&self) -> Arc<[ToolSpec]> {
         self.index.specs.get_or_init(|| self.tools.iter().map(|tool| spec(tool.as_ref())).collect()).clone()
+    }
+
+    /// The same tools in a set with reference counts of its own (the set, its index and its specs are copied; the
+    /// tools are shared): a runtime's per-thread copy, whose clones and specs other threads do not write.
+    pub(crate) fn replica(&self) -> ToolSet {
+        let specs = OnceLock::new();
+        let _ = specs.set(self.specs().iter().cloned().collect::<Vec<_>>().into());
+        ToolSet {
+            tools: self.tools.iter().cloned().collect::<Vec<_>>().into(),
+            index: Arc::new(Index { by_name: self.index.by_name.clone(), specs }),
+        }
     }
 
     /// True when `other` is the very same set (not only equal): a cheap "did it change?".
@@ -215,6 +227,16 @@ impl Tools {
     /// The tools now: the fixed ones, then each source's (a name already taken is left out).
     pub(crate) fn snapshot(&self) -> ToolSet {
         self.sources.iter().fold(self.fixed.clone(), |set, source| set.merged(&source.snapshot()))
+    }
+
+    /// The tools now, borrowed when there are no sources (the fixed set is all there is).
+    pub(crate) fn now(&self) -> Cow<'_, ToolSet> {
+        if self.sources.is_empty() { Cow::Borrowed(&self.fixed) } else { Cow::Owned(self.snapshot()) }
+    }
+
+    /// A copy whose fixed set has reference counts of its own ([`ToolSet::replica`]).
+    pub(crate) fn replica(&self) -> Tools {
+        Tools { fixed: self.fixed.replica(), ..self.clone() }
     }
 }
 
