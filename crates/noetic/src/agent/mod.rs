@@ -102,7 +102,16 @@ impl Shared {
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<RuntimeInner>,
+    handles: Handles,
 }
+
+/// A strong reference to a runtime that a running turn holds: one of its [`Handles`]. Cloning it writes a count
+/// of its thread's copy, not the runtime's own, which every turn on every thread would write.
+pub(crate) type TurnHandle = Arc<Padded<Arc<RuntimeInner>>>;
+
+/// Per-thread strong references to a runtime, for its turns (see `sync::Spread`). The runtime's handles hold
+/// them beside it — in it, they would keep it alive forever.
+pub(crate) type Handles = Arc<Spread<TurnHandle>>;
 
 /// Builds a [`Runtime`]: [`RuntimeBuilder::model`] is required; [`RuntimeBuilder::build`] checks the rest and
 /// fails with a [`ConfigError`].
@@ -268,22 +277,22 @@ impl RuntimeBuilder {
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
         let shared = Spread::new(|| Shared::new(&self.services, &layers));
-        Ok(Runtime {
-            inner: Arc::new(RuntimeInner {
-                layers,
-                shared,
-                agent,
-                default_mode: self.steering_mode.unwrap_or_default(),
-                default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
-                batch_policy: self.batch_policy,
-                sessions: RwLock::new(HashMap::new()),
-                archive: self.archive,
-                store: self.store,
-                max_idle_sessions: self.max_idle_sessions,
-                clock: AtomicU64::new(0),
-                global_layers: persist::Kept::default(),
-            }),
-        })
+        let inner = Arc::new(RuntimeInner {
+            layers,
+            shared,
+            agent,
+            default_mode: self.steering_mode.unwrap_or_default(),
+            default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
+            batch_policy: self.batch_policy,
+            sessions: RwLock::new(HashMap::new()),
+            archive: self.archive,
+            store: self.store,
+            max_idle_sessions: self.max_idle_sessions,
+            clock: AtomicU64::new(0),
+            global_layers: persist::Kept::default(),
+        });
+        let handles = Arc::new(Spread::new(|| Arc::new(Padded(inner.clone()))));
+        Ok(Runtime { inner, handles })
     }
 }
 
@@ -318,7 +327,7 @@ impl Runtime {
     /// fails to restore is returned unavailable (it runs and queues nothing, and says why); use
     /// [`Runtime::try_session`] to get that error here instead.
     pub fn session(&self, key: &str) -> Session {
-        Session::new(self.inner.clone(), state_of(&self.inner, key))
+        Session::new(self.inner.clone(), self.handles.clone(), state_of(&self.inner, key))
     }
 
     /// Like [`Runtime::session`], but a session the archive fails to restore is an error ([`NoeticError`]).
@@ -337,7 +346,7 @@ impl Runtime {
                 _ => Ok(self.session(key)),
             };
         }
-        Ok(Session::new(self.inner.clone(), state))
+        Ok(Session::new(self.inner.clone(), self.handles.clone(), state))
     }
 
     /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
@@ -481,5 +490,41 @@ pub(crate) fn evict_over_limit(inner: &RuntimeInner) {
                 tracing::warn!(session = %state.key(), error = %e, "could not archive an idle session; it stays in memory")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{ModelResponse, ScriptedModel};
+
+    #[tokio::test]
+    async fn a_running_turn_holds_the_runtime_through_its_threads_handle_not_the_runtimes_own_count() {
+        let model = ScriptedModel::new([]);
+        let held = model.push_held(ModelResponse::text("done"));
+        let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
+        let session = runtime.session("s");
+        let (idle, idle_handle) = (Arc::strong_count(&runtime.inner), Arc::strong_count(runtime.handles.local()));
+        let turn = session.send("go").unwrap();
+        held.entered().await;
+        assert_eq!(Arc::strong_count(&runtime.inner), idle, "the turn cloned the runtime");
+        assert_eq!(Arc::strong_count(runtime.handles.local()), idle_handle + 1, "the turn holds its thread's handle");
+        held.release();
+        assert_eq!(turn.await.unwrap(), "done");
+        session.idle().await;
+        assert_eq!(Arc::strong_count(runtime.handles.local()), idle_handle, "the ended turn let its handle go");
+        // The handles keep the runtime alive for a turn still running after every handle is dropped.
+        let model = ScriptedModel::new([]);
+        let held = model.push_held(ModelResponse::text("after"));
+        let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
+        let weak = Arc::downgrade(&runtime.inner);
+        let turn = runtime.session("s").send("go").unwrap();
+        drop(runtime);
+        held.entered().await;
+        assert!(weak.upgrade().is_some(), "the runtime went away under a running turn");
+        held.release();
+        assert_eq!(turn.await.unwrap(), "after");
+        assert!(weak.upgrade().is_none(), "the runtime outlived its last handle and turn");
     }
 }

@@ -17,7 +17,7 @@ use super::archive::SessionSnapshot;
 use super::queue::{MessageId, SessionQueue};
 use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
-use super::{RuntimeInner, SessionSettings};
+use super::{Handles, RuntimeInner, SessionSettings, TurnHandle};
 use crate::context::{
     Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, TurnServices, lock,
 };
@@ -374,7 +374,7 @@ struct Release {
     state: Arc<SessionState>,
     ctx: Context,
     steering: Arc<TurnSteering>,
-    runtime: Arc<RuntimeInner>,
+    runtime: TurnHandle,
 }
 
 impl Drop for Release {
@@ -408,6 +408,8 @@ impl Drop for Release {
 #[derive(Clone)]
 pub struct Session {
     runtime: Arc<RuntimeInner>,
+    /// What its turns hold the runtime by.
+    handles: Handles,
     state: Arc<SessionState>,
 }
 
@@ -459,8 +461,8 @@ impl IntoFuture for Turn {
 }
 
 impl Session {
-    pub(super) fn new(runtime: Arc<RuntimeInner>, state: Arc<SessionState>) -> Self {
-        Session { runtime, state }
+    pub(super) fn new(runtime: Arc<RuntimeInner>, handles: Handles, state: Arc<SessionState>) -> Self {
+        Session { runtime, handles, state }
     }
 
     /// The session's live state: this handle's, unless the runtime evicted it since — then the one the runtime
@@ -800,7 +802,8 @@ impl Session {
         // Whatever happens in the task — an error, a panic, the task being aborted or never run — the session is
         // released. The task reaches the runtime (and the agent) through it: every other clone of the runtime or
         // the step would make each turn write one more reference count that all threads share.
-        let release = Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: self.runtime.clone() };
+        let release =
+            Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: self.handles.local().clone() };
         let handle = tokio::spawn(
             async move {
                 let (state, runtime) = (&release.state, &release.runtime);
