@@ -284,6 +284,40 @@ pub struct Throughput {
 
 /// [`throughput`] with the workers' busy fraction and park count (tokio's runtime metrics).
 pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Throughput> {
+    let (elapsed, busy, parks) = run_sessions(sessions, threads, None)?;
+    Ok(Throughput {
+        turns_per_s: (sessions * 10) as f64 / elapsed.as_secs_f64(),
+        busy: busy.as_secs_f64() / (elapsed.as_secs_f64() * threads as f64),
+        parks,
+    })
+}
+
+/// Turns per second of two runtimes that share nothing — each with its own tokio runtime of one worker, its own
+/// `Runtime` and half the sessions — started at once on two threads: what this machine gives two threads that
+/// never touch the same memory, the ceiling of any 2-thread scaling measured here.
+pub fn throughput_isolated(sessions: usize) -> BenchResult<f64> {
+    let gate = Arc::new(std::sync::Barrier::new(2));
+    let halves: Vec<_> = (0..2)
+        .map(|_| {
+            let gate = gate.clone();
+            std::thread::spawn(move || run_sessions(sessions / 2, 1, Some(&gate)).map_err(|e| e.to_string()))
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for half in halves {
+        let (elapsed, _, _) = half.join().map_err(|_| "an isolated run panicked")??;
+        slowest = slowest.max(elapsed);
+    }
+    Ok((sessions / 2 * 2 * 10) as f64 / slowest.as_secs_f64())
+}
+
+/// Runs `sessions` sessions × 10 turns on a new multi-thread runtime with `threads` workers, after passing `gate`
+/// if given: the time they took, the workers' busy time and their park count.
+fn run_sessions(
+    sessions: usize,
+    threads: usize,
+    gate: Option<&std::sync::Barrier>,
+) -> BenchResult<(Duration, Duration, u64)> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
     // A model with no lock of its own (the scripted model counts calls behind one), so the figure shows the
     // runtime's scaling, not the model's.
@@ -295,6 +329,9 @@ pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Through
             .fold((Duration::ZERO, 0), |(b, p), w| (b + m.worker_total_busy_duration(w), p + m.worker_park_count(w)))
     };
     let (busy_before, parks_before) = busy(&metrics);
+    if let Some(gate) = gate {
+        gate.wait();
+    }
     // Everything runs on the workers (sessions are opened there too): the thread that waits here wakes once, at
     // the end, so it neither lends the 1-worker case a second core nor takes one from the 2-worker case.
     let start = Instant::now();
@@ -322,11 +359,7 @@ pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Through
     let (busy_after, parks_after) = busy(&metrics);
     // Freeing the sessions is not part of the turns.
     drop(kept);
-    Ok(Throughput {
-        turns_per_s: (sessions * 10) as f64 / elapsed.as_secs_f64(),
-        busy: (busy_after - busy_before).as_secs_f64() / (elapsed.as_secs_f64() * threads as f64),
-        parks: parks_after - parks_before,
-    })
+    Ok((elapsed, busy_after - busy_before, parks_after - parks_before))
 }
 
 /// Answers every request with the same text, sharing nothing between calls.

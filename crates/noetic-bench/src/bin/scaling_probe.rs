@@ -1,5 +1,6 @@
 //! The suite's many-sessions throughput alone, for a profiler (`perf record`): `scaling_probe SESSIONS THREADS
-//! ROUNDS` prints turns/s of each round, the workers' busy fraction and how often they parked.
+//! ROUNDS` prints turns/s of each round, the workers' busy fraction and how often they parked. THREADS 0 runs two
+//! runtimes that share nothing, one thread each (the machine's ceiling for two threads).
 
 #[path = "../probe.rs"]
 #[allow(dead_code)]
@@ -19,6 +20,10 @@ fn main() -> BenchResult<()> {
     };
     let (sessions, threads, rounds) = (arg(1, 10_000)?, arg(2, 2)?, arg(3, 5)?);
     for _ in 0..rounds {
+        if threads == 0 {
+            println!("{:.0} isolated", real_path::throughput_isolated(sessions)?);
+            continue;
+        }
         let run = real_path::throughput_detail(sessions, threads)?;
         println!("{:.0} busy={:.3} parks={}", run.turns_per_s, run.busy, run.parks);
     }
