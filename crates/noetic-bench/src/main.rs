@@ -247,36 +247,29 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
         }
         BenchResult::Ok(())
     })?;
-    for sessions in [1_000, 10_000] {
+    let answering: &real_path::MakeRuntime = &real_path::answering_runtime;
+    let steered: &real_path::MakeRuntime = &probe::steered_runtime;
+    for (sessions, kind, make) in [(1_000, "", answering), (10_000, "", answering), (10_000, "steered_", steered)] {
+        let figure = |what: &str| format!("{what}_{sessions}_{kind}sessions");
         // Alternated, so a slow spell of the machine weighs on every count alike.
         let (mut one, mut two, mut busy, mut isolated) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..5 {
-            one.push(real_path::throughput(sessions, 1)?);
-            let run = real_path::throughput_detail(sessions, 2)?;
+            one.push(real_path::throughput(sessions, 1, make)?);
+            let run = real_path::throughput_detail(sessions, 2, make)?;
             two.push(run.turns_per_s);
             busy.push(run.busy * 100.0);
-            isolated.push(real_path::throughput_isolated(sessions)?);
+            isolated.push(real_path::throughput_isolated(sessions, make)?);
         }
         let (one, two, isolated) = (Stats::of(one, None), Stats::of(two, None), Stats::of(isolated, None));
-        report(&format!("turns_per_s_{sessions}_sessions_1_thread"), one, "turns/s", "");
-        report(&format!("turns_per_s_{sessions}_sessions_2_threads"), two, "turns/s", "");
+        report(&format!("{}_1_thread", figure("turns_per_s")), one, "turns/s", "");
+        report(&format!("{}_2_threads", figure("turns_per_s")), two, "turns/s", "");
         // Below 100 % the workers waited for work; at 100 % a ratio under 2 is the cost of each turn rising.
-        report(&format!("workers_busy_{sessions}_sessions_2_threads_pct"), Stats::of(busy, None), "%", "");
+        report(&format!("{}_2_threads_pct", figure("workers_busy")), Stats::of(busy, None), "%", "");
         // Two runtimes sharing nothing, one thread each: what this machine gives two threads at all.
-        report(&format!("turns_per_s_{sessions}_sessions_2_isolated_runtimes"), isolated, "turns/s", "");
-        report(
-            &format!("scaling_ceiling_2_threads_{sessions}_sessions"),
-            Stats::exact(isolated.median / one.median),
-            "ratio",
-            "",
-        );
+        report(&format!("{}_2_isolated_runtimes", figure("turns_per_s")), isolated, "turns/s", "");
+        report(&figure("scaling_ceiling_2_threads"), Stats::exact(isolated.median / one.median), "ratio", "");
         let target = if sessions == 10_000 { ">= 1.8" } else { "" };
-        report(
-            &format!("scaling_2_threads_{sessions}_sessions"),
-            Stats::exact(two.median / one.median),
-            "ratio",
-            target,
-        );
+        report(&figure("scaling_2_threads"), Stats::exact(two.median / one.median), "ratio", target);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use noetic::agent::Runtime;
 use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
@@ -35,6 +36,24 @@ pub async fn bare_tool_calls(rounds: usize, layers: Vec<Arc<dyn MemoryLayer>>) -
         Context::builder().model(Arc::new(tool_calling_model(rounds))).tools([noop_tool()?]).layers(layers).build();
     llm.execute("go".to_owned(), &ctx).await?;
     Ok(())
+}
+
+/// A runtime whose turns each ask for the no-op tool, then answer, through the steering layer of [`ten_rules`].
+/// Its model keeps no state: it reads the request (after a tool result it answers), so sessions share nothing.
+pub fn steered_runtime() -> BenchResult<Runtime> {
+    Ok(Runtime::builder().model(Arc::new(ToolThenAnswer)).tool(noop_tool()?).layer(ten_rules()?).build()?)
+}
+
+/// Asks for the no-op tool, or answers once the last item is a tool result.
+struct ToolThenAnswer;
+
+impl Model for ToolThenAnswer {
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let answered = matches!(request.history.last(), Some(Item::ToolResult(_)));
+        Box::pin(async move {
+            Ok(if answered { ModelResponse::text("ok") } else { ModelResponse::tool_calls([("c", "noop", json!({}))]) })
+        })
+    }
 }
 
 /// A steering layer of 10 predicate rules before each tool call, none of which matches the no-op tool.

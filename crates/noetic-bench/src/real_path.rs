@@ -267,9 +267,19 @@ where
     }
 }
 
+/// Makes the runtime a throughput run drives (called once per run, on the thread that runs it).
+pub type MakeRuntime = dyn Fn() -> BenchResult<Runtime> + Sync;
+
+/// A runtime whose model answers at once with text: each turn is one model call.
+pub fn answering_runtime() -> BenchResult<Runtime> {
+    // A model with no lock of its own (the scripted model counts calls behind one), so the figure shows the
+    // runtime's scaling, not the model's.
+    Ok(Runtime::builder().model(Arc::new(Answers)).build()?)
+}
+
 /// Turns per second of `sessions` sessions × 10 turns each, on a multi-thread runtime with `threads` workers.
-pub fn throughput(sessions: usize, threads: usize) -> BenchResult<f64> {
-    Ok(throughput_detail(sessions, threads)?.turns_per_s)
+pub fn throughput(sessions: usize, threads: usize, make: &MakeRuntime) -> BenchResult<f64> {
+    Ok(throughput_detail(sessions, threads, make)?.turns_per_s)
 }
 
 /// One run of [`throughput`], with how busy the workers were.
@@ -283,8 +293,8 @@ pub struct Throughput {
 }
 
 /// [`throughput`] with the workers' busy fraction and park count (tokio's runtime metrics).
-pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Throughput> {
-    let (elapsed, busy, parks) = run_sessions(sessions, threads, None)?;
+pub fn throughput_detail(sessions: usize, threads: usize, make: &MakeRuntime) -> BenchResult<Throughput> {
+    let (elapsed, busy, parks) = run_sessions(sessions, threads, make, None)?;
     Ok(Throughput {
         turns_per_s: (sessions * 10) as f64 / elapsed.as_secs_f64(),
         busy: busy.as_secs_f64() / (elapsed.as_secs_f64() * threads as f64),
@@ -295,19 +305,19 @@ pub fn throughput_detail(sessions: usize, threads: usize) -> BenchResult<Through
 /// Turns per second of two runtimes that share nothing — each with its own tokio runtime of one worker, its own
 /// `Runtime` and half the sessions — started at once on two threads: what this machine gives two threads that
 /// never touch the same memory, the ceiling of any 2-thread scaling measured here.
-pub fn throughput_isolated(sessions: usize) -> BenchResult<f64> {
-    let gate = Arc::new(std::sync::Barrier::new(2));
-    let halves: Vec<_> = (0..2)
-        .map(|_| {
-            let gate = gate.clone();
-            std::thread::spawn(move || run_sessions(sessions / 2, 1, Some(&gate)).map_err(|e| e.to_string()))
-        })
-        .collect();
-    let mut slowest = Duration::ZERO;
-    for half in halves {
-        let (elapsed, _, _) = half.join().map_err(|_| "an isolated run panicked")??;
-        slowest = slowest.max(elapsed);
-    }
+pub fn throughput_isolated(sessions: usize, make: &MakeRuntime) -> BenchResult<f64> {
+    let gate = std::sync::Barrier::new(2);
+    let slowest = std::thread::scope(|scope| {
+        let halves: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| run_sessions(sessions / 2, 1, make, Some(&gate)).map_err(|e| e.to_string())))
+            .collect();
+        let mut slowest = Duration::ZERO;
+        for half in halves {
+            let (elapsed, _, _) = half.join().map_err(|_| "an isolated run panicked")??;
+            slowest = slowest.max(elapsed);
+        }
+        Ok::<_, String>(slowest)
+    })?;
     Ok((sessions / 2 * 2 * 10) as f64 / slowest.as_secs_f64())
 }
 
@@ -316,12 +326,11 @@ pub fn throughput_isolated(sessions: usize) -> BenchResult<f64> {
 fn run_sessions(
     sessions: usize,
     threads: usize,
+    make: &MakeRuntime,
     gate: Option<&std::sync::Barrier>,
 ) -> BenchResult<(Duration, Duration, u64)> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
-    // A model with no lock of its own (the scripted model counts calls behind one), so the figure shows the
-    // runtime's scaling, not the model's.
-    let runtime = Runtime::builder().model(Arc::new(Answers)).build()?;
+    let runtime = make()?;
     let kept = runtime.clone();
     let metrics = rt.metrics();
     let busy = |m: &tokio::runtime::RuntimeMetrics| -> (Duration, u64) {
@@ -363,7 +372,7 @@ fn run_sessions(
 }
 
 /// Answers every request with the same text, sharing nothing between calls.
-struct Answers;
+pub struct Answers;
 
 impl Model for Answers {
     fn call(&self, _request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
