@@ -494,6 +494,23 @@ async fn the_outcome_is_appended_on_complete_and_the_state_stays_readable_after_
 }
 
 #[tokio::test]
+async fn ended_executions_stay_readable_the_newest_always_and_about_64_at_most() {
+    let layer = steering(SteeringConfig::new([])).unwrap();
+    let step = Step::run("s", |_: (), _| async { Ok(()) }).build().unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        let ctx = Context::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
+        noetic::run(&step, (), &ctx).await.unwrap();
+        ids.push(ctx.execution_id());
+    }
+    let kept: Vec<bool> = ids.iter().map(|id| layer.state_of(*id).is_some()).collect();
+    assert!(kept[kept.len() - 8..].iter().all(|k| *k), "one of the 8 newest ended executions was dropped");
+    let count = kept.iter().filter(|k| **k).count();
+    assert!((8..=64).contains(&count), "{count} ended executions kept");
+    assert!(!kept[0], "the oldest of 200 is still kept");
+}
+
+#[tokio::test]
 async fn a_panicking_predicate_denies_and_is_recorded() {
     let layer = steering(SteeringConfig::new([SteeringRule::predicate("buggy", [Hook::BeforeToolCall], |_| {
         panic!("index out of bounds")

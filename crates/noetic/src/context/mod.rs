@@ -491,6 +491,12 @@ impl Context {
         self.inner.services.capture_content
     }
 
+    /// True for a root context (a session turn's, or one built by [`ContextBuilder`]); false for a spawned child's
+    /// or a fork path's.
+    pub(crate) fn is_root(&self) -> bool {
+        self.inner.parent.is_none()
+    }
+
     /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {

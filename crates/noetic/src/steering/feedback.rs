@@ -7,6 +7,7 @@
 //! dropped with a `tracing` warning; each dropped verdict is still in the ledger of the execution that fired it.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -80,6 +81,9 @@ struct Carried {
 #[derive(Default)]
 pub(super) struct CarryOver {
     threads: Mutex<(u64, HashMap<Arc<str>, Carried>)>,
+    /// How many threads have something carried (written under the lock): almost always 0, and then a turn
+    /// taking its thread's carry-over needs no lock that all turns share.
+    carried: AtomicUsize,
 }
 
 impl CarryOver {
@@ -118,11 +122,19 @@ impl CarryOver {
                 }
             }
         }
+        self.carried.store(threads.len(), Ordering::Release);
     }
 
     /// Takes everything carried for `thread`: the verdicts, oldest first, and a configuration error if one came.
     pub(super) fn take(&self, thread: &str) -> (VecDeque<Feedback>, Option<ConfigError>) {
-        match lock(&self.threads).1.remove(thread) {
+        // Reading 0 orders this take before any put still under way: what it puts is taken next time.
+        if self.carried.load(Ordering::Acquire) == 0 {
+            return (VecDeque::new(), None);
+        }
+        let mut guard = lock(&self.threads);
+        let taken = guard.1.remove(thread);
+        self.carried.store(guard.1.len(), Ordering::Release);
+        match taken {
             Some(c) => (c.pending, c.fault),
             None => (VecDeque::new(), None),
         }
@@ -139,6 +151,7 @@ impl CarryOver {
         match threads.get_mut(thread) {
             Some(carried) if pending.is_empty() && carried.fault.is_none() => {
                 threads.remove(thread);
+                self.carried.store(threads.len(), Ordering::Release);
             }
             Some(carried) => carried.pending = pending.into(),
             None if pending.is_empty() => {}

@@ -24,11 +24,14 @@ use crate::layer::{
     ToolCallParams,
 };
 use crate::model::Item;
+use crate::sync::Padded;
 
 /// The steering layer's id.
 pub const STEERING_LAYER_ID: &str = "steering";
-/// Completed executions whose steering state stays readable after `dispose`.
-const RECENT_EXECUTIONS: usize = 64;
+/// Completed executions whose steering state stays readable after `dispose`: this many groups by id …
+const RECENT_GROUPS: usize = 8;
+/// … of this many each.
+const RECENT_PER_GROUP: usize = 8;
 
 /// A copy of the layer's state for one scope: the ledger, oldest first, and the undelivered feedback.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -54,7 +57,9 @@ struct Saved {
 pub struct SteeringLayer {
     config: SteeringConfig,
     states: LayerState<Inner>,
-    recent: Mutex<VecDeque<(ExecutionId, Arc<Mutex<Inner>>)>>,
+    /// The states of ended executions, newest last, in groups by id (each group behind its own lock, so turns
+    /// ending at once on different cores rarely meet): [`RECENT_PER_GROUP`] per group.
+    recent: Box<[Padded<Recent>]>,
     /// Live spawned children and fork paths, with their parent's state (`None` when the parent does not use
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
@@ -63,6 +68,9 @@ pub struct SteeringLayer {
     before_tool_call_rules: HookRules,
     after_model_call_rules: HookRules,
 }
+
+/// One group of ended executions' states, newest last.
+type Recent = Mutex<VecDeque<(ExecutionId, Arc<Mutex<Inner>>)>>;
 
 /// The rules that apply to one hook: their indices, in rule order, and whether they are all predicates (then
 /// the gate runs them without an await in between).
@@ -114,7 +122,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
     Ok(Arc::new(SteeringLayer {
         config,
         states: LayerState::default(),
-        recent: Mutex::new(VecDeque::new()),
+        recent: (0..RECENT_GROUPS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
         before_tool_call_rules,
@@ -150,7 +158,13 @@ impl SteeringLayer {
     }
 
     fn is_child(&self, ctx: &Context) -> bool {
-        lock(&self.children).contains_key(&ctx.execution_id())
+        // A root context is nobody's child: the usual case (a session turn) takes no lock that all turns share.
+        !ctx.is_root() && lock(&self.children).contains_key(&ctx.execution_id())
+    }
+
+    /// The group of recently ended executions `id` belongs to (by bits of the id that are random).
+    fn recent(&self, id: &ExecutionId) -> &Recent {
+        &self.recent[(id.as_uuid().as_u64_pair().1 as usize) % self.recent.len()]
     }
 
     /// A spawned child or fork path has a state of its own, whatever the scope.
@@ -204,7 +218,7 @@ impl SteeringLayer {
     }
 
     /// The state for an execution (execution scope, or a spawned child or fork path in any scope), also after
-    /// the execution ended (the last 64 are kept).
+    /// the execution ended (about the last 64 are kept: the last 8 of each of 8 groups of ids).
     pub fn state_of(&self, execution_id: ExecutionId) -> Option<SteeringState> {
         self.lookup(&ScopeKey::Execution(execution_id)).map(|s| Self::snapshot(&s))
     }
@@ -227,7 +241,7 @@ impl SteeringLayer {
 
     fn lookup(&self, key: &ScopeKey) -> Option<Arc<Mutex<Inner>>> {
         self.states.get(key).or_else(|| match key {
-            ScopeKey::Execution(id) => lock(&self.recent).iter().find(|(e, _)| e == id).map(|(_, s)| s.clone()),
+            ScopeKey::Execution(id) => lock(self.recent(id)).iter().find(|(e, _)| e == id).map(|(_, s)| s.clone()),
             _ => None,
         })
     }
@@ -360,7 +374,7 @@ impl MemoryLayer for SteeringLayer {
     fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             let key @ ScopeKey::Execution(id) = self.key(ctx) else { return Ok(()) };
-            let parent = lock(&self.children).remove(&id);
+            let parent = if ctx.is_root() { None } else { lock(&self.children).remove(&id) };
             let Some(state) = self.states.remove(&key) else { return Ok(()) };
             let forward = match parent {
                 Some(Some(parent)) => Some(Forward::Parent(parent)),
@@ -374,9 +388,9 @@ impl MemoryLayer for SteeringLayer {
                 ),
                 None => {}
             }
-            let mut recent = lock(&self.recent);
+            let mut recent = lock(self.recent(&id));
             recent.push_back((id, state));
-            while recent.len() > RECENT_EXECUTIONS {
+            while recent.len() > RECENT_PER_GROUP {
                 recent.pop_front();
             }
             Ok(())
