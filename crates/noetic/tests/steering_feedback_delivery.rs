@@ -125,6 +125,44 @@ async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_firs
 }
 
 #[tokio::test]
+async fn a_carried_verdict_survives_more_sessions_ending_with_nothing_to_carry_than_the_carry_over_holds_threads() {
+    // Executions that end with nothing undelivered carry nothing: they used to leave an empty entry for their
+    // thread, so enough of them pushed a real verdict out of the carry-over (with a warning that it was full).
+    let others = noetic::steering::MAX_CARRIED_THREADS + 8;
+    let agent = ScriptedModel::new([call("c1"), ModelResponse::text("first")]);
+    for _ in 0..others {
+        agent.push(ModelResponse::text("other"));
+    }
+    agent.push(ModelResponse::text("second"));
+    let judge = allowing_judge();
+    let held = judge.push_held(ModelResponse::text("GUIDE: tell the user c1 ran"));
+    let layer = async_rule(Scope::Execution);
+    let rt = Runtime::builder()
+        .model(JudgeRouter::new(agent.clone(), judge))
+        .tool(plain_tool())
+        .layer(layer.clone() as Arc<dyn MemoryLayer>)
+        .build()
+        .unwrap();
+    let session = rt.session("s");
+    let mut events = EventCollector::of(&session);
+    assert_eq!(session.send("one").unwrap().await.unwrap(), "first");
+    let first = turn_executions(&mut events)[0];
+    held.entered().await;
+    held.release();
+    until("the late verdict resolved", || async_entries(&layer, first) == 1).await.unwrap();
+    assert_eq!(layer.carried_feedback("s").len(), 1);
+    for i in 0..others {
+        assert_eq!(rt.session(&format!("other-{i}")).send("hi").unwrap().await.unwrap(), "other");
+    }
+    assert_eq!(layer.carried_feedback("s").len(), 1, "the verdict was pushed out of the carry-over");
+    assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
+    let block = feedback_block(&[("report", "tell the user c1 ran")]);
+    let requests = contexts(&agent);
+    assert_eq!(requests.last(), Some(&vec![block]), "turn two's request shows the carried verdict");
+    assert!(requests[..requests.len() - 1].iter().all(Vec::is_empty), "and no other request does");
+}
+
+#[tokio::test]
 async fn async_verdict_queued_when_the_turn_ends_reaches_the_next_turn_first_request_exactly_once() {
     let agent = ScriptedModel::new([call("c1")]);
     let last_answer = agent.push_held(ModelResponse::text("first"));

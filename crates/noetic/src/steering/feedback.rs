@@ -88,6 +88,12 @@ pub(super) struct CarryOver {
 
 impl CarryOver {
     fn put(&self, thread: &Arc<str>, late: impl IntoIterator<Item = Late>) {
+        // Nothing to carry leaves no entry: an empty one would count against the threads the carry-over holds
+        // and push out a thread's real verdicts.
+        let mut late = late.into_iter().peekable();
+        if late.peek().is_none() {
+            return;
+        }
         let mut guard = lock(&self.threads);
         let (next_seq, threads) = &mut *guard;
         if !threads.contains_key(thread) && threads.len() >= MAX_CARRIED_THREADS {
