@@ -98,10 +98,9 @@ async fn async_verdict_resolving_in_a_tool_round_reaches_the_next_request_of_the
     assert_eq!(contexts(&agent), vec![vec![], vec![], vec![block], vec![]]);
 }
 
-#[tokio::test]
-async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_first_request_exactly_once() {
-    let agent = ScriptedModel::new([call("c1"), ModelResponse::text("first"), ModelResponse::text("second")]);
-    agent.push(ModelResponse::text("third"));
+/// A session of a runtime with the async rule whose first turn (answering "first") called `c1`, and whose verdict
+/// on it ("tell the user c1 ran") resolved after the turn ended: the runtime, the session and the layer.
+async fn session_with_a_late_verdict(agent: &ScriptedModel) -> (Runtime, Session, Arc<SteeringLayer>) {
     let judge = allowing_judge();
     let held = judge.push_held(ModelResponse::text("GUIDE: tell the user c1 ran"));
     let layer = async_rule(Scope::Execution);
@@ -118,6 +117,14 @@ async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_firs
     held.entered().await;
     held.release();
     until("the late verdict resolved", || async_entries(&layer, first) == 1).await.unwrap();
+    (rt, session, layer)
+}
+
+#[tokio::test]
+async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_first_request_exactly_once() {
+    let agent = ScriptedModel::new([call("c1"), ModelResponse::text("first"), ModelResponse::text("second")]);
+    agent.push(ModelResponse::text("third"));
+    let (_rt, session, _layer) = session_with_a_late_verdict(&agent).await;
     assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
     assert_eq!(session.send("three").unwrap().await.unwrap(), "third");
     let block = feedback_block(&[("report", "tell the user c1 ran")]);
@@ -134,22 +141,7 @@ async fn a_carried_verdict_survives_more_sessions_ending_with_nothing_to_carry_t
         agent.push(ModelResponse::text("other"));
     }
     agent.push(ModelResponse::text("second"));
-    let judge = allowing_judge();
-    let held = judge.push_held(ModelResponse::text("GUIDE: tell the user c1 ran"));
-    let layer = async_rule(Scope::Execution);
-    let rt = Runtime::builder()
-        .model(JudgeRouter::new(agent.clone(), judge))
-        .tool(plain_tool())
-        .layer(layer.clone() as Arc<dyn MemoryLayer>)
-        .build()
-        .unwrap();
-    let session = rt.session("s");
-    let mut events = EventCollector::of(&session);
-    assert_eq!(session.send("one").unwrap().await.unwrap(), "first");
-    let first = turn_executions(&mut events)[0];
-    held.entered().await;
-    held.release();
-    until("the late verdict resolved", || async_entries(&layer, first) == 1).await.unwrap();
+    let (rt, session, layer) = session_with_a_late_verdict(&agent).await;
     assert_eq!(layer.carried_feedback("s").len(), 1);
     for i in 0..others {
         assert_eq!(rt.session(&format!("other-{i}")).send("hi").unwrap().await.unwrap(), "other");
