@@ -17,13 +17,11 @@ mod real_path;
 mod store_path;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use noetic::agent::Runtime;
 use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use probe::{BenchResult, bare_tool_calls, session_turns, ten_rules};
 
@@ -109,44 +107,6 @@ async fn turn_growth_ratio() -> BenchResult<f64> {
     let d = session_turns(1000).await?;
     let sum = |r: std::ops::Range<usize>| d[r].iter().map(Duration::as_secs_f64).sum::<f64>();
     Ok(sum(990..1000) / sum(10..20))
-}
-
-/// From the end of a tool during which a steer arrived to the next model request.
-async fn steer_latency_us() -> BenchResult<f64> {
-    let origin = Instant::now();
-    let tool_end = Arc::new(AtomicU64::new(0));
-    let request_at = Arc::new(AtomicU64::new(0));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let (te, ra) = (tool_end.clone(), request_at.clone());
-    let model = ScriptedModel::responder(move |_| {
-        let n = calls.fetch_add(1, Ordering::Relaxed);
-        if n == 1 {
-            ra.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
-        }
-        Ok(if n == 0 { ModelResponse::tool_calls([("c", "steered", json!({}))]) } else { ModelResponse::text("ok") })
-    })
-    .without_recording();
-    let slot: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
-    let s = slot.clone();
-    let tool = FnTool::builder("steered", "The user steers while this runs.")
-        .handler(move |_, _| {
-            let (s, te) = (s.clone(), te.clone());
-            async move {
-                let session = s.lock().map_err(|e| ToolError::new(e.to_string()))?.clone();
-                if let Some(session) = session {
-                    session.steer("change of plan").map_err(ToolError::new)?;
-                }
-                te.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                Ok(Value::Null)
-            }
-        })
-        .build()?;
-    let rt = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
-    let session = rt.session("s");
-    *slot.lock().map_err(|e| e.to_string())? = Some(session.clone());
-    session.send("go")?.await?;
-    let nanos = request_at.load(Ordering::SeqCst).saturating_sub(tool_end.load(Ordering::SeqCst));
-    Ok(nanos as f64 / 1000.0)
 }
 
 /// One 2 MiB event arriving in 16-byte chunks, through the providers' SSE framing (`noetic-http`), in ms.
@@ -309,7 +269,7 @@ fn main() -> BenchResult<()> {
         .await?;
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
         report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
-        report("steer_latency_us", measure(15, steer_latency_us).await?, "us", "<= 50");
+        report("steer_latency_us", measure(15, probe::steer_latency_us).await?, "us", "<= 50");
         report("sse_framing_2mb_16b_chunks_ms", measure(7, sse_framing_ms).await?, "ms", "<= 50");
         BenchResult::Ok(())
     })?;

@@ -2,7 +2,7 @@
 //! so that the figures are the runtime's, not the pages of everything else the suite links).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -89,6 +89,44 @@ pub async fn session_turns(turns: usize) -> BenchResult<Vec<Duration>> {
         durations.push(start.elapsed());
     }
     Ok(durations)
+}
+
+/// From the end of a tool during which a steer arrived to the next model request.
+pub async fn steer_latency_us() -> BenchResult<f64> {
+    let origin = Instant::now();
+    let tool_end = Arc::new(AtomicU64::new(0));
+    let request_at = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (te, ra) = (tool_end.clone(), request_at.clone());
+    let model = ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        if n == 1 {
+            ra.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        }
+        Ok(if n == 0 { ModelResponse::tool_calls([("c", "steered", json!({}))]) } else { ModelResponse::text("ok") })
+    })
+    .without_recording();
+    let slot: Arc<std::sync::Mutex<Option<Session>>> = Arc::default();
+    let s = slot.clone();
+    let tool = FnTool::builder("steered", "The user steers while this runs.")
+        .handler(move |_, _| {
+            let (s, te) = (s.clone(), te.clone());
+            async move {
+                let session = s.lock().map_err(|e| ToolError::new(e.to_string()))?.clone();
+                if let Some(session) = session {
+                    session.steer("change of plan").map_err(ToolError::new)?;
+                }
+                te.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                Ok(Value::Null)
+            }
+        })
+        .build()?;
+    let rt = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
+    let session = rt.session("s");
+    *slot.lock().map_err(|e| e.to_string())? = Some(session.clone());
+    session.send("go")?.await?;
+    let nanos = request_at.load(Ordering::SeqCst).saturating_sub(tool_end.load(Ordering::SeqCst));
+    Ok(nanos as f64 / 1000.0)
 }
 
 /// Resident memory now and at its peak, in MiB (Linux `/proc/self/status`).

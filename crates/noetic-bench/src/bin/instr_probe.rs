@@ -25,7 +25,7 @@ mod probe;
 fn main() -> probe::BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered") => args.remove(0),
+        Some("tool-call" | "steered" | "steer") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -37,6 +37,17 @@ fn main() -> probe::BenchResult<()> {
         match workload.as_str() {
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,
             "steered" => probe::bare_tool_calls(n, vec![probe::ten_rules()?]).await,
+            "steer" => {
+                // The suite's `steer_latency_us`, `n` times (each a new runtime, a session and a steered turn);
+                // prints the median.
+                let mut samples = Vec::with_capacity(n);
+                for _ in 0..n {
+                    samples.push(probe::steer_latency_us().await?);
+                }
+                samples.sort_by(f64::total_cmp);
+                println!("{:.3}", samples.get(n / 2).copied().unwrap_or(f64::NAN));
+                Ok(())
+            }
             _ => probe::session_turns(n).await.map(drop),
         }
     })
