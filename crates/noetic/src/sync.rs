@@ -1,6 +1,6 @@
 //! Small synchronisation helpers every layer of the crate uses (the bottom layer, beside `error`).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: the runtime's locks guard plain data
 /// whose invariants hold between statements, and a panic elsewhere must not take every later caller down too.
@@ -23,30 +23,43 @@ impl<T: ?Sized> std::ops::Deref for Padded<T> {
 
 /// Copies of a value that every turn clones (an `Arc`, or something holding some): one per group of threads, so
 /// threads cloning it at once write different reference counts instead of all bouncing one cache line between
-/// cores. Each thread always gets the same copy.
+/// cores. Each thread always gets the same copy, made the first time a thread of its group asks.
 pub(crate) struct Spread<T> {
-    copies: Box<[T]>,
+    copies: Box<[OnceLock<T>]>,
+    make: Box<dyn Fn() -> T + Send + Sync>,
 }
 
 impl<T> Spread<T> {
-    /// `make` is called once per copy; each call must give a value with reference counts of its own (a deep copy).
-    pub(crate) fn new(make: impl FnMut() -> T) -> Self {
+    /// `make` is called once per copy, when a thread first needs it; each call must give a value with reference
+    /// counts of its own (a deep copy).
+    pub(crate) fn new(make: impl Fn() -> T + Send + Sync + 'static) -> Self {
         // Twice the cores, so the runtime's workers and the few other threads that run turns rarely share one.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let copies = (cores * 2).clamp(2, 64);
-        Spread { copies: std::iter::repeat_with(make).take(copies).collect() }
+        let copies = (cores() * 2).clamp(2, 64);
+        Spread { copies: std::iter::repeat_with(OnceLock::new).take(copies).collect(), make: Box::new(make) }
     }
 
     /// This thread's copy.
     pub(crate) fn local(&self) -> &T {
-        &self.copies[thread_slot() % self.copies.len()]
+        self.copies[thread_slot() % self.copies.len()].get_or_init(|| (self.make)())
     }
 
-    /// Every copy (to change all of them, or to check them in tests).
+    /// The copies made so far (to check them in tests).
     #[cfg(test)]
-    pub(crate) fn all(&self) -> &[T] {
-        &self.copies
+    pub(crate) fn made(&self) -> Vec<&T> {
+        self.copies.iter().filter_map(OnceLock::get).collect()
     }
+
+    /// How many copies there can be.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.copies.len()
+    }
+}
+
+/// The cores this process may use, asked once: the standard library reads the cgroup's files each time.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// A number per thread, handed out in the order threads first ask (threads made together — a runtime's workers —
@@ -68,15 +81,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_thread_keeps_its_copy_and_threads_get_consecutive_slots() {
-        let spread = Arc::new(Spread::new(|| Arc::new(Padded(7u32))));
-        let n = spread.all().len();
-        assert!(n >= 2);
-        let distinct: std::collections::HashSet<usize> = spread.all().iter().map(|c| Arc::as_ptr(c) as usize).collect();
-        assert_eq!(distinct.len(), n, "two copies are one value");
+    fn each_thread_keeps_its_copy_made_when_first_asked_and_threads_get_consecutive_slots() {
+        let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let spread = {
+            let made = made.clone();
+            Arc::new(Spread::new(move || {
+                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Arc::new(Padded(7u32))
+            }))
+        };
+        assert!(spread.capacity() >= 2);
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 0, "no copy is made before a thread asks");
         let mine = Arc::as_ptr(spread.local());
         assert_eq!(Arc::as_ptr(spread.local()), mine, "a thread asked twice got two copies");
-        assert_eq!(mine, Arc::as_ptr(&spread.all()[thread_slot() % n]));
+        assert_eq!(spread.made().len(), 1);
         // Every thread has a slot of its own (other tests' threads may take slots in between, so only
         // distinctness is certain).
         let slots: Vec<usize> =
@@ -84,7 +102,17 @@ mod tests {
         let unique: std::collections::HashSet<&usize> = slots.iter().collect();
         assert_eq!(unique.len(), slots.len(), "two threads got one slot: {slots:?}");
         assert!(slots.windows(2).all(|w| w[0] < w[1]), "slots are not handed out in order: {slots:?}");
-        assert!(spread.all().iter().all(|copy| ***copy == 7));
+        // A thread whose slot falls on another copy gets a copy of its own.
+        let other = {
+            let spread = spread.clone();
+            std::thread::spawn(move || Arc::as_ptr(spread.local()) as usize).join().expect("thread panicked")
+        };
+        let copies = spread.made();
+        assert!(copies.iter().all(|copy| ****copy == 7));
+        let distinct: std::collections::HashSet<usize> = copies.iter().map(|c| Arc::as_ptr(c) as usize).collect();
+        assert_eq!(distinct.len(), copies.len(), "two slots share one copy");
+        assert!(distinct.contains(&other));
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), copies.len(), "a copy was made twice");
     }
 
     #[test]

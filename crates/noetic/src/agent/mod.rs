@@ -276,7 +276,10 @@ impl RuntimeBuilder {
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
-        let shared = Spread::new(|| Shared::new(&self.services, &layers));
+        let shared = {
+            let (services, layers) = (self.services.clone(), layers.clone());
+            Spread::new(move || Shared::new(&services, &layers))
+        };
         let inner = Arc::new(RuntimeInner {
             layers,
             shared,
@@ -291,7 +294,10 @@ impl RuntimeBuilder {
             clock: AtomicU64::new(0),
             global_layers: persist::Kept::default(),
         });
-        let handles = Arc::new(Spread::new(|| Arc::new(Padded(inner.clone()))));
+        let handles = {
+            let inner = inner.clone();
+            Arc::new(Spread::new(move || Arc::new(Padded(inner.clone()))))
+        };
         Ok(Runtime { inner, handles })
     }
 }
@@ -502,18 +508,24 @@ mod tests {
     #[tokio::test]
     async fn a_running_turn_holds_the_runtime_through_its_threads_handle_not_the_runtimes_own_count() {
         let model = ScriptedModel::new([]);
-        let held = model.push_held(ModelResponse::text("done"));
+        let first = model.push_held(ModelResponse::text("one"));
+        let second = model.push_held(ModelResponse::text("two"));
         let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
         let session = runtime.session("s");
-        let (idle, idle_handle) = (Arc::strong_count(&runtime.inner), Arc::strong_count(runtime.handles.local()));
         let turn = session.send("go").unwrap();
-        held.entered().await;
-        assert_eq!(Arc::strong_count(&runtime.inner), idle, "the turn cloned the runtime");
-        assert_eq!(Arc::strong_count(runtime.handles.local()), idle_handle + 1, "the turn holds its thread's handle");
-        held.release();
-        assert_eq!(turn.await.unwrap(), "done");
+        first.entered().await;
+        // This thread's handle was made at its first turn; the turn holds it (the spread holds it too).
+        assert_eq!(Arc::strong_count(runtime.handles.local()), 2, "the turn holds its thread's handle");
+        first.release();
+        assert_eq!(turn.await.unwrap(), "one");
         session.idle().await;
-        assert_eq!(Arc::strong_count(runtime.handles.local()), idle_handle, "the ended turn let its handle go");
+        assert_eq!(Arc::strong_count(runtime.handles.local()), 1, "the ended turn let its handle go");
+        let idle = Arc::strong_count(&runtime.inner);
+        let turn = session.send("again").unwrap();
+        second.entered().await;
+        assert_eq!(Arc::strong_count(&runtime.inner), idle, "the turn cloned the runtime");
+        second.release();
+        assert_eq!(turn.await.unwrap(), "two");
         // The handles keep the runtime alive for a turn still running after every handle is dropped.
         let model = ScriptedModel::new([]);
         let held = model.push_held(ModelResponse::text("after"));
