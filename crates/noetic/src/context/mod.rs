@@ -90,8 +90,9 @@ struct Inner {
     events: EventSink,
     /// Alone on its cache lines: a runtime hands every turn on a thread the same copy (see `sync::Spread`).
     services: Arc<Padded<Services>>,
-    /// The session turn's own services (none outside a session turn).
-    turn: TurnServices,
+    /// The session turn's own services (none outside a session turn); one pointer, so a child context (a fork
+    /// path, a spawned child) shares them at the cost of one reference count.
+    turn: Option<Arc<TurnServices>>,
 }
 
 /// What a session turn adds to its runtime's [`Services`]: its steering, journal and records. They are made per
@@ -176,7 +177,7 @@ pub struct ContextBuilder {
     pub(crate) services: Services,
     /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
     shared: Option<Arc<Padded<Services>>>,
-    turn: TurnServices,
+    turn: Option<Arc<TurnServices>>,
     execution_id: Option<ExecutionId>,
 }
 
@@ -252,7 +253,7 @@ impl ContextBuilder {
 
     /// A session turn's steering, journal and records.
     pub(crate) fn turn_services(mut self, turn: TurnServices) -> Self {
-        self.turn = turn;
+        self.turn = Some(Arc::new(turn));
         self
     }
 
@@ -500,13 +501,13 @@ impl Context {
     /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
-        let journal = self.inner.turn.journal.as_ref().or(self.inner.services.journal.as_ref());
+        let journal = self.turn().and_then(|t| t.journal.as_ref()).or(self.inner.services.journal.as_ref());
         journal.filter(|_| self.inner.parent.is_none())
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
     pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
-        if let Some(records) = self.inner.turn.records.as_ref().or(self.inner.services.records.as_ref()) {
+        if let Some(records) = self.turn().and_then(|t| t.records.as_ref()).or(self.inner.services.records.as_ref()) {
             match serde_json::to_string(entry) {
                 Ok(json) => records.ledger_entry(json),
                 Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
@@ -521,7 +522,12 @@ impl Context {
 
     /// The session turn's steering checkpoints (also for spawned children and fork paths).
     fn steering(&self) -> Option<&Arc<dyn Checkpoints>> {
-        self.inner.turn.steering.as_ref().or(self.inner.services.steering.as_ref())
+        self.turn().and_then(|t| t.steering.as_ref()).or(self.inner.services.steering.as_ref())
+    }
+
+    /// The session turn's own services, if this execution belongs to one.
+    fn turn(&self) -> Option<&TurnServices> {
+        self.inner.turn.as_deref()
     }
 
     /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).
