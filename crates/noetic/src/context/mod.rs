@@ -33,6 +33,7 @@ pub use sink::{EventFollower, EventSink, Followed};
 
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, Model, StepMeta, Usage};
+use crate::sync::Padded;
 use crate::turn::TurnJournal;
 
 /// Steps may nest at most this deep (counting every composite step and child context).
@@ -98,7 +99,6 @@ struct Inner {
 /// What a session turn adds to its runtime's [`Services`]: its steering, journal and records. They are made per
 /// turn, while the model, tools and approver stay in the runtime's copy, so a turn clones one reference count of
 /// its thread instead of one per service that every thread shares.
-#[derive(Clone, Default)]
 pub(crate) struct TurnServices {
     pub(crate) steering: Option<Arc<dyn Checkpoints>>,
     pub(crate) journal: Option<Arc<dyn TurnJournal>>,
@@ -135,7 +135,6 @@ impl Inner {
     }
 }
 
-use crate::sync::Padded;
 pub(crate) use crate::sync::lock;
 
 /// The handle steps receive. Clone it freely; clones share everything.
@@ -502,7 +501,7 @@ impl Context {
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
         let journal = self.turn().and_then(|t| t.journal.as_ref()).or(self.inner.services.journal.as_ref());
-        journal.filter(|_| self.inner.parent.is_none())
+        journal.filter(|_| self.is_root())
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
