@@ -1,0 +1,126 @@
+//! What the chat does with a typed line: answer the open approval question, run a command, or send a message
+//! (steered into the running turn, or the start of a new one).
+
+use std::future::IntoFuture;
+use std::time::Instant;
+
+use noetic::agent::SteeringMode;
+
+use super::{Action, Chat, HELP, TurnFuture};
+use crate::approve;
+use crate::render;
+
+impl Chat {
+    /// Routes a typed line: an answer to the open approval question, a command, or a message.
+    pub(super) fn on_line(&mut self, line: &str, running: bool) -> Action {
+        let text = line.trim();
+        // Questions of calls that ended meanwhile (their turn failed or was stopped) are no longer open.
+        self.approvals.retain(|pending| !pending.reply.is_closed());
+        if !self.approvals.is_empty() && !text.starts_with('/') {
+            self.answer_question(text);
+            return Action::Nothing;
+        }
+        if text.is_empty() {
+            self.prompt(running);
+            return Action::Nothing;
+        }
+        let (command, rest) = text.split_once(' ').map_or((text, ""), |(c, r)| (c, r.trim()));
+        match command {
+            "/quit" | "/exit" => {
+                if running {
+                    self.session.stop("the user quit");
+                    self.say(&self.style.dim("stopping the running turn, then quitting"));
+                }
+                return Action::Quit;
+            }
+            "/stop" => {
+                // Cancel first, so no later call of the batch starts once the waiting ones are declined.
+                let (dropped, was_running) = self.session.stop("stopped by the user");
+                self.reject_waiting();
+                let note = match (was_running, dropped) {
+                    (false, 0) => "no turn is running".to_owned(),
+                    (false, n) => format!("dropped {n} queued message(s)"),
+                    (true, n) => format!("stopping the turn (dropped {n} queued message(s))"),
+                };
+                self.say(&self.style.dim(&note));
+            }
+            "/mode" => match rest {
+                "" => self.say(&format!("steering mode: {}", self.session.steering_mode().as_str())),
+                "all" | "one-at-a-time" => {
+                    self.session.set_steering_mode(if rest == "all" {
+                        SteeringMode::All
+                    } else {
+                        SteeringMode::OneAtATime
+                    });
+                    self.say(&self.style.dim(&format!("steering mode: {rest}")));
+                }
+                other => self.say(&format!("unknown mode '{other}'; use /mode all or /mode one-at-a-time")),
+            },
+            "/resume" if !running => match self.session.resume() {
+                Ok(Some(turn)) => {
+                    self.turn_started = Some(Instant::now());
+                    return Action::Start(turn.into_future());
+                }
+                Ok(None) => self.say("there is no unfinished turn to resume"),
+                Err(e) => self.say(&self.style.red(&e.to_string())),
+            },
+            "/discard" if !running => match self.session.discard_unfinished() {
+                Ok(true) => {
+                    self.say(&self.style.dim("dropped the unfinished turn; its open tool calls are marked interrupted"))
+                }
+                Ok(false) => self.say("there is no unfinished turn"),
+                Err(e) => self.say(&self.style.red(&e.to_string())),
+            },
+            "/ledger" => self.print_ledger(),
+            "/status" => self.print_status(running),
+            "/help" => self.say(HELP),
+            "/steer" if rest.is_empty() => self.say("/steer needs the text to send, e.g. /steer y"),
+            "/steer" => {
+                if let Some(turn) = self.message(rest, running) {
+                    return Action::Start(turn);
+                }
+            }
+            _ if command.starts_with('/') => self.say(&format!("unknown command {command}; {HELP}")),
+            // Most likely meant for a question about to appear: sent, "y" would reach the agent as a message.
+            _ if running && approve::is_answer(text) => {
+                let shown = render::printable(text);
+                let note = format!(
+                    "no approval question is waiting, so '{shown}' was not sent; to send it to the agent as a \
+                     message, type /steer {shown}"
+                );
+                self.say(&self.style.yellow(&note));
+            }
+            _ => {
+                if let Some(turn) = self.message(text, running) {
+                    return Action::Start(turn);
+                }
+            }
+        }
+        match self.approvals.front() {
+            // A command typed at a question leaves it open: ask it again.
+            Some(pending) => self.say(&self.style.yellow(&approve::question(&pending.request))),
+            None => self.prompt(running),
+        }
+        Action::Nothing
+    }
+
+    /// Sends a message: steered into the running turn, or the start of a new one.
+    fn message(&mut self, text: &str, running: bool) -> Option<TurnFuture> {
+        if running {
+            if let Err(e) = self.session.steer(text) {
+                self.say(&self.style.red(&format!("not steered: {e}")));
+            }
+            return None;
+        }
+        match self.session.send(text) {
+            Ok(turn) => {
+                self.turn_started = Some(Instant::now());
+                Some(turn.into_future())
+            }
+            Err(e) => {
+                self.say(&self.style.red(&e.to_string()));
+                None
+            }
+        }
+    }
+}
