@@ -31,6 +31,16 @@ fn chat(server: &MockServer, workspace: &Path, extra: &[&str]) -> Driven {
 }
 
 /// The request bodies the server received, as JSON.
+/// Runs a script that drives a chat (its reads block) on a blocking thread, and gives back what it returns.
+async fn drive<T: Send + 'static>(script: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(script).await.unwrap()
+}
+
+/// The session database a test's chats share, in its workspace, as a `--db` argument.
+fn store_in(workspace: &Path) -> String {
+    workspace.join("sessions.db").to_str().unwrap().to_owned()
+}
+
 async fn bodies(server: &MockServer) -> Vec<Value> {
     server.received_requests().await.unwrap().iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect()
 }
@@ -47,7 +57,7 @@ async fn a_message_runs_a_turn_ledger_prints_the_decisions_and_quit_exits_cleanl
     let mut args = vec!["--rules", rules.to_str().unwrap(), "--ledger-out", ledger.to_str().unwrap()];
     args.push("--plain");
     let mut driven = chat(&server, ws.path(), &args);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.wait_for("noetic chat — test-model");
         driven.send("What is in the workspace?");
         driven.wait_for("tool  list_dir [call_1] → hello.txt rules.toml");
@@ -59,8 +69,7 @@ async fn a_message_runs_a_turn_ledger_prints_the_decisions_and_quit_exits_cleanl
         driven.send("/quit");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     let requests = bodies(&server).await;
     assert_eq!(requests.len(), 2);
@@ -73,12 +82,11 @@ async fn end_of_input_waits_for_the_running_turn_then_exits() {
     let server = server(answer("Hello there."), answer("unused")).await;
     let ws = tempfile::tempdir().unwrap();
     let mut driven = chat(&server, ws.path(), &[]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("hi");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(out.stdout.contains("Hello there."), "{}", out.stdout);
     assert!(out.stdout.contains("■ turn done"), "{}", out.stdout);
@@ -93,7 +101,7 @@ async fn the_turn_line_shows_the_cost_the_streamed_answer_reported_and_no_cost_w
     cmd.args(["chat", "--no-store", "--plain", "--model", "test-model", "--base-url", &model.base_url, "--workspace"])
         .arg(ws.path());
     let mut driven = Driven::spawn(cmd);
-    let (priced, unpriced) = tokio::task::spawn_blocking(move || {
+    let (priced, unpriced) = drive(move || {
         driven.send("hi");
         let (_, reply) = model.next_request();
         reply.text("Hello.");
@@ -108,8 +116,7 @@ async fn the_turn_line_shows_the_cost_the_streamed_answer_reported_and_no_cost_w
         assert!(driven.finish().status.success());
         (priced, unpriced)
     })
-    .await
-    .unwrap();
+    .await;
     assert!(priced.ends_with("· 10 tokens in, 5 out, $0.0012"), "{priced}");
     assert!(unpriced.ends_with("· 10 tokens in, 5 out"), "no made-up cost: {unpriced}");
 }
@@ -147,7 +154,7 @@ async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_
     let pipe = ws.path().join("slow.pipe");
     fifo(&pipe);
     let mut driven = chat_on_terminal(&server, ws.path());
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("Read slow.pipe, then list the folder.");
         driven.wait_for("approve: run `cat slow.pipe`?");
         driven.send("y");
@@ -162,8 +169,7 @@ async fn a_line_typed_during_a_slow_tool_is_steered_into_the_turn_and_skips_the_
         driven.send("/quit");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(!out.stdout.contains("tool  list_dir [c2] …"), "the skipped tool never started:\n{}", out.stdout);
     let requests = bodies(&server).await;
@@ -188,7 +194,7 @@ async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
     let ws = tempfile::tempdir().unwrap();
     fifo(&ws.path().join("never.pipe"));
     let mut driven = chat_on_terminal(&server, ws.path());
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("Read never.pipe.");
         driven.wait_for("approve: run `cat never.pipe`?");
         driven.send("y");
@@ -201,8 +207,7 @@ async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
         driven.send("/quit");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(out.stdout.contains("stopping the turn"), "{}", out.stdout);
 }
@@ -212,7 +217,7 @@ async fn mode_switches_the_steering_mode_and_unknown_commands_are_explained() {
     let server = server(answer("unused"), answer("unused")).await;
     let ws = tempfile::tempdir().unwrap();
     let mut driven = chat(&server, ws.path(), &["--mode", "one-at-a-time"]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.wait_for("steering mode one-at-a-time");
         driven.send("/mode all");
         driven.wait_for("steering mode: all");
@@ -225,8 +230,7 @@ async fn mode_switches_the_steering_mode_and_unknown_commands_are_explained() {
         driven.send("/quit");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(server.received_requests().await.unwrap().is_empty());
 }
@@ -245,11 +249,10 @@ fn a_missing_api_key_is_an_error_naming_the_variable() {
 async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_lists_shows_and_removes_it() {
     let server = server(answer("Nice to meet you, Ada."), answer("You told me: Ada.")).await;
     let ws = tempfile::tempdir().unwrap();
-    let db = ws.path().join("sessions.db");
-    let db_arg = db.to_str().unwrap().to_owned();
+    let db_arg = store_in(ws.path());
     for (said, expected) in [("My name is Ada.", "Nice to meet you, Ada."), ("What is my name?", "You told me: Ada.")] {
         let mut driven = chat(&server, ws.path(), &["--plain", "--session", "ada", "--db", &db_arg]);
-        let out = tokio::task::spawn_blocking(move || {
+        let out = drive(move || {
             driven.wait_for("continue it later with: noetic chat --session ada");
             driven.send(said);
             driven.wait_for(expected);
@@ -257,8 +260,7 @@ async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_list
             driven.send("/quit");
             driven.finish()
         })
-        .await
-        .unwrap();
+        .await;
         assert!(out.status.success(), "stderr: {}", out.stderr);
     }
     // The second run's request carried the first run's conversation.
@@ -284,15 +286,13 @@ async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_list
 async fn without_a_session_name_each_chat_is_a_new_named_session_and_no_store_writes_nothing() {
     let server = server(answer("Hello."), answer("Hello again.")).await;
     let ws = tempfile::tempdir().unwrap();
-    let db = ws.path().join("sessions.db");
-    let db_arg = db.to_str().unwrap().to_owned();
+    let db_arg = store_in(ws.path());
     let mut driven = chat(&server, ws.path(), &["--plain", "--db", &db_arg]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("hi");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     let name = out.stdout.split("noetic chat --session ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     assert!(name.starts_with("chat-"), "{}", out.stdout);
@@ -300,20 +300,18 @@ async fn without_a_session_name_each_chat_is_a_new_named_session_and_no_store_wr
 
     let scratch = ws.path().join("never.db");
     let mut driven = chat(&server, ws.path(), &["--plain", "--no-store", "--db", scratch.to_str().unwrap()]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("hi");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(!out.status.success() && out.stderr.contains("cannot be used with"), "{}", out.stderr);
     let mut driven = chat(&server, ws.path(), &["--plain", "--no-store"]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("hi");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(!out.stdout.contains("--session"), "a throwaway chat offers no continuation: {}", out.stdout);
     assert!(!scratch.exists());
@@ -324,10 +322,9 @@ async fn without_a_session_name_each_chat_is_a_new_named_session_and_no_store_wr
 async fn a_message_queued_by_another_process_runs_in_the_idle_chat_that_owns_the_session() {
     let server = server(answer("Hello."), answer("Tidied up, as asked from elsewhere.")).await;
     let ws = tempfile::tempdir().unwrap();
-    let db = ws.path().join("sessions.db");
-    let db_arg = db.to_str().unwrap().to_owned();
+    let db_arg = store_in(ws.path());
     let mut driven = chat(&server, ws.path(), &["--plain", "--session", "kept", "--db", &db_arg]);
-    let out = tokio::task::spawn_blocking(move || {
+    let out = drive(move || {
         driven.send("Hi.");
         driven.wait_for("■ turn done");
         // The chat is idle, waiting for a line; another process queues a message for its session.
@@ -338,8 +335,7 @@ async fn a_message_queued_by_another_process_runs_in_the_idle_chat_that_owns_the
         driven.send("/quit");
         driven.finish()
     })
-    .await
-    .unwrap();
+    .await;
     assert!(out.status.success(), "stderr: {}", out.stderr);
     let second = &bodies(&server).await[1];
     let last = second["messages"].as_array().unwrap().last().unwrap().clone();
