@@ -7,7 +7,10 @@
 //! already owns its session, so later messages steer into it (they reach the model in that turn) and `/stop`
 //! cancels it before it reaches the model. Turns of different sessions run in parallel up to a limit. When a turn
 //! ends, messages that arrived after its last checkpoint run as a continuation before the session is released,
-//! so none is orphaned. Every turn's result goes out as a [`BusReply`].
+//! so none is orphaned. A session's messages reach its turns in the order the bus accepted them: a message that
+//! claims an idle session while earlier ones still wait for a continuation is queued behind them, and a turn that
+//! is ending runs no continuation once a later message has claimed the session (the claiming turn takes what
+//! waits at its start). Every turn's result goes out as a [`BusReply`].
 //!
 //! `publish` never waits for a turn slot or for a reader: a started turn waits for its slot in its own task (at
 //! most one waiting turn per session), and replies go to a bounded buffer that drops its oldest reply when
@@ -98,6 +101,21 @@ impl BusReply {
 struct Claim {
     id: u64,
     cancel: CancellationToken,
+    /// The message the turn starts with; `None` when the session had messages queued when it was claimed (the
+    /// claiming message was queued behind them and the turn runs as a continuation, keeping acceptance order).
+    input: Option<Arc<str>>,
+}
+
+/// What a claimed turn found when its slot came.
+enum Claimed {
+    /// `/stop` came first.
+    Stopped,
+    /// It started.
+    Turn(Turn),
+    /// Another turn took its message (one started outside the bus, or a continuation).
+    TakenElsewhere,
+    /// The session refused it.
+    Failed(NoeticError),
 }
 
 /// Routes inbound messages to sessions.
@@ -193,41 +211,65 @@ impl MessageBus {
         if let Some(steered) = session.steer_if_running(&text) {
             return steered.map(Delivery::Steered);
         }
-        let claim = Claim { id: self.next_claim.fetch_add(1, Ordering::Relaxed), cancel: CancellationToken::new() };
+        // Messages accepted earlier still wait (for the continuation of a turn that just ended): this one goes
+        // behind them, and the claimed turn takes them all in order.
+        let input = if session.queued() == 0 {
+            Some(Arc::from(text))
+        } else {
+            session.steer(text)?;
+            None
+        };
+        let claim =
+            Claim { id: self.next_claim.fetch_add(1, Ordering::Relaxed), cancel: CancellationToken::new(), input };
         claims.insert(message.session.clone(), claim.clone());
         drop(claims);
         let bus = self.clone();
-        tokio::spawn(async move { bus.run_claimed(session, message.session, text, claim).await });
+        tokio::spawn(async move { bus.run_claimed(session, message.session, claim).await });
         Ok(Delivery::Started)
     }
 
     /// Waits for a turn slot (or `/stop`), then starts the claimed turn and its continuations.
-    async fn run_claimed(self, session: Session, name: String, text: String, claim: Claim) {
+    async fn run_claimed(self, session: Session, name: String, claim: Claim) {
         let permit = tokio::select! {
             biased;
             () = claim.cancel.cancelled() => None,
             permit = self.permits.clone().acquire_owned() => permit.ok(),
         };
-        let routed = {
+        let claimed = {
             let mut claims = lock(&self.claims);
             if claims.get(&name).is_some_and(|c| c.id == claim.id) {
                 claims.remove(&name);
             }
             // Checked under the claims lock, which `/stop` holds while it cancels.
-            if claim.cancel.is_cancelled() || permit.is_none() { None } else { Some(session.send_or_steer(text)) }
+            if claim.cancel.is_cancelled() || permit.is_none() {
+                Claimed::Stopped
+            } else {
+                match &claim.input {
+                    Some(text) => match session.send_or_steer(text.to_string()) {
+                        Ok(Routed::Started(turn)) => Claimed::Turn(turn),
+                        Ok(Routed::Steered(_)) => Claimed::TakenElsewhere,
+                        Err(e) => Claimed::Failed(NoeticError::other(e)),
+                    },
+                    // The message waits in the queue behind earlier ones: a continuation takes them in order.
+                    None => match session.continue_session() {
+                        Ok(Some(turn)) => Claimed::Turn(turn),
+                        Ok(None) | Err(_) => Claimed::TakenElsewhere,
+                    },
+                }
+            }
         };
-        match routed {
-            None => {
+        match claimed {
+            Claimed::Stopped => {
                 let error = NoeticError::cancelled("stopped by the user before the turn started");
                 self.replies.send(BusReply::new(&name, false, Err(error)));
             }
-            Some(Ok(Routed::Started(turn))) => self.run_with_continuations(&session, &name, turn).await,
-            Some(Ok(Routed::Steered(_))) => {
-                // A turn started outside the bus took the message; run what it leaves behind once it ends.
+            Claimed::Turn(turn) => self.run_with_continuations(&session, &name, turn).await,
+            Claimed::TakenElsewhere => {
+                // A turn running meanwhile took the message (or will); run what it leaves behind once it ends.
                 session.idle().await;
                 self.continuations(&session, &name).await;
             }
-            Some(Err(e)) => self.replies.send(BusReply::new(&name, false, Err(NoeticError::other(e)))),
+            Claimed::Failed(e) => self.replies.send(BusReply::new(&name, false, Err(e))),
         }
         drop(permit);
     }
@@ -241,7 +283,17 @@ impl MessageBus {
 
     async fn continuations(&self, session: &Session, name: &str) {
         loop {
-            match session.continue_session() {
+            let next = {
+                let claims = lock(&self.claims);
+                // A message that claimed the session while its turn was ending starts the next turn itself: a
+                // continuation now would run messages accepted after it first.
+                if claims.get(name).is_some_and(|c| c.input.is_some()) {
+                    return;
+                }
+                // Under the claims lock, so no message claims the session between the look and the start.
+                session.continue_session()
+            };
+            match next {
                 Ok(Some(turn)) => {
                     let result = turn.await;
                     self.replies.send(BusReply::new(name, true, result));
