@@ -482,3 +482,50 @@ async fn a_worker_killed_at_random_moments_never_makes_a_tool_run_twice_or_a_mes
         drop(workers);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_accepted_and_each_shown_once() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "takeover_window");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let (flow, answers) = (workflow(dir.path()), workflow_file(dir.path(), true));
+    let mut workers = vec![Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &answers, &workspace)];
+    let client = reqwest::Client::new();
+    let k = unique_key("window");
+    let (_, started) =
+        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+    assert_eq!(started["routed"], "started");
+    assert_eq!(who_asks(&client, &workers, &k, "c1").await, 0);
+    workers[0].kill9();
+    std::fs::write(workspace.join("release"), "").unwrap();
+    // Through the lease's expiry (2 s) and the takeover that follows (the survivor looks every 2 s): every message
+    // is accepted, none refused while the turn waits for a new owner.
+    let mut sent = Vec::new();
+    let store = noetic_postgres::PgStore::connect(&db.url).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.peek(&k).unwrap().unwrap().unfinished.is_some() || sent.is_empty() {
+        assert!(Instant::now() < deadline, "not taken over within 30 s");
+        if sent.len() < 8 {
+            let text = format!("note {}", sent.len());
+            let (status, routed) =
+                post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": text})).await;
+            assert_eq!(status, 202, "{text} accepted while the turn waits for a new owner: {routed}");
+            sent.push(text);
+        }
+        for (call, _) in pending_calls(&client, &workers[1].base, Some(&k)).await {
+            approve_on(&client, &workers[1], &k, &call, false).await;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let approver = approve_everything(vec![workers[1].base.clone()], stop.clone());
+    let stored = settled(&db.url, &k).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    approver.await.unwrap();
+    for text in &sent {
+        let shown = stored.snapshot.history.iter().filter(|i| **i == Item::user(text.as_str())).count();
+        assert_eq!(shown, 1, "{text} shown once: {:?}", stored.snapshot.history);
+    }
+}

@@ -170,9 +170,30 @@ pub(crate) async fn post_message(
             run_turn(&state, session, turn);
             Routing::Started { turn: number }
         }
-        Routed::Steered(id) => Routing::Steered { message_id: id.to_string(), turn: session.turns() },
+        Routed::Steered(id) => {
+            let message_id = id.to_string();
+            // A turn a stopped process left waits for whoever takes the session over: this worker does, now, and
+            // the message reaches it at its first checkpoint.
+            if session.unfinished_turn().is_some() {
+                resume_for_message(&state, &session, &key);
+            }
+            Routing::Steered { message_id, turn: session.turns() }
+        }
     };
     Ok((StatusCode::ACCEPTED, Json(routing)).into_response())
+}
+
+/// Resumes the unfinished turn of `session`, which a message just queued for (another worker may have taken it
+/// first: then the message reaches it there).
+fn resume_for_message(state: &AppState, session: &Session, key: &str) {
+    match session.resume() {
+        Ok(Some(turn)) => {
+            tracing::info!(session = %key, turn = turn.number(), "resumed a turn a stopped process left, for a new message");
+            run_turn(state, session.clone(), turn);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::debug!(session = %key, error = %e, "not resumed here (another worker may have it)"),
+    }
 }
 
 fn shutting_down() -> ApiError {

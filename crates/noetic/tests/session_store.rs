@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use noetic::agent::{
-    BatchPolicy, JournalWrite, MemoryStore, SessionError, SessionStore, SessionSummary, SteerError, SteeringMode,
-    StoreCommit,
+    BatchPolicy, JournalWrite, MemoryStore, Routed, SessionError, SessionStore, SessionSummary, SteerError,
+    SteeringMode, StoreCommit,
 };
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
@@ -251,5 +251,33 @@ async fn steering_decisions_are_kept_with_the_session_and_those_committed_before
         crashed.ledger("s").unwrap().iter().map(|e| serde_json::from_str(e).unwrap()).collect();
     let denied = ledger.iter().find(|e| e["tool_name"] == "rm").unwrap();
     assert_eq!((denied["action"].as_str(), denied["rule_id"].as_str()), (Some("deny"), Some("no-rm")));
+    gate.release();
+}
+
+#[tokio::test]
+async fn a_message_for_a_session_whose_turn_waits_to_be_resumed_is_queued_for_it_and_reaches_the_model_once() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
+    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
+    let _turn = first.session("s").send("go").unwrap();
+    gate.started().await;
+    let crashed = Arc::new(store.snapshot());
+
+    let model2 = ScriptedModel::new([ModelResponse::text("resumed with the new message")]);
+    let next = runtime(&model2, crashed.clone(), vec![Gate::new().tool("slow").unwrap()]);
+    let session = next.session("s");
+    assert!(session.unfinished_turn().is_some());
+    // Accepted, not refused: the message waits for the turn that is resumed next.
+    let Routed::Steered(id) = session.send_or_steer("and also tidy up").unwrap() else {
+        panic!("a message for a session with an unfinished turn starts no new turn")
+    };
+    assert_eq!(session.queued_messages().iter().map(|m| m.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(crashed.open("s").unwrap().unwrap().snapshot.queued.len(), 1, "queued durably");
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed with the new message");
+    let request = model2.requests().pop().unwrap();
+    assert_eq!(request.history.iter().filter(|i| **i == Item::user("and also tidy up")).count(), 1);
+    assert_eq!(session.history().iter().filter(|i| **i == Item::user("and also tidy up")).count(), 1);
+    assert!(session.queued_messages().is_empty());
     gate.release();
 }

@@ -577,7 +577,10 @@ impl Session {
     /// Starts a turn if the session is idle ([`Routed::Started`] with its [`Turn`]), or steers the message into the
     /// running turn ([`Routed::Steered`] with its [`MessageId`]) — decided atomically,
     /// so a message can never fall between a turn's last checkpoint and its release unnoticed (see
-    /// [`MessageBus`](super::MessageBus), which runs a continuation for such messages).
+    /// [`MessageBus`](super::MessageBus), which runs a continuation for such messages). While a turn a stopped
+    /// process left waits ([`Session::unfinished_turn`]), the message is queued for it ([`Routed::Steered`]): it
+    /// reaches the model at that turn's first checkpoint once it is resumed ([`Session::resume`]), or starts the
+    /// next turn if it is discarded.
     pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
         self.locked(|state, conversation| {
@@ -589,10 +592,23 @@ impl Session {
                 }
                 Conversation::Idle(_) => {
                     let message = SteerMessage::new(text.clone());
-                    let claimed = claim(state, conversation, Some(&message)).map_err(|e| match e {
-                        SessionError::Store { session, message } => SteerError::Store { session, message },
-                        e => SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() },
-                    })?;
+                    let claimed = match claim(state, conversation, Some(&message)) {
+                        Ok(claimed) => claimed,
+                        // A dead process's turn waits to be resumed (here or by whoever takes the session over):
+                        // the message waits for it like any other steering, durably.
+                        Err(SessionError::Unfinished { .. }) => {
+                            return enqueue(state, conversation, text).map(Routed::Steered);
+                        }
+                        Err(SessionError::Store { session, message }) => {
+                            return Err(SteerError::Store { session, message });
+                        }
+                        Err(e) => {
+                            return Err(SteerError::Unavailable {
+                                session: state.key.to_string(),
+                                message: e.to_string(),
+                            });
+                        }
+                    };
                     match claimed {
                         Claimed::Here(history) => history,
                         // Another process runs a turn in the session: the store queued the message for it.
