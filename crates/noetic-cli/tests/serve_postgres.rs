@@ -529,3 +529,49 @@ async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_ac
         assert_eq!(shown, 1, "{text} shown once: {:?}", stored.snapshot.history);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_through_different_workers_reaches_the_model_in_the_order_it_was_accepted() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "order");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let flow = workflow(dir.path());
+    let workers = [Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &flow, &workspace)];
+    let client = reqwest::Client::new();
+    let k = unique_key("order");
+    let (_, started) =
+        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+    assert_eq!(started["routed"], "started");
+    approve_on(&client, &workers[0], &k, "c1", true).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(workspace.join("runs.txt")).is_ok_and(|r| r.starts_with("c1")) {
+        assert!(Instant::now() < deadline, "c1 did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // While c1 runs on worker 0: elsewhere, here, elsewhere — each answered before the next is sent.
+    let texts = ["first: do X", "no, do Y instead", "and then Z"];
+    for (text, through) in texts.iter().zip([1, 0, 1]) {
+        let (status, routed) =
+            post(&client, workers[through].url(&format!("/api/sessions/{k}/messages")), json!({"text": text})).await;
+        assert_eq!((status, routed["routed"].as_str()), (202, Some("steered")), "{text}: {routed}");
+    }
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let approver = approve_everything(workers.iter().map(|w| w.base.clone()).collect(), stop.clone());
+    let stored = settled(&db.url, &k).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    approver.await.unwrap();
+    let users: Vec<&str> = stored
+        .snapshot
+        .history
+        .iter()
+        .filter_map(|i| match i {
+            Item::Message { role: noetic::model::Role::User, .. } => i.text(),
+            _ => None,
+        })
+        .filter(|t| texts.contains(t))
+        .collect();
+    assert_eq!(users, texts, "the model sees the messages in acceptance order");
+}

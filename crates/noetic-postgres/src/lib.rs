@@ -777,6 +777,12 @@ fn take_from_elsewhere(shared: &Shared, conn: &mut Conn, key: &str) -> Result<Ve
         .collect()
 }
 
+/// The ids of the messages queued for `key`, in the order they were accepted (by any worker).
+fn queue_order(conn: &mut Conn, key: &str) -> Result<Vec<String>, Fail> {
+    let rows = conn.query("SELECT id FROM noetic_queue WHERE session = $1 ORDER BY pos", &[&key])?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 impl PgStore {
     /// The lease transaction of [`SessionStore::begin_turn`] and [`SessionStore::begin_turn_or_queue`].
     fn take_lease(&self, key: &str, message: Option<&SteerMessage>) -> Result<TurnLease, NoeticError> {
@@ -1230,13 +1236,14 @@ impl SessionStore for PgStore {
                     return Ok(Inbox { lease_lost: Some(reason), ..Inbox::default() });
                 }
                 let messages = take_from_elsewhere(&shared, conn, key)?;
+                let order = if messages.is_empty() { Vec::new() } else { queue_order(conn, key)? };
                 let stop: Option<String> = conn
                     .query_opt("SELECT stop_requested FROM noetic_sessions WHERE key = $1", &[&key])?
                     .and_then(|r| r.get(0));
                 if stop.is_some() {
                     conn.execute("UPDATE noetic_sessions SET stop_requested = NULL WHERE key = $1", &[&key])?;
                 }
-                Ok(Inbox { messages, stop, lease_lost: None })
+                Ok(Inbox { messages, stop, lease_lost: None, order })
             })
         });
         match inbox {
@@ -1265,23 +1272,24 @@ impl SessionStore for PgStore {
         self.take_lease(key, Some(message))
     }
 
-    fn end_turn(&self, key: &str) -> Result<Vec<SteerMessage>, NoeticError> {
+    fn end_turn(&self, key: &str) -> Result<Inbox, NoeticError> {
         lock(&self.shared.held).remove(key);
         lock(&self.shared.lost).remove(key);
         let (shared, key_owned) = (self.shared.clone(), key.to_owned());
         self.run("giving up the session's lease", move |conn| {
             let key = key_owned.as_str();
             conn.transaction(|conn| {
-                let Some((owner, _, _)) = lock_row(conn, key)? else { return Ok(Vec::new()) };
+                let Some((owner, _, _)) = lock_row(conn, key)? else { return Ok(Inbox::default()) };
                 if owner.as_deref() != Some(shared.worker.as_str()) {
-                    return Ok(Vec::new());
+                    return Ok(Inbox::default());
                 }
                 let messages = take_from_elsewhere(&shared, conn, key)?;
+                let order = if messages.is_empty() { Vec::new() } else { queue_order(conn, key)? };
                 conn.execute(
                     "UPDATE noetic_sessions SET owner = NULL, lease_until = NULL, stop_requested = NULL WHERE key = $1",
                     &[&key],
                 )?;
-                Ok(messages)
+                Ok(Inbox { messages, order, ..Inbox::default() })
             })
         })
     }

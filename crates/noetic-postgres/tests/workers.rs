@@ -313,7 +313,7 @@ async fn only_one_worker_wins_the_lease_of_an_idle_session() {
     let message = SteerMessage::new("for A's turn");
     assert!(matches!(b.begin_turn_or_queue(&k, &message).unwrap(), TurnLease::Elsewhere { .. }));
     // A's turn ends without having reached a checkpoint: the message comes back with the lease's release.
-    assert_eq!(a.end_turn(&k).unwrap(), vec![message]);
+    assert_eq!(a.end_turn(&k).unwrap().messages, vec![message]);
     assert!(matches!(b.begin_turn(&k).unwrap(), TurnLease::Granted { refreshed: Some(_) }));
     assert_eq!(b.lease_holder(&k).unwrap().as_deref(), Some(b.worker_id()));
     b.end_turn(&k).unwrap();

@@ -710,6 +710,13 @@ impl SessionStore for SqliteStore {
         if !inbox.messages.is_empty() {
             tx.execute("UPDATE queue SET from_elsewhere = 0 WHERE session = ?1 AND from_elsewhere = 1", params![key])
                 .map_err(|e| db_error(&self.path, doing, &e))?;
+            let mut stmt = tx
+                .prepare_cached("SELECT id FROM queue WHERE session = ?1 ORDER BY pos")
+                .map_err(|e| db_error(&self.path, doing, &e))?;
+            inbox.order = stmt
+                .query_map(params![key], |r| r.get::<_, String>(0))
+                .and_then(Iterator::collect)
+                .map_err(|e| db_error(&self.path, doing, &e))?;
         }
         if inbox.stop.is_some() {
             tx.execute("UPDATE sessions SET stop_requested = NULL WHERE key = ?1", params![key])

@@ -198,6 +198,36 @@ async fn a_message_queued_through_another_connection_reaches_the_owners_running_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_from_another_process_and_from_the_owner_reaches_the_model_in_acceptance_order() {
+    let db = scratch("order").join("noetic.db");
+    let owner_store = Arc::new(SqliteStore::open(&db).unwrap());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "build", json!({})), ("c2", "build", json!({}))]),
+        ModelResponse::text("done"),
+    ]);
+    let owner = runtime(&model, owner_store, vec![gate.tool("build").unwrap()]);
+    let session = owner.session("ordered");
+    session.set_steering_mode(noetic::agent::SteeringMode::All);
+    let turn = session.send("build everything").unwrap();
+    gate.started().await;
+    // Elsewhere, here, elsewhere: each accepted before the next is sent.
+    let other = SqliteStore::open(&db).unwrap();
+    other.steer_elsewhere("ordered", &noetic::agent::SteerMessage::new("first: do X")).unwrap();
+    session.steer("no, do Y instead").unwrap();
+    other.steer_elsewhere("ordered", &noetic::agent::SteerMessage::new("and then Z")).unwrap();
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done");
+    let second = model.requests()[1].history.as_slice().to_vec();
+    let tail: Vec<&Item> = second.iter().rev().take(3).rev().collect();
+    assert_eq!(
+        tail,
+        [&Item::user("first: do X"), &Item::user("no, do Y instead"), &Item::user("and then Z")],
+        "acceptance order, whichever process accepted each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_asked_through_another_connection_cancels_the_owners_turn_at_its_next_checkpoint() {
     let db = scratch("stop-elsewhere").join("noetic.db");
     let owner_store = Arc::new(SqliteStore::open(&db).unwrap());

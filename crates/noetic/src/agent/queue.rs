@@ -328,6 +328,21 @@ impl SessionQueue {
         }
     }
 
+    /// Arranges the queue in `order` (message ids, as the store accepted them); messages it does not name keep
+    /// their places relative to each other, after those it names.
+    pub(crate) fn arrange(&self, order: &[String]) {
+        if order.is_empty() {
+            return;
+        }
+        if let Some(queue) = lock(&self.messages).as_deref_mut() {
+            let rank = |m: &SteerMessage| {
+                let id = m.id.to_string();
+                order.iter().position(|o| *o == id).unwrap_or(usize::MAX)
+            };
+            queue.make_contiguous().sort_by_cached_key(rank);
+        }
+    }
+
     pub(crate) fn peek(&self) -> Vec<SteerMessage> {
         lock(&self.messages).as_ref().map(|q| q.iter().cloned().collect()).unwrap_or_default()
     }

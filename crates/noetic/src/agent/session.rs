@@ -265,7 +265,10 @@ impl SessionState {
     fn end_turn(&self) {
         let Some(store) = self.store() else { return };
         match store.end_turn(&self.key) {
-            Ok(messages) if !messages.is_empty() => self.queue.push_existing(messages),
+            Ok(inbox) if !inbox.messages.is_empty() => {
+                self.queue.push_existing(inbox.messages);
+                self.queue.arrange(&inbox.order);
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(session = %self.key, error = %e, "could not give up the turn's lease (it expires)");
@@ -1084,6 +1087,8 @@ pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> b
     if !inbox.messages.is_empty() {
         let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
         state.queue.push_existing(inbox.messages);
+        // In acceptance order, whichever process accepted each (SPEC 4.2).
+        state.queue.arrange(&inbox.order);
         if let Some(sink) = state.events.get() {
             for id in ids {
                 let session = state.key.clone();
@@ -1108,6 +1113,8 @@ fn take_idle_inbox(state: &SessionState, conversation: &Conversation) -> Result<
     if !inbox.messages.is_empty() {
         let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
         state.queue.push_existing(inbox.messages);
+        // In acceptance order, whichever process accepted each (SPEC 4.2).
+        state.queue.arrange(&inbox.order);
         if let Some(sink) = state.events.get() {
             let execution_id = ExecutionId::new();
             for id in ids {

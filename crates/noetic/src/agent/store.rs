@@ -188,11 +188,12 @@ pub trait SessionStore: Send + Sync + 'static {
     }
 
     /// The turn in `key` ended (after its last commit): gives up the lease. Returns the messages other processes
-    /// queued for it that it never took at a checkpoint — they are ordinary queued messages from now on, and the
-    /// caller adds them to what it holds. The default: nothing.
-    fn end_turn(&self, key: &str) -> Result<Vec<SteerMessage>, NoeticError> {
+    /// queued for it that it never took at a checkpoint (with the queue's order, as [`SessionStore::take_inbox`]
+    /// does) — they are ordinary queued messages from now on, and the caller adds them to what it holds. The
+    /// default: nothing.
+    fn end_turn(&self, key: &str) -> Result<Inbox, NoeticError> {
         let _ = key;
-        Ok(Vec::new())
+        Ok(Inbox::default())
     }
 
     /// Stops the turn another process runs in `key`, if one does: clears the stored queue and asks that turn to
@@ -246,6 +247,10 @@ pub struct Inbox {
     /// The lease on the session was lost (another process took it over): the running turn must stop at once
     /// without writing anything more, and leave the queue to the new owner. With why.
     pub lease_lost: Option<String>,
+    /// With `messages`: the ids of every message the store holds queued for the session, in the order it accepted
+    /// them, whichever process accepted them — the owner arranges what it holds by it, so messages reach the model
+    /// in acceptance order (SPEC 4.2). Empty: no order known (messages join at the tail).
+    pub order: Vec<String>,
 }
 
 /// A [`SessionStore`] in memory: what a database implementation does, without the durability.
