@@ -575,3 +575,42 @@ async fn steering_through_different_workers_reaches_the_model_in_the_order_it_wa
         .collect();
     assert_eq!(users, texts, "the model sees the messages in acceptance order");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_does_not_run_a_sessions_turn_shows_it_as_stored_running_while_it_runs_and_finished_after() {
+    let Some(server) = database() else { return };
+    let db = Database::new(&server, "views");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let flow = workflow(dir.path());
+    let workers = [Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &flow, &workspace)];
+    let client = reqwest::Client::new();
+    let k = unique_key("views");
+    let (_, started) =
+        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+    assert_eq!(started["routed"], "started");
+    assert_eq!(who_asks(&client, &workers, &k, "c1").await, 0);
+    let during: Value =
+        client.get(workers[1].url(&format!("/api/sessions/{k}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(during["busy"], true, "worker 1 sees the turn worker 0 runs: {during}");
+    assert!(during["running_on"].is_string(), "and says where it runs: {during}");
+    assert!(during["unfinished_turn"].is_null(), "a running turn is not one left behind: {during}");
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let approver = approve_everything(workers.iter().map(|w| w.base.clone()).collect(), stop.clone());
+    let stored = settled(&db.url, &k).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    approver.await.unwrap();
+    for (i, worker) in workers.iter().enumerate() {
+        let after: Value =
+            client.get(worker.url(&format!("/api/sessions/{k}"))).send().await.unwrap().json().await.unwrap();
+        assert_eq!(after["busy"], false, "worker {i}: {after}");
+        assert!(after["unfinished_turn"].is_null(), "worker {i} shows no unfinished turn: {after}");
+        assert_eq!(
+            after["history"].as_array().unwrap().len(),
+            stored.snapshot.history.len(),
+            "worker {i} shows the whole conversation: {after}"
+        );
+    }
+}

@@ -63,9 +63,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use noetic::NoeticError;
 use noetic::agent::{
-    BatchPolicy, Inbox, JournalWrite, LayerStateWrite, SessionSnapshot, SessionStore, SessionSummary, SteerMessage,
-    SteeringMode, StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text,
-    thread_scope,
+    BatchPolicy, Inbox, JournalWrite, LayerStateWrite, Observed, SessionSnapshot, SessionStore, SessionSummary,
+    SteerMessage, SteeringMode, StoreCommit, StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting,
+    setting_text, thread_scope,
 };
 use noetic::model::Item;
 use postgres::fallible_iterator::FallibleIterator;
@@ -1290,6 +1290,23 @@ impl SessionStore for PgStore {
                     &[&key],
                 )?;
                 Ok(Inbox { messages, order, ..Inbox::default() })
+            })
+        })
+    }
+
+    fn observe(&self, key: &str) -> Result<Option<Observed>, NoeticError> {
+        let (shared, key) = (self.shared.clone(), key.to_owned());
+        self.run("reading the session", move |conn| {
+            conn.transaction(|conn| {
+                conn.client.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+                let running_on = conn
+                    .query_opt(
+                        "SELECT owner FROM noetic_sessions WHERE key = $1 AND owner IS NOT NULL AND lease_until > now()",
+                        &[&key],
+                    )?
+                    .map(|r| r.get(0));
+                let stored = read_in(&shared, conn, &key)?.map(|(s, _)| s);
+                Ok(Some(Observed { stored, running_on }))
             })
         })
     }

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use noetic::agent::{Routed, Session, SessionError, SteerError, SteeringMode, Turn};
+use noetic::agent::{Observed, Routed, Session, SessionError, SteerError, SteeringMode, Turn};
 use noetic::context::Followed;
 use noetic::tool::Approval;
 use serde::{Deserialize, Serialize, Serializer};
@@ -208,29 +208,67 @@ struct QueuedMessage {
     accepted_at: SystemTime,
 }
 
-/// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs or was left unfinished.
+/// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs or was left unfinished. A session
+/// whose turn does not run here is read from a store other workers share (what this worker remembers of it is only
+/// as new as its own last turn there).
 pub(crate) async fn get_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let session = session(&state, &key)?;
-    let queued: Vec<QueuedMessage> = session
-        .queued_messages()
+    let observed = match state.runtime.store().cloned() {
+        Some(store) if !session.is_busy() => {
+            let k = key.clone();
+            tokio::task::spawn_blocking(move || store.observe(&k))
+                .await
+                .map_err(|e| ApiError::internal(format!("reading session '{key}' failed: {e}")))?
+                .map_err(|e| {
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", format!("session '{key}': {e}"))
+                })?
+        }
+        _ => None,
+    };
+    let pending_approvals = state.approvals.pending(Some(&key));
+    let last_event_seq = session.last_event_seq();
+    let body = match observed {
+        Some(Observed { stored: Some(stored), running_on }) => {
+            let snapshot = stored.snapshot;
+            json!({
+                "key": key,
+                "busy": running_on.is_some(),
+                "running_on": running_on,
+                "turns": snapshot.turns,
+                "steering_mode": snapshot.mode.as_str(),
+                "steering_capacity": snapshot.capacity,
+                "queued": queued_lines(snapshot.queued),
+                // A running turn's journal is not a turn left behind.
+                "unfinished_turn": stored.unfinished.filter(|_| running_on.is_none()).map(|u| u.step_id),
+                "last_event_seq": last_event_seq,
+                "pending_approvals": pending_approvals,
+                "history": snapshot.history,
+            })
+        }
+        _ => json!({
+            "key": key,
+            "busy": session.is_busy(),
+            "turns": session.turns(),
+            "steering_mode": session.steering_mode().as_str(),
+            "steering_capacity": session.steering_capacity(),
+            "queued": queued_lines(session.queued_messages()),
+            "unfinished_turn": session.unfinished_turn(),
+            "last_event_seq": last_event_seq,
+            "pending_approvals": pending_approvals,
+            "history": session.history(),
+        }),
+    };
+    Ok(Json(body))
+}
+
+fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> {
+    queued
         .into_iter()
         .map(|m| QueuedMessage { id: m.id.to_string(), text: m.text, accepted_at: m.accepted_at })
-        .collect();
-    Ok(Json(json!({
-        "key": key,
-        "busy": session.is_busy(),
-        "turns": session.turns(),
-        "steering_mode": session.steering_mode().as_str(),
-        "steering_capacity": session.steering_capacity(),
-        "queued": queued,
-        "unfinished_turn": session.unfinished_turn(),
-        "last_event_seq": session.last_event_seq(),
-        "pending_approvals": state.approvals.pending(Some(&key)),
-        "history": session.history(),
-    })))
+        .collect()
 }
 
 #[derive(Serialize)]

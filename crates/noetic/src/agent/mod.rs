@@ -41,8 +41,8 @@ pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, Ste
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
 pub use store::{
-    Inbox, JournalWrite, LayerStateWrite, MemoryStore, SessionStore, SessionSummary, StoreCommit, StoredSession,
-    TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
+    Inbox, JournalWrite, LayerStateWrite, MemoryStore, Observed, SessionStore, SessionSummary, StoreCommit,
+    StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
 };
 
 use crate::context::{Carried, Services};

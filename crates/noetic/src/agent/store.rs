@@ -213,6 +213,15 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(Inbox::default())
     }
 
+    /// What a process that is not running `key`'s turn should show of it, for stores several processes share turn
+    /// by turn: the session as stored and the worker running its turn now, read consistently. What this process
+    /// holds in memory of such a session is only as new as its own last turn there. The default, for stores one
+    /// process owns: `None` (memory is current).
+    fn observe(&self, key: &str) -> Result<Option<Observed>, NoeticError> {
+        let _ = key;
+        Ok(None)
+    }
+
     /// Sessions that need a turn no live process runs: an unfinished turn whose lease expired (the process died),
     /// to take over with [`Session::resume`](super::Session::resume), or messages queued for a turn that never took
     /// them, to start one with [`Session::continue_session`](super::Session::continue_session). The default: none
@@ -235,6 +244,15 @@ pub enum TurnLease {
         /// Who (a worker id).
         owner: String,
     },
+}
+
+/// A session as another process sees it ([`SessionStore::observe`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    /// The session as stored; `None` when the store has never seen it.
+    pub stored: Option<StoredSession>,
+    /// The worker running a turn in it now (its lease is live), if any.
+    pub running_on: Option<String>,
 }
 
 /// What other processes left for a session's owner ([`SessionStore::take_inbox`]).
