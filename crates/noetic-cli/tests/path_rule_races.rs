@@ -93,9 +93,15 @@ fn a_link_flipped_to_env_never_gets_read_file_past_the_env_rule() {
     assert_eq!(results.len(), CALLS);
     let leaked = results.iter().filter(|out| out.contains("SECRET")).count();
     let plain = results.iter().filter(|out| *out == "plain").count();
-    let denied = results.iter().filter(|out| out.starts_with("ERROR Steering denied: Do not touch .env")).count();
-    eprintln!("{flips} flips: {plain} plain reads, {denied} denied, {leaked} leaked");
+    eprintln!("{flips} flips: {plain} plain reads, {leaked} leaked");
     assert_eq!(leaked, 0, "{leaked} of {CALLS} reads returned .env's content");
+    // Each call read the file the rule checked, or the rule denied it at the gate (so the ledger has the
+    // decision): the tool never found something else than what the rule saw.
+    let other: Vec<_> = results
+        .iter()
+        .filter(|out| *out != "plain" && *out != "ERROR Steering denied: Do not touch .env files.")
+        .collect();
+    assert!(other.is_empty(), "{} calls ended otherwise, such as {:?}", other.len(), other.first());
 }
 
 #[test]

@@ -208,7 +208,7 @@ fn a_hard_link_to_a_file_outside_is_neither_written_nor_read() {
         results[0],
         (
             true,
-            "'link.txt' is a hard link (the file has 2 names, and the others may be outside the workspace), so \
+            "Error: 'link.txt' is a hard link (the file has 2 names, and the others may be outside the workspace), so \
              write_file does not write through it; delete_file it first, then write_file makes a new file of that \
              name"
                 .to_owned()
@@ -218,7 +218,7 @@ fn a_hard_link_to_a_file_outside_is_neither_written_nor_read() {
         results[1],
         (
             true,
-            "'link.txt' is a hard link (the file has 2 names): the others may be outside the workspace or \
+            "Error: 'link.txt' is a hard link (the file has 2 names): the others may be outside the workspace or \
              protected by a rule, so read_file does not read it; ask the user for what you need from it (they can \
              allow reading hard links with --hard-links allow)"
                 .to_owned()
@@ -236,7 +236,7 @@ fn a_hard_link_to_env_cannot_be_read_past_the_env_rule() {
     let results =
         call_tools_with_rules(ws.path(), no_env(&["read_file"]), &[("read_file", json!({"path": "notes.txt"}))]);
     assert!(results[0].0, "{}", results[0].1);
-    assert!(results[0].1.starts_with("'notes.txt' is a hard link (the file has 2 names)"), "{}", results[0].1);
+    assert!(results[0].1.starts_with("Error: 'notes.txt' is a hard link (the file has 2 names)"), "{}", results[0].1);
 }
 
 #[cfg(unix)]
