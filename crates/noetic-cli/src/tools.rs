@@ -277,38 +277,5 @@ fn run_command(ws: &Workspace) -> noetic::tool::FnToolBuilder {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use super::*;
-    use crate::source::Source;
-
-    /// Without a pin (no rule looked at this call, or its pin was pushed out), a file tool still checks the path
-    /// rules on what it opens: a path that leads to `.env` only now is refused as the rule would refuse it.
-    #[cfg(unix)]
-    #[test]
-    fn a_file_tool_checks_the_path_rules_itself_on_what_it_opens() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(".env"), "SECRET=1").unwrap();
-        std::os::unix::fs::symlink(".env", dir.path().join("x")).unwrap();
-        let ws = Workspace::open(dir.path()).unwrap();
-        let rules = crate::rules::load(&Source::toml(
-            "rules.toml",
-            "[[rule]]\nid = \"no-env\"\nguidance = \"No .env.\"\n\
-             deny_arg = { tool = \"read_file\", arg = \"path\", glob = \"**/.env\" }\n\n\
-             [[rule]]\nid = \"ask\"\naction = \"guide\"\nguidance = \"Ask first.\"\n\
-             deny_arg = { tool = \"write_file\", arg = \"path\", glob = \"**/.env\" }\n",
-        ))
-        .unwrap()
-        .path_rules();
-        let args = json!({"path": "x", "content": "pwned"});
-        let read = on_target((&ws, &rules), ("c1", "read_file"), &args, |target| ws.read(target, 0));
-        assert_eq!(read.unwrap_err(), "Steering denied: No .env.");
-        let write = on_target((&ws, &rules), ("c1", "write_file"), &args, |target| ws.write(target, "pwned"));
-        assert_eq!(write.unwrap_err(), "Steering guidance: Ask first.");
-        assert_eq!(std::fs::read_to_string(dir.path().join(".env")).unwrap(), "SECRET=1");
-        let list = on_target((&ws, &rules), ("c1", "list_dir"), &json!({}), |target| ws.list(target));
-        assert_eq!(list.unwrap(), ".env\nx");
-    }
-}
+#[cfg(all(test, target_os = "linux"))]
+mod tests;
