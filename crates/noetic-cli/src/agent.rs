@@ -65,7 +65,12 @@ fn default_instructions(workspace: &Workspace) -> String {
 /// Builds the runtime.
 pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     let config_error = |e: noetic::ConfigError| e.to_string();
-    let tools = tools::built_in(&spec.workspace, spec.tools.as_deref(), &spec.rules.approval_tools())?;
+    let tools = tools::built_in(
+        &spec.workspace,
+        spec.tools.as_deref(),
+        &spec.rules.approval_tools(),
+        &spec.rules.path_rules(),
+    )?;
     let layer = steering(SteeringConfig::new(spec.rules.steering_rules(&spec.model_id, &spec.workspace)))
         .map_err(config_error)?;
     let instructions = spec.instructions.unwrap_or_else(|| default_instructions(&spec.workspace));
@@ -114,6 +119,10 @@ pub struct AgentArgs {
     /// The folder the tools may touch (default: the current folder).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<std::path::PathBuf>,
+    /// Whether read_file reads a file that has more than one name (a hard link), whose other names may be outside
+    /// the workspace or protected by a rule (default: refuse). write_file never writes through one.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub hard_links: Option<crate::workspace::HardLinks>,
     /// How many queued steering messages reach the model at a checkpoint (default: one-at-a-time, or
     /// $NOETIC_AGENTS_DEFAULTS_STEERING_MODE); each session can change its own.
     #[arg(long, value_enum)]
@@ -151,7 +160,8 @@ impl AgentArgs {
         fallback: Option<&std::path::PathBuf>,
     ) -> Result<Workspace, String> {
         let dir = self.workspace.as_ref().or(fallback).or(defaults.workspace.as_ref());
-        Workspace::open(dir.map_or(std::path::Path::new("."), |d| d.as_path())).map_err(|e| e.to_string())
+        let workspace = Workspace::open(dir.map_or(std::path::Path::new("."), |d| d.as_path()))?;
+        Ok(workspace.with_hard_links(self.hard_links.unwrap_or_default()))
     }
 
     /// The instructions: the flag, else `fallback` (a workflow's), else noetic.toml's.

@@ -51,12 +51,12 @@ pub fn preview(request: &ApprovalRequest, workspace: &Workspace) -> Option<Strin
     let (Some(raw), Some(content)) = (request.arguments["path"].as_str(), request.arguments["content"].as_str()) else {
         return Some("(no diff: the call has no text path and content; the tool will refuse it)".to_owned());
     };
-    let path = match workspace.resolve(raw) {
-        Ok(path) => path,
+    let target = match workspace.locate(raw, true) {
+        Ok(target) => target,
         Err(why) => return Some(format!("(no diff: {}; the tool will refuse the call)", visible(&why))),
     };
-    let shown = visible(&path.to_string());
-    let current = match workspace.current_text(&path, MAX_DIFF_SOURCE) {
+    let shown = visible(&target.path().to_string());
+    let current = match workspace.current_text(&target, MAX_DIFF_SOURCE) {
         Ok(current) => current,
         Err(why) => return Some(format!("(no diff: {})", visible(&why))),
     };

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// The folder the tools work in (overrides the workflow's `workspace`; default: the current folder).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Whether read_file reads a file that has more than one name (a hard link), whose other names may be outside
+    /// the workspace or protected by a rule (default: refuse). write_file never writes through one.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    hard_links: Option<crate::workspace::HardLinks>,
     /// The model id (overrides the workflow's `model`).
     #[arg(long)]
     model: Option<String>,
@@ -105,7 +109,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     };
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
-    let workspace = Workspace::open(&dir)?;
+    let workspace = Workspace::open(&dir)?.with_hard_links(args.hard_links.unwrap_or_default());
     let spec = AgentSpec {
         model,
         model_id: flow.model.clone(),

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use noetic::steering::SteeringAction;
 use noetic::tool::{FnTool, Tool, ToolError};
 use serde_json::{Value, json};
 
 use crate::command;
-use crate::workspace::{Workspace, WsPath};
+use crate::rules::PathRules;
+use crate::workspace::{Failure, Located, Workspace};
 
 /// The names of the built-in tools.
 pub const BUILT_IN: [&str; 5] = ["read_file", "write_file", "list_dir", "delete_file", "run_command"];
@@ -27,15 +29,23 @@ pub fn arguments(tool: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-/// The path a call of a built-in tool touches, resolved as the tool resolves it, shown workspace-relative
-/// (`README.md`, `.` for the root): `None` unless `arg` is the `path` of a built-in file tool. Rules on path
-/// arguments match this, not what the model wrote; `Some(Err)` says why the path cannot be resolved inside the
-/// workspace (the tool refuses such a call too).
-pub fn resolved_path(workspace: &Workspace, tool: &str, arg: &str, args: &Value) -> Option<Result<String, String>> {
+/// The path a rule on `arg` of a call of a built-in tool checks, located as the tool locates it and shown
+/// workspace-relative (`README.md`, `.` for the root): `None` unless `arg` is the `path` of a built-in file tool.
+/// What was located is pinned for the tool, which acts on it (see `workspace::pins`). Rules on path arguments
+/// match this, not what the model wrote; `Some(Err)` says why the path cannot be located inside the workspace (the
+/// tool refuses such a call too).
+pub fn pinned_path(
+    workspace: &Workspace,
+    rule_id: &str,
+    (call_id, tool): (&str, &str),
+    arg: &str,
+    args: &Value,
+) -> Option<Result<String, String>> {
     if !is_path_argument(tool, arg) {
         return None;
     }
-    Some(target(workspace, tool, args).map(|path| path.to_string()))
+    let located = workspace.locate_for_rule(rule_id, (call_id, tool), raw_path(tool, args), follows_last(tool));
+    Some(located.map(|path| path.to_string()))
 }
 
 /// True when `arg` is the path a built-in file tool works on.
@@ -43,21 +53,64 @@ pub fn is_path_argument(tool: &str, arg: &str) -> bool {
     arg == "path" && matches!(tool, "read_file" | "write_file" | "list_dir" | "delete_file")
 }
 
-/// What a file tool's call touches: `delete_file` removes the entry (a link itself), the others follow links.
-fn target(workspace: &Workspace, tool: &str, args: &Value) -> Result<WsPath, String> {
+/// The path argument of a file tool's call as written (`list_dir` lists the root without one).
+fn raw_path<'a>(tool: &str, args: &'a Value) -> &'a str {
     match tool {
-        "delete_file" => workspace.resolve_entry(text_arg(args, "path")),
-        "list_dir" => workspace.resolve(args["path"].as_str().unwrap_or(".")),
-        _ => workspace.resolve(text_arg(args, "path")),
+        "list_dir" => args["path"].as_str().unwrap_or("."),
+        _ => text_arg(args, "path"),
     }
 }
 
+/// Whether a file tool follows a link in the last part of its path: `delete_file` removes the link itself.
+fn follows_last(tool: &str) -> bool {
+    tool != "delete_file"
+}
+
+/// How many times a file tool locates its path when what it found changed before it could act on it.
+const ATTEMPTS: usize = 3;
+
+/// Runs a file tool's call with `act`: on what the rules pinned for it when they checked it, else on its path
+/// located now. The path rules are checked (again) on the path of what it acts on, so a path that changed after
+/// the steering layer's check is still held to them; a target that changed before `act` could open it (a link
+/// swapped in) is located and checked again.
+fn on_target(
+    (ws, rules): (&Workspace, &PathRules),
+    (call_id, tool): (&str, &str),
+    args: &Value,
+    act: impl Fn(Located) -> Result<String, Failure>,
+) -> Result<String, String> {
+    let raw = raw_path(tool, args);
+    let mut pinned = ws.take_pinned(call_id, tool, raw);
+    for _ in 0..ATTEMPTS {
+        let target = match pinned.take() {
+            Some(target) => target,
+            None => ws.locate(raw, follows_last(tool))?,
+        };
+        if let Some(decision) = rules.check(tool, &target.path().to_string()) {
+            let guidance = decision.guidance.unwrap_or_default();
+            return Err(match decision.action {
+                SteeringAction::Guide => format!("Steering guidance: {guidance}"),
+                _ => format!("Steering denied: {guidance}"),
+            });
+        }
+        match act(target) {
+            Ok(text) => return Ok(text),
+            Err(Failure::Refused(why)) => return Err(why),
+            Err(Failure::Changed) => {}
+        }
+    }
+    Err(format!(
+        "'{raw}' changed each time {tool} opened it (a symbolic link or folder was swapped in meanwhile); try again"
+    ))
+}
+
 /// Builds the named built-in tools (all of them for `None`). Tools in `needs_approval` wait for an approver;
-/// `run_command` always does.
+/// `run_command` always does. The file tools check `path_rules` on what they act on.
 pub fn built_in(
     workspace: &Workspace,
     names: Option<&[String]>,
     needs_approval: &BTreeSet<String>,
+    path_rules: &PathRules,
 ) -> Result<Vec<Arc<dyn Tool>>, String> {
     let wanted: Vec<String> = match names {
         Some(names) => names.to_vec(),
@@ -67,10 +120,10 @@ pub fn built_in(
     for name in &wanted {
         let approval = needs_approval.contains(name.as_str());
         let tool = match name.as_str() {
-            "read_file" => read_file(workspace),
-            "write_file" => write_file(workspace),
-            "list_dir" => list_dir(workspace),
-            "delete_file" => delete_file(workspace),
+            "read_file" => read_file(workspace, path_rules),
+            "write_file" => write_file(workspace, path_rules),
+            "list_dir" => list_dir(workspace, path_rules),
+            "delete_file" => delete_file(workspace, path_rules),
             "run_command" => run_command(workspace),
             other => {
                 return Err(format!("there is no built-in tool '{other}'; choose from {}", BUILT_IN.join(", ")));
@@ -99,8 +152,8 @@ async fn blocking(f: impl FnOnce() -> Result<String, String> + Send + 'static) -
     }
 }
 
-fn read_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
-    let ws = ws.clone();
+fn read_file(ws: &Workspace, rules: &PathRules) -> noetic::tool::FnToolBuilder {
+    let (ws, rules) = (ws.clone(), rules.clone());
     FnTool::builder(
         "read_file",
         "Reads a text file in the workspace. Paths are relative to the workspace root. Large files are cut at \
@@ -113,17 +166,20 @@ fn read_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         }),
         &["path"],
     ))
-    .handler(move |args, _| {
-        let ws = ws.clone();
+    .handler(move |args, tcx| {
+        let (ws, rules) = (ws.clone(), rules.clone());
         async move {
             let offset = args["offset"].as_u64().unwrap_or(0);
-            blocking(move || ws.read_resolved(&target(&ws, "read_file", &args)?, offset)).await
+            blocking(move || {
+                on_target((&ws, &rules), (&tcx.call_id, "read_file"), &args, |target| ws.read(target, offset))
+            })
+            .await
         }
     })
 }
 
-fn write_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
-    let ws = ws.clone();
+fn write_file(ws: &Workspace, rules: &PathRules) -> noetic::tool::FnToolBuilder {
+    let (ws, rules) = (ws.clone(), rules.clone());
     FnTool::builder(
         "write_file",
         "Writes a text file in the workspace, replacing it if it exists and creating missing folders.",
@@ -135,37 +191,49 @@ fn write_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         }),
         &["path", "content"],
     ))
-    .handler(move |args, _| {
-        let ws = ws.clone();
+    .handler(move |args, tcx| {
+        let (ws, rules) = (ws.clone(), rules.clone());
         async move {
-            blocking(move || ws.write_resolved(&target(&ws, "write_file", &args)?, text_arg(&args, "content"))).await
+            blocking(move || {
+                let content = text_arg(&args, "content");
+                on_target((&ws, &rules), (&tcx.call_id, "write_file"), &args, |target| ws.write(target, content))
+            })
+            .await
         }
     })
 }
 
-fn list_dir(ws: &Workspace) -> noetic::tool::FnToolBuilder {
-    let ws = ws.clone();
+fn list_dir(ws: &Workspace, rules: &PathRules) -> noetic::tool::FnToolBuilder {
+    let (ws, rules) = (ws.clone(), rules.clone());
     FnTool::builder("list_dir", "Lists a folder of the workspace (folders end with '/').")
         .input_schema(object(
             json!({"path": {"type": "string", "description": "Folder relative to the workspace root; \".\" for the root."}}),
             &[],
         ))
-        .handler(move |args, _| {
-            let ws = ws.clone();
-            async move { blocking(move || ws.list_resolved(&target(&ws, "list_dir", &args)?)).await }
+        .handler(move |args, tcx| {
+            let (ws, rules) = (ws.clone(), rules.clone());
+            async move {
+                blocking(move || on_target((&ws, &rules), (&tcx.call_id, "list_dir"), &args, |target| ws.list(target)))
+                    .await
+            }
         })
 }
 
-fn delete_file(ws: &Workspace) -> noetic::tool::FnToolBuilder {
-    let ws = ws.clone();
+fn delete_file(ws: &Workspace, rules: &PathRules) -> noetic::tool::FnToolBuilder {
+    let (ws, rules) = (ws.clone(), rules.clone());
     FnTool::builder("delete_file", "Deletes a file in the workspace (not a folder).")
         .input_schema(object(
             json!({"path": {"type": "string", "description": "File path relative to the workspace root."}}),
             &["path"],
         ))
-        .handler(move |args, _| {
-            let ws = ws.clone();
-            async move { blocking(move || ws.delete_resolved(&target(&ws, "delete_file", &args)?)).await }
+        .handler(move |args, tcx| {
+            let (ws, rules) = (ws.clone(), rules.clone());
+            async move {
+                blocking(move || {
+                    on_target((&ws, &rules), (&tcx.call_id, "delete_file"), &args, |target| ws.delete(target))
+                })
+                .await
+            }
         })
 }
 
@@ -208,3 +276,6 @@ fn run_command(ws: &Workspace) -> noetic::tool::FnToolBuilder {
         }
     })
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;

@@ -16,6 +16,11 @@ fn call_tools(workspace: &Path, calls: &[(&str, Value)]) -> Vec<(bool, String)> 
 
 /// Like [`call_tools`], with the workflow's inline `rule` tables.
 fn call_tools_with_rules(workspace: &Path, rules: Value, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+    call_tools_with(workspace, rules, &[], calls)
+}
+
+/// Like [`call_tools_with_rules`], with more flags for `noetic run`.
+fn call_tools_with(workspace: &Path, rules: Value, flags: &[&str], calls: &[(&str, Value)]) -> Vec<(bool, String)> {
     let dir = tempfile::tempdir().unwrap();
     let flow = dir.path().join("flow.json");
     let calls: Vec<Value> = calls
@@ -25,7 +30,12 @@ fn call_tools_with_rules(workspace: &Path, rules: Value, calls: &[(&str, Value)]
         .collect();
     let def = json!({"model": "scripted", "rule": rules, "scripted": {"response": [{"tool_calls": calls}, {"text": "done"}]}});
     std::fs::write(&flow, def.to_string()).unwrap();
-    let out = run(noetic().arg("run").arg(&flow).args(["--json", "--prompt", "go", "--workspace"]).arg(workspace));
+    let out = run(noetic()
+        .arg("run")
+        .arg(&flow)
+        .args(["--json", "--prompt", "go", "--workspace"])
+        .arg(workspace)
+        .args(flags));
     assert!(out.status.success(), "stderr: {}", out.stderr);
     out.stdout
         .lines()
@@ -162,4 +172,92 @@ fn a_path_rule_denies_a_path_it_cannot_resolve_inside_the_workspace() {
          of it, no absolute paths elsewhere)"
     );
     assert_eq!(std::fs::read_to_string(outer.path().join("README.md")).unwrap(), "outside");
+}
+
+/// A rule denying `tools` any `.env` file.
+fn no_env(tools: &[&str]) -> Value {
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            json!({"id": format!("no-env-{i}"), "guidance": "Do not touch .env files.",
+                   "deny_arg": {"tool": tool, "arg": "path", "glob": "**/.env"}})
+        })
+        .collect()
+}
+
+/// A hard link is a second name of the same file, which may be outside the workspace: writing through it would
+/// change the file outside, and reading it would show a file of unknown location.
+#[cfg(unix)]
+#[test]
+fn a_hard_link_to_a_file_outside_is_neither_written_nor_read() {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let outside = outer.path().join("outside.txt");
+    std::fs::write(&outside, "outside").unwrap();
+    std::fs::hard_link(&outside, ws.join("link.txt")).unwrap();
+    let results = call_tools(
+        &ws,
+        &[
+            ("write_file", json!({"path": "link.txt", "content": "overwritten"})),
+            ("read_file", json!({"path": "link.txt"})),
+        ],
+    );
+    assert_eq!(
+        results[0],
+        (
+            true,
+            "Error: 'link.txt' is a hard link (the file has 2 names, and the others may be outside the workspace), so \
+             write_file does not write through it; delete_file it first, then write_file makes a new file of that \
+             name"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        results[1],
+        (
+            true,
+            "Error: 'link.txt' is a hard link (the file has 2 names): the others may be outside the workspace or \
+             protected by a rule, so read_file does not read it; ask the user for what you need from it (they can \
+             allow reading hard links with --hard-links allow)"
+                .to_owned()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_hard_link_to_env_cannot_be_read_past_the_env_rule() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join(".env"), "SECRET=1").unwrap();
+    std::fs::hard_link(ws.path().join(".env"), ws.path().join("notes.txt")).unwrap();
+    let results =
+        call_tools_with_rules(ws.path(), no_env(&["read_file"]), &[("read_file", json!({"path": "notes.txt"}))]);
+    assert!(results[0].0, "{}", results[0].1);
+    assert!(results[0].1.starts_with("Error: 'notes.txt' is a hard link (the file has 2 names)"), "{}", results[0].1);
+}
+
+#[cfg(unix)]
+#[test]
+fn reading_hard_links_can_be_allowed_but_writing_through_them_never() {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let outside = outer.path().join("outside.txt");
+    std::fs::write(&outside, "outside").unwrap();
+    std::fs::hard_link(&outside, ws.join("link.txt")).unwrap();
+    let results = call_tools_with(
+        &ws,
+        json!([]),
+        &["--hard-links", "allow"],
+        &[
+            ("read_file", json!({"path": "link.txt"})),
+            ("write_file", json!({"path": "link.txt", "content": "overwritten"})),
+        ],
+    );
+    assert_eq!(results[0], (false, "outside".to_owned()));
+    assert!(results[1].0 && results[1].1.contains("does not write through it"), "{}", results[1].1);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside");
 }

@@ -47,10 +47,12 @@ use crate::source::{Seg, Source, SourceError};
 use crate::workspace::Workspace;
 
 mod check;
+mod paths;
 mod steer;
 #[cfg(test)]
 mod tests;
 
+pub use paths::PathRules;
 use steer::{Matcher, steering_rule};
 
 /// One `[[rule]]` table as written.

@@ -64,8 +64,19 @@ fn arg_text(value: &Value) -> String {
     }
 }
 
+/// What a `deny_arg` rule matching `value` (of the argument `arg` of `tool`) decides.
+pub(super) fn arg_decision(
+    action: SteeringAction,
+    guidance: Option<&String>,
+    (tool, arg): (&str, &str),
+    value: &str,
+) -> SteeringDecision {
+    decision(action, guidance.cloned().unwrap_or_else(|| format!("{tool} with {arg} = {value:?} is not allowed.")))
+}
+
 /// The steering rule for a rule (`None` for `require_approval`, which is a property of the tool). Rules on the
-/// path of a built-in file tool match the path resolved in `workspace` (see [`tools::resolved_path`]).
+/// path of a built-in file tool match the path located in `workspace`, pinned for the tool (see
+/// [`tools::pinned_path`]).
 pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspace) -> Option<SteeringRule> {
     let (id, action, hooks) = (rule.id.clone(), rule.action, rule.applies_to.clone());
     let built = match &rule.kind {
@@ -83,7 +94,7 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspac
             let (guidance, workspace, rule_id) = (rule.guidance.clone(), workspace.clone(), id.clone());
             SteeringRule::predicate(id, hooks, move |p| {
                 let Some(call) = p.tool_call().filter(|c| c.name == tool) else { return SteeringDecision::allow() };
-                let value = match tools::resolved_path(&workspace, &tool, &arg, call.args) {
+                let value = match tools::pinned_path(&workspace, &rule_id, (call.call_id, &tool), &arg, call.args) {
                     Some(Ok(path)) => path,
                     // The rule cannot tell what the call would touch: fail closed, whatever its action.
                     Some(Err(why)) => {
@@ -97,10 +108,7 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspac
                     },
                 };
                 if matcher.is_match(&value) {
-                    decision(
-                        action,
-                        guidance.clone().unwrap_or_else(|| format!("{tool} with {arg} = {value:?} is not allowed.")),
-                    )
+                    arg_decision(action, guidance.as_ref(), (&tool, &arg), &value)
                 } else {
                     SteeringDecision::allow()
                 }

@@ -1,31 +1,50 @@
 //! The workspace: the one directory the built-in tools may touch.
 //!
-//! A path argument is used in two steps. [`Workspace::resolve`] turns what the model wrote into a
-//! [`WsPath`]: the workspace-relative path with `.` and `..` applied and every symbolic link inside the workspace
-//! replaced by its target, so `/abs/ws/README.md` and `sub/link-to-root/README.md` both become `README.md`. The
-//! rules check this path (see `rules`), so a rule cannot be dodged by spelling a file differently. A path that
-//! climbs out with `..`, an absolute path elsewhere and a symbolic link pointing outside are refused with an error
-//! the model can read.
+//! A path argument is used in two steps. [`Workspace::locate`] walks what the model wrote one part at a time,
+//! opening each folder beneath the workspace root without following links (a link is read and its target walked
+//! in turn), and returns a [`Located`]: the opened folder that holds the target, the names below it, and the
+//! target's [`WsPath`] — the workspace-relative path with `.` and `..` applied and every symbolic link inside the
+//! workspace replaced by its target, so `/abs/ws/README.md` and `sub/link-to-root/README.md` both become
+//! `README.md`. The rules check this path (see `rules`), so a rule cannot be dodged by spelling a file
+//! differently. A path that climbs out with `..`, an absolute path elsewhere and a symbolic link pointing outside
+//! are refused with an error the model can read.
 //!
-//! The operations then open the resolved path through a `cap_std::fs::Dir` opened on the workspace root, which
-//! resolves every path beneath that directory in one step (`openat2` with `RESOLVE_BENEATH` where the kernel has
-//! it). A symbolic link swapped in after the first step can therefore still not lead outside: the open fails.
+//! The operations (see `ops`) then act on that opened folder, opening the last name without following a link. So
+//! the file a tool reads or writes is the one at the path the rules checked: a link swapped in between (a racing
+//! process) is not followed, and the tool locates the path again and checks it again instead (see `tools`). A
+//! rule's check pins the `Located` for the call (see `pins`), so that the tool acts on what the rule saw.
+//!
+//! A file with more than one name (a hard link) may have its other names outside the workspace or under a name a
+//! rule protects; nothing here can tell. `write_file` never writes through one, and `read_file` reads one only
+//! when the user allows it ([`HardLinks::Allow`]).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fmt;
-use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use cap_std::fs::Dir;
 
 mod ops;
+mod pins;
 #[cfg(test)]
 mod tests;
+mod walk;
 
-/// Most symbolic links followed while resolving one path (as Linux's `MAXSYMLINKS`); more is taken as a loop.
-const MAX_LINKS: usize = 40;
+pub use ops::Failure;
+pub use walk::Located;
+
+/// Whether `read_file` reads a file that has more than one name (a hard link). `write_file` never writes through
+/// one, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HardLinks {
+    /// Refuse to read it: its other names are unknown, and may be outside the workspace or protected by a rule.
+    #[default]
+    Refuse,
+    /// Read it (the user trusts the hard links in this workspace).
+    Allow,
+}
 
 /// A directory the tools are confined to.
 #[derive(Debug, Clone)]
@@ -36,19 +55,18 @@ pub struct Workspace {
     given: PathBuf,
     /// The root as a capability: every file operation goes through it.
     dir: Arc<Dir>,
+    /// Whether `read_file` reads hard links.
+    hard_links: HardLinks,
+    /// What the rules located for calls whose tools have not run yet.
+    pins: Arc<pins::Pins>,
 }
 
 /// A resolved path: relative to the workspace root, only plain names, no symbolic link left inside the workspace
-/// (the last part may be a link for [`Workspace::resolve_entry`]). Shown with `/` separators, the root as `.`.
+/// (the last part may be a link when located without following it). Shown with `/` separators, the root as `.`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WsPath(PathBuf);
 
 impl WsPath {
-    /// The path to hand to the capability dir (`.` for the root).
-    fn arg(&self) -> &Path {
-        if self.0.as_os_str().is_empty() { Path::new(".") } else { &self.0 }
-    }
-
     /// True for the workspace root.
     pub fn is_root(&self) -> bool {
         self.0.as_os_str().is_empty()
@@ -78,81 +96,18 @@ impl Workspace {
         }
         let capability = Dir::open_ambient_dir(&root, cap_std::ambient_authority())
             .map_err(|e| format!("the workspace '{}' cannot be opened ({e}); check its permissions", dir.display()))?;
-        Ok(Workspace { root, given, dir: Arc::new(capability) })
+        Ok(Workspace { root, given, dir: Arc::new(capability), hard_links: HardLinks::default(), pins: Arc::default() })
+    }
+
+    /// The same workspace, reading hard links or not as `policy` says.
+    pub fn with_hard_links(mut self, policy: HardLinks) -> Self {
+        self.hard_links = policy;
+        self
     }
 
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
-    }
-
-    /// Resolves a path argument inside the workspace, following every symbolic link (as opening it would).
-    pub fn resolve(&self, raw: &str) -> Result<WsPath, String> {
-        self.resolve_with(raw, true)
-    }
-
-    /// Resolves a path argument inside the workspace, leaving a symbolic link in the last part as it is: the
-    /// entry itself, which is what deleting the path removes.
-    pub fn resolve_entry(&self, raw: &str) -> Result<WsPath, String> {
-        self.resolve_with(raw, false)
-    }
-
-    fn resolve_with(&self, raw: &str, follow_last: bool) -> Result<WsPath, String> {
-        if raw.trim().is_empty() {
-            return Err("the path is empty; give a path relative to the workspace, such as \"notes.txt\"".into());
-        }
-        let outside = || {
-            format!(
-                "the path '{raw}' is outside the workspace; use a path relative to the workspace root (no '..' \
-                 climbing out of it, no absolute paths elsewhere)"
-            )
-        };
-        let link_outside = || {
-            format!(
-                "the path '{raw}' goes through a symbolic link that points outside the workspace; use a path \
-                 inside the workspace"
-            )
-        };
-        let mut pending: VecDeque<OsString> = match self.inside(Path::new(raw)) {
-            Some(rel) => parts(&rel),
-            None => return Err(outside()),
-        };
-        let mut done = PathBuf::new();
-        let mut links = 0;
-        while let Some(part) = pending.pop_front() {
-            if part == ".." {
-                if !done.pop() {
-                    return Err(if links > 0 { link_outside() } else { outside() });
-                }
-                continue;
-            }
-            let candidate = done.join(&part);
-            let is_link = match self.dir.symlink_metadata(&candidate) {
-                Ok(meta) => meta.file_type().is_symlink(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-                Err(e) => return Err(format!("cannot resolve '{raw}': {e}")),
-            };
-            if !is_link || (pending.is_empty() && !follow_last) {
-                done = candidate;
-                continue;
-            }
-            links += 1;
-            if links > MAX_LINKS {
-                return Err(format!("the path '{raw}' goes through too many symbolic links (a loop?)"));
-            }
-            let target = self.dir.read_link_contents(&candidate).map_err(|e| format!("cannot resolve '{raw}': {e}"))?;
-            // A relative target continues from the link's folder, an absolute one from the root (if inside).
-            let target = if target.is_absolute() {
-                done = PathBuf::new();
-                self.inside(&target).ok_or_else(link_outside)?
-            } else {
-                target
-            };
-            for p in parts(&target).into_iter().rev() {
-                pending.push_front(p);
-            }
-        }
-        Ok(WsPath(done))
     }
 
     /// The part of `path` below the root: `path` itself when relative, else stripped of the root (either

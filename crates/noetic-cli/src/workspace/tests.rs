@@ -1,4 +1,4 @@
-//! Tests of the workspace: confinement, resolution for rules, the capability dir, special files.
+//! Tests of the workspace: confinement, locating paths for rules, acting on what was located, special files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fs;
@@ -6,22 +6,38 @@ use std::fs;
 use super::ops::MAX_READ_BYTES;
 use super::*;
 
-/// The tools' two steps (resolve, then act) in one call, as the tools make them.
+/// What the model would read for a failure ("changed" for a target to locate again).
+fn explain(failure: Failure) -> String {
+    match failure {
+        Failure::Refused(why) => why,
+        Failure::Changed => "changed".to_owned(),
+    }
+}
+
+/// The tools' two steps (locate, then act) in one call, as the tools make them.
 impl Workspace {
     fn read_file(&self, raw: &str, offset: u64) -> Result<String, String> {
-        self.read_resolved(&self.resolve(raw)?, offset)
+        self.read(self.locate(raw, true)?, offset).map_err(explain)
     }
 
     fn write_file(&self, raw: &str, content: &str) -> Result<String, String> {
-        self.write_resolved(&self.resolve(raw)?, content)
+        self.write(self.locate(raw, true)?, content).map_err(explain)
     }
 
     fn list_dir(&self, raw: &str) -> Result<String, String> {
-        self.list_resolved(&self.resolve(raw)?)
+        self.list(self.locate(raw, true)?).map_err(explain)
     }
 
     fn delete_file(&self, raw: &str) -> Result<String, String> {
-        self.delete_resolved(&self.resolve_entry(raw)?)
+        self.delete(self.locate(raw, false)?).map_err(explain)
+    }
+
+    fn resolve(&self, raw: &str) -> Result<WsPath, String> {
+        self.locate(raw, true).map(|target| target.path)
+    }
+
+    fn resolve_entry(&self, raw: &str) -> Result<WsPath, String> {
+        self.locate(raw, false).map(|target| target.path)
     }
 }
 
@@ -174,33 +190,96 @@ fn every_operation_refuses_a_symbolic_link_out_of_the_workspace() {
     assert_eq!(fs::read_to_string(outside.path().join("secret")).unwrap(), "s");
 }
 
-/// The rules see the path [`Workspace::resolve`] returns; the operation opens it through the capability dir. A
-/// link to outside planted between the two steps (what a racing process would do) is still refused.
-#[cfg(unix)]
+/// What was located stays what the operation acts on: a folder on the way renamed and replaced by a link to
+/// outside (what a racing process would do) is not followed; the operation says the target changed, and the path
+/// located again is refused.
+#[cfg(target_os = "linux")]
 #[test]
-fn a_symlink_swapped_in_after_resolution_is_refused_by_the_capability_dir() {
+fn a_folder_swapped_for_a_link_after_locating_is_not_followed() {
     let (dir, ws) = setup();
     let outside = tempfile::tempdir().unwrap();
     fs::write(outside.path().join("secret"), "outside").unwrap();
     fs::create_dir(dir.path().join("a")).unwrap();
     fs::write(dir.path().join("a/secret"), "inside").unwrap();
-    let read = ws.resolve("a/secret").unwrap();
-    let write = ws.resolve("a/secret").unwrap();
-    let list = ws.resolve("a").unwrap();
-    let delete = ws.resolve_entry("a/secret").unwrap();
-    assert_eq!(read.to_string(), "a/secret");
-    // The swap: `a` becomes a link to a folder outside holding a file of the same name.
-    fs::remove_dir_all(dir.path().join("a")).unwrap();
+    let read = ws.locate("a/secret", true).unwrap();
+    let write = ws.locate("a/secret", true).unwrap();
+    let list = ws.locate("a", true).unwrap();
+    let delete = ws.locate("a/secret", false).unwrap();
+    assert_eq!(read.path().to_string(), "a/secret");
+    // The swap: `a` moves away and becomes a link to a folder outside holding a file of the same name.
+    fs::rename(dir.path().join("a"), dir.path().join("moved")).unwrap();
     std::os::unix::fs::symlink(outside.path(), dir.path().join("a")).unwrap();
-    let escape = "it leads outside the workspace (through a symbolic link)";
-    assert_eq!(
-        ws.read_resolved(&read, 0).unwrap_err(),
-        format!("cannot read 'a/secret': {escape}; list_dir shows what exists")
-    );
-    assert_eq!(ws.write_resolved(&write, "x").unwrap_err(), format!("cannot write 'a/secret': {escape}"));
-    assert_eq!(ws.list_resolved(&list).unwrap_err(), format!("cannot list 'a': {escape}"));
-    assert_eq!(ws.delete_resolved(&delete).unwrap_err(), format!("cannot delete 'a/secret': {escape}"));
+    assert_eq!(ws.read(read, 0), Err(Failure::Changed));
+    assert_eq!(ws.write(write, "x"), Err(Failure::Changed));
+    assert_eq!(ws.list(list), Err(Failure::Changed));
+    assert_eq!(ws.delete(delete), Err(Failure::Changed));
+    assert!(ws.locate("a/secret", true).unwrap_err().contains("symbolic link that points outside the workspace"));
     assert_eq!(fs::read_to_string(outside.path().join("secret")).unwrap(), "outside");
+    assert_eq!(fs::read_to_string(dir.path().join("moved/secret")).unwrap(), "inside");
+}
+
+/// A link swapped in for the last part after it was located is not followed either.
+#[cfg(unix)]
+#[test]
+fn a_link_swapped_in_for_the_last_part_after_locating_is_not_followed() {
+    let (dir, ws) = setup();
+    fs::write(dir.path().join(".env"), "SECRET=1").unwrap();
+    fs::write(dir.path().join("x"), "plain").unwrap();
+    let read = ws.locate("x", true).unwrap();
+    let write = ws.locate("x", true).unwrap();
+    fs::remove_file(dir.path().join("x")).unwrap();
+    std::os::unix::fs::symlink(".env", dir.path().join("x")).unwrap();
+    assert_eq!(ws.read(read, 0), Err(Failure::Changed));
+    assert_eq!(ws.write(write, "pwned"), Err(Failure::Changed));
+    assert_eq!(fs::read_to_string(dir.path().join(".env")).unwrap(), "SECRET=1");
+    assert_eq!(ws.locate("x", true).unwrap().path().to_string(), ".env");
+}
+
+/// A rule's check pins what it located for the call; the tool takes that, not what the path leads to later. Every
+/// rule of the call sees the same pin; the same rule looking again (a new call with the same id) locates afresh.
+#[cfg(unix)]
+#[test]
+fn the_tool_acts_on_what_the_rule_located_for_its_call() {
+    let (dir, ws) = setup();
+    fs::write(dir.path().join(".env"), "SECRET=1").unwrap();
+    fs::write(dir.path().join("plain.txt"), "plain").unwrap();
+    std::os::unix::fs::symlink("plain.txt", dir.path().join("x")).unwrap();
+    let flip = |target: &str| {
+        fs::remove_file(dir.path().join("x")).unwrap();
+        std::os::unix::fs::symlink(target, dir.path().join("x")).unwrap();
+    };
+    let call = ("c1", "read_file");
+    assert_eq!(ws.locate_for_rule("no-env", call, "x", true).unwrap().to_string(), "plain.txt");
+    flip(".env");
+    assert_eq!(ws.locate_for_rule("no-secrets", call, "x", true).unwrap().to_string(), "plain.txt");
+    let pinned = ws.take_pinned("c1", "read_file", "x").unwrap();
+    assert_eq!(ws.read(pinned, 0).unwrap(), "plain");
+    assert!(ws.take_pinned("c1", "read_file", "x").is_none(), "taken once");
+    assert_eq!(ws.locate_for_rule("no-env", call, "x", true).unwrap().to_string(), ".env");
+    assert_eq!(ws.locate_for_rule("no-env", call, "x", true).unwrap().to_string(), ".env", "looked again: afresh");
+    assert!(ws.take_pinned("c2", "read_file", "x").is_none(), "another call has no pin");
+}
+
+/// A file with two names is not written through, nor read unless allowed; an approval shows no diff of it.
+#[cfg(unix)]
+#[test]
+fn hard_links_are_not_written_and_read_only_when_allowed() {
+    let (dir, ws) = setup();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("f"), "outside").unwrap();
+    fs::hard_link(outside.path().join("f"), dir.path().join("link")).unwrap();
+    assert!(ws.write_file("link", "x").unwrap_err().contains("is a hard link (the file has 2 names"));
+    assert!(ws.read_file("link", 0).unwrap_err().contains("read_file does not read it"));
+    let target = ws.locate("link", true).unwrap();
+    assert!(ws.current_text(&target, 1000).unwrap_err().contains("write_file does not write through it"));
+    let allowing = ws.clone().with_hard_links(HardLinks::Allow);
+    assert_eq!(allowing.read_file("link", 0).unwrap(), "outside");
+    assert!(allowing.write_file("link", "x").is_err());
+    assert_eq!(fs::read_to_string(outside.path().join("f")).unwrap(), "outside");
+    // Deleting the name leaves the file's other name; then a new file of that name can be written.
+    assert_eq!(ws.delete_file("link").unwrap(), "deleted link");
+    assert_eq!(ws.write_file("link", "new").unwrap(), "wrote 3 bytes to link");
+    assert_eq!(fs::read_to_string(outside.path().join("f")).unwrap(), "outside");
 }
 
 #[cfg(unix)]
