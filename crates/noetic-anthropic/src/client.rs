@@ -2,6 +2,7 @@
 //! bodies to the pure translation functions.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -9,13 +10,13 @@ use futures::{StreamExt, TryStreamExt};
 use noetic::NoeticError;
 use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta, replay};
 use noetic_http::{
-    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, read_body, sse_events,
-    with_retries,
+    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, parse_retry_after, read_body,
+    sse_events, with_retries,
 };
 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig};
 use crate::encode::{HistoryCache, encode_body};
-use crate::error::{error_from_status, parse_retry_after, transport_error};
+use crate::error::{error_from_status, transport_error};
 use crate::response::parse_response;
 use crate::sse::{event_deltas, mid_stream};
 
@@ -27,7 +28,8 @@ use crate::sse::{event_deltas, mid_stream};
 ///   failures are retried with the configured [`RetryPolicy`](noetic::step::RetryPolicy) — for a stream only
 ///   until the response has begun (its first body byte: a stall before it, per the idle limit, is retried too),
 ///   never after. A `Retry-After` longer than the policy's longest delay is not waited for: the
-///   [`NoeticError::ModelRateLimit`] is returned at once.
+///   [`NoeticError::ModelRateLimit`] is returned at once, its delay clamped to
+///   [`MAX_RETRY_AFTER`](noetic_http::MAX_RETRY_AFTER).
 /// * Every body — a response, an error body, a whole stream — is capped by
 ///   [`AnthropicConfig::max_body_bytes`] (32 MiB by default) and read once: over the cap the call ends with a
 ///   non-retryable error naming the setting.
@@ -138,7 +140,8 @@ impl AnthropicModel {
             return Ok(response);
         }
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let retry_after = parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref());
+        let retry_after =
+            parse_retry_after(header("retry-after-ms").as_deref(), header("retry-after").as_deref(), SystemTime::now());
         let length = response.content_length();
         // Read once and not retried: a retry would fetch the same oversized body again.
         let text = error_body_text(

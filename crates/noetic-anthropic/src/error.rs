@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use noetic::NoeticError;
-use noetic_http::error_chain;
+use noetic_http::{MAX_RETRY_AFTER, error_chain};
 use serde_json::Value;
 
 /// The environment variable holding the API key, named in authentication errors.
@@ -15,8 +15,8 @@ pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 ///
 /// * 401 / 403 → a non-retryable [`NoeticError::ModelFailed`] that names `ANTHROPIC_API_KEY` and quotes the
 ///   provider's message (`key_sent` says whether a key was sent at all, to tell "missing" from "wrong").
-/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after` (its `step_id` is left empty; the `llm` step fills
-///   it in).
+/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after`, at most [`MAX_RETRY_AFTER`] (its `step_id` is left
+///   empty; the `llm` step fills it in).
 /// * 408, 409, 5xx and 529 (overloaded) → a retryable `ModelFailed`.
 /// * Anything else (400 invalid request, 404 unknown model, 413 too large …) → a non-retryable `ModelFailed` with
 ///   the provider's message and the raw body.
@@ -55,7 +55,8 @@ pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str,
             tracing::warn!(provider_message = %provider, ?retry_after, "Anthropic rate limit (HTTP 429)");
             NoeticError::ModelRateLimit {
                 step_id: String::new(),
-                retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                retry_after_ms: retry_after
+                    .map(|d| u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)),
                 message: Some(provider.to_string()),
             }
         }
@@ -127,20 +128,6 @@ fn shorten(text: &str) -> String {
     out
 }
 
-/// The delay a `retry-after-ms` or `Retry-After` header value asks for. `retry-after-ms` holds milliseconds;
-/// `Retry-After` holds seconds (fractions accepted). The HTTP-date form of `Retry-After` is not understood and
-/// gives `None` (the backoff applies).
-pub fn parse_retry_after(retry_after_ms: Option<&str>, retry_after: Option<&str>) -> Option<Duration> {
-    let ms = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0);
-    if let Some(ms) = ms {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
-    }
-    retry_after
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e9)
-        .map(Duration::from_secs_f64)
-}
-
 /// The error for a request that got no HTTP response: connection refused or reset, DNS failure, timeout. All are
 /// retryable, since nothing reached the caller.
 pub(crate) fn transport_error(error: &reqwest::Error, url: &str) -> NoeticError {
@@ -190,6 +177,8 @@ mod tests {
     fn rate_limits_carry_the_retry_after() {
         let e = error_from_status(429, Some(Duration::from_secs(2)), "{}", true);
         assert!(matches!(e, NoeticError::ModelRateLimit { retry_after_ms: Some(2000), .. }));
+        let forever = error_from_status(429, Some(Duration::MAX), "{}", true);
+        assert!(matches!(forever, NoeticError::ModelRateLimit { retry_after_ms: Some(86_400_000), .. }));
     }
 
     #[test]
@@ -212,15 +201,5 @@ mod tests {
         assert!(message_of(&e.unwrap_or_else(|| NoeticError::other("none"))).contains("Overloaded"));
         let limited = json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}});
         assert!(matches!(error_from_body(None, &limited, ""), Some(NoeticError::ModelRateLimit { .. })));
-    }
-
-    #[test]
-    fn retry_after_headers_parse_as_milliseconds_or_seconds() {
-        assert_eq!(parse_retry_after(Some("250"), Some("9")), Some(Duration::from_millis(250)));
-        assert_eq!(parse_retry_after(None, Some("2")), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after(None, Some("0.5")), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after(None, Some("Wed, 21 Oct 2015 07:28:00 GMT")), None);
-        assert_eq!(parse_retry_after(None, Some("-1")), None);
-        assert_eq!(parse_retry_after(None, None), None);
     }
 }

@@ -9,7 +9,8 @@
 //! * **Pure translation**, no I/O: [`request_body`] (request → JSON body), [`parse_response`] (JSON body →
 //!   [`ModelResponse`](noetic::model::ModelResponse)), [`StreamAccumulator`] and [`stream_deltas`] (server-sent
 //!   events → [`StreamDelta`](noetic::model::StreamDelta)s, from any stream of byte chunks), and the error mapping
-//!   ([`error_from_status`], [`error_from_body`], [`parse_retry_after`]).
+//!   ([`error_from_status`], [`error_from_body`]; `Retry-After` is read by `noetic-http`'s
+//!   [`parse_retry_after`](noetic_http::parse_retry_after), shared with the OpenAI-compatible provider).
 //! * **Transport**: [`AnthropicModel`] sends the body with `reqwest` (rustls), with the `x-api-key` and
 //!   `anthropic-version: 2023-06-01` headers, and hands the answer to the pure layer.
 //!
@@ -49,7 +50,7 @@
 //! * **Usage.** `input_tokens` counts all prompt tokens, including cache reads and writes; `cached_tokens` counts
 //!   cache reads (see [`usage`]).
 //! * **Retries** (default [`DEFAULT_RETRY`]: 3 attempts, exponential from 500 ms) cover 429 (honouring
-//!   `retry-after-ms` / `Retry-After`), 529, 5xx, 408, 409, timeouts, connection failures and retryable error
+//!   `retry-after-ms` / `Retry-After`, believed up to a day), 529, 5xx, 408, 409, timeouts, connection failures and retryable error
 //!   objects — only before a streamed response has begun. Once a stream has started, every error is returned
 //!   as it is and marked not retryable, because part of the answer may already have been used.
 //! * **Timeouts.** [`AnthropicConfig::timeout`] bounds a whole non-streamed attempt, and for a stream the wait for
@@ -75,7 +76,7 @@ pub use config::{
     ANTHROPIC_VERSION, AnthropicConfig, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT,
 };
 pub use encode::{HistoryCache, Prefix, encode_body};
-pub use error::{API_KEY_VAR, error_from_body, error_from_status, parse_retry_after};
+pub use error::{API_KEY_VAR, error_from_body, error_from_status};
 pub use request::{DEFAULT_MAX_TOKENS, DEVELOPER_PREFIX, SYSTEM_PREFIX, model_id, request_body};
 pub use response::{parse_response, usage};
 pub use sse::{stream_deltas, stream_deltas_limited};

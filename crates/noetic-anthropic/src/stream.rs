@@ -2,6 +2,8 @@
 //! [`StreamDelta`]s, and the assembled [`ModelResponse`] at the end. Free of sockets and of SSE framing (see
 //! [`crate::stream_deltas`] for that).
 
+use std::collections::HashMap;
+
 use noetic::NoeticError;
 use noetic::model::{ModelResponse, StreamDelta, ToolCall};
 use serde_json::Value;
@@ -31,8 +33,11 @@ enum Block {
 #[derive(Debug, Default)]
 pub struct StreamAccumulator {
     parts: Parts,
-    /// Content blocks by their `index`.
-    blocks: Vec<(u64, Block)>,
+    /// Content blocks in the order they started.
+    blocks: Vec<Block>,
+    /// The position in `blocks` of the latest block with each `index`: an event finds its block at once, however
+    /// many came before (a search made a stream of many blocks quadratic).
+    block_at: HashMap<u64, usize>,
     /// Argument text of each tool call, by position.
     arguments: Vec<String>,
     started: bool,
@@ -111,7 +116,8 @@ impl StreamAccumulator {
                     }
                     _ => Block::Ignored,
                 };
-                self.blocks.push((index, kind));
+                self.block_at.insert(index, self.blocks.len());
+                self.blocks.push(kind);
             }
             "content_block_delta" => {
                 let delta = &event["delta"];
@@ -198,7 +204,7 @@ impl StreamAccumulator {
         let open: Vec<(usize, String)> = self
             .blocks
             .iter()
-            .filter_map(|(_, b)| match b {
+            .filter_map(|b| match b {
                 Block::ToolUse { position, initial_input } => Some((*position, initial_input.clone())),
                 _ => None,
             })
@@ -211,8 +217,7 @@ impl StreamAccumulator {
 
     /// The block with the `index` of an event.
     fn block(&self, index: &Value) -> Option<&Block> {
-        let index = index.as_u64()?;
-        self.blocks.iter().rev().find(|(i, _)| *i == index).map(|(_, b)| b)
+        self.blocks.get(*self.block_at.get(&index.as_u64()?)?)
     }
 
     /// Sets the arguments of a finished tool call: the streamed JSON, else the start block's input, else `{}`.

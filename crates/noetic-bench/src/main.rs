@@ -1,5 +1,6 @@
 //! The benchmark suite, one JSON line per figure (`{"name", "value", "unit", "min", "max", "cold", "target"}`):
-//! the runtime's bare overhead with an instant scripted model, the providers' SSE framing, and the path users run
+//! the runtime's bare overhead with an instant scripted model, the providers' SSE framing and stream parsing (see
+//! [`stream_path`]), and the path users run
 //! (`real_*`, see [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
 //!
 //! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
@@ -15,6 +16,7 @@ mod pg_path;
 mod probe;
 mod real_path;
 mod store_path;
+mod stream_path;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -236,9 +238,11 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // One group only: `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL).
+    // One group only: `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
+    // `noetic-bench streams` (the providers' SSE framing and stream parsing).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
+        Some("streams") => return stream_figures(&rt),
         Some("store") => return store_figures(&rt),
         Some("pg") => return pg_figures(),
         _ => {}
@@ -270,9 +274,9 @@ fn main() -> BenchResult<()> {
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
         report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
         report("steer_latency_us", measure(15, probe::steer_latency_us).await?, "us", "<= 50");
-        report("sse_framing_2mb_16b_chunks_ms", measure(7, sse_framing_ms).await?, "ms", "<= 50");
         BenchResult::Ok(())
     })?;
+    stream_figures(&rt)?;
     let children = |arg: &str| (0..3).map(|_| child(arg)).collect::<BenchResult<Vec<_>>>();
     report("peak_rss_mb", Stats::of(children("rss-session")?, None), "MiB", "<= 10");
     report("session_rss_added_mb", Stats::of(children("rss-session-added")?, None), "MiB", "");
@@ -282,6 +286,19 @@ fn main() -> BenchResult<()> {
     pg_figures()?;
     mcp_figures(&rt)?;
     Ok(())
+}
+
+/// The providers' SSE framing, and their stream parsing with 64k tool calls (see [`stream_path`]).
+fn stream_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        report("sse_framing_2mb_16b_chunks_ms", measure(7, sse_framing_ms).await?, "ms", "<= 50");
+        let calls = 64 * 1024;
+        let openai = measure(5, || stream_path::openai_tool_calls_ms(calls)).await?;
+        report("openai_stream_64k_tool_calls_ms", openai, "ms", "<= 1000");
+        let anthropic = measure(5, || stream_path::anthropic_tool_calls_ms(calls)).await?;
+        report("anthropic_stream_64k_tool_calls_ms", anthropic, "ms", "<= 1000");
+        BenchResult::Ok(())
+    })
 }
 
 /// Sessions shared by workers through PostgreSQL (see [`pg_path`]); without a server, said on stderr.

@@ -8,6 +8,8 @@
 //!   limit between chunks.
 //! * [`with_retries`] / [`retry_delay`] — retries with backoff and `Retry-After`, before anything reached the
 //!   caller.
+//! * [`parse_retry_after`] — `retry-after-ms` / `Retry-After` (seconds or an HTTP date), clamped to
+//!   [`MAX_RETRY_AFTER`], one parser for every provider.
 //! * [`error_chain`] — an error and its sources in one line.
 //! * [`LogCache`] — what a provider encoded of each item log, bounded, so requests encode only what is new.
 //!
@@ -16,11 +18,13 @@
 mod body;
 mod log_cache;
 mod retry;
+mod retry_after;
 mod sse;
 
 pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
 pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
+pub use retry_after::{MAX_RETRY_AFTER, http_date, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
 
 /// The default cap on a response body, and on one server-sent event: 32 MiB.

@@ -21,7 +21,8 @@ use crate::wire::{BodyOptions, HistoryCache, encode_body, replay};
 /// **Retries.** Rate limits (429, waiting at least what `Retry-After` asks), server errors (5xx, 408, 409),
 /// timeouts and connection errors are retried with the configured [`RetryPolicy`](noetic::step::RetryPolicy)
 /// (default 3 attempts, exponential from 500 ms). A `Retry-After` longer than the policy's `max_delay` is not
-/// waited out: the [`NoeticError::ModelRateLimit`] is returned at once so the caller decides. A stream is retried
+/// waited out: the [`NoeticError::ModelRateLimit`] is returned at once so the caller decides (its delay clamped to
+/// [`MAX_RETRY_AFTER`](noetic_http::MAX_RETRY_AFTER); a NaN or negative one counts as absent). A stream is retried
 /// only until its response starts: a stall or failure before the first body byte (the
 /// [idle limit](OpenAiConfig::idle_timeout), or the [timeout](OpenAiConfig::timeout) before the headers) is retried
 /// like a failed call; once the first byte of a successful response has been read, failures end the stream with a

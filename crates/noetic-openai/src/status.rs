@@ -1,6 +1,4 @@
-//! HTTP error statuses → typed errors, and `Retry-After` parsing. Pure functions.
-
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! HTTP error statuses → typed errors. Pure functions (`Retry-After` is read by `noetic-http`).
 
 use noetic::NoeticError;
 
@@ -69,73 +67,12 @@ pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, 
     }
 }
 
-/// How long the provider asked to wait: `retry-after-ms` (OpenAI), else `Retry-After` as seconds or an HTTP date
-/// (relative to `now`).
-pub(crate) fn retry_after_ms(retry_after_ms: Option<&str>, retry_after: Option<&str>, now: SystemTime) -> Option<u64> {
-    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()).filter(|ms| ms.is_finite()) {
-        return Some(ms.max(0.0).ceil() as u64);
-    }
-    let value = retry_after?.trim();
-    if let Ok(seconds) = value.parse::<f64>() {
-        return seconds.is_finite().then(|| (seconds.max(0.0) * 1000.0).ceil() as u64);
-    }
-    let at = http_date(value)?;
-    let wait = at.duration_since(now).unwrap_or(Duration::ZERO);
-    Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use.
-pub(crate) fn http_date(text: &str) -> Option<SystemTime> {
-    let (_, rest) = text.split_once(", ")?;
-    let parts: Vec<&str> = rest.split(' ').collect();
-    let [day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let day: u32 = day.parse().ok()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| m == month)? as u32
-        + 1;
-    let year: i64 = year.parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 || hms.next().is_some() {
-        return None;
-    }
-    let days = u64::try_from(days_from_civil(year, month, day)).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month = i64::from(month);
-    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod tests {
     use super::*;
 
     const KEY: KeyInfo<'static> = KeyInfo { has_key: true, key_env: "OPENROUTER_API_KEY", endpoint: "http://x/v1" };
-
-    #[test]
-    fn http_dates_parse_and_retry_after_prefers_milliseconds() {
-        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(UNIX_EPOCH + Duration::from_secs(784_111_777)));
-        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(UNIX_EPOCH));
-        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
-        let now = UNIX_EPOCH + Duration::from_secs(784_111_770);
-        assert_eq!(retry_after_ms(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), now), Some(7000));
-        assert_eq!(retry_after_ms(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), now + Duration::from_secs(60)), Some(0));
-        assert_eq!(retry_after_ms(None, Some("2"), now), Some(2000));
-        assert_eq!(retry_after_ms(Some("150.5"), Some("2"), now), Some(151));
-        assert_eq!(retry_after_ms(None, Some("soon"), now), None);
-    }
 
     #[test]
     fn auth_errors_name_the_key_variable_and_are_not_retryable() {

@@ -9,12 +9,13 @@ use futures::stream::BoxStream;
 use noetic::NoeticError;
 use noetic::model::{ModelResponse, StreamDelta};
 use noetic_http::{
-    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, read_body, sse_events,
+    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, parse_retry_after, read_body,
+    sse_events,
 };
 use reqwest::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 
 use crate::client::Inner;
-use crate::status::{KeyInfo, retry_after_ms, status_error};
+use crate::status::{KeyInfo, status_error};
 use crate::wire::{event_deltas, mid_stream, parse_response};
 
 /// What a streaming attempt opened.
@@ -99,11 +100,13 @@ impl Inner {
             return Ok(response);
         }
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let wait = retry_after_ms(
+        let wait = parse_retry_after(
             header("retry-after-ms").as_deref(),
             header(RETRY_AFTER.as_str()).as_deref(),
             SystemTime::now(),
-        );
+        )
+        // At most a day (`MAX_RETRY_AFTER`), so the milliseconds always fit.
+        .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         let length = response.content_length();
         // Read once and not retried: a retry would fetch the same oversized body again.
         let body = response.bytes_stream();

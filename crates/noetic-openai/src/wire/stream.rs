@@ -1,5 +1,7 @@
 //! Streamed chat completions: SSE `data:` payloads → [`StreamDelta`]s.
 
+use std::collections::HashMap;
+
 use noetic::NoeticError;
 use noetic::model::{Item, ModelResponse, StreamDelta, Usage};
 use serde_json::Value;
@@ -9,8 +11,6 @@ use super::response::{ProviderError, arguments_text, content_text, finish_reason
 /// A tool call being assembled from pieces.
 #[derive(Debug, Default)]
 struct PartialCall {
-    /// The `index` the server gave it, if any.
-    wire_index: Option<u64>,
     id: String,
     name: String,
     arguments: String,
@@ -51,6 +51,10 @@ pub struct StreamAccumulator {
     text: String,
     refusal: String,
     calls: Vec<PartialCall>,
+    /// The position of the latest call at each wire `index`, and of the latest call with each id: a piece finds
+    /// its call at once, however many calls came before (a search over the calls made a stream quadratic in them).
+    by_index: HashMap<u64, usize>,
+    by_id: HashMap<String, usize>,
     usage: Usage,
     finish: Option<String>,
     /// The model named by the chunks.
@@ -184,8 +188,8 @@ impl StreamAccumulator {
         let name = piece["function"]["name"].as_str().filter(|s| !s.is_empty());
         let arguments = arguments_text(&piece["function"]["arguments"]);
         let existing = match (wire_index, id) {
-            (Some(i), _) => self.calls.iter().rposition(|c| c.wire_index == Some(i)),
-            (None, Some(id)) => self.calls.iter().rposition(|c| c.id == id),
+            (Some(i), _) => self.by_index.get(&i).copied(),
+            (None, Some(id)) => self.by_id.get(id).copied(),
             (None, None) => self.calls.len().checked_sub(1),
         };
         // A new id at a known index is a new call (some servers send every call with index 0).
@@ -196,13 +200,20 @@ impl StreamAccumulator {
         let index = match existing {
             Some(pos) => pos,
             None => {
-                self.calls.push(PartialCall { wire_index, ..PartialCall::default() });
-                self.calls.len() - 1
+                let position = self.calls.len();
+                self.calls.push(PartialCall::default());
+                if let Some(wire_index) = wire_index {
+                    self.by_index.insert(wire_index, position);
+                }
+                position
             }
         };
         let call = self.calls.get_mut(index)?;
         let new_id = id.filter(|_| call.id.is_empty()).map(|id| {
             call.id = id.to_owned();
+            // An id may reach an older call after a newer one took it: the newest keeps it.
+            let latest = self.by_id.entry(call.id.clone()).or_insert(index);
+            *latest = (*latest).max(index);
             call.id.clone()
         });
         // Names come whole on the first piece; some servers repeat them on later pieces.
