@@ -8,18 +8,9 @@ use std::path::PathBuf;
 
 use common::{noetic, run};
 
-/// The npm filesystem reference server, installed by `scripts/mcp-servers.sh setup` (skipped with a reason when
-/// absent, unless `NOETIC_E2E_REQUIRED=1`).
+/// The npm filesystem reference server (skipped with a reason when absent, unless `NOETIC_E2E_REQUIRED=1`).
 fn filesystem_server() -> Option<PathBuf> {
-    let dir = std::env::var_os("NOETIC_MCP_SERVERS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-mcp-servers")
-    });
-    let bin = dir.join("node_modules/.bin/mcp-server-filesystem");
-    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
-    if bin.exists() && node {
-        return Some(bin);
-    }
-    common::skip(&format!("{} is missing (or node is): run scripts/mcp-servers.sh setup", bin.display()))
+    common::mcp_server("mcp-server-filesystem")
 }
 
 #[test]

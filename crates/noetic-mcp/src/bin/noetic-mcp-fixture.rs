@@ -56,7 +56,8 @@ impl Fixture {
             json!({"name": "progress", "description": "Reports progress twice.", "inputSchema": object}),
             json!({"name": "add_tool", "description": "Lists one more tool.", "inputSchema": object}),
             json!({"name": "big", "description": "Returns `bytes` bytes of text.",
-                   "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]}}),
+                   "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}},
+                                   "required": ["bytes"]}}),
         ];
         if self.late.load(Ordering::SeqCst) {
             tools.push(json!({"name": "late", "description": "Added at run time.", "inputSchema": object}));
