@@ -139,3 +139,35 @@ fn the_offline_model_asked_for_a_tool_call_first_uses_an_mcp_servers_tool() {
     let requests = events.iter().filter(|e| e["type"] == "model_call_started").count();
     assert!(requests >= 2, "the model saw the result in a second, free round: {}", out.stdout);
 }
+
+#[test]
+fn max_result_bytes_of_an_mcp_server_table_cuts_its_results_with_a_note() {
+    let Some(server) = common::mcp_server("mcp-server-everything") else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "model = \"scripted\"\n[[mcp_server]]\nname = \"every\"\ncommand = {:?}\nmax_result_bytes = 100\n\
+             [[scripted.response]]\ntool_calls = [{{ id = \"m1\", name = \"every__echo\", args = {{ message = {:?} }} \
+             }}]\n[[scripted.response]]\ntext = \"done\"\n",
+            server.display().to_string(),
+            "y".repeat(5_000)
+        ),
+    )
+    .unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "Echo it", "--json", "--workspace"]).arg(ws.path()));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let completed = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["type"] == "tool_call_completed")
+        .unwrap_or_else(|| panic!("no tool_call_completed event: {}", out.stdout));
+    let expected = format!(
+        "Echo: {}\n[… truncated: the result has 5006 bytes; showing the first 100 (max_result_bytes of MCP server \
+         'every' is 100); ask the tool for less]",
+        "y".repeat(94)
+    );
+    assert_eq!(completed["output"], expected.as_str(), "{completed}");
+}
