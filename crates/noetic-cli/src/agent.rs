@@ -145,10 +145,14 @@ impl AgentArgs {
         }
     }
 
-    /// The rules of the flag's file, else of noetic.toml's `rules`, else none.
+    /// The rules of the flag's file, else of noetic.toml's `rules`, else none. They may name tools of
+    /// noetic.toml's MCP servers (checked when the servers start).
     pub fn rules(&self, defaults: &crate::config::Defaults) -> Result<RuleSet, Box<dyn std::error::Error>> {
         match self.rules.as_ref().or(defaults.rules.as_ref()) {
-            Some(path) => Ok(crate::rules::load(&crate::source::Source::read(path)?)?),
+            Some(path) => {
+                let names = crate::mcp::tool_names(&defaults.mcp_servers);
+                Ok(crate::rules::load(&crate::source::Source::read(path)?, &names)?)
+            }
             None => Ok(RuleSet::default()),
         }
     }

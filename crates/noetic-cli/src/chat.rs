@@ -110,6 +110,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         model_id: model_id.clone(),
         instructions: args.agent.instructions(defaults, None),
         tools: None,
+        tool_sources: crate::mcp::start(&defaults.mcp_servers, &rules).await?,
         rules,
         workspace: workspace.clone(),
         max_rounds: None,
@@ -117,7 +118,6 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
         store: crate::sessions::open(&args.store, defaults)?.map(|s| s.shared()),
-        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
     })?;

@@ -101,7 +101,7 @@ pub(crate) fn number_or_text<'de, D: Deserializer<'de>>(deserializer: D) -> Resu
 }
 
 /// The configured provider timeout (`timeout`, after the environment's override), `None` when unset. A value
-/// that is not a positive number of seconds is an error naming it and where it came from.
+/// outside [`crate::duration::TIMEOUT`] is an error naming it, where it came from and the range.
 pub fn timeout(defaults: &Defaults) -> Result<Option<Duration>, String> {
     defaults
         .timeout
@@ -147,6 +147,10 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
             let file: File = toml::from_str(&text).map_err(|e| {
                 format!("{}: {}", path.display(), e.to_string().trim_end()).replace("TOML parse error", "error")
             })?;
+            // Checked now, so a bad table stops the command before anything starts.
+            for server in &file.mcp_server {
+                server.config().map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             Defaults { mcp_servers: file.mcp_server, ..file.agents.defaults }
         }
     };

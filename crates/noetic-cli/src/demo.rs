@@ -26,17 +26,16 @@ use crate::render::{Style, event_line, printable};
 use crate::screen::{Input, Screen};
 
 /// Seconds each tool takes at a terminal unless `--pace` says otherwise.
-pub const DEFAULT_PACE: f64 = 2.0;
+pub const DEFAULT_PACE: Duration = Duration::from_secs(2);
 
 /// How long the paced demo waits for a person to type at its first slow read.
 const WAIT_FOR_THE_USER: Duration = Duration::from_secs(20);
 
-/// Reads `--pace SECONDS`: a number from 0 (instant) to 60.
-pub fn parse_pace(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(pace) if (0.0..=60.0).contains(&pace) => Ok(pace),
-        _ => Err(format!("'{text}' is not a number of seconds from 0 to 60 (0: no pauses)")),
-    }
+/// Reads `--pace SECONDS`: a number from 0 (no pauses) to 60.
+pub fn parse_pace(text: &str) -> Result<Duration, String> {
+    const PACE: crate::duration::Range =
+        crate::duration::Range { min: 0.0, min_allowed: true, max: 60.0, example: "2" };
+    crate::duration::parse("--pace", text, PACE)
 }
 
 type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -210,10 +209,10 @@ struct Person {
 
 /// Runs the demo. `plain` turns colours off and, like a pipe, keeps it instant; at a terminal each tool takes
 /// `pace` seconds (default [`DEFAULT_PACE`]).
-pub async fn run(plain: bool, pace: Option<f64>) -> DemoResult<()> {
+pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
     let style = Style::detect(plain);
     let interactive = !plain && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let pace = if interactive { Duration::from_secs_f64(pace.unwrap_or(DEFAULT_PACE)) } else { Duration::ZERO };
+    let pace = if interactive { pace.unwrap_or(DEFAULT_PACE) } else { Duration::ZERO };
     let layer = steering(SteeringConfig::new(rules()))?;
     let typed = Arc::new(tokio::sync::Notify::new());
     let runtime = Runtime::builder()

@@ -17,6 +17,7 @@ mod chat;
 mod command;
 mod config;
 mod demo;
+mod duration;
 mod ledger;
 mod local;
 mod mcp;
@@ -75,7 +76,7 @@ enum Command {
         plain: bool,
         /// At a terminal, the seconds each tool takes (default 2; 0: no pauses).
         #[arg(long, value_name = "SECONDS", value_parser = demo::parse_pace)]
-        pace: Option<f64>,
+        pace: Option<std::time::Duration>,
     },
     /// Chat with an agent on a real provider; type while it works to steer it, /stop to cancel a turn.
     #[command(after_help = chat::HELP)]
@@ -208,7 +209,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn check_rules(file: &std::path::Path, json: bool) -> Result<(), Box<dyn std::error::Error>> {
-    let set = rules::load(&source::Source::read(file)?)?;
+    // No server is started here: a `<server>__<tool>` name is checked when chat, run or serve start theirs.
+    let set = rules::load(&source::Source::read(file)?, &rules::ToolNames::any_server())?;
     if json {
         let rules: Vec<serde_json::Value> = set
             .ids()

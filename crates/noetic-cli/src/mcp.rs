@@ -1,16 +1,20 @@
-//! `[[mcp_server]]` tables of noetic.toml: MCP servers whose tools join the agent's (named `<server>__<tool>`).
+//! `[[mcp_server]]` tables of noetic.toml and workflow files: MCP servers whose tools join the agent's (named
+//! `<server>__<tool>`), and the rules that name those tools, checked once the servers have listed them.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use noetic::tool::ToolSource;
+use noetic::tool::{ToolSet, ToolSource};
 use noetic_mcp::{McpServer, McpServerConfig};
 use serde::Deserialize;
 
+use crate::output::errln;
+use crate::rules::{RuleSet, ToolNames};
+
 /// One `[[mcp_server]]` table: `name`, and either `command` (+ `args`, `env`) for a server over stdio or `url`
-/// (+ `headers`) for one over streamable HTTP; optional `timeout` (seconds per call) and `require_approval`
-/// (tool names, without the server prefix, whose calls wait for the user's approval).
+/// (+ `headers`) for one over streamable HTTP; optional `timeout` (seconds per call), `max_result_bytes` (the
+/// most of a result the model reads) and `require_approval` (tool names, without the server prefix, whose calls
+/// wait for the user's approval).
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerToml {
@@ -29,16 +33,19 @@ pub struct McpServerToml {
     /// HTTP headers for it.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Seconds a call may take (default 60).
-    pub timeout: Option<f64>,
+    /// Seconds a call may take (default 60), as written (checked by [`crate::duration`]).
+    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    pub timeout: Option<String>,
+    /// The most bytes of a call's result the model reads (default 64 KiB); the rest is cut with a note.
+    pub max_result_bytes: Option<u64>,
     /// Tools of this server whose calls need the user's approval.
     #[serde(default)]
     pub require_approval: Vec<String>,
 }
 
 impl McpServerToml {
-    /// The client configuration, or what is wrong with the table.
-    fn config(&self) -> Result<McpServerConfig, String> {
+    /// The client configuration, or what is wrong with the table (naming the key and what it accepts).
+    pub fn config(&self) -> Result<McpServerConfig, String> {
         let mut config = match (&self.command, &self.url) {
             (Some(command), None) => self
                 .env
@@ -56,23 +63,140 @@ impl McpServerToml {
                 ));
             }
         };
-        if let Some(secs) = self.timeout {
-            if !(secs.is_finite() && secs > 0.0) {
-                return Err(format!("[[mcp_server]] '{}': timeout must be a positive number of seconds", self.name));
-            }
-            config = config.timeout(Duration::from_secs_f64(secs));
+        if let Some(text) = &self.timeout {
+            let key = format!("timeout of [[mcp_server]] '{}'", self.name);
+            config = config.timeout(crate::duration::parse(&key, text, crate::duration::TIMEOUT)?);
         }
-        Ok(config.require_approval(self.require_approval.iter().cloned()))
+        if let Some(bytes) = self.max_result_bytes {
+            let most = noetic_mcp::MAX_MESSAGE_BYTES;
+            let bytes = usize::try_from(bytes).ok().filter(|b| (1..=most).contains(b)).ok_or_else(|| {
+                format!(
+                    "'{bytes}' is not a valid max_result_bytes of [[mcp_server]] '{}': give a number of bytes from 1 \
+                     to {most} (16 MiB, the largest message a server may send), e.g. 65536",
+                    self.name
+                )
+            })?;
+            config = config.max_result_bytes(bytes);
+        }
+        config = config.require_approval(self.require_approval.iter().cloned());
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 }
 
-/// Starts every configured server; the first that does not start is an error naming it (and its stderr tail).
-pub async fn start(servers: &[McpServerToml]) -> Result<Vec<Arc<dyn ToolSource>>, String> {
-    let mut started: Vec<Arc<dyn ToolSource>> = Vec::with_capacity(servers.len());
+/// The tools rules may name when these servers are configured.
+pub fn tool_names<'a>(servers: impl IntoIterator<Item = &'a McpServerToml>) -> ToolNames {
+    ToolNames::with_servers(servers.into_iter().map(|s| s.name.clone()))
+}
+
+/// Starts every configured server (the first that does not start is an error naming it and its stderr tail),
+/// then checks the MCP tools `rules` name against the tools the servers list: a name none offers is an error.
+/// Calls of tools `require_approval` rules name wait for the approver. When a server's tool list changes later,
+/// the names are checked again and a rule whose tool is gone (or back) is reported on stderr.
+pub async fn start(servers: &[McpServerToml], rules: &RuleSet) -> Result<Vec<Arc<dyn ToolSource>>, String> {
+    let approvals = rules.approval_tools();
+    let mut started: Vec<Arc<McpServer>> = Vec::with_capacity(servers.len());
     for server in servers {
-        let config = server.config()?;
+        let prefix = format!("{}{}", server.name, noetic_mcp::NAME_SEPARATOR);
+        let config = server.config()?.require_approval(approvals.iter().filter(|t| t.starts_with(&prefix)).cloned());
         let running = McpServer::start(config).await.map_err(|e| format!("MCP server '{}': {e}", server.name))?;
         started.push(Arc::new(running));
     }
-    Ok(started)
+    let offered: Vec<ToolSet> = started.iter().map(|s| s.snapshot()).collect();
+    rules.check_mcp_tools(&offered).map_err(|e| e.to_string())?;
+    if rules.names_mcp_tools() {
+        let sources: Vec<Arc<dyn ToolSource>> = started.iter().map(|s| s.clone() as Arc<dyn ToolSource>).collect();
+        let watch = Arc::new(Recheck::new(&sources, rules.clone()));
+        for server in &started {
+            let (mut listings, watch) = (server.watch_listings(), watch.clone());
+            tokio::spawn(async move {
+                // Ends when the server is dropped.
+                while listings.changed().await.is_ok() {
+                    for line in watch.changes() {
+                        errln!("noetic: {line}");
+                    }
+                }
+            });
+        }
+    }
+    Ok(started.into_iter().map(|s| s as Arc<dyn ToolSource>).collect())
+}
+
+/// Checks the rules' MCP tool names again after a server's tool list changed (they all matched at the start).
+struct Recheck {
+    sources: Vec<Weak<dyn ToolSource>>,
+    rules: RuleSet,
+    /// The names found missing at the last check, so each change is reported once.
+    missing: Mutex<BTreeSet<String>>,
+}
+
+impl Recheck {
+    fn new(sources: &[Arc<dyn ToolSource>], rules: RuleSet) -> Self {
+        Recheck { sources: sources.iter().map(Arc::downgrade).collect(), rules, missing: Mutex::default() }
+    }
+
+    /// What changed since the last check, as lines to report: a rule whose tool is gone (it guards nothing
+    /// until the tool comes back, and a call of a tool that is not offered cannot run), a tool that is back.
+    fn changes(&self) -> Vec<String> {
+        let offered: Vec<ToolSet> = self.sources.iter().filter_map(Weak::upgrade).map(|s| s.snapshot()).collect();
+        let now = self.rules.missing_mcp_tools(&offered);
+        let mut before = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lines: Vec<String> = now
+            .iter()
+            .filter(|m| !before.contains(&m.tool))
+            .map(|gone| {
+                format!(
+                    "warning: the tools of an MCP server changed: {} (the rule applies again if the tool comes back)",
+                    gone.error
+                )
+            })
+            .collect();
+        let names: BTreeSet<String> = now.into_iter().map(|m| m.tool).collect();
+        lines.extend(
+            before.difference(&names).map(|back| format!("the MCP tool '{back}' a rule names is offered again")),
+        );
+        *before = names;
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use noetic::tool::{DynamicTools, FnTool, Tool};
+
+    use super::*;
+    use crate::source::Source;
+
+    fn tool(name: &str) -> Arc<dyn Tool> {
+        Arc::new(
+            FnTool::builder(name, "a server's tool")
+                .handler(|_, _| async { Ok(serde_json::Value::Null) })
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_rules_mcp_tool_that_goes_away_after_a_tool_list_change_is_reported_once_and_again_when_it_is_back() {
+        let rules = crate::rules::load(
+            &Source::toml("rules.toml", "[[rule]]\nid = \"no-x\"\ndeny_tool = \"srv__x\"\n"),
+            &ToolNames::with_servers(["srv"]),
+        )
+        .unwrap();
+        let server = Arc::new(DynamicTools::new());
+        server.replace([tool("srv__x"), tool("srv__y")]).unwrap();
+        let recheck = Recheck::new(&[server.clone() as Arc<dyn ToolSource>], rules);
+        assert!(recheck.changes().is_empty(), "every name matches");
+        server.replace([tool("srv__y")]).unwrap();
+        assert_eq!(
+            recheck.changes(),
+            ["warning: the tools of an MCP server changed: rules.toml:3:1: rule 'no-x': there is no tool \
+                 'srv__x': MCP server 'srv' offers srv__y (the rule applies again if the tool comes back)"]
+        );
+        assert!(recheck.changes().is_empty(), "reported once");
+        server.replace([tool("srv__y"), tool("srv__x")]).unwrap();
+        assert_eq!(recheck.changes(), ["the MCP tool 'srv__x' a rule names is offered again"]);
+    }
 }

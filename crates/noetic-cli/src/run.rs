@@ -80,12 +80,13 @@ pub struct RunArgs {
 
 /// Runs the workflow once.
 pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<(), Box<dyn std::error::Error>> {
-    let mut flow = workflow::load(&args.workflow)?;
+    let mut flow = workflow::load(&args.workflow, &defaults.mcp_servers)?;
     if let Some(model) = &args.model {
         flow.model = model.clone();
     }
+    let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
     if let Some(path) = &args.rules {
-        let extra = crate::rules::load(&crate::source::Source::read(path)?)?;
+        let extra = crate::rules::load(&crate::source::Source::read(path)?, &crate::mcp::tool_names(&servers))?;
         flow.rules.extend(extra).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(mode) = args.mode {
@@ -129,10 +130,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             }
             None => None,
         },
-        tool_sources: {
-            let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
-            crate::mcp::start(&servers).await?
-        },
+        tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
         first_round_tool_call: args.local,
         max_idle_sessions: None,
     };

@@ -36,9 +36,15 @@ pub struct ServeArgs {
     /// address is loopback.
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
-    /// Seconds a tool call that needs approval waits for a decision before it is rejected.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    approval_timeout: u64,
+    /// Seconds a tool call that needs approval waits for a decision before it is rejected (at most a day).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "300",
+        value_parser = approval_timeout,
+        allow_hyphen_values = true
+    )]
+    approval_timeout: Duration,
     /// An agent defined in a workflow file (as for `noetic run`) instead of the chat agent.
     #[arg(long, value_name = "FILE")]
     workflow: Option<PathBuf>,
@@ -53,6 +59,10 @@ pub struct ServeArgs {
     store: crate::sessions::StoreArgs,
 }
 
+fn approval_timeout(text: &str) -> Result<Duration, String> {
+    crate::duration::parse("--approval-timeout", text, crate::duration::TIMEOUT)
+}
+
 /// Runs the server until Ctrl-C or SIGTERM.
 pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let addr: SocketAddr = args.bind.parse().map_err(|_| {
@@ -60,10 +70,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     })?;
     let token = args.token.clone().or_else(|| std::env::var(TOKEN_ENV).ok()).filter(|t| !t.trim().is_empty());
     check_bind(&addr, token.as_deref())?;
-    if args.approval_timeout == 0 {
-        return Err("--approval-timeout must be at least 1 second".into());
-    }
-    let approvals = Approvals::new(Duration::from_secs(args.approval_timeout));
+    let approvals = Approvals::new(args.approval_timeout);
     let timeout = args.agent.timeout(defaults)?;
     let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
         Some(store) => store.shared(),
@@ -91,7 +98,7 @@ async fn agent_spec(
     store: Arc<dyn SessionStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
     if let Some(path) = &args.workflow {
-        let mut flow = workflow::load(path)?;
+        let mut flow = workflow::load(path, &defaults.mcp_servers)?;
         if let Some(model) = &args.model.model {
             flow.model = model.clone();
         }
@@ -117,7 +124,7 @@ async fn agent_spec(
             steering_mode: args.agent.mode(defaults, flow.steering_mode)?,
             approver: Some(approvals.approver()),
             store: Some(store),
-            tool_sources: crate::mcp::start(&servers).await?,
+            tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         };
@@ -126,6 +133,7 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
+    let tool_sources = crate::mcp::start(&defaults.mcp_servers, &rules).await?;
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",
@@ -144,7 +152,7 @@ async fn agent_spec(
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(approvals.approver()),
         store: Some(store),
-        tool_sources: crate::mcp::start(&defaults.mcp_servers).await?,
+        tool_sources,
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),
     };

@@ -30,21 +30,22 @@ pub struct StoreArgs {
     pub no_store: bool,
     /// With a PostgreSQL database: how long a worker's hold on a running turn lasts without renewal, so how soon
     /// another worker takes over the turns of one that died.
-    #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = lease_seconds)]
-    pub lease: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "15", value_parser = lease_seconds)]
+    pub lease: std::time::Duration,
 }
 
 impl Default for StoreArgs {
     fn default() -> Self {
-        StoreArgs { db: None, no_store: false, lease: 15.0 }
+        StoreArgs { db: None, no_store: false, lease: std::time::Duration::from_secs(15) }
     }
 }
 
-fn lease_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && (0.3..=3600.0).contains(&secs) => Ok(secs),
-        _ => Err(format!("'{text}' is not a lease time: give seconds between 0.3 and 3600")),
-    }
+/// The lease a PostgreSQL worker holds on a running turn: from 0.3 s (renewed every 0.1 s) to an hour.
+const LEASE: crate::duration::Range =
+    crate::duration::Range { min: 0.3, min_allowed: true, max: 3600.0, example: "15" };
+
+fn lease_seconds(text: &str) -> Result<std::time::Duration, String> {
+    crate::duration::parse("--lease", text, LEASE)
 }
 
 /// An open session store.
@@ -88,10 +89,10 @@ pub fn is_postgres(db: &std::path::Path) -> bool {
 }
 
 /// Opens the store at `db` (a file or a PostgreSQL URL).
-pub fn open_at(db: &std::path::Path, lease: f64) -> Result<Store, NoeticError> {
+pub fn open_at(db: &std::path::Path, lease: std::time::Duration) -> Result<Store, NoeticError> {
     if is_postgres(db) {
         let url = db.to_str().unwrap_or_default();
-        let options = PgOptions { lease: std::time::Duration::from_secs_f64(lease), ..PgOptions::default() };
+        let options = PgOptions { lease, ..PgOptions::default() };
         return PgStore::connect_with(url, options).map(|s| Store::Postgres(Arc::new(s)));
     }
     SqliteStore::open(db).map(|s| Store::Sqlite(Arc::new(s)))
@@ -178,7 +179,7 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
     }
-    let opened = open_at(&path, 15.0)?;
+    let opened = open_at(&path, StoreArgs::default().lease)?;
     let store = opened.shared();
     let path = opened.describe();
     match args.command.unwrap_or(SessionsCommand::List) {

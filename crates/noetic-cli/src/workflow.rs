@@ -34,6 +34,7 @@ use noetic::steering::ANSWER_FORMAT;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::mcp::McpServerToml;
 use crate::provider::{self, Provider};
 use crate::rules::{self, RuleDef, RuleSet};
 use crate::source::{Seg, Source, SourceError};
@@ -60,7 +61,7 @@ struct WorkflowFile {
     workspace: Option<PathBuf>,
     scripted: Option<ScriptedDef>,
     #[serde(default)]
-    mcp_server: Vec<crate::mcp::McpServerToml>,
+    mcp_server: Vec<McpServerToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,21 +119,26 @@ pub struct Workflow {
     /// The workspace, resolved against the file's folder.
     pub workspace: Option<PathBuf>,
     /// MCP servers whose tools join the agent's (added to those of noetic.toml).
-    pub mcp_servers: Vec<crate::mcp::McpServerToml>,
+    pub mcp_servers: Vec<McpServerToml>,
     scripted: Option<ScriptedDef>,
 }
 
-/// Reads and checks a workflow file.
-pub fn load(path: &Path) -> Result<Workflow, SourceError> {
+/// Reads and checks a workflow file; its rules may name the tools of its own `[[mcp_server]]` tables and of
+/// `config_servers` (noetic.toml's), checked when the servers start (see [`crate::mcp::start`]).
+pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, SourceError> {
     let source = Source::read(path)?;
     let file: WorkflowFile = source.parse()?;
+    for (i, server) in file.mcp_server.iter().enumerate() {
+        server.config().map_err(|e| source.error_at(&[Seg::Key("mcp_server"), Seg::Index(i)], e))?;
+    }
+    let names = crate::mcp::tool_names(config_servers.iter().chain(&file.mcp_server));
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut rules = RuleSet::default();
     if let Some(rules_file) = &file.rules_file {
         let rules_path = dir.join(rules_file);
-        rules = rules::load(&Source::read(&rules_path)?)?;
+        rules = rules::load(&Source::read(&rules_path)?, &names)?;
     }
-    let inline = rules::compile(&source, file.rule)?;
+    let inline = rules::compile(&source, file.rule, &names)?;
     rules.extend(inline).map_err(|e| source.error_at(&[Seg::Key("rule")], e))?;
     if let Some(names) = &file.tools
         && let Some(bad) = names.iter().find(|n| !crate::tools::BUILT_IN.contains(&n.as_str()))

@@ -8,18 +8,9 @@ use std::path::PathBuf;
 
 use common::{noetic, run};
 
-/// The npm filesystem reference server, installed by `scripts/mcp-servers.sh setup` (skipped with a reason when
-/// absent, unless `NOETIC_E2E_REQUIRED=1`).
+/// The npm filesystem reference server (skipped with a reason when absent, unless `NOETIC_E2E_REQUIRED=1`).
 fn filesystem_server() -> Option<PathBuf> {
-    let dir = std::env::var_os("NOETIC_MCP_SERVERS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-mcp-servers")
-    });
-    let bin = dir.join("node_modules/.bin/mcp-server-filesystem");
-    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
-    if bin.exists() && node {
-        return Some(bin);
-    }
-    common::skip(&format!("{} is missing (or node is): run scripts/mcp-servers.sh setup", bin.display()))
+    common::mcp_server("mcp-server-filesystem")
 }
 
 #[test]
@@ -147,4 +138,36 @@ fn the_offline_model_asked_for_a_tool_call_first_uses_an_mcp_servers_tool() {
     assert!(completed["output"].as_str().is_some_and(|o| !o.is_empty()), "{completed}");
     let requests = events.iter().filter(|e| e["type"] == "model_call_started").count();
     assert!(requests >= 2, "the model saw the result in a second, free round: {}", out.stdout);
+}
+
+#[test]
+fn max_result_bytes_of_an_mcp_server_table_cuts_its_results_with_a_note() {
+    let Some(server) = common::mcp_server("mcp-server-everything") else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "model = \"scripted\"\n[[mcp_server]]\nname = \"every\"\ncommand = {:?}\nmax_result_bytes = 100\n\
+             [[scripted.response]]\ntool_calls = [{{ id = \"m1\", name = \"every__echo\", args = {{ message = {:?} }} \
+             }}]\n[[scripted.response]]\ntext = \"done\"\n",
+            server.display().to_string(),
+            "y".repeat(5_000)
+        ),
+    )
+    .unwrap();
+    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "Echo it", "--json", "--workspace"]).arg(ws.path()));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let completed = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["type"] == "tool_call_completed")
+        .unwrap_or_else(|| panic!("no tool_call_completed event: {}", out.stdout));
+    let expected = format!(
+        "Echo: {}\n[… truncated: the result has 5006 bytes; showing the first 100 (max_result_bytes of MCP server \
+         'every' is 100); ask the tool for less]",
+        "y".repeat(94)
+    );
+    assert_eq!(completed["output"], expected.as_str(), "{completed}");
 }

@@ -9,6 +9,14 @@ use noetic::{ConfigCode, ConfigError};
 /// The call timeout a server gets unless its configuration says otherwise.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The most bytes of a call's result the model reads unless the configuration says otherwise: 64 KiB, as much as
+/// the CLI's `read_file` shows of a file. The rest is cut with a note saying so.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// The largest message a server may send over stdio (16 MiB, as rmcp's streamable HTTP client allows): a longer
+/// one is dropped unread, and the call it answers fails at once with an error saying so.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Separates the server's name from the tool's in the names the model sees: `files__read_file`.
 pub const NAME_SEPARATOR: &str = "__";
 
@@ -39,6 +47,7 @@ pub struct McpServerConfig {
     pub(crate) headers: BTreeMap<String, String>,
     pub(crate) timeout: Duration,
     pub(crate) approval: Vec<String>,
+    pub(crate) max_result_bytes: usize,
 }
 
 impl McpServerConfig {
@@ -54,6 +63,7 @@ impl McpServerConfig {
             headers: BTreeMap::new(),
             timeout: DEFAULT_CALL_TIMEOUT,
             approval: Vec::new(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 
@@ -92,8 +102,16 @@ impl McpServerConfig {
         self
     }
 
-    /// Tools (by their name on the server, or `*` for all) whose every call waits for the runtime's approver,
-    /// like a built-in tool with `needs_approval`.
+    /// The most bytes of a call's result the model reads (default [`DEFAULT_MAX_RESULT_BYTES`]): text beyond
+    /// it is cut, and blocks or structured data that do not fit are left out, with a note in the result saying
+    /// how much there was. Results count their text, image data, resource text and JSON.
+    pub fn max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = bytes;
+        self
+    }
+
+    /// Tools (by their name on the server, by the name the model sees such as `files__write_file`, or `*` for
+    /// all) whose every call waits for the runtime's approver, like a built-in tool with `needs_approval`.
     pub fn require_approval(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.approval.extend(tools.into_iter().map(Into::into));
         self
@@ -101,7 +119,7 @@ impl McpServerConfig {
 
     /// True when calls of `tool` (its name on the server) need approval.
     pub fn needs_approval(&self, tool: &str) -> bool {
-        self.approval.iter().any(|t| t == "*" || t == tool)
+        self.approval.iter().any(|t| t == "*" || t == tool || *t == tool_name(&self.name, tool))
     }
 
     /// The server's name.
@@ -152,6 +170,16 @@ impl McpServerConfig {
                 "give a timeout above zero (default 60 s)",
             ));
         }
+        if !(1..=MAX_MESSAGE_BYTES).contains(&self.max_result_bytes) {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidMcpServer,
+                format!("MCP server '{}' has max_result_bytes {}", self.name, self.max_result_bytes),
+                format!(
+                    "give from 1 to {MAX_MESSAGE_BYTES} bytes (the largest message a server may send); default \
+                     {DEFAULT_MAX_RESULT_BYTES}"
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -188,5 +216,17 @@ mod tests {
         assert!(McpServerConfig::http("x", "http://127.0.0.1:1/mcp").validate().is_ok());
         assert!(McpServerConfig::http("x", "ftp://host/mcp").validate().is_err());
         assert!(McpServerConfig::stdio("x", "y").timeout(Duration::ZERO).validate().is_err());
+        assert!(McpServerConfig::stdio("x", "y").max_result_bytes(0).validate().is_err());
+        assert!(McpServerConfig::stdio("x", "y").max_result_bytes(MAX_MESSAGE_BYTES + 1).validate().is_err());
+        assert!(McpServerConfig::stdio("x", "y").max_result_bytes(MAX_MESSAGE_BYTES).validate().is_ok());
+    }
+
+    #[test]
+    fn approval_may_name_a_tool_by_its_name_on_the_server_or_by_the_name_the_model_sees() {
+        let config = McpServerConfig::stdio("files", "npx").require_approval(["read_file", "files__write_file"]);
+        assert!(config.needs_approval("read_file"));
+        assert!(config.needs_approval("write.file"), "the model sees write.file as files__write_file");
+        assert!(!config.needs_approval("list_directory"));
+        assert!(McpServerConfig::stdio("files", "npx").require_approval(["*"]).needs_approval("anything"));
     }
 }

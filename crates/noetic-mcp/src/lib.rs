@@ -12,7 +12,10 @@
 //!
 //! **Results.** MCP content blocks become [rich tool results](noetic::tool::ToolOutput) (text, images, embedded
 //! resources and resource links), `structuredContent` their structured data (checked against the tool's output
-//! schema), and an `isError` result a tool error whose text the model reads.
+//! schema), and an `isError` result a tool error whose text the model reads. A result is kept to the server's
+//! [`max_result_bytes`](McpServerConfig::max_result_bytes) (64 KiB by default), the rest cut with a note saying
+//! so; a message over [`MAX_MESSAGE_BYTES`] (16 MiB) is dropped unread and the call it answers fails at once
+//! with an error naming the size and the limit.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -36,10 +39,16 @@
 
 mod config;
 mod error;
+mod result;
+mod scan;
 mod server;
+mod stdio;
 mod tool;
 
-pub use config::{DEFAULT_CALL_TIMEOUT, MAX_TOOL_NAME, McpServerConfig, NAME_SEPARATOR, tool_name};
+pub use config::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_BYTES, MAX_MESSAGE_BYTES, MAX_TOOL_NAME, McpServerConfig, NAME_SEPARATOR,
+    tool_name,
+};
 pub use error::McpError;
 pub use server::McpServer;
 pub use tool::McpTool;

@@ -2,7 +2,6 @@
 //! updates them, and a server that exits is restarted with backoff.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ProgressNotificationParam, ProgressToken, ServerNotification};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
@@ -19,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::error::McpError;
+use crate::stdio::ChildTransport;
 use crate::tool::McpTool;
 
 /// Lines of a server's stderr kept for error messages.
@@ -226,9 +226,7 @@ async fn connect(shared: &Arc<Shared>) -> Result<(Running, StderrTail), McpError
     if let Some(dir) = &config.cwd {
         command.current_dir(dir);
     }
-    let (transport, stderr) = TokioChildProcess::builder(command)
-        .stderr(Stdio::piped())
-        .spawn()
+    let (transport, stderr) = ChildTransport::spawn(command)
         .map_err(|e| start_error(format!("the command could not be run: {e}"), String::new()))?;
     let reader = tail.follow(stderr, config.name.clone());
     let transport = ProgressTransport { inner: transport, shared: Arc::downgrade(shared) };

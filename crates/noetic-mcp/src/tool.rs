@@ -14,7 +14,9 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use serde_json::Value;
 
 use crate::config::tool_name;
+use crate::result::limit;
 use crate::server::Shared;
+use crate::stdio::{MESSAGE_TOO_LARGE, too_large_data};
 
 /// A tool of an MCP server. Its name is `server__tool`; the arguments the runtime validated against its input
 /// schema are sent as they are.
@@ -94,6 +96,7 @@ impl Tool for McpTool {
     fn call(&self, args: Value, tcx: ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let server = self.server.upgrade();
         let (remote, server_name) = (self.remote.clone(), self.server_name.clone());
+        let typed = self.output.is_some();
         Box::pin(async move {
             let Some(server) = server else {
                 return Err(ToolError::of(
@@ -114,7 +117,7 @@ impl Tool for McpTool {
                 return Err(ToolError::of(ToolErrorKind::InvalidArguments, "send the arguments as one JSON object"));
             };
             let params = CallToolRequestParams::new(remote.clone()).with_arguments(arguments);
-            let timeout = server.config.timeout;
+            let (timeout, max) = (server.config.timeout, server.config.max_result_bytes);
             // Dropping the call (at the timeout, or when the turn is cancelled) sends the server
             // `notifications/cancelled`.
             let answer = tokio::time::timeout(timeout, call_tool(&server, peer, params, tcx)).await;
@@ -128,7 +131,7 @@ impl Tool for McpTool {
                     ),
                 )),
                 Ok(Err(e)) => Err(service_error(&server_name, &remote, &e)),
-                Ok(Ok(result)) => output(result),
+                Ok(Ok(result)) => output(result, &Limit { max, server: &server_name, typed }),
             }
         })
     }
@@ -178,6 +181,14 @@ impl Drop for CancelOnDrop {
 
 /// A failed request as a tool error of the right kind, naming the server.
 fn service_error(server: &str, tool: &str, error: &ServiceError) -> ToolError {
+    if let ServiceError::McpError(e) = error
+        && e.code == ErrorCode(MESSAGE_TOO_LARGE)
+        && too_large_data(e.data.as_ref()).is_some()
+    {
+        let message =
+            format!("MCP server '{server}' could not deliver its answer to the call of '{tool}': {}", e.message);
+        return ToolError::of(ToolErrorKind::Upstream, message);
+    }
     let kind = match error {
         ServiceError::McpError(e) if e.code == ErrorCode::INVALID_PARAMS => ToolErrorKind::InvalidArguments,
         ServiceError::McpError(e) if e.code == ErrorCode::METHOD_NOT_FOUND => ToolErrorKind::NotFound,
@@ -195,10 +206,40 @@ fn service_error(server: &str, tool: &str, error: &ServiceError) -> ToolError {
     ToolError::of(kind, message)
 }
 
-/// A call's result as a tool output; `isError` makes it a tool error with the result's text.
-fn output(result: CallToolResult) -> Result<ToolOutput, ToolError> {
+/// How much of a result the model may read.
+struct Limit<'a> {
+    /// Bytes (the server's `max_result_bytes`).
+    max: usize,
+    /// The server's name, for the note.
+    server: &'a str,
+    /// The tool declares an output schema, so its structured data cannot be left out.
+    typed: bool,
+}
+
+/// A call's result as a tool output, kept to `limit.max` bytes with a note saying what was cut; `isError` makes
+/// it a tool error with the result's text.
+fn output(result: CallToolResult, limit_to: &Limit<'_>) -> Result<ToolOutput, ToolError> {
     let blocks: Vec<ContentBlock> = result.content.iter().map(|b| content_block(&serde_json::to_value(b))).collect();
-    let output = ToolOutput { blocks, structured: result.structured_content };
+    let had_structured = result.structured_content.is_some();
+    let (mut output, cut) = limit(ToolOutput { blocks, structured: result.structured_content }, limit_to.max);
+    if limit_to.typed && had_structured && output.structured.is_none() && result.is_error != Some(true) {
+        return Err(ToolError::of(
+            ToolErrorKind::Failed,
+            format!(
+                "MCP server '{}' returned structured data larger than its max_result_bytes ({} bytes); it cannot \
+                 be cut and still match the tool's output schema, so the call failed: ask the tool for less, or \
+                 raise max_result_bytes for the server",
+                limit_to.server, limit_to.max
+            ),
+        ));
+    }
+    if let Some(cut) = cut {
+        output.blocks.push(ContentBlock::text(format!(
+            "[… truncated: the result has {} bytes; showing the first {} (max_result_bytes of MCP server '{}' is \
+             {}); ask the tool for less]",
+            cut.total, cut.kept, limit_to.server, limit_to.max
+        )));
+    }
     if result.is_error == Some(true) {
         let text = output.to_text();
         let text =
@@ -280,13 +321,13 @@ mod tests {
         let failed: CallToolResult =
             serde_json::from_value(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true}))
                 .unwrap();
-        let err = output(failed).unwrap_err();
+        let err = output(failed, &Limit { max: 1000, server: "s", typed: false }).unwrap_err();
         assert_eq!((err.kind, err.message.as_str()), (ToolErrorKind::Failed, "no such file"));
         let ok: CallToolResult = serde_json::from_value(
             json!({"content": [{"type": "text", "text": "{\"n\":2}"}], "structuredContent": {"n": 2}}),
         )
         .unwrap();
-        let out = output(ok).unwrap();
+        let out = output(ok, &Limit { max: 1000, server: "s", typed: true }).unwrap();
         assert_eq!(out.structured, Some(json!({"n": 2})));
         assert_eq!(out.to_text(), "{\"n\":2}");
     }

@@ -97,7 +97,16 @@ async fn an_agent_turn_calls_a_server_tool_by_its_prefixed_name_and_gets_its_res
     let names: Vec<String> = fixture.server.snapshot().names().map(str::to_owned).collect();
     assert_eq!(
         names,
-        ["fix__echo", "fix__slow", "fix__crash", "fix__fail", "fix__image", "fix__progress", "fix__add_tool"]
+        [
+            "fix__echo",
+            "fix__slow",
+            "fix__crash",
+            "fix__fail",
+            "fix__image",
+            "fix__progress",
+            "fix__add_tool",
+            "fix__big"
+        ]
     );
     let echo = fixture.server.snapshot().get("fix__echo").cloned().unwrap();
     assert!(echo.idempotent(), "the idempotentHint annotation makes the tool idempotent");
@@ -278,4 +287,47 @@ async fn a_server_that_fails_to_start_is_an_error_naming_the_command_and_quoting
 
     let err = McpServer::start(McpServerConfig::stdio("none", "/nonexistent/mcp-server")).await.unwrap_err();
     assert!(err.to_string().contains("the command could not be run"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_max_result_bytes_is_cut_with_a_note_saying_how_much_there_was() {
+    let default = fixture("big", |c| c).await;
+    let result = call_once(&default, "fix__big", json!({"bytes": 200_000})).await;
+    // The end of the text is shown on failure: the rest is megabytes of x.
+    let end = |text: &str| text[text.len().saturating_sub(300)..].to_owned();
+    let note = "[… truncated: the result has 200000 bytes; showing the first 65536 (max_result_bytes of MCP server \
+                'fix' is 65536); ask the tool for less]";
+    let expected = format!("{}\n{note}", "x".repeat(65_536));
+    assert!(
+        !result.is_error && result.content == expected,
+        "64 KiB by default, like read_file: {}",
+        end(&result.content)
+    );
+
+    let small = fixture("big-configured", |c| c.max_result_bytes(1_000)).await;
+    let result = call_once(&small, "fix__big", json!({"bytes": 5_000})).await;
+    let expected = format!("{}\n[… truncated: the result has 5000 bytes; showing the first 1000", "x".repeat(1_000));
+    assert!(result.content.starts_with(&expected), "{}", end(&result.content));
+    let whole = call_once(&small, "fix__big", json!({"bytes": 1_000})).await;
+    assert!(whole.content == "x".repeat(1_000), "within the limit: whole, without a note: {}", end(&whole.content));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_16_mib_fails_its_call_at_once_naming_the_size_and_the_limit() {
+    // A timeout the call must not wait for: the answer is known to be lost as soon as it has been read.
+    let fixture = fixture("huge", |c| c.timeout(Duration::from_secs(600))).await;
+    let bytes = 17 * 1024 * 1024;
+    let call = call_once(&fixture, "fix__big", json!({"bytes": bytes}));
+    let result = tokio::time::timeout(GIVE_UP * 4, call).await.expect("the call ended without waiting out 600 s");
+    assert!(result.is_error);
+    assert!(
+        result.content.starts_with(
+            "Error: MCP server 'fix' could not deliver its answer to the call of 'big': the server \
+                                    answered with a message of "
+        ) && result.content.contains("bytes, more than the 16777216 bytes (16 MiB) a message may have"),
+        "{}",
+        result.content
+    );
+    let echoed = call_once(&fixture, "fix__echo", json!({"text": "still there"})).await;
+    assert_eq!(echoed.content, "still there", "the connection goes on");
 }

@@ -140,3 +140,56 @@ async fn the_everything_server_over_streamable_http_answers_a_call() {
     assert_eq!(echo.content, "Echo: over http");
     child.kill().await.unwrap();
 }
+
+/// Serves `body` once over HTTP on a loopback port; returns its URL.
+fn serve_once(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/data.bin", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else { return };
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+        let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body));
+    });
+    url
+}
+
+/// `n` bytes that gzip cannot shrink (xorshift).
+fn incompressible(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_result_of_the_everything_server_is_cut_and_one_over_16_mib_fails_its_call_at_once() {
+    let Some(bin) = server_bin("mcp-server-everything") else { return };
+    // A timeout the second call must not wait for. The server reads at most 10 MiB per message, so the large
+    // answer is a gzipped download it sends back as base64 (13 MiB → over 17 MiB).
+    let config = McpServerConfig::stdio("every", bin.display().to_string())
+        .env("GZIP_MAX_FETCH_SIZE", (20 * 1024 * 1024).to_string())
+        .timeout(std::time::Duration::from_secs(600));
+    let server = Arc::new(McpServer::start(config).await.unwrap());
+    let end = |text: &str| text[text.len().saturating_sub(300)..].to_owned();
+
+    let (echo, _) = call_once(&server, "every__echo", json!({"message": "y".repeat(100_000)})).await;
+    let note = "\n[… truncated: the result has 100006 bytes; showing the first 65536 (max_result_bytes of MCP server \
+                'every' is 65536); ask the tool for less]";
+    assert!(!echo.is_error && echo.content.starts_with("Echo: yyy"), "{}", end(&echo.content));
+    assert!(echo.content.len() == 65_536 + note.len() && echo.content.ends_with(note), "{}", end(&echo.content));
+
+    let url = serve_once(incompressible(13 * 1024 * 1024));
+    let args = json!({"name": "big.gz", "data": url, "outputType": "resource"});
+    let huge = call_once(&server, "every__gzip-file-as-resource", args);
+    let (huge, _) = tokio::time::timeout(std::time::Duration::from_secs(120), huge).await.expect("no 600 s wait");
+    assert!(huge.is_error, "{}", end(&huge.content));
+    assert!(huge.content.contains("more than the 16777216 bytes (16 MiB) a message may have"), "{}", huge.content);
+}

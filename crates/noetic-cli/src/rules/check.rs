@@ -5,13 +5,14 @@ use noetic::layer::Hook;
 use noetic::steering::{LlmMode, SteeringAction};
 use regex::Regex;
 
+use super::mcp::{McpName, ToolNames};
 use super::steer::Matcher;
 use super::{Kind, Rule, RuleDef};
 use crate::source::{Seg, Source, SourceError};
 use crate::tools;
 
 /// Checks rule number `index` of `source` against the tools a rule may name (`known`).
-pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String]) -> Result<Rule, SourceError> {
+pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNames) -> Result<Rule, SourceError> {
     let id = def.id.clone();
     let err_at = |path: &[Seg<'_>], message: String| {
         let mut full = vec![Seg::Key("rule"), Seg::Index(index)];
@@ -19,13 +20,19 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String
         source.error_at(&full, format!("rule '{id}': {message}"))
     };
     let err = |key: &'static str, message: String| err_at(&[Seg::Key(key)], message);
-    // A typo in a tool's name would switch the rule off: a name must be one of the tools there are.
-    let tool_exists = |path: &[Seg<'_>], tool: &str| {
-        if known.iter().any(|k| k == tool) {
+    // A typo in a tool's name would switch the rule off: a name must be one of the tools there are. A tool of an
+    // MCP server is only known once the server lists it: its name is kept with its place, to check then.
+    let mut mcp_names = Vec::new();
+    let mut tool_exists = |path: &[Seg<'_>], tool: &str, arg: Option<&str>| match known.check(tool) {
+        Ok(false) => Ok(()),
+        Ok(true) => {
+            let mut full = vec![Seg::Key("rule"), Seg::Index(index)];
+            full.extend_from_slice(path);
+            let place = source.error_at(&full, String::new());
+            mcp_names.push(McpName { tool: tool.to_owned(), arg: arg.map(str::to_owned), place });
             Ok(())
-        } else {
-            Err(err_at(path, format!("there is no tool '{tool}'; the tools are {}", known.join(", "))))
         }
+        Err(message) => Err(err_at(path, message)),
     };
     let kinds: Vec<&'static str> = [
         ("deny_tool", def.deny_tool.is_some()),
@@ -104,7 +111,7 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String
         }
         Some(list) => {
             for (i, tool) in list.iter().enumerate() {
-                tool_exists(&[Seg::Key("tools"), Seg::Index(i)], tool)?;
+                tool_exists(&[Seg::Key("tools"), Seg::Index(i)], tool, None)?;
             }
             Some(list)
         }
@@ -114,14 +121,14 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String
         if value.trim().is_empty() { Err(err(key, format!("{key} is empty; give {what}"))) } else { Ok(value) }
     };
     let kind = if let Some(tool) = def.deny_tool {
-        tool_exists(&[Seg::Key("deny_tool")], &tool)?;
+        tool_exists(&[Seg::Key("deny_tool")], &tool, None)?;
         Kind::DenyTool { tool }
     } else if let Some(tool) = def.require_approval {
-        tool_exists(&[Seg::Key("require_approval")], &tool)?;
+        tool_exists(&[Seg::Key("require_approval")], &tool, None)?;
         Kind::RequireApproval { tool }
     } else if let Some(def_arg) = def.deny_arg {
         let (tool, arg) = (def_arg.tool, def_arg.arg);
-        tool_exists(&[Seg::Key("deny_arg"), Seg::Key("tool")], &tool)?;
+        tool_exists(&[Seg::Key("deny_arg"), Seg::Key("tool")], &tool, Some(&arg))?;
         // Built-in tools' arguments are known; a tool of an MCP server declares its own.
         if let Some(args) = tools::arguments(&tool)
             && !args.contains(&arg.as_str())
@@ -164,5 +171,5 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &[String
             on_failure: def.on_failure.unwrap_or_default(),
         }
     };
-    Ok(Rule { id: def.id, name: def.name, applies_to, tools, guidance: def.guidance, action, kind })
+    Ok(Rule { id: def.id, name: def.name, applies_to, tools, guidance: def.guidance, action, kind, mcp_names })
 }

@@ -35,7 +35,9 @@
 //! provider), `on_failure` and `tools` (the judge is asked only before calls of these tools, and after model
 //! responses that call one of them).
 //!
-//! Every tool a rule names must exist (see [`known_tools`]): a misspelt name would switch the rule off.
+//! Every tool a rule names must exist: a misspelt name would switch the rule off. Built-in tools are checked as
+//! the rules are read; a tool of a configured MCP server (`<server>__<tool>`, see [`ToolNames`]) once the servers
+//! have listed their tools ([`RuleSet::check_mcp_tools`]).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -47,11 +49,13 @@ use crate::source::{Seg, Source, SourceError};
 use crate::workspace::Workspace;
 
 mod check;
+mod mcp;
 mod paths;
 mod steer;
 #[cfg(test)]
 mod tests;
 
+pub use mcp::ToolNames;
 pub use paths::PathRules;
 use steer::{Matcher, steering_rule};
 
@@ -110,6 +114,8 @@ struct Rule {
     guidance: Option<String>,
     action: SteeringAction,
     kind: Kind,
+    /// The tools of MCP servers it names, checked once the servers have started.
+    mcp_names: Vec<mcp::McpName>,
 }
 
 /// Checked rules, ready to become steering rules and approval requirements.
@@ -118,31 +124,15 @@ pub struct RuleSet {
     rules: Vec<Rule>,
 }
 
-/// The tools a rule may name: the built-in tools. This is the seam for tools of configured MCP servers: when the
-/// CLI configures them, their names (such as `server__tool`) join this list.
-pub fn known_tools() -> Vec<String> {
-    crate::tools::BUILT_IN.iter().map(|t| (*t).to_owned()).collect()
-}
-
-/// Reads a rules file (TOML, or JSON by extension) made of `rule` entries, naming only [`known_tools`].
-pub fn load(source: &Source) -> Result<RuleSet, SourceError> {
-    load_for(source, &known_tools())
-}
-
-/// Reads a rules file whose rules may name the tools `known`.
-pub fn load_for(source: &Source, known: &[String]) -> Result<RuleSet, SourceError> {
+/// Reads a rules file (TOML, or JSON by extension) made of `rule` entries whose rules may name the tools `known`.
+pub fn load(source: &Source, known: &ToolNames) -> Result<RuleSet, SourceError> {
     let file: RulesFile = source.parse()?;
-    compile_for(source, file.rule, known)
+    compile(source, file.rule, known)
 }
 
-/// Checks rule definitions read from `source` under the key `rule`, naming only [`known_tools`]; errors point at
-/// the offending key.
-pub fn compile(source: &Source, defs: Vec<RuleDef>) -> Result<RuleSet, SourceError> {
-    compile_for(source, defs, &known_tools())
-}
-
-/// Checks rule definitions whose rules may name the tools `known`.
-pub fn compile_for(source: &Source, defs: Vec<RuleDef>, known: &[String]) -> Result<RuleSet, SourceError> {
+/// Checks rule definitions read from `source` under the key `rule`, whose rules may name the tools `known`;
+/// errors point at the offending key.
+pub fn compile(source: &Source, defs: Vec<RuleDef>, known: &ToolNames) -> Result<RuleSet, SourceError> {
     let mut seen = HashSet::new();
     let mut rules = Vec::new();
     for (index, def) in defs.into_iter().enumerate() {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::*;
 
 fn rules(text: &str) -> Result<RuleSet, String> {
-    load(&Source::toml("rules.toml", text)).map_err(|e| e.to_string())
+    load(&Source::toml("rules.toml", text), &ToolNames::built_in()).map_err(|e| e.to_string())
 }
 
 fn workspace() -> (tempfile::TempDir, Workspace) {
@@ -224,4 +224,89 @@ fn mistakes_are_reported_with_line_and_column() {
         let err = rules(text).unwrap_err();
         assert!(err.starts_with(expected) || err.contains(expected), "{text:?}: got {err:?}, want {expected:?}");
     }
+}
+
+/// A tool set standing for what MCP servers list: tools named `names`, each taking a `path` argument.
+fn offered(names: &[&str]) -> noetic::tool::ToolSet {
+    let tools = names.iter().map(|name| {
+        let tool = noetic::tool::FnTool::builder(*name, "a server's tool")
+            .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}}))
+            .handler(|_, _| async { Ok(Value::Null) })
+            .build()
+            .unwrap();
+        Arc::new(tool) as Arc<dyn noetic::tool::Tool>
+    });
+    noetic::tool::ToolSet::new(tools).unwrap()
+}
+
+fn with_servers(text: &str, servers: &[&str]) -> Result<RuleSet, String> {
+    load(&Source::toml("rules.toml", text), &ToolNames::with_servers(servers.iter().copied()))
+        .map_err(|e| e.to_string())
+}
+
+const MCP_RULES: &str = "[[rule]]\nid = \"no-danger\"\ndeny_tool = \"bad__danger\"\n\n\
+                         [[rule]]\nid = \"ask-write\"\nrequire_approval = \"bad__write\"\n\n\
+                         [[rule]]\nid = \"judge\"\nprompt = \"p\"\ntools = [\"read_file\", \"bad__fetch\"]\n\n\
+                         [[rule]]\nid = \"no-etc\"\n\
+                         deny_arg = { tool = \"bad__read\", arg = \"path\", glob = \"etc/**\" }\n";
+
+#[test]
+fn a_rule_naming_a_tool_of_a_configured_mcp_server_is_accepted_until_the_servers_list_their_tools() {
+    let set = with_servers(MCP_RULES, &["bad"]).unwrap();
+    assert!(set.names_mcp_tools());
+    assert_eq!(set.approval_tools().into_iter().collect::<Vec<_>>(), ["bad__write"]);
+    let all = offered(&["bad__danger", "bad__write", "bad__fetch", "bad__read"]);
+    assert_eq!(set.check_mcp_tools(std::slice::from_ref(&all)), Ok(()));
+    let (_dir, ws) = workspace();
+    let steering = set.steering_rules("m", &ws);
+    assert_eq!(action(&steering[0], "bad__danger", json!({})), SteeringAction::Deny);
+    assert_eq!(action(&steering[2], "bad__read", json!({"path": "etc/passwd"})), SteeringAction::Deny);
+    assert_eq!(action(&steering[2], "bad__read", json!({"path": "notes"})), SteeringAction::Allow);
+}
+
+#[test]
+fn an_mcp_tool_the_server_does_not_list_is_an_error_at_the_rule_naming_the_servers_tools() {
+    let set = with_servers(MCP_RULES, &["bad"]).unwrap();
+    let listed = offered(&["bad__danger", "bad__write", "bad__fecth", "bad__read"]);
+    let err = set.check_mcp_tools(std::slice::from_ref(&listed)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rules.toml:12:23: rule 'judge': there is no tool 'bad__fetch': MCP server 'bad' offers bad__danger, \
+         bad__write, bad__fecth, bad__read"
+    );
+    let missing: Vec<String> = set.missing_mcp_tools(&[offered(&[])]).into_iter().map(|m| m.tool).collect();
+    assert_eq!(missing, ["bad__danger", "bad__write", "bad__fetch", "bad__read"]);
+    let first = set.check_mcp_tools(&[offered(&[])]).unwrap_err().to_string();
+    assert_eq!(
+        first,
+        "rules.toml:3:1: rule 'no-danger': there is no tool 'bad__danger': MCP server 'bad' offers no tools"
+    );
+    let err = with_servers(
+        "[[rule]]\nid = \"a\"\ndeny_arg = { tool = \"bad__read\", arg = \"pth\", glob = \"x\" }\n",
+        &["bad"],
+    )
+    .unwrap()
+    .check_mcp_tools(&[offered(&["bad__read"])])
+    .unwrap_err();
+    assert_eq!(err.to_string(), "rules.toml:3:14: rule 'a': bad__read has no argument 'pth'; its arguments are path");
+}
+
+#[test]
+fn a_tool_named_with_a_prefix_no_configured_server_has_is_an_error_at_once_naming_the_valid_ones() {
+    let err = with_servers("[[rule]]\nid = \"a\"\ndeny_tool = \"bda__danger\"\n", &["bad", "files"]).unwrap_err();
+    assert_eq!(
+        err,
+        "rules.toml:3:1: rule 'a': there is no tool 'bda__danger'; the tools are read_file, write_file, list_dir, \
+         delete_file, run_command, and those of the configured MCP servers: bad__<tool>, files__<tool>"
+    );
+    let err = rules("[[rule]]\nid = \"a\"\ndeny_tool = \"bad__danger\"\n").unwrap_err();
+    assert!(
+        err.ends_with(
+            "there is no tool 'bad__danger'; the tools are read_file, write_file, list_dir, delete_file, run_command"
+        ),
+        "{err}"
+    );
+    assert!(with_servers("[[rule]]\nid = \"a\"\ndeny_tool = \"bad__\"\n", &["bad"]).is_err(), "a prefix alone");
+    let any = load(&Source::toml("r.toml", "[[rule]]\nid = \"a\"\ndeny_tool = \"x__y\"\n"), &ToolNames::any_server());
+    assert!(any.is_ok(), "the rules command takes an MCP tool's name on trust: {any:?}");
 }

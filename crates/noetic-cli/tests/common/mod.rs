@@ -210,6 +210,21 @@ pub fn local_model_dir() -> Option<PathBuf> {
     skip(&format!("the local model is not set up in {} (scripts/local-llm.sh setup)", dir.display()))
 }
 
+/// The npm MCP reference server `bin` (`mcp-server-filesystem`, `mcp-server-everything`), installed by
+/// `scripts/mcp-servers.sh setup` into `NOETIC_MCP_SERVERS_DIR` (default `~/.cache/noetic-mcp-servers`), or `None`
+/// (after saying why) when it or node is missing.
+pub fn mcp_server(bin: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("NOETIC_MCP_SERVERS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-mcp-servers")
+    });
+    let path = dir.join("node_modules/.bin").join(bin);
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if path.exists() && node {
+        return Some(path);
+    }
+    skip(&format!("{} is missing (or node is): run scripts/mcp-servers.sh setup", path.display()))
+}
+
 /// A real component a test needs is missing: fails when `NOETIC_E2E_REQUIRED=1` (as `.ci/run` sets), else says why
 /// the test is skipped. Returns `None` for the caller to return.
 pub fn skip<T>(reason: &str) -> Option<T> {

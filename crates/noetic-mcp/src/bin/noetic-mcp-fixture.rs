@@ -1,5 +1,6 @@
 //! A small MCP server over stdio for noetic-mcp's tests: the cases the reference servers cannot produce (a call
-//! that hangs until cancelled, a crash, a tool list that changes, progress, images, error results).
+//! that hangs until cancelled, a crash, a tool list that changes, progress, images, error results, a result of
+//! any size).
 //!
 //! Environment: `FIXTURE_LOG` — a file each received call (`call <tool>`) and cancellation (`cancelled <tool>`)
 //! is appended to; `FIXTURE_FAIL_START` — when set, write it to stderr and exit with status 2 before speaking MCP.
@@ -54,6 +55,9 @@ impl Fixture {
             json!({"name": "image", "description": "Returns a picture.", "inputSchema": object}),
             json!({"name": "progress", "description": "Reports progress twice.", "inputSchema": object}),
             json!({"name": "add_tool", "description": "Lists one more tool.", "inputSchema": object}),
+            json!({"name": "big", "description": "Returns `bytes` bytes of text.",
+                   "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}},
+                                   "required": ["bytes"]}}),
         ];
         if self.late.load(Ordering::SeqCst) {
             tools.push(json!({"name": "late", "description": "Added at run time.", "inputSchema": object}));
@@ -115,6 +119,10 @@ impl ServerHandler for Fixture {
                 result(json!({"content": [{"type": "text", "text": "added"}]}))
             }
             "late" => result(json!({"content": [{"type": "text", "text": "late result"}]})),
+            "big" => {
+                let bytes = args["bytes"].as_u64().and_then(|n| usize::try_from(n).ok()).unwrap_or_default();
+                result(json!({"content": [{"type": "text", "text": "x".repeat(bytes)}]}))
+            }
             other => Err(ErrorData::invalid_params(format!("no tool '{other}'"), None)),
         }
     }
