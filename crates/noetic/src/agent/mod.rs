@@ -21,6 +21,7 @@
 mod archive;
 mod bus;
 mod checkpoint;
+pub mod log;
 mod persist;
 mod queue;
 mod replies;

@@ -17,7 +17,7 @@ use crate::error::{ConfigCode, ConfigError};
 pub const DEFAULT_QUEUE_CAPACITY: usize = 10;
 
 /// The identity of a steering message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MessageId(Uuid);
 
 impl MessageId {

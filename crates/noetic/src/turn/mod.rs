@@ -71,7 +71,7 @@ fn skipped(call: &ToolCall) -> Item {
 }
 
 /// What a steering checkpoint found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Polled {
     /// Messages are taken and wait to be injected before the next model request.
     pub pending: bool,
@@ -81,8 +81,10 @@ pub struct Polled {
     pub skip_rest: bool,
 }
 
-/// What the driver tells the core.
-#[derive(Debug)]
+/// What the driver tells the core. Serialisable: a session log records the inputs of each `llm` step, and
+/// replaying them through a new core puts it where it was.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "input", content = "value", rename_all = "snake_case")]
 pub enum Input {
     /// The turn begins.
     Start,
