@@ -9,6 +9,7 @@
 //! - [`EventCollector`]: the events a session (or any event receiver) has sent so far, with their `type` names.
 //! - [`transcript`]: one stable line per conversation item, to assert a whole history at once.
 //! - [`until`]: yields to other tasks until a condition holds, with a bound instead of a hang.
+//! - [`check_log_store`]: the conformance kit every session-log store runs (in memory, SQLite, PostgreSQL).
 //!
 //! Nothing here sleeps or reads the clock: waits are notifications, so tests stay exact under paused tokio time.
 //!
@@ -44,11 +45,13 @@
 //! ```
 
 mod events;
+mod log_store;
 mod steering;
 mod tools;
 mod transcript;
 
 pub use events::{EventCollector, event_type};
+pub use log_store::{ConformanceFailure, check_log_store};
 pub use steering::{JudgeRouter, is_judge, steering_state};
 pub use tools::{Counter, Gate, gated_tool};
 pub use transcript::{transcript, transcript_line};
