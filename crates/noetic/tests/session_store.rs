@@ -281,3 +281,32 @@ async fn a_message_for_a_session_whose_turn_waits_to_be_resumed_is_queued_for_it
     assert!(session.queued_messages().is_empty());
     gate.release();
 }
+
+#[tokio::test]
+async fn a_resumed_turn_keeps_its_number_and_the_session_count_does_not_grow() {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model =
+        ScriptedModel::new([ModelResponse::text("first"), ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
+    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
+    let session = first.session("s");
+    session.send("one").unwrap().await.unwrap();
+    let second = session.send("two").unwrap();
+    assert_eq!(second.number(), 2);
+    gate.started().await;
+    let crashed = Arc::new(store.snapshot());
+
+    let next = runtime(
+        &ScriptedModel::new([ModelResponse::text("resumed")]),
+        crashed,
+        vec![Gate::new().tool("slow").unwrap()],
+    );
+    let session = next.session("s");
+    let resumed = session.resume().unwrap().unwrap();
+    assert_eq!(resumed.number(), 2, "turn 2 resumed is still turn 2");
+    assert_eq!(session.turns(), 2);
+    resumed.await.unwrap();
+    assert_eq!(session.turns(), 2, "the session's count does not grow");
+    assert_eq!(session.send("three").unwrap().number(), 3);
+    gate.release();
+}

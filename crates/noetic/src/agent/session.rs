@@ -564,7 +564,7 @@ impl Session {
                     return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
                 }
             };
-            Ok(self.start_turn(state, conversation, history, message, Vec::new(), false))
+            Ok(self.start_turn(state, conversation, history, message, Vec::new(), TurnKind::Fresh))
         })
     }
 
@@ -625,7 +625,7 @@ impl Session {
                     }
                 }
             };
-            Ok(Routed::Started(self.start_turn(state, conversation, history, text, Vec::new(), false)))
+            Ok(Routed::Started(self.start_turn(state, conversation, history, text, Vec::new(), TurnKind::Fresh)))
         })
     }
 
@@ -765,7 +765,7 @@ impl Session {
                     return Ok(None);
                 }
             }
-            Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, true)))
+            Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, TurnKind::Continuation)))
         })
     }
 
@@ -777,11 +777,16 @@ impl Session {
         history: History,
         message: String,
         pending: Vec<SteerMessage>,
-        skip_initial_poll: bool,
+        kind: TurnKind,
     ) -> Turn {
         let cancel = CancellationToken::new();
         let execution_id = ExecutionId::new();
-        let number = state.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let number = match kind {
+            // The turn a stopped process left keeps its number: it was the session's last one started.
+            TurnKind::Resumed => state.turns.load(Ordering::SeqCst).max(1),
+            TurnKind::Fresh | TurnKind::Continuation => state.turns.fetch_add(1, Ordering::SeqCst) + 1,
+        };
+        let skip_initial_poll = kind == TurnKind::Continuation;
         let span = turn_span(&state.key, number);
         let steering = Arc::new(TurnSteering::new(
             state.clone(),
@@ -893,7 +898,7 @@ impl Session {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             };
             let history = std::mem::take(history);
-            Ok(Some(self.start_turn(state, conversation, history, String::new(), Vec::new(), false)))
+            Ok(Some(self.start_turn(state, conversation, history, String::new(), Vec::new(), TurnKind::Resumed)))
         })
     }
 
@@ -960,6 +965,17 @@ fn turn_span(session: &str, number: u64) -> tracing::Span {
         otel.status_description = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
+}
+
+/// How a turn starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnKind {
+    /// With a message: the session's next number.
+    Fresh,
+    /// With queued messages, skipping the turn-start poll: the session's next number.
+    Continuation,
+    /// The turn a stopped process left: its own number.
+    Resumed,
 }
 
 /// What [`claim`] got.
