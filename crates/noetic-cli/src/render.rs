@@ -317,6 +317,7 @@ mod tests {
     #[test]
     fn tool_output_in_the_transcript_cannot_emit_escape_sequences() {
         let kind = EventKind::ToolCallCompleted {
+            step_id: "assistant".into(),
             call_id: "c1\u{1b}[2K".into(),
             tool: "read_file".into(),
             is_error: false,

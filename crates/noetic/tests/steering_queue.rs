@@ -514,3 +514,36 @@ async fn concurrent_continue_calls_run_one_turn_and_deliver_each_message_once() 
     assert_eq!(users, vec![Item::user("m1"), Item::user("m2")]);
     assert_eq!(model.calls(), 1);
 }
+
+#[tokio::test]
+async fn tool_events_name_the_llm_step_they_belong_to_and_a_skipped_call_its_tool() {
+    let s = setup(vec![three_calls(), ModelResponse::text("ok")], |b| b);
+    let session = s.runtime.session("s");
+    let mut events = EventCollector::of(&session);
+    let turn = session.send("do the three things").unwrap();
+    s.gate.started().await;
+    session.steer("stop").unwrap();
+    s.gate.release();
+    turn.await.unwrap();
+    let tool_events: Vec<Value> = events
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(&**e).unwrap())
+        .filter(|e| e["type"].as_str().is_some_and(|t| t.starts_with("tool_")))
+        .collect();
+    let named: Vec<(&str, &str, &str)> = tool_events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["step_id"].as_str().unwrap_or("-"), e["call_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("tool_call_started", "assistant", "c1"),
+            ("tool_call_completed", "assistant", "c1"),
+            ("tool_skipped", "assistant", "c2"),
+            ("tool_skipped", "assistant", "c3"),
+        ]
+    );
+    let skipped: Vec<&str> = tool_events.iter().filter_map(|e| e["tool"].as_str()).skip(2).collect();
+    assert_eq!(skipped, ["second", "third"], "a skipped call names its tool");
+}

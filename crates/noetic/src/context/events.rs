@@ -122,6 +122,8 @@ pub enum EventKind {
     },
     /// A tool call is starting.
     ToolCallStarted {
+        /// The step the call belongs to: the `llm` step whose model asked for it, or the `tool` step itself.
+        step_id: Arc<str>,
         /// The call id.
         call_id: String,
         /// The tool's name.
@@ -132,6 +134,8 @@ pub enum EventKind {
     },
     /// A tool call ended (ran, failed, or was refused before running).
     ToolCallCompleted {
+        /// The step the call belongs to (as in `tool_call_started`).
+        step_id: Arc<str>,
         /// The call id.
         call_id: String,
         /// The tool's name.
@@ -189,8 +193,12 @@ pub enum EventKind {
     },
     /// A tool call was not started because steering arrived; it got a skipped result.
     ToolSkipped {
+        /// The `llm` step whose model asked for the call.
+        step_id: Arc<str>,
         /// The call id.
         call_id: String,
+        /// The tool it asked for.
+        tool: String,
         /// Why.
         reason: String,
     },

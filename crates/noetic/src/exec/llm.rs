@@ -22,11 +22,11 @@ use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJourn
 /// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
 /// existed. A macro, not a function, so the untraced call is not wrapped in another future.
 macro_rules! tool_call {
-    ($ctx:expr, $tools:expr, $call:expr, $allow:expr) => {
+    ($ctx:expr, $step:expr, $tools:expr, $call:expr, $allow:expr) => {
         if crate::trace::on() {
-            traced_tool_call($ctx, $tools, $call, $allow).await
+            traced_tool_call($ctx, $step, $tools, $call, $allow).await
         } else {
-            run_tool_call($ctx, $tools, $call, $allow).await.map(|(result, _)| result)
+            run_tool_call($ctx, $step, $tools, $call, $allow).await.map(|(result, _)| result)
         }
     };
 }
@@ -152,14 +152,14 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Input::Stored
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
-                Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
+                Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
                 Err(cancelled) => Input::Failed(cancelled),
             },
             // A call that was running when the process stopped runs again only if its tool says that is
             // harmless; any other gets the interrupted result (it may or may not have taken effect).
             Action::ResumeTool(call) => match tools.get(&call.name) {
                 Some(tool) if tool.idempotent() => match ctx.check_cancelled() {
-                    Ok(()) => outcome(tool_call!(ctx, &tools, call, &allow), Input::ToolDone),
+                    Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
                     Err(cancelled) => Input::Failed(cancelled),
                 },
                 _ => Input::ToolDone(interrupted_result(&call.id)),
@@ -222,7 +222,12 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
         Effect::Push(item) => ctx.push_item(item),
         Effect::Skipped { call_id, tool } => {
             trace_skipped(ctx, &call_id, &tool);
-            ctx.emit(|| EventKind::ToolSkipped { call_id, reason: "queued user steering message".to_owned() });
+            ctx.emit(|| EventKind::ToolSkipped {
+                step_id: s.id.clone(),
+                call_id,
+                tool,
+                reason: "queued user steering message".to_owned(),
+            });
         }
         Effect::Steered { action, guidance } => {
             let kind = EventKind::ModelResponseSteered { step_id: s.id.clone(), action, guidance };

@@ -22,12 +22,14 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
 ) -> Result<O, NoeticError> {
     let name = s.tool.name();
     ctx.emit(|| EventKind::ToolCallStarted {
+        step_id: s.id.clone(),
         call_id: s.id.to_string(),
         tool: name.to_owned(),
         arguments: String::new(),
     });
     let outcome = call(s, input, ctx).await;
     let completed = |is_error: bool, output: String| EventKind::ToolCallCompleted {
+        step_id: s.id.clone(),
         call_id: s.id.to_string(),
         tool: name.to_owned(),
         is_error,

@@ -2,6 +2,8 @@
 //! invalid arguments, rejected approvals, tool errors, panics and invalid results all become error results the
 //! model can read. Only cancellation escapes, as an error.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -83,6 +85,7 @@ pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 /// want spans, and the plain one otherwise, so that traces cost nothing without a subscriber.
 pub(crate) async fn traced_tool_call(
     ctx: &Context,
+    step_id: &Arc<str>,
     tools: &ToolSet,
     call: &ToolCall,
     allow: EmitFilter<'_>,
@@ -91,7 +94,7 @@ pub(crate) async fn traced_tool_call(
     if !span.is_disabled() && ctx.captures_content() {
         span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
     }
-    let result = run_tool_call(ctx, tools, call, allow).instrument(span.clone()).await;
+    let result = run_tool_call(ctx, step_id, tools, call, allow).instrument(span.clone()).await;
     if !span.is_disabled() {
         match &result {
             Ok((result, kind)) => trace_outcome(&span, result, *kind, ctx.captures_content()),
@@ -144,6 +147,7 @@ fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, 
 /// result and, when it failed, the kind of failure.
 pub(crate) async fn run_tool_call(
     ctx: &Context,
+    step_id: &Arc<str>,
     tools: &ToolSet,
     call: &ToolCall,
     allow: EmitFilter<'_>,
@@ -151,6 +155,7 @@ pub(crate) async fn run_tool_call(
     let watched = ctx.events().is_active();
     if watched {
         let kind = EventKind::ToolCallStarted {
+            step_id: step_id.clone(),
             call_id: call.id.clone(),
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
@@ -166,6 +171,7 @@ pub(crate) async fn run_tool_call(
     };
     if watched {
         let kind = EventKind::ToolCallCompleted {
+            step_id: step_id.clone(),
             call_id: call.id.clone(),
             tool: call.name.clone(),
             is_error: result.is_error,
