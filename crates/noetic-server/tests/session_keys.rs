@@ -43,3 +43,19 @@ async fn session_keys_made_only_of_dots_are_refused_because_browsers_drop_them_f
         assert_eq!(r.status, 202, "key {key:?}: {r:?}");
     }
 }
+
+#[test]
+fn the_api_document_states_the_key_grammar() {
+    let doc: serde_json::Value = serde_json::from_str(include_str!("../assets/openapi.json")).unwrap();
+    let mut keys = 0;
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        for operation in methods.as_object().unwrap().values() {
+            for parameter in operation["parameters"].as_array().into_iter().flatten().filter(|p| p["name"] == "key") {
+                assert_eq!(parameter["schema"]["pattern"], r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$", "{path}");
+                assert!(parameter["description"].as_str().unwrap().contains("not only dots"), "{path}");
+                keys += 1;
+            }
+        }
+    }
+    assert_eq!(keys, 8, "every route with a session key");
+}
