@@ -32,7 +32,7 @@
 //!
 //! What a web page on another site cannot do, token or not:
 //!
-//! * **Reach the server under its own name** (DNS rebinding): a request whose `Host` is not the server's own name —
+//! * **Reach the server by a name of its own** (DNS rebinding): a request whose `Host` is not the server's own name —
 //!   the address the connection came in on, `localhost` or a loopback literal (`127.0.0.1`, `[::1]`), with the
 //!   connection's port — nor one of [`ServerConfig::allowed_hosts`] gets 403 `host_not_allowed`, on every route
 //!   but `/healthz` and `/readyz` (they change nothing, and probes name servers as they please).
@@ -109,7 +109,10 @@ impl Server {
         Server { state: Arc::new(state) }
     }
 
-    /// The routes, for embedding in another axum application.
+    /// The routes, for embedding in another axum application. They check `Host`, cross-site requests and the
+    /// token as [`Server::serve`] does, with one difference: not knowing which address and port a connection came
+    /// in on, they accept the loopback names (`localhost`, `127.0.0.1`, `[::1]`) on any port, and any other name
+    /// only from [`ServerConfig::allowed_hosts`]. The connection timeouts and cap are the embedding server's.
     pub fn router(&self) -> Router {
         let api = Router::new()
             .route("/sessions", get(api::list_sessions))
