@@ -120,8 +120,9 @@ fn refused(host: Option<&str>, local: Option<SocketAddr>) -> ApiError {
             let suggest = Authority::parse(host).map_or_else(|| "HOST[:PORT]".to_owned(), |_| shown.clone());
             format!(
                 "this server answers requests for its own address only{own}, not for Host '{shown}': a web page \
-                 can point such a name at this machine to reach the server (DNS rebinding). If you reach it through \
-                 that name on purpose, start it with --allowed-host {suggest} (or add it to ServerConfig::allowed_hosts)"
+                 can point such a name at this machine to reach the server (DNS rebinding). If you reach it \
+                 through that name on purpose, start it with --allowed-host {suggest} (or add it to \
+                 ServerConfig::allowed_hosts)"
             )
         }
     };
