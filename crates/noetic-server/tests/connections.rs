@@ -134,7 +134,9 @@ async fn a_request_body_slower_than_the_body_read_timeout_is_answered_408() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_connection_cap_a_new_connection_closes_the_longest_idle_one_and_event_streams_stay_open() {
     let model = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ok")));
-    let config = ServerConfig { max_connections: 20, ..ServerConfig::default() };
+    // Timeouts far beyond the test: only closing the longest-idle connection can make room.
+    let config =
+        ServerConfig { max_connections: 20, idle_timeout: HOUR, header_read_timeout: HOUR, ..ServerConfig::default() };
     let s = Running::start(Runtime::builder().model(Arc::new(model)), config, LONG).await;
     let mut events = s.events("busy", 0, false).await;
     // Twice the cap of connections that send nothing, opened one after the other.
