@@ -124,7 +124,8 @@ enum Command {
     /// approve its tool calls) from a browser or another program.
     #[command(
         after_help = "Examples:\n  noetic serve --local\n  noetic serve --workflow crates/noetic-cli/examples/serve.toml\n  \
-                      NOETIC_SERVER_TOKEN=... noetic serve --bind 0.0.0.0:8080 --model openai/gpt-4o-mini\n\nThen open \
+                      NOETIC_SERVER_TOKEN=... noetic serve --bind 0.0.0.0:8080 --allowed-host noetic.example.com \
+                      --model openai/gpt-4o-mini\n\nThen open \
                       http://127.0.0.1:8080/ (with a token: http://HOST:PORT/#token=TOKEN)."
     )]
     Serve(serve::ServeArgs),

@@ -5,6 +5,13 @@
 //! defines (`--workflow`, as for `run`). Sessions are kept in the same database as `chat` (`--db`, or
 //! `--no-store` for memory only). Approvals are answered on the page or through the API; a call nobody answers
 //! within `--approval-timeout` is rejected.
+//!
+//! Only requests that name the server as it knows itself are answered (its address, `localhost`, `127.0.0.1`,
+//! `[::1]`, with its port) and the hosts of `--allowed-host`, so that a web page cannot reach it by pointing a name
+//! at this machine; pages on other sites cannot change state (see [`noetic_server`]). Connections are capped and
+//! time out ([`open_files`] raises the open-file limit and derives the cap from it).
+
+mod open_files;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use noetic::agent::{MemoryStore, SessionStore};
-use noetic_server::{Approvals, Server, ServerConfig, TOKEN_ENV, check_bind};
+use noetic_server::{
+    ALLOWED_HOSTS_ENV, AllowedHost, Approvals, MAX_CONNECTIONS_LIMIT, Server, ServerConfig, TOKEN_ENV, check_bind,
+};
 
 use crate::agent::{self, AgentSpec};
 use crate::config::Defaults;
@@ -36,6 +45,22 @@ pub struct ServeArgs {
     /// address is loopback.
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
+    /// A host to answer besides the server's own names (its address, localhost, 127.0.0.1 and [::1], with its
+    /// port): HOST on any port, HOST:PORT on that port only. Repeatable; more from $NOETIC_SERVER_ALLOWED_HOSTS
+    /// (comma-separated). Needed to reach the server by a DNS name or through a proxy that passes its own Host;
+    /// other names are refused, so a web page cannot reach the server by pointing its name here (DNS rebinding).
+    #[arg(long = "allowed-host", value_name = "HOST[:PORT]")]
+    allowed_hosts: Vec<String>,
+    /// The most connections open at once; at the cap a new connection closes the longest-idle one (default: what
+    /// the open-file limit leaves room for, at most 1024).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Seconds a request's head may take from its first byte; a client trickling it slower is disconnected.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = header_read_timeout)]
+    header_read_timeout: Duration,
+    /// Seconds a connection with no request in progress stays open (event streams are never idle).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = idle_timeout)]
+    idle_timeout: Duration,
     /// Seconds a tool call that needs approval waits for a decision before it is rejected (at most a day).
     #[arg(
         long,
@@ -70,6 +95,8 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     })?;
     let token = args.token.clone().or_else(|| std::env::var(TOKEN_ENV).ok()).filter(|t| !t.trim().is_empty());
     check_bind(&addr, token.as_deref())?;
+    let allowed_hosts = allowed_hosts(&args.allowed_hosts, std::env::var(ALLOWED_HOSTS_ENV).ok().as_deref())?;
+    let max_connections = connection_cap(args.max_connections)?;
     let approvals = Approvals::new(args.approval_timeout);
     let timeout = args.agent.timeout(defaults)?;
     let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
@@ -80,12 +107,74 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     let agent = agent::build(spec)?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let server = Server::new(agent.runtime, approvals, ServerConfig { token, ..ServerConfig::default() });
+    if !addr.ip().is_loopback() && allowed_hosts.is_empty() {
+        errln!(
+            "noetic serve: clients must name this server by the address they connect to (http://ADDRESS:{}/); to \
+             reach it by a DNS name or through a proxy, add --allowed-host NAME",
+            bound.port()
+        );
+    }
+    let config = ServerConfig {
+        token,
+        allowed_hosts,
+        max_connections,
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        ..ServerConfig::default()
+    };
+    let server = Server::new(agent.runtime, approvals, config);
     outln!("noetic serve — {described}");
     outln!("listening on http://{bound}/ (open it in a browser; the API is described at /openapi.json)");
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())
+}
+
+/// The hosts of `--allowed-host` and of `$NOETIC_SERVER_ALLOWED_HOSTS` (comma-separated).
+fn allowed_hosts(flags: &[String], env: Option<&str>) -> Result<Vec<AllowedHost>, String> {
+    let from_flags = flags.iter().map(|h| (h.as_str(), "--allowed-host"));
+    let from_env = env.into_iter().flat_map(|v| v.split(',')).map(str::trim).filter(|h| !h.is_empty());
+    from_flags
+        .chain(from_env.map(|h| (h, ALLOWED_HOSTS_ENV)))
+        .map(|(host, source)| host.parse::<AllowedHost>().map_err(|e| format!("{source}: {e}")))
+        .collect()
+}
+
+/// Raises the open-file limit (saying so) and returns the connection cap: `--max-connections`, or what the limit
+/// leaves room for.
+fn connection_cap(flag: Option<usize>) -> Result<usize, String> {
+    let files = open_files::raise();
+    if let (Some(from), Some(to)) = (files.raised_from, files.limit) {
+        errln!("noetic serve: open-file limit raised from {from} to {to}");
+    }
+    if let Some(why) = &files.not_raised {
+        errln!("noetic serve: {why}; serving within it");
+    }
+    let room = open_files::default_cap(files.limit);
+    let Some(cap) = flag else { return Ok(room) };
+    if cap == 0 || cap > MAX_CONNECTIONS_LIMIT {
+        return Err(format!("--max-connections must be 1 to {MAX_CONNECTIONS_LIMIT}"));
+    }
+    if let Some(limit) = files.limit.filter(|_| cap > room) {
+        errln!(
+            "noetic serve: --max-connections {cap} is more than the open-file limit ({limit}) leaves room for \
+             ({room}); past it, accepting fails with 'too many open files' and idle connections are closed to make room"
+        );
+    }
+    Ok(cap)
+}
+
+/// Seconds for a connection timeout, 0.05 to 3600.
+/// Connection timeouts: from 0.05 s to an hour.
+const CONNECTION_TIMEOUT: crate::duration::Range =
+    crate::duration::Range { min: 0.05, min_allowed: true, max: 3600.0, example: "10" };
+
+fn header_read_timeout(text: &str) -> Result<Duration, String> {
+    crate::duration::parse("--header-read-timeout", text, CONNECTION_TIMEOUT)
+}
+
+fn idle_timeout(text: &str) -> Result<Duration, String> {
+    crate::duration::parse("--idle-timeout", text, CONNECTION_TIMEOUT)
 }
 
 /// The agent: from the workflow file when given, else as `chat` builds it. Also says what it is, and keeps a

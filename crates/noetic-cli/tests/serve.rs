@@ -3,69 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
 
+use common::served::{Served, browser, until_event};
 use common::{example, noetic, run};
 use serde_json::{Value, json};
-
-/// A `noetic serve` process and the address it listens on.
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    fn start(workspace: &Path, db: &Path) -> Served {
-        let mut cmd = noetic();
-        cmd.args(["serve", "--bind", "127.0.0.1:0", "--workflow"])
-            .arg(example("serve.toml"))
-            .arg("--workspace")
-            .arg(workspace)
-            .arg("--db")
-            .arg(db)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let base = common::served_address(&mut child);
-        Served { child, base }
-    }
-
-    /// SIGTERM, then the exit status and stderr.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
-        #[cfg(unix)]
-        {
-            let pid = rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap();
-            rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        }
-        #[cfg(not(unix))]
-        self.child.kill().unwrap();
-        let status = self.child.wait().unwrap();
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut stderr).unwrap();
-        (status, stderr)
-    }
-}
-
-/// Reads server-sent events until one of `kind` (or of the kinds `a|b` names), returning its data.
-async fn until_event(response: &mut reqwest::Response, buffer: &mut String, kind: &str) -> Value {
-    loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            for line in block.lines() {
-                if let Some(data) = line.strip_prefix("data: ") {
-                    let event: Value = serde_json::from_str(data).unwrap();
-                    if kind.split('|').any(|k| event["type"] == k) {
-                        return event;
-                    }
-                }
-            }
-        }
-        let chunk = response.chunk().await.unwrap().expect("the event stream ended early");
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-    }
-}
 
 #[test]
 fn serve_refuses_a_public_address_without_a_token_and_says_how_to_fix_it() {
@@ -146,24 +88,6 @@ async fn serve_runs_a_turn_over_http_with_an_api_approval_keeps_it_in_the_databa
     let (status, stderr) = served.terminate();
     assert!(status.success(), "a SIGTERM is a clean stop: {stderr}");
     assert!(stderr.contains("noetic serve: stopped"), "{stderr}");
-}
-
-/// playwright-core (from `scripts/browser.sh setup`) and Chromium, or a printed reason to skip (a failure with
-/// `NOETIC_E2E_REQUIRED=1`).
-fn browser() -> Option<PathBuf> {
-    let dir = std::env::var_os("NOETIC_BROWSER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/noetic-browser"));
-    let chromium = std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
-    if dir.join("node_modules/playwright-core").exists() && chromium.exists() && node {
-        return Some(dir);
-    }
-    common::skip(&format!(
-        "playwright-core in {}, {} or node is missing: run scripts/browser.sh setup",
-        dir.display(),
-        chromium.display()
-    ))
 }
 
 #[test]

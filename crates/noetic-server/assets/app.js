@@ -23,7 +23,9 @@ function readToken() {
 }
 
 async function api(method, path, body) {
-  const headers = {};
+  // Marks the call as this page's own: the server refuses a state change without it (or a JSON body), which a
+  // page on another site cannot make a browser send.
+  const headers = { "X-Noetic-Request": "1" };
   if (state.token) headers["Authorization"] = "Bearer " + state.token;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });

@@ -21,7 +21,7 @@ use crate::AppState;
 use crate::approvals::DecideError;
 use crate::error::ApiError;
 
-/// The longest session key accepted.
+/// The longest session key the API accepts.
 pub const MAX_KEY_LEN: usize = 128;
 
 /// Serialises a time as milliseconds since the Unix epoch (what a browser's `new Date(ms)` takes).
@@ -33,17 +33,21 @@ fn millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Session keys are short and plain, so they are safe in URLs, logs and the page.
+/// Session keys are short and plain, so they are safe in URLs, logs and the page; a key made only of dots is
+/// refused because a browser (or curl) drops `.` and `..` path segments, so that session could not be reached.
 fn check_key(key: &str) -> Result<(), ApiError> {
     let ok = !key.is_empty()
         && key.len() <= MAX_KEY_LEN
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !key.bytes().all(|b| b == b'.');
     if ok {
         Ok(())
     } else {
         Err(ApiError::bad_request(
             "invalid_session_key",
-            format!("a session key is 1 to {MAX_KEY_LEN} characters of A-Z, a-z, 0-9, '-', '_' and '.'"),
+            format!(
+                "a session key is 1 to {MAX_KEY_LEN} characters of A-Z, a-z, 0-9, '-', '_' and '.', and not only dots"
+            ),
         ))
     }
 }

@@ -6,6 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::connections::BodyTimedOut;
+
 /// An API error: a status, a stable code a program can match, and a message that says what to do.
 #[derive(Debug)]
 pub struct ApiError {
@@ -48,8 +50,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The body-read timeout's error, when it is what failed `error`.
+fn body_timed_out<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimedOut> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(timed_out) = e.downcast_ref::<BodyTimedOut>() {
+            return Some(timed_out);
+        }
+        cause = e.source();
+    }
+    None
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
+        if let Some(timed_out) = body_timed_out(&rejection) {
+            return ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", timed_out.to_string());
+        }
         match rejection {
             JsonRejection::MissingJsonContentType(_) => ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

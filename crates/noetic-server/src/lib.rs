@@ -29,16 +29,40 @@
 //! With an access token set, every `/api` request must carry it (`Authorization: Bearer …`, or `?access_token=`
 //! for an `EventSource`); the page and the health routes need none. A server bound to anything but loopback
 //! refuses to start without a token ([`check_bind`]).
+//!
+//! What a web page on another site cannot do, token or not:
+//!
+//! * **Reach the server by a name of its own** (DNS rebinding): a request whose `Host` is not the server's own name —
+//!   the address the connection came in on, `localhost` or a loopback literal (`127.0.0.1`, `[::1]`), with the
+//!   connection's port — nor one of [`ServerConfig::allowed_hosts`] gets 403 `host_not_allowed`, on every route
+//!   but `/healthz` and `/readyz` (they change nothing, and probes name servers as they please).
+//! * **Change state** (POST, PUT and any other method but GET, HEAD and OPTIONS): a request whose `Origin` or
+//!   `Sec-Fetch-Site` says it came from another origin gets 403 `cross_site_request`, and one that is neither
+//!   `Content-Type: application/json` nor marked `X-Noetic-Request: 1` ([`REQUEST_MARK_HEADER`]) gets 415: a page
+//!   cannot make a browser send either to another origin. `stop`, `continue` and `resume` take no body, so send
+//!   them with the header (or an empty JSON body): `curl -X POST -H 'X-Noetic-Request: 1' …/stop`.
+//!
+//! A session key is 1 to 128 characters of `A-Z a-z 0-9 - _ .`, not made only of dots (a browser or curl drops a
+//! `.` or `..` path segment, so such a session could never be reached by URL).
+//!
+//! Connections cannot hold the server ([`ServerConfig`]): a connection with no request in progress closes after
+//! [`idle_timeout`](ServerConfig::idle_timeout), a request head must arrive within
+//! [`header_read_timeout`](ServerConfig::header_read_timeout) of its first byte and its body within
+//! [`body_read_timeout`](ServerConfig::body_read_timeout), and at [`max_connections`](ServerConfig::max_connections)
+//! each new connection closes the longest-idle one. Event streams (a keep-alive every 15 s) are requests in
+//! progress and outlive all of these.
 
 mod api;
 mod approvals;
 mod assets;
+mod config;
+mod connections;
+mod cross_site;
 mod error;
+mod host;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -51,52 +75,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use api::MAX_KEY_LEN;
 pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval};
+pub use config::{ALLOWED_HOSTS_ENV, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
+pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
-
-/// The environment variable `noetic serve` reads the access token from.
-pub const TOKEN_ENV: &str = "NOETIC_SERVER_TOKEN";
-
-/// How the server behaves.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// The access token every API request must carry; `None` for none (loopback only).
-    pub token: Option<String>,
-    /// The largest request body, in bytes.
-    pub max_body_bytes: usize,
-    /// The longest message, in characters.
-    pub max_message_chars: usize,
-    /// How long a shutdown waits for running turns before the process leaves them to be resumed.
-    pub shutdown_grace: Duration,
-    /// How often the server looks for turns a dead worker left (a store several workers share lists them once
-    /// their lease expired: [`SessionStore::orphaned`](noetic::agent::SessionStore::orphaned)) and resumes them;
-    /// `None` never.
-    pub takeover_every: Option<Duration>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            token: None,
-            max_body_bytes: 256 * 1024,
-            max_message_chars: 32 * 1024,
-            shutdown_grace: Duration::from_secs(10),
-            takeover_every: Some(Duration::from_secs(2)),
-        }
-    }
-}
-
-/// Refuses an address other than loopback when no token is set, saying why.
-pub fn check_bind(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> {
-    if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "refusing to serve on {addr} without an access token: anyone who can reach that address could drive the \
-             agent and its tools. Set {TOKEN_ENV} (or --token), or bind to 127.0.0.1"
-        ))
-    }
-}
 
 /// What the handlers share.
 pub(crate) struct AppState {
@@ -126,7 +109,10 @@ impl Server {
         Server { state: Arc::new(state) }
     }
 
-    /// The routes, for embedding in another axum application.
+    /// The routes, for embedding in another axum application. They check `Host`, cross-site requests and the
+    /// token as [`Server::serve`] does, with one difference: not knowing which address and port a connection came
+    /// in on, they accept the loopback names (`localhost`, `127.0.0.1`, `[::1]`) on any port, and any other name
+    /// only from [`ServerConfig::allowed_hosts`]. The connection timeouts and cap are the embedding server's.
     pub fn router(&self) -> Router {
         let api = Router::new()
             .route("/sessions", get(api::list_sessions))
@@ -152,19 +138,23 @@ impl Server {
             .route("/openapi.json", get(assets::openapi))
             .fallback(api::not_found)
             .layer(DefaultBodyLimit::max(self.state.config.max_body_bytes))
+            .layer(middleware::from_fn_with_state(self.state.clone(), cross_site::refuse_cross_site))
+            .layer(middleware::from_fn_with_state(self.state.clone(), host::check_host))
             .layer(middleware::from_fn(security_headers))
             .with_state(self.state.clone())
     }
 
     /// Serves on `listener` until `shutdown` completes; then stops accepting, ends the event streams, waits up to
     /// the grace period for running turns (each writes its progress to the store as it goes, so a turn still
-    /// running when the process exits is resumable) and returns.
+    /// running when the process exits is resumable) and returns. Fails at once, saying why, when the
+    /// configuration's timeouts or connection cap cannot work ([`ServerConfig::validate`]).
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let state = self.state.clone();
+        state.config.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let stop = state.shutdown.clone();
         let app = self.router();
         let signal = {
@@ -176,9 +166,12 @@ impl Server {
                 }
             }
         };
+        let signal = tokio::spawn(signal);
         let takeover = state.config.takeover_every.map(|every| tokio::spawn(api::take_over(state.clone(), every)));
-        let served = axum::serve(listener, app).with_graceful_shutdown(signal).await;
+        let limits = connections::Limits::of(&state.config);
+        let served = connections::serve(listener, app, limits, stop.clone(), state.config.shutdown_grace).await;
         stop.cancel();
+        signal.abort();
         if let Some(takeover) = takeover {
             takeover.abort();
         }

@@ -105,7 +105,11 @@ async fn load(sessions: usize, turns: usize) -> BenchResult<()> {
         .store(Arc::new(MemoryStore::default()))
         .max_idle_sessions(sessions * 2)
         .build()?;
-    let server = Server::new(runtime, approvals, ServerConfig::default());
+    // An event stream and a pooled request connection per session: above the default cap of 1024 connections,
+    // where new connections would close idle pooled ones.
+    let config =
+        ServerConfig { max_connections: sessions.saturating_mul(2).saturating_add(64), ..ServerConfig::default() };
+    let server = Server::new(runtime, approvals, config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));

@@ -180,3 +180,73 @@ impl EventStream {
         panic!("the stream ended before a '{kind}' event; read {:?}", seen.iter().map(Sse::kind).collect::<Vec<_>>());
     }
 }
+
+/// A response read off a raw connection: the status and the body (as JSON when it is JSON, else a string).
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub head: String,
+    pub body: Value,
+}
+
+impl Raw {
+    /// The typed error's code, or "" when the body is no typed error.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// Sends `request` (a whole HTTP/1.1 request, as bytes on the wire: nothing is normalised or added) on a new
+/// connection and reads the response head and, when it has a length, its body. An event stream's body is not read.
+pub async fn raw(addr: SocketAddr, request: &str) -> Raw {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed before a response head: {:?}", String::from_utf8_lossy(&bytes));
+        bytes.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(bytes[..end].to_vec()).unwrap();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap();
+    let length = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>()))
+        .and_then(Result::ok);
+    let mut body = bytes[end..].to_vec();
+    if let Some(length) = length {
+        while body.len() < length {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the connection closed inside the body");
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Raw { status, head, body }
+}
+
+/// Every route the server has: the documented API (from its OpenAPI document, path parameters filled in) and the
+/// page's files, as `(method, path)`.
+pub fn every_route() -> Vec<(String, String)> {
+    let doc: Value = serde_json::from_str(include_str!("../../assets/openapi.json")).unwrap();
+    let mut routes: Vec<(String, String)> =
+        ["/", "/app.js", "/app.css", "/openapi.json"].into_iter().map(|p| ("GET".to_owned(), p.to_owned())).collect();
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        let path = path.replace("{key}", "k").replace("{call_id}", "c1");
+        for method in methods.as_object().unwrap().keys().filter(|m| *m != "parameters") {
+            routes.push((method.to_ascii_uppercase(), path.clone()));
+        }
+    }
+    routes
+}
+
+/// True for the methods that change something.
+pub fn changes_state(method: &str) -> bool {
+    !matches!(method, "GET" | "HEAD" | "OPTIONS")
+}
