@@ -17,7 +17,7 @@ use noetic::agent::{
 };
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
-use noetic::testing::{Counter, Gate};
+use noetic::testing::{Counter, Gate, transcript};
 use noetic::turn::INTERRUPTED_RESULT;
 use serde_json::json;
 
@@ -308,5 +308,70 @@ async fn a_resumed_turn_keeps_its_number_and_the_session_count_does_not_grow() {
     resumed.await.unwrap();
     assert_eq!(session.turns(), 2, "the session's count does not grow");
     assert_eq!(session.send("three").unwrap().number(), 3);
+    gate.release();
+}
+
+/// Turn 1 answers call `c1`; turn 2's model asks for `c1` again (small and scripted models reuse ids) and the
+/// process dies while it runs. What the next process holds.
+async fn crashed_during_a_reused_call_id() -> (Arc<MemoryStore>, Gate) {
+    let store = Arc::new(MemoryStore::new());
+    let gate = Gate::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "quick", json!({}))]),
+        ModelResponse::text("turn one done"),
+        ModelResponse::tool_calls([("c1", "slow", json!({}))]),
+    ]);
+    let counter = Counter::new();
+    let first =
+        runtime(&model, store.clone(), vec![gate.tool("slow").unwrap(), counter.tool("quick", json!("ok")).unwrap()]);
+    let session = first.session("s");
+    session.send("one").unwrap().await.unwrap();
+    let _turn = session.send("two").unwrap();
+    gate.started().await;
+    (Arc::new(store.snapshot()), gate)
+}
+
+/// Every call has exactly one result after it, pairing calls and results in order (ids may repeat across turns).
+fn each_call_answered_once(history: &[Item]) -> bool {
+    let mut open: Vec<&str> = Vec::new();
+    for item in history {
+        match item {
+            Item::ToolCall(c) => open.push(&c.id),
+            Item::ToolResult(r) => match open.iter().position(|id| *id == r.call_id) {
+                Some(at) => {
+                    open.remove(at);
+                }
+                None => return false,
+            },
+            _ => {}
+        }
+    }
+    open.is_empty()
+}
+
+#[tokio::test]
+async fn a_discarded_turn_gives_a_call_whose_id_an_earlier_turn_used_its_own_interrupted_result() {
+    let (crashed, gate) = crashed_during_a_reused_call_id().await;
+    let next =
+        runtime(&ScriptedModel::new([ModelResponse::text("three")]), crashed, vec![Gate::new().tool("slow").unwrap()]);
+    let session = next.session("s");
+    assert!(session.discard_unfinished().unwrap());
+    let history = session.history();
+    assert!(each_call_answered_once(&history), "{:?}", transcript(&history));
+    assert_eq!(results(&history).last(), Some(&ToolResult::error("c1", INTERRUPTED_RESULT)));
+    session.send("three").unwrap().await.unwrap();
+    gate.release();
+}
+
+#[tokio::test]
+async fn a_resumed_turn_gives_a_call_whose_id_an_earlier_turn_used_its_own_result() {
+    let (crashed, gate) = crashed_during_a_reused_call_id().await;
+    let model = ScriptedModel::new([ModelResponse::text("resumed")]);
+    let next = runtime(&model, crashed, vec![Gate::new().tool("slow").unwrap()]);
+    let session = next.session("s");
+    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed");
+    let history = session.history();
+    assert!(each_call_answered_once(&history), "{:?}", transcript(&history));
+    assert!(each_call_answered_once(model.requests()[0].history.as_slice()), "the request is well-formed");
     gate.release();
 }

@@ -914,20 +914,7 @@ impl Session {
                 return Ok(false);
             }
             let mut items = history.to_vec();
-            let answered: std::collections::HashSet<String> = items
-                .iter()
-                .filter_map(|i| match i {
-                    Item::ToolResult(r) => Some(r.call_id.clone()),
-                    _ => None,
-                })
-                .collect();
-            let open: Vec<String> = items
-                .iter()
-                .filter_map(|i| match i {
-                    Item::ToolCall(c) if !answered.contains(&c.id) => Some(c.id.clone()),
-                    _ => None,
-                })
-                .collect();
+            let open = unanswered_calls(&items);
             items.extend(open.iter().map(|id| Item::ToolResult(crate::turn::interrupted_result(id))));
             state
                 .flush(&items, &[], JournalWrite::Clear)
@@ -951,6 +938,24 @@ impl Session {
             ended.await;
         }
     }
+}
+
+/// The ids of the calls in `items` with no result after them, in call order. Calls and results pair up in order:
+/// call ids are unique within a turn, not across turns (a model may reuse `c1` in every turn).
+fn unanswered_calls(items: &[Item]) -> Vec<String> {
+    let mut open: Vec<&str> = Vec::new();
+    for item in items {
+        match item {
+            Item::ToolCall(c) => open.push(&c.id),
+            Item::ToolResult(r) => {
+                if let Some(at) = open.iter().position(|id| *id == r.call_id) {
+                    open.remove(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter().map(str::to_owned).collect()
 }
 
 /// A turn's span (see [`crate::trace`]), disabled when no subscriber wants it.
