@@ -10,7 +10,7 @@ use noetic::context::Services;
 use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
-use noetic::turn::{Action, INTERRUPTED_RESULT, TurnCommit, TurnCore, TurnJournal};
+use noetic::turn::{Action, INTERRUPTED_RESULT, Replay, TurnCommit, TurnCore, TurnJournal};
 use serde_json::json;
 
 /// What a durable store would hold for one session: the committed items and the saved core.
@@ -57,8 +57,12 @@ impl TurnJournal for MemoryJournal {
         })
     }
 
-    fn saved(&self, _step_id: &str) -> Option<TurnCore> {
-        self.saved_core()
+    fn enter(&self, step_id: &str) -> String {
+        format!("{step_id}#0")
+    }
+
+    fn replay(&self, _path: &str) -> Option<Replay> {
+        self.saved_core().map(Replay::Running)
     }
 }
 

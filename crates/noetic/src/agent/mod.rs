@@ -27,6 +27,7 @@ mod queue;
 mod replies;
 mod session;
 mod store;
+mod turn_record;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

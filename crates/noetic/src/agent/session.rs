@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::archive::SessionSnapshot;
 use super::queue::{MessageId, SessionQueue};
 use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
+use super::turn_record::{StoreJournal, TurnRecord};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{Handles, RuntimeInner, SessionSettings, TurnHandle};
 use crate::context::{
@@ -23,7 +24,7 @@ use crate::context::{
 };
 use crate::error::NoeticError;
 use crate::model::{History, Item};
-use crate::turn::{TurnCommit, TurnCore, TurnJournal};
+use crate::turn::TurnJournal;
 use tracing::Instrument;
 
 /// What [`Session::send_or_steer`] did with a message.
@@ -164,16 +165,16 @@ impl SessionState {
         self
     }
 
-    fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+    pub(super) fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.durable.as_ref().map(|d| &d.store)
     }
 
     /// How many conversation items the store holds.
-    fn persisted(&self) -> usize {
+    pub(super) fn persisted(&self) -> usize {
         self.durable.as_ref().map_or(0, |d| d.persisted.load(Ordering::SeqCst))
     }
 
-    fn set_persisted(&self, n: usize) {
+    pub(super) fn set_persisted(&self, n: usize) {
         if let Some(d) = &self.durable {
             d.persisted.store(n, Ordering::SeqCst);
         }
@@ -184,14 +185,17 @@ impl SessionState {
         self.durable.as_ref().and_then(|d| lock(&d.unfinished).as_ref().map(|u| u.step_id.clone()))
     }
 
-    /// Takes the unfinished turn if it belongs to `step_id`.
-    fn take_unfinished(&self, step_id: &str) -> Option<UnfinishedTurn> {
-        let durable = self.durable.as_ref()?;
-        let mut unfinished = lock(&durable.unfinished);
-        if unfinished.as_ref().is_none_or(|u| u.step_id != step_id) {
-            return None;
+    /// Takes the record of the turn a stopped process left, for the turn that resumes it. An unreadable record
+    /// is logged and not resumed (the turn then starts its steps afresh).
+    fn take_unfinished(&self) -> Option<TurnRecord> {
+        let saved = lock(&self.durable.as_ref()?.unfinished).take()?;
+        match TurnRecord::read(&saved) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::error!(session = %self.key, error = %e, "the saved turn is unreadable; it is not resumed");
+                None
+            }
         }
-        unfinished.take()
     }
 
     fn clear_unfinished(&self) {
@@ -288,7 +292,11 @@ impl SessionState {
     }
 
     /// Commits with the ledger entries made since the last commit; on failure they wait for the next one.
-    fn commit_with_ledger(&self, store: &dyn SessionStore, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
+    pub(super) fn commit_with_ledger(
+        &self,
+        store: &dyn SessionStore,
+        commit: StoreCommit<'_>,
+    ) -> Result<(), NoeticError> {
         let Some(durable) = &self.durable else { return store.commit(&self.key, commit) };
         let entries = std::mem::take(&mut *lock(&durable.ledger));
         let result = store.commit(&self.key, StoreCommit { ledger: &entries, ..commit });
@@ -795,7 +803,10 @@ impl Session {
             skip_initial_poll,
             span.clone(),
         ));
-        let journal = state.store().map(|_| Arc::new(StoreJournal { state: state.clone() }) as Arc<dyn TurnJournal>);
+        let journal = state.store().map(|_| {
+            let record = if kind == TurnKind::Resumed { state.take_unfinished() } else { None };
+            Arc::new(StoreJournal::new(state.clone(), record)) as Arc<dyn TurnJournal>
+        });
         let records = state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
         let shared = self.runtime.shared.local();
         let ctx = Context::builder()
@@ -1170,50 +1181,6 @@ fn clear_queue(state: &SessionState) -> usize {
         tracing::error!(session = %state.key, error = %e, "could not clear the stored steering queue");
     }
     removed
-}
-
-/// A session turn's journal in the runtime's store.
-struct StoreJournal {
-    state: Arc<SessionState>,
-}
-
-impl TurnJournal for StoreJournal {
-    fn persisted(&self) -> usize {
-        self.state.persisted()
-    }
-
-    fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(std::future::ready(self.write(&commit)))
-    }
-
-    fn saved(&self, step_id: &str) -> Option<TurnCore> {
-        let saved = self.state.take_unfinished(step_id)?;
-        match serde_json::from_str(&saved.core) {
-            Ok(core) => Some(core),
-            Err(e) => {
-                tracing::error!(session = %self.state.key, error = %e, "the saved turn is unreadable; it is not resumed");
-                None
-            }
-        }
-    }
-}
-
-impl StoreJournal {
-    fn write(&self, commit: &TurnCommit<'_>) -> Result<(), NoeticError> {
-        let Some(store) = self.state.store() else { return Ok(()) };
-        let core = commit.core.map(serde_json::to_string).transpose().map_err(|e| {
-            NoeticError::other(format!("the turn of step '{}' could not be serialised: {e}", commit.step_id))
-        })?;
-        let journal = match &core {
-            Some(core) => JournalWrite::Save { step_id: commit.step_id, core },
-            None => JournalWrite::Clear,
-        };
-        let write =
-            StoreCommit { first: commit.first, items: &commit.items, injected: &commit.injected, journal, ledger: &[] };
-        self.state.commit_with_ledger(store.as_ref(), write)?;
-        self.state.set_persisted(commit.first + commit.items.len());
-        Ok(())
-    }
 }
 
 /// A session's ledger entries, kept until the next commit writes them.

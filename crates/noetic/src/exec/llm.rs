@@ -17,7 +17,9 @@ use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::call::{run_tool_call, traced_tool_call};
-use crate::turn::{Action, Effect, Input, Polled, TurnCommit, TurnCore, TurnJournal, interrupted_result};
+use crate::turn::{
+    Action, Effect, Finished, Input, Polled, Replay, TurnCommit, TurnCore, TurnJournal, interrupted_result,
+};
 
 /// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
 /// existed. A macro, not a function, so the untraced call is not wrapped in another future.
@@ -74,10 +76,17 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     let allow = |kind: &EventKind| s.emit.allows(kind);
     let steering = ctx.turn_steering().cloned();
     let journal = ctx.journal().cloned();
+    let path = journal.as_ref().map(|j| j.enter(&s.id)).unwrap_or_default();
     // The decisions are the core's; this loop performs its actions and feeds their outcomes back. A turn a
-    // stopped process left in the journal continues where it was (its prompt is in the history already).
-    let (mut core, mut input) = match journal.as_ref().and_then(|j| j.saved(&s.id)) {
-        Some(saved) => (saved, Input::Resume),
+    // stopped process left in the journal continues where it was: a run that finished gives its answer again
+    // without running, one that was running continues (its prompt is in the history already).
+    let (mut core, mut input) = match journal.as_ref().and_then(|j| j.replay(&path)) {
+        Some(Replay::Finished(finished)) => {
+            let Finished { text, usage, cost } = finished;
+            ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
+            return parse_output(s, &text);
+        }
+        Some(Replay::Running(saved)) => (saved, Input::Resume),
         None => {
             if let Some(text) = s.prompt_of(input) {
                 ctx.push_item(Item::user(text));
@@ -96,7 +105,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         if let Some(journal) = journal.as_deref()
             && core.is_at_durable_point()
             && !matches!(action, Action::CallModel { .. })
-            && let Err(e) = commit(ctx, journal, &s.id, Some(&core), Vec::new()).await
+            && let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new()).await
         {
             input = Input::Failed(e);
             continue;
@@ -114,7 +123,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     // The ids are only needed by a journal (they leave the stored queue in the same write).
                     let injected = steering.as_ref().map(|ts| ts.inject(ctx, journal.is_some())).unwrap_or_default();
                     let committed = match journal.as_deref() {
-                        Some(journal) => commit(ctx, journal, &s.id, Some(&core), injected).await,
+                        Some(journal) => commit(ctx, journal, (&s.id, &path), Some(&core), injected).await,
                         None => Ok(()),
                     };
                     match committed {
@@ -166,14 +175,15 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             },
             Action::Finish { text, usage, cost } => {
                 if let Some(journal) = journal.as_deref() {
-                    commit(ctx, journal, &s.id, None, Vec::new()).await?;
+                    let finished = Finished { text: text.clone(), usage, cost };
+                    finish(ctx, journal, (&s.id, &path), Some(finished)).await?;
                 }
                 ctx.set_last_step_meta(StepMeta { tool_calls: Arc::from(Vec::new()), usage, cost });
                 return parse_output(s, &text);
             }
             Action::Fail(error) => {
                 if let Some(journal) = journal.as_deref()
-                    && let Err(lost) = commit(ctx, journal, &s.id, None, Vec::new()).await
+                    && let Err(lost) = finish(ctx, journal, (&s.id, &path), None).await
                 {
                     tracing::error!(step_id = %s.id, error = %lost, "could not journal the end of a failed turn");
                 }
@@ -188,13 +198,25 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
 async fn commit(
     ctx: &Context,
     journal: &dyn TurnJournal,
-    step_id: &str,
+    (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
     injected: Vec<String>,
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    journal.commit(TurnCommit { step_id, first, items, injected, core }).await
+    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None }).await
+}
+
+/// Commits the end of the step's run: its answer when it finished (`None`: it failed).
+async fn finish(
+    ctx: &Context,
+    journal: &dyn TurnJournal,
+    (step_id, path): (&str, &str),
+    finished: Option<Finished>,
+) -> Result<(), NoeticError> {
+    let first = journal.persisted();
+    let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
+    journal.commit(TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished }).await
 }
 
 fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {

@@ -4,30 +4,58 @@
 //! when a response arrived (so it is never requested again), before each tool call (so a call that was running
 //! is known), and when the step ends. Each commit carries the conversation items appended since the last one and
 //! the ids of the steering messages injected with them, so a store can write both in one transaction (a message
-//! is shown exactly once). Without a journal (the default) nothing of this runs.
+//! is shown exactly once). When a step finishes, its answer is committed too: a turn of several `llm` steps (plan,
+//! then act) resumed after a crash returns the finished steps' answers without asking the model again and continues
+//! the step that was running. Without a journal (the default) nothing of this runs.
 
 use futures::future::BoxFuture;
 
+use serde::{Deserialize, Serialize};
+
 use super::TurnCore;
 use crate::error::NoeticError;
-use crate::model::Item;
+use crate::model::{Item, Usage};
 
 /// One commit of a running turn.
 #[derive(Debug)]
 pub struct TurnCommit<'a> {
     /// The `llm` step whose turn this is.
     pub step_id: &'a str,
+    /// Where the step runs in the turn ([`TurnJournal::enter`]): `step_id#n` for its n-th run.
+    pub path: &'a str,
     /// The index in the conversation of the first item in `items`.
     pub first: usize,
     /// Items appended since the last commit, in order.
     pub items: Vec<Item>,
     /// Ids of the steering messages injected with these items (they leave the queue in the same write).
     pub injected: Vec<String>,
-    /// The core as it is now, or `None` when the step ended (its journal entry goes).
+    /// The core as it is now, or `None` when the step ended.
     pub core: Option<&'a TurnCore>,
+    /// The step finished with this answer: a resumed turn returns it without running the step again.
+    pub finished: Option<Finished>,
 }
 
-/// A durable home for running turns. A store implements it per session.
+/// A finished `llm` step's answer, as a resumed turn gets it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    /// The final answer's text (parsed again into the step's output).
+    pub text: String,
+    /// Usage of the step's model calls.
+    pub usage: Usage,
+    /// Their cost in US dollars.
+    pub cost: f64,
+}
+
+/// What a journal holds of one run of an `llm` step ([`TurnJournal::replay`]).
+#[derive(Debug, Clone)]
+pub enum Replay {
+    /// The step finished: its answer.
+    Finished(Finished),
+    /// The step was running: its core.
+    Running(TurnCore),
+}
+
+/// A durable home for running turns. A store implements it per session turn.
 pub trait TurnJournal: Send + Sync {
     /// How many conversation items are already durable (the next commit starts there).
     fn persisted(&self) -> usize;
@@ -35,6 +63,12 @@ pub trait TurnJournal: Send + Sync {
     /// Writes `commit` — all of it or nothing. An error fails the turn (what was committed before stays).
     fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>>;
 
-    /// The saved core of an unfinished turn of `step_id`, if a process stopped during one.
-    fn saved(&self, step_id: &str) -> Option<TurnCore>;
+    /// Where a run of the `llm` step `step_id` is in this turn: `step_id#n` for its n-th run (0-based), counted
+    /// per turn. The same agent walks the same runs in the same order, so a resumed turn finds each run's record
+    /// under the same path. Called once at the start of each run.
+    fn enter(&self, step_id: &str) -> String;
+
+    /// What the journal holds of the run at `path`, if a stopped process left this turn unfinished: its answer when
+    /// it finished (not run again), its core when it was running (continued).
+    fn replay(&self, path: &str) -> Option<Replay>;
 }

@@ -28,7 +28,7 @@ mod journal;
 #[cfg(test)]
 mod tests;
 
-pub use journal::{TurnCommit, TurnJournal};
+pub use journal::{Finished, Replay, TurnCommit, TurnJournal};
 
 /// The content of the result each tool call skipped by queued steering gets (seed 3).
 pub const SKIPPED_RESULT: &str = "Skipped due to queued user message.";
