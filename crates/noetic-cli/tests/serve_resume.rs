@@ -92,6 +92,7 @@ async fn a_message_for_a_turn_a_killed_server_left_is_accepted_and_resumes_the_t
         post(&client, &format!("{session_url}/messages"), json!({"text": "only the first check, please"})).await;
     assert_eq!(status, 202, "accepted, not refused: {routed}");
     assert_eq!(routed["routed"], "steered", "queued for the unfinished turn: {routed}");
+    assert_eq!(routed["turn"], 1, "the resumed turn keeps its number");
     // The call that waited for approval when the process died is not run unknowingly: it gets the interrupted
     // result, the checkpoint after it injects the message and skips the rest, and the model answers.
     let after = until(&client, &session_url, "the resumed turn's end", |s| {
