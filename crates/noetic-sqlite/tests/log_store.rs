@@ -199,3 +199,26 @@ async fn the_old_store_keeps_working_on_a_file_the_log_was_added_to_and_leaves_t
     let keys: Vec<String> = again.list().await.unwrap().into_iter().map(|l| l.key).collect();
     assert_eq!(keys, ["before"]);
 }
+
+#[tokio::test]
+async fn dropping_the_last_handle_lets_the_writer_finish_its_queue_and_close_the_file() {
+    let db = scratch("drop").join("noetic.db");
+    let store = SqliteLogStore::open(&db).await.unwrap();
+    let handle = store.clone();
+    drop(store);
+    let entries = [stop("queued")];
+    let mut append = handle.append("k", Expect::At(0), &entries);
+    // Sent, then given up on: the request is the writer's now.
+    let _ = futures::poll!(&mut append);
+    drop(append);
+    drop(handle);
+    // The writer commits it, then closes the file: the last connection to close folds the WAL back and removes it.
+    let wal = PathBuf::from(format!("{}-wal", db.display()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while wal.exists() {
+        assert!(std::time::Instant::now() < deadline, "the writer thread did not close the file");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reopened = SqliteLogStore::open(&db).await.unwrap();
+    assert_eq!(reasons(&reopened.read("k", 0, 10).await.unwrap()), ["queued"]);
+}

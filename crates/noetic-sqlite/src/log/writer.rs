@@ -123,6 +123,8 @@ pub(crate) fn run(setup: Setup, queue: mpsc::Receiver<Request>, ready: oneshot::
 }
 
 struct Writer {
+    /// Closed first when the thread ends, so the write connection is the file's last and folds the WAL back in.
+    _readers: Arc<ReadPool>,
     conn: Connection,
     path: PathBuf,
     /// This store's id in the rows it writes (to tell its own appends from other processes').
@@ -133,8 +135,6 @@ struct Writer {
     data_version: i64,
     /// The highest append counter announced (or this store's own).
     seen: i64,
-    /// Closed on this thread when it ends, after the write connection.
-    _readers: Arc<ReadPool>,
 }
 
 fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
@@ -187,6 +187,7 @@ impl Writer {
         let data_version = data_version(&conn).map_err(|e| failed(&path, "reading the data version", e))?;
         let seen = tables::clock(&conn).map_err(|e| failed(&path, "reading the append counter", e))?;
         Ok(Writer {
+            _readers: setup.readers,
             conn,
             path,
             id: ExecutionId::new().to_string(),
@@ -194,7 +195,6 @@ impl Writer {
             commits: setup.commits,
             data_version,
             seen,
-            _readers: setup.readers,
         })
     }
 
