@@ -9,7 +9,8 @@
 //! * Version 5: the state of layers whose scope is not `execution` (`layer_state`: one JSON state per scope name —
 //!   `thread:<session key>`, `global` — and layer id).
 //! * Version 6: the session log (`log_sessions`: each log's end, summary and place in the append order;
-//!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the append counter), written by
+//!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
+//!   deleted session held), written by
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
 //!   (`crate::log`'s docs). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
 

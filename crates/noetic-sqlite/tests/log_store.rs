@@ -71,6 +71,20 @@ async fn an_append_through_another_store_on_the_file_is_heard_and_a_stores_own_a
     assert_eq!(reasons(&here.read("mine", 0, 10).await.unwrap()), ["a", "d"]);
 }
 
+#[tokio::test]
+async fn an_append_elsewhere_after_the_last_appended_session_was_deleted_is_still_heard() {
+    let db = scratch("watch-delete").join("noetic.db");
+    let here = SqliteLogStore::open(&db).await.unwrap();
+    let elsewhere = SqliteLogStore::open(&db).await.unwrap();
+    let mut watch = here.watch();
+    elsewhere.append("gone", Expect::At(0), &[stop("a")]).await.unwrap();
+    assert_eq!(next(&mut watch).await, Appended { key: "gone".into(), last: 1 });
+    // The deleted row held the highest counter: the next append must not take it again, or it goes unheard.
+    assert!(elsewhere.delete("gone").await.unwrap());
+    elsewhere.append("next", Expect::At(0), &[stop("b")]).await.unwrap();
+    assert_eq!(next(&mut watch).await, Appended { key: "next".into(), last: 1 });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_that_arrive_together_share_one_transaction_and_each_is_fenced_on_its_own() {
     let db = scratch("group").join("noetic.db");

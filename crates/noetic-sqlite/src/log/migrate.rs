@@ -43,7 +43,6 @@ pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreErro
         counter += 1;
         write_log(&tx, path, &key, ms, &entries, counter)?;
     }
-    tables::set_clock(&tx, counter).map_err(|e| failed(path, doing, e))?;
     tx.pragma_update(None, "user_version", LOG_SCHEMA_VERSION).map_err(|e| failed(path, doing, e))?;
     tx.commit().map_err(|e| failed(path, doing, e))
 }

@@ -11,8 +11,8 @@
 //!   finish its queue and exit, so `Drop` does no I/O.
 //! * **Reads** (`read`, `last`, `list`, `snapshot`) run on tokio's blocking pool (`spawn_blocking`) on read-only
 //!   connections kept for the next read; WAL lets them run beside the writer.
-//! * **Other processes.** Every append takes the next value of one counter (`log_clock`) and stores it, with the
-//!   writing store's id, in its session's row. Every ~100 ms the writer thread reads `PRAGMA data_version` on its
+//! * **Other processes.** Every append takes the next value of one counter (one more than the highest any
+//!   session's row holds or a deleted one held) and stores it, with the writing store's id, in its session's row. Every ~100 ms the writer thread reads `PRAGMA data_version` on its
 //!   connection, which moves only when *another* connection committed; when it moved, the sessions whose counter
 //!   passed the last one seen and that another store wrote are announced to [`LogStore::watch`]. A store's own
 //!   appends are announced when they commit, once.

@@ -40,14 +40,14 @@ pub(crate) fn summary(path: &Path, key: &str, json: &str) -> Result<Summary, Sto
     })
 }
 
-/// The append counter, read inside the writer's transaction.
+/// The append counter, read inside the writer's transaction: the highest a session row holds, or a deleted one
+/// held. An append writes only its own session's row (one page fewer per commit than a counter row of its own).
 pub(crate) fn clock(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached("SELECT counter FROM log_clock WHERE id = 1")?.query_row([], |r| r.get(0))
-}
-
-/// Moves the append counter to `counter`.
-pub(crate) fn set_clock(conn: &Connection, counter: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE log_clock SET counter = ?1 WHERE id = 1")?.execute(params![counter]).map(|_| ())
+    conn.prepare_cached(
+        "SELECT MAX(COALESCE((SELECT MAX(counter) FROM log_sessions), 0),
+                    (SELECT counter FROM log_clock WHERE id = 1))",
+    )?
+    .query_row([], |r| r.get(0))
 }
 
 /// Writes `encoded` entries at positions `first`, `first + 1`, …
@@ -80,8 +80,14 @@ pub(crate) fn put_session(conn: &Connection, row: &Row<'_>) -> rusqlite::Result<
     .map(|_| ())
 }
 
-/// Deletes `key`'s log, summary and snapshot; false when there was no log.
+/// Deletes `key`'s log, summary and snapshot; false when there was no log. The counter its row held stays
+/// taken (`log_clock`), so a later append never reuses it and other processes' watchers do not miss that append.
 pub(crate) fn delete(conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "UPDATE log_clock SET counter = MAX(counter, COALESCE((SELECT counter FROM log_sessions WHERE key = ?1), 0))
+         WHERE id = 1",
+    )?
+    .execute(params![key])?;
     conn.prepare_cached("DELETE FROM log_entries WHERE session = ?1")?.execute(params![key])?;
     conn.prepare_cached("DELETE FROM log_snapshots WHERE session = ?1")?.execute(params![key])?;
     Ok(conn.prepare_cached("DELETE FROM log_sessions WHERE key = ?1")?.execute(params![key])? > 0)

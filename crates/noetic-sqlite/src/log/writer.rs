@@ -225,8 +225,7 @@ impl Writer {
 
     /// Does the requests inside the open transaction and commits it.
     fn write_all(&self, batch: &mut impl Iterator<Item = Request>, done: &mut Vec<Done>) -> Result<(), Cause> {
-        let start = tables::clock(&self.conn).map_err(cause)?;
-        let mut clock = start;
+        let mut clock = tables::clock(&self.conn).map_err(cause)?;
         for request in batch {
             done.push(self.apply(request, &mut clock));
             if self.conn.is_autocommit() {
@@ -234,9 +233,6 @@ impl Writer {
                     "an error made SQLite roll the whole transaction back".into();
                 return Err(Arc::from(lost));
             }
-        }
-        if clock != start {
-            tables::set_clock(&self.conn, clock).map_err(cause)?;
         }
         self.conn.execute_batch("COMMIT").map_err(cause)
     }
