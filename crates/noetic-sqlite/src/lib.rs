@@ -11,11 +11,6 @@
 //! * **Schema.** Versioned with `PRAGMA user_version`; older files are migrated in place when opened, a file
 //!   from a newer version is refused (nothing is written), as is a file that is not SQLite. A file the session log
 //!   has been added to (version 6, [`LOG_SCHEMA_VERSION`]) is opened as it is: this store keeps to its own tables.
-//!
-//! [`SqliteLogStore`] is the session log (`noetic::agent::log`) on the same kind of file: one writer thread with
-//! group commit, reads off the async runtime, appends by other processes heard within about 100 ms. Opening it
-//! on a file of this store migrates every session into the log once (see its docs). The runtime does not use it
-//! yet.
 //! * **One owner.** Opening a session takes it for this process (pid, host, process start time in the
 //!   `sessions` row); another live process opening it gets an error naming the owner. An owner that died is
 //!   taken over, so no manual cleanup is ever needed.
@@ -24,6 +19,11 @@
 //!   costs one `PRAGMA data_version` read when no other connection wrote since the last one.
 //! * **Atomic commits.** A turn's commit (new items, injected steering messages leaving the queue, the
 //!   journal) is one transaction.
+//!
+//! [`SqliteLogStore`] is the session log (`noetic::agent::log`) on the same kind of file: one writer thread with
+//! group commit, reads off the async runtime, appends by other processes heard within about 100 ms. Opening it
+//! on a file of this store migrates every session into the log once ([`log`] has how each session maps to
+//! entries). The runtime does not use it yet.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -37,7 +37,7 @@ use noetic::agent::{
 use noetic::model::Item;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
 
-mod log;
+pub mod log;
 mod schema;
 
 pub use log::SqliteLogStore;

@@ -12,7 +12,7 @@
 //!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
 //!   deleted session held), written by
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
-//!   (`crate::log`'s docs). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
+//!   ([`crate::log`] has the mapping). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
 
 use rusqlite::Connection;
 
