@@ -15,6 +15,7 @@ mod pg_path;
 #[allow(dead_code)]
 mod probe;
 mod real_path;
+mod sqlite_log_path;
 mod store_path;
 mod stream_path;
 
@@ -369,5 +370,5 @@ fn store_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
     let (open, bytes) = store_path::open_ms_and_bytes(1000, 7)?;
     report("sqlite_open_session_1000_turns_ms", Stats::of(open, None), "ms", "<= 20");
     report("sqlite_bytes_per_1000_turns", Stats::exact(bytes), "bytes", "");
-    Ok(())
+    sqlite_log_path::figures()
 }

@@ -9,7 +9,8 @@
 //!   process; [`Durability::PowerLoss`] (`synchronous=FULL`) also survives a power cut, at the cost of an fsync
 //!   per commit.
 //! * **Schema.** Versioned with `PRAGMA user_version`; older files are migrated in place when opened, a file
-//!   from a newer version is refused (nothing is written), as is a file that is not SQLite.
+//!   from a newer version is refused (nothing is written), as is a file that is not SQLite. A file the session log
+//!   has been added to (version 6, [`LOG_SCHEMA_VERSION`]) is opened as it is: this store keeps to its own tables.
 //! * **One owner.** Opening a session takes it for this process (pid, host, process start time in the
 //!   `sessions` row); another live process opening it gets an error naming the owner. An owner that died is
 //!   taken over, so no manual cleanup is ever needed.
@@ -18,6 +19,11 @@
 //!   costs one `PRAGMA data_version` read when no other connection wrote since the last one.
 //! * **Atomic commits.** A turn's commit (new items, injected steering messages leaving the queue, the
 //!   journal) is one transaction.
+//!
+//! [`SqliteLogStore`] is the session log (`noetic::agent::log`) on the same kind of file: one writer thread with
+//! group commit, reads off the async runtime, appends by other processes heard within about 100 ms. Opening it
+//! on a file of this store migrates every session into the log once ([`log`] has how each session maps to
+//! entries). The runtime does not use it yet.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -31,9 +37,11 @@ use noetic::agent::{
 use noetic::model::Item;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
 
+pub mod log;
 mod schema;
 
-pub use schema::SCHEMA_VERSION;
+pub use log::SqliteLogStore;
+pub use schema::{LOG_SCHEMA_VERSION, SCHEMA_VERSION};
 
 /// Raw access for tests: files in older layouts, statements the store would never run.
 #[doc(hidden)]
@@ -45,6 +53,26 @@ pub mod testing {
         let conn = rusqlite::Connection::open(path)?;
         conn.execute_batch(super::schema::V1)?;
         conn.pragma_update(None, "user_version", 1)
+    }
+
+    /// Creates a file with the schema of `version` (1 to 5, the versions before the session log), as that
+    /// release wrote it.
+    pub fn create(path: &Path, version: i64) -> rusqlite::Result<()> {
+        let mut conn = rusqlite::Connection::open(path)?;
+        super::schema::migrate_to(&mut conn, 0, version.min(super::SCHEMA_VERSION))
+    }
+
+    /// The file's schema version (`PRAGMA user_version`).
+    pub fn user_version(path: &Path) -> rusqlite::Result<i64> {
+        rusqlite::Connection::open(path)?.query_row("PRAGMA user_version", [], |r| r.get(0))
+    }
+
+    /// Takes the file's write lock and keeps it until the returned connection is dropped (a writer that must
+    /// wait for it queues what it is asked meanwhile).
+    pub fn write_lock(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+        let conn = rusqlite::Connection::open(path)?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(conn)
     }
 
     /// Runs `sql` on the file.
@@ -133,9 +161,9 @@ fn from_millis(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-/// An SQLite error on `path`, with what to do.
-fn db_error(path: &Path, doing: &str, e: &rusqlite::Error) -> NoeticError {
-    let hint = match e.sqlite_error_code() {
+/// What to do about an SQLite error.
+fn hint(e: &rusqlite::Error) -> &'static str {
+    match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) => {
             "the file is not an SQLite database (or is encrypted/corrupt); point --db at another file or move this one away"
         }
@@ -146,8 +174,12 @@ fn db_error(path: &Path, doing: &str, e: &rusqlite::Error) -> NoeticError {
         }
         Some(rusqlite::ErrorCode::CannotOpen) => "the file cannot be opened; check the path and its directory",
         _ => "check the file and the disk",
-    };
-    NoeticError::other(format!("session store {}: {doing} failed: {e}; {hint}", path.display()))
+    }
+}
+
+/// An SQLite error on `path`, with what to do.
+fn db_error(path: &Path, doing: &str, e: &rusqlite::Error) -> NoeticError {
+    NoeticError::other(format!("session store {}: {doing} failed: {e}; {}", path.display(), hint(e)))
 }
 
 fn json_error(path: &Path, what: &str, e: &serde_json::Error) -> NoeticError {
@@ -188,10 +220,11 @@ impl SqliteStore {
         // Reading the schema version first: a file that is not SQLite fails here, before anything is written.
         let version: i64 =
             conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| db_error(&path, "reading", &e))?;
-        if version > SCHEMA_VERSION {
+        // Version 6 only adds the session log's tables, which this store neither reads nor writes.
+        if version > LOG_SCHEMA_VERSION {
             return Err(NoeticError::other(format!(
                 "session store {}: its schema is version {version}, newer than this noetic supports \
-                 ({SCHEMA_VERSION}); upgrade noetic or use another --db (nothing was changed)",
+                 ({LOG_SCHEMA_VERSION}); upgrade noetic or use another --db (nothing was changed)",
                 path.display()
             )));
         }
@@ -215,7 +248,8 @@ impl SqliteStore {
         &self.path
     }
 
-    /// The schema version of the open file (after migration: [`SCHEMA_VERSION`]).
+    /// The schema version of the open file (after migration: [`SCHEMA_VERSION`], or [`LOG_SCHEMA_VERSION`] once a
+    /// [`SqliteLogStore`] has opened it).
     pub fn schema_version(&self) -> Result<i64, NoeticError> {
         self.with(|conn| conn.query_row("PRAGMA user_version", [], |r| r.get(0)), "reading the schema version")
     }
@@ -353,7 +387,7 @@ impl SqliteStore {
 
 /// Switches the file to WAL mode (a no-op when it is already in it). The switch needs the file to itself: when
 /// another process is creating or opening the same file at that moment, it is retried for up to five seconds.
-fn wal(conn: &Connection) -> rusqlite::Result<String> {
+pub(crate) fn wal(conn: &Connection) -> rusqlite::Result<String> {
     let current: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
     if current.eq_ignore_ascii_case("wal") {
         return Ok(current);

@@ -8,11 +8,50 @@
 //!   asked for (`sessions.stop_requested`), which the owner takes at its next checkpoint.
 //! * Version 5: the state of layers whose scope is not `execution` (`layer_state`: one JSON state per scope name —
 //!   `thread:<session key>`, `global` — and layer id).
+//! * Version 6: the session log (`log_sessions`: each log's end, summary and place in the append order;
+//!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
+//!   deleted session held), written by
+//!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
+//!   ([`crate::log`] has the mapping). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
 
 use rusqlite::Connection;
 
-/// The schema version this build writes.
+/// The schema version [`crate::SqliteStore`] writes: its own tables, up to version 5.
 pub const SCHEMA_VERSION: i64 = 5;
+
+/// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this
+/// build opens; a newer file is refused untouched.
+pub const LOG_SCHEMA_VERSION: i64 = 6;
+
+/// Version 5 → 6: the session log. Entries are a plain rowid table (they are often larger than the small rows
+/// `WITHOUT ROWID` suits); `counter` orders the list and lets another process find what changed.
+pub(crate) const V6: &str = "
+CREATE TABLE log_sessions (
+    key TEXT PRIMARY KEY NOT NULL,
+    last INTEGER NOT NULL,
+    summary TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    counter INTEGER NOT NULL,
+    writer TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX log_sessions_by_counter ON log_sessions (counter);
+CREATE TABLE log_entries (
+    session TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (session, pos)
+);
+CREATE TABLE log_snapshots (
+    session TEXT PRIMARY KEY NOT NULL,
+    pos INTEGER NOT NULL,
+    bytes BLOB NOT NULL
+);
+CREATE TABLE log_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    counter INTEGER NOT NULL
+);
+INSERT INTO log_clock (id, counter) VALUES (1, 0);
+";
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "
@@ -80,9 +119,16 @@ CREATE TABLE layer_state (
 
 /// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
 pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
-    let steps: [(i64, &str); 5] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
-    for (version, sql) in steps {
-        if from >= version {
+    migrate_to(conn, from, SCHEMA_VERSION)
+}
+
+/// The steps from version 1 to [`SCHEMA_VERSION`], each with the version it makes.
+const STEPS: [(i64, &str); 5] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+
+/// Brings a file at `from` up to `to` (at most [`SCHEMA_VERSION`]), one version per transaction.
+pub(crate) fn migrate_to(conn: &mut Connection, from: i64, to: i64) -> rusqlite::Result<()> {
+    for (version, sql) in STEPS {
+        if from >= version || version > to {
             continue;
         }
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -95,4 +141,10 @@ pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> 
         tx.commit()?;
     }
     Ok(())
+}
+
+/// Runs the steps after `from` up to [`SCHEMA_VERSION`] inside the caller's transaction (the log's migration
+/// makes the whole way to version 6 one transaction).
+pub(crate) fn steps_after(conn: &Connection, from: i64) -> rusqlite::Result<()> {
+    STEPS.iter().filter(|(version, _)| *version > from).try_for_each(|(_, sql)| conn.execute_batch(sql))
 }

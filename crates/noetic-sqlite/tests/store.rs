@@ -10,7 +10,7 @@ use noetic::model::{ModelResponse, ScriptedModel, ToolResult};
 use noetic::prelude::*;
 use noetic::testing::{Counter, Gate};
 use noetic::turn::INTERRUPTED_RESULT;
-use noetic_sqlite::{SCHEMA_VERSION, SqliteStore};
+use noetic_sqlite::{LOG_SCHEMA_VERSION, SCHEMA_VERSION, SqliteStore};
 use serde_json::json;
 
 /// A fresh directory under the target dir (kept for inspection when a test fails).
@@ -128,10 +128,11 @@ fn a_file_that_is_not_sqlite_or_is_from_a_newer_schema_is_refused_and_left_untou
     assert_eq!(std::fs::read(&text).unwrap(), before, "nothing was written");
 
     let newer = dir.join("newer.db");
-    noetic_sqlite::testing::execute(&newer, &format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1)).unwrap();
+    // The newest version this build knows is the session log's (the old store opens that one as it is).
+    noetic_sqlite::testing::execute(&newer, &format!("PRAGMA user_version = {};", LOG_SCHEMA_VERSION + 1)).unwrap();
     let before = std::fs::read(&newer).unwrap();
     let err = SqliteStore::open(&newer).unwrap_err().to_string();
-    assert!(err.contains(&format!("version {}", SCHEMA_VERSION + 1)) && err.contains("upgrade noetic"), "{err}");
+    assert!(err.contains(&format!("version {}", LOG_SCHEMA_VERSION + 1)) && err.contains("upgrade noetic"), "{err}");
     assert_eq!(std::fs::read(&newer).unwrap(), before);
 }
 
