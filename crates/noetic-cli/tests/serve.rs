@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::served::{Served, browser, until_event};
+use common::served::{Served, browser, page_test, screenshots, until_event, workflow_command};
 use common::{example, noetic, run};
 use serde_json::{Value, json};
 
@@ -97,22 +95,8 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     let workspace = dir.path().join("ws");
     std::fs::create_dir(&workspace).unwrap();
     let served = Served::start(&workspace, &dir.path().join("noetic.db"));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let shots = root.join("test-artefacts/browser");
-    let _ = std::fs::remove_dir_all(&shots);
-    let out = std::process::Command::new("node")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/steer_page.mjs"))
-        .arg(&served.base)
-        .arg(&workspace)
-        .arg(&shots)
-        .env("NOETIC_BROWSER_DIR", &browser_dir)
-        .output()
-        .unwrap();
-    let (_, server_stderr) = served.terminate();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the page test failed:\n{stderr}\nseen: {stdout}\nserver: {server_stderr}");
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let shots = screenshots("steer");
+    let seen = page_test(&browser_dir, served, "steer_page.mjs", &[&workspace, &shots]);
     eprintln!("screenshots: {}", shots.display());
     assert_eq!(seen["busyWhileToolRuns"], true, "Stop is offered while the tool runs");
     assert_eq!(seen["queuedShown"], true);
@@ -138,7 +122,99 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     ] {
         assert!(timeline.contains(&kind), "{kind} in the timeline: {timeline:?}");
     }
-    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 8, "a screenshot per step");
+    an_open_session_invites_a_message_and_says_it_is_idle(&seen);
+    a_running_turn_shows_in_the_order_the_agent_saw_it_and_is_labelled_running(&seen);
+    a_running_call_shows_a_running_indicator_with_its_time(&seen);
+    an_approval_counts_down_to_its_deadline_and_a_write_shows_its_diff(&seen);
+    the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(&seen);
+    a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(&seen);
+    a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(&seen);
+    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 12, "a screenshot per step, at 1400 and 390 px");
+}
+
+fn lines(seen: &Value, field: &str) -> Vec<String> {
+    seen[field].as_array().unwrap().iter().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// The first 7 items of the conversation once the steering message was answered.
+const STEERED: [&str; 7] = [
+    "user: run the checks",
+    "assistant: Running the three checks one by one.",
+    "tool done: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    "tool skipped: run_command call c2",
+    "tool skipped: run_command call c3",
+    "user: skip the remaining checks and write notes.txt instead",
+    "assistant: Understood: no more checks, writing notes.txt instead.",
+];
+
+fn an_open_session_invites_a_message_and_says_it_is_idle(seen: &Value) {
+    assert_eq!(seen["placeholderBefore"], "Open or create a session first");
+    let opened = json!({
+        "placeholder": "Message the agent (Enter sends, Shift+Enter adds a line)",
+        "state": "idle",
+        "hint": "Nothing here yet: send a message to start."
+    });
+    assert_eq!(seen["opened"], opened, "an open session no longer asks to open one");
+}
+
+fn a_running_turn_shows_in_the_order_the_agent_saw_it_and_is_labelled_running(seen: &Value) {
+    let first = [
+        "user: run the checks",
+        "assistant: Running the three checks one by one.",
+        "tool waiting: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    ];
+    assert_eq!(lines(seen, "orderAtFirstApproval"), first, "the message above the reply, the call below it");
+    assert!(seen["runningLabel"].as_str().unwrap().starts_with("running"), "not 'unfinished': {seen}");
+    assert_eq!(seen["queuedIsLast"], true, "a queued message waits at the bottom");
+    // Before the turn ends the steering message stands where the agent read it: after the skipped calls, before
+    // the answer to it; the skipped calls name their tool.
+    let before_the_end = lines(seen, "orderBeforeTheEnd");
+    assert_eq!(before_the_end[..7], STEERED, "{before_the_end:?}");
+    assert_eq!(before_the_end[7], "tool waiting: write_file notes.txt");
+    assert_eq!(lines(seen, "skippedBlocks"), ["run_command call c2", "run_command call c3"]);
+    let at_the_end = lines(seen, "orderAtTheEnd");
+    assert_eq!(at_the_end[..7], STEERED, "the order does not change when the turn ends");
+    assert_eq!(at_the_end[7..], ["tool done: write_file notes.txt", "assistant: Wrote notes.txt, as you asked."]);
+}
+
+fn a_running_call_shows_a_running_indicator_with_its_time(seen: &Value) {
+    let status = seen["runningStatus"].as_str().unwrap();
+    assert!(status.starts_with("running ") && status.ends_with(" s"), "the running call counts its time: {status}");
+}
+
+fn an_approval_counts_down_to_its_deadline_and_a_write_shows_its_diff(seen: &Value) {
+    let deadline = seen["deadline"].as_str().unwrap();
+    assert!(deadline.starts_with("Decide within ") && deadline.contains(": rejected automatically at "), "{deadline}");
+    assert!(deadline.ends_with("unless you decide."), "a deadline ahead, not one that passed: {deadline}");
+    assert_eq!(seen["inlineCard"], 1, "the card also shows in the call's block");
+    assert_eq!(seen["diff"], json!(["+Steered from the page.\n"]));
+}
+
+fn the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(seen: &Value) {
+    assert_eq!(lines(seen, "ledgerHeaders"), ["time", "decision", "rule · evaluator", "call · guidance"]);
+    let approvals = lines(seen, "ledgerApprovals");
+    assert_eq!(approvals.len(), 2, "{approvals:?}");
+    assert!(approvals[0].contains("approved") && approvals[0].contains("run_command (call c1)"), "{approvals:?}");
+    assert!(approvals[1].contains("write_file (call w1)"), "{approvals:?}");
+}
+
+fn a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(seen: &Value) {
+    let second = [
+        "user: run the checks",
+        "assistant: Running the three checks one by one.",
+        "tool waiting: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    ];
+    assert_eq!(lines(seen, "secondSession"), second, "at 390 px");
+    assert_eq!(seen["secondApproveInView"], true, "its Approve button is on the screen");
+    assert_eq!(seen["stopped"], "Stopped: the turn was cancelled before it finished.");
+    assert_eq!(seen["stoppedFailures"], 0, "a stop, not a failure");
+}
+
+fn a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(seen: &Value) {
+    assert_eq!(seen["confirmLabel"], "Delete? Click again");
+    assert_eq!(seen["deletedStatus"], "Deleted session old-one.");
+    assert_eq!(lines(seen, "sessionsLeft"), ["browser-second", "browser-steer"]);
+    assert!(seen["keptStatus"].as_str().unwrap().contains("cannot be deleted while this server runs"), "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,5 +270,142 @@ async fn another_process_steers_a_turn_that_serve_runs_through_the_shared_databa
     let missing = run(noetic().arg("sessions").arg("--db").arg(&db).args(["stop", "nobody"]));
     assert!(!missing.status.success() && missing.stderr.contains("no session 'nobody'"), "{}", missing.stderr);
     drop(events);
+    served.terminate();
+}
+
+/// An agent whose one scripted answer is markdown carrying attacks: markup, a script, event handlers, an iframe and
+/// `javascript:` links (in the text, in a table, in a code block).
+const MARKDOWN_WORKFLOW: &str = r##"instructions = "You answer in markdown."
+model = "scripted"
+tools = ["read_file"]
+
+[scripted]
+per_conversation = true
+
+[[scripted.response]]
+text = '''
+## Checks
+
+All **three** checks passed, *nothing* to fix. See [the docs](https://example.com/docs?a=1&b=2) or <https://example.org>.
+
+1. lint
+2. unit tests
+   - fast ones
+   - slow ones
+3. docs
+
+| check | result |
+|-------|--------|
+| lint  | `ok`   |
+| docs  | <b>ok</b> |
+
+```rust
+fn main() {
+    println!("<script>window.__xss = 'code'</script>");
+}
+```
+
+> Quoted <em>text</em>.
+
+<img src=x onerror="window.__xss='img'"> <script>window.__xss='script'</script>
+[click me](javascript:window.__xss='link') and ![pixel](https://evil.example/p.png?leak=1)
+<iframe src="javascript:window.__xss='iframe'"></iframe> <a href="javascript:window.__xss='a'">raw link</a>
+'''
+"##;
+
+#[test]
+fn the_page_renders_markdown_without_running_what_it_carries_shows_a_failed_turn_in_the_chat_and_fits_360_px_to_wide() {
+    let Some(browser_dir) = browser() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = dir.path().join("markdown.toml");
+    std::fs::write(&workflow, MARKDOWN_WORKFLOW).unwrap();
+    let served = Served::spawn(workflow_command(&workflow, dir.path(), &dir.path().join("noetic.db"), &[]));
+    let shots = screenshots("markdown");
+    let seen = page_test(&browser_dir, served, "markdown_page.mjs", &[&shots]);
+    eprintln!("screenshots: {}", shots.display());
+    a_model_s_markdown_is_rendered_and_nothing_it_carries_runs(&seen);
+    a_failed_turn_says_why_in_the_conversation(&seen);
+    the_layout_keeps_every_pane_and_send_reachable_from_360_px_to_wide(&seen);
+    assert_eq!(seen["consoleErrors"], json!([]), "the page logged no error");
+    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 8, "a screenshot per step");
+}
+
+fn a_model_s_markdown_is_rendered_and_nothing_it_carries_runs(seen: &Value) {
+    let md = &seen["markdown"];
+    assert_eq!(md["heading"], "Checks");
+    assert_eq!((md["strong"].clone(), md["em"].clone()), (json!(["three"]), json!(["nothing"])));
+    assert_eq!(md["nestedList"], 2);
+    assert_eq!(md["tableCells"], json!(["lint", "ok", "docs", "<b>ok</b>"]), "markup in a cell is text");
+    assert_eq!(md["code"], "fn main() {\n    println!(\"<script>window.__xss = 'code'</script>\");\n}");
+    assert_eq!(seen["copied"], md["code"], "Copy puts the code on the clipboard");
+    let links: Vec<&str> = md["links"].as_array().unwrap().iter().filter_map(|l| l["href"].as_str()).collect();
+    assert_eq!(
+        links,
+        ["https://example.com/docs?a=1&b=2", "https://example.org/", "https://evil.example/p.png?leak=1"]
+    );
+    for link in md["links"].as_array().unwrap() {
+        assert!(link["rel"].as_str().unwrap().contains("noopener"), "{link}");
+    }
+    let text = md["text"].as_str().unwrap();
+    for shown in [
+        r#"<img src=x onerror="window.__xss='img'">"#,
+        "<script>window.__xss='script'</script>",
+        "click me (javascript:",
+    ] {
+        assert!(text.contains(shown), "shown as text: {shown}");
+    }
+    assert_eq!(seen["attack"], json!({ "xss": null, "markup": 0, "unsafeLinks": 0 }), "no attack ran or became markup");
+    assert_eq!((seen["dialogs"].clone(), seen["requestsElsewhere"].clone()), (json!(0), json!([])));
+    assert_eq!(seen["chatLive"], "polite", "streamed text is announced");
+}
+
+fn a_failed_turn_says_why_in_the_conversation(seen: &Value) {
+    let failure = seen["failure"].as_str().unwrap();
+    assert!(failure.starts_with("The turn failed: ") && failure.contains("scripted response"), "{failure}");
+    assert_eq!(seen["failureIsLast"], true);
+    assert_eq!(seen["failureAfterReload"], 1, "still there when the page reads the session again");
+    assert_eq!(seen["timelineFailed"], 1);
+}
+
+fn the_layout_keeps_every_pane_and_send_reachable_from_360_px_to_wide(seen: &Value) {
+    assert_eq!(seen["sendVisible"], json!({ "360": true, "390": true, "420": true, "1400": true }));
+    assert_eq!(seen["noSideScroll"], json!({ "360": true, "390": true, "420": true }), "nothing sticks out sideways");
+    assert_eq!((seen["drawerClosedOnOpen"].clone(), seen["sideFits"].clone()), (json!(true), json!(true)));
+    assert_eq!(seen["wideColumns"], json!([true, true, true]), "three panes side by side when wide");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_of_the_serve_example_plays_its_script_from_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let served = Served::start(&workspace, &dir.path().join("noetic.db"));
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{}{}", served.base, p);
+    for key in ["first", "second"] {
+        let mut events = client.get(url(&format!("/api/sessions/{key}/events"))).send().await.unwrap();
+        let mut buffer = String::new();
+        client
+            .post(url(&format!("/api/sessions/{key}/messages")))
+            .json(&json!({ "text": "run the checks" }))
+            .send()
+            .await
+            .unwrap();
+        let asked = until_event(&mut events, &mut buffer, "approval_requested|turn_failed").await;
+        assert_eq!(
+            (asked["type"].clone(), asked["call_id"].clone()),
+            (json!("approval_requested"), json!("c1")),
+            "{key}: {asked}"
+        );
+        let stop = client
+            .post(url(&format!("/api/sessions/{key}/stop")))
+            .header("X-Noetic-Request", "1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stop.status().as_u16(), 200);
+        until_event(&mut events, &mut buffer, "turn_failed").await;
+    }
     served.terminate();
 }
