@@ -129,7 +129,7 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(&seen);
     a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(&seen);
     a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(&seen);
-    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 12, "a screenshot per step, at 1400 and 390 px");
+    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 13, "a screenshot per step, at 1400 and 390 px");
 }
 
 fn lines(seen: &Value, field: &str) -> Vec<String> {
@@ -166,6 +166,11 @@ fn a_running_turn_shows_in_the_order_the_agent_saw_it_and_is_labelled_running(se
     assert_eq!(lines(seen, "orderAtFirstApproval"), first, "the message above the reply, the call below it");
     assert!(seen["runningLabel"].as_str().unwrap().starts_with("running"), "not 'unfinished': {seen}");
     assert_eq!(seen["queuedIsLast"], true, "a queued message waits at the bottom");
+    let reopened = &seen["reopened"];
+    assert!(reopened["status"].as_str().unwrap().starts_with("running "), "a page opened mid-turn: {reopened}");
+    assert_eq!(reopened["queued"], json!(["skip the remaining checks and write notes.txt instead"]), "{reopened}");
+    assert_eq!(reopened["state"], "running", "{reopened}");
+    assert_eq!(reopened["list"], "1 turn · running · 1 queued", "the list says running, not unfinished: {reopened}");
     // Before the turn ends the steering message stands where the agent read it: after the skipped calls, before
     // the answer to it; the skipped calls name their tool.
     let before_the_end = lines(seen, "orderBeforeTheEnd");
@@ -357,6 +362,7 @@ fn a_model_s_markdown_is_rendered_and_nothing_it_carries_runs(seen: &Value) {
     assert_eq!(seen["attack"], json!({ "xss": null, "markup": 0, "unsafeLinks": 0 }), "no attack ran or became markup");
     assert_eq!((seen["dialogs"].clone(), seen["requestsElsewhere"].clone()), (json!(0), json!([])));
     assert_eq!(seen["chatLive"], "polite", "streamed text is announced");
+    assert_eq!(seen["extremes"], json!([true, true, true, true, true]), "deep nesting and long runs of markers render");
 }
 
 fn a_failed_turn_says_why_in_the_conversation(seen: &Value) {

@@ -338,12 +338,18 @@ function drawer(which) {
 
 function init() {
   readToken();
+  chat.followEnd();
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showTab(tab.dataset.tab));
   $("toggle-sessions").addEventListener("click", () => drawer(document.body.dataset.drawer === "sessions" ? "none" : "sessions"));
   $("toggle-side").addEventListener("click", () => drawer(document.body.dataset.drawer === "side" ? "none" : "side"));
   $("close-side").addEventListener("click", () => drawer("none"));
   $("scrim").addEventListener("click", () => drawer("none"));
-  $("new-session").addEventListener("submit", (e) => { e.preventDefault(); openSession($("new-session-key").value.trim()); });
+  $("new-session").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = $("new-session-key").value.trim();
+    $("new-session-key").value = "";
+    openSession(key);
+  });
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     const text = $("message").value;

@@ -13,6 +13,13 @@ const texts = new Map(); // message id → text, for queued messages
 const anchors = new Map(); // turn number → the item before the turn's first one (null: the list's start)
 let notes = []; // turn failures: { at: history items before it, li }
 
+// Keeps the conversation at its end while the reader is there, also when the pane changes size.
+export function followEnd() {
+  let stick = true;
+  list().addEventListener("scroll", () => { stick = nearBottom(); });
+  new ResizeObserver(() => { if (stick) list().scrollTop = list().scrollHeight; }).observe(list());
+}
+
 export function clearChat() {
   list().replaceChildren();
   tools = new Map();
@@ -126,7 +133,7 @@ function toolBlock(callId, tool, args) {
   const icon = el("span", "tool-icon");
   icon.setAttribute("aria-hidden", "true");
   const summary = callSummary(args) || `call ${callId}`;
-  head.append(icon, el("span", "tool-name", tool), el("span", "tool-summary", summary), el("span", "tool-status"));
+  head.append(icon, el("span", "tool-name", tool), el("span", "tool-summary", summary), el("span", "tool-status", "not started"));
   li.appendChild(head);
   const full = args === undefined || args === null ? "" : pretty(args);
   if (full && full !== "{}" && full !== callSummary(args)) {
@@ -240,6 +247,8 @@ export function settleCalls() {
     const card = li.querySelector(":scope > .approval");
     if (card) card.remove();
     setState(li, "stopped", "not finished: the turn ended first");
+    const args = li.querySelector(":scope > details.tool-args");
+    if (args) args.open = false;
   }
 }
 

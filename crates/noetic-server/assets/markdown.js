@@ -10,9 +10,13 @@ const QUOTE = /^ {0,3}> ?(.*)$/;
 const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const TABLE_SEPARATOR = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
 
+// Nesting deeper than this (quotes in quotes, lists in lists, emphasis in emphasis) is shown as text: no answer
+// can exhaust the stack.
+const MAX_DEPTH = 12;
+
 export function renderMarkdown(text) {
   const fragment = document.createDocumentFragment();
-  blocks(String(text).replace(/\r\n?/g, "\n").split("\n"), fragment);
+  blocks(String(text).replace(/\r\n?/g, "\n").split("\n"), fragment, 0);
   return fragment;
 }
 
@@ -21,7 +25,11 @@ function startsBlock(line, next) {
     || (line.includes("|") && next !== undefined && TABLE_SEPARATOR.test(next) && next.includes("-"));
 }
 
-function blocks(lines, parent) {
+function blocks(lines, parent, depth) {
+  if (depth > MAX_DEPTH) {
+    parent.appendChild(el("p", null, lines.join("\n")));
+    return;
+  }
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
@@ -40,11 +48,11 @@ function blocks(lines, parent) {
       const inner = [];
       while (i < lines.length && (m = QUOTE.exec(lines[i]))) { inner.push(m[1]); i += 1; }
       const quote = el("blockquote");
-      blocks(inner, quote);
+      blocks(inner, quote, depth + 1);
       parent.appendChild(quote);
       continue;
     }
-    if (ITEM.test(line)) { i = list(lines, i, parent); continue; }
+    if (ITEM.test(line)) { i = list(lines, i, parent, depth); continue; }
     if (line.includes("|") && i + 1 < lines.length && TABLE_SEPARATOR.test(lines[i + 1]) && lines[i + 1].includes("-")) {
       i = table(lines, i, parent);
       continue;
@@ -108,7 +116,7 @@ async function copyText(text, button) {
   setTimeout(() => { button.textContent = "Copy"; }, 1500);
 }
 
-function list(lines, i, parent) {
+function list(lines, i, parent, depth) {
   const first = ITEM.exec(lines[i]);
   const ordered = /\d/.test(first[2]);
   const node = el(ordered ? "ol" : "ul");
@@ -138,8 +146,8 @@ function list(lines, i, parent) {
     }
     const li = el("li");
     const simple = body.every((l) => l.trim() && !startsBlock(l));
-    if (simple) inline(body.join("\n"), li);
-    else blocks(body, li);
+    if (simple) inline(body.join("\n"), li, depth + 1);
+    else blocks(body, li, depth + 1);
     node.appendChild(li);
     while (i < lines.length && !lines[i].trim()) {
       const next = ITEM.exec(lines[i + 1] || "");
@@ -200,8 +208,7 @@ function link(label, href, parent) {
   a.href = url;
   a.target = "_blank";
   a.rel = "noopener noreferrer nofollow";
-  if (label === href) a.textContent = label;
-  else inline(label, a);
+  a.textContent = label;
   parent.appendChild(a);
 }
 
@@ -217,48 +224,79 @@ function closing(text, delim, from) {
 }
 
 const SPECIAL = /[`*_~[!<\\\nh]/;
+// Matched at one position of the whole text (sticky), so no pattern scans more than it must.
+const ESCAPE = /\\[\\`*_{}[\]()#+\-.!|~<>]/y;
+const LINK = /!?\[([^\]\n]*)\]\(\s*<?((?:[^()\s>]|\([^()\s]*\))+)>?(?:\s+"[^"\n]*")?\s*\)/y;
+const AUTOLINK = /<(https?:\/\/[^\s<>]+)>/y;
+const BARE_URL = /https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"]/y;
+const EMPHASIS = [["**", "strong"], ["__", "strong"], ["~~", "del"], ["*", "em"], ["_", "em"]];
 
-function inline(text, parent) {
+function at(re, text, i) {
+  re.lastIndex = i;
+  return re.exec(text);
+}
+
+// Inline markdown. A search that found nothing from one position finds nothing from a later one, so each kind of
+// search that failed is not repeated: a long run of `*`, `_`, `[` or backticks costs linear time, not quadratic.
+function inline(text, parent, depth = 0) {
+  if (depth > MAX_DEPTH) {
+    parent.appendChild(document.createTextNode(text));
+    return;
+  }
   let plain = "";
   const flush = () => { if (plain) { parent.appendChild(document.createTextNode(plain)); plain = ""; } };
+  const dead = new Map(); // a search that failed → the position it failed from
+  const alive = (what, from) => !(dead.has(what) && from >= dead.get(what));
   let i = 0;
   while (i < text.length) {
     const c = text[i];
     if (!SPECIAL.test(c)) { plain += c; i += 1; continue; }
-    const rest = text.slice(i, i + 4096);
     let m;
-    if (c === "\\" && /^\\[\\`*_{}[\]()#+\-.!|~<>]/.test(rest)) { plain += rest[1]; i += 2; continue; }
+    if (c === "\\" && at(ESCAPE, text, i)) { plain += text[i + 1]; i += 2; continue; }
     if (c === "\n") { flush(); parent.appendChild(el("br")); i += 1; continue; }
-    if (c === "`" && (m = /^(`+)([\s\S]*?[^`])\1(?!`)/.exec(rest))) {
+    if (c === "`") {
+      let run = 1;
+      while (text[i + run] === "`") run += 1;
+      const ticks = "`".repeat(run);
+      let end = alive(ticks, i + run) ? text.indexOf(ticks, i + run) : -1;
+      while (end !== -1 && text[end + run] === "`") {
+        let next = end;
+        while (text[next] === "`") next += 1;
+        end = text.indexOf(ticks, next);
+      }
+      if (end === -1) { dead.set(ticks, i + run); plain += ticks; i += run; continue; }
       flush();
-      parent.appendChild(el("code", null, m[2].replace(/^ (.*) $/, "$1")));
-      i += m[0].length;
+      parent.appendChild(el("code", null, text.slice(i + run, end).replace(/^ (.*) $/, "$1")));
+      i = end + run;
       continue;
     }
-    if ((c === "[" || (c === "!" && rest[1] === "[")) && (m = /^!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/.exec(rest))) {
-      flush();
-      const image = c === "!";
-      link(image ? `image: ${m[1] || m[2]}` : m[1] || m[2], m[2], parent);
-      i += m[0].length;
-      continue;
+    if ((c === "[" || (c === "!" && text[i + 1] === "[")) && alive("]", i)) {
+      if (text.indexOf("]", i) === -1) dead.set("]", i);
+      else if ((m = at(LINK, text, i))) {
+        flush();
+        link(c === "!" ? `image: ${m[1] || m[2]}` : m[1] || m[2], m[2], parent);
+        i += m[0].length;
+        continue;
+      }
     }
-    if (c === "<" && (m = /^<(https?:\/\/[^\s<>]+)>/.exec(rest))) { flush(); link(m[1], m[1], parent); i += m[0].length; continue; }
-    if (c === "h" && (i === 0 || /[\s(]/.test(text[i - 1])) && (m = /^https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"]/.exec(rest))) {
+    if (c === "<" && (m = at(AUTOLINK, text, i))) { flush(); link(m[1], m[1], parent); i += m[0].length; continue; }
+    if (c === "h" && (i === 0 || /[\s(]/.test(text[i - 1])) && (m = at(BARE_URL, text, i))) {
       flush();
       link(m[0], m[0], parent);
       i += m[0].length;
       continue;
     }
-    const pairs = [["**", "strong"], ["__", "strong"], ["~~", "del"], ["*", "em"], ["_", "em"]];
-    const pair = pairs.find(([d]) => rest.startsWith(d));
+    const pair = EMPHASIS.find(([d]) => text.startsWith(d, i));
     if (pair) {
       const [d, tag] = pair;
-      const wordInside = d[0] === "_" && i > 0 && /\w/.test(text[i - 1]);
-      const end = !wordInside && rest[d.length] && rest[d.length] !== " " ? closing(text, d, i + d.length) : -1;
+      const from = i + d.length;
+      const opens = !(d[0] === "_" && i > 0 && /\w/.test(text[i - 1])) && text[from] && text[from] !== " ";
+      const end = opens && alive(d, from) ? closing(text, d, from) : -1;
+      if (opens && end === -1) dead.set(d, from);
       if (end !== -1 && !(d[0] === "_" && /\w/.test(text[end + d.length] || ""))) {
         flush();
         const node = el(tag);
-        inline(text.slice(i + d.length, end), node);
+        inline(text.slice(from, end), node, depth + 1);
         parent.appendChild(node);
         i = end + d.length;
         continue;

@@ -93,6 +93,12 @@ try {
     markup: document.querySelectorAll("#chat img, #chat script, #chat iframe, #chat b, #chat [onerror], #chat [src]").length,
     unsafeLinks: [...document.querySelectorAll("a[href]")].filter((a) => !/^https?:/.test(a.href)).length,
   }));
+  // Whatever an answer holds, rendering it ends: deep nesting and long runs of markers become text.
+  seen.extremes = await page.evaluate(async () => {
+    const { renderMarkdown } = await import("/markdown.js");
+    const samples = [">".repeat(20000) + " deep", "- ".repeat(5000) + "x", "*_".repeat(20000), "[".repeat(20000), "`".repeat(20000)];
+    return samples.map((text) => { try { return renderMarkdown(text).textContent.length > 0; } catch (e) { return String(e); } });
+  });
   await shot("markdown-answer");
 
   // The code block's Copy button puts the code on the clipboard.

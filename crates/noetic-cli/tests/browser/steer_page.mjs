@@ -33,11 +33,11 @@ const consoleErrors = [];
 page.on("console", (m) => { if (m.type() === "error" && !/status of 409/.test(m.text())) consoleErrors.push(m.text()); });
 page.on("pageerror", (e) => consoleErrors.push(String(e)));
 
-async function shot(name) {
+async function shot(name, on = page) {
   step += 1;
-  const width = page.viewportSize().width;
+  const width = on.viewportSize().width;
   const file = path.join(shots, `${String(step).padStart(2, "0")}-${width}px-${name}.png`);
-  await page.screenshot({ path: file });
+  await on.screenshot({ path: file });
   seen.steps.push(file);
 }
 
@@ -113,6 +113,23 @@ try {
   seen.queuedShown = true;
   seen.queuedIsLast = await page.locator("#chat > li").last().evaluate((li) => li.classList.contains("queued"));
   await shot("steering-queued");
+
+  // A page opened now reads the session mid-turn: the call runs, the message waits, the session is running.
+  const other = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  other.setDefaultTimeout(STEP_TIMEOUT);
+  await other.emulateMedia({ reducedMotion: "reduce" });
+  other.on("pageerror", (e) => consoleErrors.push(String(e)));
+  await other.goto(`${base}/#session=browser-steer`);
+  await other.locator("#connection[data-state=live]").waitFor();
+  await other.locator("#chat li.tool[data-call-id=c1][data-state=running]").waitFor();
+  seen.reopened = {
+    status: await other.locator("#chat li.tool[data-call-id=c1] .tool-status").textContent(),
+    queued: await other.locator("#chat li.user.queued").allTextContents(),
+    state: await other.locator("#session-state").getAttribute("data-state"),
+    list: await other.locator("#sessions li[data-key=browser-steer] .meta").textContent(),
+  };
+  await shot("reopened-mid-turn", other);
+  await other.close();
 
   // Let the running check end: the message is injected and the rest of the batch skipped.
   fs.writeFileSync(path.join(workspace, "release"), "");
