@@ -362,6 +362,8 @@ fn a_model_s_markdown_is_rendered_and_nothing_it_carries_runs(seen: &Value) {
     assert_eq!(seen["attack"], json!({ "xss": null, "markup": 0, "unsafeLinks": 0 }), "no attack ran or became markup");
     assert_eq!((seen["dialogs"].clone(), seen["requestsElsewhere"].clone()), (json!(0), json!([])));
     assert_eq!(seen["chatLive"], "polite", "streamed text is announced");
+    assert_eq!(seen["answerBusy"], "false", "a streamed answer is announced once it is whole");
+    assert_eq!(seen["order"], json!(["user", "assistant"]));
     assert_eq!(seen["extremes"], json!([true, true, true, true, true]), "deep nesting and long runs of markers render");
 }
 

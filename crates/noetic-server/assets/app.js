@@ -119,8 +119,13 @@ function closeSession() {
   chat.emptyHint("No session open. Pick one under Sessions, or type a new name there and press Open.");
 }
 
+// An answer for a session the page has left since it asked is dropped.
+class Left extends Error {}
+
 async function loadSession(full) {
+  const key = state.key;
   const data = await api("GET", sessionPath());
+  if (key !== state.key) throw new Left();
   state.turns = data.turns;
   state.runningOn = data.running_on || null;
   chat.pinFailures(data.history.length);
@@ -154,7 +159,7 @@ async function openSession(key) {
     if (opened !== state.opened) return;
     state.loadedSeq = data.last_event_seq;
   } catch (e) {
-    status("Could not open the session: " + e.message);
+    if (!(e instanceof Left)) status("Could not open the session: " + e.message);
     return;
   }
   connect();
@@ -255,7 +260,10 @@ function live(e) {
       chat.steeringQueued(e.id);
       // Learn the text of a message another client queued.
       clearTimeout(queueFetch);
-      queueFetch = setTimeout(() => api("GET", sessionPath()).then((d) => chat.setQueue(d.queued, false)).catch(() => {}), 250);
+      queueFetch = setTimeout(() => {
+        const key = state.key;
+        api("GET", sessionPath()).then((d) => { if (key === state.key) chat.setQueue(d.queued, false); }).catch(() => {});
+      }, 250);
       break;
     case "steering_injected": chat.steeringInjected(e.count); break;
     case "turn_completed": case "turn_failed":
@@ -297,9 +305,10 @@ function showApprovals(list) {
 
 async function refreshApprovals() {
   if (!state.key) return;
+  const key = state.key;
   try {
-    const data = await api("GET", `/api/approvals?session=${encodeURIComponent(state.key)}`);
-    showApprovals(data.approvals);
+    const data = await api("GET", `/api/approvals?session=${encodeURIComponent(key)}`);
+    if (key === state.key) showApprovals(data.approvals);
   } catch (e) { status("Could not read the approvals: " + e.message); }
 }
 
@@ -312,8 +321,10 @@ async function decide(callId, approve, reason) {
 
 async function refreshLedger() {
   if (!state.key) return;
+  const key = state.key;
   try {
     const data = await api("GET", sessionPath("/ledger"));
+    if (key !== state.key) return;
     side.setLedger(data.entries);
     side.renderLedger();
   } catch (e) {

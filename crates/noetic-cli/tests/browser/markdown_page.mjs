@@ -76,6 +76,7 @@ try {
   const answer = page.locator("#chat li.assistant").first();
   await answer.locator("table").waitFor();
   await page.locator("#session-state[data-state=idle]").waitFor();
+  seen.answerBusy = await answer.getAttribute("aria-busy");
   seen.order = await page.locator("#chat > li").evaluateAll((lis) => lis.map((li) => li.className.split(" ")[0]));
   seen.markdown = await answer.evaluate((li) => ({
     heading: li.querySelector("h4") ? li.querySelector("h4").textContent : null,
