@@ -104,6 +104,9 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         None => Arc::new(MemoryStore::default()),
     };
     let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
+    // The page shows a file write's diff with its approval, as the terminal chat does.
+    let workspace = spec.workspace.clone();
+    let approvals = approvals.with_preview(Arc::new(move |request| crate::approve::preview(request, &workspace)));
     let agent = agent::build(spec)?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;

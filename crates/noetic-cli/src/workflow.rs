@@ -20,7 +20,10 @@
 //! ```
 //!
 //! A scripted model answers the agent's requests with `[[scripted.response]]` entries in order, and judge
-//! requests of LLM-judged rules with `scripted.judge` replies in order (`"ALLOW"` once they run out).
+//! requests of LLM-judged rules with `scripted.judge` replies in order (`"ALLOW"` once they run out). One script
+//! serves the whole process, whatever the session; with `scripted.per_conversation = true` each conversation
+//! follows the script from its start (a conversation holding n model answers gets the script's answer n + 1), so
+//! every session of `noetic serve` plays it through.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 use noetic::NoeticError;
 use noetic::agent::SteeringMode;
-use noetic::model::{Item, Model, ModelResponse, ScriptedModel, ToolCall};
+use noetic::model::{Item, Model, ModelResponse, Role, ScriptedModel, ToolCall};
 use noetic::steering::ANSWER_FORMAT;
 use serde::Deserialize;
 use serde_json::Value;
@@ -71,6 +74,8 @@ struct ScriptedDef {
     response: Vec<ScriptedResponse>,
     #[serde(default)]
     judge: Vec<String>,
+    #[serde(default)]
+    per_conversation: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -221,18 +226,44 @@ fn response(def: &ScriptedResponse, number: usize) -> ModelResponse {
     ModelResponse { items, ..ModelResponse::default() }
 }
 
+/// How many answers the model gave in `history`: each run of assistant messages and tool calls is one.
+fn answers_so_far(history: &[Item]) -> usize {
+    let mut answers = 0;
+    let mut in_answer = false;
+    for item in history {
+        let from_model = matches!(item, Item::ToolCall(_)) || item.role() == Some(Role::Assistant);
+        if from_model && !in_answer {
+            answers += 1;
+        }
+        in_answer = from_model;
+    }
+    answers
+}
+
 /// A model answering agent requests from the script and judge requests (prompts ending with the judge's answer
-/// format) from the judge replies.
+/// format) from the judge replies: in order for the whole process, or (`per_conversation`) by how far each
+/// conversation has come.
 fn scripted_model(def: Option<&ScriptedDef>) -> ScriptedModel {
-    let responses: VecDeque<ModelResponse> =
+    let responses: Vec<ModelResponse> =
         def.map(|d| d.response.iter().enumerate().map(|(i, r)| response(r, i + 1)).collect()).unwrap_or_default();
+    let per_conversation = def.is_some_and(|d| d.per_conversation);
     let judge: VecDeque<String> = def.map(|d| d.judge.iter().cloned().collect()).unwrap_or_default();
-    let state = Mutex::new((responses, judge));
+    let state = Mutex::new((VecDeque::from(responses.clone()), judge));
     ScriptedModel::responder(move |request| {
         let mut state = state.lock().map_err(|e| NoeticError::other(e.to_string()))?;
         let prompt = request.history.last().and_then(Item::text).unwrap_or("");
         if prompt.ends_with(ANSWER_FORMAT) {
             return Ok(ModelResponse::text(state.1.pop_front().unwrap_or_else(|| "ALLOW".to_owned())));
+        }
+        if per_conversation {
+            let answered = answers_so_far(request.history.as_slice());
+            return responses.get(answered).cloned().ok_or_else(|| {
+                NoeticError::other(format!(
+                    "this conversation has used all {} scripted response(s); add [[scripted.response]] tables to \
+                     the workflow, or start another session",
+                    responses.len()
+                ))
+            });
         }
         state.0.pop_front().ok_or_else(|| {
             NoeticError::other(
@@ -240,4 +271,32 @@ fn scripted_model(def: Option<&ScriptedDef>) -> ScriptedModel {
             )
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversation_holding_n_answers_is_at_answer_n_plus_one_of_the_script() {
+        let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "t".into(), arguments: "{}".into() });
+        let result = |id: &str| Item::ToolResult(noetic::model::ToolResult::ok(id, "ok"));
+        assert_eq!(answers_so_far(&[]), 0);
+        assert_eq!(answers_so_far(&[Item::user("go")]), 0);
+        let history = [
+            Item::user("go"),
+            Item::assistant("running"),
+            call("c1"),
+            call("c2"),
+            result("c1"),
+            result("c2"),
+            Item::user("steer"),
+            call("w1"),
+            result("w1"),
+        ];
+        assert_eq!(answers_so_far(&history), 2, "text and calls of one answer count once");
+        let mut next = history.to_vec();
+        next.extend([Item::assistant("done"), Item::user("again")]);
+        assert_eq!(answers_so_far(&next), 3);
+    }
 }

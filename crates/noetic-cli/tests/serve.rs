@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::served::{Served, browser, until_event};
+use common::served::{Served, browser, page_test, screenshots, until_event};
 use common::{example, noetic, run};
 use serde_json::{Value, json};
 
@@ -97,22 +95,8 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     let workspace = dir.path().join("ws");
     std::fs::create_dir(&workspace).unwrap();
     let served = Served::start(&workspace, &dir.path().join("noetic.db"));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let shots = root.join("test-artefacts/browser");
-    let _ = std::fs::remove_dir_all(&shots);
-    let out = std::process::Command::new("node")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/steer_page.mjs"))
-        .arg(&served.base)
-        .arg(&workspace)
-        .arg(&shots)
-        .env("NOETIC_BROWSER_DIR", &browser_dir)
-        .output()
-        .unwrap();
-    let (_, server_stderr) = served.terminate();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the page test failed:\n{stderr}\nseen: {stdout}\nserver: {server_stderr}");
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let shots = screenshots("steer");
+    let seen = page_test(&browser_dir, served, "steer_page.mjs", &[&workspace, &shots]);
     eprintln!("screenshots: {}", shots.display());
     assert_eq!(seen["busyWhileToolRuns"], true, "Stop is offered while the tool runs");
     assert_eq!(seen["queuedShown"], true);
@@ -138,7 +122,104 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     ] {
         assert!(timeline.contains(&kind), "{kind} in the timeline: {timeline:?}");
     }
-    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 8, "a screenshot per step");
+    an_open_session_invites_a_message_and_says_it_is_idle(&seen);
+    a_running_turn_shows_in_the_order_the_agent_saw_it_and_is_labelled_running(&seen);
+    a_running_call_shows_a_running_indicator_with_its_time(&seen);
+    an_approval_counts_down_to_its_deadline_and_a_write_shows_its_diff(&seen);
+    the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(&seen);
+    a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(&seen);
+    a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(&seen);
+    assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 13, "a screenshot per step, at 1400 and 390 px");
+}
+
+fn lines(seen: &Value, field: &str) -> Vec<String> {
+    seen[field].as_array().unwrap().iter().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// The first 7 items of the conversation once the steering message was answered.
+const STEERED: [&str; 7] = [
+    "user: run the checks",
+    "assistant: Running the three checks one by one.",
+    "tool done: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    "tool skipped: run_command call c2",
+    "tool skipped: run_command call c3",
+    "user: skip the remaining checks and write notes.txt instead",
+    "assistant: Understood: no more checks, writing notes.txt instead.",
+];
+
+fn an_open_session_invites_a_message_and_says_it_is_idle(seen: &Value) {
+    assert_eq!(seen["placeholderBefore"], "Open or create a session first");
+    let opened = json!({
+        "placeholder": "Message the agent (Enter sends, Shift+Enter adds a line)",
+        "state": "idle",
+        "hint": "Nothing here yet: send a message to start."
+    });
+    assert_eq!(seen["opened"], opened, "an open session no longer asks to open one");
+}
+
+fn a_running_turn_shows_in_the_order_the_agent_saw_it_and_is_labelled_running(seen: &Value) {
+    let first = [
+        "user: run the checks",
+        "assistant: Running the three checks one by one.",
+        "tool waiting: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    ];
+    assert_eq!(lines(seen, "orderAtFirstApproval"), first, "the message above the reply, the call below it");
+    assert!(seen["runningLabel"].as_str().unwrap().starts_with("running"), "not 'unfinished': {seen}");
+    assert_eq!(seen["queuedIsLast"], true, "a queued message waits at the bottom");
+    let reopened = &seen["reopened"];
+    assert!(reopened["status"].as_str().unwrap().starts_with("running "), "a page opened mid-turn: {reopened}");
+    assert_eq!(reopened["queued"], json!(["skip the remaining checks and write notes.txt instead"]), "{reopened}");
+    assert_eq!(reopened["state"], "running", "{reopened}");
+    assert_eq!(reopened["list"], "1 turn · running · 1 queued", "the list says running, not unfinished: {reopened}");
+    // Before the turn ends the steering message stands where the agent read it: after the skipped calls, before
+    // the answer to it; the skipped calls name their tool.
+    let before_the_end = lines(seen, "orderBeforeTheEnd");
+    assert_eq!(before_the_end[..7], STEERED, "{before_the_end:?}");
+    assert_eq!(before_the_end[7], "tool waiting: write_file notes.txt");
+    assert_eq!(lines(seen, "skippedBlocks"), ["run_command call c2", "run_command call c3"]);
+    let at_the_end = lines(seen, "orderAtTheEnd");
+    assert_eq!(at_the_end[..7], STEERED, "the order does not change when the turn ends");
+    assert_eq!(at_the_end[7..], ["tool done: write_file notes.txt", "assistant: Wrote notes.txt, as you asked."]);
+}
+
+fn a_running_call_shows_a_running_indicator_with_its_time(seen: &Value) {
+    let status = seen["runningStatus"].as_str().unwrap();
+    assert!(status.starts_with("running ") && status.ends_with(" s"), "the running call counts its time: {status}");
+}
+
+fn an_approval_counts_down_to_its_deadline_and_a_write_shows_its_diff(seen: &Value) {
+    let deadline = seen["deadline"].as_str().unwrap();
+    assert!(deadline.starts_with("Decide within ") && deadline.contains(": rejected automatically at "), "{deadline}");
+    assert!(deadline.ends_with("unless you decide."), "a deadline ahead, not one that passed: {deadline}");
+    assert_eq!(seen["inlineCard"], 1, "the card also shows in the call's block");
+    assert_eq!(seen["diff"], json!(["+Steered from the page.\n"]));
+}
+
+fn the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(seen: &Value) {
+    assert_eq!(lines(seen, "ledgerHeaders"), ["time", "decision", "rule · evaluator", "call · guidance"]);
+    let approvals = lines(seen, "ledgerApprovals");
+    assert_eq!(approvals.len(), 2, "{approvals:?}");
+    assert!(approvals[0].contains("approved") && approvals[0].contains("run_command (call c1)"), "{approvals:?}");
+    assert!(approvals[1].contains("write_file (call w1)"), "{approvals:?}");
+}
+
+fn a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(seen: &Value) {
+    let second = [
+        "user: run the checks",
+        "assistant: Running the three checks one by one.",
+        "tool waiting: run_command for i in $(seq 1 200); do [ -e release ] && brea",
+    ];
+    assert_eq!(lines(seen, "secondSession"), second, "at 390 px");
+    assert_eq!(seen["secondApproveInView"], true, "its Approve button is on the screen");
+    assert_eq!(seen["stopped"], "Stopped: the turn was cancelled before it finished.");
+    assert_eq!(seen["stoppedFailures"], 0, "a stop, not a failure");
+}
+
+fn a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(seen: &Value) {
+    assert_eq!(seen["confirmLabel"], "Delete? Click again");
+    assert_eq!(seen["deletedStatus"], "Deleted session old-one.");
+    assert_eq!(lines(seen, "sessionsLeft"), ["browser-second", "browser-steer"]);
+    assert!(seen["keptStatus"].as_str().unwrap().contains("cannot be deleted while this server runs"), "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,5 +275,41 @@ async fn another_process_steers_a_turn_that_serve_runs_through_the_shared_databa
     let missing = run(noetic().arg("sessions").arg("--db").arg(&db).args(["stop", "nobody"]));
     assert!(!missing.status.success() && missing.stderr.contains("no session 'nobody'"), "{}", missing.stderr);
     drop(events);
+    served.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_of_the_serve_example_plays_its_script_from_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("release"), "").unwrap();
+    let served = Served::start(&workspace, &dir.path().join("noetic.db"));
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{}{}", served.base, p);
+    for key in ["first", "second"] {
+        let mut events = client.get(url(&format!("/api/sessions/{key}/events"))).send().await.unwrap();
+        let mut buffer = String::new();
+        client
+            .post(url(&format!("/api/sessions/{key}/messages")))
+            .json(&json!({ "text": "run the checks" }))
+            .send()
+            .await
+            .unwrap();
+        let asked = until_event(&mut events, &mut buffer, "approval_requested|turn_failed").await;
+        assert_eq!(
+            (asked["type"].clone(), asked["call_id"].clone()),
+            (json!("approval_requested"), json!("c1")),
+            "{key}: {asked}"
+        );
+        let stop = client
+            .post(url(&format!("/api/sessions/{key}/stop")))
+            .header("X-Noetic-Request", "1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stop.status().as_u16(), 200);
+        until_event(&mut events, &mut buffer, "turn_failed").await;
+    }
     served.terminate();
 }

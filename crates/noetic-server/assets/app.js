@@ -1,18 +1,22 @@
 // The noetic page: talk to, watch and steer one session at a time. Everything the agent or the model wrote is
-// shown with textContent, never parsed as HTML.
-"use strict";
+// shown through text nodes (markdown is built node by node), never parsed as HTML.
+import { $, el, elapsed, errorText, isCancelled, learnClock, serverNow } from "/dom.js";
+import { updateDeadline } from "/approval.js";
+import * as chat from "/chat.js";
+import * as side from "/side.js";
 
-const $ = (id) => document.getElementById(id);
+const WIDE = window.matchMedia("(min-width: 1100px)");
 const state = {
   token: null,
   key: null,
   source: null,
   lastSeq: 0,
   loadedSeq: 0,
-  liveAssistant: null,
-  toolItems: new Map(),
-  queued: [],
   busy: false,
+  turns: 0,
+  turnSince: null,
+  runningOn: null,
+  opened: 0,
 };
 
 function readToken() {
@@ -36,8 +40,7 @@ async function api(method, path, body) {
     if (token) { sessionStorage.setItem("noetic-token", token); state.token = token; return api(method, path, body); }
   }
   if (!response.ok) {
-    const message = data && data.error ? data.error.message : "HTTP " + response.status;
-    const error = new Error(message);
+    const error = new Error(data && data.error ? data.error.message : "HTTP " + response.status);
     error.code = data && data.error ? data.error.code : String(response.status);
     error.status = response.status;
     throw error;
@@ -45,30 +48,21 @@ async function api(method, path, body) {
   return data;
 }
 
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = text;
-  return node;
-}
+const sessionPath = (suffix) => `/api/sessions/${encodeURIComponent(state.key)}${suffix || ""}`;
 
 function status(text) { $("status-line").textContent = text; }
 
-function scrollDown(list) { list.scrollTop = list.scrollHeight; }
-
-function addChat(cls, text) {
-  const li = el("li", cls, text);
-  $("chat").appendChild(li);
-  scrollDown($("chat"));
-  return li;
-}
-
-function short(text, max) {
-  const s = typeof text === "string" ? text : JSON.stringify(text);
-  return s.length > max ? s.slice(0, max) + "…" : s;
-}
-
 // ---- sessions ----
+
+function confirmTwice(button, label, act) {
+  button.addEventListener("click", (e) => {
+    e.stopPropagation();
+    if (button.dataset.confirm === "1") { button.dataset.confirm = ""; button.textContent = label; act(); return; }
+    button.dataset.confirm = "1";
+    button.textContent = "Delete? Click again";
+    setTimeout(() => { button.dataset.confirm = ""; button.textContent = label; }, 4000);
+  });
+}
 
 async function refreshSessions() {
   const list = $("sessions");
@@ -78,72 +72,94 @@ async function refreshSessions() {
     for (const s of data.sessions) {
       const li = el("li");
       li.dataset.key = s.key;
-      li.appendChild(el("div", null, s.key));
-      li.appendChild(el("div", "meta", `${s.turns} turn(s)${s.unfinished ? " · unfinished" : ""}`));
+      const open = el("button", "session-open");
+      open.type = "button";
+      open.appendChild(el("span", "session-key", s.key));
+      const what = s.running ? `running${s.running_on ? " on " + s.running_on : ""}` : s.unfinished ? "unfinished" : "";
+      const meta = [`${s.turns} turn${s.turns === 1 ? "" : "s"}`, what, s.queued ? `${s.queued} queued` : ""].filter(Boolean).join(" · ");
+      open.appendChild(el("span", `meta${s.running ? " running" : s.unfinished ? " unfinished" : ""}`, meta));
+      open.addEventListener("click", () => openSession(s.key));
+      const remove = el("button", "session-delete", "Delete");
+      remove.type = "button";
+      remove.setAttribute("aria-label", `Delete session ${s.key}`);
+      confirmTwice(remove, "Delete", () => deleteSession(s.key));
       if (s.key === state.key) li.setAttribute("aria-current", "true");
-      li.addEventListener("click", () => openSession(s.key));
+      li.append(open, remove);
       list.appendChild(li);
     }
+    if (data.sessions.length === 0) list.appendChild(el("li", "empty", "No session yet: name one above."));
   } catch (e) {
-    if (e.code === "no_store") { list.replaceChildren(el("li", "meta", "sessions are kept in memory only")); }
+    list.replaceChildren(el("li", "empty", e.code === "no_store" ? "Sessions are kept in memory only." : "Could not list the sessions: " + e.message));
   }
 }
 
-function renderHistory(history) {
-  const chat = $("chat");
-  chat.replaceChildren();
-  state.toolItems.clear();
-  state.liveAssistant = null;
-  for (const item of history) {
-    if (item.type === "message") {
-      if (item.role === "user" || item.role === "assistant") addChat(item.role, item.content);
-    } else if (item.type === "tool_call") {
-      const li = addChat("tool", `→ ${item.name}(${short(item.arguments, 400)})`);
-      li.dataset.callId = item.id;
-      state.toolItems.set(item.id, li);
-    } else if (item.type === "tool_result") {
-      const li = state.toolItems.get(item.call_id);
-      const text = typeof item.content === "string" ? item.content : JSON.stringify(item.content);
-      if (li) {
-        li.textContent += `\n← ${short(text, 600)}`;
-        if (/^skipped due to/i.test(text)) li.classList.add("skipped");
-        else if (item.is_error) li.classList.add("error");
-      }
-    }
+async function deleteSession(key) {
+  try {
+    await api("DELETE", `/api/sessions/${encodeURIComponent(key)}`);
+    status(`Deleted session ${key}.`);
+    if (key === state.key) closeSession();
+  } catch (e) {
+    status(`Session ${key} was not deleted: ${e.message}`);
   }
+  refreshSessions();
 }
 
-async function loadSession() {
-  const data = await api("GET", `/api/sessions/${encodeURIComponent(state.key)}`);
-  renderHistory(data.history);
-  state.queued = [];
-  for (const q of data.queued) {
-    const li = addChat("user queued", q.text);
-    li.dataset.messageId = q.id;
-    state.queued.push(li);
-  }
+function closeSession() {
+  if (state.source) { state.source.close(); state.source = null; }
+  state.key = null;
+  history.replaceState(null, "", location.pathname);
+  chat.clearChat();
+  side.clearLedger();
+  $("timeline").replaceChildren();
+  $("session-title").textContent = "no session open";
+  for (const id of ["message", "send", "mode", "delete-session"]) $(id).disabled = true;
+  $("connection").textContent = "not connected";
+  $("connection").dataset.state = "idle";
+  setBusy(false);
+  chat.emptyHint("No session open. Pick one under Sessions, or type a new name there and press Open.");
+}
+
+// An answer for a session the page has left since it asked is dropped.
+class Left extends Error {}
+
+async function loadSession(full) {
+  const key = state.key;
+  const data = await api("GET", sessionPath());
+  if (key !== state.key) throw new Left();
+  state.turns = data.turns;
+  state.runningOn = data.running_on || null;
+  chat.pinFailures(data.history.length);
+  if (full || chat.needsHistory(data.queued)) chat.renderHistory(data.history);
+  chat.setQueue(data.queued, full || !data.busy);
   $("mode").value = data.steering_mode;
   $("unfinished").hidden = !data.unfinished_turn;
-  setBusy(data.busy);
-  renderApprovals(data.pending_approvals);
+  setBusy(data.busy, state.busy ? state.turnSince : null);
+  if (!data.busy) chat.settleCalls();
+  showApprovals(data.pending_approvals);
+  if (data.history.length === 0 && data.queued.length === 0) chat.emptyHint("Nothing here yet: send a message to start.");
   return data;
 }
 
 async function openSession(key) {
   if (state.source) { state.source.close(); state.source = null; }
+  const opened = ++state.opened;
+  drawer("none");
   state.key = key;
   history.replaceState(null, "", "#session=" + encodeURIComponent(key));
-  $("session-title").textContent = "session " + key;
+  $("session-title").textContent = key;
   $("timeline").replaceChildren();
-  $("message").disabled = false;
-  $("send").disabled = false;
-  $("mode").disabled = false;
+  side.clearLedger();
+  chat.clearChat();
+  for (const id of ["message", "send", "mode", "delete-session"]) $(id).disabled = false;
   state.lastSeq = 0;
+  state.busy = false;
+  state.turnSince = null;
   try {
-    const data = await loadSession();
+    const data = await loadSession(true);
+    if (opened !== state.opened) return;
     state.loadedSeq = data.last_event_seq;
   } catch (e) {
-    status("could not open the session: " + e.message);
+    if (!(e instanceof Left)) status("Could not open the session: " + e.message);
     return;
   }
   connect();
@@ -152,10 +168,31 @@ async function openSession(key) {
   $("message").focus();
 }
 
-function setBusy(busy) {
+function setBusy(busy, since) {
   state.busy = busy;
+  state.turnSince = busy ? (since ?? state.turnSince ?? serverNow()) : null;
   $("stop").disabled = !busy;
-  status(busy ? "the agent is working — what you send now steers it" : "idle");
+  $("message").placeholder = !state.key ? "Open or create a session first"
+    : busy ? "Steer the agent: your message reaches it at its next checkpoint"
+      : "Message the agent (Enter sends, Shift+Enter adds a line)";
+  status(!state.key ? "" : busy ? "The agent is working. What you send now steers it; Esc stops the turn." : "");
+  showSessionState();
+}
+
+function showSessionState() {
+  const label = $("session-state");
+  if (!state.key) { label.textContent = ""; label.dataset.state = "none"; return; }
+  if (state.busy) {
+    label.dataset.state = "running";
+    const where = state.runningOn ? ` on ${state.runningOn}` : "";
+    label.textContent = `running${where} · ${elapsed(serverNow() - state.turnSince)}`;
+  } else if (!$("unfinished").hidden) {
+    label.dataset.state = "unfinished";
+    label.textContent = "unfinished";
+  } else {
+    label.dataset.state = "idle";
+    label.textContent = "idle";
+  }
 }
 
 // ---- events ----
@@ -163,7 +200,7 @@ function setBusy(busy) {
 function connect() {
   const params = new URLSearchParams({ after: String(state.lastSeq) });
   if (state.token) params.set("access_token", state.token);
-  const source = new EventSource(`/api/sessions/${encodeURIComponent(state.key)}/events?${params}`);
+  const source = new EventSource(`${sessionPath("/events")}?${params}`);
   state.source = source;
   const badge = $("connection");
   source.onopen = () => { badge.textContent = "live"; badge.dataset.state = "live"; };
@@ -174,202 +211,125 @@ function connect() {
   source.onmessage = (message) => onEvent(JSON.parse(message.data));
   source.addEventListener("gap", (message) => {
     const gap = JSON.parse(message.data);
-    const li = el("li", "gap", `events ${gap.from}–${gap.to} were dropped from the server's log before this page read them`);
-    $("timeline").appendChild(li);
+    side.gapLine(gap);
     state.lastSeq = Math.max(state.lastSeq, gap.to);
-    loadSession().catch(() => {});
+    loadSession(true).catch(() => {});
   });
-}
-
-function timeline(event, cls, kind, detail, block) {
-  const li = el("li", cls);
-  li.dataset.type = event.type;
-  li.appendChild(el("span", "seq", String(event.seq)));
-  li.appendChild(el("span", "kind", kind));
-  if (detail) li.appendChild(el("span", null, detail));
-  if (block !== undefined && block !== null && block !== "") li.appendChild(el("pre", null, short(block, 4000)));
-  const list = $("timeline");
-  const atEnd = list.scrollTop + list.clientHeight >= list.scrollHeight - 20;
-  list.appendChild(li);
-  if (atEnd) scrollDown(list);
 }
 
 function onEvent(event) {
   if (event.seq <= state.lastSeq) return; // already shown (a resumed stream never repeats, but be sure)
   state.lastSeq = event.seq;
-  describe(event);
-  if (event.seq > state.loadedSeq) live(event);
+  side.describe(event);
+  if (event.type === "approval_decided") { side.recordApproval(event); if (!$("ledger").hidden) side.renderLedger(); }
+  if (event.seq > state.loadedSeq) { learnClock(event.at); live(event); } else replayed(event);
 }
 
-function describe(e) {
-  switch (e.type) {
-    case "turn_started": return timeline(e, "turn", "turn started", `#${e.turn}`);
-    case "turn_completed": return timeline(e, "turn", "turn done", `#${e.turn} in ${e.duration.secs}.${String(Math.floor(e.duration.nanos / 1e6)).padStart(3, "0")} s`);
-    case "turn_failed": return timeline(e, "error", "turn failed", `#${e.turn}`, errorText(e.error));
-    case "model_call_started": return timeline(e, "model", "model call", `${e.model} · round ${e.round + 1} · ${e.messages} messages · ${e.tools} tools`);
-    case "model_call_completed": return timeline(e, "model", "model answered", `${e.tool_calls} tool call(s) · ${e.usage.output_tokens ?? 0} tokens out`);
-    case "model_text_delta": return;
-    case "tool_call_started": return timeline(e, "tool", "tool call", `${e.tool} (${e.call_id})`, e.arguments);
-    case "tool_call_completed": return timeline(e, e.is_error ? "error" : "tool", e.is_error ? "tool failed" : "tool result", `${e.tool} (${e.call_id})${e.error_kind ? " · " + e.error_kind : ""}`, e.output);
-    case "steering_denied": {
-      const guidance = e.error && e.error.guidance ? e.error.guidance : errorText(e.error);
-      const guide = e.action === "guide" ? "guide" : "deny";
-      return timeline(e, guide, guide === "guide" ? "rule guided" : "rule denied", `${e.tool} (${e.call_id}) · ${e.layers.join(", ")}`, guidance);
-    }
-    case "model_response_steered": return timeline(e, e.action === "deny" ? "deny" : "guide", "response " + e.action, "", e.guidance);
-    case "steering_queued": return timeline(e, "queue", "steering queued", e.id);
-    case "steering_rejected": return timeline(e, "deny", "steering refused", e.reason);
-    case "steering_injected": return timeline(e, "queue", "steering injected", `${e.count} message(s) shown to the model`);
-    case "tool_skipped": return timeline(e, "queue", "tool skipped", e.call_id, e.reason);
-    case "tool_progress": return timeline(e, "tool", "progress", e.tool, e.data);
-    case "approval_requested": return timeline(e, "guide", "approval needed", `${e.tool} (${e.call_id})`, e.arguments);
-    case "approval_decided": return timeline(e, e.approved ? "tool" : "deny", e.approved ? "approved" : "rejected", `${e.tool} (${e.call_id})`, e.reason);
-    case "step_failed": return timeline(e, "error", "step failed", `${e.kind} ${e.step_id}`, errorText(e.error));
-    case "step_started": case "step_completed": return;
-    default: return timeline(e, "", e.type.replace(/_/g, " "));
-  }
+function showFailure(e) {
+  if (isCancelled(e.error)) chat.failure("Stopped: the turn was cancelled before it finished.", "note");
+  else chat.failure(errorText(e.error, e.error_text), "error");
 }
 
-function errorText(error) {
-  if (!error) return "";
-  if (typeof error === "string") return error;
-  return error.message || JSON.stringify(error);
+// An event from before the page read the session: the history already holds what it did, so only the state of
+// the running turn's calls (running, waiting) and the last turn's failure are taken from it.
+function replayed(e) {
+  if (e.turn !== state.turns) return;
+  if (!state.busy) { if (e.type === "turn_failed") showFailure(e); return; }
+  if (e.type === "turn_started") { state.turnSince = Date.parse(e.at); showSessionState(); }
+  else if (e.type === "tool_call_started") chat.toolStarted(e);
+  else if (e.type === "tool_call_completed") chat.toolCompleted(e);
+  else if (e.type === "tool_skipped") chat.toolSkipped(e);
+  else if (e.type === "approval_requested") chat.approvalAsked(e);
+  else if (e.type === "approval_decided") chat.approvalDecided(e);
 }
 
+let queueFetch = 0;
 function live(e) {
   switch (e.type) {
-    case "turn_started": setBusy(true); break;
-    case "model_text_delta":
-      if (!state.liveAssistant) state.liveAssistant = addChat("assistant", "");
-      state.liveAssistant.textContent += e.text;
-      scrollDown($("chat"));
+    case "turn_started": chat.turnStarted(e.turn); state.turns = e.turn; setBusy(true, Date.parse(e.at)); refreshSessions(); break;
+    case "model_text_delta": chat.textDelta(e.text); break;
+    case "model_call_completed": chat.endText(false); break;
+    case "model_response_steered": if (e.action === "guide") chat.discardAnswer(); break;
+    case "tool_call_started": chat.endText(false); chat.toolStarted(e); break;
+    case "tool_call_completed": chat.toolCompleted(e); break;
+    case "tool_skipped": chat.toolSkipped(e); break;
+    case "steering_denied": chat.toolSteered(e, e.error && e.error.guidance ? e.error.guidance : errorText(e.error, e.error_text)); break;
+    case "approval_requested": chat.approvalAsked(e); refreshApprovals(); break;
+    case "approval_decided": chat.approvalDecided(e); refreshApprovals(); break;
+    case "steering_queued":
+      chat.steeringQueued(e.id);
+      // Learn the text of a message another client queued.
+      clearTimeout(queueFetch);
+      queueFetch = setTimeout(() => {
+        const key = state.key;
+        api("GET", sessionPath()).then((d) => { if (key === state.key) chat.setQueue(d.queued, false); }).catch(() => {});
+      }, 250);
       break;
-    case "model_call_completed": state.liveAssistant = null; break;
-    case "tool_call_started": {
-      const li = addChat("tool", `→ ${e.tool}(${short(e.arguments || "", 400)})`);
-      li.dataset.callId = e.call_id;
-      state.toolItems.set(e.call_id, li);
-      break;
-    }
-    case "tool_call_completed": {
-      const li = state.toolItems.get(e.call_id) || addChat("tool", `→ ${e.tool}`);
-      li.textContent += `\n← ${short(e.output, 600)}`;
-      if (e.is_error) li.classList.add("error");
-      break;
-    }
-    case "tool_skipped": {
-      const li = state.toolItems.get(e.call_id) || addChat("tool", `→ (${e.call_id})`);
-      li.classList.add("skipped");
-      li.textContent += "\n← skipped: steering arrived";
-      break;
-    }
-    case "steering_injected": {
-      for (let i = 0; i < e.count && state.queued.length > 0; i++) {
-        const li = state.queued.shift();
-        li.classList.remove("queued");
-        li.classList.add("injected");
-      }
-      updateQueueLine();
-      break;
-    }
-    case "approval_requested": case "approval_decided": refreshApprovals(); break;
+    case "steering_injected": chat.steeringInjected(e.count); break;
     case "turn_completed": case "turn_failed":
+      chat.endText(false);
+      if (e.type === "turn_failed") showFailure(e);
+      chat.settleCalls();
       setBusy(false);
-      if (e.type === "turn_failed") addChat("note", "the turn ended: " + errorText(e.error));
-      loadSession().catch(() => {});
+      loadSession(false).catch(() => {});
       refreshSessions();
       refreshLedger();
       break;
   }
 }
 
-function updateQueueLine() {
-  const line = $("queue-line");
-  line.hidden = state.queued.length === 0;
-  line.textContent = `${state.queued.length} message(s) queued for the next checkpoint`;
-}
-
 // ---- actions ----
 
 async function send(text) {
+  const li = chat.sending(text, state.busy);
   try {
-    const result = await api("POST", `/api/sessions/${encodeURIComponent(state.key)}/messages`, { text });
-    if (result.routed === "steered") {
-      const li = addChat("user queued", text);
-      li.dataset.messageId = result.message_id;
-      state.queued.push(li);
-      updateQueueLine();
-    } else {
-      addChat("user", text);
-      setBusy(true);
-    }
+    const result = await api("POST", sessionPath("/messages"), { text });
+    if (result.routed === "steered") chat.steered(li, result.message_id);
+    else { chat.started(li, result.turn); if (!state.busy) setBusy(true); }
   } catch (e) {
-    addChat("note", "not sent: " + e.message);
+    chat.notSent(li, e.message);
   }
+}
+
+async function stop() {
+  if (!state.key || !state.busy) return;
+  status("Stopping the turn…");
+  try { await api("POST", sessionPath("/stop")); } catch (e) { status("Could not stop the turn: " + e.message); }
+}
+
+function showApprovals(list) {
+  side.renderApprovals(list, decide);
+  chat.showApprovals(list, decide);
+  if (list.length > 0 && WIDE.matches) showTab("approvals");
 }
 
 async function refreshApprovals() {
   if (!state.key) return;
+  const key = state.key;
   try {
-    const data = await api("GET", `/api/approvals?session=${encodeURIComponent(state.key)}`);
-    renderApprovals(data.approvals);
-  } catch (e) { status("could not read approvals: " + e.message); }
-}
-
-function renderApprovals(list) {
-  const box = $("approvals");
-  box.replaceChildren();
-  $("approval-count").textContent = list.length ? `(${list.length})` : "";
-  if (list.length === 0) { box.appendChild(el("p", "empty", "No call waits for approval.")); return; }
-  for (const a of list) {
-    const card = el("div", "approval");
-    card.dataset.callId = a.call_id;
-    card.appendChild(el("div", null, `${a.tool} wants to run (call ${a.call_id})`));
-    card.appendChild(el("pre", null, JSON.stringify(a.arguments, null, 2)));
-    card.appendChild(el("div", "meta", "rejected automatically at " + new Date(a.expires_at).toLocaleTimeString()));
-    const reason = el("input");
-    reason.placeholder = "reason (for a rejection)";
-    const approve = el("button", "approve", "Approve");
-    const reject = el("button", "reject", "Reject");
-    approve.addEventListener("click", () => decide(a.call_id, true, ""));
-    reject.addEventListener("click", () => decide(a.call_id, false, reason.value));
-    card.append(reason, approve, reject);
-    box.appendChild(card);
-  }
-  showTab("approvals");
+    const data = await api("GET", `/api/approvals?session=${encodeURIComponent(key)}`);
+    if (key === state.key) showApprovals(data.approvals);
+  } catch (e) { status("Could not read the approvals: " + e.message); }
 }
 
 async function decide(callId, approve, reason) {
   try {
     await api("POST", `/api/approvals/${encodeURIComponent(callId)}`, { approve, reason: reason || null, session: state.key });
-  } catch (e) { status("the decision was not delivered: " + e.message); }
+  } catch (e) { status("The decision was not delivered: " + e.message); }
   refreshApprovals();
 }
 
 async function refreshLedger() {
   if (!state.key) return;
-  const body = $("ledger-rows");
+  const key = state.key;
   try {
-    const data = await api("GET", `/api/sessions/${encodeURIComponent(state.key)}/ledger`);
-    body.replaceChildren();
-    for (const entry of data.entries) {
-      const tr = el("tr");
-      const when = typeof entry.timestamp === "string" ? new Date(entry.timestamp).toLocaleTimeString()
-        : entry.timestamp && entry.timestamp.secs_since_epoch !== undefined
-          ? new Date(entry.timestamp.secs_since_epoch * 1000).toLocaleTimeString() : "";
-      const action = entry.action || "";
-      const detail = entry.tool_name ? `${entry.tool_name} ${short(entry.tool_args ?? "", 200)}` : (entry.guidance || "");
-      tr.append(el("td", null, when), el("td", null, (entry.kind || "").replace(/_/g, " ")), el("td", action, action),
-        el("td", null, [entry.rule_id, entry.evaluator].filter(Boolean).join(" · ")), el("td", null, detail));
-      body.appendChild(tr);
-    }
+    const data = await api("GET", sessionPath("/ledger"));
+    if (key !== state.key) return;
+    side.setLedger(data.entries);
+    side.renderLedger();
   } catch (e) {
-    body.replaceChildren();
-    const tr = el("tr");
-    const td = el("td", "empty", e.code === "no_store" ? "no ledger: sessions are kept in memory only" : e.message);
-    td.colSpan = 5;
-    tr.appendChild(td);
-    body.appendChild(tr);
+    side.setLedger([]);
+    side.renderLedger(e.code === "no_store" ? "No ledger: sessions are kept in memory only." : e.message);
   }
 }
 
@@ -379,10 +339,28 @@ function showTab(name) {
   if (name === "ledger") refreshLedger();
 }
 
+// On a narrow screen the sessions and the activity pane slide over the conversation, one at a time.
+function drawer(which) {
+  document.body.dataset.drawer = which;
+  $("toggle-sessions").setAttribute("aria-expanded", String(which === "sessions"));
+  $("toggle-side").setAttribute("aria-expanded", String(which === "side"));
+  $("scrim").hidden = which === "none";
+}
+
 function init() {
   readToken();
+  chat.followEnd();
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showTab(tab.dataset.tab));
-  $("new-session").addEventListener("submit", (e) => { e.preventDefault(); openSession($("new-session-key").value.trim()); });
+  $("toggle-sessions").addEventListener("click", () => drawer(document.body.dataset.drawer === "sessions" ? "none" : "sessions"));
+  $("toggle-side").addEventListener("click", () => drawer(document.body.dataset.drawer === "side" ? "none" : "side"));
+  $("close-side").addEventListener("click", () => drawer("none"));
+  $("scrim").addEventListener("click", () => drawer("none"));
+  $("new-session").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = $("new-session-key").value.trim();
+    $("new-session-key").value = "";
+    openSession(key);
+  });
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     const text = $("message").value;
@@ -391,15 +369,28 @@ function init() {
     send(text);
   });
   $("message").addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
   });
-  $("stop").addEventListener("click", () => api("POST", `/api/sessions/${encodeURIComponent(state.key)}/stop`).catch((e) => status(e.message)));
-  $("resume").addEventListener("click", () => api("POST", `/api/sessions/${encodeURIComponent(state.key)}/resume`).then(() => { $("unfinished").hidden = true; }).catch((e) => status(e.message)));
-  $("mode").addEventListener("change", () => api("PUT", `/api/sessions/${encodeURIComponent(state.key)}/mode`, { mode: $("mode").value }).catch((e) => status(e.message)));
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape") return;
+    if (document.body.dataset.drawer !== "none") { drawer("none"); return; }
+    if (state.busy) { e.preventDefault(); stop(); }
+  });
+  $("stop").addEventListener("click", stop);
+  $("resume").addEventListener("click", () => api("POST", sessionPath("/resume")).then(() => { $("unfinished").hidden = true; showSessionState(); }).catch((e) => status(e.message)));
+  $("mode").addEventListener("change", () => api("PUT", sessionPath("/mode"), { mode: $("mode").value }).catch((e) => status(e.message)));
+  confirmTwice($("delete-session"), "Delete", () => { if (state.key) deleteSession(state.key); });
+  setInterval(() => {
+    for (const li of chat.runningTools()) chat.tick(li);
+    for (const node of document.querySelectorAll(".deadline")) updateDeadline(node);
+    if (state.busy) showSessionState();
+  }, 1000);
   refreshSessions();
   setInterval(refreshSessions, 10000);
-  const hash = new URLSearchParams(location.hash.slice(1));
-  if (hash.get("session")) openSession(hash.get("session"));
+  const fromHash = () => new URLSearchParams(location.hash.slice(1)).get("session");
+  window.addEventListener("hashchange", () => { if (fromHash() && fromHash() !== state.key) openSession(fromHash()); });
+  if (fromHash()) openSession(fromHash());
+  else closeSession();
 }
 
-document.addEventListener("DOMContentLoaded", init);
+init();

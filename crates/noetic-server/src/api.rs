@@ -12,7 +12,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use noetic::agent::{Observed, Routed, Session, SessionError, SteerError, SteeringMode, Turn};
-use noetic::context::Followed;
+use noetic::context::{Event, EventKind, Followed};
 use noetic::tool::Approval;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::approvals::DecideError;
 use crate::error::ApiError;
+use crate::sessions::store;
 
 /// The longest session key the API accepts.
 pub const MAX_KEY_LEN: usize = 128;
@@ -30,12 +31,17 @@ pub(crate) fn unix_millis<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok,
 }
 
 fn millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    at.duration_since(UNIX_EPOCH).map_or(0, millis_of)
+}
+
+/// A duration in whole milliseconds.
+pub(crate) fn millis_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Session keys are short and plain, so they are safe in URLs, logs and the page; a key made only of dots is
 /// refused because a browser (or curl) drops `.` and `..` path segments, so that session could not be reached.
-fn check_key(key: &str) -> Result<(), ApiError> {
+pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
     let ok = !key.is_empty()
         && key.len() <= MAX_KEY_LEN
         && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -52,14 +58,14 @@ fn check_key(key: &str) -> Result<(), ApiError> {
     }
 }
 
-fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
+pub(crate) fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
     check_key(key)?;
     state.runtime.try_session(key).map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {e}"))
     })
 }
 
-fn session_error(key: &str, e: SessionError) -> ApiError {
+pub(crate) fn session_error(key: &str, e: SessionError) -> ApiError {
     match e {
         SessionError::Busy { .. } | SessionError::BusyElsewhere { .. } => {
             ApiError::new(StatusCode::CONFLICT, "busy", e.to_string())
@@ -82,7 +88,9 @@ fn steer_error(e: SteerError) -> ApiError {
 /// Runs a started turn and then, before letting go of the session, turns for messages that arrived after its
 /// last checkpoint, so no message is left in the queue of an idle session.
 pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
+    let running = state.running.start(session.key());
     state.turns.spawn(async move {
+        let _running = running;
         let mut turn = turn;
         loop {
             // The outcome is in the session's events and history; nothing more to do with it here.
@@ -232,7 +240,7 @@ pub(crate) async fn get_session(
         }
         _ => None,
     };
-    let pending_approvals = state.approvals.pending(Some(&key));
+    let pending_approvals = state.approvals.listed(Some(&key)).await;
     let last_event_seq = session.last_event_seq();
     let body = match observed {
         Some(Observed { stored: Some(stored), running_on }) => {
@@ -273,45 +281,6 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
         .into_iter()
         .map(|m| QueuedMessage { id: m.id.to_string(), text: m.text, accepted_at: m.accepted_at })
         .collect()
-}
-
-#[derive(Serialize)]
-struct SessionLine {
-    key: String,
-    turns: u64,
-    items: u64,
-    queued: u64,
-    unfinished: bool,
-    #[serde(serialize_with = "unix_millis")]
-    updated_at: SystemTime,
-}
-
-/// `GET /api/sessions`: the store's sessions, newest first.
-pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let store = store(&state)?;
-    let list = store.list().map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
-    let lines: Vec<SessionLine> = list
-        .into_iter()
-        .map(|s| SessionLine {
-            key: s.key,
-            turns: s.turns,
-            items: s.items,
-            queued: s.queued,
-            unfinished: s.unfinished,
-            updated_at: s.updated_at,
-        })
-        .collect();
-    Ok(Json(json!({ "sessions": lines })))
-}
-
-fn store(state: &AppState) -> Result<&Arc<dyn noetic::agent::SessionStore>, ApiError> {
-    state.runtime.store().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "no_store",
-            "this server keeps sessions in memory only; start it with a store to list sessions and read ledgers",
-        )
-    })
 }
 
 /// `GET /api/sessions/{key}/ledger`: the steering decisions, oldest first.
@@ -428,12 +397,7 @@ pub(crate) async fn events(
             next = follower.next() => next,
         };
         let event = match next? {
-            Followed::Event(event) => {
-                let data = serde_json::to_string(&*event).unwrap_or_else(|e| {
-                    json!({ "type": "unserialisable", "seq": event.seq, "error": e.to_string() }).to_string()
-                });
-                SseEvent::default().id(event.seq.to_string()).data(data)
-            }
+            Followed::Event(event) => SseEvent::default().id(event.seq.to_string()).data(event_json(&event)),
             Followed::Gap { from, to } => SseEvent::default()
                 .event("gap")
                 .id(to.to_string())
@@ -442,6 +406,28 @@ pub(crate) async fn events(
         Some((Ok(event), (follower, shutdown)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// An event as JSON; one that carries an error also gets `error_text`, the error as one readable sentence (its
+/// chain of causes), so a client need not know every error's fields to say what went wrong.
+fn event_json(event: &Event) -> String {
+    let error = match &event.kind {
+        EventKind::TurnFailed { error, .. }
+        | EventKind::StepFailed { error, .. }
+        | EventKind::RetryScheduled { error, .. }
+        | EventKind::EveryIterationError { error, .. }
+        | EventKind::LoopIterationError { error, .. }
+        | EventKind::SteeringDenied { error, .. } => Some(error.to_string()),
+        _ => None,
+    };
+    let mut value = match serde_json::to_value(event) {
+        Ok(value) => value,
+        Err(e) => return json!({ "type": "unserialisable", "seq": event.seq, "error": e.to_string() }).to_string(),
+    };
+    if let (Some(text), Value::Object(fields)) = (error, &mut value) {
+        fields.insert("error_text".into(), Value::String(text));
+    }
+    value.to_string()
 }
 
 #[derive(Deserialize)]
@@ -456,7 +442,7 @@ pub(crate) async fn list_approvals(
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
-    Ok(Json(json!({ "approvals": state.approvals.pending(query.session.as_deref()) })))
+    Ok(Json(json!({ "approvals": state.approvals.listed(query.session.as_deref()).await })))
 }
 
 #[derive(Deserialize)]

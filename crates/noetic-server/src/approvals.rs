@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use noetic::tool::{Approval, ApprovalRequest, Approver};
 use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 /// How long a call waits for a decision by default.
@@ -30,7 +31,15 @@ pub struct PendingApproval {
     /// When it is rejected if nobody decides.
     #[serde(serialize_with = "crate::api::unix_millis")]
     pub expires_at: SystemTime,
+    /// What the call would change (a diff for a file write), when the server has a [`Preview`] for it; made when
+    /// the call is listed, so it shows the files as they are then. Built from untrusted arguments: escape it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
+
+/// Describes what a waiting call would change, for the person deciding: e.g. the diff a `write_file` call would
+/// make. It may read files (it runs on a blocking thread); `None` when it has nothing to show for the call.
+pub type Preview = Arc<dyn Fn(&ApprovalRequest) -> Option<String> + Send + Sync>;
 
 struct Waiting {
     info: PendingApproval,
@@ -45,6 +54,7 @@ type Key = (Option<String>, String);
 pub struct Approvals {
     waiting: Arc<Mutex<HashMap<Key, Waiting>>>,
     timeout: Duration,
+    preview: Option<Preview>,
 }
 
 /// Why a decision could not be delivered.
@@ -63,7 +73,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Approvals {
     /// Calls wait at most `timeout` for a decision, then are rejected.
     pub fn new(timeout: Duration) -> Self {
-        Approvals { waiting: Arc::default(), timeout }
+        Approvals { waiting: Arc::default(), timeout, preview: None }
+    }
+
+    /// Shows each waiting call with what `preview` says it would change (see [`PendingApproval::preview`]).
+    pub fn with_preview(mut self, preview: Preview) -> Self {
+        self.preview = Some(preview);
+        self
     }
 
     /// The approver to give the runtime ([`noetic::agent::RuntimeBuilder::approver`]).
@@ -80,6 +96,37 @@ impl Approvals {
             .collect();
         list.sort_by_key(|p| p.requested_at);
         list
+    }
+
+    /// The calls waiting now, as [`Approvals::pending`], each with its preview and `expires_in_ms` (the time left
+    /// to decide, by the server's clock: a client counts down from it without trusting its own clock).
+    pub(crate) async fn listed(&self, session: Option<&str>) -> Vec<Value> {
+        let mut list = self.pending(session);
+        if let Some(preview) = self.preview.clone().filter(|_| !list.is_empty()) {
+            let previewed = tokio::task::spawn_blocking(move || {
+                for pending in &mut list {
+                    pending.preview = preview(&pending.request());
+                }
+                list
+            })
+            .await;
+            list = match previewed {
+                Ok(list) => list,
+                // A preview that panicked shows nothing; the calls still wait for a decision.
+                Err(_) => self.pending(session),
+            };
+        }
+        let now = SystemTime::now();
+        list.into_iter()
+            .map(|pending| {
+                let left = pending.expires_at.duration_since(now).unwrap_or_default();
+                let mut value = serde_json::to_value(&pending).unwrap_or(Value::Null);
+                if let Value::Object(fields) = &mut value {
+                    fields.insert("expires_in_ms".into(), crate::api::millis_of(left).into());
+                }
+                value
+            })
+            .collect()
     }
 
     /// Delivers a decision to the waiting call `call_id` of `session` (which may be left out while only one
@@ -110,6 +157,18 @@ impl Approvals {
     }
 }
 
+impl PendingApproval {
+    /// The request this call made of the approver.
+    fn request(&self) -> ApprovalRequest {
+        ApprovalRequest {
+            tool: self.tool.clone(),
+            call_id: self.call_id.clone(),
+            arguments: self.arguments.clone(),
+            session: self.session.clone(),
+        }
+    }
+}
+
 /// Removes a call's entry when its wait ends however it ends (decided, timed out, turn cancelled).
 struct Entry {
     waiting: Arc<Mutex<HashMap<Key, Waiting>>>,
@@ -133,6 +192,7 @@ impl Approver for Approvals {
             arguments: request.arguments,
             requested_at: now,
             expires_at: now + self.timeout,
+            preview: None,
         };
         let key: Key = (info.session.clone(), info.call_id.clone());
         let replaced = lock(&self.waiting).insert(key.clone(), Waiting { info, answer: tx });

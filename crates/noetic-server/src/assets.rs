@@ -1,30 +1,60 @@
 //! The page and the API document, embedded in the binary: nothing is read from disk or fetched from the network,
 //! and only these fixed routes serve them, so no request can reach another file.
 
+use axum::Router;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::routing::get;
 
-const INDEX: &str = include_str!("../assets/index.html");
-const SCRIPT: &str = include_str!("../assets/app.js");
-const STYLE: &str = include_str!("../assets/app.css");
-const OPENAPI: &str = include_str!("../assets/openapi.json");
+const JS: &str = "text/javascript; charset=utf-8";
 
-/// `GET /`: the page.
-pub(crate) async fn index() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], INDEX)
+/// Each file of the page: its route, content type and text. The scripts are ES modules that import each other by
+/// these routes.
+const FILES: &[(&str, &str, &str)] = &[
+    ("/", "text/html; charset=utf-8", include_str!("../assets/index.html")),
+    ("/app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
+    ("/app.js", JS, include_str!("../assets/app.js")),
+    ("/dom.js", JS, include_str!("../assets/dom.js")),
+    ("/markdown.js", JS, include_str!("../assets/markdown.js")),
+    ("/approval.js", JS, include_str!("../assets/approval.js")),
+    ("/chat.js", JS, include_str!("../assets/chat.js")),
+    ("/side.js", JS, include_str!("../assets/side.js")),
+    ("/openapi.json", "application/json", include_str!("../assets/openapi.json")),
+];
+
+/// The routes of the page's files (`GET /` is the page; `/openapi.json` describes the API as OpenAPI 3.1).
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>(mut router: Router<S>) -> Router<S> {
+    for &(path, content_type, text) in FILES {
+        router =
+            router.route(
+                path,
+                get(move || async move {
+                    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], text)
+                }),
+            );
+    }
+    router
 }
 
-/// `GET /app.js`.
-pub(crate) async fn script() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], SCRIPT)
+/// The paths [`routes`] serves.
+#[cfg(test)]
+pub(crate) fn paths() -> impl Iterator<Item = &'static str> {
+    FILES.iter().map(|&(path, _, _)| path)
 }
 
-/// `GET /app.css`.
-pub(crate) async fn style() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/css; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], STYLE)
-}
-
-/// `GET /openapi.json`: the API, as an OpenAPI 3.1 document.
-pub(crate) async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+#[cfg(test)]
+mod tests {
+    /// The page's scripts only import files the server serves.
+    #[test]
+    fn every_module_a_script_imports_is_served() {
+        let served: Vec<&str> = super::paths().collect();
+        for &(path, _, text) in super::FILES.iter().filter(|(p, _, _)| p.ends_with(".js")) {
+            for line in text.lines().filter(|l| l.starts_with("import ")) {
+                let Some(from) = line.split(" from \"").nth(1).and_then(|rest| rest.split('"').next()) else {
+                    continue;
+                };
+                let target = from.trim_start_matches('.');
+                assert!(served.contains(&target), "{path} imports {from}, which is not served");
+            }
+        }
+    }
 }

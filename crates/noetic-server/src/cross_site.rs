@@ -78,8 +78,8 @@ fn judge(headers: &HeaderMap, allowed: &[AllowedHost]) -> Result<(), ApiError> {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "send Content-Type: application/json (or the header X-Noetic-Request: 1) with every POST and PUT: a page \
-             on another site cannot make a browser send either, which tells your request from a forged one",
+            "send Content-Type: application/json (or the header X-Noetic-Request: 1) with every POST, PUT and DELETE: a \
+             page on another site cannot make a browser send either, which tells your request from a forged one",
         ));
     }
     Ok(())

@@ -20,9 +20,10 @@
 //! | `POST /api/sessions/{key}/messages` `{"text"}` | starts a turn when idle, steers the running turn when busy (atomic); 429 when the queue is full |
 //! | `GET /api/sessions/{key}/events?after=N` | server-sent events, resumable with `Last-Event-ID`; a `gap` event for what the log dropped |
 //! | `GET /api/sessions/{key}` | history, queued messages, busy, unfinished turn, pending approvals |
+//! | `DELETE /api/sessions/{key}` | deletes an idle session from the store; 409 while a turn runs |
 //! | `POST /api/sessions/{key}/stop`, `/continue`, `/resume` | stop a turn; run the queued messages; finish an unfinished turn |
 //! | `PUT /api/sessions/{key}/mode` `{"mode"}` | `one-at-a-time` or `all` |
-//! | `GET /api/sessions`, `GET /api/sessions/{key}/ledger` | the store's sessions; the steering ledger |
+//! | `GET /api/sessions`, `GET /api/sessions/{key}/ledger` | the store's sessions (which run now); the steering ledger |
 //! | `GET /api/approvals`, `POST /api/approvals/{call_id}` `{"approve", "reason"}` | calls waiting for a decision |
 //! | `GET /healthz`, `GET /readyz` | liveness and readiness |
 //!
@@ -60,6 +61,7 @@ mod connections;
 mod cross_site;
 mod error;
 mod host;
+mod sessions;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -76,7 +78,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use api::MAX_KEY_LEN;
-pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval};
+pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval, Preview};
 pub use config::{ALLOWED_HOSTS_ENV, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
 pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
@@ -90,6 +92,8 @@ pub(crate) struct AppState {
     pub(crate) turns: TaskTracker,
     /// Cancelled when the server shuts down: event streams end, new turns are refused.
     pub(crate) shutdown: CancellationToken,
+    /// The sessions whose turns this server runs now.
+    pub(crate) running: sessions::RunningTurns,
 }
 
 /// The server: the runtime's sessions behind the API and the page.
@@ -104,8 +108,14 @@ impl Server {
     /// give the runtime a store and [`max_idle_sessions`](noetic::agent::RuntimeBuilder::max_idle_sessions) so
     /// memory stays bounded however many keys clients use (`noetic serve` keeps 10,000 idle ones).
     pub fn new(runtime: Runtime, approvals: Approvals, config: ServerConfig) -> Self {
-        let state =
-            AppState { runtime, approvals, config, turns: TaskTracker::new(), shutdown: CancellationToken::new() };
+        let state = AppState {
+            runtime,
+            approvals,
+            config,
+            turns: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            running: sessions::RunningTurns::default(),
+        };
         Server { state: Arc::new(state) }
     }
 
@@ -115,8 +125,8 @@ impl Server {
     /// only from [`ServerConfig::allowed_hosts`]. The connection timeouts and cap are the embedding server's.
     pub fn router(&self) -> Router {
         let api = Router::new()
-            .route("/sessions", get(api::list_sessions))
-            .route("/sessions/{key}", get(api::get_session))
+            .route("/sessions", get(sessions::list_sessions))
+            .route("/sessions/{key}", get(api::get_session).delete(sessions::delete_session))
             .route("/sessions/{key}/messages", post(api::post_message))
             .route("/sessions/{key}/events", get(api::events))
             .route("/sessions/{key}/stop", post(api::stop))
@@ -128,14 +138,9 @@ impl Server {
             .route("/approvals/{call_id}", post(api::decide))
             .fallback(api::not_found)
             .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
-        Router::new()
-            .nest("/api", api)
-            .route("/healthz", get(api::health))
-            .route("/readyz", get(api::ready))
-            .route("/", get(assets::index))
-            .route("/app.js", get(assets::script))
-            .route("/app.css", get(assets::style))
-            .route("/openapi.json", get(assets::openapi))
+        let routes =
+            Router::new().nest("/api", api).route("/healthz", get(api::health)).route("/readyz", get(api::ready));
+        assets::routes(routes)
             .fallback(api::not_found)
             .layer(DefaultBodyLimit::max(self.state.config.max_body_bytes))
             .layer(middleware::from_fn_with_state(self.state.clone(), cross_site::refuse_cross_site))

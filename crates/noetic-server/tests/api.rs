@@ -380,9 +380,14 @@ async fn the_page_and_the_api_document_are_served_from_the_binary() {
     assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("default-src 'self'"));
     let html = page.text().await.unwrap();
     assert!(html.contains("/app.js") && html.contains("id=\"composer\""));
-    let js = s.client.get(s.url("/app.js")).send().await.unwrap();
-    assert!(js.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
-    assert!(!js.text().await.unwrap().contains("innerHTML"), "the page never parses agent text as HTML");
+    for path in support::PAGE_FILES.iter().filter(|p| p.ends_with(".js")) {
+        let js = s.client.get(s.url(path)).send().await.unwrap();
+        assert!(js.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"), "{path}");
+        let text = js.text().await.unwrap();
+        for parser in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"] {
+            assert!(!text.contains(parser), "{path} uses {parser}: the page never parses agent text as HTML or code");
+        }
+    }
     let (status, doc) = s.get("/openapi.json").await;
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"], "3.1.0");

@@ -19,9 +19,14 @@ pub struct Served {
 /// `noetic serve` of the example workflow on a free loopback port, with `workspace`, the database `db` and `extra`
 /// arguments.
 pub fn serve_command(workspace: &Path, db: &Path, extra: &[&str]) -> Command {
+    workflow_command(&example("serve.toml"), workspace, db, extra)
+}
+
+/// `noetic serve` of `workflow` on a free loopback port, with `workspace`, the database `db` and `extra` arguments.
+pub fn workflow_command(workflow: &Path, workspace: &Path, db: &Path, extra: &[&str]) -> Command {
     let mut cmd = noetic();
     cmd.args(["serve", "--bind", "127.0.0.1:0", "--workflow"])
-        .arg(example("serve.toml"))
+        .arg(workflow)
         .arg("--workspace")
         .arg(workspace)
         .arg("--db")
@@ -126,6 +131,30 @@ pub fn raw(authority: &str, request: &str) -> Option<Raw> {
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some(Raw { status, body: serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned())) })
+}
+
+/// Runs the page test `script` (in tests/browser) with node and `args`, and returns the JSON line it printed last;
+/// fails with what the script and the server said when the script fails.
+pub fn page_test(browser_dir: &Path, served: Served, script: &str, args: &[&Path]) -> Value {
+    let out = Command::new("node")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser").join(script))
+        .arg(&served.base)
+        .args(args)
+        .env("NOETIC_BROWSER_DIR", browser_dir)
+        .output()
+        .unwrap();
+    let (_, server_stderr) = served.terminate();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stderr}\nseen: {stdout}\nserver: {server_stderr}");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// A fresh folder for a page test's screenshots: test-artefacts/browser/NAME (git-ignored).
+pub fn screenshots(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test-artefacts/browser").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
 /// playwright-core (from `scripts/browser.sh setup`) and Chromium, or a printed reason to skip (a failure with

@@ -26,7 +26,11 @@ pub struct Running {
 impl Running {
     /// Starts a server for the runtime `builder` makes (a memory store and the server's approver are added).
     pub async fn start(builder: RuntimeBuilder, config: ServerConfig, approval_timeout: Duration) -> Running {
-        let approvals = Approvals::new(approval_timeout);
+        Running::start_with(builder, config, Approvals::new(approval_timeout)).await
+    }
+
+    /// [`Running::start`] with these approvals.
+    pub async fn start_with(builder: RuntimeBuilder, config: ServerConfig, approvals: Approvals) -> Running {
         let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
         let runtime: Runtime = builder.approver(approvals.approver()).store(store).build().unwrap();
         let token = config.token.clone();
@@ -67,6 +71,14 @@ impl Running {
 
     pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
         let response = self.auth(self.client.put(self.url(path)).json(&body)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A DELETE, marked as the page marks it (`X-Noetic-Request: 1`).
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let request = self.client.delete(self.url(path)).header("X-Noetic-Request", "1");
+        let response = self.auth(request).send().await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }
@@ -231,12 +243,15 @@ pub async fn raw(addr: SocketAddr, request: &str) -> Raw {
     Raw { status, head, body }
 }
 
+/// The page's files and the API document, as the server serves them.
+pub const PAGE_FILES: &[&str] =
+    &["/", "/app.css", "/app.js", "/dom.js", "/markdown.js", "/approval.js", "/chat.js", "/side.js", "/openapi.json"];
+
 /// Every route the server has: the documented API (from its OpenAPI document, path parameters filled in) and the
 /// page's files, as `(method, path)`.
 pub fn every_route() -> Vec<(String, String)> {
     let doc: Value = serde_json::from_str(include_str!("../../assets/openapi.json")).unwrap();
-    let mut routes: Vec<(String, String)> =
-        ["/", "/app.js", "/app.css", "/openapi.json"].into_iter().map(|p| ("GET".to_owned(), p.to_owned())).collect();
+    let mut routes: Vec<(String, String)> = PAGE_FILES.iter().map(|p| ("GET".to_owned(), (*p).to_owned())).collect();
     for (path, methods) in doc["paths"].as_object().unwrap() {
         let path = path.replace("{key}", "k").replace("{call_id}", "c1");
         for method in methods.as_object().unwrap().keys().filter(|m| *m != "parameters") {

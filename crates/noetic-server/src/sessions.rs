@@ -1,0 +1,179 @@
+//! The store's sessions as a list (with which turns run now) and deleting one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use noetic::agent::{SessionStore, SessionSummary};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::api::{check_key, session, unix_millis};
+use crate::error::ApiError;
+
+/// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
+/// running turn from one a stopped process left: the store sees a journal in both.
+#[derive(Default)]
+pub(crate) struct RunningTurns(Arc<Mutex<HashMap<String, usize>>>);
+
+/// Marks a session's turn as running here until dropped.
+pub(crate) struct RunningGuard {
+    turns: Arc<Mutex<HashMap<String, usize>>>,
+    key: String,
+}
+
+impl RunningTurns {
+    /// Marks `key` as running here until the guard is dropped.
+    pub(crate) fn start(&self, key: &str) -> RunningGuard {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(key.to_owned()).or_default() += 1;
+        RunningGuard { turns: self.0.clone(), key: key.to_owned() }
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key)
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = turns.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                turns.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The runtime's store, or 501 for a server that keeps sessions in memory only.
+pub(crate) fn store(state: &AppState) -> Result<&Arc<dyn SessionStore>, ApiError> {
+    state.runtime.store().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "no_store",
+            "this server keeps sessions in memory only; start it with a store to list, delete and read ledgers",
+        )
+    })
+}
+
+#[derive(Serialize)]
+struct SessionLine {
+    key: String,
+    turns: u64,
+    items: u64,
+    queued: u64,
+    /// A turn runs now (here, or on `running_on`).
+    running: bool,
+    /// With a store several workers share: the worker running its turn, when it is another one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    running_on: Option<String>,
+    /// A stopped process left its last turn unfinished (a running turn is not).
+    unfinished: bool,
+    #[serde(serialize_with = "unix_millis")]
+    updated_at: SystemTime,
+}
+
+/// What the list says of one session: a turn's journal (the store's `unfinished`) is a running turn when this
+/// server runs it or the store names the worker that does, else a turn a stopped process left.
+fn line(summary: SessionSummary, running_here: bool, store: &dyn SessionStore) -> SessionLine {
+    let running_on = match summary.unfinished && !running_here {
+        true => store.observe(&summary.key).ok().flatten().and_then(|o| o.running_on),
+        false => None,
+    };
+    let running = summary.unfinished && (running_here || running_on.is_some());
+    SessionLine {
+        unfinished: summary.unfinished && !running,
+        running,
+        running_on,
+        key: summary.key,
+        turns: summary.turns,
+        items: summary.items,
+        queued: summary.queued,
+        updated_at: summary.updated_at,
+    }
+}
+
+/// `GET /api/sessions`: the store's sessions, newest first.
+pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let store = store(&state)?.clone();
+    let app = state.clone();
+    let lines = tokio::task::spawn_blocking(move || {
+        let list = store.list()?;
+        Ok::<_, noetic::NoeticError>(
+            list.into_iter()
+                .map(|summary| {
+                    let here = app.running.contains(&summary.key);
+                    line(summary, here, store.as_ref())
+                })
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("listing the sessions failed: {e}")))?
+    .map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
+    Ok(Json(json!({ "sessions": lines })))
+}
+
+/// `DELETE /api/sessions/{key}`: deletes an idle session (its conversation, queue, ledger and layer state) from
+/// the store and from the server's memory.
+pub(crate) async fn delete_session(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_key(&key)?;
+    let shared = store(&state)?.clone();
+    let busy = || {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("session '{key}' is running a turn; stop it (POST /api/sessions/{key}/stop), then delete it"),
+        )
+    };
+    if state.running.contains(&key) {
+        return Err(busy());
+    }
+    let k = key.clone();
+    let observer = shared.clone();
+    let observed = tokio::task::spawn_blocking(move || observer.observe(&k))
+        .await
+        .map_err(|e| ApiError::internal(format!("reading session '{key}' failed: {e}")))?
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()))?;
+    if let Some(worker) = observed.and_then(|o| o.running_on) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("session '{key}' is running a turn on worker {worker}; stop it, then delete it"),
+        ));
+    }
+    let held = session(&state, &key)?;
+    if held.is_busy() {
+        return Err(busy());
+    }
+    drop(held);
+    let evicted = state.runtime.evict(&key).map_err(|e| ApiError::internal(e.to_string()))?;
+    if !evicted {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "session_in_use",
+            format!(
+                "session '{key}' cannot be deleted while this server runs: its events were followed here (by a \
+                 page or a client), and a followed session stays in the server's memory. Restart the server, then \
+                 delete it before opening it (or run `noetic sessions rm {key}` while the server is stopped)"
+            ),
+        ));
+    }
+    let k = key.clone();
+    let deleted = tokio::task::spawn_blocking(move || shared.delete(&k))
+        .await
+        .map_err(|e| ApiError::internal(format!("deleting session '{key}' failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("could not delete session '{key}': {e}")))?;
+    if !deleted {
+        return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to delete")));
+    }
+    Ok(Json(json!({ "deleted": key })))
+}
