@@ -71,11 +71,14 @@ use noetic::model::Item;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement};
 
+pub mod log;
 mod schema;
 
-/// For tests: a database as an earlier version left it.
+/// For tests: a database as an earlier version left it, a database of one's own.
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::log::testing::{Throwaway, client, create_at_version, server_url};
+
     /// Creates the version 1 schema, as the first release wrote it, in the database `client` is connected to.
     pub fn create_v1(client: &mut postgres::Client) -> Result<(), postgres::Error> {
         client.batch_execute(super::schema::V1)?;
@@ -85,7 +88,8 @@ pub mod testing {
     }
 }
 
-pub use schema::SCHEMA_VERSION;
+pub use log::{PgLogOptions, PgLogStats, PgLogStore};
+pub use schema::{LOG_SCHEMA_VERSION, SCHEMA_VERSION};
 
 /// The channel workers listen on for steering and stops meant for them.
 const CHANNEL: &str = "noetic_steer";
@@ -409,7 +413,7 @@ impl PgStore {
                 schema::Migrated::Current => Ok(first),
                 schema::Migrated::Newer(version) => Err(NoeticError::other(format!(
                     "session store {}: its schema is version {version}, newer than this noetic supports \
-                     ({SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
+                     ({LOG_SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
                     connecting.target
                 ))),
             }
@@ -460,7 +464,8 @@ impl PgStore {
         self.shared.options.lease
     }
 
-    /// The schema version of the database (after migration: [`SCHEMA_VERSION`]).
+    /// The schema version of the database (after migration: [`SCHEMA_VERSION`], or [`LOG_SCHEMA_VERSION`] when a
+    /// [`PgLogStore`] migrated it).
     pub fn schema_version(&self) -> Result<i32, NoeticError> {
         self.run("reading the schema version", |conn| {
             Ok(conn.query_opt("SELECT version FROM noetic_schema", &[])?.map_or(0, |r| r.get(0)))
