@@ -14,6 +14,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## The session log
+//!
+//! [`PgLogStore`] is the session log's store (`noetic::agent::log::LogStore` with `Leases`, issue #30) on the async
+//! driver `tokio-postgres` with a `deadpool-postgres` pool: group commit, LISTEN/NOTIFY on a reconnecting tokio
+//! task, leases on the database's clock, and the conversion of existing sessions into logs (schema version 3); see
+//! [`log`]. The runtime does not use it yet: [`PgStore`] stays its store until it does, and works on a database
+//! the log store migrated.
+//!
 //! ## Leases
 //!
 //! A session is not owned by a process for as long as it is open (as with `noetic-sqlite`) but **turn by turn**:

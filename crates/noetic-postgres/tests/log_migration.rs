@@ -22,7 +22,9 @@ async fn database(name: &str) -> Option<Throwaway> {
             panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
         }
         Err(e) => {
-            eprintln!("skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start");
+            eprintln!(
+                "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
+            );
             None
         }
     }
@@ -45,8 +47,12 @@ struct Old {
 /// layer states of `done`'s thread and of the global scope.
 async fn old_sessions(client: &tokio_postgres::Client, version: i32) -> Old {
     create_at_version(client, version).await.unwrap();
-    let done_history =
-        vec![Item::user("q"), call("c1"), Item::ToolResult(ToolResult::ok("c1", "found")), Item::assistant("the answer")];
+    let done_history = vec![
+        Item::user("q"),
+        call("c1"),
+        Item::ToolResult(ToolResult::ok("c1", "found")),
+        Item::assistant("the answer"),
+    ];
     let cut_history = vec![Item::user("go"), call("c1"), call("c2"), Item::ToolResult(ToolResult::ok("c1", "r"))];
     let queued = SteerMessage::new("next, please");
     let mut ledger = LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow);
@@ -56,18 +62,27 @@ async fn old_sessions(client: &tokio_postgres::Client, version: i32) -> Old {
     let (all, finish) = (setting_text(&SteeringMode::All), setting_text(&BatchPolicy::FinishBatch));
     let no_journal: Option<&str> = None;
     client
-        .execute(insert_session, &[&"done", &all, &3i64, &finish, &2i64, &4i64, &"2024-01-01", &no_journal, &no_journal])
+        .execute(
+            insert_session,
+            &[&"done", &all, &3i64, &finish, &2i64, &4i64, &"2024-01-01", &no_journal, &no_journal],
+        )
         .await
         .unwrap();
     client
-        .execute(insert_session, &[&"cut", &all, &3i64, &finish, &1i64, &4i64, &"2024-01-02", &Some("llm"), &Some("{}")])
+        .execute(
+            insert_session,
+            &[&"cut", &all, &3i64, &finish, &1i64, &4i64, &"2024-01-02", &Some("llm"), &Some("{}")],
+        )
         .await
         .unwrap();
     for (key, history) in [("done", &done_history), ("cut", &cut_history)] {
         for (seq, item) in history.iter().enumerate() {
             let text = serde_json::to_string(item).unwrap();
             client
-                .execute("INSERT INTO noetic_items (session, seq, item) VALUES ($1, $2, $3)", &[&key, &(seq as i64), &text])
+                .execute(
+                    "INSERT INTO noetic_items (session, seq, item) VALUES ($1, $2, $3)",
+                    &[&key, &(seq as i64), &text],
+                )
                 .await
                 .unwrap();
         }
@@ -113,8 +128,11 @@ async fn check_converted(store: &PgLogStore, old: &Old) {
     let done = projection(store, "done").await;
     assert_eq!(done.conversation, old.done_history);
     assert_eq!((done.turns, done.open_turn.is_none()), (2, true));
-    assert_eq!(done.queue.iter().map(|m| (m.id, m.text.clone())).collect::<Vec<_>>(), [(old.queued.id, old.queued.text.clone())]);
-    assert_eq!(done.ledger, [old.ledger.clone()]);
+    assert_eq!(
+        done.queue.iter().map(|m| (m.id, m.text.clone())).collect::<Vec<_>>(),
+        [(old.queued.id, old.queued.text.clone())]
+    );
+    assert_eq!(done.ledger, std::slice::from_ref(&old.ledger));
     assert_eq!(
         (done.settings.mode, done.settings.capacity, done.settings.batch_policy),
         (SteeringMode::All, 3, BatchPolicy::FinishBatch)
