@@ -249,3 +249,19 @@ async fn appends_made_while_the_listening_connection_was_away_are_caught_up_when
     drop((a, b));
     db.remove().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_database_cannot_hold_is_refused_saying_what_to_use() {
+    let Some(db) = database("log_long_key").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    for key in ["k".repeat(noetic_postgres::log::MAX_KEY_BYTES + 1), "nul\0key".to_owned()] {
+        match store.append(&key, Expect::End, &[message("x")]).await {
+            Err(StoreError::Refused { message }) => assert!(message.contains("at most 1024 bytes"), "{message}"),
+            other => panic!("a key of {} bytes: {other:?}", key.len()),
+        }
+        assert!(store.read(&key, 0, 10).await.unwrap().is_empty());
+        assert_eq!(store.last(&key).await.unwrap(), 0);
+    }
+    drop(store);
+    db.remove().await.unwrap();
+}
