@@ -19,7 +19,9 @@
 //! [`Summary`](noetic::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
 //! list's order, newest first), the transaction that appended last (`written_by`, for watchers catching up) and
 //! the database's time of that append. Snapshots and leases have a table each. A session exists while it has
-//! entries; deleting it removes its rows from all four.
+//! entries; deleting it removes its rows from all four. An entry's time ([`Record::at`]) is the appending worker's
+//! clock (it is encoded in the entry); the list's `updated_at` is the database's. Keys are at most
+//! [`MAX_KEY_BYTES`] bytes without NUL characters (a primary key and a notification's payload hold them).
 //!
 //! # Group commit
 //!
@@ -55,7 +57,7 @@
 //! Connecting to a database that [`crate::PgStore`] made (versions 1–2) adds the log's tables and converts every
 //! session into log entries, in one transaction under the migration lock, once:
 //!
-//! 1. an [`Entry::Settings`](noetic::agent::log::Entry::Settings) with the session's mode, capacity and batch
+//! 1. an [`Entry::Settings`] with the session's mode, capacity and batch
 //!    policy;
 //! 2. when the session had turns (T ≥ 1, or items with T = 0, which count as turn 1): `TurnStarted { turn: T,
 //!    input: "" }` with a new execution id, one `Appended { turn: T }` with the whole history, then — if the old
