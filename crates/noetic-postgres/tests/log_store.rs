@@ -265,3 +265,25 @@ async fn a_key_the_database_cannot_hold_is_refused_saying_what_to_use() {
     drop(store);
     db.remove().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_and_reads_go_on_after_the_server_ends_the_pools_connections() {
+    let Some(db) = database("log_pool_dropped").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    store.append("s", Expect::At(0), &[message("before")]).await.unwrap();
+    let name = format!("noetic-log {}", store.id());
+    let ended: i64 = db
+        .admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ended >= 1, "the pool had a connection open");
+    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(store.append("s", Expect::At(1), &[message("after")]).await.unwrap(), 2);
+    drop(store);
+    db.remove().await.unwrap();
+}

@@ -7,7 +7,7 @@ use noetic::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, dec
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
-use super::errors::{db_error, pool_error};
+use super::errors::{connection_lost, db_error, pool_error};
 use super::storable;
 
 /// The longest lease term kept (longer ones are cut to it): a hundred years.
@@ -18,7 +18,8 @@ async fn connection(pool: &Pool, target: &str, doing: &str) -> Result<Object, St
     pool.get().await.map_err(|e| pool_error(target, doing, e))
 }
 
-/// Runs `sql` (prepared once per connection) with `params`.
+/// Runs `sql` (prepared once per connection) with `params`; once more on a new connection when the pooled one
+/// turns out to be gone (the server restarted or ended it). Every statement run here may run twice.
 async fn query(
     pool: &Pool,
     target: &str,
@@ -26,9 +27,22 @@ async fn query(
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Vec<Row>, StoreError> {
-    let client = connection(pool, target, doing).await?;
-    let statement = client.prepare_cached(sql).await.map_err(|e| db_error(target, doing, e))?;
-    client.query(&statement, params).await.map_err(|e| db_error(target, doing, e))
+    let mut retried = false;
+    loop {
+        let client = connection(pool, target, doing).await?;
+        let result = match client.prepare_cached(sql).await {
+            Ok(statement) => client.query(&statement, params).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(e) if !retried && connection_lost(&e) => {
+                tracing::info!(error = %e, "a pooled connection to {target} was gone; trying on another");
+                retried = true;
+                drop(Object::take(client));
+            }
+            other => return other.map_err(|e| db_error(target, doing, e)),
+        }
+    }
 }
 
 /// Column `i` of `row`, or an error saying the table is not as this build made it.
