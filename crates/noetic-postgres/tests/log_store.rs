@@ -271,19 +271,49 @@ async fn appends_and_reads_go_on_after_the_server_ends_the_pools_connections() {
     let Some(db) = database("log_pool_dropped").await else { return };
     let store = PgLogStore::connect(&db.url).await.unwrap();
     store.append("s", Expect::At(0), &[message("before")]).await.unwrap();
-    let name = format!("noetic-log {}", store.id());
-    let ended: i64 = db
-        .admin
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-            &[&name],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(ended >= 1, "the pool had a connection open");
-    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 1);
+    let end_the_pools_connections = async || {
+        let name = format!("noetic-log {}", store.id());
+        let sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1";
+        let ended: i64 = db.admin.query_one(sql, &[&name]).await.unwrap().get(0);
+        assert!(ended >= 1, "the pool had a connection open");
+    };
+    end_the_pools_connections().await;
     assert_eq!(store.append("s", Expect::At(1), &[message("after")]).await.unwrap(), 2);
+    end_the_pools_connections().await;
+    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 2);
     drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_continuing_a_session_another_worker_appended_to_is_fenced() {
+    let Some(db) = database("log_stale_writer").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    assert_eq!(a.append("s", Expect::At(0), &[message("a1")]).await.unwrap(), 1);
+    b.append("s", Expect::End, &[message("from b")]).await.unwrap();
+    // A last saw the log end at 1: its append there is refused, however it writes.
+    match a.append("s", Expect::At(1), &[message("stale")]).await {
+        Err(StoreError::Conflict { expected: 1, actual: 2, .. }) => {}
+        other => panic!("a stale append answered {other:?}"),
+    }
+    assert_eq!(a.append("s", Expect::At(2), &[message("a2")]).await.unwrap(), 3);
+    assert_eq!(a.read("s", 0, 10).await.unwrap().len(), 3);
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_deleted_and_written_again_by_another_worker_keeps_a_true_summary() {
+    let Some(db) = database("log_recreated").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    a.append("s", Expect::At(0), &[message("queued 1"), message("queued 2")]).await.unwrap();
+    assert!(b.delete("s").await.unwrap());
+    let stop = Entry::StopRequested { reason: "b".into() };
+    b.append("s", Expect::At(0), &[stop.clone(), stop]).await.unwrap();
+    // The log ends at 2 again, as A last saw it, but it is another log: A's append counts from what is there.
+    assert_eq!(a.append("s", Expect::At(2), &[message("queued 3")]).await.unwrap(), 3);
+    let line = a.list().await.unwrap().into_iter().find(|l| l.key == "s").unwrap();
+    assert_eq!((line.last, line.summary.queued), (3, 1), "{line:?}");
+    drop((a, b));
     db.remove().await.unwrap();
 }

@@ -127,12 +127,13 @@ impl Listener {
                 )
                 .await
                 .map_err(|e| format!("catching up on appends failed: {e}"))?;
+            // Counted first: whoever hears of one of them sees it counted.
+            self.counters.caught_up.fetch_add(rows.len() as u64, Ordering::Relaxed);
             for row in &rows {
                 if let (Ok(key), Ok(last)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(1)) {
                     let _ = self.appended.send(Appended { key, last: u64::try_from(last).unwrap_or(0) });
                 }
             }
-            self.counters.caught_up.fetch_add(rows.len() as u64, Ordering::Relaxed);
         }
         *seen = Some(before);
         Ok(())

@@ -30,8 +30,12 @@
 //! summary rows of all their sessions (in key order, so writers never deadlock), the fencing of each request is
 //! decided against what it returned (each stale one answered with its own [`StoreError::Conflict`], the others
 //! going ahead; two requests for one session in one batch apply in arrival order), and one statement inserts all
-//! entries, updates the summaries and sends the notifications, pipelined with the `COMMIT`. A request thus costs
-//! two round trips when alone, and a thousand sessions appending at once share a transaction.
+//! entries, updates the summaries and sends the notifications, pipelined with the `COMMIT`: two round trips, and a
+//! thousand sessions appending at once share them. The common case takes one: a batch of one session's appends
+//! that continue where this writer last saw the session committed (it remembers each session's end, summary and
+//! append counter) is one statement pipelined between `BEGIN` and `COMMIT`, fenced by the append counter — any
+//! append by anyone since, or a delete, changes it, and the statement then writes nothing and the batch
+//! transaction decides instead.
 //! [`PgLogStore::stats`] counts transactions and appends. A connection that drops before the commit is retried
 //! once on another; one that drops during the commit leaves it unknown whether the batch was written, and every
 //! request in it is answered so ([`StoreError::Unavailable`]): the writer reads [`LogStore::last`] and decides.
@@ -77,8 +81,10 @@
 //! them (it accepts a version 3 database) until the runtime moves to the log. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
+mod batch;
 mod convert;
 mod errors;
+mod fast;
 mod listen;
 mod migrate;
 mod queries;
@@ -220,6 +226,7 @@ impl PgLogStore {
             appended: appended.clone(),
             counters: counters.clone(),
             max_batch: options.max_batch,
+            known: std::collections::HashMap::new(),
         };
         tokio::spawn(writer.run(queue));
         let (listening, closing) = oneshot::channel();
