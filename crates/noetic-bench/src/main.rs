@@ -10,6 +10,7 @@
 
 mod mcp_path;
 mod otel_path;
+mod pg_log_path;
 mod pg_path;
 // The memory figures' part of it runs in `rss_probe`.
 #[allow(dead_code)]
@@ -240,12 +241,14 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // One group only: `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
-    // `noetic-bench streams` (the providers' SSE framing and stream parsing).
+    // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
+    // stream parsing).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("streams") => return stream_figures(&rt),
         Some("store") => return store_figures(&rt),
         Some("pg") => return pg_figures(),
+        Some("pg-log") => return pg_log_path::figures(),
         _ => {}
     }
     rt.block_on(async {
@@ -285,6 +288,7 @@ fn main() -> BenchResult<()> {
     real_path_figures(&rt)?;
     store_figures(&rt)?;
     pg_figures()?;
+    pg_log_path::figures()?;
     mcp_figures(&rt)?;
     Ok(())
 }

@@ -14,6 +14,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## The session log
+//!
+//! [`PgLogStore`] is the session log's store (`noetic::agent::log::LogStore` with `Leases`, issue #30) on the async
+//! driver `tokio-postgres` with a `deadpool-postgres` pool: group commit, LISTEN/NOTIFY on a reconnecting tokio
+//! task, leases on the database's clock, and the conversion of existing sessions into logs (schema version 3); see
+//! [`log`]. The runtime does not use it yet: [`PgStore`] stays its store until it does, and works on a database
+//! the log store migrated.
+//!
 //! ## Leases
 //!
 //! A session is not owned by a process for as long as it is open (as with `noetic-sqlite`) but **turn by turn**:
@@ -71,11 +79,14 @@ use noetic::model::Item;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement};
 
+pub mod log;
 mod schema;
 
-/// For tests: a database as an earlier version left it.
+/// For tests: a database as an earlier version left it, a database of one's own.
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::log::testing::{Throwaway, client, create_at_version, server_url};
+
     /// Creates the version 1 schema, as the first release wrote it, in the database `client` is connected to.
     pub fn create_v1(client: &mut postgres::Client) -> Result<(), postgres::Error> {
         client.batch_execute(super::schema::V1)?;
@@ -85,7 +96,8 @@ pub mod testing {
     }
 }
 
-pub use schema::SCHEMA_VERSION;
+pub use log::{PgLogOptions, PgLogStats, PgLogStore};
+pub use schema::{LOG_SCHEMA_VERSION, SCHEMA_VERSION};
 
 /// The channel workers listen on for steering and stops meant for them.
 const CHANNEL: &str = "noetic_steer";
@@ -409,7 +421,7 @@ impl PgStore {
                 schema::Migrated::Current => Ok(first),
                 schema::Migrated::Newer(version) => Err(NoeticError::other(format!(
                     "session store {}: its schema is version {version}, newer than this noetic supports \
-                     ({SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
+                     ({LOG_SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)",
                     connecting.target
                 ))),
             }
@@ -460,7 +472,8 @@ impl PgStore {
         self.shared.options.lease
     }
 
-    /// The schema version of the database (after migration: [`SCHEMA_VERSION`]).
+    /// The schema version of the database (after migration: [`SCHEMA_VERSION`], or [`LOG_SCHEMA_VERSION`] when a
+    /// [`PgLogStore`] migrated it).
     pub fn schema_version(&self) -> Result<i32, NoeticError> {
         self.run("reading the schema version", |conn| {
             Ok(conn.query_opt("SELECT version FROM noetic_schema", &[])?.map_or(0, |r| r.get(0)))

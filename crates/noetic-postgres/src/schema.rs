@@ -6,15 +6,27 @@
 //!   worker that did not hold the lease, which the lease holder takes at its next checkpoint), the steering ledger.
 //! * Version 2: the state of layers whose scope is not `execution` (one JSON state per scope name —
 //!   `thread:<session key>`, `global` — and layer id).
+//! * Version 3: the session log ([`crate::PgLogStore`]): one row per entry (`noetic_log`), one summary row per
+//!   session (`noetic_log_sessions`: the last position, the [`noetic::agent::log::Summary`] as JSON, a global append
+//!   counter for the list's order, the transaction that last appended, for watchers catching up), snapshots and
+//!   leases. Migrating to it converts every session of versions 1–2 into log entries (see [`crate::log`]); the
+//!   tables of versions 1–2 stay, unchanged, for [`crate::PgStore`].
+//!
+//! [`crate::PgStore`] migrates a database only up to version 2 (its own tables) and works on a version 3 database
+//! as on a version 2 one: version 3 adds tables it does not use and changes none it uses. Only
+//! [`crate::PgLogStore`] migrates to version 3. Either refuses a database newer than [`LOG_SCHEMA_VERSION`].
 //!
 //! Workers that start together migrate one at a time: the migration runs under a transaction-scoped advisory
 //! lock, and reads the version again once it holds it.
 
-/// The schema version this build writes.
+/// The schema version [`crate::PgStore`] migrates a database to (its tables are complete at it).
 pub const SCHEMA_VERSION: i32 = 2;
 
+/// The schema version [`crate::PgLogStore`] migrates a database to: the newest this build knows.
+pub const LOG_SCHEMA_VERSION: i32 = 3;
+
 /// The advisory lock key migrations hold (an arbitrary constant: "noetic" in ASCII, folded).
-const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
+pub(crate) const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "
@@ -59,7 +71,7 @@ CREATE TABLE noetic_ledger (
 ";
 
 /// Version 1 → 2.
-const V2: &str = "
+pub(crate) const V2: &str = "
 CREATE TABLE noetic_layer_state (
     scope TEXT NOT NULL,
     layer TEXT NOT NULL,
@@ -69,16 +81,46 @@ CREATE TABLE noetic_layer_state (
 );
 ";
 
+/// Version 2 → 3: the session log's tables (the conversion of old sessions is [`crate::log`]'s migration). Needs
+/// PostgreSQL 13 or newer (`xid8`).
+pub(crate) const V3: &str = "
+CREATE SEQUENCE noetic_log_appends;
+CREATE TABLE noetic_log_sessions (
+    key TEXT PRIMARY KEY,
+    last BIGINT NOT NULL,
+    summary TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    written_by XID8 NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE noetic_log (
+    session TEXT NOT NULL,
+    pos BIGINT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (session, pos)
+);
+CREATE TABLE noetic_log_snapshots (
+    session TEXT PRIMARY KEY,
+    pos BIGINT NOT NULL,
+    bytes BYTEA NOT NULL
+);
+CREATE TABLE noetic_log_leases (
+    key TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    lease_until TIMESTAMPTZ NOT NULL
+);
+";
+
 /// What migrating found.
 #[derive(Debug)]
 pub(crate) enum Migrated {
-    /// The database is at [`SCHEMA_VERSION`].
+    /// The database is at [`SCHEMA_VERSION`] or [`LOG_SCHEMA_VERSION`].
     Current,
     /// The database was written by a newer noetic (nothing was changed).
     Newer(i32),
 }
 
-/// Brings the database up to [`SCHEMA_VERSION`] in one transaction.
+/// Brings the database up to [`SCHEMA_VERSION`] in one transaction (a version 3 database is left as it is).
 pub(crate) fn migrate(client: &mut postgres::Client) -> Result<Migrated, postgres::Error> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
@@ -90,7 +132,7 @@ pub(crate) fn migrate(client: &mut postgres::Client) -> Result<Migrated, postgre
             0
         }
     };
-    if version > SCHEMA_VERSION {
+    if version > LOG_SCHEMA_VERSION {
         tx.rollback()?;
         return Ok(Migrated::Newer(version));
     }

@@ -1,0 +1,165 @@
+//! The PostgreSQL session-log store (`PgLogStore`, run when a server is up: `scripts/postgres.sh start`, or
+//! `NOETIC_POSTGRES_URL`), in a database of its own: the latency of one append of a tool call's entries, appends
+//! per second with 1000 sessions appending at once (with group commit, and with one transaction per append for
+//! comparison), and how late a 1 ms ticker on the same runtime runs meanwhile (whether anything blocks a worker;
+//! beside it, the same ticker as an OS thread: what the machine itself adds, the server sharing its two cores).
+
+use std::time::{Duration, Instant};
+
+use noetic::agent::log::{Entry, Expect, LogStore, StepPath};
+use noetic::model::{Item, ToolResult};
+use noetic::turn::Input;
+use noetic_postgres::testing::Throwaway;
+use noetic_postgres::{PgLogOptions, PgLogStore};
+
+use crate::{BenchResult, Stats, measure, report};
+
+/// What a tool call appends: its outcome for the turn core, its result in the conversation, the next call's start.
+fn tool_batch() -> Vec<Entry> {
+    let step = StepPath::default().child("act", 0);
+    let result = ToolResult::ok("call-1", "r".repeat(350));
+    vec![
+        Entry::Core { turn: 1, step: step.clone(), input: Input::ToolDone(result.clone()) },
+        Entry::Appended { turn: 1, items: vec![Item::ToolResult(result)] },
+        Entry::ToolStarted { turn: 1, step, call_id: "call-2".into(), tool: "search".into() },
+    ]
+}
+
+/// µs per append of `batch`, `n` appends one after the other to a new session.
+async fn append_us(store: &PgLogStore, batch: &[Entry], n: usize) -> BenchResult<f64> {
+    let key = format!("bench-seq-{}", fastrand::u64(..));
+    let start = Instant::now();
+    let mut last = 0;
+    for _ in 0..n {
+        last = store.append(&key, Expect::At(last), batch).await?;
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// What one load run measured.
+struct Load {
+    appends_per_s: f64,
+    appends_per_transaction: f64,
+    ticker_p50_ms: f64,
+    ticker_p99_ms: f64,
+    /// The same ticker as an OS thread sleeping 1 ms at a time: what the machine itself adds.
+    thread_p99_ms: f64,
+}
+
+/// `sessions` sessions appending `each` batches one after the other, all at once, while a 1 ms ticker runs.
+async fn load(store: &PgLogStore, sessions: usize, each: usize) -> BenchResult<Load> {
+    let batch = tool_batch();
+    let before = store.stats();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let ticking = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_millis(1));
+        let mut late = Vec::new();
+        loop {
+            tokio::select! {
+                due = ticker.tick() => late.push(due.elapsed().as_secs_f64() * 1e3),
+                _ = &mut stopped => return late,
+            }
+        }
+    });
+    let (thread_stop, thread_stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let mut late = Vec::new();
+        while thread_stopped.try_recv().is_err() {
+            let due = Instant::now() + Duration::from_millis(1);
+            std::thread::sleep(Duration::from_millis(1));
+            late.push(due.elapsed().as_secs_f64() * 1e3);
+        }
+        late
+    });
+    let run = format!("{:x}", fastrand::u64(..));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..sessions)
+        .map(|s| {
+            let (store, batch, key) = (store.clone(), batch.clone(), format!("bench-load-{run}-{s}"));
+            tokio::spawn(async move {
+                let mut last = 0;
+                for _ in 0..each {
+                    last = store.append(&key, Expect::At(last), &batch).await.map_err(|e| e.to_string())?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    let _ = thread_stop.send(());
+    let mut late = ticking.await?;
+    let mut thread_late = thread.join().map_err(|_| "the control thread panicked")?;
+    let after = store.stats();
+    let appends = (sessions * each) as f64;
+    Ok(Load {
+        appends_per_s: appends / elapsed,
+        appends_per_transaction: appends / (after.transactions - before.transactions).max(1) as f64,
+        ticker_p50_ms: quantile(&mut late, 0.5),
+        ticker_p99_ms: quantile(&mut late, 0.99),
+        thread_p99_ms: quantile(&mut thread_late, 0.99),
+    })
+}
+
+/// The ticker's lateness with nothing else running (the timer's own granularity), p99 in ms.
+async fn idle_ticker_p99_ms() -> f64 {
+    let mut ticker = tokio::time::interval(Duration::from_millis(1));
+    let mut late = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        late.push(ticker.tick().await.elapsed().as_secs_f64() * 1e3);
+    }
+    quantile(&mut late, 0.99)
+}
+
+fn quantile(samples: &mut [f64], q: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(((samples.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+/// The figures; without a server, said on stderr.
+pub fn figures() -> BenchResult<()> {
+    let Some(url) = crate::pg_path::url() else {
+        eprintln!("pg_log_* figures skipped: no PostgreSQL (scripts/postgres.sh start, or set NOETIC_POSTGRES_URL)");
+        return Ok(());
+    };
+    // As `noetic serve` runs: a multi-thread runtime.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let db = Throwaway::new(&url, "bench_log").await?;
+        let store = PgLogStore::connect(&db.url).await?;
+        let batch = tool_batch();
+        let sequential = measure(5, || append_us(&store, &batch, 500)).await?;
+        report("pg_log_append_tool_batch_us", sequential, "us", "<= 300");
+        let (mut rate, mut per_tx, mut p50, mut p99, mut thread) = (vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..3 {
+            let run = load(&store, 1000, 20).await?;
+            rate.push(run.appends_per_s);
+            per_tx.push(run.appends_per_transaction);
+            p50.push(run.ticker_p50_ms);
+            p99.push(run.ticker_p99_ms);
+            thread.push(run.thread_p99_ms);
+        }
+        report("pg_log_appends_per_s_1000_sessions", Stats::of(rate, None), "appends/s", "");
+        report("pg_log_appends_per_transaction_1000_sessions", Stats::of(per_tx, None), "appends", "");
+        report("pg_log_ticker_lateness_p50_ms_1000_sessions", Stats::of(p50, None), "ms", "");
+        report("pg_log_ticker_lateness_p99_ms_1000_sessions", Stats::of(p99, None), "ms", "< 2");
+        report("pg_log_thread_sleep_lateness_p99_ms_1000_sessions", Stats::of(thread, None), "ms", "");
+        report("pg_log_ticker_lateness_p99_ms_idle", Stats::exact(idle_ticker_p99_ms().await), "ms", "");
+        // The same load with one transaction per append: what group commit gives.
+        let single =
+            PgLogStore::connect_with(&db.url, PgLogOptions { max_batch: 1, ..PgLogOptions::default() }).await?;
+        let run = load(&single, 1000, 5).await?;
+        report(
+            "pg_log_appends_per_s_1000_sessions_one_per_transaction",
+            Stats::exact(run.appends_per_s),
+            "appends/s",
+            "",
+        );
+        drop((store, single));
+        db.remove().await?;
+        BenchResult::Ok(())
+    })
+}

@@ -1,0 +1,109 @@
+//! One round trip for the common append: a batch of one session's appends that continue where this writer last
+//! saw the session committed. The writer folds the summary from what it remembers and writes with the append
+//! counter it remembers as the fence (any append by anyone since changes it); when another wrote meanwhile the
+//! statement writes nothing, and the batch transaction ([`super::batch`]) does it instead.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use noetic::agent::log::{Expect, StoreError};
+use tokio_postgres::types::ToSql;
+
+use super::errors::DbFailure;
+use super::writer::{Failed, Known, Request, Writer, abandon};
+
+/// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
+/// entries and announces the new end; answers the new append counter, or nothing when the row had changed.
+const CONTINUE: &str = "
+WITH summed AS (
+    UPDATE noetic_log_sessions
+    SET last = $3::int8, summary = $4::text, seq = nextval('noetic_log_appends'),
+        written_by = pg_current_xact_id(), updated_at = now()
+    WHERE key = $1::text AND seq = $2::int8
+    RETURNING seq
+), appended AS (
+    INSERT INTO noetic_log (session, pos, entry)
+    SELECT $1::text, r.pos, r.entry FROM unnest($5::int8[], $6::text[]) AS r(pos, entry)
+    WHERE EXISTS (SELECT FROM summed)
+)
+SELECT seq, (SELECT count(*) FROM pg_notify('noetic_log', $7::text)) FROM summed";
+
+/// A batch that continues one remembered session: what it writes and answers.
+pub(crate) struct Plan<'a> {
+    pub key: &'a str,
+    seen: i64,
+    known: Known,
+    positions: Vec<i64>,
+    entries: Vec<&'a str>,
+    answers: Vec<u64>,
+}
+
+/// The plan for `batch` when all of it appends to one session this writer remembers and every request's fence
+/// passes against what it remembers; `None` otherwise (the batch transaction decides).
+pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> Option<Plan<'a>> {
+    let key = batch.first()?.key.as_str();
+    if batch.iter().any(|r| r.key != key) {
+        return None;
+    }
+    let remembered = known.get(key)?;
+    let mut next = remembered.clone();
+    let (mut positions, mut entries, mut answers) = (Vec::new(), Vec::new(), Vec::with_capacity(batch.len()));
+    for request in batch {
+        if let Expect::At(expected) = request.expect
+            && expected != next.last
+        {
+            return None;
+        }
+        for (entry, text) in request.entries.iter().zip(&request.encoded) {
+            next.last += 1;
+            positions.push(i64::try_from(next.last).ok()?);
+            entries.push(text.as_str());
+            next.summary.apply(entry);
+        }
+        answers.push(next.last);
+    }
+    Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers })
+}
+
+/// Writes `plan` in one round trip: the answers, or `None` when another wrote to the session since the writer
+/// last saw it (nothing was written).
+pub(crate) async fn commit(
+    writer: &mut Writer,
+    plan: Plan<'_>,
+) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
+    let target = writer.target.clone();
+    let client = writer.connection().await?;
+    let statement = client.prepare_cached(CONTINUE).await.map_err(|e| Failed::db(&target, e))?;
+    if client.is_closed() {
+        return Err(Failed::Before { error: "the pooled connection was closed".into(), retryable: true });
+    }
+    let summary = serde_json::to_string(&plan.known.summary).map_err(|e| Failed::Before {
+        error: format!("a session summary could not be encoded: {e}").into(),
+        retryable: false,
+    })?;
+    let last = i64::try_from(plan.known.last).unwrap_or(i64::MAX);
+    let payload = format!("{}\t{}\t{}", writer.id, plan.known.last, plan.key);
+    let params: [&(dyn ToSql + Sync); 7] =
+        [&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload];
+    // Pipelined: one round trip. A statement that fails turns the COMMIT into a rollback.
+    let (begun, written, committed) =
+        tokio::join!(client.batch_execute("BEGIN"), client.query(&statement, &params), client.batch_execute("COMMIT"));
+    match (begun, written, committed) {
+        (Ok(()), Ok(rows), Ok(())) => {
+            let Some(seq) = rows.first().and_then(|row| row.try_get::<_, i64>(0).ok()) else {
+                return Ok(None);
+            };
+            writer.counters.transactions.fetch_add(1, Ordering::Relaxed);
+            writer.counters.appends.fetch_add(plan.answers.len() as u64, Ordering::Relaxed);
+            writer.remember(plan.key, Known { seq, ..plan.known });
+            Ok(Some(plan.answers.into_iter().map(Ok).collect()))
+        }
+        // The server refused before anything ran (it ended the connection, say): nothing was written.
+        (Err(e), _, _) if e.as_db_error().is_some() => {
+            abandon(client).await;
+            Err(Failed::db(&target, e))
+        }
+        (Ok(()), Err(e), _) if e.as_db_error().is_some() => Err(Failed::db(&target, e)),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(Failed::Unknown(DbFailure::new(&target, e))),
+    }
+}

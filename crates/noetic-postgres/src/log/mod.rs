@@ -1,0 +1,383 @@
+//! Session logs in PostgreSQL: [`PgLogStore`], the [`LogStore`] (with [`Leases`]) that several workers share, on
+//! the async driver `tokio-postgres` with a `deadpool-postgres` pool. Every method is a future that does its I/O on
+//! the driver's sockets; nothing blocks a tokio worker, nothing runs on threads of its own.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), noetic::agent::log::StoreError> {
+//! use noetic::agent::log::{Entry, Expect, LogStore};
+//! let store = noetic_postgres::PgLogStore::connect("postgres://noetic:noetic@127.0.0.1:54329/noetic").await?;
+//! let stop = Entry::StopRequested { reason: "enough".into() };
+//! let last = store.append("session-1", Expect::End, &[stop]).await?;
+//! assert_eq!(store.read("session-1", last - 1, 10).await?.len(), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! # Tables (schema version 3)
+//!
+//! `noetic_log` holds one row per entry (`session`, `pos`, the entry's JSON from
+//! [`noetic::agent::log::encode`]); `noetic_log_sessions` one row per session: where its log ends (`last`), its
+//! [`Summary`](noetic::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
+//! list's order, newest first), the transaction that appended last (`written_by`, for watchers catching up) and
+//! the database's time of that append. Snapshots and leases have a table each. A session exists while it has
+//! entries; deleting it removes its rows from all four. An entry's time ([`Record::at`]) is the appending worker's
+//! clock (it is encoded in the entry); the list's `updated_at` is the database's. Keys are at most
+//! [`MAX_KEY_BYTES`] bytes without NUL characters (a primary key and a notification's payload hold them).
+//!
+//! # Group commit
+//!
+//! Appends go through one writer task per store object. It takes every append request queued when it is free (up
+//! to [`PgLogOptions::max_batch`]), and writes them in one transaction: one statement creates or locks the
+//! summary rows of all their sessions (in key order, so writers never deadlock), the fencing of each request is
+//! decided against what it returned (each stale one answered with its own [`StoreError::Conflict`], the others
+//! going ahead; two requests for one session in one batch apply in arrival order), and one statement inserts all
+//! entries, updates the summaries and sends the notifications, pipelined with the `COMMIT`: two round trips, and a
+//! thousand sessions appending at once share them. The common case takes one: a batch of one session's appends
+//! that continue where this writer last saw the session committed (it remembers each session's end, summary and
+//! append counter) is one statement pipelined between `BEGIN` and `COMMIT`, fenced by the append counter — any
+//! append by anyone since, or a delete, changes it, and the statement then writes nothing and the batch
+//! transaction decides instead.
+//! [`PgLogStore::stats`] counts transactions and appends. A connection that drops before the commit is retried
+//! once on another; one that drops during the commit leaves it unknown whether the batch was written, and every
+//! request in it is answered so ([`StoreError::Unavailable`]): the writer reads [`LogStore::last`] and decides.
+//!
+//! # Watching
+//!
+//! An append is announced in its own transaction with `NOTIFY noetic_log` (payload: the store object's id, the new
+//! last position, the key), so other workers hear it when it commits; appends through the same store object are
+//! broadcast at once, without waiting for the notification. Each store object keeps one connection listening,
+//! driven by a tokio task, which reconnects by itself with backoff (0.1 s doubling to 5 s) when it drops or stops
+//! answering the check it gets every 5 s. Appends committed while it was away are not lost: the task remembers a
+//! snapshot of the database (`pg_current_snapshot()`) taken at a point all of whose notifications it had
+//! received, and after listening again broadcasts every session whose last append is not visible in that snapshot
+//! (possibly some it had heard of already: a watcher sees the same `last` twice, which is harmless).
+//!
+//! # Leases
+//!
+//! `noetic_log_leases` holds a holder and `lease_until` per key; taking, renewing and reading compare with the
+//! database's `now()`, so the workers' clocks do not matter. A zero term lapses at once.
+//!
+//! # Migration from schema versions 1–2
+//!
+//! Connecting to a database that [`crate::PgStore`] made (versions 1–2) adds the log's tables and converts every
+//! session into log entries, in one transaction under the migration lock, once:
+//!
+//! 1. an [`Entry::Settings`] with the session's mode, capacity and batch
+//!    policy;
+//! 2. when the session had turns (T ≥ 1, or items with T = 0, which count as turn 1): `TurnStarted { turn: T,
+//!    input: "" }` with a new execution id, one `Appended { turn: T }` with the whole history, then — if the old
+//!    row held an unfinished turn's journal — an `Appended` with the interrupted result
+//!    ([`noetic::turn::interrupted_result`]) for every tool call of the history without a result and `TurnEnded {
+//!    outcome: Discarded }`, else `TurnEnded { outcome: Completed { answer } }` with the text of the last assistant
+//!    message (or ""). The old journal cannot be replayed by the log's runtime: a turn the old version left
+//!    unfinished is given up, every open call getting the interrupted result;
+//! 3. each queued message, in queue order: `MessageAccepted`;
+//! 4. each ledger entry, in order: `Decision { turn: None }`;
+//! 5. each layer state: scope `thread:<key>` in the log of `key`, any other scope (global, a resource) in the log
+//!    of the key `scope:<scope>`: `LayerState`.
+//!
+//! Entries carry the old row's `updated_at` as their time, and the list keeps the old order. A row that does not
+//! read (an item, a queued message, a ledger entry, a layer state, a setting) fails the migration naming the
+//! session and the row, and nothing is written. The old tables stay as they were: [`crate::PgStore`] keeps using
+//! them (it accepts a version 3 database) until the runtime moves to the log. A database of a version newer than
+//! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
+
+mod batch;
+mod convert;
+mod errors;
+mod fast;
+mod listen;
+mod migrate;
+mod queries;
+#[doc(hidden)]
+pub mod testing;
+mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures::future::BoxFuture;
+use noetic::agent::log::{
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode,
+};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use errors::{describe, pool_error};
+
+/// How many appends a watcher may fall behind by before it is told it lagged.
+const WATCH_CAPACITY: usize = 4096;
+
+/// The longest session key the store keeps (a key is a primary key and part of a notification's payload).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// How a [`PgLogStore`] runs.
+#[derive(Debug, Clone)]
+pub struct PgLogOptions {
+    /// The pool's connections (reads, lists, leases and the writer's transactions). Default 8.
+    pub connections: usize,
+    /// How long connecting may take. Default 5 s.
+    pub connect_timeout: Duration,
+    /// The most append requests one transaction takes. Default 1024.
+    pub max_batch: usize,
+}
+
+impl Default for PgLogOptions {
+    fn default() -> Self {
+        PgLogOptions { connections: 8, connect_timeout: Duration::from_secs(5), max_batch: 1024 }
+    }
+}
+
+/// What a store object has done so far (for tests and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PgLogStats {
+    /// Transactions the writer committed.
+    pub transactions: u64,
+    /// Appends those transactions wrote.
+    pub appends: u64,
+    /// Times the listening connection started listening (1 after connecting; each reconnection adds 1).
+    pub listening: u64,
+    /// Sessions broadcast after a reconnection because an append may have been missed while away.
+    pub caught_up: u64,
+}
+
+/// The counters behind [`PgLogStats`].
+#[derive(Debug, Default)]
+struct Counters {
+    transactions: AtomicU64,
+    appends: AtomicU64,
+    listening: AtomicU64,
+    caught_up: AtomicU64,
+}
+
+/// Session logs in a PostgreSQL database that several workers share (see the [module docs](self)). Cloning gives
+/// another handle on the same store object; every [`PgLogStore::connect`] makes a new one (as another worker has).
+#[derive(Clone)]
+pub struct PgLogStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    target: String,
+    id: String,
+    appends: mpsc::Sender<writer::Request>,
+    appended: broadcast::Sender<Appended>,
+    counters: Arc<Counters>,
+    /// Dropped with the store: the listening task ends.
+    _listening: oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for PgLogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLogStore").field("target", &self.inner.target).field("id", &self.inner.id).finish()
+    }
+}
+
+impl PgLogStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`) with the default options,
+    /// migrates its schema to version 3 and starts the store's writer and listening tasks on the current tokio
+    /// runtime.
+    pub async fn connect(url: &str) -> Result<PgLogStore, StoreError> {
+        PgLogStore::connect_with(url, PgLogOptions::default()).await
+    }
+
+    /// Connects with `options`. A URL that does not parse, a database that cannot be reached or refuses the
+    /// credentials, or one written by a newer noetic is an error saying what to do; nothing is written then.
+    pub async fn connect_with(url: &str, options: PgLogOptions) -> Result<PgLogStore, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Refused {
+            message: format!(
+                "'{}' is not a PostgreSQL URL ({e}); write postgres://user:password@host:port/database",
+                url.split('@').next_back().unwrap_or("")
+            ),
+        })?;
+        if options.connections == 0 || options.max_batch == 0 {
+            return Err(StoreError::Refused {
+                message: "a PostgreSQL log store needs at least one connection and a batch of at least one".into(),
+            });
+        }
+        config.connect_timeout(options.connect_timeout);
+        let id = format!("{:016x}", fastrand::u64(..));
+        let target = describe(&config);
+        // Operators see whose connections these are (`pg_stat_activity.application_name`).
+        config.application_name(format!("noetic-log {id}"));
+        let manager = Manager::from_config(
+            config.clone(),
+            tokio_postgres::NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.connections)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::unavailable(format!("making a connection pool for {target}"), e))?;
+        let mut client = pool.get().await.map_err(|e| pool_error(&target, "connecting", e))?;
+        migrate::migrate(&mut client, &target).await?;
+        drop(client);
+
+        let counters = Arc::new(Counters::default());
+        let appended = broadcast::channel(WATCH_CAPACITY).0;
+        let (appends, queue) = mpsc::channel(options.max_batch.saturating_mul(4));
+        let writer = writer::Writer {
+            pool: pool.clone(),
+            target: target.clone(),
+            id: id.clone(),
+            appended: appended.clone(),
+            counters: counters.clone(),
+            max_batch: options.max_batch,
+            known: std::collections::HashMap::new(),
+        };
+        tokio::spawn(writer.run(queue));
+        let (listening, closing) = oneshot::channel();
+        config.application_name(format!("noetic-listen {id}"));
+        let listener = listen::Listener {
+            config,
+            target: target.clone(),
+            id: id.clone(),
+            appended: appended.clone(),
+            counters: counters.clone(),
+        };
+        let (ready, listening_now) = oneshot::channel();
+        tokio::spawn(listener.run(closing, ready));
+        // Appends from now on are heard: the store is not handed out before its connection listens.
+        match tokio::time::timeout(options.connect_timeout * 2, listening_now).await {
+            Ok(Ok(())) => {}
+            _ => {
+                return Err(StoreError::unavailable(
+                    format!("listening for appends on {target}"),
+                    "the listening connection could not be made; check that the server is up and accepts one more \
+                     connection",
+                ));
+            }
+        }
+        Ok(PgLogStore {
+            inner: Arc::new(Inner { pool, target, id, appends, appended, counters, _listening: listening }),
+        })
+    }
+
+    /// This store object's id: in its notifications' payloads and in its connections' `application_name`
+    /// (`noetic-log <id>` for the pool's, `noetic-listen <id>` for the listening one).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Where the database is (`postgres://user@host:port/db`, no password).
+    pub fn target(&self) -> &str {
+        &self.inner.target
+    }
+
+    /// What the store object has done so far.
+    pub fn stats(&self) -> PgLogStats {
+        let c = &self.inner.counters;
+        PgLogStats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            appends: c.appends.load(Ordering::Relaxed),
+            listening: c.listening.load(Ordering::Relaxed),
+            caught_up: c.caught_up.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn append_now(&self, key: &str, expect: Expect, entries: &[Entry]) -> Result<u64, StoreError> {
+        if entries.is_empty() {
+            return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
+        }
+        if !storable(key) {
+            return Err(StoreError::Refused {
+                message: format!(
+                    "a session key of {} bytes{} cannot be stored; use a key of at most {MAX_KEY_BYTES} bytes \
+                     without NUL characters",
+                    key.len(),
+                    if key.contains('\0') { " with a NUL character" } else { "" }
+                ),
+            });
+        }
+        let at = SystemTime::now();
+        let encoded = entries
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                encode(entry, at).map_err(|e| StoreError::Refused {
+                    message: format!("session '{key}': entry {} of the append cannot be encoded: {e}", i + 1),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        let request = writer::Request { key: key.to_owned(), expect, entries: entries.to_vec(), encoded, reply };
+        let stopped = || {
+            StoreError::unavailable(
+                format!("appending to session '{key}'"),
+                format!("the store's writer task for {} has stopped (its tokio runtime shut down)", self.target()),
+            )
+        };
+        self.inner.appends.send(request).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// True when `key` can be a row's key and a notification's payload.
+fn storable(key: &str) -> bool {
+    key.len() <= MAX_KEY_BYTES && !key.contains('\0')
+}
+
+impl LogStore for PgLogStore {
+    fn append<'a>(
+        &'a self,
+        key: &'a str,
+        expect: Expect,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_now(key, expect, entries))
+    }
+
+    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
+        Box::pin(queries::read(&self.inner.pool, &self.inner.target, key, after, limit))
+    }
+
+    fn last<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(queries::last(&self.inner.pool, &self.inner.target, key))
+    }
+
+    fn watch(&self) -> broadcast::Receiver<Appended> {
+        self.inner.appended.subscribe()
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<SessionLine>, StoreError>> {
+        Box::pin(queries::list(&self.inner.pool, &self.inner.target))
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(queries::delete(&self.inner.pool, &self.inner.target, key))
+    }
+
+    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: Snapshot) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(queries::save_snapshot(&self.inner.pool, &self.inner.target, key, snapshot))
+    }
+
+    fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
+        Box::pin(queries::snapshot(&self.inner.pool, &self.inner.target, key))
+    }
+
+    fn leases(&self) -> Option<&dyn Leases> {
+        Some(self)
+    }
+}
+
+impl Leases for PgLogStore {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        term: Duration,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(queries::acquire(&self.inner.pool, &self.inner.target, key, holder, term))
+    }
+
+    fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(queries::release(&self.inner.pool, &self.inner.target, key, holder))
+    }
+
+    fn holder<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(queries::holder(&self.inner.pool, &self.inner.target, key))
+    }
+}

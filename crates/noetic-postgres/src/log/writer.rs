@@ -1,0 +1,168 @@
+//! Group commit: the store object's one writer task takes every queued append request and writes them in one
+//! transaction (see the [module docs](super)). [`super::batch`] is that transaction; [`super::fast`] the one round
+//! trip of a writer continuing a session it wrote last.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use deadpool_postgres::{Object, Pool};
+use noetic::agent::log::{Appended, Entry, Expect, StoreError, Summary};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::Counters;
+use super::errors::{DbFailure, Shared};
+use super::{batch, fast};
+
+/// How many sessions the writer remembers (where their logs end as it last wrote or read them); past it, it forgets
+/// them all and learns again.
+const REMEMBERED: usize = 16_384;
+
+/// An append waiting for the writer.
+pub(crate) struct Request {
+    pub key: String,
+    pub expect: Expect,
+    pub entries: Vec<Entry>,
+    /// The entries as stored, in order.
+    pub encoded: Vec<String>,
+    pub reply: oneshot::Sender<Result<u64, StoreError>>,
+}
+
+/// A session as the writer last saw it committed: where its log ended, the append counter of that append (any later
+/// append, by anyone, changes it), and its summary.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    pub last: u64,
+    pub seq: i64,
+    pub summary: Summary,
+}
+
+/// The writer task's state.
+pub(crate) struct Writer {
+    pub pool: Pool,
+    pub target: String,
+    pub id: String,
+    pub appended: broadcast::Sender<Appended>,
+    pub counters: Arc<Counters>,
+    pub max_batch: usize,
+    pub known: HashMap<String, Known>,
+}
+
+/// Each request's answer.
+pub(crate) type Answers = Vec<Result<u64, StoreError>>;
+
+/// Why a batch was not written.
+pub(crate) enum Failed {
+    /// Nothing was written.
+    Before { error: Box<dyn std::error::Error + Send + Sync>, retryable: bool },
+    /// The connection dropped while the commit was under way: written or not, nobody knows.
+    Unknown(DbFailure),
+}
+
+impl Failed {
+    pub(crate) fn db(target: &str, e: tokio_postgres::Error) -> Failed {
+        let failure = DbFailure::new(target, e);
+        Failed::Before { retryable: failure.retryable(), error: Box::new(failure) }
+    }
+
+    fn retryable(&self) -> bool {
+        matches!(self, Failed::Before { retryable: true, .. })
+    }
+}
+
+impl Writer {
+    /// Writes batches until the store is dropped (its senders gone).
+    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Request>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        while queue.recv_many(&mut batch, self.max_batch).await > 0 {
+            let outcome = self.write(&batch).await;
+            self.answer(std::mem::take(&mut batch), outcome);
+        }
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn connection(&self) -> Result<Object, Failed> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => Failed::db(&self.target, e),
+            other => {
+                Failed::Before { error: format!("no connection to {}: {other}", self.target).into(), retryable: false }
+            }
+        })
+    }
+
+    /// Remembers `key` as committed at `known`.
+    pub(crate) fn remember(&mut self, key: &str, known: Known) {
+        if self.known.len() >= REMEMBERED && !self.known.contains_key(key) {
+            self.known.clear();
+        }
+        self.known.insert(key.to_owned(), known);
+    }
+
+    /// Writes `batch`: in one round trip when it continues one session this writer knows, else (or when another
+    /// wrote there meanwhile) in the batch transaction, once more on another connection if that failed before
+    /// writing.
+    async fn write(&mut self, batch: &[Request]) -> Result<Answers, Failed> {
+        if let Some(plan) = fast::plan(&self.known, batch) {
+            let key = plan.key;
+            match fast::commit(self, plan).await {
+                Ok(Some(answers)) => return Ok(answers),
+                Ok(None) => {
+                    self.known.remove(key);
+                }
+                Err(Failed::Before { error, .. }) => {
+                    tracing::info!(%error, "a session-log append failed before writing; trying the batch way");
+                }
+                Err(unknown) => return Err(unknown),
+            }
+        }
+        let outcome = batch::commit(self, batch).await;
+        match outcome {
+            Err(failed) if failed.retryable() => {
+                if let Failed::Before { error, .. } = &failed {
+                    tracing::info!(%error, "a session-log transaction failed before writing; trying once more");
+                }
+                batch::commit(self, batch).await
+            }
+            other => other,
+        }
+    }
+
+    /// Answers each request of `batch` and tells watchers of what landed.
+    fn answer(&self, batch: Vec<Request>, outcome: Result<Answers, Failed>) {
+        match outcome {
+            Ok(answers) => {
+                for (request, answer) in batch.into_iter().zip(answers) {
+                    if let Ok(last) = answer {
+                        // Nobody watching is not an error.
+                        let _ = self.appended.send(Appended { key: request.key.clone(), last });
+                    }
+                    let _ = request.reply.send(answer);
+                }
+            }
+            Err(failed) => {
+                let (error, unknown) = match failed {
+                    Failed::Before { error, .. } => (Shared(Arc::from(error)), false),
+                    Failed::Unknown(failure) => (Shared(Arc::new(failure)), true),
+                };
+                for request in batch {
+                    let doing = if unknown {
+                        format!(
+                            "appending to session '{}' (the connection dropped during the commit: whether the append \
+                             was written is unknown; read the log's last position before appending again)",
+                            request.key
+                        )
+                    } else {
+                        format!("appending to session '{}'", request.key)
+                    };
+                    let _ = request.reply.send(Err(StoreError::unavailable(doing, error.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// Ends the open transaction, or takes the connection out of the pool when that fails (it is broken).
+pub(crate) async fn abandon(client: Object) {
+    if client.batch_execute("ROLLBACK").await.is_err() {
+        drop(Object::take(client));
+    }
+}

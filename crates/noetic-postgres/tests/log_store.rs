@@ -1,0 +1,319 @@
+//! The PostgreSQL session-log store against a real server, each test in a database of its own: the conformance
+//! kit, two store objects as two workers (leases, watching), group commit, a corrupt entry, a newer schema, and a
+//! listening connection that drops.
+//!
+//! Needs a server: `scripts/postgres.sh setup && scripts/postgres.sh start` (URL from `NOETIC_POSTGRES_URL`, by
+//! default the script's). Without one these tests say so and pass, unless `NOETIC_E2E_REQUIRED=1` (as in CI).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use noetic::agent::SteerMessage;
+use noetic::agent::log::{Appended, DecodeError, Entry, Expect, LogStore, StoreError};
+use noetic::testing::check_log_store;
+use noetic_postgres::testing::{Throwaway, server_url};
+use noetic_postgres::{PgLogOptions, PgLogStore};
+use tokio::sync::broadcast;
+
+/// A database of the test's own, or `None` (with the reason printed) when there is no server and none is required.
+async fn database(name: &str) -> Option<Throwaway> {
+    let url = server_url();
+    match Throwaway::new(&url, name).await {
+        Ok(db) => Some(db),
+        Err(e) if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") => {
+            panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
+            );
+            None
+        }
+    }
+}
+
+fn message(text: &str) -> Entry {
+    Entry::MessageAccepted { message: SteerMessage::new(text) }
+}
+
+/// The next append `watch` hears for `key` (30 s at most).
+async fn heard(watch: &mut broadcast::Receiver<Appended>, key: &str) -> Option<u64> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match watch.recv().await {
+                Ok(appended) if appended.key == key => return Some(appended.last),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Waits (30 s at most) until `condition` holds.
+async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "not within 30 s: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends `store`'s listening connection from the server's side and waits until it is gone.
+async fn terminate_listener(db: &Throwaway, store: &PgLogStore) {
+    let name = format!("noetic-listen {}", store.id());
+    let ended: i64 = db
+        .admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, 1, "one listening connection");
+    until("the listening connection is gone", async || {
+        let left: i64 = db
+            .admin
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&name])
+            .await
+            .unwrap()
+            .get(0);
+        left == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_log_store_passes_the_conformance_kit() {
+    let Some(db) = database("log_conformance").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    check_log_store(&store, "pg").await.unwrap();
+    drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_through_one_worker_is_refused_to_another_until_it_lapses() {
+    let Some(db) = database("log_leases").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    let (la, lb) = (a.leases().unwrap(), b.leases().unwrap());
+    let term = Duration::from_secs(60);
+    assert_eq!(la.acquire("s", "worker-a", term).await.unwrap(), None);
+    assert_eq!(lb.acquire("s", "worker-b", term).await.unwrap().as_deref(), Some("worker-a"));
+    assert_eq!(lb.holder("s").await.unwrap().as_deref(), Some("worker-a"));
+    // Renewed with a zero term: it lapses at once, by the database's clock, and the other worker takes it.
+    assert_eq!(la.acquire("s", "worker-a", Duration::ZERO).await.unwrap(), None);
+    assert_eq!(lb.acquire("s", "worker-b", term).await.unwrap(), None);
+    assert_eq!(la.holder("s").await.unwrap().as_deref(), Some("worker-b"));
+    assert_eq!(la.acquire("s", "worker-a", term).await.unwrap().as_deref(), Some("worker-b"));
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hears_an_append_made_through_another_worker() {
+    let Some(db) = database("log_watch").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    let mut watch = a.watch();
+    b.append("s", Expect::End, &[message("one"), message("two")]).await.unwrap();
+    assert_eq!(heard(&mut watch, "s").await, Some(2));
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_of_many_sessions_arriving_together_share_transactions_and_each_is_fenced() {
+    let Some(db) = database("log_group").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    let keys: Vec<String> = (0..200).map(|i| format!("s{i}")).collect();
+    let a = [message("a")];
+    let first = futures::future::join_all(keys.iter().map(|k| store.append(k, Expect::At(0), &a))).await;
+    assert!(first.iter().all(|r| matches!(r, Ok(1))), "{first:?}");
+    // Each session gets a current writer (at 1) and a stale one (at 0), all at once: the stale ones are refused
+    // one by one, without failing the others in their transaction.
+    let current = [message("b")];
+    let stale = [message("stale")];
+    let second = futures::future::join_all(
+        keys.iter().flat_map(|k| [store.append(k, Expect::At(1), &current), store.append(k, Expect::At(0), &stale)]),
+    )
+    .await;
+    for (i, pair) in second.chunks(2).enumerate() {
+        assert!(matches!(pair[0], Ok(2)), "session {i}: {:?}", pair[0]);
+        assert!(matches!(pair[1], Err(StoreError::Conflict { expected: 0, .. })), "session {i}: {:?}", pair[1]);
+    }
+    for k in &keys {
+        let texts: Vec<String> = store
+            .read(k, 0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| match r.entry {
+                Entry::MessageAccepted { message } => message.text,
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b"], "{k}");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.appends, 400);
+    assert!(
+        stats.transactions < stats.appends / 4,
+        "{} transactions for {} appends",
+        stats.transactions,
+        stats.appends
+    );
+    drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_entry_row_is_reported_with_its_session_and_position() {
+    let Some(db) = database("log_corrupt").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    store.append("s", Expect::At(0), &[message("a"), message("b"), message("c")]).await.unwrap();
+    let client = db.client().await.unwrap();
+    client.execute("UPDATE noetic_log SET entry = '{not json' WHERE session = 's' AND pos = 2", &[]).await.unwrap();
+    match store.read("s", 0, 10).await {
+        Err(StoreError::Corrupt { key, pos: 2, source: DecodeError::Unreadable { .. } }) => assert_eq!(key, "s"),
+        other => panic!("reading a damaged entry gave {other:?}"),
+    }
+    assert_eq!(store.read("s", 2, 10).await.unwrap().len(), 1, "the entries after it still read");
+    client
+        .execute("UPDATE noetic_log SET entry = '{\"v\":99,\"at_ms\":0,\"type\":\"x\"}' WHERE pos = 3", &[])
+        .await
+        .unwrap();
+    let newer = store.read("s", 2, 10).await;
+    assert!(
+        matches!(newer, Err(StoreError::Corrupt { pos: 3, source: DecodeError::Newer { found: 99 }, .. })),
+        "{newer:?}"
+    );
+    drop((store, client));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_a_newer_schema_is_refused_and_left_untouched() {
+    let Some(db) = database("log_newer").await else { return };
+    let client = db.client().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (99)")
+        .await
+        .unwrap();
+    let e = PgLogStore::connect(&db.url).await.unwrap_err();
+    assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("version 99") && e.contains("nothing was changed"), "{e}");
+    let tables: i64 = client
+        .query_one("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'noetic_%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1, "only the version table");
+    drop(client);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_listening_connection_comes_back_and_later_appends_are_heard() {
+    let Some(db) = database("log_relisten").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    assert_eq!(a.stats().listening, 1, "the store listens once connected");
+    let mut watch = a.watch();
+    terminate_listener(&db, &a).await;
+    until("the store listens again", async || a.stats().listening == 2).await;
+    b.append("s", Expect::End, &[message("after")]).await.unwrap();
+    assert_eq!(heard(&mut watch, "s").await, Some(1));
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_made_while_the_listening_connection_was_away_are_caught_up_when_it_comes_back() {
+    let Some(db) = database("log_catch_up").await else { return };
+    let options = PgLogOptions { connections: 1, ..PgLogOptions::default() };
+    let (a, b) =
+        (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect_with(&db.url, options).await.unwrap());
+    // B's one pooled connection is open before new connections are refused.
+    b.append("before", Expect::End, &[message("x")]).await.unwrap();
+    let mut watch = a.watch();
+    let refuse = |allow: bool| format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {allow}", db.name);
+    db.admin.batch_execute(&refuse(false)).await.unwrap();
+    terminate_listener(&db, &a).await;
+    b.append("while away", Expect::End, &[message("y"), message("z")]).await.unwrap();
+    db.admin.batch_execute(&refuse(true)).await.unwrap();
+    assert_eq!(heard(&mut watch, "while away").await, Some(2), "the append no notification announced is heard");
+    assert!(a.stats().caught_up >= 1, "{:?}", a.stats());
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_database_cannot_hold_is_refused_saying_what_to_use() {
+    let Some(db) = database("log_long_key").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    for key in ["k".repeat(noetic_postgres::log::MAX_KEY_BYTES + 1), "nul\0key".to_owned()] {
+        match store.append(&key, Expect::End, &[message("x")]).await {
+            Err(StoreError::Refused { message }) => assert!(message.contains("at most 1024 bytes"), "{message}"),
+            other => panic!("a key of {} bytes: {other:?}", key.len()),
+        }
+        assert!(store.read(&key, 0, 10).await.unwrap().is_empty());
+        assert_eq!(store.last(&key).await.unwrap(), 0);
+    }
+    drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_and_reads_go_on_after_the_server_ends_the_pools_connections() {
+    let Some(db) = database("log_pool_dropped").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    store.append("s", Expect::At(0), &[message("before")]).await.unwrap();
+    let end_the_pools_connections = async || {
+        let name = format!("noetic-log {}", store.id());
+        let sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1";
+        let ended: i64 = db.admin.query_one(sql, &[&name]).await.unwrap().get(0);
+        assert!(ended >= 1, "the pool had a connection open");
+    };
+    end_the_pools_connections().await;
+    assert_eq!(store.append("s", Expect::At(1), &[message("after")]).await.unwrap(), 2);
+    end_the_pools_connections().await;
+    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 2);
+    drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_continuing_a_session_another_worker_appended_to_is_fenced() {
+    let Some(db) = database("log_stale_writer").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    assert_eq!(a.append("s", Expect::At(0), &[message("a1")]).await.unwrap(), 1);
+    b.append("s", Expect::End, &[message("from b")]).await.unwrap();
+    // A last saw the log end at 1: its append there is refused, however it writes.
+    match a.append("s", Expect::At(1), &[message("stale")]).await {
+        Err(StoreError::Conflict { expected: 1, actual: 2, .. }) => {}
+        other => panic!("a stale append answered {other:?}"),
+    }
+    assert_eq!(a.append("s", Expect::At(2), &[message("a2")]).await.unwrap(), 3);
+    assert_eq!(a.read("s", 0, 10).await.unwrap().len(), 3);
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_deleted_and_written_again_by_another_worker_keeps_a_true_summary() {
+    let Some(db) = database("log_recreated").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    a.append("s", Expect::At(0), &[message("queued 1"), message("queued 2")]).await.unwrap();
+    assert!(b.delete("s").await.unwrap());
+    let stop = Entry::StopRequested { reason: "b".into() };
+    b.append("s", Expect::At(0), &[stop.clone(), stop]).await.unwrap();
+    // The log ends at 2 again, as A last saw it, but it is another log: A's append counts from what is there.
+    assert_eq!(a.append("s", Expect::At(2), &[message("queued 3")]).await.unwrap(), 3);
+    let line = a.list().await.unwrap().into_iter().find(|l| l.key == "s").unwrap();
+    assert_eq!((line.last, line.summary.queued), (3, 1), "{line:?}");
+    drop((a, b));
+    db.remove().await.unwrap();
+}
