@@ -8,6 +8,7 @@
 //! run in a child process of their own (`rss_probe rss-session` / `rss-idle`, a binary linking only the runtime) so
 //! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
 
+mod alloc_count;
 mod mcp_path;
 mod otel_path;
 mod pg_path;
@@ -26,6 +27,10 @@ use noetic::prelude::*;
 use serde_json::json;
 
 use probe::{BenchResult, bare_tool_calls, session_turns, ten_rules};
+
+/// Counts allocations for the `real_allocations_*` figures (off, and nearly free, outside them).
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 
 /// A figure: the median of the repetitions, their range, and the first (cold) run when there was one.
 #[derive(Clone, Copy)]
@@ -185,6 +190,12 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
                 if calls == 1000 { "<= 60" } else { "" },
             );
             report(&format!("real_request_bytes_per_call_{calls}_calls"), Stats::exact(bytes), "bytes", "");
+            // Set-up included, as in the time: a new runtime per session.
+            let (allocations, run) =
+                alloc_count::allocations_during(real_path::session_tool_calls(calls, true)).await;
+            run?;
+            let per_call = Stats::exact(allocations as f64 / calls as f64);
+            report(&format!("real_allocations_per_tool_call_{calls}_calls"), per_call, "allocations", "");
             // The physical floor: copying one request's bytes once (the body must hold them all).
             let floor = copy_us(bytes as usize);
             report(&format!("real_body_copy_floor_us_{calls}_calls"), Stats::exact(floor), "us", "");
