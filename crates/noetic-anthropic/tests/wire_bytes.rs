@@ -16,7 +16,7 @@ use serde_json::json;
 
 /// One body as bytes, with the cache an `AnthropicModel` keeps.
 fn encode(request: &ModelRequest, stream: bool, model: Option<&str>, cache: &HistoryCache) -> Vec<u8> {
-    encode_body(request, stream, model, cache)
+    encode_body(request, stream, model, cache).to_vec()
 }
 
 fn call(id: &str, name: &str, args: &str) -> Item {
@@ -145,7 +145,13 @@ fn every_request_body_is_byte_for_byte_the_committed_one() {
     }
     let committed = common::fixture("wire_bytes.txt");
     for (line, (fingerprint, expected)) in made.iter().zip(committed.lines()).enumerate() {
-        assert_eq!(fingerprint, expected, "body {} of the matrix differs from the committed one: {}", line + 1, bodies[line]);
+        assert_eq!(
+            fingerprint,
+            expected,
+            "body {} of the matrix differs from the committed one: {}",
+            line + 1,
+            bodies[line]
+        );
     }
     assert_eq!(made.len(), committed.lines().count());
 }

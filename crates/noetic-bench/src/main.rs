@@ -191,8 +191,7 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
             );
             report(&format!("real_request_bytes_per_call_{calls}_calls"), Stats::exact(bytes), "bytes", "");
             // Set-up included, as in the time: a new runtime per session.
-            let (allocations, run) =
-                alloc_count::allocations_during(real_path::session_tool_calls(calls, true)).await;
+            let (allocations, run) = alloc_count::allocations_during(real_path::session_tool_calls(calls, true)).await;
             run?;
             let per_call = Stats::exact(allocations as f64 / calls as f64);
             report(&format!("real_allocations_per_tool_call_{calls}_calls"), per_call, "allocations", "");

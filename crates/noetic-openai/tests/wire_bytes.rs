@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use noetic::model::{ContentBlock, History, ToolResult, ToolSpec};
 use noetic::prelude::*;
+use noetic_http::ChunkedBody;
 use noetic_openai::wire::{BodyOptions, HistoryCache, encode_body};
 use serde_json::json;
 
 /// One body as bytes, with the cache an `OpenAiModel` keeps.
 fn encode(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> Vec<u8> {
-    encode_body(request, stream, options, cache)
+    encode_body(request, stream, options, cache).to_vec()
 }
 
 fn call(id: &str, name: &str, args: &str) -> Item {
@@ -121,7 +122,9 @@ fn bodies() -> Vec<String> {
                 let ctx = noetic::Context::new();
                 for item in items() {
                     ctx.push_item(item);
-                    out.push(String::from_utf8(encode(&request(shape, ctx.history()), stream, &options, &cache)).unwrap());
+                    out.push(
+                        String::from_utf8(encode(&request(shape, ctx.history()), stream, &options, &cache)).unwrap(),
+                    );
                 }
                 // The same log again from the start of a new turn, and a copy of it (a new log).
                 out.push(String::from_utf8(encode(&request(shape, ctx.history()), stream, &options, &cache)).unwrap());
@@ -143,7 +146,82 @@ fn every_request_body_is_byte_for_byte_the_committed_one() {
     }
     let committed = common::fixture("wire_bytes.txt");
     for (line, (fingerprint, expected)) in made.iter().zip(committed.lines()).enumerate() {
-        assert_eq!(fingerprint, expected, "body {} of the matrix differs from the committed one: {}", line + 1, bodies[line]);
+        assert_eq!(
+            fingerprint,
+            expected,
+            "body {} of the matrix differs from the committed one: {}",
+            line + 1,
+            bodies[line]
+        );
     }
     assert_eq!(made.len(), committed.lines().count());
+}
+
+/// The bytes `body` holds that `earlier` does not hold in the same memory: what this request newly wrote.
+fn new_bytes(body: &ChunkedBody, earlier: &ChunkedBody) -> usize {
+    let shared = |c: &bytes::Bytes| earlier.chunks().iter().any(|e| e.as_ptr() == c.as_ptr() && e.len() == c.len());
+    body.chunks().iter().filter(|c| !shared(c)).map(|c| c.len()).sum()
+}
+
+#[test]
+fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
+    let cache = HistoryCache::default();
+    let ctx = noetic::Context::new();
+    ctx.push_item(Item::user("find the retry policy"));
+    let rounds = 300;
+    let (mut earlier, mut written, mut sizes) = (None::<ChunkedBody>, 0, 0);
+    for round in 0..rounds {
+        let args = format!(r#"{{"query":"retry","context":"{}"}}"#, "x".repeat(300));
+        ctx.push_item(call(&format!("c{round}"), "search", &args));
+        ctx.push_item(Item::ToolResult(ToolResult::ok(format!("c{round}"), "y".repeat(350))));
+        let body = encode_body(&request(2, ctx.history()), false, &BodyOptions::default(), &cache);
+        if let Some(earlier) = &earlier {
+            // The head (instructions) and the suffix (tool specs, settings) are the very same bytes every time.
+            let same =
+                |a: Option<&bytes::Bytes>, b: Option<&bytes::Bytes>| a.map(|a| a.as_ptr()) == b.map(|b| b.as_ptr());
+            assert!(same(body.chunks().first(), earlier.chunks().first()), "round {round}: the head was encoded again");
+            assert!(same(body.chunks().last(), earlier.chunks().last()), "round {round}: the suffix was encoded again");
+            written += new_bytes(&body, earlier);
+        }
+        // A few chunks, however long the history: about log2 of the requests.
+        assert!(body.chunks().len() <= 14, "round {round}: {} chunks", body.chunks().len());
+        sizes += body.len();
+        earlier = Some(body);
+    }
+    let last = earlier.map_or(0, |b| b.len());
+    // Copying the history into every body would write about rounds / 2 times the last body; sharing it writes each
+    // history byte about log2(rounds) times in all.
+    assert!(written < 12 * last, "{written} bytes written over {rounds} requests, the last body is {last} bytes");
+    assert!(sizes > 100 * last, "the bodies themselves hold {sizes} bytes");
+}
+
+#[tokio::test]
+async fn the_client_sends_the_encoded_bytes_with_a_content_length() {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200).set_body_raw(common::fixture("chat_text.json"), "application/json"),
+        )
+        .mount(&server)
+        .await;
+    let model = common::model_for(&server);
+    let ctx = noetic::Context::new();
+    let mut expected = Vec::new();
+    let cache = HistoryCache::default();
+    for item in items() {
+        ctx.push_item(item);
+        let request = request(2, ctx.history());
+        expected.push(encode(&request, false, &BodyOptions::default(), &cache));
+        model.call(request).await.unwrap();
+    }
+    let received = server.received_requests().await.unwrap();
+    assert_eq!(received.len(), expected.len());
+    for (request, expected) in received.iter().zip(&expected) {
+        assert_eq!(&request.body, expected);
+        assert_eq!(
+            request.headers.get("content-length").map(|v| v.to_str().unwrap()),
+            Some(&*expected.len().to_string())
+        );
+        assert!(request.headers.get("transfer-encoding").is_none(), "not sent chunked");
+    }
 }
