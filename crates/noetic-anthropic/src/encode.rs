@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use noetic::model::{Item, ModelRequest, Role, ToolSpec};
 use noetic::step::{ModelParams, ToolChoice};
-use noetic_http::{ChunkLog, ChunkedBody, LogCache, PartCache, Weighed};
+use noetic_http::{ChunkLog, ChunkedBody, LogCache, PartCache, Weighed, write_json_str};
 use serde_json::Value;
 
 use crate::request::{DEFAULT_MAX_TOKENS, fields, model_id, system_prompt, turns};
@@ -102,12 +102,12 @@ fn write(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
 fn head(model: &str, max_tokens: u32, system: Option<&str>) -> Bytes {
     let mut out = Vec::with_capacity(64 + system.map_or(0, str::len));
     out.extend_from_slice(b"{\"model\":");
-    write(&mut out, model);
+    write_json_str(&mut out, model);
     out.extend_from_slice(b",\"max_tokens\":");
     write(&mut out, &max_tokens);
     if let Some(system) = system {
         out.extend_from_slice(b",\"system\":");
-        write(&mut out, system);
+        write_json_str(&mut out, system);
     }
     out.extend_from_slice(b",\"messages\":[");
     Bytes::from(out)

@@ -172,6 +172,16 @@ pub async fn session_tool_calls_with(
     ))
 }
 
+/// What [`session_tool_calls`] does besides its timed turns: a runtime on the fake transport, a session, one
+/// subscriber, and dropping them (for instruction counts of the turns alone).
+#[allow(dead_code)] // run by `instr_probe real-setup`
+pub async fn session_setup() -> BenchResult<()> {
+    let (runtime, _model) = wire_runtime_with(None)?;
+    let session = runtime.session("bench");
+    drain_events(&session).abort();
+    Ok(())
+}
+
 /// µs per turn of a 100-turn session, with or without one subscriber.
 pub async fn turn_us(subscribed: bool) -> BenchResult<f64> {
     let (per_call, _) = session_tool_calls(100 * ROUNDS_PER_TURN, subscribed).await?;

@@ -20,8 +20,10 @@
 //!
 //! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
 //! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.
-//! (I(M) − I(N)) / ((M − N) · CALLS) is the instructions per real-path tool call, set-up included as the suite's
-//! figure includes it. It prints the allocations per tool call of the N sessions too.
+//! (I(M) − I(N)) / ((M − N) · CALLS) is the instructions per real-path tool call with each session's set-up (a new
+//! runtime, its tool's compiled schema, the subscriber) and teardown; `instr_probe real-setup N` runs only those,
+//! so subtracting its (I(M) − I(N)) / ((M − N) · CALLS) leaves what the suite times. It prints the allocations per
+//! tool call of the N sessions too.
 
 #[path = "../alloc_count.rs"]
 mod alloc_count;
@@ -40,7 +42,7 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -50,6 +52,12 @@ fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         match workload.as_str() {
+            "real-setup" => {
+                for _ in 0..n {
+                    real_path::session_setup().await?;
+                }
+                Ok(())
+            }
             "real" => {
                 let calls: usize = match args.get(1) {
                     Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of tool calls"))?,

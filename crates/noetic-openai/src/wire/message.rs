@@ -111,8 +111,7 @@ fn tool_calls(items: &[Item]) -> impl Iterator<Item = &ToolCall> {
 
 /// Appends `text` as a JSON string, escaped exactly as `serde_json` serialises a string.
 pub(crate) fn string(out: &mut Vec<u8>, text: &str) {
-    // Writing to a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, text);
+    noetic_http::write_json_str(out, text);
 }
 
 /// Appends any serialisable value as `serde_json` writes it (the bytes of its `Value`'s serialisation).
