@@ -109,7 +109,7 @@ impl Answer<'_> {
 }
 
 /// [`parse_response`] by walking a `Value`: any JSON, error objects included.
-fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
+pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
     let value: Value = serde_json::from_str(body).map_err(|e| NoeticError::ModelFailed {
         message: format!(
             "Anthropic returned a response body that is not JSON ({e}); the raw body is attached — check that the \
@@ -204,6 +204,9 @@ impl Parts {
 fn string(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_owned()
 }
+
+#[cfg(test)]
+mod typed_tests;
 
 #[cfg(test)]
 #[allow(clippy::panic)]

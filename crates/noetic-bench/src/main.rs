@@ -3,7 +3,7 @@
 //! [`stream_path`]), and the path users run
 //! (`real_*`, see [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
 //!
-//! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
+//! Run with `cargo run --profile profiling -p noetic-bench` (the release build with line tables, for profilers). Each timing figure's `value` is the median of several
 //! repetitions after a first, cold run (reported as `cold`); `min` and `max` bound the repetitions. Memory figures
 //! run in a child process of their own (`rss_probe rss-session` / `rss-idle`, a binary linking only the runtime) so
 //! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
@@ -148,14 +148,18 @@ fn child(arg: &str) -> BenchResult<f64> {
     Ok(text.trim().parse::<f64>()?)
 }
 
-/// Builds `rss_probe` with the profile of this binary (`cargo run` builds only the suite's own binary).
+/// Builds `rss_probe` with the profile of this binary (`cargo run` builds only the suite's own binary): the
+/// profile is the name of the directory the binary is in (`debug` is the `dev` profile's).
 fn build_probe(exe: &std::path::Path) -> BenchResult<()> {
-    let cargo =
-        std::env::var_os("CARGO").ok_or("rss_probe is missing: build it with cargo build --release -p noetic-bench")?;
+    let cargo = std::env::var_os("CARGO")
+        .ok_or("rss_probe is missing: build it with cargo build --profile profiling -p noetic-bench")?;
     let mut cmd = std::process::Command::new(cargo);
     cmd.args(["build", "-p", "noetic-bench", "--bin", "rss_probe"]);
-    if exe.parent().is_some_and(|dir| dir.ends_with("release")) {
-        cmd.arg("--release");
+    match exe.parent().and_then(|dir| dir.file_name()).and_then(|name| name.to_str()) {
+        Some("debug") | None => {}
+        Some(profile) => {
+            cmd.args(["--profile", profile]);
+        }
     }
     let status = cmd.status()?;
     if status.success() { Ok(()) } else { Err("building rss_probe failed".into()) }
@@ -350,7 +354,7 @@ fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
                 report("mcp_stdio_tool_call_us_fixture", stats, "us", "");
             }
             None => {
-                eprintln!("mcp_stdio_tool_call_us_fixture skipped: build it with cargo build --release -p noetic-mcp")
+                eprintln!("mcp_stdio_tool_call_us_fixture skipped: build it with cargo build --profile profiling -p noetic-mcp")
             }
         }
         match mcp_path::everything() {

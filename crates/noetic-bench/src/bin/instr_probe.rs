@@ -2,8 +2,8 @@
 //! model — the suite's `session_turns`. Wall-clock figures on a shared 2-core machine swing by 2×; instruction
 //! counts do not:
 //!
-//!   cargo build --release -p noetic-bench --bin instr_probe
-//!   valgrind --tool=callgrind target/release/instr_probe 200    # then 1200
+//!   cargo build --profile profiling -p noetic-bench --bin instr_probe
+//!   valgrind --tool=callgrind target/profiling/instr_probe 200    # then 1200
 //!
 //! (I(1200) − I(200)) / 1000 is the instructions one turn costs, start-up and warm-up excluded. Session 5 measured
 //! 31,330 at `78a5833` (before the turn core) and 37,240 at its end; boxing the core's large phases, the layer

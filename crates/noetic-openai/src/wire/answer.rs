@@ -192,3 +192,6 @@ impl<'de> Deserialize<'de> for Count {
         deserializer.deserialize_any(CountVisitor)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -323,15 +323,13 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
         late_system_as_user: options.late_system_as_user,
         log: ChunkLog::default(),
     });
-    let mut chunks = Vec::with_capacity(prefix.log.chunks().len() + 4);
-    chunks.push(head);
+    // The cached history goes between the context's bytes and the new ones: where `messages.out` splits.
+    let mut cached_at = None;
     if prefix.messages > 0 {
         if messages.count > 0 {
             messages.out.push(b',');
         }
-        // The context's bytes end here: the cached history follows them.
-        chunks.push(Bytes::from(std::mem::take(&mut messages.out)));
-        chunks.extend(prefix.log.chunks().iter().cloned());
+        cached_at = Some(messages.out.len());
         messages.count += prefix.messages;
     }
     let closed = closed_prefix(history).max(prefix.items);
@@ -351,7 +349,19 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
     walk(&request.tail, |message, _| {
         messages.push(message);
     });
+    // One buffer for everything new, its parts handed on as slices of it.
     let fresh = Bytes::from(messages.out);
+    let mut chunks = Vec::with_capacity(prefix.log.chunks().len() + 4);
+    chunks.push(head);
+    match cached_at {
+        Some(at) => {
+            chunks.push(fresh.slice(..at));
+            chunks.extend(prefix.log.chunks().iter().cloned());
+            chunks.push(fresh.slice(at..));
+        }
+        None => chunks.push(fresh.clone()),
+    }
+    chunks.push(suffix);
     if let Some((mut start, end)) = newly_closed {
         // The log's first chunk starts with its first message, later ones with the separator before theirs.
         if prefix.log.is_empty() && fresh.get(start) == Some(&b',') {
@@ -360,8 +370,6 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
         prefix.log.push(fresh.slice(start..end));
     }
     cache.logs.put(history.log_id(), prefix);
-    chunks.push(fresh);
-    chunks.push(suffix);
     ChunkedBody::new(chunks)
 }
 

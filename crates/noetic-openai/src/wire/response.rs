@@ -75,7 +75,7 @@ fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<ModelResponse, N
 }
 
 /// [`parse_response`] by walking a `Value`: any JSON, error objects included.
-fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
+pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
     let value: Value = serde_json::from_str(body).map_err(|e| malformed(body, &e))?;
     if let Some(error) = ProviderError::find(&value) {
         return Err(error.into_error(None, body));

@@ -128,7 +128,7 @@ impl StreamAccumulator {
     }
 
     /// [`push`](StreamAccumulator::push) by walking a `Value`: any JSON, error objects included.
-    fn push_value(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
+    pub(super) fn push_value(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
         let chunk: Value = serde_json::from_str(data).map_err(|e| NoeticError::ModelFailed {
             message: format!(
                 "a streamed chunk is not valid JSON ({e}); the chunk is attached as raw — check that the server \
