@@ -197,8 +197,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
             // Set-up included, as in the time: a new runtime per session.
             let (allocations, run) = alloc_count::allocations_during(real_path::session_tool_calls(calls, true)).await;
             run?;
-            let per_call = Stats::exact(allocations as f64 / calls as f64);
-            report(&format!("real_allocations_per_tool_call_{calls}_calls"), per_call, "allocations", "");
+            let allocations = Stats::exact(allocations as f64 / calls as f64);
+            report(&format!("real_allocations_per_tool_call_{calls}_calls"), allocations, "allocations", "");
             // The physical floor: copying one request's bytes once (the body must hold them all).
             let floor = copy_us(bytes as usize);
             report(&format!("real_body_copy_floor_us_{calls}_calls"), Stats::exact(floor), "us", "");
