@@ -12,6 +12,7 @@ use std::sync::Arc;
 use noetic::model::{ContentBlock, History, Item, ModelRequest, ToolCall, ToolResult, ToolSpec};
 use noetic::step::{ModelParams, ToolChoice};
 use noetic_anthropic::{HistoryCache, encode_body};
+use noetic_http::ChunkedBody;
 use serde_json::json;
 
 /// One body as bytes, with the cache an `AnthropicModel` keeps.
@@ -154,4 +155,36 @@ fn every_request_body_is_byte_for_byte_the_committed_one() {
         );
     }
     assert_eq!(made.len(), committed.lines().count());
+}
+
+/// The bytes `body` holds that `earlier` does not hold in the same memory: what this request newly wrote.
+fn new_bytes(body: &ChunkedBody, earlier: &ChunkedBody) -> usize {
+    let shared = |c: &bytes::Bytes| earlier.chunks().iter().any(|e| e.as_ptr() == c.as_ptr() && e.len() == c.len());
+    body.chunks().iter().filter(|c| !shared(c)).map(|c| c.len()).sum()
+}
+
+#[test]
+fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
+    let cache = HistoryCache::default();
+    let ctx = noetic::Context::new();
+    ctx.push_item(Item::user("find the retry policy"));
+    let rounds = 300;
+    let (mut earlier, mut written) = (None::<ChunkedBody>, 0);
+    for round in 0..rounds {
+        let args = format!(r#"{{"query":"retry","context":"{}"}}"#, "x".repeat(300));
+        ctx.push_item(call(&format!("c{round}"), "search", &args));
+        ctx.push_item(Item::ToolResult(ToolResult::ok(format!("c{round}"), "y".repeat(350))));
+        let body = encode_body(&request(1, ctx.history()), false, None, &cache);
+        if let Some(earlier) = &earlier {
+            let same =
+                |a: Option<&bytes::Bytes>, b: Option<&bytes::Bytes>| a.map(|a| a.as_ptr()) == b.map(|b| b.as_ptr());
+            assert!(same(body.chunks().first(), earlier.chunks().first()), "round {round}: the head was encoded again");
+            assert!(same(body.chunks().last(), earlier.chunks().last()), "round {round}: the suffix was encoded again");
+            written += new_bytes(&body, earlier);
+        }
+        assert!(body.chunks().len() <= 14, "round {round}: {} chunks", body.chunks().len());
+        earlier = Some(body);
+    }
+    let last = earlier.map_or(0, |b| b.len());
+    assert!(written < 12 * last, "{written} bytes written over {rounds} requests, the last body is {last} bytes");
 }
