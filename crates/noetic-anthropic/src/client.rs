@@ -10,8 +10,8 @@ use futures::{StreamExt, TryStreamExt};
 use noetic::NoeticError;
 use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta, replay};
 use noetic_http::{
-    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, parse_retry_after, read_body,
-    sse_events, with_retries,
+    BodyError, ChunkedBody, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk,
+    parse_retry_after, read_body, sse_events, with_retries,
 };
 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig};
@@ -117,20 +117,22 @@ impl AnthropicModel {
     }
 
     /// The body for `request`, with the configured model override applied; the history's messages come from the
-    /// cache where an earlier request of the same log encoded them. Bytes: a retry resends it without copying.
-    fn body(&self, request: &ModelRequest, stream: bool) -> bytes::Bytes {
+    /// cache where an earlier request of the same log encoded them. Shared chunks: a retry resends them without
+    /// copying.
+    fn body(&self, request: &ModelRequest, stream: bool) -> ChunkedBody {
         let model = self.config.model_override.as_deref();
-        bytes::Bytes::from(encode_body(request, stream, model, &self.history_cache))
+        encode_body(request, stream, model, &self.history_cache)
     }
 
     /// Sends one request; a non-2xx status becomes its typed error (the error body is read for the message).
-    async fn send(&self, body: &bytes::Bytes) -> Result<reqwest::Response, NoeticError> {
+    async fn send(&self, body: &ChunkedBody) -> Result<reqwest::Response, NoeticError> {
         let mut request = self
             .http
             .post(&*self.url)
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
+            // The shared chunks, with their exact length: sent with a Content-Length, as one buffer would be.
+            .body(reqwest::Body::wrap(body.http_body()));
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
@@ -163,7 +165,8 @@ impl AnthropicModel {
         let bytes = read_body(response.bytes_stream(), self.config.max_body_bytes, length)
             .await
             .map_err(|e| self.body_error(e))?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        // Valid UTF-8 (the usual case) becomes the text without a copy.
+        Ok(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     /// A failure reading a body before anything reached the caller.
@@ -191,7 +194,7 @@ impl AnthropicModel {
     }
 
     /// One attempt of a non-streamed call, bounded by the timeout as a whole.
-    async fn call_once(&self, body: &bytes::Bytes) -> Result<ModelResponse, NoeticError> {
+    async fn call_once(&self, body: &ChunkedBody) -> Result<ModelResponse, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
             parse_response(&self.read_whole(response).await?)
@@ -201,7 +204,7 @@ impl AnthropicModel {
 
     /// One attempt at opening a stream, bounded by the timeout until the first body byte: a stall or failure
     /// before it fails the attempt (and is retried); after it, failures end the returned stream.
-    async fn open_once(&self, body: &bytes::Bytes) -> Result<Opened, NoeticError> {
+    async fn open_once(&self, body: &ChunkedBody) -> Result<Opened, NoeticError> {
         let attempt = async {
             let response = self.send(body).await?;
             let json = response

@@ -1,10 +1,16 @@
 //! Response translation: the JSON body of a Messages response → a provider-neutral [`ModelResponse`].
 //!
 //! Parsing is tolerant: unknown fields and unknown content blocks (`thinking`, server tools …) are ignored, and
-//! missing optional fields take their defaults.
+//! missing optional fields take their defaults. A body of the usual shape is read by typed views without a
+//! `serde_json::Value` tree (a tool call's `input` aside, whose JSON text is what it always was); the rest —
+//! error objects, oddly typed fields — by walking a `Value`, with the same result.
+
+use std::borrow::Cow;
 
 use noetic::NoeticError;
 use noetic::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use crate::error::error_from_body;
@@ -22,6 +28,88 @@ use crate::error::error_from_body;
 /// A body that is not JSON, or an Anthropic error object (`{"type": "error", "error": {...}}`, which proxies
 /// sometimes send with status 200), becomes a [`NoeticError`] carrying the provider's message and the raw body.
 pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
+    match serde_json::from_str::<Answer<'_>>(body) {
+        Ok(answer) if answer.error.is_none() && answer.kind.as_deref() != Some("error") => Ok(answer.into_response()),
+        _ => value_response(body),
+    }
+}
+
+/// A Messages response as its typed view reads it.
+#[derive(Deserialize)]
+struct Answer<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+    #[serde(default, borrow)]
+    content: Option<Vec<Block<'a>>>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// A content block: text, a tool use, or one this crate does not surface.
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+/// A `usage` object (counts that are whole numbers).
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl Answer<'_> {
+    fn into_response(self) -> ModelResponse {
+        let mut parts = Parts::default();
+        for block in self.content.unwrap_or_default() {
+            match block.kind.as_deref() {
+                Some("text") => parts.text.push_str(block.text.as_deref().unwrap_or_default()),
+                Some("tool_use") => parts.calls.push(ToolCall {
+                    id: block.id.unwrap_or_default(),
+                    name: block.name.unwrap_or_default(),
+                    arguments: block.input.map_or_else(|| "{}".to_owned(), |input| input.to_string()),
+                }),
+                _ => {}
+            }
+        }
+        parts.stop_reason = self.stop_reason;
+        if let Some(u) = self.usage {
+            let cached = u.cache_read_input_tokens.unwrap_or(0);
+            parts.usage = Usage {
+                input_tokens: u.input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0) + cached,
+                output_tokens: u.output_tokens.unwrap_or(0),
+                cached_tokens: cached,
+                cost: None,
+            };
+        }
+        parts.model = self.model.filter(|m| !m.is_empty());
+        parts.into_response()
+    }
+}
+
+/// [`parse_response`] by walking a `Value`: any JSON, error objects included.
+pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
     let value: Value = serde_json::from_str(body).map_err(|e| NoeticError::ModelFailed {
         message: format!(
             "Anthropic returned a response body that is not JSON ({e}); the raw body is attached — check that the \
@@ -116,6 +204,9 @@ impl Parts {
 fn string(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_owned()
 }
+
+#[cfg(test)]
+mod typed_tests;
 
 #[cfg(test)]
 #[allow(clippy::panic)]

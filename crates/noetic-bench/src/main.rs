@@ -3,11 +3,12 @@
 //! [`stream_path`]), and the path users run
 //! (`real_*`, see [`real_path`]): runtime → session → turn, one event subscriber, OpenAI wire encoding and parsing.
 //!
-//! Run with `cargo run --release -p noetic-bench`. Each timing figure's `value` is the median of several
+//! Run with `cargo run --profile profiling -p noetic-bench` (the release build with line tables, for profilers). Each timing figure's `value` is the median of several
 //! repetitions after a first, cold run (reported as `cold`); `min` and `max` bound the repetitions. Memory figures
 //! run in a child process of their own (`rss_probe rss-session` / `rss-idle`, a binary linking only the runtime) so
 //! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
 
+mod alloc_count;
 mod mcp_path;
 mod otel_path;
 mod pg_log_path;
@@ -28,6 +29,10 @@ use noetic::prelude::*;
 use serde_json::json;
 
 use probe::{BenchResult, bare_tool_calls, session_turns, ten_rules};
+
+/// Counts allocations for the `real_allocations_*` figures (off, and nearly free, outside them).
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 
 /// A figure: the median of the repetitions, their range, and the first (cold) run when there was one.
 #[derive(Clone, Copy)]
@@ -145,14 +150,18 @@ fn child(arg: &str) -> BenchResult<f64> {
     Ok(text.trim().parse::<f64>()?)
 }
 
-/// Builds `rss_probe` with the profile of this binary (`cargo run` builds only the suite's own binary).
+/// Builds `rss_probe` with the profile of this binary (`cargo run` builds only the suite's own binary): the
+/// profile is the name of the directory the binary is in (`debug` is the `dev` profile's).
 fn build_probe(exe: &std::path::Path) -> BenchResult<()> {
-    let cargo =
-        std::env::var_os("CARGO").ok_or("rss_probe is missing: build it with cargo build --release -p noetic-bench")?;
+    let cargo = std::env::var_os("CARGO")
+        .ok_or("rss_probe is missing: build it with cargo build --profile profiling -p noetic-bench")?;
     let mut cmd = std::process::Command::new(cargo);
     cmd.args(["build", "-p", "noetic-bench", "--bin", "rss_probe"]);
-    if exe.parent().is_some_and(|dir| dir.ends_with("release")) {
-        cmd.arg("--release");
+    match exe.parent().and_then(|dir| dir.file_name()).and_then(|name| name.to_str()) {
+        Some("debug") | None => {}
+        Some(profile) => {
+            cmd.args(["--profile", profile]);
+        }
     }
     let status = cmd.status()?;
     if status.success() { Ok(()) } else { Err("building rss_probe failed".into()) }
@@ -187,6 +196,11 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
                 if calls == 1000 { "<= 60" } else { "" },
             );
             report(&format!("real_request_bytes_per_call_{calls}_calls"), Stats::exact(bytes), "bytes", "");
+            // Set-up included, as in the time: a new runtime per session.
+            let (allocations, run) = alloc_count::allocations_during(real_path::session_tool_calls(calls, true)).await;
+            run?;
+            let allocations = Stats::exact(allocations as f64 / calls as f64);
+            report(&format!("real_allocations_per_tool_call_{calls}_calls"), allocations, "allocations", "");
             // The physical floor: copying one request's bytes once (the body must hold them all).
             let floor = copy_us(bytes as usize);
             report(&format!("real_body_copy_floor_us_{calls}_calls"), Stats::exact(floor), "us", "");
@@ -345,7 +359,7 @@ fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
                 report("mcp_stdio_tool_call_us_fixture", stats, "us", "");
             }
             None => {
-                eprintln!("mcp_stdio_tool_call_us_fixture skipped: build it with cargo build --release -p noetic-mcp")
+                eprintln!("mcp_stdio_tool_call_us_fixture skipped: build it with cargo build --profile profiling -p noetic-mcp")
             }
         }
         match mcp_path::everything() {

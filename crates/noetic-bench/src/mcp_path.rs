@@ -1,6 +1,6 @@
 //! The cost of one MCP tool call over stdio: the JSON-RPC round trip to a spawned server and back, through
 //! noetic-mcp's tool (argument object, progress registration, result mapping). Measured against the fixture
-//! server of noetic-mcp (build it first: `cargo build --release -p noetic-mcp`; it is looked for next to this
+//! server of noetic-mcp (build it first: `cargo build --profile profiling -p noetic-mcp`; it is looked for next to this
 //! binary, or at `NOETIC_MCP_FIXTURE`) and, when installed by `scripts/mcp-servers.sh setup`, the reference
 //! `everything` server's `echo` (a Node process).
 

@@ -19,11 +19,13 @@ use crate::BenchResult;
 /// Tool rounds per turn: a turn asks for the tool this many times, then answers.
 pub const ROUNDS_PER_TURN: usize = 10;
 
-/// The fake transport: encodes each request as the OpenAI client would send it, then answers with a body parsed
-/// by the OpenAI client's own parser.
+/// The fake transport: encodes each request as the OpenAI client would send it (shared chunks), writes the chunks
+/// once into a reused buffer — the one copy a socket write makes — then answers with a body parsed by the OpenAI
+/// client's own parser.
 pub struct WireModel {
     calls: AtomicUsize,
     request_bytes: AtomicU64,
+    wire: std::sync::Mutex<Vec<u8>>,
     tool_answer: String,
     final_answer: String,
     history_cache: HistoryCache,
@@ -52,6 +54,7 @@ impl WireModel {
         WireModel {
             calls: AtomicUsize::new(0),
             request_bytes: AtomicU64::new(0),
+            wire: std::sync::Mutex::new(Vec::new()),
             tool_answer,
             final_answer,
             history_cache: HistoryCache::default(),
@@ -66,9 +69,16 @@ impl WireModel {
 
 impl Model for WireModel {
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        // What OpenAiModel does: the history's messages come from the cache where an earlier request of the
-        // session's log encoded them.
+        // What OpenAiModel does: the constant parts and the history's messages come from the cache where an
+        // earlier request encoded them.
         let body = encode_body(&request, false, &BodyOptions::default(), &self.history_cache);
+        if let Ok(mut wire) = self.wire.lock() {
+            wire.clear();
+            for chunk in body.chunks() {
+                wire.extend_from_slice(chunk);
+            }
+            std::hint::black_box(&*wire);
+        }
         self.request_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let answer = if n % (ROUNDS_PER_TURN + 1) < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
@@ -160,6 +170,16 @@ pub async fn session_tool_calls_with(
         elapsed.as_secs_f64() * 1e6 / (turns * ROUNDS_PER_TURN) as f64,
         model.request_bytes() as f64 / model_calls as f64,
     ))
+}
+
+/// What [`session_tool_calls`] does besides its timed turns: a runtime on the fake transport, a session, one
+/// subscriber, and dropping them (for instruction counts of the turns alone).
+#[allow(dead_code)] // run by `instr_probe real-setup`
+pub async fn session_setup() -> BenchResult<()> {
+    let (runtime, _model) = wire_runtime_with(None)?;
+    let session = runtime.session("bench");
+    drain_events(&session).abort();
+    Ok(())
 }
 
 /// µs per turn of a 100-turn session, with or without one subscriber.

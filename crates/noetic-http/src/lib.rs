@@ -12,16 +12,24 @@
 //!   [`MAX_RETRY_AFTER`], one parser for every provider.
 //! * [`error_chain`] — an error and its sources in one line.
 //! * [`LogCache`] — what a provider encoded of each item log, bounded, so requests encode only what is new.
+//! * [`ChunkedBody`], [`ChunkLog`], [`PartCache`] — request bodies as shared chunks: constant parts encoded once,
+//!   a log's encoded messages kept as a few chunks, handed to the transport without copying them into one buffer.
+//! * [`write_json_str`] — a JSON string written straight into bytes, escaped as `serde_json` does, eight bytes at
+//!   a time.
 //!
 //! No sockets here: everything works on streams of byte chunks, so it is tested without a server.
 
 mod body;
+mod chunks;
+mod json;
 mod log_cache;
 mod retry;
 mod retry_after;
 mod sse;
 
 pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
+pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache};
+pub use json::write_json_str;
 pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use retry_after::{MAX_RETRY_AFTER, http_date, parse_retry_after};

@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt, stream};
 use noetic::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
 use noetic::{ConfigCode, ConfigError, NoeticError};
-use noetic_http::{error_chain, with_retries};
+use noetic_http::{ChunkedBody, error_chain, with_retries};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::OpenAiConfig;
@@ -63,7 +63,8 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     pub(crate) endpoint: String,
     pub(crate) config: OpenAiConfig,
-    /// The history messages earlier requests encoded, per item log: each request encodes only what is new.
+    /// The constant parts of bodies and the history messages earlier requests encoded, per item log: each
+    /// request encodes only what is new and shares the rest as bytes.
     pub(crate) history_cache: HistoryCache,
 }
 
@@ -224,17 +225,17 @@ impl Model for OpenAiModel {
 }
 
 impl Inner {
-    /// The JSON body for `request`, with this server's adjustments; the history's messages come from the cache
-    /// where an earlier request of the same log encoded them.
-    fn body(&self, request: &ModelRequest, stream: bool) -> bytes::Bytes {
+    /// The JSON body for `request`, with this server's adjustments, as shared chunks (a retry resends them without
+    /// copying); its constant parts and the history's messages come from the cache where an earlier request
+    /// encoded them.
+    fn body(&self, request: &ModelRequest, stream: bool) -> ChunkedBody {
         let options = BodyOptions {
             model: Some(self.config.model_for(&request.model)),
             grammar: self.config.capabilities.grammar,
             narrow_named_tool_choice: self.config.narrow_named_tool_choice,
             late_system_as_user: self.config.late_system_as_user,
         };
-        // Bytes: a retry resends the body without copying it.
-        bytes::Bytes::from(encode_body(request, stream, &options, &self.history_cache))
+        encode_body(request, stream, &options, &self.history_cache)
     }
 }
 

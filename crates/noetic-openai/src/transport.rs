@@ -9,8 +9,8 @@ use futures::stream::BoxStream;
 use noetic::NoeticError;
 use noetic::model::{ModelResponse, StreamDelta};
 use noetic_http::{
-    BodyError, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk, parse_retry_after, read_body,
-    sse_events,
+    BodyError, ChunkedBody, SseStreamError, describe_bytes, error_body_text, error_chain, first_chunk,
+    parse_retry_after, read_body, sse_events,
 };
 use reqwest::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 
@@ -52,7 +52,7 @@ impl Inner {
     }
 
     /// One non-streaming attempt. Nothing has reached the caller yet, so a failure reading the body may be retried.
-    pub(crate) async fn call_once(&self, body: &bytes::Bytes) -> Result<ModelResponse, NoeticError> {
+    pub(crate) async fn call_once(&self, body: &ChunkedBody) -> Result<ModelResponse, NoeticError> {
         let response = self.send(body, false).await?;
         let text = self.read_whole(response).await?;
         parse_response(&text)
@@ -60,7 +60,7 @@ impl Inner {
 
     /// One streaming attempt, up to the first body byte: a stall or failure before it fails the attempt (and is
     /// retried); after it, failures end the returned stream and are not retried.
-    pub(crate) async fn open_once(&self, body: &bytes::Bytes) -> Result<Opened, NoeticError> {
+    pub(crate) async fn open_once(&self, body: &ChunkedBody) -> Result<Opened, NoeticError> {
         let response = self.send(body, true).await?;
         if is_json(&response) {
             let text = self.read_whole(response).await?;
@@ -81,17 +81,19 @@ impl Inner {
         let bytes = read_body(response.bytes_stream(), self.config.max_body_bytes, length)
             .await
             .map_err(|e| self.body_error(e))?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        // Valid UTF-8 (the usual case) becomes the text without a copy.
+        Ok(String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     /// Posts the body; returns the response once its status is a success, else the typed error.
-    async fn send(&self, body: &bytes::Bytes, stream: bool) -> Result<reqwest::Response, NoeticError> {
+    async fn send(&self, body: &ChunkedBody, stream: bool) -> Result<reqwest::Response, NoeticError> {
         let response = self
             .http
             .post(&self.endpoint)
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, if stream { "text/event-stream" } else { "application/json" })
-            .body(body.clone())
+            // The shared chunks, with their exact length: sent with a Content-Length, as one buffer would be.
+            .body(reqwest::Body::wrap(body.http_body()))
             .send()
             .await
             .map_err(|e| self.transport_error(&e))?;

@@ -17,8 +17,8 @@ fn reference(request: &ModelRequest, stream: bool, model: Option<&str>) -> Value
     body
 }
 
-fn parsed(bytes: Vec<u8>) -> Value {
-    serde_json::from_slice(&bytes).unwrap()
+fn parsed(body: ChunkedBody) -> Value {
+    serde_json::from_slice(&body.to_vec()).unwrap()
 }
 
 /// Leading system items, then every merge rule: text + calls, results then text in one user message (results

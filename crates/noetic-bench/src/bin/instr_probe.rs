@@ -2,8 +2,8 @@
 //! model — the suite's `session_turns`. Wall-clock figures on a shared 2-core machine swing by 2×; instruction
 //! counts do not:
 //!
-//!   cargo build --release -p noetic-bench --bin instr_probe
-//!   valgrind --tool=callgrind target/release/instr_probe 200    # then 1200
+//!   cargo build --profile profiling -p noetic-bench --bin instr_probe
+//!   valgrind --tool=callgrind target/profiling/instr_probe 200    # then 1200
 //!
 //! (I(1200) − I(200)) / 1000 is the instructions one turn costs, start-up and warm-up excluded. Session 5 measured
 //! 31,330 at `78a5833` (before the turn core) and 37,240 at its end; boxing the core's large phases, the layer
@@ -17,15 +17,32 @@
 //! at `b0eae6a`, then 9,561 / 15,270 once the steering layer stopped timing its recall, looking at other hooks'
 //! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
 //! steps that return at once.
+//!
+//! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
+//! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.
+//! (I(M) − I(N)) / ((M − N) · CALLS) is the instructions per real-path tool call with each session's set-up (a new
+//! runtime, its tool's compiled schema, the subscriber) and teardown; `instr_probe real-setup N` runs only those,
+//! so subtracting its (I(M) − I(N)) / ((M − N) · CALLS) leaves what the suite times. It prints the allocations per
+//! tool call of the N sessions too.
 
+#[path = "../alloc_count.rs"]
+mod alloc_count;
 #[path = "../probe.rs"]
 #[allow(dead_code)]
 mod probe;
+#[path = "../real_path.rs"]
+#[allow(dead_code)]
+mod real_path;
 
-fn main() -> probe::BenchResult<()> {
+use probe::BenchResult;
+
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
+
+fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -35,6 +52,28 @@ fn main() -> probe::BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         match workload.as_str() {
+            "real-setup" => {
+                for _ in 0..n {
+                    real_path::session_setup().await?;
+                }
+                Ok(())
+            }
+            "real" => {
+                let calls: usize = match args.get(1) {
+                    Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of tool calls"))?,
+                    None => 10,
+                };
+                let (allocations, done) = alloc_count::allocations_during(async {
+                    for _ in 0..n {
+                        real_path::session_tool_calls(calls, true).await?;
+                    }
+                    BenchResult::Ok(())
+                })
+                .await;
+                done?;
+                println!("allocations per tool call: {:.1}", allocations as f64 / (n * calls) as f64);
+                Ok(())
+            }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,
             "steered" => probe::bare_tool_calls(n, vec![probe::ten_rules()?]).await,
             "steer" => {

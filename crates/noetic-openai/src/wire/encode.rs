@@ -1,19 +1,28 @@
-//! Request bodies as bytes, linear in what is new: the history's messages are encoded once per item log and
-//! reused by every later request of that log.
+//! Request bodies as shared chunks, linear in what is new and never copying what an earlier request sent.
 //!
-//! A session's history only grows during a turn and across turns, and [`History::log_id`] names such an
-//! append-only sequence. [`HistoryCache`] keeps, per log id, the encoded messages of the history up to the last
-//! point where a message is closed (a tool result, a user or developer message). The next request of the same log
-//! copies those bytes and encodes only the items after them. A request whose log is unknown, or whose leading
-//! messages changed in a way that moves the history (see `at_zero`), is encoded whole and starts a new entry. The
-//! cache is bounded (entries and bytes; least recently used go first).
+//! A body is `{"model":…,"messages":[` and the leading system message (the *head*), the context messages, the
+//! history's messages, the tail's messages, then `]` and every other field (the *suffix*: tool specs, tool choice,
+//! sampling parameters …) and `}`. The head and the suffix are encoded once per model, instructions and
+//! (tool set, settings) and reused as the same bytes ([`PartCache`]). A session's history only grows during a turn
+//! and across turns, and [`History::log_id`] names such an append-only sequence: per log id, the encoded messages
+//! of the history up to the last point where a message is closed (a tool result, a user or developer message) are
+//! kept as a few shared chunks ([`ChunkLog`]); the next request of the same log hands those chunks on and encodes
+//! only the items after them. A request whose log is unknown, or whose leading messages changed in a way that
+//! moves the history (see `at_zero`), is encoded whole and starts a new entry. Every cache is bounded. The bytes
+//! are exactly those of [`request_body`](super::request_body)'s JSON (sorted keys, compact) with the options
+//! applied.
 
-use noetic::model::{History, ModelRequest};
-use noetic::step::ToolChoice;
-use noetic_http::{LogCache, Weighed};
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::sync::Arc;
 
-use super::request::{closes_message, fields, system_message, walk};
+use bytes::Bytes;
+use noetic::model::{History, Item, ModelRequest, Role, ToolSpec};
+use noetic::step::{ModelParams, ToolChoice};
+use noetic_http::{ChunkLog, ChunkedBody, LogCache, PartCache, Weighed};
+use serde_json::Value;
+
+use super::message::{Message, string, value};
+use super::request::{closes_message, float, walk};
 
 /// Server-specific adjustments of the body (see [`OpenAiConfig`](crate::OpenAiConfig)).
 #[derive(Debug, Clone, Default)]
@@ -34,61 +43,100 @@ pub struct Prefix {
     items: usize,
     /// Messages in the bytes.
     messages: usize,
+    /// `System` items among the covered items (their text joins the leading message, so a request with none
+    /// there looks for them only among the items after).
+    systems: usize,
     /// The history's first message was the body's first message (it then keeps a `system` role even with
     /// `late_system_as_user`).
     at_zero: bool,
     /// Encoded with `late_system_as_user`.
     late_system_as_user: bool,
     /// The messages, comma-separated, without brackets.
-    json: String,
+    log: ChunkLog,
 }
 
 impl Weighed for Prefix {
     fn bytes(&self) -> usize {
-        self.json.len()
+        self.log.len()
     }
 }
 
-/// Encoded history messages per item log, shared by the requests a model sends (bounded: see [`LogCache`]).
-pub type HistoryCache = LogCache<Prefix>;
+/// What the head depends on: the model id sent and the leading system message's text.
+struct HeadKey {
+    model: String,
+    system: Option<String>,
+}
+
+/// What the suffix depends on.
+struct SuffixKey {
+    /// Held, so no other tool set can take its address while the key lives.
+    tools: Arc<[ToolSpec]>,
+    tool_choice: Option<ToolChoice>,
+    params: ModelParams,
+    output_schema: Option<Value>,
+    /// Only when the options keep it.
+    grammar: Option<String>,
+    stream: bool,
+    narrow_named_tool_choice: bool,
+}
+
+impl SuffixKey {
+    fn matches(&self, request: &ModelRequest, stream: bool, options: &BodyOptions) -> bool {
+        self.stream == stream
+            && self.narrow_named_tool_choice == options.narrow_named_tool_choice
+            && self.tool_choice == request.tool_choice
+            && self.params == request.params
+            && self.grammar.as_deref() == kept_grammar(request, options)
+            && self.output_schema == request.output_schema
+            // A runtime's per-thread copies of a tool set hold equal specs at another address.
+            && (Arc::ptr_eq(&self.tools, &request.tools) || self.tools == request.tools)
+    }
+}
+
+/// What a model keeps between requests: the encoded history messages per item log (bounded: see [`LogCache`]),
+/// and the heads and suffixes of bodies (bounded: see [`PartCache`]).
+#[derive(Default)]
+pub struct HistoryCache {
+    logs: LogCache<Prefix>,
+    heads: PartCache<HeadKey>,
+    suffixes: PartCache<SuffixKey>,
+}
+
+impl std::fmt::Debug for HistoryCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistoryCache")
+            .field("logs", &self.logs)
+            .field("heads", &self.heads.len())
+            .field("suffixes", &self.suffixes.len())
+            .finish()
+    }
+}
+
+impl HistoryCache {
+    /// How many logs it remembers and how many bytes of messages they hold.
+    pub fn usage(&self) -> (usize, usize) {
+        self.logs.usage()
+    }
+}
 
 /// Writes the body's messages, demoting late `system` messages when asked.
-struct Messages<'a> {
-    out: &'a mut String,
+struct Messages {
+    out: Vec<u8>,
     count: usize,
     late_system_as_user: bool,
 }
 
-impl Messages<'_> {
-    /// Appends one message (with its separator) to `out` and returns where it starts.
-    fn push(&mut self, message: Value) -> usize {
-        let message = if self.late_system_as_user && self.count > 0 { demoted(message) } else { message };
-        if self.count > 0 {
-            self.out.push(',');
-        }
+impl Messages {
+    /// Appends one message (with its separator) and returns where it starts (at the separator).
+    fn push(&mut self, message: Message<'_>) -> usize {
         let start = self.out.len();
-        self.out.push_str(&message.to_string());
+        if self.count > 0 {
+            self.out.push(b',');
+        }
+        message.write(self.late_system_as_user && self.count > 0, &mut self.out);
         self.count += 1;
         start
     }
-}
-
-/// A `system` message as a `user` message starting `[system] `; any other message as it is.
-pub(crate) fn demoted(message: Value) -> Value {
-    if message["role"] != "system" {
-        return message;
-    }
-    let content = message["content"].as_str().unwrap_or_default();
-    serde_json::json!({"role": "user", "content": format!("[system] {content}")})
-}
-
-/// Offers only the named tool and requires it.
-pub(crate) fn narrow_to(body: &mut Map<String, Value>, name: &str) {
-    let Some(Value::Array(tools)) = body.get_mut("tools") else { return };
-    let Some(index) = tools.iter().position(|t| t["function"]["name"] == name) else { return };
-    let tool = tools.swap_remove(index);
-    *tools = vec![tool];
-    body.insert("tool_choice".into(), Value::String("required".into()));
 }
 
 /// The largest number of leading history items after which a message is closed.
@@ -96,79 +144,233 @@ fn closed_prefix(history: &History) -> usize {
     history.as_slice().iter().rposition(closes_message).map_or(0, |i| i + 1)
 }
 
-/// The JSON body of `POST /chat/completions` for `request` as bytes: the same JSON as
-/// [`request_body`](super::request_body) with `options` applied, the history's messages reused from `cache` where
-/// an earlier request of the same log encoded them.
-pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> Vec<u8> {
-    let mut rest = fields(request, stream);
-    if !options.grammar {
-        // Servers that take no grammar reject the unknown field (OpenAI answers 400).
-        rest.remove("grammar");
+fn system_text(item: &Item) -> Option<&str> {
+    match item {
+        Item::Message { role: Role::System, content } => Some(content),
+        _ => None,
     }
-    if options.narrow_named_tool_choice
-        && let Some(ToolChoice::Named(name)) = &request.tool_choice
-    {
-        narrow_to(&mut rest, name);
+}
+
+/// The leading `system` message's text: the instructions and every `System` item (of the context, the history
+/// from `history_from` on — the caller knows there are none before — and the tail), joined by a blank line.
+fn system_message(request: &ModelRequest, history_from: usize) -> Option<Cow<'_, str>> {
+    let instructions = request.instructions.as_deref().filter(|text| !text.is_empty());
+    let items = request.context.iter().chain(&request.history.as_slice()[history_from..]).chain(&request.tail);
+    let mut others = items.filter_map(system_text).filter(|text| !text.is_empty()).peekable();
+    if others.peek().is_none() {
+        return instructions.map(Cow::Borrowed);
     }
+    let joined: Vec<&str> = instructions.into_iter().chain(others).collect();
+    Some(Cow::Owned(joined.join("\n\n")))
+}
+
+/// The grammar the body carries: the request's, when the options keep it.
+fn kept_grammar<'a>(request: &'a ModelRequest, options: &BodyOptions) -> Option<&'a str> {
+    request.grammar.as_deref().filter(|_| options.grammar)
+}
+
+/// `{"model":…,"messages":[` and the leading system message.
+fn head(model: &str, system: Option<&str>) -> Bytes {
+    let mut out = Vec::with_capacity(64 + system.map_or(0, str::len));
+    out.extend_from_slice(b"{\"model\":");
+    string(&mut out, model);
+    out.extend_from_slice(b",\"messages\":[");
+    if let Some(system) = system {
+        Message::Text { role: "system", content: system }.write(false, &mut out);
+    }
+    Bytes::from(out)
+}
+
+/// Starts the field `name` of an object that already has one.
+fn field(out: &mut Vec<u8>, name: &str) {
+    out.push(b',');
+    string(out, name);
+    out.push(b':');
+}
+
+/// `]`, every field of the body but `model` and `messages` (in the sorted order of a JSON object), and `}`.
+fn suffix(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    out.push(b']');
+    // A named choice narrowed to the one tool offered, when the options ask and the tool is there.
+    let narrowed = match &request.tool_choice {
+        Some(ToolChoice::Named(name)) if options.narrow_named_tool_choice => {
+            request.tools.iter().position(|t| t.name == *name)
+        }
+        _ => None,
+    };
+    if let Some(grammar) = kept_grammar(request, options) {
+        field(&mut out, "grammar");
+        string(&mut out, grammar);
+    }
+    let params = &request.params;
+    if let Some(max) = params.max_tokens {
+        field(&mut out, "max_tokens");
+        value(&mut out, &max);
+    }
+    if let Some(schema) = &request.output_schema {
+        field(&mut out, "response_format");
+        out.extend_from_slice(b"{\"json_schema\":{\"name\":\"output\",\"schema\":");
+        value(&mut out, schema);
+        out.extend_from_slice(b",\"strict\":false},\"type\":\"json_schema\"}");
+    }
+    if !params.stop_sequences.is_empty() {
+        field(&mut out, "stop");
+        value(&mut out, &params.stop_sequences);
+    }
+    if stream {
+        field(&mut out, "stream");
+        out.extend_from_slice(b"true");
+        field(&mut out, "stream_options");
+        out.extend_from_slice(b"{\"include_usage\":true}");
+    }
+    if let Some(t) = params.temperature.and_then(float) {
+        field(&mut out, "temperature");
+        value(&mut out, &t);
+    }
+    if let Some(choice) = &request.tool_choice {
+        field(&mut out, "tool_choice");
+        match choice {
+            _ if narrowed.is_some() => out.extend_from_slice(b"\"required\""),
+            ToolChoice::Auto => out.extend_from_slice(b"\"auto\""),
+            ToolChoice::Required => out.extend_from_slice(b"\"required\""),
+            ToolChoice::None => out.extend_from_slice(b"\"none\""),
+            ToolChoice::Named(name) => {
+                out.extend_from_slice(b"{\"function\":{\"name\":");
+                string(&mut out, name);
+                out.extend_from_slice(b"},\"type\":\"function\"}");
+            }
+        }
+    }
+    if !request.tools.is_empty() {
+        field(&mut out, "tools");
+        let offered = match narrowed {
+            Some(at) => &request.tools[at..=at],
+            None => &request.tools[..],
+        };
+        out.push(b'[');
+        for (i, tool) in offered.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"function\":{\"description\":");
+            string(&mut out, &tool.description);
+            out.extend_from_slice(b",\"name\":");
+            string(&mut out, &tool.name);
+            out.extend_from_slice(b",\"parameters\":");
+            value(&mut out, &tool.parameters);
+            out.extend_from_slice(b"},\"type\":\"function\"}");
+        }
+        out.push(b']');
+    }
+    if let Some(p) = params.top_p.and_then(float) {
+        field(&mut out, "top_p");
+        value(&mut out, &p);
+    }
+    out.push(b'}');
+    Bytes::from(out)
+}
+
+/// The JSON body of `POST /chat/completions` for `request` as shared chunks: the same JSON as
+/// [`request_body`](super::request_body) with `options` applied, its head and suffix and the history's messages
+/// reused from `cache` where an earlier request encoded them.
+pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> ChunkedBody {
     let history = &request.history;
-    let cached = cache.take(history.log_id());
-    let mut out = String::with_capacity(cached.as_ref().map_or(0, |p| p.json.len()) + 4096);
-    out.push_str("{\"model\":");
-    out.push_str(&Value::String(options.model.clone().unwrap_or_else(|| request.model.clone())).to_string());
-    out.push_str(",\"messages\":[");
-    let mut messages = Messages { out: &mut out, count: 0, late_system_as_user: options.late_system_as_user };
-    if let Some(system) = system_message(request) {
-        messages.push(system);
-    }
+    let cached = cache.logs.take(history.log_id()).filter(|p| p.items <= history.len());
+    // The cached items of this log hold no `System` item: only the items after them can add to the system text.
+    let system_from = cached.as_ref().filter(|p| p.systems == 0).map_or(0, |p| p.items);
+    let system = system_message(request, system_from);
+    let model = options.model.as_deref().unwrap_or(&request.model);
+    let head = cache.heads.get_or_encode(
+        |key| key.model == model && key.system.as_deref() == system.as_deref(),
+        || {
+            let key = HeadKey { model: model.to_owned(), system: system.as_deref().map(str::to_owned) };
+            let bytes = head(model, system.as_deref());
+            (key, bytes)
+        },
+    );
+    let suffix = cache.suffixes.get_or_encode(
+        |key| key.matches(request, stream, options),
+        || {
+            let key = SuffixKey {
+                tools: request.tools.clone(),
+                tool_choice: request.tool_choice.clone(),
+                params: request.params.clone(),
+                output_schema: request.output_schema.clone(),
+                grammar: kept_grammar(request, options).map(str::to_owned),
+                stream,
+                narrow_named_tool_choice: options.narrow_named_tool_choice,
+            };
+            (key, suffix(request, stream, options))
+        },
+    );
+
+    let mut messages = Messages {
+        out: Vec::with_capacity(1024),
+        count: usize::from(system.is_some()),
+        late_system_as_user: options.late_system_as_user,
+    };
     walk(&request.context, |message, _| {
         messages.push(message);
     });
-
     let at_zero = messages.count == 0;
-    let usable = cached.filter(|p| {
-        p.at_zero == at_zero && p.late_system_as_user == options.late_system_as_user && p.items <= history.len()
-    });
+    let usable = cached.filter(|p| p.at_zero == at_zero && p.late_system_as_user == options.late_system_as_user);
     let mut prefix = usable.unwrap_or(Prefix {
         items: 0,
         messages: 0,
+        systems: 0,
         at_zero,
         late_system_as_user: options.late_system_as_user,
-        json: String::new(),
+        log: ChunkLog::default(),
     });
+    // The cached history goes between the context's bytes and the new ones: where `messages.out` splits.
+    let mut cached_at = None;
     if prefix.messages > 0 {
         if messages.count > 0 {
-            messages.out.push(',');
+            messages.out.push(b',');
         }
-        messages.out.push_str(&prefix.json);
+        cached_at = Some(messages.out.len());
         messages.count += prefix.messages;
     }
     let closed = closed_prefix(history).max(prefix.items);
     let from = prefix.items;
+    // Where the newly closed messages lie in `messages.out` (from the separator of the first).
+    let mut newly_closed: Option<(usize, usize)> = None;
     walk(&history.as_slice()[from..], |message, consumed| {
         let start = messages.push(message);
         if from + consumed <= closed {
-            if prefix.messages > 0 {
-                prefix.json.push(',');
-            }
-            prefix.json.push_str(&messages.out[start..]);
+            let end = messages.out.len();
+            newly_closed = Some((newly_closed.map_or(start, |(s, _)| s), end));
             prefix.messages += 1;
         }
     });
+    prefix.systems += history.as_slice()[from..closed].iter().filter(|i| system_text(i).is_some()).count();
     prefix.items = closed;
-    cache.put(history.log_id(), prefix);
-
     walk(&request.tail, |message, _| {
         messages.push(message);
     });
-    out.push(']');
-    if rest.is_empty() {
-        out.push('}');
-    } else {
-        out.push(',');
-        let rest = Value::Object(rest).to_string();
-        out.push_str(rest.strip_prefix('{').unwrap_or(&rest));
+    // One buffer for everything new, its parts handed on as slices of it.
+    let fresh = Bytes::from(messages.out);
+    let mut chunks = Vec::with_capacity(prefix.log.chunks().len() + 4);
+    chunks.push(head);
+    match cached_at {
+        Some(at) => {
+            chunks.push(fresh.slice(..at));
+            chunks.extend(prefix.log.chunks().iter().cloned());
+            chunks.push(fresh.slice(at..));
+        }
+        None => chunks.push(fresh.clone()),
     }
-    out.into_bytes()
+    chunks.push(suffix);
+    if let Some((mut start, end)) = newly_closed {
+        // The log's first chunk starts with its first message, later ones with the separator before theirs.
+        if prefix.log.is_empty() && fresh.get(start) == Some(&b',') {
+            start += 1;
+        }
+        prefix.log.push(fresh.slice(start..end));
+    }
+    cache.logs.put(history.log_id(), prefix);
+    ChunkedBody::new(chunks)
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
 //! The chat-completions wire format as pure functions — no I/O, so each piece is tested without sockets.
 //!
 //! * [`request_body`] — [`ModelRequest`](noetic::model::ModelRequest) → JSON body.
-//! * [`encode_body`] — the same as bytes, with server adjustments, linear in what is new ([`HistoryCache`]).
+//! * [`encode_body`] — the same as shared byte chunks, with server adjustments, linear in what is new and sharing
+//!   what an earlier request encoded ([`HistoryCache`]).
 //! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic::model::ModelResponse).
 //! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic::model::StreamDelta)s.
 //! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas (framed by `noetic-http`, linear in the input).
 
+mod answer;
 mod encode;
+mod message;
 mod request;
 mod response;
 mod sse;

@@ -1,8 +1,10 @@
 //! [`ModelRequest`] → chat-completions request body.
 
-use noetic::model::{Item, ModelRequest, Role, ToolCall};
+use noetic::model::{Item, ModelRequest, Role};
 use noetic::step::ToolChoice;
 use serde_json::{Map, Value, json};
+
+use super::message::Message;
 
 /// The JSON body of `POST /chat/completions` for `request`.
 ///
@@ -46,7 +48,7 @@ pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
 }
 
 /// Every field of the body but `model` and `messages`.
-pub(super) fn fields(request: &ModelRequest, stream: bool) -> Map<String, Value> {
+fn fields(request: &ModelRequest, stream: bool) -> Map<String, Value> {
     let mut body = Map::new();
     if !request.tools.is_empty() {
         let tools = request
@@ -94,7 +96,7 @@ pub(super) fn fields(request: &ModelRequest, stream: bool) -> Map<String, Value>
 }
 
 /// An `f32` as the decimal a user wrote (`0.2`, not `0.20000000298023224`); `None` for NaN and infinities.
-fn float(x: f32) -> Option<Value> {
+pub(super) fn float(x: f32) -> Option<Value> {
     let shortest: f64 = x.to_string().parse().ok()?;
     serde_json::Number::from_f64(shortest).map(Value::Number)
 }
@@ -108,49 +110,8 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// An assistant message being assembled from consecutive assistant text and tool-call items.
-#[derive(Default)]
-struct AssistantTurn<'a> {
-    text: Option<&'a str>,
-    calls: Vec<&'a ToolCall>,
-}
-
-impl AssistantTurn<'_> {
-    fn into_message(self) -> Value {
-        let mut message = Map::new();
-        message.insert("role".into(), json!("assistant"));
-        if self.calls.is_empty() {
-            message.insert("content".into(), json!(self.text.unwrap_or("")));
-            return Value::Object(message);
-        }
-        let content = self.text.filter(|t| !t.is_empty()).map_or(Value::Null, |t| json!(t));
-        message.insert("content".into(), content);
-        let calls = self
-            .calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": wire_arguments(&c.arguments)}})
-            })
-            .collect();
-        message.insert("tool_calls".into(), Value::Array(calls));
-        Value::Object(message)
-    }
-}
-
-/// A past call's arguments as sent back: as the model wrote them when they are JSON, else wrapped as
-/// `{"_raw": "<what the model wrote>"}` (as the Anthropic encoder does). Servers that parse the history's arguments (llama.cpp does) answer
-/// every later request with an error when one call in it is malformed — a session would be stuck for good; the
-/// call's result already tells the model its arguments were not JSON.
-fn wire_arguments(raw: &str) -> std::borrow::Cow<'_, str> {
-    if serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
-        std::borrow::Cow::Borrowed(raw)
-    } else {
-        std::borrow::Cow::Owned(json!({ "_raw": raw }).to_string())
-    }
-}
-
 /// The leading `system` message: the instructions and every `System`-role item, joined by a blank line.
-pub(super) fn system_message(request: &ModelRequest) -> Option<Value> {
+fn system_message(request: &ModelRequest) -> Option<Value> {
     let system: Vec<&str> = request
         .instructions
         .as_deref()
@@ -167,7 +128,7 @@ pub(super) fn system_message(request: &ModelRequest) -> Option<Value> {
 fn messages(request: &ModelRequest) -> Vec<Value> {
     let mut out: Vec<Value> = system_message(request).into_iter().collect();
     for segment in [&request.context[..], request.history.as_slice(), &request.tail[..]] {
-        walk(segment, |message, _| out.push(message));
+        walk(segment, |message, _| out.push(message.to_value(false)));
     }
     out
 }
@@ -185,39 +146,45 @@ pub(super) fn closes_message(item: &Item) -> bool {
 
 /// The chat-completions messages of one segment of items (context, history or tail — an assistant message never
 /// spans two), each with the number of the segment's items consumed when it ends.
-pub(super) fn walk(items: &[Item], mut emit: impl FnMut(Value, usize)) {
-    let mut pending: Option<AssistantTurn<'_>> = None;
+pub(super) fn walk<'a>(items: &'a [Item], mut emit: impl FnMut(Message<'a>, usize)) {
+    // The assistant message being assembled: its text, and where its tool calls start (it holds the tool calls,
+    // and the `System` items skipped between them, up to where it ends).
+    let mut pending: Option<(Option<&'a str>, usize)> = None;
+    let assistant =
+        |(text, from): (Option<&'a str>, usize), to: usize| Message::Assistant { text, calls: &items[from..to] };
     for (index, item) in items.iter().enumerate() {
         match item {
             Item::Message { role: Role::System, .. } => {}
             Item::Message { role: Role::Assistant, content } => {
                 // Text after tool calls, or a second text, starts a new assistant message.
                 if let Some(turn) = pending.take() {
-                    emit(turn.into_message(), index);
+                    emit(assistant(turn, index), index);
                 }
-                pending = Some(AssistantTurn { text: Some(content), calls: Vec::new() });
+                pending = Some((Some(content), index + 1));
             }
-            Item::ToolCall(call) => pending.get_or_insert_with(AssistantTurn::default).calls.push(call),
+            Item::ToolCall(_) => {
+                pending.get_or_insert((None, index));
+            }
             Item::Message { role, content } => {
                 if let Some(turn) = pending.take() {
-                    emit(turn.into_message(), index);
+                    emit(assistant(turn, index), index);
                 }
                 let role = match role {
                     Role::User => "user",
                     _ => "system",
                 };
-                emit(json!({"role": role, "content": content}), index + 1);
+                emit(Message::Text { role, content }, index + 1);
             }
             Item::ToolResult(result) => {
                 if let Some(turn) = pending.take() {
-                    emit(turn.into_message(), index);
+                    emit(assistant(turn, index), index);
                 }
-                emit(json!({"role": "tool", "tool_call_id": result.call_id, "content": result.content}), index + 1);
+                emit(Message::Tool { call_id: &result.call_id, content: &result.content }, index + 1);
             }
         }
     }
     if let Some(turn) = pending.take() {
-        emit(turn.into_message(), items.len());
+        emit(assistant(turn, items.len()), items.len());
     }
 }
 
@@ -225,7 +192,7 @@ pub(super) fn walk(items: &[Item], mut emit: impl FnMut(Value, usize)) {
 mod tests {
     use std::sync::Arc;
 
-    use noetic::model::{ContentBlock, History, ToolResult, ToolSpec};
+    use noetic::model::{ContentBlock, History, ToolCall, ToolResult, ToolSpec};
     use noetic::step::ModelParams;
 
     use super::*;

@@ -1,13 +1,16 @@
 //! Chat-completions response body → [`ModelResponse`], and the provider's `{"error": …}` object →
 //! [`NoeticError`].
 //!
-//! Parsing walks a `serde_json::Value` instead of strict types: unknown fields are ignored, and a missing or
-//! oddly typed optional field is defaulted rather than failing the whole response (servers that speak "OpenAI
-//! compatible" differ in the details).
+//! Parsing is tolerant: unknown fields are ignored, and a missing or oddly typed optional field is defaulted rather
+//! than failing the whole response (servers that speak "OpenAI compatible" differ in the details). Answers of the
+//! usual shape are read by typed views without a `serde_json::Value` tree (see `answer`); the rest — error objects,
+//! oddly typed fields — by walking a `Value`, with the same result.
 
 use noetic::NoeticError;
 use noetic::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
 use serde_json::Value;
+
+use super::answer::Answer;
 
 /// The longest provider text quoted in an error message.
 const MAX_QUOTED: usize = 500;
@@ -24,19 +27,61 @@ const MAX_QUOTED: usize = 500;
 /// [`NoeticError::ModelFailed`] carrying the raw body when the body is not JSON, has no choices, or is a provider
 /// error object (`{"error": {...}}`, even with HTTP 200; also vLLM's `{"object": "error", ...}`).
 pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
+    match Answer::read(body) {
+        Some(answer) => typed_response(answer, body),
+        None => value_response(body),
+    }
+}
+
+/// The answer has no choice to read.
+fn no_choices(body: &str) -> NoeticError {
+    NoeticError::ModelFailed {
+        message: "the provider's response has no choices, so there is no answer to read; the raw body is attached \
+                  — check the model id and the server's logs"
+            .to_owned(),
+        status: None,
+        raw: Some(body.to_owned()),
+        retryable: false,
+    }
+}
+
+/// [`parse_response`] from the typed view.
+fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<ModelResponse, NoeticError> {
+    let Some(choice) = answer.choice() else {
+        return Err(no_choices(body));
+    };
+    let mut items = Vec::new();
+    let mut refusal = None;
+    if let Some(message) = choice.message {
+        let text = message.content.map(|c| c.0).unwrap_or_default();
+        if !text.is_empty() {
+            items.push(Item::assistant(text));
+        }
+        for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
+            let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
+            let (id, name, arguments) = (call.id.unwrap_or_default(), name.unwrap_or_default(), arguments);
+            items.push(Item::ToolCall(tool_call(index, id, name, arguments.unwrap_or_default())));
+        }
+        refusal = message.refusal.filter(|r| !r.is_empty());
+    }
+    let has_calls = items.iter().any(|i| matches!(i, Item::ToolCall(_)));
+    Ok(ModelResponse {
+        items,
+        usage: answer.usage.as_ref().map_or_else(Usage::default, |u| u.usage()),
+        finish_reason: finish_reason(choice.finish_reason.as_deref(), has_calls),
+        refusal,
+        model: answer.model.filter(|m| !m.is_empty()),
+    })
+}
+
+/// [`parse_response`] by walking a `Value`: any JSON, error objects included.
+pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
     let value: Value = serde_json::from_str(body).map_err(|e| malformed(body, &e))?;
     if let Some(error) = ProviderError::find(&value) {
         return Err(error.into_error(None, body));
     }
     let Some(choice) = value.get("choices").and_then(Value::as_array).and_then(|c| c.first()) else {
-        return Err(NoeticError::ModelFailed {
-            message: "the provider's response has no choices, so there is no answer to read; the raw body is \
-                      attached — check the model id and the server's logs"
-                .to_owned(),
-            status: None,
-            raw: Some(body.to_owned()),
-            retryable: false,
-        });
+        return Err(no_choices(body));
     };
     let message = &choice["message"];
     let mut items = Vec::new();
@@ -49,8 +94,8 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
             let function = &call["function"];
             items.push(Item::ToolCall(tool_call(
                 index,
-                call["id"].as_str().unwrap_or(""),
-                function["name"].as_str().unwrap_or(""),
+                call["id"].as_str().unwrap_or("").to_owned(),
+                function["name"].as_str().unwrap_or("").to_owned(),
                 arguments_text(&function["arguments"]),
             )));
         }
@@ -66,10 +111,10 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
 }
 
 /// A tool call with the defaults applied: a missing id becomes `call_<index>`, empty arguments `{}`.
-pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: String) -> ToolCall {
+pub(crate) fn tool_call(index: usize, id: String, name: String, arguments: String) -> ToolCall {
     ToolCall {
-        id: if id.is_empty() { format!("call_{index}") } else { id.to_owned() },
-        name: name.to_owned(),
+        id: if id.is_empty() { format!("call_{index}") } else { id },
+        name,
         arguments: if arguments.trim().is_empty() { "{}".to_owned() } else { arguments },
     }
 }

@@ -6,6 +6,7 @@ use noetic::NoeticError;
 use noetic::model::{Item, ModelResponse, StreamDelta, Usage};
 use serde_json::Value;
 
+use super::answer::Answer;
 use super::response::{ProviderError, arguments_text, content_text, finish_reason, tool_call, usage};
 
 /// A tool call being assembled from pieces.
@@ -87,6 +88,47 @@ impl StreamAccumulator {
         if data == "[DONE]" {
             return Ok(vec![self.done_delta()]);
         }
+        match Answer::read(data) {
+            Some(chunk) => Ok(self.push_typed(chunk)),
+            None => self.push_value(data),
+        }
+    }
+
+    /// [`push`](StreamAccumulator::push) of a chunk the typed view took.
+    fn push_typed(&mut self, mut chunk: Answer<'_>) -> Vec<StreamDelta> {
+        if let Some(usage) = &chunk.usage {
+            self.usage = usage.usage();
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.take().filter(|m| !m.is_empty());
+        }
+        let mut deltas = Vec::new();
+        if let Some(choice) = chunk.choice() {
+            if let Some(delta) = choice.delta {
+                let text = delta.content.map(|c| c.0).unwrap_or_default();
+                if !text.is_empty() {
+                    self.text.push_str(&text);
+                    deltas.push(StreamDelta::Text { text });
+                }
+                if let Some(refusal) = delta.refusal {
+                    self.refusal.push_str(&refusal);
+                }
+                for piece in delta.tool_calls.unwrap_or_default() {
+                    let (name, arguments) = piece.function.map_or((None, None), |f| (f.name, f.arguments));
+                    let id = piece.id.as_deref().filter(|s| !s.is_empty());
+                    let name = name.as_deref().filter(|s| !s.is_empty());
+                    deltas.extend(self.tool_piece(piece.index, id, name, arguments.unwrap_or_default()));
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(reason.into_owned());
+            }
+        }
+        deltas
+    }
+
+    /// [`push`](StreamAccumulator::push) by walking a `Value`: any JSON, error objects included.
+    pub(super) fn push_value(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
         let chunk: Value = serde_json::from_str(data).map_err(|e| NoeticError::ModelFailed {
             message: format!(
                 "a streamed chunk is not valid JSON ({e}); the chunk is attached as raw — check that the server \
@@ -126,7 +168,12 @@ impl StreamAccumulator {
                 self.refusal.push_str(refusal);
             }
             if let Some(pieces) = delta.get("tool_calls").and_then(Value::as_array) {
-                deltas.extend(pieces.iter().filter_map(|piece| self.tool_piece(piece)));
+                for piece in pieces {
+                    let id = piece["id"].as_str().filter(|s| !s.is_empty());
+                    let name = piece["function"]["name"].as_str().filter(|s| !s.is_empty());
+                    let arguments = arguments_text(&piece["function"]["arguments"]);
+                    deltas.extend(self.tool_piece(piece["index"].as_u64(), id, name, arguments));
+                }
             }
             if let Some(reason) = choice["finish_reason"].as_str() {
                 self.finish = Some(reason.to_owned());
@@ -165,7 +212,7 @@ impl StreamAccumulator {
             items.push(Item::assistant(self.text.clone()));
         }
         for (index, call) in self.calls.iter().enumerate() {
-            items.push(Item::ToolCall(tool_call(index, &call.id, &call.name, call.arguments.clone())));
+            items.push(Item::ToolCall(tool_call(index, call.id.clone(), call.name.clone(), call.arguments.clone())));
         }
         ModelResponse {
             items,
@@ -181,12 +228,15 @@ impl StreamAccumulator {
         StreamDelta::Done { response: self.response() }
     }
 
-    /// Adds one tool-call piece; returns the delta when it carried anything new.
-    fn tool_piece(&mut self, piece: &Value) -> Option<StreamDelta> {
-        let wire_index = piece["index"].as_u64();
-        let id = piece["id"].as_str().filter(|s| !s.is_empty());
-        let name = piece["function"]["name"].as_str().filter(|s| !s.is_empty());
-        let arguments = arguments_text(&piece["function"]["arguments"]);
+    /// Adds one tool-call piece (its wire index, its id and name when not empty, its argument text); returns the
+    /// delta when it carried anything new.
+    fn tool_piece(
+        &mut self,
+        wire_index: Option<u64>,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: String,
+    ) -> Option<StreamDelta> {
         let existing = match (wire_index, id) {
             (Some(i), _) => self.by_index.get(&i).copied(),
             (None, Some(id)) => self.by_id.get(id).copied(),

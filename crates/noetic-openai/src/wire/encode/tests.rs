@@ -3,10 +3,28 @@
 use std::sync::Arc;
 
 use noetic::model::{Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::wire::request_body;
+
+/// A `system` message as a `user` message starting `[system] `; any other message as it is.
+fn demoted(message: Value) -> Value {
+    if message["role"] != "system" {
+        return message;
+    }
+    let content = message["content"].as_str().unwrap_or_default();
+    json!({"role": "user", "content": format!("[system] {content}")})
+}
+
+/// Offers only the named tool and requires it.
+fn narrow_to(body: &mut Map<String, Value>, name: &str) {
+    let Some(Value::Array(tools)) = body.get_mut("tools") else { return };
+    let Some(index) = tools.iter().position(|t| t["function"]["name"] == name) else { return };
+    let tool = tools.swap_remove(index);
+    *tools = vec![tool];
+    body.insert("tool_choice".into(), Value::String("required".into()));
+}
 
 /// What the body must be: the plain JSON body with the options applied to it after the fact.
 fn reference(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Value {
@@ -33,8 +51,8 @@ fn reference(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Val
     body
 }
 
-fn parsed(bytes: Vec<u8>) -> Value {
-    serde_json::from_slice(&bytes).unwrap()
+fn parsed(body: ChunkedBody) -> Value {
+    serde_json::from_slice(&body.to_vec()).unwrap()
 }
 
 /// A conversation that exercises every merge rule: text + calls in one message, calls alone, a second text,

@@ -1,0 +1,103 @@
+//! JSON strings written straight into a byte buffer, escaped exactly as `serde_json` escapes them, scanning eight
+//! bytes at a time: request bodies are mostly text that needs no escape (instructions, tool results), and a
+//! byte-at-a-time escaper spent most of a request's encoding there.
+
+/// Eight copies of byte `b`.
+const fn splat(b: u8) -> u64 {
+    0x0101_0101_0101_0101 * b as u64
+}
+
+const HIGH: u64 = splat(0x80);
+
+/// High bit of each byte of `word` that is zero (exact for the lowest such byte, the only one used).
+const fn zero_bytes(word: u64) -> u64 {
+    word.wrapping_sub(splat(1)) & !word & HIGH
+}
+
+/// High bit of each byte of `word` that JSON must escape: a control character, `"` or `\` (exact for the lowest).
+const fn escapes(word: u64) -> u64 {
+    let control = word.wrapping_sub(splat(0x20)) & !word & HIGH;
+    control | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
+}
+
+/// Appends `text` as a JSON string (quotes included): the bytes `serde_json::to_string(text)` gives.
+///
+/// ```
+/// let mut out = Vec::new();
+/// noetic_http::write_json_str(&mut out, "say \"hi\"\n\u{1}");
+/// assert_eq!(out, br#""say \"hi\"\n\u0001""#);
+/// ```
+pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    // `bytes[copied..at]` needs no escape and is not written yet.
+    let (mut copied, mut at) = (0, 0);
+    while at < bytes.len() {
+        if let Some(word) = bytes.get(at..at + 8) {
+            let mut eight = [0; 8];
+            eight.copy_from_slice(word);
+            let mask = escapes(u64::from_le_bytes(eight));
+            if mask == 0 {
+                at += 8;
+                continue;
+            }
+            at += (mask.trailing_zeros() / 8) as usize;
+        }
+        let byte = bytes[at];
+        let escape: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => &[b'\\', b'u', b'0', b'0', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]],
+            _ => {
+                at += 1;
+                continue;
+            }
+        };
+        out.extend_from_slice(&bytes[copied..at]);
+        out.extend_from_slice(escape);
+        at += 1;
+        copied = at;
+    }
+    out.extend_from_slice(&bytes[copied..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn written(text: &str) -> String {
+        let mut out = Vec::new();
+        write_json_str(&mut out, text);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn every_byte_that_needs_an_escape_is_escaped_as_serde_json_does_at_every_position() {
+        for byte in 0u8..=0x7f {
+            for position in 0..20 {
+                let mut text = "a".repeat(position);
+                text.push(char::from(byte));
+                text.push_str("é\u{1F600}z");
+                assert_eq!(written(&text), serde_json::to_string(&text).unwrap_or_default(), "byte {byte:#x}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_written_as_serde_json_writes_it(text in "(?s).{0,80}", ascii in "[\\x00-\\x7f]{0,80}") {
+            prop_assert_eq!(written(&text), serde_json::to_string(&text).unwrap_or_default());
+            prop_assert_eq!(written(&ascii), serde_json::to_string(&ascii).unwrap_or_default());
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The typed reading and the `Value` walk give the same result for every answer and chunk shape, odd ones
+//! included (the typed reading then leaves them to the walk).
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+use crate::wire::StreamAccumulator;
+use crate::wire::response::{parse_response, value_response};
+
+/// One of `choices`, or the field left out (`None`).
+fn pick(choices: Vec<Option<Value>>) -> impl Strategy<Value = Option<Value>> {
+    proptest::sample::select(choices)
+}
+
+fn object(fields: Vec<(&'static str, Option<Value>)>) -> Value {
+    Value::Object(fields.into_iter().filter_map(|(k, v)| v.map(|v| (k.to_owned(), v))).collect::<Map<_, _>>())
+}
+
+fn count() -> impl Strategy<Value = Option<Value>> {
+    pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!(5)),
+        Some(json!(-3)),
+        Some(json!(2.7)),
+        Some(json!("9")),
+        Some(json!(1e30)),
+    ])
+}
+
+fn usage() -> impl Strategy<Value = Option<Value>> {
+    let details = pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!({"cached_tokens": 4})),
+        Some(json!({"cached_tokens": -1.5})),
+        Some(json!(4)),
+    ]);
+    let cost = pick(vec![None, Some(Value::Null), Some(json!(0.5)), Some(json!(2)), Some(json!("x"))]);
+    (count(), count(), details, cost, any::<u8>()).prop_map(|(p, c, d, cost, shape)| match shape % 8 {
+        0 => None,
+        1 => Some(Value::Null),
+        2 => Some(json!(9)),
+        _ => Some(object(vec![
+            ("prompt_tokens", p),
+            ("completion_tokens", c),
+            ("prompt_tokens_details", d),
+            ("cost", cost),
+        ])),
+    })
+}
+
+fn call() -> impl Strategy<Value = Value> {
+    let index = pick(vec![None, Some(json!(0)), Some(json!(1)), Some(json!(-1)), Some(json!(1.5)), Some(json!("0"))]);
+    let id = pick(vec![None, Some(Value::Null), Some(json!("c1")), Some(json!("")), Some(json!(7))]);
+    let name = pick(vec![None, Some(Value::Null), Some(json!("search")), Some(json!("")), Some(json!(3))]);
+    let arguments = pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!("{}")),
+        Some(json!("")),
+        Some(json!("{\"city\": \"Paris\"}")),
+        Some(json!({"city": "Paris"})),
+        Some(json!([1])),
+    ]);
+    let function_shape = any::<u8>();
+    (index, id, name, arguments, function_shape, any::<u8>()).prop_map(|(index, id, name, arguments, f, shape)| {
+        let function = match f % 6 {
+            0 => None,
+            1 => Some(Value::Null),
+            2 => Some(json!("f")),
+            _ => Some(object(vec![("name", name), ("arguments", arguments)])),
+        };
+        match shape % 10 {
+            0 => json!("not a call"),
+            _ => object(vec![("index", index), ("id", id), ("type", Some(json!("function"))), ("function", function)]),
+        }
+    })
+}
+
+fn message() -> impl Strategy<Value = Option<Value>> {
+    let content = pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!("hi")),
+        Some(json!("")),
+        Some(json!([{"type": "text", "text": "a"}, {"type": "image_url"}, {"type": "text", "text": "b"}])),
+        Some(json!([{"text": null}])),
+        Some(json!(["plain"])),
+        Some(json!([{"text": 5}])),
+        Some(json!(7)),
+        Some(json!({"a": 1})),
+    ]);
+    let refusal = pick(vec![None, Some(Value::Null), Some(json!("no")), Some(json!("")), Some(json!(5))]);
+    let calls = proptest::collection::vec(call(), 0..3);
+    (content, refusal, calls, any::<u8>()).prop_map(|(content, refusal, calls, shape)| {
+        let tool_calls = match shape % 6 {
+            0 => None,
+            1 => Some(Value::Null),
+            2 => Some(json!("x")),
+            _ => Some(Value::Array(calls)),
+        };
+        match shape % 13 {
+            0 => None,
+            1 => Some(Value::Null),
+            2 => Some(json!(3)),
+            _ => Some(object(vec![
+                ("role", Some(json!("assistant"))),
+                ("content", content),
+                ("refusal", refusal),
+                ("tool_calls", tool_calls),
+            ])),
+        }
+    })
+}
+
+fn answer() -> impl Strategy<Value = Value> {
+    let finish = pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!("stop")),
+        Some(json!("tool_calls")),
+        Some(json!("eos")),
+        Some(json!(3)),
+    ]);
+    let error = pick(vec![
+        None,
+        Some(Value::Null),
+        Some(json!({"message": "bad", "code": 502})),
+        Some(json!("oops")),
+        Some(json!({})),
+    ]);
+    let object_kind = pick(vec![None, Some(json!("chat.completion")), Some(json!("error")), Some(json!(5))]);
+    let model = pick(vec![None, Some(Value::Null), Some(json!("gpt")), Some(json!("")), Some(json!(3))]);
+    (message(), message(), finish, usage(), error, object_kind, model, any::<u8>()).prop_map(
+        |(message, delta, finish, usage, error, object_kind, model, shape)| {
+            let choice = object(vec![
+                ("index", Some(json!(0))),
+                ("message", message),
+                ("delta", delta),
+                ("finish_reason", finish),
+            ]);
+            let choices = match shape % 9 {
+                0 => None,
+                1 => Some(Value::Null),
+                2 => Some(json!([])),
+                3 => Some(json!({"a": 1})),
+                4 => Some(json!([choice, "second"])),
+                5 => Some(json!(["not a choice"])),
+                _ => Some(json!([choice])),
+            };
+            let fields = vec![
+                ("choices", choices),
+                ("usage", usage),
+                ("error", error),
+                ("object", object_kind),
+                ("model", model),
+            ];
+            if shape % 31 == 0 { json!([1, 2]) } else { object(fields) }
+        },
+    )
+}
+
+/// Deltas and the end of a stream of `chunks`, fed by `push`.
+fn streamed(chunks: &[String], typed: bool) -> String {
+    let mut acc = StreamAccumulator::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        out.push(format!("{:?}", if typed { acc.push(chunk) } else { acc.push_value(chunk) }));
+    }
+    out.push(format!("{:?}", acc.finish()));
+    out.join("\n")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn an_answer_of_any_shape_parses_as_the_value_walk_parses_it(answer in answer()) {
+        let body = answer.to_string();
+        prop_assert_eq!(format!("{:?}", parse_response(&body)), format!("{:?}", value_response(&body)), "{}", body);
+    }
+
+    #[test]
+    fn a_stream_of_chunks_of_any_shape_accumulates_as_the_value_walk_does(chunks in proptest::collection::vec(answer(), 1..5)) {
+        let chunks: Vec<String> = chunks.iter().map(Value::to_string).collect();
+        prop_assert_eq!(streamed(&chunks, true), streamed(&chunks, false), "{:?}", chunks);
+    }
+}
+
+#[test]
+fn duplicated_keys_and_bodies_that_are_not_json_parse_as_the_value_walk_parses_them() {
+    for body in [
+        r#"{"choices":[{"message":{"content":"a"}}],"model":"x","model":"y"}"#,
+        r#"{"choices":[{"message":{"content":"a","content":"b"}}]}"#,
+        r#"{"choices":[{"message":{"content":"a"}}]} trailing"#,
+        r#"{"choices":[{"message":{"content":"\u00e9\n"}}]}"#,
+        "{not json",
+        "",
+    ] {
+        assert_eq!(format!("{:?}", parse_response(body)), format!("{:?}", value_response(body)), "{body}");
+    }
+}
+
+#[test]
+fn the_committed_answers_of_openai_openrouter_and_llama_cpp_are_read_by_the_typed_view() {
+    for body in [
+        include_str!("../../../tests/fixtures/chat_text.json"),
+        include_str!("../../../tests/fixtures/chat_tool_calls.json"),
+        include_str!("../../../tests/fixtures/openrouter_cost.json"),
+        include_str!("../../../tests/fixtures/llama_cpp_tool_call.json"),
+    ] {
+        assert!(super::Answer::read(body).is_some(), "{body}");
+        assert_eq!(format!("{:?}", parse_response(body)), format!("{:?}", value_response(body)));
+    }
+}
