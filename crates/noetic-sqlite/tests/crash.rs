@@ -267,8 +267,15 @@ fn kill_point(db: &Path) -> String {
         Some(stored) => match stored.unfinished {
             None => "between turns".to_owned(),
             Some(turn) => {
-                let core: serde_json::Value = serde_json::from_str(&turn.core).unwrap();
-                core["phase"]["phase"].as_str().unwrap_or("?").to_owned()
+                // The turn's record: the cores of the step runs that were running (or, from older versions, one
+                // bare core).
+                let record: serde_json::Value = serde_json::from_str(&turn.core).unwrap();
+                let core = record["running"].as_object().and_then(|runs| runs.values().next()).unwrap_or(&record);
+                match core["phase"]["phase"].as_str() {
+                    Some(phase) => phase.to_owned(),
+                    None if record["running"].is_object() => "between steps".to_owned(),
+                    None => "?".to_owned(),
+                }
             }
         },
     }
