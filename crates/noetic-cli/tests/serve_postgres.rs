@@ -483,26 +483,45 @@ async fn a_worker_killed_at_random_moments_never_makes_a_tool_run_twice_or_a_mes
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_accepted_and_each_shown_once() {
-    let Some(server) = database() else { return };
-    let db = Database::new(&server, "takeover_window");
+/// Two workers on a throwaway database, and a turn started on the first that waits for c1's approval there.
+struct TwoWorkers {
+    _db: Database,
+    _dir: tempfile::TempDir,
+    workspace: std::path::PathBuf,
+    workers: Vec<Worker>,
+    client: reqwest::Client,
+    key: String,
+    url: String,
+}
+
+/// [`TwoWorkers`]; the second worker's script only answers when `second_answers_only` (it takes turns over).
+async fn two_workers_with_a_turn(server: &str, tag: &str, second_answers_only: bool) -> TwoWorkers {
+    let db = Database::new(server, tag);
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
     std::fs::create_dir(&workspace).unwrap();
-    let (flow, answers) = (workflow(dir.path()), workflow_file(dir.path(), true));
-    let mut workers = vec![Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &answers, &workspace)];
+    let (flow, second) = (workflow(dir.path()), workflow_file(dir.path(), second_answers_only));
+    let workers = vec![Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &second, &workspace)];
     let client = reqwest::Client::new();
-    let k = unique_key("window");
+    let key = unique_key(tag);
     let (_, started) =
-        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
+        post(&client, workers[0].url(&format!("/api/sessions/{key}/messages")), json!({"text": "go"})).await;
     assert_eq!(started["routed"], "started");
-    assert_eq!(who_asks(&client, &workers, &k, "c1").await, 0);
+    assert_eq!(who_asks(&client, &workers, &key, "c1").await, 0);
+    let url = db.url.clone();
+    TwoWorkers { _db: db, _dir: dir, workspace, workers, client, key, url }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_accepted_and_each_shown_once() {
+    let Some(server) = database() else { return };
+    let TwoWorkers { _db, _dir, workspace, mut workers, client, key: k, url } =
+        two_workers_with_a_turn(&server, "takeover_window", true).await;
     workers[0].kill9();
     std::fs::write(workspace.join("release"), "").unwrap();
     // One message while the dead worker's lease still runs, one in the window after it lapsed and before the
     // survivor (which looks every 2 s) took the turn over: both are accepted, neither refused.
-    let store = noetic_postgres::PgStore::connect(&db.url).unwrap();
+    let store = noetic_postgres::PgStore::connect(&url).unwrap();
     let mut sent = Vec::new();
     let mut in_the_window = false;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -531,7 +550,7 @@ async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_ac
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let approver = approve_everything(vec![workers[1].base.clone()], stop.clone());
-    let stored = settled(&db.url, &k).await;
+    let stored = settled(&url, &k).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     approver.await.unwrap();
     for text in &sent {
@@ -543,17 +562,8 @@ async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_ac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steering_through_different_workers_reaches_the_model_in_the_order_it_was_accepted() {
     let Some(server) = database() else { return };
-    let db = Database::new(&server, "order");
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir(&workspace).unwrap();
-    let flow = workflow(dir.path());
-    let workers = [Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &flow, &workspace)];
-    let client = reqwest::Client::new();
-    let k = unique_key("order");
-    let (_, started) =
-        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
-    assert_eq!(started["routed"], "started");
+    let TwoWorkers { _db, _dir, workspace, workers, client, key: k, url } =
+        two_workers_with_a_turn(&server, "order", false).await;
     approve_on(&client, &workers[0], &k, "c1", true).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(workspace.join("runs.txt")).is_ok_and(|r| r.starts_with("c1")) {
@@ -570,7 +580,7 @@ async fn steering_through_different_workers_reaches_the_model_in_the_order_it_wa
     std::fs::write(workspace.join("release"), "").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let approver = approve_everything(workers.iter().map(|w| w.base.clone()).collect(), stop.clone());
-    let stored = settled(&db.url, &k).await;
+    let stored = settled(&url, &k).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     approver.await.unwrap();
     let users: Vec<&str> = stored
@@ -589,18 +599,8 @@ async fn steering_through_different_workers_reaches_the_model_in_the_order_it_wa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_does_not_run_a_sessions_turn_shows_it_as_stored_running_while_it_runs_and_finished_after() {
     let Some(server) = database() else { return };
-    let db = Database::new(&server, "views");
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir(&workspace).unwrap();
-    let flow = workflow(dir.path());
-    let workers = [Worker::start(&db.url, &flow, &workspace), Worker::start(&db.url, &flow, &workspace)];
-    let client = reqwest::Client::new();
-    let k = unique_key("views");
-    let (_, started) =
-        post(&client, workers[0].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
-    assert_eq!(started["routed"], "started");
-    assert_eq!(who_asks(&client, &workers, &k, "c1").await, 0);
+    let TwoWorkers { _db, _dir, workspace, workers, client, key: k, url } =
+        two_workers_with_a_turn(&server, "views", false).await;
     let during: Value =
         client.get(workers[1].url(&format!("/api/sessions/{k}"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(during["busy"], true, "worker 1 sees the turn worker 0 runs: {during}");
@@ -609,7 +609,7 @@ async fn a_worker_that_does_not_run_a_sessions_turn_shows_it_as_stored_running_w
     std::fs::write(workspace.join("release"), "").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let approver = approve_everything(workers.iter().map(|w| w.base.clone()).collect(), stop.clone());
-    let stored = settled(&db.url, &k).await;
+    let stored = settled(&url, &k).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     approver.await.unwrap();
     for (i, worker) in workers.iter().enumerate() {
