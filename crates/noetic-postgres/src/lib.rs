@@ -1,5 +1,9 @@
 //! # noetic-postgres — noetic sessions shared by many workers through PostgreSQL
 //!
+//! (This file is `PgStore`, the synchronous store with its own thread pool that the runtime uses until it moves to
+//! the session log (#30); it is deleted then rather than split now. The async log store, `PgLogStore`, lives in
+//! `log/`, split by concern.)
+//!
 //! [`PgStore`] implements [`SessionStore`] for several worker processes (on one machine or many) that share one
 //! database, typically behind a load balancer: any worker accepts any session's messages, a session's turn runs on
 //! exactly one worker at a time, steering sent through any worker reaches the turn wherever it runs, and when a

@@ -1,5 +1,8 @@
 //! # noetic-sqlite — durable noetic sessions on SQLite
 //!
+//! (This file is `SqliteStore`, the store the runtime uses until it moves to the session log (#30); it is deleted
+//! then rather than split now. The log store, `SqliteLogStore`, lives in `log/`, split by concern.)
+//!
 //! [`SqliteStore`] implements [`SessionStore`]: a runtime built with
 //! `Runtime::builder().store(Arc::new(SqliteStore::open(path)?))` keeps every session in one SQLite file
 //! (embedded and bundled: no system library, no server) and a session survives its process. A turn a killed

@@ -57,14 +57,17 @@ async fn handled_after(
     seen.lock().unwrap().clone()
 }
 
-#[tokio::test]
-async fn a_message_that_claimed_an_idle_session_runs_before_one_accepted_after_it_while_the_last_turn_ended() {
-    // A spawned task, not the test's own future: the scheduler runs woken tasks in the order they were woken, and
-    // polls the test's own future only between batches of them.
-    tokio::spawn(claim_while_the_last_turn_ends()).await.unwrap();
+/// A bus with one turn slot and a session whose first turn ("zero") has started and waits for `proceed`; the first
+/// turn's task holds the slot until its continuations are done.
+struct Bus {
+    seen: Arc<Mutex<Vec<String>>>,
+    proceed: Arc<Semaphore>,
+    session: noetic::agent::Session,
+    bus: MessageBus,
+    replies: noetic::agent::BusReplies,
 }
 
-async fn claim_while_the_last_turn_ends() {
+async fn bus_with_a_first_turn() -> Bus {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (started, proceed) = (Arc::new(Notify::new()), Arc::new(Semaphore::new(0)));
     let rt = Runtime::builder()
@@ -73,10 +76,21 @@ async fn claim_while_the_last_turn_ends() {
         .build()
         .unwrap();
     let session = rt.session("s");
-    // One turn slot: the first turn's task holds it until its continuations are done.
-    let (bus, mut replies) = MessageBus::new(rt.clone(), 1);
+    let (bus, replies) = MessageBus::new(rt, 1);
     assert_eq!(bus.publish(InboundMessage::text("s", "zero")).await.unwrap(), Delivery::Started);
     started.notified().await;
+    Bus { seen, proceed, session, bus, replies }
+}
+
+#[tokio::test]
+async fn a_message_that_claimed_an_idle_session_runs_before_one_accepted_after_it_while_the_last_turn_ended() {
+    // A spawned task, not the test's own future: the scheduler runs woken tasks in the order they were woken, and
+    // polls the test's own future only between batches of them.
+    tokio::spawn(claim_while_the_last_turn_ends()).await.unwrap();
+}
+
+async fn claim_while_the_last_turn_ends() {
+    let Bus { seen, proceed, session, bus, mut replies } = bus_with_a_first_turn().await;
     proceed.add_permits(10);
     // The session is released before the bus looks for continuations: A and B arrive in that window (this task is
     // woken by the release, ahead of the bus's task, and publishing does not yield).
@@ -93,17 +107,7 @@ async fn a_message_queued_before_a_claim_still_runs_before_the_claiming_message(
 }
 
 async fn claim_behind_a_queued_message() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (started, proceed) = (Arc::new(Notify::new()), Arc::new(Semaphore::new(0)));
-    let rt = Runtime::builder()
-        .model(Arc::new(ScriptedModel::new([])))
-        .agent(noting_agent(&seen, &started, &proceed))
-        .build()
-        .unwrap();
-    let session = rt.session("s");
-    let (bus, mut replies) = MessageBus::new(rt.clone(), 1);
-    bus.publish(InboundMessage::text("s", "zero")).await.unwrap();
-    started.notified().await;
+    let Bus { seen, proceed, session, bus, mut replies } = bus_with_a_first_turn().await;
     // X arrives while the first turn runs but after its last checkpoint: it waits for a continuation.
     assert!(matches!(bus.publish(InboundMessage::text("s", "X")).await.unwrap(), Delivery::Steered(_)));
     proceed.add_permits(10);

@@ -199,15 +199,21 @@ fn a_commit_that_does_not_continue_the_stored_conversation_is_refused() {
     assert!(err.to_string().contains("does not continue the stored conversation"), "{err}");
 }
 
-#[tokio::test]
-async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idempotent() {
+/// A turn whose model asked for `c1` of the gated tool `slow`, and what the store held while `c1` ran (the gate,
+/// to release at the end, and the first runtime, which keeps running).
+async fn crashed_while_c1_runs() -> (Arc<MemoryStore>, Gate, Runtime) {
     let store = Arc::new(MemoryStore::new());
     let gate = Gate::new();
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
     let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
     let _turn = first.session("s").send("go").unwrap();
     gate.started().await;
-    let crashed = Arc::new(store.snapshot());
+    (Arc::new(store.snapshot()), gate, first)
+}
+
+#[tokio::test]
+async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idempotent() {
+    let (crashed, gate, _first) = crashed_while_c1_runs().await;
 
     let reads = Counter::new();
     let counted = reads.tool("slow", json!("read again")).unwrap();
@@ -256,13 +262,7 @@ async fn steering_decisions_are_kept_with_the_session_and_those_committed_before
 
 #[tokio::test]
 async fn a_message_for_a_session_whose_turn_waits_to_be_resumed_is_queued_for_it_and_reaches_the_model_once() {
-    let store = Arc::new(MemoryStore::new());
-    let gate = Gate::new();
-    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
-    let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
-    let _turn = first.session("s").send("go").unwrap();
-    gate.started().await;
-    let crashed = Arc::new(store.snapshot());
+    let (crashed, gate, _first) = crashed_while_c1_runs().await;
 
     let model2 = ScriptedModel::new([ModelResponse::text("resumed with the new message")]);
     let next = runtime(&model2, crashed.clone(), vec![Gate::new().tool("slow").unwrap()]);
