@@ -123,12 +123,16 @@ pub fn declined() -> Approval {
 /// into the session before the call is rejected, so the rejected call's outcome (a checkpoint) finds it: the
 /// rest of the batch is skipped and the model reads it next. `Err` carries the decision and why the message
 /// could not be steered (then the reason carries the message, so it is not lost).
-pub fn decide(line: &str, session: Option<&Session>) -> Result<Approval, (Approval, String)> {
+pub async fn decide(line: &str, session: Option<&Session>) -> Result<Approval, (Approval, String)> {
     match answer(line) {
         Answer::Yes | Answer::Always => Ok(Approval::Approve),
         Answer::No => Ok(declined()),
         Answer::Message(text) => {
-            let not_steered = match session.map(|s| s.steer(text)) {
+            let steered = match session {
+                Some(s) => Some(s.steer(text).await),
+                None => None,
+            };
+            let not_steered = match steered {
                 Some(Ok(_)) => return Ok(Approval::Reject { reason: ANSWERED_WITH_A_MESSAGE.to_owned() }),
                 Some(Err(e)) => e.to_string(),
                 None => "there is no session to steer into".to_owned(),
@@ -194,21 +198,22 @@ pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace) -> Arc
                 err!("{}", question(&request));
                 let mut line = String::new();
                 if std::io::stdin().lock().read_line(&mut line)? == 0 {
-                    return Ok(declined());
+                    return Ok(None);
                 }
                 if answer(&line) == Answer::Always
                     && let Ok(mut always) = always.lock()
                 {
                     always.insert(request.tool.clone());
                 }
-                Ok::<_, std::io::Error>(decide(&line, session.get()).unwrap_or_else(|(decision, why)| {
-                    errln!("{why}");
-                    decision
-                }))
+                Ok::<_, std::io::Error>(Some(line))
             })
             .await;
             match asked {
-                Ok(Ok(decision)) => decision,
+                Ok(Ok(Some(line))) => decide(&line, session.get()).await.unwrap_or_else(|(decision, why)| {
+                    errln!("{why}");
+                    decision
+                }),
+                Ok(Ok(None)) => declined(),
                 _ => Approval::Reject { reason: "the terminal could not be read".to_owned() },
             }
         }
@@ -235,9 +240,9 @@ mod tests {
         assert_eq!(answer("y please"), Answer::Message("y please"));
     }
 
-    #[test]
-    fn a_message_with_no_session_to_steer_into_is_kept_in_the_rejection() {
-        let Err((Approval::Reject { reason }, why)) = decide("use make instead", None) else { panic!("steered") };
+    #[tokio::test]
+    async fn a_message_with_no_session_to_steer_into_is_kept_in_the_rejection() {
+        let Err((Approval::Reject { reason }, why)) = decide("use make instead", None).await else { panic!("steered") };
         assert_eq!(
             reason,
             "the user answered the approval question with a message instead of yes or no: \"use make instead\"; do \
@@ -302,11 +307,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_or_always_approves_and_is_told_apart_from_yes() {
+    #[tokio::test]
+    async fn a_or_always_approves_and_is_told_apart_from_yes() {
         for always in ["a", " A\n", "always", "Always"] {
             assert_eq!(answer(always), Answer::Always, "{always:?}");
-            assert_eq!(decide(always, None), Ok(Approval::Approve));
+            assert_eq!(decide(always, None).await, Ok(Approval::Approve));
         }
         assert_eq!(answer("always use make"), Answer::Message("always use make"));
     }

@@ -60,7 +60,7 @@ impl Chat {
     }
 
     /// Answers the oldest open question with a typed line (see [`approve::decide`]), then shows the next one.
-    pub(super) fn answer_question(&mut self, text: &str) {
+    pub(super) async fn answer_question(&mut self, text: &str) {
         let Some(pending) = self.approvals.pop_front() else { return };
         match approve::answer(text) {
             approve::Answer::Message(_) => self.say(
@@ -71,7 +71,7 @@ impl Chat {
             }
             _ => {}
         }
-        let decision = approve::decide(text, Some(&self.session)).unwrap_or_else(|(decision, why)| {
+        let decision = approve::decide(text, Some(&self.session)).await.unwrap_or_else(|(decision, why)| {
             self.say(&self.style.red(&why));
             decision
         });
