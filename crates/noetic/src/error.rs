@@ -69,6 +69,8 @@ pub enum ConfigCode {
     MissingArchive,
     /// An MCP server's configuration is unusable (its name cannot prefix tool names, it has no command).
     InvalidMcpServer,
+    /// The runtime was given two places to keep sessions in (a session store and a session log store).
+    TwoSessionStores,
 }
 
 impl ConfigCode {
@@ -98,6 +100,7 @@ impl ConfigCode {
             ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
             ConfigCode::MissingArchive => "MISSING_ARCHIVE",
+            ConfigCode::TwoSessionStores => "TWO_SESSION_STORES",
             ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
         }
     }

@@ -22,6 +22,8 @@ mod archive;
 mod bus;
 mod checkpoint;
 pub mod log;
+mod log_turn;
+mod logged;
 mod persist;
 mod queue;
 mod replies;
@@ -75,6 +77,8 @@ pub(crate) struct RuntimeInner {
     archive: Option<Arc<dyn SessionArchive>>,
     /// Where sessions live beyond the process (written through).
     store: Option<Arc<dyn SessionStore>>,
+    /// The session logs sessions are kept in (see [`log`]).
+    log_store: Option<Arc<dyn log::LogStore>>,
     /// How many idle sessions stay in memory (with an archive); beyond it the least recently used go.
     max_idle_sessions: Option<usize>,
     /// A logical clock: each session use takes the next tick.
@@ -130,6 +134,7 @@ pub struct RuntimeBuilder {
     stream: Option<bool>,
     archive: Option<Arc<dyn SessionArchive>>,
     store: Option<Arc<dyn SessionStore>>,
+    log_store: Option<Arc<dyn log::LogStore>>,
     max_idle_sessions: Option<usize>,
 }
 
@@ -244,6 +249,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps every session in a session log ([`log::LogStore`]: [`log::MemoryLogStore`], or a database's, such as
+    /// `noetic_sqlite::SqliteLogStore`): each durable fact of a session — a message accepted, a turn started, a
+    /// model response, a tool call started and its outcome, a decision, the turn's end — is an entry, appended in
+    /// the order it happened, and a session opened again (here or after a crash) is what its log says. A turn a
+    /// stopped process left is resumed ([`Session::resume`]) by replaying it: nothing in the log is done again.
+    /// Open sessions with [`Runtime::open`] (the first use of a [`Runtime::session`] handle reads its log too).
+    /// Cannot be combined with [`RuntimeBuilder::store`]. A store several processes share (leases) is not yet
+    /// supported here: one process owns the sessions it opens.
+    pub fn log_store(mut self, store: Arc<dyn log::LogStore>) -> Self {
+        self.log_store = Some(store);
+        self
+    }
+
     /// Keeps at most `n` idle sessions in memory: when a turn ends with more, the least recently used idle ones
     /// (not followed by anybody) go to the archive. Needs [`RuntimeBuilder::archive`].
     pub fn max_idle_sessions(mut self, n: usize) -> Self {
@@ -268,7 +286,18 @@ impl RuntimeBuilder {
         if let Some(duplicate) = self.services.duplicate_tool() {
             return Err(duplicate);
         }
-        if self.max_idle_sessions.is_some() && self.archive.is_none() && self.store.is_none() {
+        if self.store.is_some() && self.log_store.is_some() {
+            return Err(ConfigError::new(
+                ConfigCode::TwoSessionStores,
+                "the runtime was given both a session store and a session log store",
+                "keep sessions in one place: call .log_store(...) or .store(...), not both",
+            ));
+        }
+        if self.max_idle_sessions.is_some()
+            && self.archive.is_none()
+            && self.store.is_none()
+            && self.log_store.is_none()
+        {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
                 "max_idle_sessions is set but the runtime has no session archive, so evicted sessions would be lost",
@@ -292,6 +321,7 @@ impl RuntimeBuilder {
             sessions: RwLock::new(HashMap::new()),
             archive: self.archive,
             store: self.store,
+            log_store: self.log_store,
             max_idle_sessions: self.max_idle_sessions,
             clock: AtomicU64::new(0),
             global_layers: persist::Kept::default(),
@@ -357,12 +387,30 @@ impl Runtime {
         Ok(Session::new(self.inner.clone(), self.handles.clone(), state))
     }
 
+    /// The [`Session`] with this key, its log read (see [`RuntimeBuilder::log_store`]): what [`Session::history`],
+    /// [`Session::queued`] and the other plain reads show is what the log holds. Without a log store this is
+    /// [`Runtime::try_session`]. A log that cannot be read is an error ([`NoeticError`]); the session stays
+    /// unavailable until the next open.
+    pub async fn open(&self, key: &str) -> Result<Session, NoeticError> {
+        let session = self.try_session(key)?;
+        let state = state_of(&self.inner, key);
+        if let Err(message) = state.open_log().await {
+            // Not kept: the next open reads the log again.
+            let mut sessions = self.inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
+            if sessions.get(key).is_some_and(|s| Arc::ptr_eq(s, &state)) {
+                sessions.remove(key);
+            }
+            return Err(NoeticError::other(message));
+        }
+        Ok(session)
+    }
+
     /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
     /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
     /// is not in memory. Without an archive this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation
     /// would be lost.
     pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
-        if self.inner.archive.is_none() && self.inner.store.is_none() {
+        if self.inner.archive.is_none() && self.inner.store.is_none() && self.inner.log_store.is_none() {
             return Err(NoeticError::Config(ConfigError::new(
                 ConfigCode::MissingArchive,
                 format!("cannot evict session '{key}': the runtime has no session archive, so it would be lost"),
@@ -420,7 +468,10 @@ pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionS
                 session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
             }
         },
-        None => from_archive(inner, key, settings),
+        None => match inner.log_store.as_ref() {
+            Some(log) => session::SessionState::new(Arc::from(key), settings()).with_log(log.clone()),
+            None => from_archive(inner, key, settings),
+        },
     };
     let state = Arc::new(state);
     state.touch(now);

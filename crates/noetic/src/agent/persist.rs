@@ -7,10 +7,11 @@
 //! changed since they were loaded or last saved (compared by a hash of their JSON), so a layer that keeps
 //! nothing costs one call to [`MemoryLayer::save_state`] per turn and no write.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+use super::log::Entry;
 use super::store::{LayerStateWrite, SessionStore};
 use crate::context::lock;
 use crate::error::NoeticError;
@@ -154,4 +155,52 @@ pub(crate) fn save(from: &Session<'_>) -> Result<(), NoeticError> {
         }
     }
     Ok(())
+}
+
+/// Brings the thread's layer states a session log holds (`saved`, by layer id) into the layers, unless they were
+/// loaded already. Global layer state is not kept in a session's log.
+pub(crate) fn load_logged(
+    layers: &[Arc<dyn MemoryLayer>],
+    thread: &str,
+    kept: &Kept,
+    saved: Option<&BTreeMap<String, serde_json::Value>>,
+) -> Result<(), NoeticError> {
+    let mut guard = lock(&kept.0);
+    if guard.is_some() || layers.is_empty() {
+        return Ok(());
+    }
+    let key = ScopeKey::Thread(Arc::from(thread));
+    let mut hashes = HashMap::new();
+    for (id, value) in saved.into_iter().flatten() {
+        let Some(layer) = distinct(layers).find(|l| l.id() == id) else { continue };
+        layer.load_state(&key, value.clone()).map_err(|e| {
+            NoeticError::other(format!("layer '{id}' could not restore its saved state for session '{thread}': {e}"))
+        })?;
+        hashes.insert(id.clone(), hash(&value.to_string()));
+    }
+    *guard = Some(hashes);
+    Ok(())
+}
+
+/// The thread's layer states that changed since they were loaded or last saved, as session log entries (marked
+/// saved: the caller appends them with the turn's end).
+pub(crate) fn logged_changes(layers: &[Arc<dyn MemoryLayer>], thread: &str, kept: &Kept) -> Vec<Entry> {
+    let mut guard = lock(&kept.0);
+    let Some(hashes) = guard.as_mut() else { return Vec::new() };
+    let key = ScopeKey::Thread(Arc::from(thread));
+    let Some(scope) = key.store_name() else { return Vec::new() };
+    let mut entries = Vec::new();
+    for layer in distinct(layers) {
+        let state = layer.save_state(&key);
+        let json = state.as_ref().map(serde_json::Value::to_string);
+        if hashes.get(layer.id()).copied() == json.as_deref().map(hash) {
+            continue;
+        }
+        match &json {
+            Some(json) => hashes.insert(layer.id().to_owned(), hash(json)),
+            None => hashes.remove(layer.id()),
+        };
+        entries.push(Entry::LayerState { scope: scope.clone(), layer: layer.id().to_owned(), state });
+    }
+    entries
 }

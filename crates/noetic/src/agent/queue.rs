@@ -26,6 +26,13 @@ impl MessageId {
     }
 }
 
+impl MessageId {
+    /// The id `text` shows ([`MessageId`]'s `Display`), if it is one.
+    pub fn parse(text: &str) -> Option<MessageId> {
+        Uuid::parse_str(text).ok().map(MessageId)
+    }
+}
+
 impl fmt::Display for MessageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
@@ -341,6 +348,15 @@ impl SessionQueue {
             };
             queue.make_contiguous().sort_by_cached_key(rank);
         }
+    }
+
+    /// Removes the message `id` (its write to the log failed); false when it was not queued (a turn took it).
+    pub(crate) fn remove(&self, id: MessageId) -> bool {
+        let mut guard = lock(&self.messages);
+        let Some(queue) = guard.as_deref_mut() else { return false };
+        let before = queue.len();
+        queue.retain(|m| m.id != id);
+        queue.len() < before
     }
 
     pub(crate) fn peek(&self) -> Vec<SteerMessage> {

@@ -18,6 +18,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::archive::SessionSnapshot;
+use super::log::{Entry, LogStore, Projection, TurnOutcome};
+use super::log_turn::{LogJournal, LogRecords, ReplayIndex};
+use super::logged::{Logged, Receipt, settled};
 use super::queue::{MessageId, SessionQueue};
 use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
 use super::turn_record::{StoreJournal, TurnRecord};
@@ -117,6 +120,8 @@ pub(crate) struct SessionState {
     unavailable: Option<String>,
     /// What a store-backed session keeps besides (boxed: a session without a store pays one pointer).
     durable: Option<Box<Durable>>,
+    /// What a session kept in a session log keeps besides (boxed, like `durable`).
+    logged: Option<Box<Logged>>,
 }
 
 /// The write-through state of a session kept in a store.
@@ -154,7 +159,74 @@ impl SessionState {
             evicted: AtomicBool::new(false),
             unavailable: None,
             durable: None,
+            logged: None,
         }
+    }
+
+    /// The same state, kept in the session log `store` (read when the session is first used: see
+    /// [`SessionState::open_log`]).
+    pub(crate) fn with_log(mut self, store: Arc<dyn LogStore>) -> Self {
+        self.logged = Some(Box::new(Logged::new(store)));
+        self
+    }
+
+    pub(crate) fn logged(&self) -> Option<&Logged> {
+        self.logged.as_deref()
+    }
+
+    /// Reads the session's log the first time it is needed (later calls return at once): the conversation, the
+    /// queue, the settings and the turn count come from it, and a turn a stopped process left waits to be resumed.
+    pub(crate) async fn open_log(&self) -> Result<(), String> {
+        let Some(logged) = self.logged() else { return Ok(()) };
+        logged
+            .opened
+            .get_or_init(|| async {
+                let first = self.settings_entry();
+                match logged.open(&self.key, first).await {
+                    Ok(projection) => {
+                        self.apply_projection(projection);
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("could not open session '{}' from its log: {e}", self.key)),
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// The settings as a log entry.
+    fn settings_entry(&self) -> Entry {
+        Entry::Settings {
+            mode: self.settings.mode(),
+            capacity: u32::try_from(self.settings.capacity()).unwrap_or(u32::MAX),
+            batch_policy: self.settings.batch_policy(),
+        }
+    }
+
+    /// Takes what the log says of the session (it was just opened; nothing ran in it yet).
+    fn apply_projection(&self, projection: Projection) {
+        let mut conversation = lock(&self.conversation);
+        if projection.last > 0 {
+            self.settings.set_mode(projection.settings.mode);
+            self.settings.set_capacity(projection.settings.capacity as usize);
+            self.settings.set_batch_policy(projection.settings.batch_policy);
+        }
+        self.turns.store(projection.turns, Ordering::SeqCst);
+        self.queue.clear();
+        self.queue.push_existing(projection.queue);
+        if let Conversation::Idle(history) = &mut *conversation {
+            *history = History::new(projection.conversation);
+        }
+    }
+
+    /// Records in the session log that the queue was emptied (`None` without a log).
+    fn drop_logged_queue(&self, reason: &str) -> Option<Receipt> {
+        self.submit(vec![Entry::MessagesDropped { ids: Vec::new(), reason: reason.to_owned() }])
+    }
+
+    /// Hands `entries` to the session log's writer (in the order of the calls); `None` without a log.
+    fn submit(&self, entries: Vec<Entry>) -> Option<Receipt> {
+        self.logged().map(|l| l.submit(entries))
     }
 
     /// The same state, written through to `store`.
@@ -186,6 +258,11 @@ impl SessionState {
 
     /// The `llm` step of the turn a dead process left, if any.
     fn unfinished_step(&self) -> Option<String> {
+        if let Some(logged) = self.logged() {
+            return lock(&logged.unfinished)
+                .as_ref()
+                .map(|records| ReplayIndex::running_step(records).unwrap_or_default());
+        }
         self.durable.as_ref().and_then(|d| lock(&d.unfinished).as_ref().map(|u| u.step_id.clone()))
     }
 
@@ -205,6 +282,9 @@ impl SessionState {
     fn clear_unfinished(&self) {
         if let Some(d) = &self.durable {
             *lock(&d.unfinished) = None;
+        }
+        if let Some(logged) = self.logged() {
+            *lock(&logged.unfinished) = None;
         }
     }
 
@@ -257,6 +337,11 @@ impl SessionState {
 
     /// Brings the layers' saved state into them before a turn.
     fn load_layer_states(&self, runtime: &RuntimeInner) -> Result<(), NoeticError> {
+        if let Some(logged) = self.logged() {
+            let projection = lock(&logged.projection);
+            let saved = projection.layer_states.get(&super::thread_scope(&self.key));
+            return super::persist::load_logged(&runtime.layers, &self.key, &logged.layers, saved);
+        }
         self.layer_store(runtime).map_or(Ok(()), |p| super::persist::load(&p))
     }
 
@@ -516,6 +601,12 @@ impl Session {
         })
     }
 
+    /// The steering decisions the session's log holds, oldest first (with a log store; empty without one — a
+    /// [`SteeringLayer`](crate::steering::SteeringLayer) keeps each execution's own in memory).
+    pub fn ledger(&self) -> Vec<crate::steering::LedgerEntry> {
+        self.live().logged().map(Logged::ledger).unwrap_or_default()
+    }
+
     /// True while a turn runs.
     pub fn is_busy(&self) -> bool {
         self.locked(|_, conversation| matches!(conversation, Conversation::Running { .. }))
@@ -569,6 +660,7 @@ impl Session {
     /// [`SessionError::Busy`] while another turn runs (see [`SessionError`] for the other cases).
     pub async fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
+        self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
         self.locked(|state, conversation| {
             let history = match claim(state, conversation, None)? {
                 Claimed::Here(history) => history,
@@ -586,7 +678,15 @@ impl Session {
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message with a [`SteerError`], and says so.
     pub async fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
         let text = text.into();
-        self.locked(|state, conversation| enqueue(state, conversation, text))
+        self.opened().await.map_err(|message| SteerError::Unavailable { session: self.key().to_owned(), message })?;
+        let (state, accepted) = self.locked(|state, conversation| (state.clone(), enqueue(state, conversation, text)));
+        settle(&state, accepted?).await
+    }
+
+    /// Opens the session's log the first time it is needed (see [`SessionState::open_log`]).
+    async fn opened(&self) -> Result<(), String> {
+        let state = self.live().into_owned();
+        state.open_log().await
     }
 
     /// Starts a turn if the session is idle ([`Routed::Started`] with its [`Turn`]), or steers the message into the
@@ -598,12 +698,28 @@ impl Session {
     /// next turn if it is discarded.
     pub async fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
-        self.locked(|state, conversation| {
+        self.opened().await.map_err(|message| SteerError::Unavailable { session: self.key().to_owned(), message })?;
+        let (state, routed) = self.locked(|state, conversation| (state.clone(), self.route(state, conversation, text)));
+        match routed? {
+            Routing::Started(turn) => Ok(Routed::Started(turn)),
+            Routing::Steered(accepted) => settle(&state, accepted).await.map(Routed::Steered),
+        }
+    }
+
+    /// [`Session::send_or_steer`] under the conversation lock: a started turn, or a message accepted (not yet
+    /// settled in the log).
+    fn route(
+        &self,
+        state: &Arc<SessionState>,
+        conversation: &mut Conversation,
+        text: String,
+    ) -> Result<Routing, SteerError> {
+        {
             let history = match conversation {
                 // Queue while holding the conversation lock: the turn cannot be released in between, so the
                 // bus's continuation check after the turn sees this message.
                 Conversation::Running { .. } => {
-                    return enqueue(state, conversation, text).map(Routed::Steered);
+                    return enqueue(state, conversation, text).map(Routing::Steered);
                 }
                 Conversation::Idle(_) => {
                     let message = SteerMessage::new(text.clone());
@@ -612,7 +728,7 @@ impl Session {
                         // A dead process's turn waits to be resumed (here or by whoever takes the session over):
                         // the message waits for it like any other steering, durably.
                         Err(SessionError::Unfinished { .. }) => {
-                            return enqueue(state, conversation, text).map(Routed::Steered);
+                            return enqueue(state, conversation, text).map(Routing::Steered);
                         }
                         Err(SessionError::Store { session, message }) => {
                             return Err(SteerError::Store { session, message });
@@ -632,22 +748,26 @@ impl Session {
                                 let (session, id) = (state.key.clone(), message.id.to_string());
                                 sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
                             }
-                            return Ok(Routed::Steered(message.id));
+                            return Ok(Routing::Steered((message.id, None)));
                         }
                     }
                 }
             };
-            Ok(Routed::Started(self.start_turn(state, conversation, history, text, Vec::new(), TurnKind::Fresh)))
-        })
+            Ok(Routing::Started(self.start_turn(state, conversation, history, text, Vec::new(), TurnKind::Fresh)))
+        }
     }
 
     /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]): its [`MessageId`], or
     /// the [`SteerError`] that refused it; `None` when idle.
     pub async fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
-        self.locked(|state, conversation| {
-            let Conversation::Running { .. } = conversation else { return None };
-            Some(enqueue(state, conversation, text.to_owned()))
-        })
+        let (state, accepted) = self.locked(|state, conversation| {
+            let Conversation::Running { .. } = conversation else { return (state.clone(), None) };
+            (state.clone(), Some(enqueue(state, conversation, text.to_owned())))
+        });
+        match accepted? {
+            Ok(accepted) => Some(settle(&state, accepted).await),
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Stops the session: clears its queue (including messages the running turn took but has not shown the
@@ -656,20 +776,26 @@ impl Session {
     /// In a store several processes share, a turn running in another process is stopped there (at its next
     /// checkpoint), and the stored queue is cleared.
     pub async fn stop(&self, reason: &str) -> (usize, bool) {
-        self.locked(|state, conversation| {
+        if let Err(e) = self.opened().await {
+            tracing::error!(session = %self.key(), error = %e, "could not stop the session");
+            return (0, false);
+        }
+        let (state, receipt, stopped) = self.locked(|state, conversation| {
             let (cleared, running) = stop_conversation(state, conversation, reason);
-            if running {
-                return (cleared, running);
-            }
-            match state.store().map(|store| store.stop_elsewhere(&state.key, reason)) {
-                Some(Ok(elsewhere)) => (cleared, elsewhere),
-                Some(Err(e)) => {
-                    tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere");
-                    (cleared, false)
-                }
-                None => (cleared, false),
-            }
-        })
+            let receipt = state.drop_logged_queue(reason);
+            let elsewhere =
+                match state.store().filter(|_| !running).map(|store| store.stop_elsewhere(&state.key, reason)) {
+                    Some(Ok(elsewhere)) => elsewhere,
+                    Some(Err(e)) => {
+                        tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere");
+                        false
+                    }
+                    None => false,
+                };
+            (state.clone(), receipt, (cleared, running || elsewhere))
+        });
+        note_failure(&state, receipt, "could not write the cleared queue to the log").await;
+        stopped
     }
 
     /// This session's dequeue mode, a [`SteeringMode`] (it starts with the runtime's).
@@ -679,10 +805,21 @@ impl Session {
 
     /// Changes this session's dequeue mode ([`SteeringMode`]; no other session's); its next checkpoint uses it.
     pub async fn set_steering_mode(&self, mode: SteeringMode) {
-        self.locked(|state, _| {
-            state.settings.set_mode(mode);
+        self.change_settings(|settings| settings.set_mode(mode)).await;
+    }
+
+    /// Changes a setting and writes the settings where the session is kept (a failure is logged: the session goes
+    /// on with them in memory).
+    async fn change_settings(&self, change: impl FnOnce(&SessionSettings)) {
+        if let Err(e) = self.opened().await {
+            tracing::error!(session = %self.key(), error = %e, "the setting is not saved");
+        }
+        let (state, receipt) = self.locked(|state, _| {
+            change(&state.settings);
             state.save_settings();
+            (state.clone(), state.submit(vec![state.settings_entry()]))
         });
+        note_failure(&state, receipt, "could not write the session's settings to the log").await;
     }
 
     /// How many messages this session may have queued at once (it starts with the runtime's).
@@ -692,10 +829,7 @@ impl Session {
 
     /// Changes this session's queue capacity (at least 1); messages already queued stay.
     pub async fn set_steering_capacity(&self, capacity: usize) {
-        self.locked(|state, _| {
-            state.settings.set_capacity(capacity);
-            state.save_settings();
-        });
+        self.change_settings(|settings| settings.set_capacity(capacity)).await;
     }
 
     /// Messages queued for this session.
@@ -711,10 +845,7 @@ impl Session {
 
     /// Changes this session's batch policy ([`BatchPolicy`]); the next checkpoint uses it.
     pub async fn set_batch_policy(&self, policy: BatchPolicy) {
-        self.locked(|state, _| {
-            state.settings.set_batch_policy(policy);
-            state.save_settings();
-        });
+        self.change_settings(|settings| settings.set_batch_policy(policy)).await;
     }
 
     /// A copy of the messages ([`SteerMessage`]s) queued for this session, oldest first.
@@ -724,13 +855,23 @@ impl Session {
 
     /// Empties this session's queue; returns how many messages were removed.
     pub async fn clear_queue(&self) -> usize {
-        self.locked(|state, _| clear_queue(state))
+        if let Err(e) = self.opened().await {
+            tracing::error!(session = %self.key(), error = %e, "could not clear the queue");
+            return 0;
+        }
+        let (state, receipt, cleared) = self.locked(|state, _| {
+            let cleared = clear_queue(state);
+            (state.clone(), state.drop_logged_queue("the queue was cleared"), cleared)
+        });
+        note_failure(&state, receipt, "could not write the cleared queue to the log").await;
+        cleared
     }
 
     /// Resumes an idle session with its queued messages in a new [`Turn`]: `Ok(None)` when none are queued (no
     /// model call); [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the
     /// model as separate user messages; the turn-start poll is skipped.
     pub async fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
+        self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
         self.locked(|state, conversation| {
             if matches!(*conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
@@ -807,11 +948,37 @@ impl Session {
             skip_initial_poll,
             span.clone(),
         ));
-        let journal = state.store().map(|_| {
-            let record = if kind == TurnKind::Resumed { state.take_unfinished() } else { None };
-            Arc::new(StoreJournal::new(state.clone(), record)) as Arc<dyn TurnJournal>
+        let log_journal = state.logged().map(|logged| {
+            let replay = match kind {
+                TurnKind::Resumed => lock(&logged.unfinished).take().map(|r| ReplayIndex::of(&r)).unwrap_or_default(),
+                TurnKind::Fresh | TurnKind::Continuation => ReplayIndex::default(),
+            };
+            Arc::new(LogJournal::new(state.clone(), number, replay))
         });
-        let records = state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>);
+        let journal = match &log_journal {
+            Some(journal) => Some(journal.clone() as Arc<dyn TurnJournal>),
+            None => state.store().map(|_| {
+                let record = if kind == TurnKind::Resumed { state.take_unfinished() } else { None };
+                Arc::new(StoreJournal::new(state.clone(), record)) as Arc<dyn TurnJournal>
+            }),
+        };
+        let records = match &log_journal {
+            Some(journal) => {
+                Some(Arc::new(LogRecords { journal: journal.clone(), runtime: Arc::downgrade(&self.runtime) })
+                    as Arc<dyn RecordSink>)
+            }
+            None => state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>),
+        };
+        // In a session log, the turn's start (or its resumption by this process) and the messages a continuation
+        // starts with are one append; the turn's task waits for it before it does anything.
+        let mut opening = log_journal.as_ref().map(|_| {
+            vec![match kind {
+                TurnKind::Resumed => Entry::TurnResumed { turn: number, by: process_name() },
+                TurnKind::Fresh | TurnKind::Continuation => {
+                    Entry::TurnStarted { turn: number, execution_id, input: message.clone() }
+                }
+            }]
+        });
         let shared = self.runtime.shared.local();
         let ctx = Context::builder()
             .execution_id(execution_id)
@@ -829,7 +996,13 @@ impl Session {
         if !pending.is_empty() {
             let count = pending.len();
             let ids: Vec<String> = pending.iter().map(|m| m.id.to_string()).collect();
+            if let Some(entries) = &mut opening {
+                entries.push(Entry::Injected { turn: number, ids: pending.iter().map(|m| m.id).collect() });
+            }
             ctx.extend_items(pending.into_iter().map(|m| Item::user(m.text)));
+            if let Some(logged) = state.logged() {
+                logged.set_persisted(ctx.with_items(<[Item]>::len));
+            }
             // Shown exactly once: the user items and the messages leaving the queue are one write.
             if let Err(e) = ctx.with_items(|items| state.flush(items, &ids, JournalWrite::Keep)) {
                 tracing::error!(session = %state.key, error = %e, "could not write the continuation's messages");
@@ -838,6 +1011,7 @@ impl Session {
             tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
         state.save_settings();
+        let opening = opening.and_then(|entries| state.submit(entries));
         // Whatever happens in the task — an error, a panic, the task being aborted or never run — the session is
         // released. The task reaches the runtime (and the agent) through it: every other clone of the runtime or
         // the step would make each turn write one more reference count that all threads share.
@@ -850,8 +1024,16 @@ impl Session {
                 let started = tokio::time::Instant::now();
                 ctx.events().set_turn(Some(number));
                 ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
+                // A turn the log does not hold does not run.
+                let opened = match opening {
+                    Some(receipt) => settled(receipt).await.map(|_| ()).map_err(|e| {
+                        NoeticError::other(format!("turn {number} of session '{session}' could not be logged: {e}"))
+                    }),
+                    None => Ok(()),
+                };
+                let logged = opened.is_ok();
                 // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
-                let result = match state.load_layer_states(runtime) {
+                let result = match opened.and_then(|()| state.load_layer_states(runtime)) {
                     Err(e) => Err(e),
                     Ok(()) => AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx))
                         .catch_unwind()
@@ -874,6 +1056,17 @@ impl Session {
                         ctx.emit(|| EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() })
                     }
                 }
+                if let Some(journal) = log_journal.filter(|_| logged) {
+                    let outcome = match &result {
+                        Ok(answer) => TurnOutcome::Completed { answer: answer.clone() },
+                        Err(error) => TurnOutcome::Failed { error: error.clone() },
+                    };
+                    let layers =
+                        state.logged().map(|l| super::persist::logged_changes(&runtime.layers, &session, &l.layers));
+                    if let Err(e) = journal.end(&ctx, layers.unwrap_or_default(), outcome).await {
+                        tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
+                    }
+                }
                 drop(release);
                 result
             }
@@ -891,6 +1084,7 @@ impl Session {
     /// tool outcomes are not re-run, and a call that was running gets the interrupted result (SPEC 6.3).
     /// The resumed [`Turn`], `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub async fn resume(&self) -> Result<Option<Turn>, SessionError> {
+        self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
         self.locked(|state, conversation| {
             if matches!(conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
@@ -913,7 +1107,12 @@ impl Session {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             };
             let history = std::mem::take(history);
-            Ok(Some(self.start_turn(state, conversation, history, String::new(), Vec::new(), TurnKind::Resumed)))
+            // The agent runs again with the message the turn started with (its finished steps answer from the log).
+            let input = state
+                .logged()
+                .and_then(|l| lock(&l.projection).open_turn.as_ref().map(|t| t.input.clone()))
+                .unwrap_or_default();
+            Ok(Some(self.start_turn(state, conversation, history, input, Vec::new(), TurnKind::Resumed)))
         })
     }
 
@@ -921,23 +1120,55 @@ impl Session {
     /// interrupted result, and nothing is left to resume. Returns false when there was none; a
     /// [`SessionError`] while a turn runs or when the store cannot write it.
     pub async fn discard_unfinished(&self) -> Result<bool, SessionError> {
-        self.locked(|state, conversation| {
+        self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
+        let logged = self.locked(|state, conversation| {
             let Conversation::Idle(history) = conversation else {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             };
             if state.unfinished_step().is_none() {
-                return Ok(false);
+                return Ok(Discarding::Nothing);
             }
             let mut items = history.to_vec();
             let open = unanswered_calls(&items);
-            items.extend(open.iter().map(|id| Item::ToolResult(crate::turn::interrupted_result(id))));
+            let results: Vec<Item> =
+                open.iter().map(|id| Item::ToolResult(crate::turn::interrupted_result(id))).collect();
+            if let Some(logged) = state.logged() {
+                // In a session log: the interrupted results and the turn's end are one append; the session
+                // changes once it is durable.
+                let turn = lock(&logged.projection).open_turn.as_ref().map_or(0, |t| t.turn);
+                let mut entries = Vec::new();
+                if !results.is_empty() {
+                    entries.push(Entry::Appended { turn, items: results.clone() });
+                }
+                entries.push(Entry::TurnEnded { turn, outcome: TurnOutcome::Discarded });
+                return Ok(Discarding::Logged(state.clone(), logged.submit(entries), results));
+            }
+            items.extend(results);
             state
                 .flush(&items, &[], JournalWrite::Clear)
                 .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
             *history = History::new(items);
             state.clear_unfinished();
-            Ok(true)
-        })
+            Ok(Discarding::Done)
+        });
+        let (state, receipt, results) = match logged? {
+            Discarding::Nothing => return Ok(false),
+            Discarding::Done => return Ok(true),
+            Discarding::Logged(state, receipt, results) => (state, receipt, results),
+        };
+        settled(receipt).await.map_err(|message| SessionError::Store { session: state.key.to_string(), message })?;
+        let mut conversation = lock(&state.conversation);
+        if let Conversation::Idle(history) = &mut *conversation {
+            let mut items = history.to_vec();
+            items.extend(results);
+            if let Some(logged) = state.logged() {
+                logged.set_persisted(items.len());
+            }
+            *history = History::new(items);
+        }
+        drop(conversation);
+        state.clear_unfinished();
+        Ok(true)
     }
 
     /// Waits until no turn runs.
@@ -973,6 +1204,11 @@ fn unanswered_calls(items: &[Item]) -> Vec<String> {
     open.into_iter().map(str::to_owned).collect()
 }
 
+/// How this process names itself in the log when it resumes a turn another left.
+fn process_name() -> String {
+    format!("pid {}", std::process::id())
+}
+
 /// A turn's span (see [`crate::trace`]), disabled when no subscriber wants it.
 fn turn_span(session: &str, number: u64) -> tracing::Span {
     tracing::info_span!(
@@ -996,6 +1232,22 @@ enum TurnKind {
     Continuation,
     /// The turn a stopped process left: its own number.
     Resumed,
+}
+
+/// Where [`Session::discard_unfinished`] is.
+enum Discarding {
+    /// No turn was left unfinished.
+    Nothing,
+    /// Discarded (in a store).
+    Done,
+    /// Handed to the session log's writer: the results to add once it is durable.
+    Logged(Arc<SessionState>, Receipt, Vec<Item>),
+}
+
+/// What [`Session::route`] did with a message.
+enum Routing {
+    Started(Turn),
+    Steered((MessageId, Option<Receipt>)),
 }
 
 /// What [`claim`] got.
@@ -1055,7 +1307,11 @@ fn lease(
 }
 
 /// Queues a message and tells the event stream (and the running turn's span) whether it was accepted.
-fn enqueue(state: &SessionState, conversation: &Conversation, text: String) -> Result<MessageId, SteerError> {
+fn enqueue(
+    state: &SessionState,
+    conversation: &Conversation,
+    text: String,
+) -> Result<(MessageId, Option<Receipt>), SteerError> {
     let (execution_id, span) = match conversation {
         Conversation::Running { ctx, steering } => (ctx.execution_id(), Some(steering.span())),
         Conversation::Idle(_) => (ExecutionId::new(), None),
@@ -1064,14 +1320,17 @@ fn enqueue(state: &SessionState, conversation: &Conversation, text: String) -> R
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
     // Admitted under the conversation lock (every enqueue holds it, so the capacity check holds), durable first,
-    // then visible to the turn.
+    // then visible to the turn. In a session log the entry is handed to the writer here, in this order, and the
+    // message is visible at once: a turn that injects it appends that after this entry (see `settle`).
     let mut result = state.queue.admit(&state.key, text, state.settings.capacity());
+    let mut receipt = None;
     if let (Ok(message), Some(store)) = (&result, state.store())
         && let Err(e) = store.push_message(&state.key, message)
     {
         result = Err(SteerError::Store { session: state.key.to_string(), message: e.to_string() });
     }
     if let Ok(message) = &result {
+        receipt = state.submit(vec![Entry::MessageAccepted { message: message.clone() }]);
         state.queue.push_admitted(message.clone());
     }
     if let Some(span) = span.filter(|s| !s.is_disabled()) {
@@ -1087,7 +1346,30 @@ fn enqueue(state: &SessionState, conversation: &Conversation, text: String) -> R
             Err(e) => sink.emit(execution_id, || EventKind::SteeringRejected { session, reason: e.to_string() }),
         }
     }
-    result.map(|m| m.id)
+    result.map(|m| (m.id, receipt))
+}
+
+/// Waits for a write to the session log that the caller cannot undo; a failure is logged.
+async fn note_failure(state: &SessionState, receipt: Option<Receipt>, what: &str) {
+    if let Some(receipt) = receipt
+        && let Err(e) = settled(receipt).await
+    {
+        tracing::error!(session = %state.key, error = %e, "{what}");
+    }
+}
+
+/// Waits until an accepted message is in the session log; when the write failed, the message leaves the queue
+/// (unless a turn already took it) and the error says why.
+async fn settle(state: &SessionState, accepted: (MessageId, Option<Receipt>)) -> Result<MessageId, SteerError> {
+    let (id, receipt) = accepted;
+    let Some(receipt) = receipt else { return Ok(id) };
+    match settled(receipt).await {
+        Ok(_) => Ok(id),
+        Err(message) => {
+            state.queue.remove(id);
+            Err(SteerError::Store { session: state.key.to_string(), message })
+        }
+    }
 }
 
 /// The session's sink: numbered, logged, opened at the first subscription; shared with every turn's context so

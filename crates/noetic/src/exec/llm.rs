@@ -14,7 +14,7 @@ use tracing::{Instrument, Span};
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
-use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolSpec};
+use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{
@@ -87,6 +87,15 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             return parse_output(s, &text);
         }
         Some(Replay::Running(saved)) => (saved, Input::Resume),
+        // A session log keeps the inputs: a new core fed them (effects left out: their items are in the history)
+        // is where the step was.
+        Some(Replay::Inputs(inputs)) => {
+            let mut core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some());
+            for recorded in inputs {
+                core.advance_with(recorded, &mut |_| {});
+            }
+            (core, Input::Resume)
+        }
         None => {
             if let Some(text) = s.prompt_of(input) {
                 ctx.push_item(Item::user(text));
@@ -98,17 +107,32 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     // The latest model call's span, open until its review (which runs in it) is done.
     let mut chat = Span::none();
     loop {
+        // A journal that records inputs (a session log) keeps each one for its next commit; a response is
+        // committed as soon as it arrived, so a crash during its review never asks the model again.
+        let mut responded = false;
+        if let Some(journal) = journal.as_deref()
+            && journal.records_inputs()
+            && !matches!(input, Input::Resume)
+        {
+            journal.record(&path, &input);
+            responded = matches!(input, Input::Response(_));
+        }
         core.advance_with(input, &mut |effect| apply(ctx, s, effect));
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
         // steering they inject).
         let action = core.action();
+        let durable = core.is_at_durable_point() && !matches!(action, Action::CallModel { .. });
         if let Some(journal) = journal.as_deref()
-            && core.is_at_durable_point()
-            && !matches!(action, Action::CallModel { .. })
-            && let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new()).await
+            && (durable || responded)
         {
-            input = Input::Failed(e);
-            continue;
+            let starts = match action {
+                Action::RunTool(call) => Some(call),
+                _ => None,
+            };
+            if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), starts).await {
+                input = Input::Failed(e);
+                continue;
+            }
         }
         input = match action {
             Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
@@ -123,7 +147,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     // The ids are only needed by a journal (they leave the stored queue in the same write).
                     let injected = steering.as_ref().map(|ts| ts.inject(ctx, journal.is_some())).unwrap_or_default();
                     let committed = match journal.as_deref() {
-                        Some(journal) => commit(ctx, journal, (&s.id, &path), Some(&core), injected).await,
+                        Some(journal) => commit(ctx, journal, (&s.id, &path), Some(&core), injected, None).await,
                         None => Ok(()),
                     };
                     match committed {
@@ -201,10 +225,11 @@ async fn commit(
     (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
     injected: Vec<String>,
+    starts: Option<&ToolCall>,
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None }).await
+    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None, starts }).await
 }
 
 /// Commits the end of the step's run: its answer when it finished (`None`: it failed).
@@ -216,7 +241,8 @@ async fn finish(
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    journal.commit(TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished }).await
+    let commit = TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished, starts: None };
+    journal.commit(commit).await
 }
 
 fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {

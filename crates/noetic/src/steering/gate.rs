@@ -187,11 +187,13 @@ impl SteeringLayer {
             entry.failures = failures;
             entry.duration = started.elapsed();
             ledger::trace(&entry, "async");
-            ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, max_ledger);
+            // Delivered before it is recorded: a session log that records a verdict resolving after its turn
+            // ended saves the thread's carried feedback with it.
             if let Some(late) = late {
                 feedback::deliver(&state, late, &carry);
             }
+            ctx.record_ledger(&entry);
+            ledger::append(&mut lock(&state).ledger, entry, max_ledger);
         };
         tokio::spawn(task.instrument(span));
     }

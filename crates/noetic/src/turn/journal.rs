@@ -12,9 +12,9 @@ use futures::future::BoxFuture;
 
 use serde::{Deserialize, Serialize};
 
-use super::TurnCore;
+use super::{Input, TurnCore};
 use crate::error::NoeticError;
-use crate::model::{Item, Usage};
+use crate::model::{Item, ToolCall, Usage};
 
 /// One commit of a running turn.
 #[derive(Debug)]
@@ -33,6 +33,8 @@ pub struct TurnCommit<'a> {
     pub core: Option<&'a TurnCore>,
     /// The step finished with this answer: a resumed turn returns it without running the step again.
     pub finished: Option<Finished>,
+    /// The tool call about to start (a session log records its start in the same write).
+    pub starts: Option<&'a ToolCall>,
 }
 
 /// A finished `llm` step's answer, as a resumed turn gets it back.
@@ -53,6 +55,9 @@ pub enum Replay {
     Finished(Finished),
     /// The step was running: its core.
     Running(TurnCore),
+    /// The step was running: the inputs its core had been given, in order (a session log keeps these); a new core
+    /// fed them is where the step was.
+    Inputs(Vec<Input>),
 }
 
 /// A durable home for running turns. A store implements it per session turn.
@@ -69,6 +74,15 @@ pub trait TurnJournal: Send + Sync {
     fn enter(&self, step_id: &str) -> String;
 
     /// What the journal holds of the run at `path`, if a stopped process left this turn unfinished: its answer when
-    /// it finished (not run again), its core when it was running (continued).
+    /// it finished (not run again), its core or its inputs when it was running (continued).
     fn replay(&self, path: &str) -> Option<Replay>;
+
+    /// The core of the run at `path` is given `input` (a journal that records inputs keeps it for the next
+    /// commit; the default keeps nothing).
+    fn record(&self, _path: &str, _input: &Input) {}
+
+    /// True when the journal records inputs ([`TurnJournal::record`]).
+    fn records_inputs(&self) -> bool {
+        false
+    }
 }

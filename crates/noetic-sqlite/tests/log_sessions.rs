@@ -1,0 +1,69 @@
+//! Sessions on a SQLite session log (#30): a turn a process left is resumed from the file by another runtime,
+//! and the process that left it can no longer write to the session (it is fenced by the log's position).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use noetic::agent::log::{Entry, LogStore, TurnOutcome};
+use noetic::model::{ModelResponse, ScriptedModel};
+use noetic::prelude::*;
+use noetic::testing::{Gate, transcript};
+use noetic::turn::INTERRUPTED_RESULT;
+use noetic_sqlite::SqliteLogStore;
+use serde_json::json;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("noetic-sqlite-sessions-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn runtime(model: &ScriptedModel, store: Arc<SqliteLogStore>, gate: &Gate) -> Runtime {
+    Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tool(gate.tool("slow").unwrap())
+        .log_store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_turn_left_in_a_sqlite_log_is_resumed_by_another_runtime_and_its_first_process_is_fenced() {
+    let path = scratch("resume").join("sessions.db");
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
+    let first = runtime(&model, Arc::new(SqliteLogStore::open(&path).await.unwrap()), &gate);
+    let turn = first.session("s").send("go").await.unwrap();
+    gate.started().await;
+
+    // Another process opens the file while the first one's call is running (as after a crash).
+    let store = Arc::new(SqliteLogStore::open(&path).await.unwrap());
+    let model2 = ScriptedModel::new([ModelResponse::text("done")]);
+    let next = runtime(&model2, store.clone(), &Gate::new());
+    let session = next.open("s").await.unwrap();
+    assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
+    let resumed = session.resume().await.unwrap().unwrap();
+    assert_eq!(resumed.number(), 1);
+    assert_eq!(resumed.await.unwrap(), "done");
+    assert_eq!(
+        transcript(model2.requests()[0].history.as_slice()),
+        ["User: go", "call c1 slow({})", &format!("result c1 (error) {INTERRUPTED_RESULT}")]
+    );
+
+    // The first process's call ends now: it cannot write over the turn the second one finished.
+    gate.release();
+    let stale = turn.await;
+    assert!(stale.is_err(), "the fenced turn fails instead of writing: {stale:?}");
+    let log: Vec<Entry> = store.read("s", 0, usize::MAX).await.unwrap().into_iter().map(|r| r.entry).collect();
+    let ends: Vec<&TurnOutcome> = log
+        .iter()
+        .filter_map(|e| match e {
+            Entry::TurnEnded { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 1, "one end for turn 1: the resumed turn's");
+    assert!(matches!(ends[0], TurnOutcome::Completed { answer } if answer == "done"));
+}

@@ -1,0 +1,222 @@
+//! A running turn on the session log: its journal (the `llm` steps' inputs, calls started, steps finished, the
+//! conversation items, in the order they happened) and its ledger records; and the replay index a resumed turn
+//! reads its steps back from.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use futures::future::BoxFuture;
+
+use super::RuntimeInner;
+use super::log::{Entry, Record, StepPath};
+use super::logged::settled;
+use super::session::SessionState;
+use crate::context::{RecordSink, lock};
+use crate::error::NoeticError;
+use crate::model::Item;
+use crate::steering::LedgerEntry;
+use crate::turn::{Finished, Input, Replay, TurnCommit, TurnJournal};
+
+/// What a stopped process's turn left in the log, by step path: finished steps' answers, running steps' inputs.
+#[derive(Default)]
+pub(crate) struct ReplayIndex {
+    finished: HashMap<String, Finished>,
+    inputs: HashMap<String, Vec<Input>>,
+}
+
+impl ReplayIndex {
+    /// The index of a turn's records (its entries from its start).
+    pub(crate) fn of(records: &[Record]) -> ReplayIndex {
+        let mut index = ReplayIndex::default();
+        for record in records {
+            match &record.entry {
+                Entry::Core { step, input, .. } => {
+                    index.inputs.entry(step.0.clone()).or_default().push(input.clone());
+                }
+                Entry::StepFinished { step, output: Some(output), .. } => {
+                    if let Ok(finished) = serde_json::from_value::<Finished>(output.clone()) {
+                        index.finished.insert(step.0.clone(), finished);
+                    }
+                }
+                _ => {}
+            }
+        }
+        index
+    }
+
+    /// The `llm` step the turn was in (the last one with inputs and no answer), if any.
+    pub(crate) fn running_step(records: &[Record]) -> Option<String> {
+        let finished: HashSet<&str> = records
+            .iter()
+            .filter_map(|r| match &r.entry {
+                Entry::StepFinished { step, .. } => Some(step.0.as_str()),
+                _ => None,
+            })
+            .collect();
+        records.iter().rev().find_map(|r| match &r.entry {
+            Entry::Core { step, .. } | Entry::ToolStarted { step, .. } if !finished.contains(step.0.as_str()) => {
+                Some(step.0.split('#').next().unwrap_or_default().to_owned())
+            }
+            _ => None,
+        })
+    }
+}
+
+/// A session turn's journal on the session log.
+pub(crate) struct LogJournal {
+    state: Arc<SessionState>,
+    turn: u64,
+    /// Inputs recorded since the last commit.
+    pending: Mutex<Vec<Entry>>,
+    /// How many runs of each `llm` step this turn has entered.
+    runs: Mutex<HashMap<String, u32>>,
+    replay: ReplayIndex,
+    /// The turn's end was written: later decisions (async verdicts) are appended on their own.
+    ended: AtomicBool,
+}
+
+impl LogJournal {
+    pub(crate) fn new(state: Arc<SessionState>, turn: u64, replay: ReplayIndex) -> Self {
+        LogJournal {
+            state,
+            turn,
+            pending: Mutex::default(),
+            runs: Mutex::default(),
+            replay,
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The entries of `commit`: the items (those injected as their messages), the recorded inputs, the finished
+    /// step's answer, the call about to start.
+    fn entries(&self, commit: &TurnCommit<'_>) -> Vec<Entry> {
+        let turn = self.turn;
+        let mut entries = Vec::new();
+        let shown = commit.injected.len().min(commit.items.len());
+        let plain = &commit.items[..commit.items.len() - shown];
+        if !plain.is_empty() {
+            entries.push(Entry::Appended { turn, items: plain.to_vec() });
+        }
+        if shown > 0 {
+            let ids = commit.injected.iter().filter_map(|id| super::MessageId::parse(id)).collect();
+            entries.push(Entry::Injected { turn, ids });
+        }
+        entries.append(&mut lock(&self.pending));
+        let step = StepPath(commit.path.to_owned());
+        if let Some(finished) = &commit.finished {
+            let output = serde_json::to_value(finished).ok();
+            entries.push(Entry::StepFinished { turn, step: step.clone(), output });
+        }
+        if let Some(call) = commit.starts {
+            entries.push(Entry::ToolStarted { turn, step, call_id: call.id.clone(), tool: call.name.clone() });
+        }
+        entries
+    }
+
+    /// Appends what the turn did since its last commit, the layers' changed states and how it ended.
+    pub(crate) async fn end(
+        &self,
+        ctx: &crate::context::Context,
+        layers: Vec<Entry>,
+        outcome: super::log::TurnOutcome,
+    ) -> Result<(), String> {
+        let Some(logged) = self.state.logged() else { return Ok(()) };
+        let first = logged.persisted();
+        let (new, total) =
+            ctx.with_items(|items| (items.get(first..).map(<[Item]>::to_vec).unwrap_or_default(), items.len()));
+        let mut entries = Vec::new();
+        if !new.is_empty() {
+            entries.push(Entry::Appended { turn: self.turn, items: new });
+        }
+        entries.append(&mut lock(&self.pending));
+        entries.extend(layers);
+        entries.push(Entry::TurnEnded { turn: self.turn, outcome });
+        self.ended.store(true, Ordering::SeqCst);
+        settled(logged.submit(entries)).await?;
+        logged.set_persisted(total.max(first));
+        Ok(())
+    }
+}
+
+impl TurnJournal for LogJournal {
+    fn persisted(&self) -> usize {
+        self.state.logged().map_or(0, |l| l.persisted())
+    }
+
+    fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
+        Box::pin(async move {
+            let Some(logged) = self.state.logged() else { return Ok(()) };
+            let entries = self.entries(&commit);
+            if entries.is_empty() {
+                return Ok(());
+            }
+            settled(logged.submit(entries)).await.map_err(|e| {
+                NoeticError::other(format!(
+                    "the turn of step '{}' could not be written to the log: {e}",
+                    commit.step_id
+                ))
+            })?;
+            logged.set_persisted(commit.first + commit.items.len());
+            Ok(())
+        })
+    }
+
+    fn enter(&self, step_id: &str) -> String {
+        let mut runs = lock(&self.runs);
+        let n = runs.entry(step_id.to_owned()).or_default();
+        let path = format!("{step_id}#{n}");
+        *n += 1;
+        path
+    }
+
+    fn replay(&self, path: &str) -> Option<Replay> {
+        if let Some(finished) = self.replay.finished.get(path) {
+            return Some(Replay::Finished(finished.clone()));
+        }
+        self.replay.inputs.get(path).cloned().map(Replay::Inputs)
+    }
+
+    fn record(&self, path: &str, input: &Input) {
+        lock(&self.pending).push(Entry::Core {
+            turn: self.turn,
+            step: StepPath(path.to_owned()),
+            input: input.clone(),
+        });
+    }
+
+    fn records_inputs(&self) -> bool {
+        true
+    }
+}
+
+/// A session turn's ledger on the session log: each decision is appended as it is made, also one an async rule
+/// makes after its turn ended.
+pub(crate) struct LogRecords {
+    pub(crate) journal: Arc<LogJournal>,
+    /// The runtime's layers (weakly: a verdict may outlive the runtime).
+    pub(crate) runtime: Weak<RuntimeInner>,
+}
+
+impl RecordSink for LogRecords {
+    fn ledger_entry(&self, entry: String) {
+        let state = &self.journal.state;
+        let Some(logged) = state.logged() else { return };
+        let entry = match serde_json::from_str::<LedgerEntry>(&entry) {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
+                return;
+            }
+        };
+        let mut entries = vec![Entry::Decision { turn: Some(self.journal.turn), entry: Box::new(entry) }];
+        // A verdict resolving after its turn ended changed what the session's thread carries to its next turn:
+        // saved with it, so it survives a restart.
+        if self.journal.ended.load(Ordering::SeqCst)
+            && let Some(runtime) = self.runtime.upgrade()
+        {
+            entries.extend(super::persist::logged_changes(&runtime.layers, state.key(), &logged.layers));
+        }
+        logged.submit_detached(entries);
+    }
+}

@@ -1,0 +1,272 @@
+//! Sessions kept in a session log ([`super::log`]): the writer that appends one session's entries in the order the
+//! session decided them, the projection it keeps as they land, and what a session reads back when it is opened.
+//!
+//! A session decides what happens under its conversation lock (a message accepted, a turn started, a queue
+//! cleared) and hands the entries to its writer there, synchronously: the order of the log is the order of the
+//! decisions. The I/O happens on the writer's task, never under the lock; whoever needs the entries durable awaits
+//! the [`Receipt`]. Appends that arrive together go in one call to the store (one transaction).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
+use crate::context::lock;
+
+/// How many entries a session's log may grow by before its projection is saved as a snapshot again (opening the
+/// session then reads the snapshot and at most this many entries).
+pub(crate) const SNAPSHOT_EVERY: u64 = 1000;
+
+/// How many entries one read of a log asks for.
+const READ_PAGE: usize = 1000;
+
+/// How many waiting batches one append may take together.
+const GROUP: usize = 64;
+
+/// The answer to an append: the position of its last entry, or why it failed.
+pub(crate) type Receipt = oneshot::Receiver<Result<u64, String>>;
+
+/// Waits for a receipt: the position of the append's last entry, or why nothing was written.
+pub(crate) async fn settled(receipt: Receipt) -> Result<u64, String> {
+    receipt.await.unwrap_or_else(|_| Err("the session's log writer stopped before the append".to_owned()))
+}
+
+struct Batch {
+    entries: Vec<Entry>,
+    done: Option<oneshot::Sender<Result<u64, String>>>,
+}
+
+/// What a session keeps of its log.
+pub(crate) struct Logged {
+    store: Arc<dyn LogStore>,
+    /// The writer's queue, once the session was opened.
+    writer: OnceLock<mpsc::UnboundedSender<Batch>>,
+    /// Whether opening worked (opened once; an error is kept: the session is unavailable).
+    pub(crate) opened: tokio::sync::OnceCell<Result<(), String>>,
+    /// The log as it is durable: the fold of every entry appended or read.
+    pub(crate) projection: Arc<Mutex<Projection>>,
+    /// How many conversation items the log holds.
+    pub(crate) persisted: AtomicUsize,
+    /// The entries of a turn a stopped process left (from its start), until it is resumed or discarded.
+    pub(crate) unfinished: Mutex<Option<Vec<Record>>>,
+    /// What the log holds of the layers' state for this session's thread.
+    pub(crate) layers: super::persist::Kept,
+}
+
+impl Logged {
+    pub(crate) fn new(store: Arc<dyn LogStore>) -> Self {
+        Logged {
+            store,
+            writer: OnceLock::new(),
+            opened: tokio::sync::OnceCell::new(),
+            projection: Arc::default(),
+            persisted: AtomicUsize::new(0),
+            unfinished: Mutex::new(None),
+            layers: super::persist::Kept::default(),
+        }
+    }
+
+    /// Reads `key`'s log (its snapshot and what follows), starts its writer, and returns the projection (and the
+    /// entries of an unfinished turn, when a stopped process left one).
+    pub(crate) async fn open(&self, key: &Arc<str>, first: Entry) -> Result<Projection, StoreError> {
+        let mut projection = match self.store.snapshot(key).await? {
+            Some(snapshot) => Projection::decode(&snapshot.bytes).unwrap_or_default(),
+            None => Projection::default(),
+        };
+        let snapshot_at = projection.last;
+        loop {
+            let records = self.store.read(key, projection.last, READ_PAGE).await?;
+            if records.is_empty() {
+                break;
+            }
+            for record in &records {
+                projection.apply(record);
+            }
+        }
+        if let Some(open) = &projection.open_turn {
+            let mut records = Vec::new();
+            let mut after = open.since.saturating_sub(1);
+            loop {
+                let page = self.store.read(key, after, READ_PAGE).await?;
+                let Some(last) = page.last() else { break };
+                after = last.pos;
+                records.extend(page.into_iter().filter(|r| r.pos >= open.since));
+            }
+            *lock(&self.unfinished) = Some(records);
+        }
+        self.persisted.store(projection.conversation.len(), Ordering::SeqCst);
+        *lock(&self.projection) = projection.clone();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = Writer {
+            store: self.store.clone(),
+            key: key.clone(),
+            projection: self.projection.clone(),
+            last: projection.last,
+            snapshot_at,
+            first: (projection.last == 0).then_some(first),
+            fenced: None,
+        };
+        tokio::spawn(writer.run(rx));
+        let _ = self.writer.set(tx);
+        Ok(projection)
+    }
+
+    /// Hands `entries` to the writer (in this order, after everything handed before); the receipt says when they
+    /// are durable. Before the session was opened there is no writer: the receipt says so.
+    pub(crate) fn submit(&self, entries: Vec<Entry>) -> Receipt {
+        let (done, receipt) = oneshot::channel();
+        let batch = Batch { entries, done: Some(done) };
+        match self.writer.get() {
+            Some(writer) => {
+                if let Err(refused) = writer.send(batch)
+                    && let Some(done) = refused.0.done
+                {
+                    let _ = done.send(Err("the session's log writer stopped".to_owned()));
+                }
+            }
+            None => {
+                if let Some(done) = batch.done {
+                    let _ = done.send(Err("the session was not opened from its log".to_owned()));
+                }
+            }
+        }
+        receipt
+    }
+
+    /// Hands `entries` to the writer without waiting: a failure is logged by the writer.
+    pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
+        if let Some(writer) = self.writer.get() {
+            let _ = writer.send(Batch { entries, done: None });
+        }
+    }
+
+    /// How many conversation items the log holds.
+    pub(crate) fn persisted(&self) -> usize {
+        self.persisted.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_persisted(&self, n: usize) {
+        self.persisted.store(n, Ordering::SeqCst);
+    }
+
+    /// The session's ledger as its log holds it.
+    pub(crate) fn ledger(&self) -> Vec<crate::steering::LedgerEntry> {
+        lock(&self.projection).ledger.clone()
+    }
+}
+
+/// Appends one session's batches in order, grouping those that wait together.
+struct Writer {
+    store: Arc<dyn LogStore>,
+    key: Arc<str>,
+    projection: Arc<Mutex<Projection>>,
+    /// Where the log ends, as far as this writer knows.
+    last: u64,
+    /// Where the last snapshot was taken.
+    snapshot_at: u64,
+    /// The entry a new session's log starts with (its settings).
+    first: Option<Entry>,
+    /// Another process appended to the log: this one writes nothing more (it would write over a turn it no
+    /// longer owns).
+    fenced: Option<String>,
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>) {
+        while let Some(batch) = rx.recv().await {
+            let mut batches = vec![batch];
+            while batches.len() < GROUP {
+                match rx.try_recv() {
+                    Ok(batch) => batches.push(batch),
+                    Err(_) => break,
+                }
+            }
+            self.write(batches).await;
+        }
+    }
+
+    async fn write(&mut self, batches: Vec<Batch>) {
+        let mut entries: Vec<Entry> = self.first.iter().cloned().collect();
+        let mut ends = Vec::with_capacity(batches.len());
+        let mut replies = Vec::with_capacity(batches.len());
+        for batch in batches {
+            entries.extend(batch.entries);
+            ends.push(entries.len() as u64);
+            replies.push(batch.done);
+        }
+        let answer = self.append(&entries).await;
+        if answer.is_ok() {
+            self.first = None;
+        }
+        let start = self.last_before(&answer, entries.len());
+        for (end, done) in ends.into_iter().zip(replies) {
+            let reply = answer.as_ref().map(|_| start + end).map_err(Clone::clone);
+            match done {
+                Some(done) => {
+                    let _ = done.send(reply);
+                }
+                None => {
+                    if let Err(e) = reply {
+                        tracing::error!(session = %self.key, error = %e, "an entry could not be appended to the session log");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The position before the appended entries (the answer is the last one's).
+    fn last_before(&self, answer: &Result<u64, String>, count: usize) -> u64 {
+        answer.as_ref().map_or(0, |last| last.saturating_sub(count as u64))
+    }
+
+    async fn append(&mut self, entries: &[Entry]) -> Result<u64, String> {
+        if entries.is_empty() {
+            return Ok(self.last);
+        }
+        if let Some(why) = &self.fenced {
+            return Err(why.clone());
+        }
+        match self.store.append(&self.key, Expect::At(self.last), entries).await {
+            Ok(last) => {
+                let at = SystemTime::now();
+                let first = self.last + 1;
+                {
+                    let mut projection = lock(&self.projection);
+                    for (i, entry) in entries.iter().enumerate() {
+                        projection.apply(&Record { pos: first + i as u64, at, entry: entry.clone() });
+                    }
+                }
+                self.last = last;
+                self.snapshot().await;
+                Ok(last)
+            }
+            Err(e @ StoreError::Conflict { .. }) => {
+                let why = format!("{e}; this process no longer writes to the session — open it again");
+                self.fenced = Some(why.clone());
+                Err(why)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Saves the projection when the log grew by [`SNAPSHOT_EVERY`] since the last snapshot (a failure is logged:
+    /// a snapshot is only a shortcut).
+    async fn snapshot(&mut self) {
+        if self.last < self.snapshot_at + SNAPSHOT_EVERY {
+            return;
+        }
+        let bytes = match lock(&self.projection).encode() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(session = %self.key, error = %e, "the session's projection could not be encoded");
+                return;
+            }
+        };
+        match self.store.save_snapshot(&self.key, Snapshot { pos: self.last, bytes }).await {
+            Ok(()) => self.snapshot_at = self.last,
+            Err(e) => tracing::warn!(session = %self.key, error = %e, "could not save the session's snapshot"),
+        }
+    }
+}
