@@ -21,12 +21,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn runtime(model: &ScriptedModel, store: Arc<SqliteLogStore>, gate: &Gate) -> Runtime {
-    Runtime::builder()
-        .model(Arc::new(model.clone()))
-        .tool(gate.tool("slow").unwrap())
-        .log_store(store)
-        .build()
-        .unwrap()
+    Runtime::builder().model(Arc::new(model.clone())).tool(gate.tool("slow").unwrap()).log_store(store).build().unwrap()
 }
 
 #[tokio::test]

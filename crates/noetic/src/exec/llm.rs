@@ -107,12 +107,12 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     // The latest model call's span, open until its review (which runs in it) is done.
     let mut chat = Span::none();
     loop {
-        // A journal that records inputs (a session log) keeps each one for its next commit; a response is
-        // committed as soon as it arrived, so a crash during its review never asks the model again.
+        // A journal that records inputs (a session log) keeps each one for its next commit (a resumption too, so
+        // the log replays through a core as it happened); a response is committed as soon as it arrived, so a
+        // crash during its review never asks the model again.
         let mut responded = false;
         if let Some(journal) = journal.as_deref()
             && journal.records_inputs()
-            && !matches!(input, Input::Resume)
         {
             journal.record(&path, &input);
             responded = matches!(input, Input::Response(_));
