@@ -66,7 +66,8 @@ fn a_rule_without_a_kind_or_an_id_is_refused_with_its_line() {
 fn an_llm_rule_with_a_bad_mode_is_refused_at_the_value() {
     let out = check("[[rule]]\nid = \"j\"\nprompt = \"Be careful.\"\nmode = \"later\"\n");
     assert!(
-        out.stderr.contains("rules.toml:4:8: unknown variant `later`, expected `sync` or `async`"),
+        out.stderr
+            .contains("rules.toml:4:8: unknown variant `later`, expected one of `live`, `shadow`, `sync`, `async`"),
         "{}",
         out.stderr
     );
@@ -96,5 +97,61 @@ fn a_rule_naming_a_tool_that_does_not_exist_is_an_error_naming_it_and_the_tools(
         assert!(line.starts_with("noetic: ") && line.lines().count() == 1, "{line}");
         let from_file = &line[line.find("rules.toml").unwrap()..];
         assert_eq!(from_file, format!("{expected}; {tools}"), "{text:?}");
+    }
+}
+
+#[test]
+fn shadow_and_escalating_rules_are_listed_as_such() {
+    let out = check(
+        "[[rule]]\nid = \"trial\"\nmode = \"shadow\"\ndeny_tool = \"delete_file\"\n\n\
+         [[rule]]\nid = \"dry\"\naction = \"guide\"\nescalate_after = 2\n\
+         deny_arg = { tool = \"run_command\", arg = \"command\", regex = \"deploy\" }\n",
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("trial: SHADOW (not enforced) deny every call of delete_file [before_tool_call]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "dry: guide run_command when command matches regex \"deploy\", a deny after 2 guide(s) in a turn"
+        ),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn bad_shadow_and_escalation_settings_are_errors_naming_file_line_and_fix() {
+    for (text, expected) in [
+        (
+            "[[rule]]\nid = \"trial\"\nmode = \"shadow\"\ndeny_tool = \"delet_file\"\n",
+            "rules.toml:4:1: rule 'trial': there is no tool 'delet_file'",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nmode = \"dry\"\ndeny_tool = \"list_dir\"\n",
+            "rules.toml:3:8: unknown variant `dry`, expected one of `live`, `shadow`, `sync`, `async`",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"p\"\nescalate_after = 0\n",
+            "rules.toml:4:1: rule 'a': escalate_after = 0 is not a count of guides; give 1 or more",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nprompt = \"p\"\nescalate_after = -3\n",
+            "rules.toml:4:1: rule 'a': escalate_after = -3 is not a count of guides; give 1 or more",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\ndeny_tool = \"list_dir\"\nescalate_after = 2\n",
+            "rules.toml:4:1: rule 'a': escalate_after turns a rule's repeated GUIDE into a DENY, but this rule never guides",
+        ),
+        (
+            "[[rule]]\nid = \"a\"\nrequire_approval = \"write_file\"\nmode = \"shadow\"\n",
+            "rules.toml:4:1: rule 'a': require_approval makes no decision a shadow could record",
+        ),
+    ] {
+        let out = check(text);
+        assert!(!out.status.success(), "{text:?} was accepted");
+        assert!(out.stderr.contains(expected), "{text:?}: want {expected:?} in {}", out.stderr);
     }
 }

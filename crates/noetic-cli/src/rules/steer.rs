@@ -128,8 +128,13 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspac
             }
         }
     };
-    Some(match &rule.name {
+    let built = match &rule.name {
         Some(name) => built.named(name.clone()),
         None => built,
-    })
+    };
+    let built = match rule.escalate_after {
+        Some(n) => built.escalate_after(n),
+        None => built,
+    };
+    Some(if rule.shadow { built.shadow() } else { built })
 }
