@@ -59,12 +59,14 @@ use crate::workspace::Workspace;
 mod check;
 mod mcp;
 mod paths;
+mod promote;
 mod steer;
 #[cfg(test)]
 mod tests;
 
 pub use mcp::ToolNames;
 pub use paths::PathRules;
+pub use promote::promote;
 use steer::{Matcher, steering_rule};
 
 /// One `[[rule]]` table as written.
