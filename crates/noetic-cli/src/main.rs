@@ -23,6 +23,7 @@ mod local;
 mod mcp;
 mod output;
 mod provider;
+mod remembered;
 mod render;
 mod rules;
 mod run;

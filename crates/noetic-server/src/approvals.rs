@@ -160,12 +160,7 @@ impl Approvals {
 impl PendingApproval {
     /// The request this call made of the approver.
     fn request(&self) -> ApprovalRequest {
-        ApprovalRequest {
-            tool: self.tool.clone(),
-            call_id: self.call_id.clone(),
-            arguments: self.arguments.clone(),
-            session: self.session.clone(),
-        }
+        ApprovalRequest::new(self.tool.clone(), self.call_id.clone(), self.arguments.clone(), self.session.clone())
     }
 }
 
@@ -226,12 +221,7 @@ mod tests {
     }
 
     fn in_session(session: &str, id: &str) -> ApprovalRequest {
-        ApprovalRequest {
-            tool: "write_file".into(),
-            call_id: id.into(),
-            arguments: serde_json::json!({"path": "a"}),
-            session: Some(session.into()),
-        }
+        ApprovalRequest::new("write_file", id, serde_json::json!({"path": "a"}), Some(session.into()))
     }
 
     #[tokio::test]
