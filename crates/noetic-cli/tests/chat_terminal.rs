@@ -196,7 +196,7 @@ async fn an_approval_answered_with_free_text_declines_the_call_and_steers_the_tu
     tokio::task::spawn_blocking(move || {
         term.wait_for_input_line(">");
         term.type_line("Clean the build folder.");
-        term.wait_for("approve: run `rm -rf build`? [y]es / [N]o / [a]lways these arguments / always matching \"PATTERN\" / or type what to do instead");
+        term.wait_for("approve: run `rm -rf build`? [y]es / [N]o / [a]lways these args / a matching \"GLOB\" / or type what to do instead");
         term.wait_for_input_line("answer y/n/a or type what to do instead>");
         term.type_line("no, just list the folder");
         term.wait_for("the call is rejected and your line goes to the agent as a message");
