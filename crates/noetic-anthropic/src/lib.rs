@@ -32,7 +32,7 @@
 //!     .model_id("anthropic/claude-sonnet-4-5")
 //!     .instructions("You are a concise assistant.")
 //!     .build()?;
-//! let answer = runtime.session("user-42").send("Name three prime numbers.")?.await?;
+//! let answer = runtime.session("user-42").send("Name three prime numbers.").await?.await?;
 //! println!("{answer}");
 //! # Ok(())
 //! # }

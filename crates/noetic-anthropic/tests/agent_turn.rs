@@ -93,7 +93,7 @@ async fn a_denied_call_is_reported_to_the_model_as_a_tool_result_and_the_turn_re
         .layer(steering(SteeringConfig::new([workspace_rule()])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let answer = runtime.session("user-1").send("free some disk").unwrap().await.unwrap();
+    let answer = runtime.session("user-1").send("free some disk").await.unwrap().await.unwrap();
 
     assert_eq!(answer, "I removed /workspace/tmp.txt; /etc/passwd is off limits.");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the allowed call ran");
@@ -154,7 +154,7 @@ async fn a_judged_rule_asks_its_verdict_through_the_same_anthropic_model() {
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let answer = runtime.session("user-2").send("how do I build?").unwrap().await.unwrap();
+    let answer = runtime.session("user-2").send("how do I build?").await.unwrap().await.unwrap();
 
     assert_eq!(answer, "Please run the build.");
     let requests = server.received_requests().await.unwrap();

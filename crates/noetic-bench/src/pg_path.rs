@@ -95,7 +95,7 @@ pub async fn turns_per_s(url: &str, workers: usize, sessions: usize, turns: usiz
             let done = done.clone();
             tasks.push(tokio::spawn(async move {
                 for i in 0..turns {
-                    let turn = session.send(format!("turn {i}")).map_err(|e| e.to_string())?;
+                    let turn = session.send(format!("turn {i}")).await.map_err(|e| e.to_string())?;
                     turn.await.map_err(|e| e.to_string())?;
                     done.fetch_add(1, Ordering::Relaxed);
                 }

@@ -85,7 +85,7 @@ pub async fn session_turns(turns: usize) -> BenchResult<Vec<Duration>> {
     let mut durations = Vec::with_capacity(turns);
     for i in 0..turns {
         let start = Instant::now();
-        session.send(format!("message {i}"))?.await?;
+        session.send(format!("message {i}")).await?.await?;
         durations.push(start.elapsed());
     }
     Ok(durations)
@@ -114,7 +114,7 @@ pub async fn steer_latency_us() -> BenchResult<f64> {
             async move {
                 let session = s.lock().map_err(|e| ToolError::new(e.to_string()))?.clone();
                 if let Some(session) = session {
-                    session.steer("change of plan").map_err(ToolError::new)?;
+                    session.steer("change of plan").await.map_err(ToolError::new)?;
                 }
                 te.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
                 Ok(Value::Null)
@@ -124,7 +124,7 @@ pub async fn steer_latency_us() -> BenchResult<f64> {
     let rt = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
     let session = rt.session("s");
     *slot.lock().map_err(|e| e.to_string())? = Some(session.clone());
-    session.send("go")?.await?;
+    session.send("go").await?.await?;
     let nanos = request_at.load(Ordering::SeqCst).saturating_sub(tool_end.load(Ordering::SeqCst));
     Ok(nanos as f64 / 1000.0)
 }

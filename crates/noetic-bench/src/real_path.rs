@@ -159,7 +159,7 @@ pub async fn session_tool_calls_with(
     let turns = calls.div_ceil(ROUNDS_PER_TURN);
     let start = Instant::now();
     for i in 0..turns {
-        session.send(format!("turn {i}: find where the retry policy is configured"))?.await?;
+        session.send(format!("turn {i}: find where the retry policy is configured")).await?.await?;
     }
     let elapsed = start.elapsed();
     if let Some(drain) = drain {
@@ -235,12 +235,13 @@ pub async fn cross_thread_steer_us(samples: usize, during_model_call: bool) -> B
         };
         let runtime = Runtime::builder().model(Arc::new(model)).tool(Arc::new(tool)).build()?;
         let session = runtime.session("s");
-        let turn = session.send("go")?;
+        let turn = session.send("go").await?;
         started.notified().await;
         let steerer = {
             let (session, proceed) = (session.clone(), proceed.clone());
+            let runtime = tokio::runtime::Handle::current();
             std::thread::spawn(move || {
-                let queued = session.steer("change of plan");
+                let queued = runtime.block_on(session.steer("change of plan"));
                 proceed.notify_one();
                 queued.map(|_| ())
             })
@@ -371,7 +372,7 @@ fn run_sessions(
                 tokio::spawn(async move {
                     let session = runtime.session(&format!("user-{i}"));
                     for t in 0..10 {
-                        let turn = session.send(format!("message {t}")).map_err(|e| e.to_string())?;
+                        let turn = session.send(format!("message {t}")).await.map_err(|e| e.to_string())?;
                         turn.await.map_err(|e| e.to_string())?;
                     }
                     Ok::<(), String>(())

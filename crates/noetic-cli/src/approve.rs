@@ -153,14 +153,18 @@ pub fn declined() -> Approval {
 /// into the session before the call is rejected, so the rejected call's outcome (a checkpoint) finds it: the
 /// rest of the batch is skipped and the model reads it next. `Err` carries the decision and why the message
 /// could not be steered (then the reason carries the message, so it is not lost).
-fn decide(line: &str, session: Option<&Session>) -> Result<Approval, (Approval, String)> {
+async fn decide(line: &str, session: Option<&Session>) -> Result<Approval, (Approval, String)> {
     match answer(line) {
         Answer::Yes | Answer::Always => Ok(Approval::Approve),
         // Only `decide_call` knows the call a pattern must cover: without it, fail closed.
         Answer::AlwaysMatching { .. } => Ok(declined()),
         Answer::No => Ok(declined()),
         Answer::Message(text) => {
-            let not_steered = match session.map(|s| s.steer(text)) {
+            let steered = match session {
+                Some(s) => Some(s.steer(text).await),
+                None => None,
+            };
+            let not_steered = match steered {
                 Some(Ok(_)) => return Ok(Approval::Reject { reason: ANSWERED_WITH_A_MESSAGE.to_owned() }),
                 Some(Err(e)) => e.to_string(),
                 None => "there is no session to steer into".to_owned(),
@@ -180,13 +184,25 @@ fn decide(line: &str, session: Option<&Session>) -> Result<Approval, (Approval, 
 /// [`decide`] for a line typed at the question of `request`, remembering an "always" answer in `remembered`:
 /// `a` for exactly these arguments, `always matching "PATTERN"` for the calls the pattern covers (this one is
 /// approved only if it is among them).
-pub fn decide_call(
+pub async fn decide_call(
     line: &str,
     request: &ApprovalRequest,
     session: Option<&Session>,
     remembered: &mut Remembered,
 ) -> Result<Approval, (Approval, String)> {
-    match answer(line) {
+    match decide_always(line, request, remembered) {
+        Some(decided) => decided,
+        None => decide(line, session).await,
+    }
+}
+
+/// The decision for an "always" answer, remembered in `remembered`; `None` for any other line.
+fn decide_always(
+    line: &str,
+    request: &ApprovalRequest,
+    remembered: &mut Remembered,
+) -> Option<Result<Approval, (Approval, String)>> {
+    Some(match answer(line) {
         Answer::Always => {
             remembered.exact(request);
             Ok(Approval::Approve)
@@ -215,8 +231,8 @@ pub fn decide_call(
             )),
             Err(why) => Err((declined(), format!("{why}; nothing is remembered and the call is declined"))),
         },
-        _ => decide(line, session),
-    }
+        _ => return None,
+    })
 }
 
 /// Rejects every call: there is no terminal to ask.
@@ -262,25 +278,33 @@ pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace) -> Arc
                 errln!("approved without asking: you allowed {grant} in this run");
                 return Approval::Approve;
             }
+            let shown = request.clone();
             let asked = tokio::task::spawn_blocking(move || {
-                if let Some(preview) = preview(&request, &workspace) {
+                if let Some(preview) = preview(&shown, &workspace) {
                     errln!("{preview}");
                 }
-                err!("{}", question(&request));
+                err!("{}", question(&shown));
                 let mut line = String::new();
                 if std::io::stdin().lock().read_line(&mut line)? == 0 {
-                    return Ok(declined());
+                    return Ok(None);
                 }
-                let Ok(mut always) = always.lock() else { return Ok(declined()) };
-                let decided = decide_call(&line, &request, session.get(), &mut always);
-                Ok::<_, std::io::Error>(decided.unwrap_or_else(|(decision, why)| {
-                    errln!("{why}");
-                    decision
-                }))
+                Ok::<_, std::io::Error>(Some(line))
             })
             .await;
             match asked {
-                Ok(Ok(decision)) => decision,
+                Ok(Ok(Some(line))) => {
+                    // The lock is let go before the await: an "always" answer needs no session.
+                    let always = always.lock().ok().and_then(|mut a| decide_always(&line, &request, &mut a));
+                    let decided = match always {
+                        Some(decided) => decided,
+                        None => decide(&line, session.get()).await,
+                    };
+                    decided.unwrap_or_else(|(decision, why)| {
+                        errln!("{why}");
+                        decision
+                    })
+                }
+                Ok(Ok(None)) => declined(),
                 _ => Approval::Reject { reason: "the terminal could not be read".to_owned() },
             }
         }
@@ -324,11 +348,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_always_answer_approves_only_what_it_covers_and_remembers_nothing_wider() {
+    #[tokio::test]
+    async fn an_always_answer_approves_only_what_it_covers_and_remembers_nothing_wider() {
         let mut remembered = Remembered::default();
         let call = |command: &str| request("run_command", json!({ "command": command }));
-        assert_eq!(decide_call("a", &call("echo first"), None, &mut remembered), Ok(Approval::Approve));
+        assert_eq!(decide_call("a", &call("echo first"), None, &mut remembered).await, Ok(Approval::Approve));
         assert!(remembered.covering(&call("echo first")).is_some());
         assert!(remembered.covering(&call("echo second")).is_none(), "a covers the arguments approved only");
         let scoped = decide_call(
@@ -336,11 +360,12 @@ mod tests {
             &call("cargo test"),
             None,
             &mut remembered,
-        );
+        )
+        .await;
         assert_eq!(scoped, Ok(Approval::Approve));
         assert!(remembered.covering(&call("cargo test -p noetic")).is_some());
         let Err((Approval::Reject { .. }, why)) =
-            decide_call("always matching \"ls*\"", &call("rm x"), None, &mut remembered)
+            decide_call("always matching \"ls*\"", &call("rm x"), None, &mut remembered).await
         else {
             panic!("approved a call the pattern does not cover")
         };
@@ -349,7 +374,7 @@ mod tests {
             "remembered run_command matching \"ls*\"; it does not cover this call, so this call is declined"
         );
         let Err((Approval::Reject { .. }, why)) =
-            decide_call("always allow write_file matching \"*\"", &call("rm x"), None, &mut remembered)
+            decide_call("always allow write_file matching \"*\"", &call("rm x"), None, &mut remembered).await
         else {
             panic!("approved a call of another tool")
         };
@@ -360,9 +385,9 @@ mod tests {
         assert!(remembered.covering(&request("write_file", json!({"path": "a"}))).is_none());
     }
 
-    #[test]
-    fn a_message_with_no_session_to_steer_into_is_kept_in_the_rejection() {
-        let Err((Approval::Reject { reason }, why)) = decide("use make instead", None) else { panic!("steered") };
+    #[tokio::test]
+    async fn a_message_with_no_session_to_steer_into_is_kept_in_the_rejection() {
+        let Err((Approval::Reject { reason }, why)) = decide("use make instead", None).await else { panic!("steered") };
         assert_eq!(
             reason,
             "the user answered the approval question with a message instead of yes or no: \"use make instead\"; do \
@@ -422,11 +447,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_or_always_approves_and_is_told_apart_from_yes() {
+    #[tokio::test]
+    async fn a_or_always_approves_and_is_told_apart_from_yes() {
         for always in ["a", " A\n", "always", "Always"] {
             assert_eq!(answer(always), Answer::Always, "{always:?}");
-            assert_eq!(decide(always, None), Ok(Approval::Approve));
+            assert_eq!(decide(always, None).await, Ok(Approval::Approve));
         }
         assert_eq!(answer("always use make"), Answer::Message("always use make"));
     }

@@ -191,12 +191,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             biased;
             event = events.recv() => chat.on_event(event),
             result = async { match turn.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if turn.is_some() => {
-                turn = chat.on_turn_end(result, &mut events);
+                turn = chat.on_turn_end(result, &mut events).await;
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
-            _ = elsewhere.tick(), if stored && turn.is_none() && !chat.quitting => turn = chat.run_queued_elsewhere(),
+            _ = elsewhere.tick(), if stored && turn.is_none() && !chat.quitting => turn = chat.run_queued_elsewhere().await,
             Some(input) = async { match keys.as_mut() { Some(k) => k.recv().await, None => std::future::pending().await } }, if !chat.quitting => {
-                match chat.on_input(input, turn.is_some()) {
+                match chat.on_input(input, turn.is_some()).await {
                     Action::Start(t) => turn = Some(t),
                     Action::Quit => {
                         chat.quitting = true;
@@ -206,7 +206,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                 }
             }
             line = lines.recv(), if !chat.input_closed && !chat.quitting => match line {
-                Some(line) => match chat.on_line(&line, turn.is_some()) {
+                Some(line) => match chat.on_line(&line, turn.is_some()).await {
                     Action::Start(t) => turn = Some(t),
                     Action::Quit => {
                         chat.quitting = true;

@@ -276,7 +276,7 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
                     let stopped = person.stopped.load(std::sync::atomic::Ordering::SeqCst);
                     if !stopped && !person.typed.load(std::sync::atomic::Ordering::SeqCst) {
                         out.line(&style.cyan(&format!("  user  types: \"{STEER}\"")));
-                        if let Err(e) = typist.steer(STEER) {
+                        if let Err(e) = typist.steer(STEER).await {
                             out.line(&style.red(&format!("  steer refused: {e}")));
                         }
                     }
@@ -289,7 +289,7 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
         execution
     });
 
-    let answer = session.send(TASK)?.await;
+    let answer = session.send(TASK).await?.await;
     let execution = printer_task.await?;
     if let Some(listener) = listener {
         listener.abort();
@@ -336,7 +336,7 @@ async fn listen(
                     continue;
                 }
                 printer.line(&style.cyan(&format!("you   {}", printable(text))));
-                match session.steer(text) {
+                match session.steer(text).await {
                     Ok(_) => {
                         person.typed.store(true, std::sync::atomic::Ordering::SeqCst);
                         person.wakes.notify_one();
@@ -347,7 +347,7 @@ async fn listen(
             Input::Escape | Input::Interrupt | Input::Eof => {
                 person.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
                 printer.line(&style.dim("stopping the demo"));
-                session.stop("stopped by the user");
+                session.stop("stopped by the user").await;
                 // The demo may be waiting for the person to type: it need not wait any more.
                 person.wakes.notify_one();
             }
@@ -358,13 +358,15 @@ async fn listen(
 /// Lines typed at a terminal while the demo's output goes elsewhere are steered into the session.
 fn spawn_terminal_steering(session: Session) {
     outln!("(type a line and press Enter to steer the agent yourself)");
+    // The thread blocks on the terminal; each line is steered on the runtime it came from.
+    let runtime = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
         let mut line = String::new();
         while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
             let text = line.trim().to_owned();
             line.clear();
             if !text.is_empty()
-                && let Err(e) = session.steer(text)
+                && let Err(e) = runtime.block_on(session.steer(text))
             {
                 errln!("steer refused: {e}");
             }

@@ -141,13 +141,13 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     };
     if session.unfinished_turn().is_some() {
         errln!("session {}: finishing the turn a stopped process left before this prompt", session.key());
-        if let Some(turn) = session.resume()? {
+        if let Some(turn) = session.resume().await? {
             turn.await?;
         }
     }
     let _ = steer_to.set(session.clone());
     let mut events = session.subscribe();
-    let turn = session.send(args.prompt.clone())?;
+    let turn = session.send(args.prompt.clone()).await?;
     let style = Style::detect(args.plain);
     let mut execution = None;
     // The turn's model calls: their cost, when any reported one, goes on the last `--json` line.

@@ -87,7 +87,7 @@ fn results(items: &[Item]) -> Vec<ToolResult> {
 async fn call_once(fixture: &Fixture, tool: &str, args: serde_json::Value) -> ToolResult {
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", tool, args)]), ModelResponse::text("ok")]);
     let session = fixture.runtime(&model).session("s");
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     results(model.requests()[1].history.as_slice()).remove(0)
 }
 
@@ -145,7 +145,7 @@ async fn a_steering_rule_denying_an_mcp_tool_keeps_the_call_from_the_server() {
         .layer(steering(SteeringConfig::new([rule])).unwrap())
         .build()
         .unwrap();
-    runtime.session("s").send("go").unwrap().await.unwrap();
+    runtime.session("s").send("go").await.unwrap().await.unwrap();
     let results = results(model.requests()[1].history.as_slice());
     assert_eq!(results[0].content, "Steering denied: echo is not allowed here");
     assert_eq!(fixture.log(), ["call fail"], "the server saw only the allowed call");
@@ -174,7 +174,7 @@ async fn a_tool_that_requires_approval_reaches_the_server_only_when_the_approver
         .approver(approver)
         .build()
         .unwrap();
-    runtime.session("s").send("go").unwrap().await.unwrap();
+    runtime.session("s").send("go").await.unwrap().await.unwrap();
     let results = results(model.requests()[1].history.as_slice());
     assert_eq!(results[0].content, "Error: the call of 'fix__echo' was rejected: not that");
     assert_eq!(results[1].content, "ls");
@@ -200,7 +200,7 @@ async fn progress_notifications_become_tool_progress_events_of_the_call() {
     ]);
     let session = fixture.runtime(&model).session("s");
     let mut events = EventCollector::of(&session);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let progress: Vec<serde_json::Value> = events
         .kinds()
         .into_iter()
@@ -217,7 +217,7 @@ async fn cancelling_a_turn_ends_the_call_at_once_and_the_server_is_told() {
     let fixture = fixture("cancel", |c| c).await;
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "fix__slow", json!({}))])]);
     let session = fixture.runtime(&model).session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     fixture.logged("call slow").await;
     turn.cancel();
     let outcome = tokio::time::timeout(GIVE_UP, turn).await.expect("the turn ended");
@@ -232,7 +232,7 @@ async fn a_call_past_the_server_timeout_ends_with_a_timeout_error_and_is_cancell
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "fix__slow", json!({}))]), ModelResponse::text("ok")]);
     let session = fixture.runtime(&model).session("s");
     let mut events = EventCollector::of(&session);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let result = results(model.requests()[1].history.as_slice()).remove(0);
     assert!(
         result.content.starts_with("Error: MCP server 'fix' did not answer the call of 'slow' within 0.3 s"),
@@ -269,7 +269,7 @@ async fn a_tool_list_change_offers_the_new_tool_in_the_next_request_and_it_runs(
     tokio::time::timeout(GIVE_UP, listings.wait_for(|n| *n >= 2)).await.expect("listed again").unwrap();
     let model =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "fix__late", json!({}))]), ModelResponse::text("ok")]);
-    fixture.runtime(&model).session("s").send("go").unwrap().await.unwrap();
+    fixture.runtime(&model).session("s").send("go").await.unwrap().await.unwrap();
     assert!(model.requests()[0].tools.iter().any(|t| t.name == "fix__late"), "offered in the next request");
     assert_eq!(results(model.requests()[1].history.as_slice())[0].content, "late result");
 }

@@ -48,7 +48,7 @@ async fn call_once(server: &Arc<McpServer>, tool: &str, args: serde_json::Value)
     let runtime = Runtime::builder().model(Arc::new(model.clone())).tool_source(server.clone()).build().unwrap();
     let session = runtime.session("s");
     let mut events = EventCollector::of(&session);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     (results(model.requests()[1].history.as_slice()).remove(0), events.kinds())
 }
 

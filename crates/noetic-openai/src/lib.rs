@@ -23,7 +23,7 @@
 //! // Reads OPENAI_API_KEY / OPENAI_BASE_URL, or OPENROUTER_API_KEY.
 //! let model = OpenAiModel::new(OpenAiConfig::from_env())?;
 //! let runtime = Runtime::builder().model(Arc::new(model)).model_id("openai/gpt-4o-mini").build()?;
-//! let answer = runtime.session("user-42").send("What is the capital of France?")?.await?;
+//! let answer = runtime.session("user-42").send("What is the capital of France?").await?.await?;
 //! println!("{answer}");
 //! # Ok(())
 //! # }

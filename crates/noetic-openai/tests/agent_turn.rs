@@ -95,7 +95,7 @@ async fn a_denied_tool_call_reaches_the_model_as_a_steering_denied_result_and_th
         .layer(steering(SteeringConfig::new([workspace_rule()])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let answer = runtime.session("user-1").send("free some disk").unwrap().await.unwrap();
+    let answer = runtime.session("user-1").send("free some disk").await.unwrap().await.unwrap();
     assert_eq!(answer, "Removed /workspace/tmp.txt; /etc/passwd is off limits.");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the allowed call ran");
 
@@ -140,7 +140,7 @@ async fn an_llm_judged_rule_is_judged_through_the_same_provider() {
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    assert_eq!(runtime.session("user-1").send("free some disk").unwrap().await.unwrap(), "Done.");
+    assert_eq!(runtime.session("user-1").send("free some disk").await.unwrap().await.unwrap(), "Done.");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the judge denied both calls");
 
     let bodies = received_bodies(&server).await;

@@ -246,7 +246,7 @@ async fn an_agent_turn_denies_a_tool_and_the_real_model_receives_the_denial() {
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let answer = runtime.session("e2e").send("Delete the file notes.txt").unwrap().await.unwrap();
+    let answer = runtime.session("e2e").send("Delete the file notes.txt").await.unwrap().await.unwrap();
 
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the denied tool never ran");
     assert!(!answer.trim().is_empty(), "the model answered after the denial");

@@ -49,14 +49,14 @@ async fn a_server_restart_mid_turn_loses_nothing_and_repeats_nothing() {
         .build()
         .unwrap();
     let session = runtime.session(&key);
-    let turn = session.send("build").unwrap();
+    let turn = session.send("build").await.unwrap();
     gate.started().await;
     let restarted = tokio::process::Command::new(script()).arg("restart").output().await.unwrap();
     assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
     gate.release();
     assert_eq!(turn.await.unwrap(), "built", "the turn's writes went to new connections");
     assert_eq!(gate.runs(), 1);
-    assert_eq!(session.send("again").unwrap().await.unwrap(), "after the restart");
+    assert_eq!(session.send("again").await.unwrap().await.unwrap(), "after the restart");
     let stored = store.peek(&key).unwrap().unwrap();
     assert_eq!(stored.snapshot.history, session.history(), "everything stored, once");
     assert!(stored.unfinished.is_none());

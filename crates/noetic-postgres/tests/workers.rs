@@ -94,24 +94,24 @@ async fn a_session_moves_between_workers_turn_by_turn_and_each_sees_the_others_t
     let a = runtime(&ScriptedModel::new([ModelResponse::text("one")]), worker(&url), Vec::new());
     let b = runtime(&ScriptedModel::new([ModelResponse::text("two")]), worker(&url), Vec::new());
     let a_session = a.session(&k);
-    assert_eq!(a_session.send("first").unwrap().await.unwrap(), "one");
+    assert_eq!(a_session.send("first").await.unwrap().await.unwrap(), "one");
     // B opened nothing yet: it reads the session, and its turn continues A's conversation.
     let b_session = b.session(&k);
-    assert_eq!(b_session.send("second").unwrap().await.unwrap(), "two");
+    assert_eq!(b_session.send("second").await.unwrap().await.unwrap(), "two");
     let expected = vec![Item::user("first"), Item::assistant("one"), Item::user("second"), Item::assistant("two")];
     assert_eq!(b_session.history(), expected);
     // A still holds its old copy in memory; its next turn reads B's turn first (and the turn count with it).
     let model = ScriptedModel::new([ModelResponse::text("three")]);
     let a2 = runtime(&model, worker(&url), Vec::new());
     let a2_session = a2.session(&k);
-    assert_eq!(a2_session.send("third").unwrap().await.unwrap(), "three");
+    assert_eq!(a2_session.send("third").await.unwrap().await.unwrap(), "three");
     assert_eq!(model.requests()[0].history.len(), 5, "the model saw both earlier turns");
     assert_eq!(a_session.turns(), 1, "A's copy is stale until A starts a turn");
     let a_model = ScriptedModel::new([ModelResponse::text("four")]);
     drop(a);
     let a = runtime(&a_model, worker(&url), Vec::new());
     let s = a.session(&k);
-    assert_eq!(s.send("fourth").unwrap().await.unwrap(), "four");
+    assert_eq!(s.send("fourth").await.unwrap().await.unwrap(), "four");
     assert_eq!(s.turns(), 4);
     assert_eq!(s.history().len(), 8);
 }
@@ -124,10 +124,10 @@ async fn a_stale_copy_is_refreshed_when_its_worker_starts_the_next_turn() {
     let a = runtime(&model_a, worker(&url), Vec::new());
     let b = runtime(&ScriptedModel::new([ModelResponse::text("b1")]), worker(&url), Vec::new());
     let sa = a.session(&k);
-    sa.send("x").unwrap().await.unwrap();
-    b.session(&k).send("y").unwrap().await.unwrap();
+    sa.send("x").await.unwrap().await.unwrap();
+    b.session(&k).send("y").await.unwrap().await.unwrap();
     assert_eq!(sa.history().len(), 2, "A has not looked yet");
-    sa.send("z").unwrap().await.unwrap();
+    sa.send("z").await.unwrap().await.unwrap();
     assert_eq!(model_a.requests()[1].history.len(), 5, "A's second turn saw B's turn");
     assert_eq!(sa.history().len(), 6);
     assert_eq!(sa.turns(), 3);
@@ -148,7 +148,7 @@ async fn many_messages_for_one_idle_session_through_three_workers_start_one_turn
     let mut tasks = Vec::new();
     for i in 0..12 {
         let session = sessions[i % 3].clone();
-        tasks.push(tokio::spawn(async move { (i, session.send_or_steer(format!("message {i}")).unwrap()) }));
+        tasks.push(tokio::spawn(async move { (i, session.send_or_steer(format!("message {i}")).await.unwrap()) }));
     }
     let mut started = Vec::new();
     let mut steered = 0;
@@ -167,7 +167,7 @@ async fn many_messages_for_one_idle_session_through_three_workers_start_one_turn
     // Every message is in the conversation exactly once, after the first (steered ones at the checkpoint, or
     // queued for the next turn if they came after it).
     let owner = &sessions[first % 3];
-    while let Some(next) = owner.continue_session().unwrap() {
+    while let Some(next) = owner.continue_session().await.unwrap() {
         next.await.unwrap();
     }
     let history = owner.history();
@@ -189,12 +189,12 @@ async fn a_message_through_worker_b_reaches_the_turn_on_worker_a_at_its_next_che
     let a_store = worker(&url);
     let a = runtime(&model, a_store.clone(), vec![gate.tool("build").unwrap()]);
     let b = runtime(&ScriptedModel::new([]), worker(&url), vec![Gate::new().tool("build").unwrap()]);
-    let turn = a.session(&k).send("build everything").unwrap();
+    let turn = a.session(&k).send("build everything").await.unwrap();
     gate.started().await;
-    let Routed::Steered(_) = b.session(&k).send_or_steer("only the docs, please").unwrap() else {
+    let Routed::Steered(_) = b.session(&k).send_or_steer("only the docs, please").await.unwrap() else {
         panic!("B must steer A's turn, not start its own")
     };
-    assert!(matches!(b.session(&k).send("direct"), Err(SessionError::BusyElsewhere { .. })));
+    assert!(matches!(b.session(&k).send("direct").await, Err(SessionError::BusyElsewhere { .. })));
     notified(&a_store, &k).await;
     gate.release();
     assert_eq!(within(turn).await.unwrap(), "switched to the docs");
@@ -218,9 +218,9 @@ async fn a_stop_through_worker_b_cancels_the_turn_on_worker_a() {
     let a_store = worker(&url);
     let a = runtime(&model, a_store.clone(), vec![gate.tool("build").unwrap()]);
     let b = runtime(&ScriptedModel::new([]), worker(&url), Vec::new());
-    let turn = a.session(&k).send("build").unwrap();
+    let turn = a.session(&k).send("build").await.unwrap();
     gate.started().await;
-    let (_, cancelled) = b.session(&k).stop("stopped through worker B");
+    let (_, cancelled) = b.session(&k).stop("stopped through worker B").await;
     assert!(cancelled, "B reports the turn it stopped elsewhere");
     notified(&a_store, &k).await;
     gate.release();
@@ -240,7 +240,7 @@ async fn a_turn_whose_lease_was_taken_stops_at_its_next_checkpoint_and_writes_no
     ]);
     let store = worker(&url);
     let a = runtime(&model, store.clone(), vec![gate.tool("build").unwrap()]);
-    let turn = a.session(&k).send("build").unwrap();
+    let turn = a.session(&k).send("build").await.unwrap();
     gate.started().await;
     let before = store.peek(&k).unwrap().unwrap().snapshot.history.len();
     // Another worker takes the session (as after A's lease expired).
@@ -267,7 +267,7 @@ async fn a_turn_left_by_a_dead_worker_is_taken_over_without_rerunning_its_comple
     let model =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "quick", json!({})), ("c2", "slow", json!({}))])]);
     let dead = runtime(&model, worker(&url), vec![quick.tool("quick", json!(1)).unwrap(), gate.tool("slow").unwrap()]);
-    let _turn = dead.session(&k).send("go").unwrap();
+    let _turn = dead.session(&k).send("go").await.unwrap();
     gate.started().await;
     // The worker "dies": its lease runs out and nobody renews it.
     admin(
@@ -285,7 +285,7 @@ async fn a_turn_left_by_a_dead_worker_is_taken_over_without_rerunning_its_comple
         vec![quick2.tool("quick", json!(2)).unwrap(), Gate::new().tool("slow").unwrap()],
     );
     let session = survivor.session(&k);
-    let resumed = session.resume().unwrap().expect("an unfinished turn to resume");
+    let resumed = session.resume().await.unwrap().expect("an unfinished turn to resume");
     assert_eq!(resumed.await.unwrap(), "recovered");
     assert_eq!((model2.calls(), quick2.count()), (1, 0), "no model call and no completed tool call repeated");
     let results: Vec<ToolResult> = session
@@ -382,7 +382,7 @@ async fn connections_the_server_drops_mid_turn_are_made_again_and_nothing_is_los
     let store = worker(&url);
     let a = runtime(&model, store.clone(), vec![gate.tool("build").unwrap()]);
     let session = a.session(&k);
-    let turn = session.send("build").unwrap();
+    let turn = session.send("build").await.unwrap();
     gate.started().await;
     // The server drops every connection of this worker (as a restart or a network cut would).
     let (admin_url, name) = (url.clone(), format!("noetic {}", store.worker_id()));
@@ -408,7 +408,7 @@ async fn connections_the_server_drops_mid_turn_are_made_again_and_nothing_is_los
     }
     assert_eq!(gate.runs(), 1, "the tool ran once");
     // Reconnected: the next turn works, and what is stored has every item once.
-    assert_eq!(session.send("again").unwrap().await.unwrap(), "still here");
+    assert_eq!(session.send("again").await.unwrap().await.unwrap(), "still here");
     let stored = store.peek(&k).unwrap().unwrap().snapshot.history;
     assert_eq!(stored, session.history());
     let results = stored.iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
@@ -492,7 +492,7 @@ async fn a_worker_cut_off_from_the_database_past_its_lease_stops_its_turn_and_th
         ModelResponse::text("never asked"),
     ]);
     let a = runtime(&model, cut_off.clone(), vec![gate.tool("build").unwrap()]);
-    let turn = a.session(&k).send("build").unwrap();
+    let turn = a.session(&k).send("build").await.unwrap();
     gate.started().await;
     partition.sever();
     // Past the lease, another worker (with its own path to the database) takes the session.
@@ -580,12 +580,12 @@ async fn a_sessions_layer_state_moves_with_it_between_workers() {
     model_a.push(ModelResponse::text("ok"));
     let a = run(&layer_a, model_a);
     let b = run(&layer_b, deny_turn());
-    a.session(&k).send("one").unwrap().await.unwrap();
-    b.session(&k).send("two").unwrap().await.unwrap();
+    a.session(&k).send("one").await.unwrap().await.unwrap();
+    b.session(&k).send("two").await.unwrap().await.unwrap();
     assert_eq!(denied(&layer_b), 2, "B's turn started from A's state");
     // A's session and layer hold a stale copy (one deny); A's next turn reads the session again, and the layers'
     // state with it.
     assert_eq!(denied(&layer_a), 1);
-    a.session(&k).send("three").unwrap().await.unwrap();
+    a.session(&k).send("three").await.unwrap().await.unwrap();
     assert_eq!(denied(&layer_a), 3, "A's turn started from B's state, not its own old copy");
 }

@@ -95,7 +95,7 @@ pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
         loop {
             // The outcome is in the session's events and history; nothing more to do with it here.
             let _ = turn.await;
-            match session.continue_session() {
+            match session.continue_session().await {
                 Ok(Some(next)) => turn = next,
                 Ok(None) | Err(_) => return,
             }
@@ -124,8 +124,8 @@ pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) 
         for key in orphaned {
             let Ok(session) = state.runtime.try_session(&key) else { continue };
             // An unfinished turn first; else messages nobody took start a turn.
-            let started = match session.resume() {
-                Ok(None) => session.continue_session(),
+            let started = match session.resume().await {
+                Ok(None) => session.continue_session().await,
                 other => other,
             };
             match started {
@@ -176,7 +176,7 @@ pub(crate) async fn post_message(
     if state.shutdown.is_cancelled() {
         return Err(shutting_down());
     }
-    let routing = match session.send_or_steer(body.text).map_err(steer_error)? {
+    let routing = match session.send_or_steer(body.text).await.map_err(steer_error)? {
         Routed::Started(turn) => {
             let number = turn.number();
             run_turn(&state, session, turn);
@@ -187,7 +187,7 @@ pub(crate) async fn post_message(
             // A turn a stopped process left waits for whoever takes the session over: this worker does, now, and
             // the message reaches it at its first checkpoint.
             if session.unfinished_turn().is_some() {
-                resume_for_message(&state, &session, &key);
+                resume_for_message(&state, &session, &key).await;
             }
             Routing::Steered { message_id, turn: session.turns() }
         }
@@ -197,8 +197,8 @@ pub(crate) async fn post_message(
 
 /// Resumes the unfinished turn of `session`, which a message just queued for (another worker may have taken it
 /// first: then the message reaches it there).
-fn resume_for_message(state: &AppState, session: &Session, key: &str) {
-    match session.resume() {
+async fn resume_for_message(state: &AppState, session: &Session, key: &str) {
+    match session.resume().await {
         Ok(Some(turn)) => {
             tracing::info!(session = %key, turn = turn.number(), "resumed a turn a stopped process left, for a new message");
             run_turn(state, session.clone(), turn);
@@ -300,7 +300,7 @@ pub(crate) async fn get_ledger(
 /// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
 pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
     let session = session(&state, &key)?;
-    let (cleared, cancelled) = session.stop("stopped through the API");
+    let (cleared, cancelled) = session.stop("stopped through the API").await;
     Ok(Json(json!({ "cleared": cleared, "cancelled": cancelled })))
 }
 
@@ -309,7 +309,9 @@ pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    start_with(&state, &key, "started", Session::continue_session)
+    let session = startable(&state, &key)?;
+    let started = session.continue_session().await;
+    start_with(&state, &key, session, "started", started)
 }
 
 /// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
@@ -317,21 +319,30 @@ pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    start_with(&state, &key, "resumed", Session::resume)
+    let session = startable(&state, &key)?;
+    let started = session.resume().await;
+    start_with(&state, &key, session, "resumed", started)
 }
 
 /// Starts the turn `start` makes, if any, and answers `{field: true, "turn": N}` or `{field: false}`.
-fn start_with(
-    state: &AppState,
-    key: &str,
-    field: &str,
-    start: fn(&Session) -> Result<Option<Turn>, SessionError>,
-) -> Result<Json<Value>, ApiError> {
+/// The session `key`, when the server still starts turns.
+fn startable(state: &AppState, key: &str) -> Result<Session, ApiError> {
     let session = session(state, key)?;
     if state.shutdown.is_cancelled() {
         return Err(shutting_down());
     }
-    match start(&session).map_err(|e| session_error(key, e))? {
+    Ok(session)
+}
+
+/// Runs the turn `started` gave (if any) and answers with `field` and its number.
+fn start_with(
+    state: &AppState,
+    key: &str,
+    session: Session,
+    field: &str,
+    started: Result<Option<Turn>, SessionError>,
+) -> Result<Json<Value>, ApiError> {
+    match started.map_err(|e| session_error(key, e))? {
         Some(turn) => {
             let number = turn.number();
             run_turn(state, session, turn);
@@ -356,7 +367,7 @@ pub(crate) async fn set_mode(
     let Json(body) = body?;
     let session = session(&state, &key)?;
     let mode = SteeringMode::parse(&body.mode).map_err(|e| ApiError::bad_request("invalid_mode", e.to_string()))?;
-    session.set_steering_mode(mode);
+    session.set_steering_mode(mode).await;
     Ok(Json(json!({ "mode": mode.as_str() })))
 }
 

@@ -326,8 +326,8 @@ async fn continue_runs_the_messages_queued_while_idle_and_mode_is_set_per_sessio
     assert_eq!(session["turns"], 0);
     let mut events = s.events("q", 0, false).await;
     let runtime_session = s.server.runtime().session("q");
-    runtime_session.steer("first").unwrap();
-    runtime_session.steer("second").unwrap();
+    runtime_session.steer("first").await.unwrap();
+    runtime_session.steer("second").await.unwrap();
     let (status, started) = s.post("/api/sessions/q/continue", json!({})).await;
     assert_eq!((status, started), (200, json!({ "started": true, "turn": 1 })));
     events.until("turn_completed").await;

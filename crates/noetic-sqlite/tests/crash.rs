@@ -123,7 +123,7 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                         // (queued, or shown); sending it again would be the sender's duplicate, not the runtime's.
                         let known = session.queued_messages().iter().any(|m| m.text == text)
                             || session.history().contains(&Item::user(text));
-                        if known || session.steer(text).is_ok() {
+                        if known || session.steer(text).await.is_ok() {
                             append_synced(&accepted, text);
                         }
                     }
@@ -141,13 +141,13 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                 break;
             }
             let turn = if session.unfinished_turn().is_some() {
-                session.resume().unwrap()
+                session.resume().await.unwrap()
             } else if session.queued() > 0 {
-                session.continue_session().unwrap()
+                session.continue_session().await.unwrap()
             } else if history.is_empty() {
-                Some(session.send("go").unwrap())
+                Some(session.send("go").await.unwrap())
             } else if !finished {
-                Some(session.send("continue").unwrap())
+                Some(session.send("continue").await.unwrap())
             } else {
                 // Finished, waiting for the last steering message to be accepted.
                 tokio::time::sleep(Duration::from_millis(1)).await;

@@ -31,15 +31,15 @@ async fn a_session_continues_across_two_runtimes_on_one_file() {
     {
         let store = Arc::new(SqliteStore::open(&db).unwrap());
         let first = runtime(&ScriptedModel::new([ModelResponse::text("hello")]), store.clone(), Vec::new());
-        assert_eq!(first.session("chat").send("hi").unwrap().await.unwrap(), "hello");
-        first.session("chat").steer("and then?").unwrap();
+        assert_eq!(first.session("chat").send("hi").await.unwrap().await.unwrap(), "hello");
+        first.session("chat").steer("and then?").await.unwrap();
     }
     let store = Arc::new(SqliteStore::open(&db).unwrap());
     let next = runtime(&ScriptedModel::new([ModelResponse::text("then this")]), store.clone(), Vec::new());
     let session = next.session("chat");
     assert_eq!(session.history(), vec![Item::user("hi"), Item::assistant("hello")]);
     assert_eq!(session.queued(), 1);
-    assert_eq!(session.continue_session().unwrap().unwrap().await.unwrap(), "then this");
+    assert_eq!(session.continue_session().await.unwrap().unwrap().await.unwrap(), "then this");
     let list = store.list().unwrap();
     assert_eq!((list[0].key.as_str(), list[0].turns, list[0].items, list[0].queued), ("chat", 2, 4, 0));
     assert!(store.delete("chat").unwrap());
@@ -56,7 +56,7 @@ async fn a_turn_left_mid_batch_resumes_from_the_file_without_repeating_the_model
     let store = Arc::new(SqliteStore::open(&db).unwrap());
     let first =
         runtime(&model, store, vec![gate.tool("slow").unwrap(), Counter::new().tool("quick", json!(1)).unwrap()]);
-    let _turn = first.session("s").send("go").unwrap();
+    let _turn = first.session("s").send("go").await.unwrap();
     gate.started().await;
     // A killed process leaves the file as it is now: copy it (with its WAL) and open the copy.
     let copy = dir.join("crashed.db");
@@ -75,7 +75,7 @@ async fn a_turn_left_mid_batch_resumes_from_the_file_without_repeating_the_model
     );
     let session = next.session("s");
     assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "recovered");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "recovered");
     assert_eq!((model2.calls(), counter.count()), (1, 1));
     let results: Vec<ToolResult> = session
         .history()
@@ -179,7 +179,7 @@ async fn a_message_queued_through_another_connection_reaches_the_owners_running_
     ]);
     let owner = runtime(&model, owner_store.clone(), vec![gate.tool("build").unwrap()]);
     let session = owner.session("shared");
-    let turn = session.send("build everything").unwrap();
+    let turn = session.send("build everything").await.unwrap();
     gate.started().await;
     // Another process (here: another connection to the file, which is all a process has) steers the session.
     let other = SqliteStore::open(&db).unwrap();
@@ -209,13 +209,13 @@ async fn steering_from_another_process_and_from_the_owner_reaches_the_model_in_a
     ]);
     let owner = runtime(&model, owner_store, vec![gate.tool("build").unwrap()]);
     let session = owner.session("ordered");
-    session.set_steering_mode(noetic::agent::SteeringMode::All);
-    let turn = session.send("build everything").unwrap();
+    session.set_steering_mode(noetic::agent::SteeringMode::All).await;
+    let turn = session.send("build everything").await.unwrap();
     gate.started().await;
     // Elsewhere, here, elsewhere: each accepted before the next is sent.
     let other = SqliteStore::open(&db).unwrap();
     other.steer_elsewhere("ordered", &noetic::agent::SteerMessage::new("first: do X")).unwrap();
-    session.steer("no, do Y instead").unwrap();
+    session.steer("no, do Y instead").await.unwrap();
     other.steer_elsewhere("ordered", &noetic::agent::SteerMessage::new("and then Z")).unwrap();
     gate.release();
     assert_eq!(turn.await.unwrap(), "done");
@@ -239,7 +239,7 @@ async fn a_stop_asked_through_another_connection_cancels_the_owners_turn_at_its_
     ]);
     let owner = runtime(&model, owner_store, vec![gate.tool("build").unwrap()]);
     let session = owner.session("stoppable");
-    let turn = session.send("build").unwrap();
+    let turn = session.send("build").await.unwrap();
     gate.started().await;
     let other = SqliteStore::open(&db).unwrap();
     other.steer_elsewhere("stoppable", &noetic::agent::SteerMessage::new("queued then stopped")).unwrap();
@@ -367,7 +367,7 @@ async fn a_thread_scoped_steering_ledger_comes_back_in_the_next_process_on_one_f
             first.clone(),
             ScriptedModel::new([ModelResponse::tool_calls([("c1", "t", json!({}))]), ModelResponse::text("done")]),
         );
-        rt.session("s").send("go").unwrap().await.unwrap();
+        rt.session("s").send("go").await.unwrap().await.unwrap();
     }
     let denied = |l: &SteeringLayer| {
         l.state_for(&thread).map_or(0, |s| s.ledger.iter().filter(|e| e.rule_id.as_deref() == Some("no-t")).count())
@@ -376,7 +376,7 @@ async fn a_thread_scoped_steering_ledger_comes_back_in_the_next_process_on_one_f
     let next = layer();
     let rt = run(next.clone(), ScriptedModel::new([ModelResponse::text("again")]));
     assert_eq!(denied(&next), 0, "nothing in memory before the session's first turn");
-    rt.session("s").send("more").unwrap().await.unwrap();
+    rt.session("s").send("more").await.unwrap().await.unwrap();
     assert_eq!(denied(&next), 1, "the deny of the first process is in the thread's ledger");
 }
 
@@ -387,24 +387,24 @@ async fn a_message_another_process_queues_for_an_idle_session_is_listed_and_run_
     let model = ScriptedModel::new([ModelResponse::text("first"), ModelResponse::text("got it")]);
     let rt = runtime(&model, store.clone(), Vec::new());
     let session = rt.session("s");
-    session.send("hi").unwrap().await.unwrap();
+    session.send("hi").await.unwrap().await.unwrap();
     assert!(store.orphaned().unwrap().is_empty());
-    assert!(session.continue_session().unwrap().is_none(), "nothing waits");
+    assert!(session.continue_session().await.unwrap().is_none(), "nothing waits");
 
     // `noetic sessions steer` from another process: its own connection to the file.
     let other = SqliteStore::open(&db).unwrap();
     other.steer_elsewhere("s", &SteerMessage::new("also check the tests")).unwrap();
     assert_eq!(store.orphaned().unwrap(), ["s"]);
-    let turn = session.continue_session().unwrap().expect("the queued message starts a turn");
+    let turn = session.continue_session().await.unwrap().expect("the queued message starts a turn");
     assert_eq!(turn.await.unwrap(), "got it");
     assert_eq!(model.requests()[1].history.last(), Some(&Item::user("also check the tests")));
     assert!(store.orphaned().unwrap().is_empty(), "taken once");
-    assert!(session.continue_session().unwrap().is_none(), "and shown once");
+    assert!(session.continue_session().await.unwrap().is_none(), "and shown once");
     assert_eq!(session.history().iter().filter(|i| **i == Item::user("also check the tests")).count(), 1);
 
     // A stop asked from elsewhere while idle empties what was queued here.
-    session.steer("queued here").unwrap();
+    session.steer("queued here").await.unwrap();
     assert!(other.request_stop("s", "stopped elsewhere").unwrap());
-    assert!(session.continue_session().unwrap().is_none());
+    assert!(session.continue_session().await.unwrap().is_none());
     assert_eq!(session.queued(), 0);
 }

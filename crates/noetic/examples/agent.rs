@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .instructions("You answer weather questions with tools.")
         .build()?;
     let session = runtime.session("demo");
-    let answer = session.send("How cold is Oslo compared with Lisbon, in °F too?")?.await?;
+    let answer = session.send("How cold is Oslo compared with Lisbon, in °F too?").await?.await?;
 
     println!("transcript:");
     for item in session.history() {

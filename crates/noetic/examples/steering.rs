@@ -71,7 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let session = runtime.session("demo");
     let mut events = session.subscribe();
-    let answer = session.send("Free up some disk space.")?.await?;
+    let answer = session.send("Free up some disk space.").await?.await?;
 
     println!("transcript:");
     for item in session.history() {

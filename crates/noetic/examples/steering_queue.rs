@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     if call_id == "call-1" {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         println!("  [user types]     only Rust, skip the others");
-                        if let Err(e) = typist.steer("Only Rust, skip the others.") {
+                        if let Err(e) = typist.steer("Only Rust, skip the others.").await {
                             println!("  [steer refused]  {e}");
                         }
                     }
@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let answer = session.send("Fetch the Rust, Go and Zig pages.")?.await?;
+    let answer = session.send("Fetch the Rust, Go and Zig pages.").await?.await?;
     user.await?;
 
     println!("\ntranscript:");

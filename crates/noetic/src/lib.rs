@@ -84,10 +84,10 @@
 //! let session = runtime.session("user-42");
 //!
 //! // The turn runs from here on; awaiting it only waits for the answer.
-//! let turn = session.send("Index the workspace, then read my notes.")?;
+//! let turn = session.send("Index the workspace, then read my notes.").await?;
 //! let execution = turn.execution_id();
 //! running.started().await; // c1 was denied, c2 runs now
-//! session.steer("Don't read the notes.")?;
+//! session.steer("Don't read the notes.").await?;
 //! running.release();
 //! assert_eq!(turn.await?, "Indexed; I left the notes alone, as you asked.");
 //!

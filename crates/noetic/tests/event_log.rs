@@ -45,7 +45,7 @@ async fn session_events_are_numbered_one_by_one_and_stamped_with_their_turn() {
     let rt = Runtime::builder().model(Arc::new(model)).tool(echo()).build().unwrap();
     let session = rt.session("s");
     let mut events = session.subscribe();
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let mut seen = Vec::new();
     while let Ok(e) = events.try_recv() {
         seen.push((e.seq, e.turn));
@@ -63,14 +63,14 @@ async fn a_follower_resumes_after_the_last_number_it_saw_without_losing_or_repea
     let rt = Runtime::builder().model(Arc::new(model)).tool(echo()).build().unwrap();
     let session = rt.session("s");
     let mut first = session.follow(0);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let end_of_turn_one = session.last_event_seq();
     let seen = drain(&mut first, end_of_turn_one).await;
     assert_eq!(seqs(&seen), (1..=end_of_turn_one).collect::<Vec<_>>());
     drop(first);
 
     // The client went away; turn 2 ran meanwhile; it comes back with the last number it saw.
-    session.send("more").unwrap().await.unwrap();
+    session.send("more").await.unwrap().await.unwrap();
     let end_of_turn_two = session.last_event_seq();
     let mut resumed = session.follow(end_of_turn_one);
     let seen = drain(&mut resumed, end_of_turn_two).await;
@@ -137,7 +137,7 @@ async fn a_subscriber_arriving_mid_turn_sees_the_rest_of_the_turn() {
     let held = model.push_held(ModelResponse::text("late answer"));
     let rt = Runtime::builder().model(Arc::new(model)).build().unwrap();
     let session = rt.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     held.entered().await;
     let mut events = session.subscribe();
     held.release();

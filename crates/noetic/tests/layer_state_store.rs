@@ -81,21 +81,21 @@ async fn a_thread_scoped_layers_state_is_saved_when_a_turn_ends_and_restored_in_
     let first = answers(2);
     let rt = runtime(&first, store.clone(), TurnCounter::new(Scope::Thread));
     let session = rt.session("s");
-    session.send("one").unwrap().await.unwrap();
-    session.send("two").unwrap().await.unwrap();
+    session.send("one").await.unwrap().await.unwrap();
+    session.send("two").await.unwrap().await.unwrap();
     drop((session, rt));
     assert_eq!(shown(&first), ["turns before this one: 0", "turns before this one: 1"]);
 
     let next = answers(1);
     let rt = runtime(&next, store.clone(), TurnCounter::new(Scope::Thread));
-    rt.session("s").send("three").unwrap().await.unwrap();
+    rt.session("s").send("three").await.unwrap().await.unwrap();
     assert_eq!(shown(&next), ["turns before this one: 2"], "the count came back from the store");
     let saved = store.layer_states(&thread_scope("s")).unwrap();
     assert_eq!(saved, [("turn-counter".to_owned(), r#"{"turns":3}"#.to_owned())]);
     // Another session of the same runtime has a thread of its own.
     let other = answers(1);
     let rt = runtime(&other, store.clone(), TurnCounter::new(Scope::Thread));
-    rt.session("t").send("hi").unwrap().await.unwrap();
+    rt.session("t").send("hi").await.unwrap().await.unwrap();
     assert_eq!(shown(&other), ["turns before this one: 0"]);
 }
 
@@ -104,14 +104,14 @@ async fn a_global_layers_state_is_shared_by_sessions_and_restored_in_the_next_ru
     let store = Arc::new(MemoryStore::new());
     let first = answers(2);
     let rt = runtime(&first, store.clone(), TurnCounter::new(Scope::Global));
-    rt.session("a").send("one").unwrap().await.unwrap();
-    rt.session("b").send("two").unwrap().await.unwrap();
+    rt.session("a").send("one").await.unwrap().await.unwrap();
+    rt.session("b").send("two").await.unwrap().await.unwrap();
     drop(rt);
     assert_eq!(shown(&first), ["turns before this one: 0", "turns before this one: 1"]);
 
     let next = answers(1);
     let rt = runtime(&next, store.clone(), TurnCounter::new(Scope::Global));
-    rt.session("c").send("three").unwrap().await.unwrap();
+    rt.session("c").send("three").await.unwrap().await.unwrap();
     assert_eq!(shown(&next), ["turns before this one: 2"]);
     assert_eq!(store.layer_states("global").unwrap(), [("turn-counter".to_owned(), r#"{"turns":3}"#.to_owned())]);
 }
@@ -123,18 +123,18 @@ async fn a_saved_state_that_cannot_be_restored_fails_the_turn_before_the_model_i
     store.save_layer_states(&[write("not json")]).unwrap();
     let model = answers(1);
     let rt = runtime(&model, store.clone(), TurnCounter::new(Scope::Thread));
-    let err = rt.session("s").send("go").unwrap().await.unwrap_err();
+    let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
     assert!(err.to_string().contains("the saved state of layer 'turn-counter' for thread:s is not JSON"), "{err}");
     assert_eq!(model.calls(), 0);
 
     store.save_layer_states(&[write(r#"{"count":1}"#)]).unwrap();
-    let err = rt.session("s").send("go").unwrap().await.unwrap_err();
+    let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
     assert!(err.to_string().contains("no turn count in the saved state"), "{err}");
     assert_eq!(model.calls(), 0, "a layer that refuses its state does not run");
 
     // Once the state is readable the session runs, from the count it holds.
     store.save_layer_states(&[write(r#"{"turns":7}"#)]).unwrap();
-    rt.session("s").send("go").unwrap().await.unwrap();
+    rt.session("s").send("go").await.unwrap().await.unwrap();
     assert_eq!(shown(&model), ["turns before this one: 7"]);
 }
 
@@ -142,7 +142,7 @@ async fn a_saved_state_that_cannot_be_restored_fails_the_turn_before_the_model_i
 async fn deleting_a_session_deletes_its_threads_layer_state() {
     let store = Arc::new(MemoryStore::new());
     let rt = runtime(&answers(1), store.clone(), TurnCounter::new(Scope::Thread));
-    rt.session("s").send("one").unwrap().await.unwrap();
+    rt.session("s").send("one").await.unwrap().await.unwrap();
     assert_eq!(store.layer_states("thread:s").unwrap().len(), 1);
     assert!(store.delete("s").unwrap());
     assert!(store.layer_states("thread:s").unwrap().is_empty());
@@ -156,17 +156,17 @@ async fn a_layer_that_keeps_nothing_writes_nothing_and_an_unchanged_state_is_not
     let steering = steering(SteeringConfig::new([deny])).unwrap();
     let rt = runtime(&answers(3), store.clone(), steering as Arc<dyn MemoryLayer>);
     for text in ["one", "two", "three"] {
-        rt.session("s").send(text).unwrap().await.unwrap();
+        rt.session("s").send(text).await.unwrap().await.unwrap();
     }
     assert_eq!(store.layer_writes.load(Ordering::SeqCst), 0);
 
     // A state that changes every turn is written every turn; one that did not change is not.
     let counter = TurnCounter::new(Scope::Global);
     let rt = runtime(&answers(2), store.clone(), counter.clone());
-    rt.session("s").send("one").unwrap().await.unwrap();
+    rt.session("s").send("one").await.unwrap().await.unwrap();
     assert_eq!(store.layer_writes.load(Ordering::SeqCst), 1);
     // The global count is the same in the other session's thread key: nothing is saved for it.
-    rt.session("t").send("two").unwrap().await.unwrap();
+    rt.session("t").send("two").await.unwrap().await.unwrap();
     assert_eq!(store.layer_writes.load(Ordering::SeqCst), 2, "only the global count changed");
 }
 
@@ -213,7 +213,7 @@ async fn a_verdict_carried_to_the_sessions_next_turn_survives_a_restart_and_is_s
     let rt = steered_runtime(&agent, judge, &layer, store.clone());
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    let turn = session.send("one").unwrap();
+    let turn = session.send("one").await.unwrap();
     // The verdict resolves while the model writes the turn's last answer: it is carried to the next turn.
     last_answer.entered().await;
     let first = events.events().iter().find(|e| matches!(e.kind, EventKind::TurnStarted { .. })).unwrap().execution_id;
@@ -232,8 +232,8 @@ async fn a_verdict_carried_to_the_sessions_next_turn_survives_a_restart_and_is_s
     let judge = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ALLOW")));
     let layer = async_rule(Scope::Execution);
     let rt = steered_runtime(&agent, judge, &layer, store.clone());
-    assert_eq!(rt.session("s").send("two").unwrap().await.unwrap(), "second");
-    assert_eq!(rt.session("s").send("three").unwrap().await.unwrap(), "third");
+    assert_eq!(rt.session("s").send("two").await.unwrap().await.unwrap(), "second");
+    assert_eq!(rt.session("s").send("three").await.unwrap().await.unwrap(), "third");
     let contexts: Vec<Vec<Item>> = agent.requests().into_iter().map(|r| r.context).collect();
     assert_eq!(contexts, vec![vec![feedback_block("report", "c1 needs a follow-up")], vec![]]);
     assert!(store.layer_states("thread:s").unwrap().is_empty(), "once shown, the carried verdict is not kept");
@@ -242,7 +242,7 @@ async fn a_verdict_carried_to_the_sessions_next_turn_survives_a_restart_and_is_s
     let agent = ScriptedModel::new([ModelResponse::text("fourth")]);
     let judge = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ALLOW")));
     let rt = steered_runtime(&agent, judge, &async_rule(Scope::Execution), store.clone());
-    rt.session("s").send("four").unwrap().await.unwrap();
+    rt.session("s").send("four").await.unwrap().await.unwrap();
     assert_eq!(agent.requests()[0].context, Vec::<Item>::new());
 }
 
@@ -257,7 +257,7 @@ async fn a_thread_scoped_steering_ledger_is_restored_in_the_next_runtime() {
     let agent = ScriptedModel::new([call("c1"), ModelResponse::text("done")]);
     let judge = ScriptedModel::new([]);
     let rt = steered_runtime(&agent, judge, &layer, store.clone());
-    rt.session("s").send("go").unwrap().await.unwrap();
+    rt.session("s").send("go").await.unwrap().await.unwrap();
     let thread = Context::builder().thread_id("s").build();
     let before = layer.state_for(&thread).unwrap().ledger;
     assert!(before.iter().any(|e| e.rule_id.as_deref() == Some("no-t")), "{before:?}");
@@ -267,7 +267,7 @@ async fn a_thread_scoped_steering_ledger_is_restored_in_the_next_runtime() {
     assert!(layer.state_for(&thread).is_none());
     let agent = ScriptedModel::new([ModelResponse::text("again")]);
     let rt = steered_runtime(&agent, ScriptedModel::new([]), &layer, store.clone());
-    rt.session("s").send("more").unwrap().await.unwrap();
+    rt.session("s").send("more").await.unwrap().await.unwrap();
     let after = layer.state_for(&thread).unwrap().ledger;
     // As stored: times are kept to the millisecond.
     let json = |entries: &[noetic::steering::LedgerEntry]| serde_json::to_value(entries).unwrap();

@@ -257,9 +257,9 @@ async fn on_complete_and_dispose_run_at_the_end_of_every_session_turn_whatever_t
     let held = model.push_held(ModelResponse::text("never"));
     let rt = Runtime::builder().model(Arc::new(model)).layer(Arc::new(probe("p", 100, &log))).build().unwrap();
     let session = rt.session("s");
-    session.send("a").unwrap().await.unwrap();
-    session.send("b").unwrap().await.unwrap_err();
-    let turn = session.send("c").unwrap();
+    session.send("a").await.unwrap().await.unwrap();
+    session.send("b").await.unwrap().await.unwrap_err();
+    let turn = session.send("c").await.unwrap();
     held.entered().await;
     session.cancel("stop");
     turn.await.unwrap_err();
@@ -336,8 +336,8 @@ async fn thread_scoped_steering_keeps_its_ledger_across_turns_and_execution_scop
             Runtime::builder().model(Arc::new(model)).layer(layer.clone() as Arc<dyn MemoryLayer>).build().unwrap();
         let session = rt.session("thread-1");
         let mut events = EventCollector::of(&session);
-        session.send("one").unwrap().await.unwrap();
-        session.send("two").unwrap().await.unwrap();
+        session.send("one").await.unwrap().await.unwrap();
+        session.send("two").await.unwrap().await.unwrap();
         let last_turn = events
             .events()
             .iter()

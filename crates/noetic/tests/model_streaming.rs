@@ -172,7 +172,7 @@ async fn the_same_flaky_model_succeeds_watched_and_unwatched_streamed_or_not() {
             let runtime = Runtime::builder().model(Arc::new(retrying)).stream(stream).build().unwrap();
             let session = runtime.session("s");
             let _events = watched.then(|| session.subscribe());
-            let answer = session.send("hi").unwrap().await;
+            let answer = session.send("hi").await.unwrap().await;
             assert_eq!(answer.as_deref().ok(), Some("answer"), "stream={stream} watched={watched}: {answer:?}");
             assert_eq!(model.calls(), 2, "stream={stream} watched={watched}");
         }
@@ -219,7 +219,7 @@ async fn by_default_a_step_streams_when_its_model_streams_natively_and_an_explic
         if let Some(stream) = setting {
             builder = builder.stream(stream);
         }
-        let answer = builder.build().unwrap().session("s").send("hi").unwrap().await;
+        let answer = builder.build().unwrap().session("s").send("hi").await.unwrap().await;
         assert_eq!(answer.as_deref().ok(), Some(expected), "native={native} setting={setting:?}");
         assert_eq!(streamer.opened(), usize::from(expected == "streamed"), "native={native} setting={setting:?}");
     }

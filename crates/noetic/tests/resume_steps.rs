@@ -37,14 +37,14 @@ async fn a_turn_of_two_llm_steps_resumed_in_the_second_does_not_ask_for_the_firs
         ModelResponse::tool_calls([("c1", "slow", json!({}))]),
     ]);
     let first = runtime(&model, store.clone(), &gate);
-    let _turn = first.session("s").send("tidy up").unwrap();
+    let _turn = first.session("s").send("tidy up").await.unwrap();
     gate.started().await;
     let crashed = Arc::new(store.snapshot());
 
     let model2 = ScriptedModel::new([ModelResponse::text("acted")]);
     let next = runtime(&model2, crashed, &Gate::new());
     let session = next.session("s");
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "acted");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "acted");
     assert_eq!(model2.calls(), 1, "the finished plan step is not asked again; the act step continues");
     let request = &model2.requests()[0];
     assert_eq!(
@@ -68,14 +68,14 @@ async fn a_turn_stopped_while_its_second_step_waited_for_the_model_asks_only_tha
     let model = ScriptedModel::new([ModelResponse::text("the plan")]);
     let held = model.push_held(ModelResponse::text("never seen"));
     let first = runtime(&model, store.clone(), &gate);
-    let _turn = first.session("s").send("tidy up").unwrap();
+    let _turn = first.session("s").send("tidy up").await.unwrap();
     held.entered().await;
     let crashed = Arc::new(store.snapshot());
 
     let model2 = ScriptedModel::new([ModelResponse::text("acted")]);
     let next = runtime(&model2, crashed, &gate);
     let session = next.session("s");
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "acted");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "acted");
     assert_eq!(model2.calls(), 1, "only the act step's request is made again");
     assert_eq!(
         transcript(&session.history()),

@@ -18,8 +18,8 @@ async fn history_persists_across_turns_and_the_model_sees_it() {
     let model = ScriptedModel::new([ModelResponse::text("Hi Ada."), ModelResponse::text("You are Ada.")]);
     let rt = runtime(&model, vec![]);
     let session = rt.session("s1");
-    assert_eq!(session.send("I am Ada").unwrap().await.unwrap(), "Hi Ada.");
-    assert_eq!(session.send("Who am I?").unwrap().await.unwrap(), "You are Ada.");
+    assert_eq!(session.send("I am Ada").await.unwrap().await.unwrap(), "Hi Ada.");
+    assert_eq!(session.send("Who am I?").await.unwrap().await.unwrap(), "You are Ada.");
     let second = &model.requests()[1];
     assert_eq!(
         transcript(second.history.as_slice()),
@@ -33,8 +33,8 @@ async fn history_persists_across_turns_and_the_model_sees_it() {
 async fn sessions_with_different_keys_do_not_share_history() {
     let model = ScriptedModel::new([ModelResponse::text("one"), ModelResponse::text("two")]);
     let rt = runtime(&model, vec![]);
-    rt.session("a").send("for a").unwrap().await.unwrap();
-    rt.session("b").send("for b").unwrap().await.unwrap();
+    rt.session("a").send("for a").await.unwrap().await.unwrap();
+    rt.session("b").send("for b").await.unwrap().await.unwrap();
     assert_eq!(transcript(model.requests()[1].history.as_slice()), vec!["User: for b"]);
     assert_eq!(rt.session("a").history().len(), 2, "the same key gives the same session");
     assert_eq!(rt.session_count(), 2);
@@ -46,10 +46,10 @@ async fn a_second_send_while_a_turn_runs_is_refused_as_busy() {
     let held = model.push_held(ModelResponse::text("done"));
     let rt = runtime(&model, vec![]);
     let session = rt.session("s");
-    let turn = session.send("first").unwrap();
+    let turn = session.send("first").await.unwrap();
     held.entered().await;
     assert!(session.is_busy());
-    assert_eq!(session.send("second").err(), Some(SessionError::Busy { session: "s".into() }));
+    assert_eq!(session.send("second").await.err(), Some(SessionError::Busy { session: "s".into() }));
     held.release();
     assert_eq!(turn.await.unwrap(), "done");
     session.idle().await;
@@ -79,7 +79,7 @@ async fn cancelling_a_turn_reaches_the_running_tool_and_keeps_the_history_well_f
     ]);
     let rt = runtime(&model, vec![Arc::new(slow)]);
     let session = rt.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     started.notified().await;
     assert!(session.cancel("user pressed stop"));
     let err = turn.await.unwrap_err();
@@ -92,7 +92,7 @@ async fn cancelling_a_turn_reaches_the_running_tool_and_keeps_the_history_well_f
         .collect();
     assert_eq!(results, vec!["c1", "c2"], "every call has exactly one result");
     assert!(!session.is_busy());
-    assert_eq!(session.send("again").unwrap().await.unwrap(), "after the cancel", "the session is usable again");
+    assert_eq!(session.send("again").await.unwrap().await.unwrap(), "after the cancel", "the session is usable again");
 }
 
 #[tokio::test]
@@ -100,7 +100,7 @@ async fn turn_cancel_handle_cancels_the_turn() {
     let model = ScriptedModel::new([]);
     let held = model.push_held(ModelResponse::text("never seen"));
     let rt = runtime(&model, vec![]);
-    let turn = rt.session("s").send("x").unwrap();
+    let turn = rt.session("s").send("x").await.unwrap();
     held.entered().await;
     turn.cancel();
     assert!(turn.await.unwrap_err().is_cancelled());
@@ -114,7 +114,7 @@ async fn the_session_event_stream_shows_turn_model_and_tool_events_in_order() {
     let rt = Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(echo)).stream(true).build().unwrap();
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let seen: Vec<String> = events.types().into_iter().filter(|name| !name.starts_with("step_")).collect();
     assert_eq!(
         seen,
@@ -139,10 +139,10 @@ async fn a_turn_names_its_execution_the_one_its_events_and_steering_ledger_are_k
     let rt = Runtime::builder().model(Arc::new(model)).layer(layer.clone() as Arc<dyn MemoryLayer>).build().unwrap();
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    let first = session.send("one").unwrap();
+    let first = session.send("one").await.unwrap();
     let id = first.execution_id();
     first.await.unwrap();
-    let second = session.send("two").unwrap();
+    let second = session.send("two").await.unwrap();
     assert_ne!(second.execution_id(), id, "each turn is an execution of its own");
     second.await.unwrap();
 
@@ -170,7 +170,7 @@ async fn a_failed_turn_reports_the_error_and_keeps_what_was_said() {
     });
     let rt = runtime(&model, vec![]);
     let session = rt.session("s");
-    let err = session.send("hello").unwrap().await.unwrap_err();
+    let err = session.send("hello").await.unwrap().await.unwrap_err();
     assert!(err.to_string().contains("server down"), "{err}");
     assert_eq!(transcript(&session.history()), vec!["User: hello"], "the user's message is not lost");
 }

@@ -24,11 +24,11 @@ async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_
     let archive = Arc::new(MemoryArchive::new());
     let runtime = runtime(&model, archive.clone());
     let session = runtime.session("s");
-    assert_eq!(session.send("first").unwrap().await.unwrap(), "answer 0");
-    session.set_steering_mode(SteeringMode::All);
-    session.set_steering_capacity(3);
-    session.set_batch_policy(BatchPolicy::FinishBatch);
-    let queued = session.steer("later").unwrap();
+    assert_eq!(session.send("first").await.unwrap().await.unwrap(), "answer 0");
+    session.set_steering_mode(SteeringMode::All).await;
+    session.set_steering_capacity(3).await;
+    session.set_batch_policy(BatchPolicy::FinishBatch).await;
+    let queued = session.steer("later").await.unwrap();
 
     assert!(runtime.evict("s").unwrap());
     assert_eq!(runtime.session_count(), 0);
@@ -42,7 +42,7 @@ async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_
     assert_eq!(back.steering_mode(), SteeringMode::All);
     assert_eq!(back.steering_capacity(), 3);
     assert_eq!(back.batch_policy(), BatchPolicy::FinishBatch);
-    let turn = back.continue_session().unwrap().unwrap();
+    let turn = back.continue_session().await.unwrap().unwrap();
     assert_eq!(turn.number(), 2, "turn numbers continue after the eviction");
     assert_eq!(turn.await.unwrap(), "answer 1");
     assert_eq!(back.history().len(), 4);
@@ -53,10 +53,10 @@ async fn a_handle_held_across_an_eviction_talks_to_the_restored_session() {
     let model = answers(2);
     let runtime = runtime(&model, Arc::new(MemoryArchive::new()));
     let held = runtime.session("s");
-    held.send("one").unwrap().await.unwrap();
+    held.send("one").await.unwrap().await.unwrap();
     assert!(runtime.evict("s").unwrap());
     // The old handle neither runs on the dropped state nor forks the conversation.
-    held.send("two").unwrap().await.unwrap();
+    held.send("two").await.unwrap().await.unwrap();
     assert_eq!(runtime.session("s").history().len(), 4);
     assert_eq!(held.history(), runtime.session("s").history());
     assert_eq!(runtime.session_count(), 1);
@@ -77,7 +77,7 @@ async fn a_running_or_followed_session_is_not_evicted() {
         .build()
         .unwrap();
     let busy = gated.session("busy");
-    let turn = busy.send("go").unwrap();
+    let turn = busy.send("go").await.unwrap();
     gate.started().await;
     assert!(!gated.evict("busy").unwrap(), "a running session stays");
     gate.release();
@@ -97,14 +97,14 @@ async fn beyond_max_idle_sessions_the_least_recently_used_idle_sessions_go_to_th
     let runtime =
         Runtime::builder().model(Arc::new(model)).archive(archive.clone()).max_idle_sessions(5).build().unwrap();
     for i in 0..20 {
-        runtime.session(&format!("s{i}")).send("hi").unwrap().await.unwrap();
+        runtime.session(&format!("s{i}")).send("hi").await.unwrap().await.unwrap();
         assert!(runtime.session_count() <= 5, "after session {i}: {} in memory", runtime.session_count());
     }
     assert_eq!(archive.len(), 15);
     // The oldest comes back whole, and using it makes it recent again.
     let oldest = runtime.session("s0");
     assert_eq!(oldest.history().len(), 2);
-    oldest.send("again").unwrap().await.unwrap();
+    oldest.send("again").await.unwrap().await.unwrap();
     assert_eq!(runtime.session("s0").history().len(), 4);
     assert!(runtime.session_count() <= 5);
 }
@@ -151,12 +151,12 @@ async fn an_archive_that_cannot_save_keeps_the_session_in_memory_untouched() {
     let archive = Arc::new(Flaky::default());
     let runtime = runtime(&model, archive.clone());
     let session = runtime.session("s");
-    session.send("one").unwrap().await.unwrap();
+    session.send("one").await.unwrap().await.unwrap();
     archive.fail_save.store(true, Ordering::SeqCst);
     let err = runtime.evict("s").unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");
     assert_eq!(runtime.session_count(), 1);
-    assert_eq!(session.send("two").unwrap().await.unwrap(), "answer 1");
+    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "answer 1");
     assert_eq!(session.history().len(), 4);
 }
 
@@ -165,16 +165,16 @@ async fn a_session_the_archive_cannot_restore_runs_and_queues_nothing_and_says_w
     let model = answers(2);
     let archive = Arc::new(Flaky::default());
     let runtime = runtime(&model, archive.clone());
-    runtime.session("s").send("one").unwrap().await.unwrap();
+    runtime.session("s").send("one").await.unwrap().await.unwrap();
     assert!(runtime.evict("s").unwrap());
     archive.fail_load.store(true, Ordering::SeqCst);
 
     let err = runtime.try_session("s").err().unwrap();
     assert!(err.to_string().contains("database unreachable"), "{err}");
     let broken = runtime.session("s");
-    assert!(matches!(broken.send("two"), Err(SessionError::Unavailable { .. })));
-    assert!(matches!(broken.steer("hey"), Err(SteerError::Unavailable { .. })));
-    assert!(matches!(broken.continue_session(), Err(SessionError::Unavailable { .. })));
+    assert!(matches!(broken.send("two").await, Err(SessionError::Unavailable { .. })));
+    assert!(matches!(broken.steer("hey").await, Err(SteerError::Unavailable { .. })));
+    assert!(matches!(broken.continue_session().await, Err(SessionError::Unavailable { .. })));
     assert!(!runtime.evict("s").unwrap(), "an unavailable session is never archived over the good copy");
     assert_eq!(model.calls(), 1);
 
@@ -182,5 +182,5 @@ async fn a_session_the_archive_cannot_restore_runs_and_queues_nothing_and_says_w
     archive.fail_load.store(false, Ordering::SeqCst);
     let back = runtime.try_session("s").unwrap();
     assert_eq!(back.history().len(), 2);
-    assert_eq!(back.send("two").unwrap().await.unwrap(), "answer 1");
+    assert_eq!(back.send("two").await.unwrap().await.unwrap(), "answer 1");
 }

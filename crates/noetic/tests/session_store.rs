@@ -40,10 +40,10 @@ async fn a_session_written_through_opens_in_the_next_runtime_with_history_queue_
     let store = Arc::new(MemoryStore::new());
     let first = runtime(&ScriptedModel::new([ModelResponse::text("hello")]), store.clone(), Vec::new());
     let session = first.session("s");
-    assert_eq!(session.send("hi").unwrap().await.unwrap(), "hello");
-    session.set_steering_mode(SteeringMode::All);
-    session.set_batch_policy(BatchPolicy::FinishBatch);
-    let queued = session.steer("later, please").unwrap();
+    assert_eq!(session.send("hi").await.unwrap().await.unwrap(), "hello");
+    session.set_steering_mode(SteeringMode::All).await;
+    session.set_batch_policy(BatchPolicy::FinishBatch).await;
+    let queued = session.steer("later, please").await.unwrap();
     drop(first);
 
     let next = runtime(&ScriptedModel::new([ModelResponse::text("again")]), store.clone(), Vec::new());
@@ -54,7 +54,7 @@ async fn a_session_written_through_opens_in_the_next_runtime_with_history_queue_
         [(queued, "later, please")]
     );
     assert_eq!((session.steering_mode(), session.batch_policy()), (SteeringMode::All, BatchPolicy::FinishBatch));
-    let turn = session.continue_session().unwrap().unwrap();
+    let turn = session.continue_session().await.unwrap().unwrap();
     assert_eq!(turn.number(), 2);
     assert_eq!(turn.await.unwrap(), "again");
     let stored = store.open("s").unwrap().unwrap();
@@ -71,7 +71,7 @@ async fn a_turn_left_while_a_tool_ran_resumes_without_asking_the_model_again_or_
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "quick", json!({}))])]);
     let first =
         runtime(&model, store.clone(), vec![gate.tool("slow").unwrap(), counter.tool("quick", json!("ok")).unwrap()]);
-    let _turn = first.session("s").send("go").unwrap();
+    let _turn = first.session("s").send("go").await.unwrap();
     gate.started().await;
     // The process dies here: what it leaves is what the store holds now.
     let crashed = Arc::new(store.snapshot());
@@ -85,8 +85,8 @@ async fn a_turn_left_while_a_tool_ran_resumes_without_asking_the_model_again_or_
     );
     let session = next.session("s");
     assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
-    assert!(matches!(session.send("something else"), Err(SessionError::Unfinished { .. })));
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "done after the crash");
+    assert!(matches!(session.send("something else").await, Err(SessionError::Unfinished { .. })));
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "done after the crash");
 
     assert_eq!(model2.calls(), 1, "the journaled response is not requested again");
     assert_eq!(gate2.runs(), 0, "the call that was running is not run again");
@@ -108,14 +108,14 @@ async fn a_steering_message_injected_before_a_crash_is_shown_once_and_one_still_
     let held = model.push_held(ModelResponse::text("never seen"));
     let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
     let session = first.session("s");
-    let _turn = session.send("go").unwrap();
+    let _turn = session.send("go").await.unwrap();
     gate.started().await;
-    session.steer("use the cache").unwrap();
+    session.steer("use the cache").await.unwrap();
     gate.release();
     // The checkpoint after c1 takes the message, skips c2 and injects it before the next request, which hangs.
     held.entered().await;
-    session.set_steering_capacity(5);
-    let before_crash = session.steer("second thought").unwrap();
+    session.set_steering_capacity(5).await;
+    let before_crash = session.steer("second thought").await.unwrap();
     let crashed = Arc::new(store.snapshot());
 
     let next = runtime(
@@ -129,7 +129,7 @@ async fn a_steering_message_injected_before_a_crash_is_shown_once_and_one_still_
     assert_eq!(session.queued_messages().iter().map(|m| m.id).collect::<Vec<_>>(), [before_crash]);
     assert_eq!(session.unfinished_turn().as_deref(), Some("assistant"));
     // The turn resumes at the model request; the queued message reaches the model in that request.
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "resumed");
     assert_eq!(session.history().iter().filter(|i| **i == Item::user("second thought")).count(), 1);
     assert!(session.queued_messages().is_empty());
     held.release();
@@ -141,7 +141,7 @@ async fn an_unfinished_turn_can_be_discarded_and_every_open_call_gets_the_interr
     let gate = Gate::new();
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({})), ("c2", "slow", json!({}))])]);
     let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
-    let _turn = first.session("s").send("go").unwrap();
+    let _turn = first.session("s").send("go").await.unwrap();
     gate.started().await;
     let crashed = Arc::new(store.snapshot());
 
@@ -151,13 +151,13 @@ async fn an_unfinished_turn_can_be_discarded_and_every_open_call_gets_the_interr
         vec![Gate::new().tool("slow").unwrap()],
     );
     let session = next.session("s");
-    assert!(session.discard_unfinished().unwrap());
+    assert!(session.discard_unfinished().await.unwrap());
     assert_eq!(
         results(&session.history()).iter().map(|r| (r.call_id.as_str(), r.content.as_str())).collect::<Vec<_>>(),
         [("c1", INTERRUPTED_RESULT), ("c2", INTERRUPTED_RESULT)]
     );
-    assert_eq!(session.send("next").unwrap().await.unwrap(), "fresh");
-    assert!(!session.discard_unfinished().unwrap());
+    assert_eq!(session.send("next").await.unwrap().await.unwrap(), "fresh");
+    assert!(!session.discard_unfinished().await.unwrap());
     assert_eq!(crashed.open("s").unwrap().unwrap().snapshot.history, session.history());
     gate.release();
 }
@@ -167,8 +167,8 @@ async fn an_evicted_stored_session_comes_back_from_the_store() {
     let store = Arc::new(MemoryStore::new());
     let model = ScriptedModel::new([ModelResponse::text("a"), ModelResponse::text("b")]);
     let runtime = Runtime::builder().model(Arc::new(model)).store(store.clone()).max_idle_sessions(1).build().unwrap();
-    runtime.session("one").send("1").unwrap().await.unwrap();
-    runtime.session("two").send("2").unwrap().await.unwrap();
+    runtime.session("one").send("1").await.unwrap().await.unwrap();
+    runtime.session("two").send("2").await.unwrap().await.unwrap();
     assert_eq!(runtime.session_count(), 1, "the least recently used went");
     assert_eq!(runtime.session("one").history(), vec![Item::user("1"), Item::assistant("a")]);
     let keys: Vec<String> = store.list().unwrap().into_iter().map(|s: SessionSummary| s.key).collect();
@@ -183,9 +183,9 @@ async fn when_the_store_cannot_write_a_message_is_not_queued_and_a_turn_fails_be
     let runtime = runtime(&model, store.clone(), vec![counter.tool("quick", json!("ok")).unwrap()]);
     let session = runtime.session("s");
     store.fail.store(true, Ordering::SeqCst);
-    assert!(matches!(session.steer("hey"), Err(SteerError::Store { .. })));
+    assert!(matches!(session.steer("hey").await, Err(SteerError::Store { .. })));
     assert_eq!(session.queued(), 0);
-    let err = session.send("go").unwrap().await.unwrap_err();
+    let err = session.send("go").await.unwrap().await.unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");
     assert_eq!((model.calls(), counter.count()), (0, 0), "nothing runs on what could not be written");
 }
@@ -206,7 +206,7 @@ async fn crashed_while_c1_runs() -> (Arc<MemoryStore>, Gate, Runtime) {
     let gate = Gate::new();
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
     let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
-    let _turn = first.session("s").send("go").unwrap();
+    let _turn = first.session("s").send("go").await.unwrap();
     gate.started().await;
     (Arc::new(store.snapshot()), gate, first)
 }
@@ -226,7 +226,7 @@ async fn a_resumed_turn_runs_again_a_call_that_was_running_when_its_tool_is_idem
     );
     let next = runtime(&ScriptedModel::new([ModelResponse::text("done")]), crashed, vec![idempotent]);
     let session = next.session("s");
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "done");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "done");
     assert_eq!(reads.count(), 1, "the idempotent call ran again");
     assert_eq!(results(&session.history()), [ToolResult::ok("c1", "read again")]);
     gate.release();
@@ -249,7 +249,7 @@ async fn steering_decisions_are_kept_with_the_session_and_those_committed_before
         .store(store.clone())
         .build()
         .unwrap();
-    let _turn = runtime.session("s").send("go").unwrap();
+    let _turn = runtime.session("s").send("go").await.unwrap();
     gate.started().await;
     // The process dies while c2 runs: the deny of c1 was committed with c1's result before c2 started.
     let crashed = store.snapshot();
@@ -269,12 +269,12 @@ async fn a_message_for_a_session_whose_turn_waits_to_be_resumed_is_queued_for_it
     let session = next.session("s");
     assert!(session.unfinished_turn().is_some());
     // Accepted, not refused: the message waits for the turn that is resumed next.
-    let Routed::Steered(id) = session.send_or_steer("and also tidy up").unwrap() else {
+    let Routed::Steered(id) = session.send_or_steer("and also tidy up").await.unwrap() else {
         panic!("a message for a session with an unfinished turn starts no new turn")
     };
     assert_eq!(session.queued_messages().iter().map(|m| m.id).collect::<Vec<_>>(), [id]);
     assert_eq!(crashed.open("s").unwrap().unwrap().snapshot.queued.len(), 1, "queued durably");
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed with the new message");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "resumed with the new message");
     let request = model2.requests().pop().unwrap();
     assert_eq!(request.history.iter().filter(|i| **i == Item::user("and also tidy up")).count(), 1);
     assert_eq!(session.history().iter().filter(|i| **i == Item::user("and also tidy up")).count(), 1);
@@ -290,8 +290,8 @@ async fn a_resumed_turn_keeps_its_number_and_the_session_count_does_not_grow() {
         ScriptedModel::new([ModelResponse::text("first"), ModelResponse::tool_calls([("c1", "slow", json!({}))])]);
     let first = runtime(&model, store.clone(), vec![gate.tool("slow").unwrap()]);
     let session = first.session("s");
-    session.send("one").unwrap().await.unwrap();
-    let second = session.send("two").unwrap();
+    session.send("one").await.unwrap().await.unwrap();
+    let second = session.send("two").await.unwrap();
     assert_eq!(second.number(), 2);
     gate.started().await;
     let crashed = Arc::new(store.snapshot());
@@ -302,12 +302,12 @@ async fn a_resumed_turn_keeps_its_number_and_the_session_count_does_not_grow() {
         vec![Gate::new().tool("slow").unwrap()],
     );
     let session = next.session("s");
-    let resumed = session.resume().unwrap().unwrap();
+    let resumed = session.resume().await.unwrap().unwrap();
     assert_eq!(resumed.number(), 2, "turn 2 resumed is still turn 2");
     assert_eq!(session.turns(), 2);
     resumed.await.unwrap();
     assert_eq!(session.turns(), 2, "the session's count does not grow");
-    assert_eq!(session.send("three").unwrap().number(), 3);
+    assert_eq!(session.send("three").await.unwrap().number(), 3);
     gate.release();
 }
 
@@ -325,8 +325,8 @@ async fn crashed_during_a_reused_call_id() -> (Arc<MemoryStore>, Gate) {
     let first =
         runtime(&model, store.clone(), vec![gate.tool("slow").unwrap(), counter.tool("quick", json!("ok")).unwrap()]);
     let session = first.session("s");
-    session.send("one").unwrap().await.unwrap();
-    let _turn = session.send("two").unwrap();
+    session.send("one").await.unwrap().await.unwrap();
+    let _turn = session.send("two").await.unwrap();
     gate.started().await;
     (Arc::new(store.snapshot()), gate)
 }
@@ -355,11 +355,11 @@ async fn a_discarded_turn_gives_a_call_whose_id_an_earlier_turn_used_its_own_int
     let next =
         runtime(&ScriptedModel::new([ModelResponse::text("three")]), crashed, vec![Gate::new().tool("slow").unwrap()]);
     let session = next.session("s");
-    assert!(session.discard_unfinished().unwrap());
+    assert!(session.discard_unfinished().await.unwrap());
     let history = session.history();
     assert!(each_call_answered_once(&history), "{:?}", transcript(&history));
     assert_eq!(results(&history).last(), Some(&ToolResult::error("c1", INTERRUPTED_RESULT)));
-    session.send("three").unwrap().await.unwrap();
+    session.send("three").await.unwrap().await.unwrap();
     gate.release();
 }
 
@@ -369,7 +369,7 @@ async fn a_resumed_turn_gives_a_call_whose_id_an_earlier_turn_used_its_own_resul
     let model = ScriptedModel::new([ModelResponse::text("resumed")]);
     let next = runtime(&model, crashed, vec![Gate::new().tool("slow").unwrap()]);
     let session = next.session("s");
-    assert_eq!(session.resume().unwrap().unwrap().await.unwrap(), "resumed");
+    assert_eq!(session.resume().await.unwrap().unwrap().await.unwrap(), "resumed");
     let history = session.history();
     assert!(each_call_answered_once(&history), "{:?}", transcript(&history));
     assert!(each_call_answered_once(model.requests()[0].history.as_slice()), "the request is well-formed");

@@ -54,9 +54,9 @@ async fn a_running_turn_holds_no_extra_reference_to_the_runtimes_model_tools_or_
     let session = runtime.session("s");
     // The first turn on this thread makes the thread's copy of the services and layers (one more reference each,
     // for as long as the runtime lives); later turns add none.
-    assert_eq!(session.send("one").unwrap().await.unwrap(), "first");
+    assert_eq!(session.send("one").await.unwrap().await.unwrap(), "first");
     let idle = counts();
-    assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
+    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "second");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "the tool ran once per turn");
     assert_eq!(seen[1], idle, "(model, tool, layer) counts during the second turn's tool call vs idle");

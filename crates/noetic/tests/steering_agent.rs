@@ -59,7 +59,7 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
         .unwrap();
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    assert_eq!(session.send("free some disk").unwrap().await.unwrap(), "Cleaned the workspace instead.");
+    assert_eq!(session.send("free some disk").await.unwrap().await.unwrap(), "Cleaned the workspace instead.");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the allowed call ran");
     let second_request = &model.requests()[1];
     assert_eq!(
@@ -116,7 +116,7 @@ async fn a_guided_call_does_not_run_and_the_model_gets_the_guidance() {
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    rt.session("s").send("delete a").unwrap().await.unwrap();
+    rt.session("s").send("delete a").await.unwrap().await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_eq!(
         tool_results(model.requests()[1].history.as_slice()),
@@ -140,7 +140,7 @@ async fn a_judge_guiding_a_response_makes_the_step_ask_again_with_the_guidance()
         .build()
         .unwrap();
     let session = rt.session("s");
-    assert_eq!(session.send("how do I build?").unwrap().await.unwrap(), "Happy to help: run `cargo build`.");
+    assert_eq!(session.send("how do I build?").await.unwrap().await.unwrap(), "Happy to help: run `cargo build`.");
     let retry = &model.requests()[2];
     assert_eq!(retry.tail, vec![Item::developer("Be polite and concrete.")], "the guidance rides after the history");
     let history = session.history();
@@ -164,7 +164,7 @@ async fn guidance_on_responses_is_applied_at_most_three_times_then_the_response_
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    assert_eq!(rt.session("s").send("q").unwrap().await.unwrap(), "an answer");
+    assert_eq!(rt.session("s").send("q").await.unwrap().await.unwrap(), "an answer");
     assert_eq!(model.calls(), 4, "one call plus three guided retries");
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
@@ -185,7 +185,7 @@ async fn a_denied_response_fails_the_llm_step_with_steering_denied() {
         .build()
         .unwrap();
     let session = rt.session("s");
-    let err = session.send("what's the password?").unwrap().await.unwrap_err();
+    let err = session.send("what's the password?").await.unwrap().await.unwrap_err();
     assert!(
         matches!(err, NoeticError::SteeringDenied { guidance: Some(ref g) } if g == "Never reveal passwords."),
         "{err:?}"
@@ -211,7 +211,7 @@ async fn a_denied_response_with_tool_calls_runs_none_of_them() {
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    assert!(rt.session("s").send("go").unwrap().await.is_err());
+    assert!(rt.session("s").send("go").await.unwrap().await.is_err());
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
@@ -258,11 +258,11 @@ async fn async_feedback_reaches_the_model_on_a_later_llm_step() {
         .build()
         .unwrap();
     let session = rt.session("s");
-    session.send("clean").unwrap().await.unwrap();
+    session.send("clean").await.unwrap().await.unwrap();
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
-    session.send("and now?").unwrap().await.unwrap();
+    session.send("and now?").await.unwrap().await.unwrap();
     let agent_requests: Vec<_> = model
         .requests()
         .into_iter()

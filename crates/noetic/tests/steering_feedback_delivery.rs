@@ -92,7 +92,7 @@ async fn async_verdict_resolving_in_a_tool_round_reaches_the_next_request_of_the
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    assert_eq!(rt.session("s").send("go").unwrap().await.unwrap(), "done");
+    assert_eq!(rt.session("s").send("go").await.unwrap().await.unwrap(), "done");
     let block = feedback_block(&[("report", "say what c2 changed")]);
     // The verdict on c2 (round 1) resolved while c2 ran: request 2 shows it, no other request does.
     assert_eq!(contexts(&agent), vec![vec![], vec![], vec![block], vec![]]);
@@ -112,7 +112,7 @@ async fn session_with_a_late_verdict(agent: &ScriptedModel) -> (Runtime, Session
         .unwrap();
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    assert_eq!(session.send("one").unwrap().await.unwrap(), "first");
+    assert_eq!(session.send("one").await.unwrap().await.unwrap(), "first");
     let first = turn_executions(&mut events)[0];
     held.entered().await;
     held.release();
@@ -125,8 +125,8 @@ async fn async_verdict_resolving_after_the_turn_ended_reaches_the_next_turn_firs
     let agent = ScriptedModel::new([call("c1"), ModelResponse::text("first"), ModelResponse::text("second")]);
     agent.push(ModelResponse::text("third"));
     let (_rt, session, _layer) = session_with_a_late_verdict(&agent).await;
-    assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
-    assert_eq!(session.send("three").unwrap().await.unwrap(), "third");
+    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "second");
+    assert_eq!(session.send("three").await.unwrap().await.unwrap(), "third");
     let block = feedback_block(&[("report", "tell the user c1 ran")]);
     assert_eq!(contexts(&agent), vec![vec![], vec![], vec![block], vec![]], "shown once, in turn two's request");
 }
@@ -144,10 +144,10 @@ async fn a_carried_verdict_survives_more_sessions_ending_with_nothing_to_carry_t
     let (rt, session, layer) = session_with_a_late_verdict(&agent).await;
     assert_eq!(layer.carried_feedback("s").len(), 1);
     for i in 0..others {
-        assert_eq!(rt.session(&format!("other-{i}")).send("hi").unwrap().await.unwrap(), "other");
+        assert_eq!(rt.session(&format!("other-{i}")).send("hi").await.unwrap().await.unwrap(), "other");
     }
     assert_eq!(layer.carried_feedback("s").len(), 1, "the verdict was pushed out of the carry-over");
-    assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
+    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "second");
     let block = feedback_block(&[("report", "tell the user c1 ran")]);
     let requests = contexts(&agent);
     assert_eq!(requests.last(), Some(&vec![block]), "turn two's request shows the carried verdict");
@@ -171,7 +171,7 @@ async fn async_verdict_queued_when_the_turn_ends_reaches_the_next_turn_first_req
         .unwrap();
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
-    let turn = session.send("one").unwrap();
+    let turn = session.send("one").await.unwrap();
     // The verdict resolves while the model writes the turn's last answer: no later request of this turn.
     last_answer.entered().await;
     let first = turn_executions(&mut events)[0];
@@ -182,8 +182,8 @@ async fn async_verdict_queued_when_the_turn_ends_reaches_the_next_turn_first_req
         .unwrap();
     last_answer.release();
     assert_eq!(turn.await.unwrap(), "first");
-    assert_eq!(session.send("two").unwrap().await.unwrap(), "second");
-    assert_eq!(session.send("three").unwrap().await.unwrap(), "third");
+    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "second");
+    assert_eq!(session.send("three").await.unwrap().await.unwrap(), "third");
     let block = feedback_block(&[("report", "c1 needs a follow-up")]);
     assert_eq!(contexts(&agent), vec![vec![], vec![], vec![block], vec![]]);
 }

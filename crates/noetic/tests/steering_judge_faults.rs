@@ -74,7 +74,7 @@ async fn judge_config_error_after_a_model_call_fails_the_turn_and_runs_no_tool()
         .layer(judged(LlmMode::Sync, FailurePolicy::Allow) as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let err = rt.session("s").send("go").unwrap().await.unwrap_err();
+    let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
     assert_no_provider(&err);
     assert_eq!(runs.count(), 0);
     assert_eq!(agent.calls(), 1);
@@ -133,7 +133,7 @@ async fn async_judge_config_error_fails_the_turn_at_the_next_model_request() {
         .layer(layer as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
-    let err = rt.session("s").send("go").unwrap().await.unwrap_err();
+    let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
     assert_no_provider(&err);
     assert_eq!(waits.load(Ordering::SeqCst), 1);
     assert_eq!(agent.calls(), 1, "the configuration error surfaced before the next model request");

@@ -47,9 +47,9 @@ async fn a_message_steered_mid_batch_skips_the_rest_and_reaches_the_next_request
     let s = setup(vec![three_calls(), ModelResponse::text("ok, doing X instead")], |b| b);
     let session = s.runtime.session("s");
     let mut events = EventCollector::of(&session);
-    let turn = session.send("do the three things").unwrap();
+    let turn = session.send("do the three things").await.unwrap();
     s.gate.started().await;
-    let id = session.steer("stop, do X instead").unwrap();
+    let id = session.steer("stop, do X instead").await.unwrap();
     s.gate.release();
     assert_eq!(turn.await.unwrap(), "ok, doing X instead");
     assert_eq!(s.runs(), 1, "only the running tool finished; the rest never started");
@@ -88,9 +88,9 @@ async fn a_message_steered_mid_batch_skips_the_rest_and_reaches_the_next_request
 async fn finish_batch_runs_every_tool_then_injects() {
     let s = setup(vec![three_calls(), ModelResponse::text("done")], |b| b.batch_policy(BatchPolicy::FinishBatch));
     let session = s.runtime.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     s.gate.started().await;
-    session.steer("also tidy up").unwrap();
+    session.steer("also tidy up").await.unwrap();
     s.gate.release();
     turn.await.unwrap();
     assert_eq!(s.runs(), 3);
@@ -105,11 +105,11 @@ async fn finish_batch_runs_every_tool_then_injects() {
 async fn a_sessions_own_batch_policy_overrides_the_runtimes_and_leaves_other_sessions_alone() {
     let s = setup(vec![three_calls(), ModelResponse::text("done")], |b| b);
     let session = s.runtime.session("s");
-    session.set_batch_policy(BatchPolicy::FinishBatch);
+    session.set_batch_policy(BatchPolicy::FinishBatch).await;
     assert_eq!(s.runtime.session("other").batch_policy(), BatchPolicy::SkipRemaining);
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     s.gate.started().await;
-    session.steer("also tidy up").unwrap();
+    session.steer("also tidy up").await.unwrap();
     s.gate.release();
     turn.await.unwrap();
     assert_eq!(s.runs(), 3, "the batch finished");
@@ -127,10 +127,10 @@ async fn one_at_a_time_injects_one_message_per_checkpoint_in_fifo_order_and_all_
             |b| b.steering_mode(mode),
         );
         let session = s.runtime.session("s");
-        let turn = session.send("go").unwrap();
+        let turn = session.send("go").await.unwrap();
         s.gate.started().await;
-        session.steer("m1").unwrap();
-        session.steer("m2").unwrap();
+        session.steer("m1").await.unwrap();
+        session.steer("m2").await.unwrap();
         s.gate.release();
         turn.await.unwrap();
         let requests = s.model.requests();
@@ -155,9 +155,9 @@ async fn an_answer_without_tools_is_kept_when_steering_is_pending_and_the_model_
     model.push(ModelResponse::text("second answer, with the correction"));
     let rt = Runtime::builder().model(Arc::new(model.clone())).build().unwrap();
     let session = rt.session("s");
-    let turn = session.send("question").unwrap();
+    let turn = session.send("question").await.unwrap();
     held.entered().await;
-    session.steer("actually, in French").unwrap();
+    session.steer("actually, in French").await.unwrap();
     held.release();
     assert_eq!(turn.await.unwrap(), "second answer, with the correction");
     assert_eq!(
@@ -176,8 +176,8 @@ async fn an_answer_without_tools_is_kept_when_steering_is_pending_and_the_model_
 async fn a_message_queued_while_idle_is_taken_at_turn_start() {
     let s = setup(vec![ModelResponse::text("hi")], |b| b);
     let session = s.runtime.session("s");
-    session.steer("and be brief").unwrap();
-    session.send("hello").unwrap().await.unwrap();
+    session.steer("and be brief").await.unwrap();
+    session.send("hello").await.unwrap().await.unwrap();
     assert_eq!(transcript(s.model.requests()[0].history.as_slice()), vec!["User: hello", "User: and be brief"]);
 }
 
@@ -186,20 +186,20 @@ async fn a_full_queue_refuses_the_message_says_so_and_keeps_the_others() {
     let s = setup(vec![], |b| b.steering_capacity(2));
     let session = s.runtime.session("s");
     let mut events = EventCollector::of(&session);
-    session.steer("one").unwrap();
-    session.steer("two").unwrap();
-    assert_eq!(session.steer("three"), Err(SteerError::QueueFull { session: "s".into(), capacity: 2 }));
+    session.steer("one").await.unwrap();
+    session.steer("two").await.unwrap();
+    assert_eq!(session.steer("three").await, Err(SteerError::QueueFull { session: "s".into(), capacity: 2 }));
     assert_eq!(session.queued(), 2);
     let rejected = events.kinds().iter().filter(|k| matches!(k, EventKind::SteeringRejected { .. })).count();
     assert_eq!(rejected, 1);
-    assert_eq!(session.clear_queue(), 2);
+    assert_eq!(session.clear_queue().await, 2);
 }
 
 #[tokio::test]
 async fn steering_never_crosses_sessions() {
     let s = setup(vec![ModelResponse::text("for b")], |b| b);
-    s.runtime.session("a").steer("only for a").unwrap();
-    s.runtime.session("b").send("hi").unwrap().await.unwrap();
+    s.runtime.session("a").steer("only for a").await.unwrap();
+    s.runtime.session("b").send("hi").await.unwrap().await.unwrap();
     assert_eq!(transcript(s.model.requests()[0].history.as_slice()), vec!["User: hi"]);
     assert_eq!(s.runtime.session("a").queued(), 1);
 }
@@ -208,10 +208,10 @@ async fn steering_never_crosses_sessions() {
 async fn a_message_taken_but_not_injected_when_the_turn_is_aborted_returns_to_the_head_of_the_queue() {
     let s = setup(vec![three_calls(), ModelResponse::text("never")], |b| b);
     let session = s.runtime.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     s.gate.started().await;
-    session.steer("first steer").unwrap();
-    session.steer("second steer").unwrap();
+    session.steer("first steer").await.unwrap();
+    session.steer("second steer").await.unwrap();
     // The running tool ignores cancellation and finishes; the checkpoint after it takes "first steer", then the
     // turn stops at the cancellation check before the next model request.
     session.cancel("user pressed stop");
@@ -226,7 +226,7 @@ async fn a_message_taken_but_not_injected_when_the_turn_is_aborted_returns_to_th
 #[tokio::test]
 async fn continue_session_runs_nothing_when_the_queue_is_empty() {
     let s = setup(vec![], |b| b);
-    assert!(s.runtime.session("s").continue_session().unwrap().is_none());
+    assert!(s.runtime.session("s").continue_session().await.unwrap().is_none());
     assert_eq!(s.model.calls(), 0);
 }
 
@@ -234,9 +234,9 @@ async fn continue_session_runs_nothing_when_the_queue_is_empty() {
 async fn continue_session_passes_messages_separately_and_skips_the_initial_poll() {
     let s = setup(vec![ModelResponse::text("r1"), ModelResponse::text("r2")], |b| b);
     let session = s.runtime.session("s");
-    session.steer("m1").unwrap();
-    session.steer("m2").unwrap();
-    let turn = session.continue_session().unwrap().unwrap();
+    session.steer("m1").await.unwrap();
+    session.steer("m2").await.unwrap();
+    let turn = session.continue_session().await.unwrap().unwrap();
     assert_eq!(turn.await.unwrap(), "r2");
     let requests = s.model.requests();
     assert_eq!(
@@ -251,10 +251,10 @@ async fn continue_session_passes_messages_separately_and_skips_the_initial_poll(
 async fn continue_session_refuses_while_a_turn_runs_and_leaves_the_queue_alone() {
     let s = setup(vec![three_calls(), ModelResponse::text("x")], |b| b.batch_policy(BatchPolicy::FinishBatch));
     let session = s.runtime.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     s.gate.started().await;
-    session.steer("m").unwrap();
-    assert_eq!(session.continue_session().err(), Some(SessionError::Busy { session: "s".into() }));
+    session.steer("m").await.unwrap();
+    assert_eq!(session.continue_session().await.err(), Some(SessionError::Busy { session: "s".into() }));
     assert_eq!(session.queued(), 1);
     s.gate.release();
     turn.await.unwrap();
@@ -270,10 +270,13 @@ async fn pending_steering_buys_rounds_past_the_limit_but_only_up_to_the_capacity
         FnTool::builder("first", "Steers itself.")
             .handler(move |_, _| {
                 runs.fetch_add(1, Ordering::SeqCst);
-                if let Some(s) = holder.lock().unwrap().as_ref() {
-                    let _ = s.steer("keep going");
+                let session = holder.lock().unwrap().clone();
+                async move {
+                    if let Some(s) = session {
+                        s.steer("keep going").await.unwrap();
+                    }
+                    Ok(Value::Null)
                 }
-                async { Ok(Value::Null) }
             })
             .build()
             .unwrap(),
@@ -288,7 +291,7 @@ async fn pending_steering_buys_rounds_past_the_limit_but_only_up_to_the_capacity
         .unwrap();
     let session = rt.session("s");
     *queue_holder.lock().unwrap() = Some(session.clone());
-    let err = session.send("go").unwrap().await.unwrap_err();
+    let err = session.send("go").await.unwrap().await.unwrap_err();
     assert!(matches!(err, NoeticError::RoundLimitExceeded { max_rounds: 2, .. }), "{err:?}");
     assert_eq!(model.calls(), 5, "2 rounds plus at most 3 (the capacity) bought by steering");
 }
@@ -299,24 +302,24 @@ async fn changing_one_sessions_steering_mode_or_capacity_leaves_every_other_sess
     let changed = s.runtime.session("changed");
     let other = s.runtime.session("other");
     assert_eq!(changed.steering_mode(), SteeringMode::OneAtATime);
-    changed.set_steering_mode(SteeringMode::All);
-    changed.set_steering_capacity(2);
+    changed.set_steering_mode(SteeringMode::All).await;
+    changed.set_steering_capacity(2).await;
     assert_eq!(changed.steering_mode(), SteeringMode::All);
     assert_eq!(other.steering_mode(), SteeringMode::OneAtATime, "the runtime's default, untouched");
     assert_eq!(s.runtime.session("new").steering_mode(), SteeringMode::OneAtATime);
     assert_eq!((changed.steering_capacity(), other.steering_capacity()), (2, 3));
 
     for session in [&changed, &other] {
-        session.steer("m1").unwrap();
-        session.steer("m2").unwrap();
+        session.steer("m1").await.unwrap();
+        session.steer("m2").await.unwrap();
     }
-    assert!(matches!(changed.steer("m3"), Err(SteerError::QueueFull { capacity: 2, .. })));
-    other.steer("m3").unwrap();
+    assert!(matches!(changed.steer("m3").await, Err(SteerError::QueueFull { capacity: 2, .. })));
+    other.steer("m3").await.unwrap();
 
     // Each session's checkpoints take messages by its own mode: all at once, or one per model request.
-    changed.continue_session().unwrap().unwrap().await.unwrap();
+    changed.continue_session().await.unwrap().unwrap().await.unwrap();
     assert_eq!(s.model.calls(), 1, "all: both messages in one request");
-    other.continue_session().unwrap().unwrap().await.unwrap();
+    other.continue_session().await.unwrap().unwrap().await.unwrap();
     assert_eq!(s.model.calls(), 4, "one-at-a-time: three messages, three requests");
 }
 
@@ -383,11 +386,11 @@ fn runs(gates: &[Gate]) -> usize {
 async fn steering_during_the_middle_tool_skips_only_the_later_ones() {
     let (model, rt, gates) = three_gated(BatchPolicy::SkipRemaining);
     let session = rt.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     gates[0].started().await;
     gates[0].release();
     gates[1].started().await;
-    session.steer("new plan").unwrap();
+    session.steer("new plan").await.unwrap();
     gates[1].release();
     turn.await.unwrap();
     assert_eq!(runs(&gates), 2);
@@ -406,13 +409,13 @@ async fn steering_during_the_middle_tool_skips_only_the_later_ones() {
 async fn steering_during_the_last_tool_skips_nothing_and_is_injected() {
     let (model, rt, gates) = three_gated(BatchPolicy::SkipRemaining);
     let session = rt.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     for gate in &gates[..2] {
         gate.started().await;
         gate.release();
     }
     gates[2].started().await;
-    session.steer("after all three").unwrap();
+    session.steer("after all three").await.unwrap();
     gates[2].release();
     turn.await.unwrap();
     assert_eq!(runs(&gates), 3);
@@ -430,7 +433,8 @@ async fn steering_during_a_tool_that_steering_denies_still_stops_the_next_tool()
     let rule = SteeringRule::predicate("deny-first", [Hook::BeforeToolCall], move |p| match p.tool_call() {
         Some(c) if c.name == "first" => {
             if let Some(s) = slot.lock().unwrap().as_ref() {
-                s.steer("never mind").unwrap();
+                // A predicate is synchronous; steering with no store completes at once.
+                futures::FutureExt::now_or_never(s.steer("never mind")).unwrap().unwrap();
             }
             SteeringDecision::deny("first is not allowed")
         }
@@ -445,7 +449,7 @@ async fn steering_during_a_tool_that_steering_denies_still_stops_the_next_tool()
         .unwrap();
     let session = rt.session("s");
     *session_slot.lock().unwrap() = Some(session.clone());
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     assert_eq!(counter.count(), 0, "first denied, second and third skipped");
     assert_eq!(
         &transcript(model.requests()[1].history.as_slice())[4..],
@@ -466,10 +470,10 @@ async fn two_messages_in_one_at_a_time_mode_reach_two_successive_requests_in_ord
     model.push(ModelResponse::text("a2"));
     let rt = Runtime::builder().model(Arc::new(model.clone())).build().unwrap();
     let session = rt.session("s");
-    let turn = session.send("q").unwrap();
+    let turn = session.send("q").await.unwrap();
     held.entered().await;
-    session.steer("m1").unwrap();
-    session.steer("m2").unwrap();
+    session.steer("m1").await.unwrap();
+    session.steer("m2").await.unwrap();
     held.release();
     assert_eq!(turn.await.unwrap(), "a2");
     let last_user = |i: usize| transcript(model.requests()[i].history.as_slice()).last().cloned().unwrap();
@@ -486,9 +490,9 @@ async fn steering_at_the_round_limit_gets_one_more_round() {
     let agent = Step::llm("assistant", "m").max_rounds(1).build().unwrap();
     let rt = Runtime::builder().model(Arc::new(model.clone())).tool(tool).agent(agent).build().unwrap();
     let session = rt.session("s");
-    let turn = session.send("go").unwrap();
+    let turn = session.send("go").await.unwrap();
     gate.started().await;
-    session.steer("one more thing").unwrap();
+    session.steer("one more thing").await.unwrap();
     gate.release();
     assert_eq!(turn.await.unwrap(), "answered the steer", "the steer bought a round past max_rounds = 1");
 }
@@ -499,10 +503,10 @@ async fn concurrent_continue_calls_run_one_turn_and_deliver_each_message_once() 
     let held = model.push_held(ModelResponse::text("r"));
     let rt = Runtime::builder().model(Arc::new(model.clone())).steering_mode(SteeringMode::All).build().unwrap();
     let session = rt.session("s");
-    session.steer("m1").unwrap();
-    session.steer("m2").unwrap();
+    session.steer("m1").await.unwrap();
+    session.steer("m2").await.unwrap();
     let (a, b) = (session.clone(), session.clone());
-    let (ra, rb) = tokio::join!(async move { a.continue_session() }, async move { b.continue_session() });
+    let (ra, rb) = tokio::join!(async move { a.continue_session().await }, async move { b.continue_session().await });
     let turns: Vec<Turn> = [ra, rb].into_iter().filter_map(|r| r.ok().flatten()).collect();
     assert_eq!(turns.len(), 1, "exactly one of the two calls started a turn");
     held.entered().await;
@@ -520,9 +524,9 @@ async fn tool_events_name_the_llm_step_they_belong_to_and_a_skipped_call_its_too
     let s = setup(vec![three_calls(), ModelResponse::text("ok")], |b| b);
     let session = s.runtime.session("s");
     let mut events = EventCollector::of(&session);
-    let turn = session.send("do the three things").unwrap();
+    let turn = session.send("do the three things").await.unwrap();
     s.gate.started().await;
-    session.steer("stop").unwrap();
+    session.steer("stop").await.unwrap();
     s.gate.release();
     turn.await.unwrap();
     let tool_events: Vec<Value> = events

@@ -57,8 +57,8 @@ async fn the_model_sees_the_tools_state_from_the_next_model_request_on() {
     ]);
     let runtime = Runtime::builder().model(Arc::new(model.clone())).tool(todo_tool(&list)).build().unwrap();
     let session = runtime.session("s");
-    assert_eq!(session.send("remember milk").unwrap().await.unwrap(), "Added.");
-    assert_eq!(session.send("what do I need?").unwrap().await.unwrap(), "You need milk.");
+    assert_eq!(session.send("remember milk").await.unwrap().await.unwrap(), "Added.");
+    assert_eq!(session.send("what do I need?").await.unwrap().await.unwrap(), "You need milk.");
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
     assert!(requests[0].context.is_empty(), "an empty list recalls nothing: {:?}", requests[0].context);
@@ -105,8 +105,8 @@ async fn init_runs_once_per_execution_so_each_turn_starts_from_a_fresh_state() {
     let runtime =
         Runtime::builder().model(Arc::new(model.clone())).tool(plain_tool("counter", Some(memory))).build().unwrap();
     let session = runtime.session("s");
-    session.send("one").unwrap().await.unwrap();
-    session.send("two").unwrap().await.unwrap();
+    session.send("one").await.unwrap().await.unwrap();
+    session.send("two").await.unwrap().await.unwrap();
     assert_eq!(inits.load(Ordering::SeqCst), 2, "one init per turn");
     let texts: Vec<_> = model.requests().iter().map(context_texts).collect();
     assert!(texts[0][0].contains("execution #1"), "{texts:?}");
@@ -131,11 +131,11 @@ async fn a_panicking_recall_is_skipped_and_a_panicking_init_fails_the_turn_with_
     let recall_panics = ToolMemory::new(|| (), |_: &()| -> Option<String> { panic!("broken recall") });
     let runtime =
         Runtime::builder().model(Arc::new(model.clone())).tool(plain_tool("r", Some(recall_panics))).build().unwrap();
-    assert_eq!(runtime.session("s").send("hi").unwrap().await.unwrap(), "ok");
+    assert_eq!(runtime.session("s").send("hi").await.unwrap().await.unwrap(), "ok");
     assert!(model.requests()[0].context.is_empty());
 
     let init_panics = ToolMemory::new(|| -> usize { panic!("broken init") }, |_: &usize| None);
     let runtime = Runtime::builder().model(Arc::new(model)).tool(plain_tool("i", Some(init_panics))).build().unwrap();
-    let error = runtime.session("s").send("hi").unwrap().await.unwrap_err();
+    let error = runtime.session("s").send("hi").await.unwrap().await.unwrap_err();
     assert!(error.to_string().contains("the init of tool memory 'tool:i' panicked"), "{error}");
 }

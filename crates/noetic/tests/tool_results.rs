@@ -38,7 +38,7 @@ async fn a_tool_returning_an_image_gives_the_model_its_text_and_keeps_the_blocks
     let runtime = Runtime::builder().model(Arc::new(model.clone())).tool(plot_tool()).build().unwrap();
     let session = runtime.session("s");
     let mut events = EventCollector::of(&session);
-    session.send("plot May").unwrap().await.unwrap();
+    session.send("plot May").await.unwrap().await.unwrap();
 
     let results = tool_results(model.requests()[1].history.as_slice());
     assert_eq!(results.len(), 1);
@@ -69,7 +69,7 @@ async fn a_tool_with_an_output_schema_that_returns_no_structured_data_gets_an_er
     let model =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "count", json!({}))]), ModelResponse::text("ok")]);
     let runtime = Runtime::builder().model(Arc::new(model.clone())).tool(tool).build().unwrap();
-    runtime.session("s").send("count").unwrap().await.unwrap();
+    runtime.session("s").send("count").await.unwrap().await.unwrap();
     let result = tool_results(model.requests()[1].history.as_slice()).remove(0);
     assert!(result.is_error);
     assert_eq!(

@@ -45,9 +45,9 @@ async fn a_tool_added_through_a_source_while_the_runtime_runs_is_offered_in_the_
         .build()
         .unwrap();
     let session = runtime.session("s");
-    session.send("first").unwrap().await.unwrap();
+    session.send("first").await.unwrap().await.unwrap();
     source.add(counter.tool("late", json!("late result")).unwrap()).unwrap();
-    assert_eq!(session.send("second").unwrap().await.unwrap(), "Used it.");
+    assert_eq!(session.send("second").await.unwrap().await.unwrap(), "Used it.");
     assert_eq!(offered(&model), [vec!["fixed"], vec!["fixed", "late"], vec!["fixed", "late"]]);
     assert_eq!(counter.count(), 1, "the added tool ran");
 
@@ -55,7 +55,7 @@ async fn a_tool_added_through_a_source_while_the_runtime_runs_is_offered_in_the_
     assert!(source.remove("late"));
     model.push(ModelResponse::tool_calls([("c2", "late", json!({}))]));
     model.push(ModelResponse::text("It is gone."));
-    session.send("third").unwrap().await.unwrap();
+    session.send("third").await.unwrap().await.unwrap();
     assert_eq!(offered(&model)[3], ["fixed"]);
     assert_eq!(counter.count(), 1);
     let last_result = session.history().into_iter().rev().find_map(|i| match i {
@@ -93,7 +93,7 @@ async fn the_kind_of_a_tool_failure_travels_with_its_completed_event_and_the_mod
     let runtime = Runtime::builder().model(Arc::new(model)).tools([denied as Arc<dyn Tool>, picky]).build().unwrap();
     let session = runtime.session("s");
     let mut events = EventCollector::of(&session);
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let kinds: Vec<(String, Option<ToolErrorKind>, String)> = events
         .kinds()
         .into_iter()

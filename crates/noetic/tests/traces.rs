@@ -149,7 +149,7 @@ async fn a_turn_is_a_tree_of_its_steps_model_calls_and_tool_calls() {
         ],
         |b| b,
     );
-    let turn = rt.session("s1").send("find the secret").unwrap();
+    let turn = rt.session("s1").send("find the secret").await.unwrap();
     assert_eq!(turn.await.unwrap(), "the answer");
 
     assert_eq!(
@@ -194,7 +194,7 @@ async fn content_is_recorded_only_when_the_runtime_opts_in() {
         vec![ModelResponse::tool_calls([("c1", "lookup", json!({"q": "secret words"}))]), ModelResponse::text("fine")],
         |b| b.capture_content(true),
     );
-    rt.session("s1").send("find the secret").unwrap().await.unwrap();
+    rt.session("s1").send("find the secret").await.unwrap().await.unwrap();
     let chat = &recorder.named("chat openai/gpt-4o-mini")[0];
     assert!(field(chat, "gen_ai.input.messages").contains("find the secret"));
     assert!(field(chat, "gen_ai.output.messages").contains("secret words"));
@@ -215,7 +215,7 @@ async fn a_denied_tool_call_carries_the_decision_event_and_an_error_status() {
         vec![ModelResponse::tool_calls([("c1", "delete", json!({"path": "/etc"}))]), ModelResponse::text("ok")],
         |b| b.layer(layer),
     );
-    rt.session("s1").send("clean up").unwrap().await.unwrap();
+    rt.session("s1").send("clean up").await.unwrap().await.unwrap();
 
     let tool = recorder.one("execute_tool delete");
     assert_eq!(field(&tool, "noetic.tool.outcome"), "denied");
@@ -248,9 +248,9 @@ async fn steering_queue_events_land_on_the_turn_span_and_skipped_calls_are_marke
         .build()
         .unwrap();
     let session = rt.session("s1");
-    let turn = session.send("do both").unwrap();
+    let turn = session.send("do both").await.unwrap();
     gate.started().await;
-    session.steer("stop, do X").unwrap();
+    session.steer("stop, do X").await.unwrap();
     gate.release();
     assert_eq!(turn.await.unwrap(), "redirected");
 
@@ -296,7 +296,7 @@ async fn an_after_model_denial_is_an_event_on_the_model_call_and_fails_the_turn_
     let rule = SteeringRule::predicate("no-answers", [Hook::AfterModelCall], |_| SteeringDecision::deny("not today"));
     let layer = steering(SteeringConfig::new([rule])).unwrap();
     let rt = runtime(vec![ModelResponse::text("an answer")], |b| b.layer(layer));
-    assert!(rt.session("s1").send("hi").unwrap().await.is_err());
+    assert!(rt.session("s1").send("hi").await.unwrap().await.is_err());
 
     let chat = recorder.one("chat openai/gpt-4o-mini");
     let [(name, decision)] = chat.events.as_slice() else { panic!("one event on the model call: {chat:#?}") };

@@ -73,7 +73,7 @@ async fn assert_released(session: &Session, layer: &Panicky, model: &ScriptedMod
     session.idle().await;
     layer.armed.store(false, Ordering::SeqCst);
     model.push(ModelResponse::text("fine again"));
-    assert_eq!(session.send("again").unwrap().await.unwrap(), "fine again");
+    assert_eq!(session.send("again").await.unwrap().await.unwrap(), "fine again");
 }
 
 #[tokio::test]
@@ -82,7 +82,7 @@ async fn a_layer_panicking_in_init_fails_the_turn_naming_it_and_leaves_the_sessi
     let model = ScriptedModel::new([]);
     let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
-    let err = session.send("hi").unwrap().await.unwrap_err().to_string();
+    let err = session.send("hi").await.unwrap().await.unwrap_err().to_string();
     assert!(err.contains("init hook of memory layer 'panicky' panicked: boom in init"), "{err}");
     assert_eq!(model.calls(), 0);
     assert_released(&session, &layer, &model).await;
@@ -94,7 +94,7 @@ async fn a_layer_panicking_in_on_complete_fails_the_turn_naming_it_and_keeps_the
     let model = ScriptedModel::new([ModelResponse::text("answer")]);
     let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
-    let err = session.send("hi").unwrap().await.unwrap_err().to_string();
+    let err = session.send("hi").await.unwrap().await.unwrap_err().to_string();
     assert!(err.contains("on_complete hook of memory layer 'panicky' panicked: boom in on_complete"), "{err}");
     assert_eq!(session.history(), vec![Item::user("hi"), Item::assistant("answer")], "history intact");
     assert_released(&session, &layer, &model).await;
@@ -106,7 +106,7 @@ async fn a_gating_hook_that_panics_fails_the_turn_and_the_tool_does_not_run() {
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "touch", json!({}))])]);
     let runs = Counter::new();
     let session = runtime(&layer, &model, &runs).session("s");
-    let err = session.send("hi").unwrap().await.unwrap_err().to_string();
+    let err = session.send("hi").await.unwrap().await.unwrap_err().to_string();
     assert!(err.contains("before_tool_call hook of memory layer 'panicky' panicked"), "{err}");
     assert_eq!(runs.count(), 0, "fail closed: the tool never ran");
     assert_released(&session, &layer, &model).await;

@@ -59,14 +59,14 @@ impl Chat {
     }
 
     /// Answers the oldest open question with a typed line (see [`approve::decide_call`]), then shows the next one.
-    pub(super) fn answer_question(&mut self, text: &str) {
+    pub(super) async fn answer_question(&mut self, text: &str) {
         let Some(pending) = self.approvals.pop_front() else { return };
         if let approve::Answer::Message(_) = approve::answer(text) {
             self.say(
                 &self.style.dim("not y, n or a: the call is rejected and your line goes to the agent as a message"),
             );
         }
-        let decided = approve::decide_call(text, &pending.request, Some(&self.session), &mut self.always);
+        let decided = approve::decide_call(text, &pending.request, Some(&self.session), &mut self.always).await;
         let decision = decided.unwrap_or_else(|(decision, why)| {
             self.say(&self.style.red(&why));
             decision

@@ -79,8 +79,8 @@ impl Chat {
     }
 
     /// Runs what other processes queued for this idle session (`noetic sessions steer`), if anything.
-    pub(super) fn run_queued_elsewhere(&mut self) -> Option<TurnFuture> {
-        match self.session.continue_session() {
+    pub(super) async fn run_queued_elsewhere(&mut self) -> Option<TurnFuture> {
+        match self.session.continue_session().await {
             Ok(Some(turn)) => {
                 let line = self.style.dim("a message another process queued for this session: running it");
                 self.say(&line);
@@ -96,7 +96,7 @@ impl Chat {
 
     /// Prints what is left of the turn's events and its answer, saves its ledger, and starts a continuation when
     /// messages arrived after the turn's last checkpoint.
-    pub(super) fn on_turn_end(
+    pub(super) async fn on_turn_end(
         &mut self,
         result: Result<String, NoeticError>,
         events: &mut broadcast::Receiver<Arc<Event>>,
@@ -126,7 +126,7 @@ impl Chat {
         self.turn_started = None;
         self.tools.clear();
         if self.session.queued() > 0
-            && let Ok(Some(turn)) = self.session.continue_session()
+            && let Ok(Some(turn)) = self.session.continue_session().await
         {
             return Some(turn.into_future());
         }

@@ -12,12 +12,12 @@ use crate::render;
 
 impl Chat {
     /// Routes a typed line: an answer to the open approval question, a command, or a message.
-    pub(super) fn on_line(&mut self, line: &str, running: bool) -> Action {
+    pub(super) async fn on_line(&mut self, line: &str, running: bool) -> Action {
         let text = line.trim();
         // Questions of calls that ended meanwhile (their turn failed or was stopped) are no longer open.
         self.approvals.retain(|pending| !pending.reply.is_closed());
         if !self.approvals.is_empty() && !text.starts_with('/') {
-            self.answer_question(text);
+            self.answer_question(text).await;
             return Action::Nothing;
         }
         if text.is_empty() {
@@ -28,14 +28,14 @@ impl Chat {
         match command {
             "/quit" | "/exit" => {
                 if running {
-                    self.session.stop("the user quit");
+                    self.session.stop("the user quit").await;
                     self.say(&self.style.dim("stopping the running turn, then quitting"));
                 }
                 return Action::Quit;
             }
             "/stop" => {
                 // Cancel first, so no later call of the batch starts once the waiting ones are declined.
-                let (dropped, was_running) = self.session.stop("stopped by the user");
+                let (dropped, was_running) = self.session.stop("stopped by the user").await;
                 self.reject_waiting();
                 let note = match (was_running, dropped) {
                     (false, 0) => "no turn is running".to_owned(),
@@ -47,16 +47,14 @@ impl Chat {
             "/mode" => match rest {
                 "" => self.say(&format!("steering mode: {}", self.session.steering_mode().as_str())),
                 "all" | "one-at-a-time" => {
-                    self.session.set_steering_mode(if rest == "all" {
-                        SteeringMode::All
-                    } else {
-                        SteeringMode::OneAtATime
-                    });
+                    self.session
+                        .set_steering_mode(if rest == "all" { SteeringMode::All } else { SteeringMode::OneAtATime })
+                        .await;
                     self.say(&self.style.dim(&format!("steering mode: {rest}")));
                 }
                 other => self.say(&format!("unknown mode '{other}'; use /mode all or /mode one-at-a-time")),
             },
-            "/resume" if !running => match self.session.resume() {
+            "/resume" if !running => match self.session.resume().await {
                 Ok(Some(turn)) => {
                     self.turn_started = Some(Instant::now());
                     return Action::Start(turn.into_future());
@@ -64,7 +62,7 @@ impl Chat {
                 Ok(None) => self.say("there is no unfinished turn to resume"),
                 Err(e) => self.say(&self.style.red(&e.to_string())),
             },
-            "/discard" if !running => match self.session.discard_unfinished() {
+            "/discard" if !running => match self.session.discard_unfinished().await {
                 Ok(true) => {
                     self.say(&self.style.dim("dropped the unfinished turn; its open tool calls are marked interrupted"))
                 }
@@ -76,7 +74,7 @@ impl Chat {
             "/help" => self.say(HELP),
             "/steer" if rest.is_empty() => self.say("/steer needs the text to send, e.g. /steer y"),
             "/steer" => {
-                if let Some(turn) = self.message(rest, running) {
+                if let Some(turn) = self.message(rest, running).await {
                     return Action::Start(turn);
                 }
             }
@@ -91,7 +89,7 @@ impl Chat {
                 self.say(&self.style.yellow(&note));
             }
             _ => {
-                if let Some(turn) = self.message(text, running) {
+                if let Some(turn) = self.message(text, running).await {
                     return Action::Start(turn);
                 }
             }
@@ -105,14 +103,14 @@ impl Chat {
     }
 
     /// Sends a message: steered into the running turn, or the start of a new one.
-    fn message(&mut self, text: &str, running: bool) -> Option<TurnFuture> {
+    async fn message(&mut self, text: &str, running: bool) -> Option<TurnFuture> {
         if running {
-            if let Err(e) = self.session.steer(text) {
+            if let Err(e) = self.session.steer(text).await {
                 self.say(&self.style.red(&format!("not steered: {e}")));
             }
             return None;
         }
-        match self.session.send(text) {
+        match self.session.send(text).await {
             Ok(turn) => {
                 self.turn_started = Some(Instant::now());
                 Some(turn.into_future())

@@ -8,7 +8,7 @@ impl Chat {
     /// Handles what was typed at the input line. A line is echoed as the user's, then handled as a piped line
     /// would be; Esc and the first Ctrl-C stop a running turn (as `/stop` does); at an idle prompt Ctrl-C clears
     /// the line, twice in a row quits, and so does Ctrl-D.
-    pub(super) fn on_input(&mut self, input: Input, running: bool) -> Action {
+    pub(super) async fn on_input(&mut self, input: Input, running: bool) -> Action {
         let armed = std::mem::take(&mut self.interrupt_armed);
         match input {
             Input::Line(line) => {
@@ -17,9 +17,9 @@ impl Chat {
                     let echo = self.style.cyan(&format!("you   {}", crate::render::printable(text)));
                     self.say(&echo);
                 }
-                self.on_line(&line, running)
+                self.on_line(&line, running).await
             }
-            Input::Escape | Input::Interrupt if running => self.on_line("/stop", running),
+            Input::Escape | Input::Interrupt if running => self.on_line("/stop", running).await,
             Input::Escape => Action::Nothing,
             Input::Interrupt if self.screen.as_ref().is_some_and(|s| s.has_input()) => {
                 if let Some(screen) = &self.screen {
@@ -27,13 +27,13 @@ impl Chat {
                 }
                 Action::Nothing
             }
-            Input::Interrupt if armed => self.on_line("/quit", running),
+            Input::Interrupt if armed => self.on_line("/quit", running).await,
             Input::Interrupt => {
                 self.interrupt_armed = true;
                 self.say(&self.style.dim("press Ctrl-C again (or Ctrl-D) to quit"));
                 Action::Nothing
             }
-            Input::Eof => self.on_line("/quit", running),
+            Input::Eof => self.on_line("/quit", running).await,
         }
     }
 

@@ -55,7 +55,7 @@ fn harness() -> Harness {
 impl Harness {
     /// Starts the turn and waits until the `run_command` call asks; the question is then on the screen.
     async fn start_and_wait_for_the_question(&mut self) -> TurnFuture {
-        let Action::Start(turn) = self.chat.on_line(TASK, false) else { panic!("the task did not start a turn") };
+        let Action::Start(turn) = self.chat.on_line(TASK, false).await else { panic!("the task did not start a turn") };
         let pending = self.approvals.recv().await.unwrap();
         assert_eq!((pending.request.tool.as_str(), pending.request.call_id.as_str()), ("run_command", "c1"));
         self.chat.ask(pending);
@@ -81,7 +81,7 @@ fn result(call_id: &str, content: &str, is_error: bool) -> Item {
 async fn a_line_typed_at_an_approval_question_rejects_the_call_and_is_steered_into_the_turn() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line(CORRECTION, true), Action::Nothing));
+    assert!(matches!(h.chat.on_line(CORRECTION, true).await, Action::Nothing));
     assert!(h.chat.approvals.is_empty(), "the question is answered");
     assert_eq!(h.chat.session.queued(), 1, "the line waits for the turn's next checkpoint");
     assert_eq!(turn.await.unwrap(), "All right.");
@@ -103,7 +103,7 @@ async fn a_line_typed_at_an_approval_question_rejects_the_call_and_is_steered_in
 async fn y_at_an_approval_question_runs_the_call() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line(" Y ", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line(" Y ", true).await, Action::Nothing));
     assert_eq!(h.chat.session.queued(), 0);
     assert_eq!(turn.await.unwrap(), "All right.");
     assert_eq!(
@@ -116,7 +116,7 @@ async fn y_at_an_approval_question_runs_the_call() {
 async fn no_at_an_approval_question_rejects_the_call_without_steering_and_the_batch_goes_on() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line("no", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("no", true).await, Action::Nothing));
     assert_eq!(h.chat.session.queued(), 0, "an answer is not a message");
     assert_eq!(turn.await.unwrap(), "All right.");
     assert_eq!(
@@ -132,7 +132,7 @@ async fn no_at_an_approval_question_rejects_the_call_without_steering_and_the_ba
 async fn a_command_at_an_approval_question_runs_and_the_question_stays_open() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line("/status", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("/status", true).await, Action::Nothing));
     h.chat.about = "model scripted (test); 0 rule(s)".into();
     let status = h.chat.status_text(true);
     for part in ["0 steering message(s) queued", "steering mode one-at-a-time", "session chat", "model scripted (test)"]
@@ -145,7 +145,7 @@ async fn a_command_at_an_approval_question_runs_and_the_question_stays_open() {
         "{idle}"
     );
     assert_eq!((h.chat.approvals.len(), h.chat.session.queued()), (1, 0), "/status neither answers nor steers");
-    assert!(matches!(h.chat.on_line("yes", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("yes", true).await, Action::Nothing));
     assert_eq!(turn.await.unwrap(), "All right.");
     assert_eq!(h.model.requests().len(), 2);
 }
@@ -154,7 +154,7 @@ async fn a_command_at_an_approval_question_runs_and_the_question_stays_open() {
 async fn stop_at_an_approval_question_declines_the_call_and_cancels_the_turn() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line("/stop", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("/stop", true).await, Action::Nothing));
     assert!(h.chat.approvals.is_empty());
     assert_eq!(h.chat.session.queued(), 0, "/stop is not steered as a message");
     assert!(matches!(turn.await, Err(NoeticError::Cancelled { .. })));
@@ -168,7 +168,7 @@ async fn a_question_whose_call_has_ended_no_longer_takes_the_next_line() {
     drop(asker);
     let request = noetic::tool::ApprovalRequest::new("run_command", "old", json!({}), None);
     h.chat.ask(Pending { request, reply });
-    let Action::Start(turn) = h.chat.on_line(TASK, false) else { panic!("the line was taken as an answer") };
+    let Action::Start(turn) = h.chat.on_line(TASK, false).await else { panic!("the line was taken as an answer") };
     assert!(h.chat.approvals.is_empty());
     drop(turn);
 }
@@ -176,15 +176,15 @@ async fn a_question_whose_call_has_ended_no_longer_takes_the_next_line() {
 #[tokio::test]
 async fn a_bare_y_typed_while_a_turn_runs_and_no_question_waits_is_not_steered_and_the_question_then_takes_y() {
     let mut h = harness();
-    let Action::Start(turn) = h.chat.on_line(TASK, false) else { panic!("the task did not start a turn") };
+    let Action::Start(turn) = h.chat.on_line(TASK, false).await else { panic!("the task did not start a turn") };
     // Typed a moment before the question is shown: not a message for the agent.
     for early in ["y", " N ", "always"] {
-        assert!(matches!(h.chat.on_line(early, true), Action::Nothing));
+        assert!(matches!(h.chat.on_line(early, true).await, Action::Nothing));
     }
     assert_eq!(h.chat.session.queued(), 0, "no bare answer is steered");
     let pending = h.approvals.recv().await.unwrap();
     h.chat.ask(pending);
-    assert!(matches!(h.chat.on_line("y", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("y", true).await, Action::Nothing));
     assert!(h.chat.approvals.is_empty(), "the question took the y");
     assert_eq!(turn.await.unwrap(), "All right.");
     assert_eq!(
@@ -197,9 +197,9 @@ async fn a_bare_y_typed_while_a_turn_runs_and_no_question_waits_is_not_steered_a
 async fn steer_sends_a_bare_y_to_the_running_turn_as_a_message() {
     let mut h = harness();
     let turn = h.start_and_wait_for_the_question().await;
-    assert!(matches!(h.chat.on_line("/steer y", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("/steer y", true).await, Action::Nothing));
     assert_eq!((h.chat.approvals.len(), h.chat.session.queued()), (1, 1), "sent, and the question stays open");
-    assert!(matches!(h.chat.on_line("no", true), Action::Nothing));
+    assert!(matches!(h.chat.on_line("no", true).await, Action::Nothing));
     assert_eq!(turn.await.unwrap(), "All right.");
     assert_eq!(
         h.second_request(),

@@ -57,7 +57,7 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
     })
     .unwrap();
     let session = agent.runtime.session("race");
-    session.send("go").unwrap().await.unwrap();
+    session.send("go").await.unwrap().await.unwrap();
     let results: Vec<(bool, String)> = session
         .history()
         .into_iter()

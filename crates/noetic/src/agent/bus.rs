@@ -17,8 +17,8 @@
 //! nobody reads them (see [`BusReplies`]). The only wait left, transcription, is bounded by a timeout.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -28,7 +28,6 @@ use tokio_util::sync::CancellationToken;
 use super::replies::{BusReplies, DEFAULT_REPLY_CAPACITY, ReplySender, reply_buffer};
 use super::session::Routed;
 use super::{MessageId, Runtime, Session, SteerError, Turn};
-use crate::context::lock;
 use crate::error::NoeticError;
 
 /// The command that stops a session.
@@ -127,7 +126,8 @@ pub struct MessageBus {
     transcription_timeout: Duration,
     replies: ReplySender,
     /// Sessions whose turn waits for a slot. Locked before a session's own lock, never after.
-    claims: Arc<Mutex<HashMap<String, Claim>>>,
+    /// An async lock: session calls (which may write to the store) happen under it.
+    claims: Arc<tokio::sync::Mutex<HashMap<String, Claim>>>,
     next_claim: Arc<AtomicU64>,
 }
 
@@ -194,21 +194,21 @@ impl MessageBus {
     pub async fn publish(&self, message: InboundMessage) -> Result<Delivery, SteerError> {
         let text = self.text_of(&message).await;
         let session = self.runtime.session(&message.session);
-        let mut claims = lock(&self.claims);
+        let mut claims = self.claims.lock().await;
         if text.trim() == STOP_COMMAND {
             // A turn waiting for a slot is cancelled before it starts; a running one is cancelled in place.
             let waiting = claims.remove(&message.session);
             if let Some(claim) = &waiting {
                 claim.cancel.cancel();
             }
-            let (cleared, running) = session.stop("stopped by the user");
+            let (cleared, running) = session.stop("stopped by the user").await;
             return Ok(Delivery::Stopped { cleared, cancelled: running || waiting.is_some() });
         }
         if claims.contains_key(&message.session) {
             // Queued for the waiting turn: its turn-start checkpoint shows it to the model.
-            return session.steer(text).map(Delivery::Steered);
+            return session.steer(text).await.map(Delivery::Steered);
         }
-        if let Some(steered) = session.steer_if_running(&text) {
+        if let Some(steered) = session.steer_if_running(&text).await {
             return steered.map(Delivery::Steered);
         }
         // Messages accepted earlier still wait (for the continuation of a turn that just ended): this one goes
@@ -216,7 +216,7 @@ impl MessageBus {
         let input = if session.queued() == 0 {
             Some(Arc::from(text))
         } else {
-            session.steer(text)?;
+            session.steer(text).await?;
             None
         };
         let claim =
@@ -236,7 +236,7 @@ impl MessageBus {
             permit = self.permits.clone().acquire_owned() => permit.ok(),
         };
         let claimed = {
-            let mut claims = lock(&self.claims);
+            let mut claims = self.claims.lock().await;
             if claims.get(&name).is_some_and(|c| c.id == claim.id) {
                 claims.remove(&name);
             }
@@ -245,13 +245,13 @@ impl MessageBus {
                 Claimed::Stopped
             } else {
                 match &claim.input {
-                    Some(text) => match session.send_or_steer(text.to_string()) {
+                    Some(text) => match session.send_or_steer(text.to_string()).await {
                         Ok(Routed::Started(turn)) => Claimed::Turn(turn),
                         Ok(Routed::Steered(_)) => Claimed::TakenElsewhere,
                         Err(e) => Claimed::Failed(NoeticError::other(e)),
                     },
                     // The message waits in the queue behind earlier ones: a continuation takes them in order.
-                    None => match session.continue_session() {
+                    None => match session.continue_session().await {
                         Ok(Some(turn)) => Claimed::Turn(turn),
                         Ok(None) | Err(_) => Claimed::TakenElsewhere,
                     },
@@ -284,14 +284,14 @@ impl MessageBus {
     async fn continuations(&self, session: &Session, name: &str) {
         loop {
             let next = {
-                let claims = lock(&self.claims);
+                let claims = self.claims.lock().await;
                 // A message that claimed the session while its turn was ending starts the next turn itself: a
                 // continuation now would run messages accepted after it first.
                 if claims.get(name).is_some_and(|c| c.input.is_some()) {
                     return;
                 }
                 // Under the claims lock, so no message claims the session between the look and the start.
-                session.continue_session()
+                session.continue_session().await
             };
             match next {
                 Ok(Some(turn)) => {

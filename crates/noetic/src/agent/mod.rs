@@ -11,7 +11,7 @@
 //! let model = ScriptedModel::new([ModelResponse::text("Hello!")]);
 //! let runtime = Runtime::builder().model(Arc::new(model)).build()?;
 //! let session = runtime.session("user-42");
-//! let answer = session.send("hi")?.await?;
+//! let answer = session.send("hi").await?.await?;
 //! assert_eq!(answer, "Hello!");
 //! assert_eq!(session.history().len(), 2);
 //! # Ok(())
@@ -514,7 +514,7 @@ mod tests {
         let second = model.push_held(ModelResponse::text("two"));
         let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
         let session = runtime.session("s");
-        let turn = session.send("go").unwrap();
+        let turn = session.send("go").await.unwrap();
         first.entered().await;
         // This thread's handle was made at its first turn; the turn holds it (the spread holds it too).
         assert_eq!(Arc::strong_count(runtime.handles.local()), 2, "the turn holds its thread's handle");
@@ -523,7 +523,7 @@ mod tests {
         session.idle().await;
         assert_eq!(Arc::strong_count(runtime.handles.local()), 1, "the ended turn let its handle go");
         let idle = Arc::strong_count(&runtime.inner);
-        let turn = session.send("again").unwrap();
+        let turn = session.send("again").await.unwrap();
         second.entered().await;
         assert_eq!(Arc::strong_count(&runtime.inner), idle, "the turn cloned the runtime");
         second.release();
@@ -533,7 +533,7 @@ mod tests {
         let held = model.push_held(ModelResponse::text("after"));
         let runtime = Runtime::builder().model(Arc::new(model)).build().unwrap();
         let weak = Arc::downgrade(&runtime.inner);
-        let turn = runtime.session("s").send("go").unwrap();
+        let turn = runtime.session("s").send("go").await.unwrap();
         drop(runtime);
         held.entered().await;
         assert!(weak.upgrade().is_some(), "the runtime went away under a running turn");

@@ -567,7 +567,7 @@ impl Session {
 
     /// Starts a [`Turn`] with a user message; the turn runs from now on, awaiting it gives its answer. Fails with
     /// [`SessionError::Busy`] while another turn runs (see [`SessionError`] for the other cases).
-    pub fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
+    pub async fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
         self.locked(|state, conversation| {
             let history = match claim(state, conversation, None)? {
@@ -584,7 +584,7 @@ impl Session {
     /// checkpoint (after the running tool call), and the rest of that tool batch is skipped (the session's
     /// [`BatchPolicy`]). While the session is idle the message waits for
     /// the next turn or [`Session::continue_session`]. A full queue refuses the message with a [`SteerError`], and says so.
-    pub fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
+    pub async fn steer(&self, text: impl Into<String>) -> Result<MessageId, SteerError> {
         let text = text.into();
         self.locked(|state, conversation| enqueue(state, conversation, text))
     }
@@ -596,7 +596,7 @@ impl Session {
     /// process left waits ([`Session::unfinished_turn`]), the message is queued for it ([`Routed::Steered`]): it
     /// reaches the model at that turn's first checkpoint once it is resumed ([`Session::resume`]), or starts the
     /// next turn if it is discarded.
-    pub fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
+    pub async fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
         self.locked(|state, conversation| {
             let history = match conversation {
@@ -643,7 +643,7 @@ impl Session {
 
     /// Steers the message if a turn is running (atomically, like [`Session::send_or_steer`]): its [`MessageId`], or
     /// the [`SteerError`] that refused it; `None` when idle.
-    pub fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
+    pub async fn steer_if_running(&self, text: &str) -> Option<Result<MessageId, SteerError>> {
         self.locked(|state, conversation| {
             let Conversation::Running { .. } = conversation else { return None };
             Some(enqueue(state, conversation, text.to_owned()))
@@ -655,7 +655,7 @@ impl Session {
     /// messages were dropped and whether a turn was running.
     /// In a store several processes share, a turn running in another process is stopped there (at its next
     /// checkpoint), and the stored queue is cleared.
-    pub fn stop(&self, reason: &str) -> (usize, bool) {
+    pub async fn stop(&self, reason: &str) -> (usize, bool) {
         self.locked(|state, conversation| {
             let (cleared, running) = stop_conversation(state, conversation, reason);
             if running {
@@ -678,7 +678,7 @@ impl Session {
     }
 
     /// Changes this session's dequeue mode ([`SteeringMode`]; no other session's); its next checkpoint uses it.
-    pub fn set_steering_mode(&self, mode: SteeringMode) {
+    pub async fn set_steering_mode(&self, mode: SteeringMode) {
         self.locked(|state, _| {
             state.settings.set_mode(mode);
             state.save_settings();
@@ -691,7 +691,7 @@ impl Session {
     }
 
     /// Changes this session's queue capacity (at least 1); messages already queued stay.
-    pub fn set_steering_capacity(&self, capacity: usize) {
+    pub async fn set_steering_capacity(&self, capacity: usize) {
         self.locked(|state, _| {
             state.settings.set_capacity(capacity);
             state.save_settings();
@@ -710,7 +710,7 @@ impl Session {
     }
 
     /// Changes this session's batch policy ([`BatchPolicy`]); the next checkpoint uses it.
-    pub fn set_batch_policy(&self, policy: BatchPolicy) {
+    pub async fn set_batch_policy(&self, policy: BatchPolicy) {
         self.locked(|state, _| {
             state.settings.set_batch_policy(policy);
             state.save_settings();
@@ -723,14 +723,14 @@ impl Session {
     }
 
     /// Empties this session's queue; returns how many messages were removed.
-    pub fn clear_queue(&self) -> usize {
+    pub async fn clear_queue(&self) -> usize {
         self.locked(|state, _| clear_queue(state))
     }
 
     /// Resumes an idle session with its queued messages in a new [`Turn`]: `Ok(None)` when none are queued (no
     /// model call); [`SessionError::Busy`] while a turn runs. The messages (taken by the queue's mode) reach the
     /// model as separate user messages; the turn-start poll is skipped.
-    pub fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
+    pub async fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if matches!(*conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
@@ -890,7 +890,7 @@ impl Session {
     /// Resumes the turn a stopped process left: journaled model responses are not requested again, journaled
     /// tool outcomes are not re-run, and a call that was running gets the interrupted result (SPEC 6.3).
     /// The resumed [`Turn`], `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
-    pub fn resume(&self) -> Result<Option<Turn>, SessionError> {
+    pub async fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.locked(|state, conversation| {
             if matches!(conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
@@ -920,7 +920,7 @@ impl Session {
     /// Gives up the turn a stopped process left: every tool call in the conversation without a result gets the
     /// interrupted result, and nothing is left to resume. Returns false when there was none; a
     /// [`SessionError`] while a turn runs or when the store cannot write it.
-    pub fn discard_unfinished(&self) -> Result<bool, SessionError> {
+    pub async fn discard_unfinished(&self) -> Result<bool, SessionError> {
         self.locked(|state, conversation| {
             let Conversation::Idle(history) = conversation else {
                 return Err(SessionError::Busy { session: state.key.to_string() });

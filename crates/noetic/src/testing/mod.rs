@@ -29,7 +29,7 @@
 //! let runtime = Runtime::builder().model(Arc::new(model.clone())).tool(tool).build()?;
 //! let session = runtime.session("s");
 //! let mut events = EventCollector::of(&session);
-//! let turn = session.send("build it")?;
+//! let turn = session.send("build it").await?;
 //!
 //! gate.started().await; // the tool is running now: steer, cancel or inspect here
 //! gate.release();
