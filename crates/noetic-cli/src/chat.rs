@@ -9,8 +9,9 @@
 //! sent: it was most likely typed a moment before a question appeared, and as a message it would tell the agent
 //! only "y". The chat says so; `/steer y` sends it anyway.
 //!
-//! While an approval question waits, `y`/`yes` approves, `a`/`always` approves this call and every later call of
-//! the same tool in this chat, `n`/`no` or an empty line declines, a command runs (and the question stays open,
+//! While an approval question waits, `y`/`yes` approves, `a`/`always` approves this call and the same call with
+//! exactly these arguments later in this chat, `always matching "PATTERN"` this call and every later call of the
+//! tool the pattern covers (see [`crate::remembered`]), `n`/`no` or an empty line declines, a command runs (and the question stays open,
 //! except after `/stop` and `/quit`, which decline), and any other line declines the call and is steered into
 //! the turn, so it is not lost and the rest of the batch is skipped. A `write_file` question first shows the
 //! diff the call would make.
@@ -86,8 +87,9 @@ pub struct ChatArgs {
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
                     as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
-                    /help, /quit. At an approval question: y or yes approves; a or always approves this tool for \
-                    the rest of the chat; n, no or an empty line declines; any other line declines and goes to the \
+                    /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
+                    (exactly these arguments) for the rest of the chat; always matching \"PATTERN\" approves the \
+                    tool's calls the glob covers (run_command's command, a file tool's path); n, no or an empty line declines; any other line declines and goes to the \
                     agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \
                     was meant for a question). At a terminal: Esc or Ctrl-C stops the running \
                     turn; Ctrl-C twice or Ctrl-D at an idle prompt quits.";
@@ -279,8 +281,8 @@ struct Chat {
     screen: Option<Screen>,
     /// Where the tools work, for the diff a `write_file` question shows.
     workspace: Option<Workspace>,
-    /// Tools the user answered "always" for: their calls run without a question.
-    always: std::collections::BTreeSet<String>,
+    /// The calls the user answered "always" for: they run without a question.
+    always: crate::remembered::Remembered,
     /// Ctrl-C was pressed once at an idle prompt: a second one quits.
     interrupt_armed: bool,
 }

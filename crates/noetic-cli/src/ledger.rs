@@ -26,7 +26,8 @@ pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
 
 /// A ledger as a person reads it: the entries of each turn (an execution; its last entry says how it ended)
 /// under a heading with the turn's start, each entry with its time of day, the deciding rule and how it
-/// evaluated. Model answers that passed every rule are counted on one line unless `verbose`; `how` says what
+/// evaluated; a shadow rule's would-be decision under the live one, marked where it differs, and a count of the
+/// disagreements at the end. Model answers that passed every rule are counted on one line unless `verbose`; `how` says what
 /// shows them.
 pub fn view(style: &Style, entries: &[LedgerEntry], verbose: bool, how: &str) -> Vec<String> {
     let mut lines = Vec::new();
@@ -40,13 +41,26 @@ pub fn view(style: &Style, entries: &[LedgerEntry], verbose: bool, how: &str) ->
             // `…T18:30:05.123Z` → `18:30:05.123`: the day is in the heading.
             let at = noetic::time::rfc3339(entry.timestamp);
             let time = at.get(11..23).unwrap_or(&at);
-            lines.push(format!("  {}{}", style.dim(time), ledger_line(style, entry)));
+            // A shadow decision sits under the live one it was made beside, at the same moment.
+            let time = if entry.shadow.is_some() { " ".repeat(time.len()) } else { style.dim(time) };
+            lines.push(format!("  {time}{}", ledger_line(style, entry)));
         }
         if let Some(line) = routine_left_out(routine, how) {
             lines.push(style.dim(&line));
         }
     }
+    if let Some(line) = shadow_summary(entries) {
+        lines.push(style.bold(&line));
+    }
     lines
+}
+
+/// How many shadow decisions the entries hold and how many differ from the live decision beside them; `None`
+/// without shadow rules.
+pub fn shadow_summary(entries: &[LedgerEntry]) -> Option<String> {
+    let shadows = entries.iter().filter(|e| e.shadow.is_some()).count();
+    let differ = entries.iter().filter(|e| e.disagrees()).count();
+    (shadows > 0).then(|| format!("shadow rules: {shadows} decision(s), {differ} disagree(s) with the live decision"))
 }
 
 /// Prints the entries of a JSON-lines ledger file. Lines that are not ledger entries are reported with their
@@ -142,6 +156,47 @@ mod tests {
         );
         let verbose = view(&plain, &entries, true, "--verbose");
         assert_eq!(verbose[1], "  11:06:40.000  ALLOW   model turn (0 tokens out) (no rule objected)");
+    }
+
+    #[test]
+    fn shadow_decisions_sit_under_the_live_one_and_disagreements_are_counted() {
+        use noetic::steering::Shadow;
+        let live = LedgerEntry {
+            tool_args: Some(serde_json::json!({"path": "a"})),
+            ..entry(LedgerKind::ToolCall, SteeringAction::Allow, 5)
+        };
+        let shadow = |rule: &str, action, guidance: Option<&str>| LedgerEntry {
+            rule_id: Some(rule.into()),
+            evaluator: Some(Evaluator::Predicate),
+            guidance: guidance.map(Into::into),
+            shadow: Some(Shadow { live: SteeringAction::Allow }),
+            ..entry(LedgerKind::ToolCall, action, 5)
+        };
+        let escalated = LedgerEntry {
+            rule_id: Some("dry".into()),
+            guidance: Some("ignored twice".into()),
+            escalated: true,
+            ..entry(LedgerKind::ToolCall, SteeringAction::Deny, 7)
+        };
+        let entries = vec![
+            live,
+            shadow("keep-notes", SteeringAction::Deny, Some("notes are kept")),
+            shadow("also", SteeringAction::Allow, None),
+            escalated,
+            end(9),
+        ];
+        assert_eq!(
+            view(&Style::detect(true), &entries, false, "--verbose"),
+            [
+                "turn 1 · started 2026-11-18T11:06:40.005Z",
+                "  11:06:40.005  ALLOW   tool delete_file {\"path\":\"a\"} (no rule objected)",
+                "                  shadow DENY    by keep-notes (predicate): notes are kept ≠ live ALLOW",
+                "                  shadow ALLOW   by also (predicate) = live ALLOW",
+                "  11:06:40.007  DENY    tool delete_file by dry (escalated): ignored twice",
+                "  11:06:40.009  ALLOW   execution ended: Success",
+                "shadow rules: 2 decision(s), 1 disagree(s) with the live decision",
+            ]
+        );
     }
 
     #[test]

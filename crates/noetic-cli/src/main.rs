@@ -23,6 +23,7 @@ mod local;
 mod mcp;
 mod output;
 mod provider;
+mod remembered;
 mod render;
 mod rules;
 mod run;
@@ -110,15 +111,21 @@ enum Command {
                             glob | regex }; require_approval = \"name\"; prompt = \"...\" (LLM-judged, with optional mode \
                             = \"sync\"|\"async\", model, on_failure = \"allow\"|\"deny\", tools = [...] to judge \
                             only those tools' calls). Optional: name, applies_to (default [\"before_tool_call\"]), \
-                            guidance and action = \"deny\"|\"guide\" (programmatic rules). Path globs match the path \
+                            guidance and action = \"deny\"|\"guide\" (programmatic rules), mode = \"shadow\" (evaluated \
+                            and ledgered, never enforced; `noetic rules promote ID --file F` makes it live), \
+                            escalate_after = N (a deny after N guides in a turn). Path globs match the path \
                             relative to the workspace, links followed. Example: crates/noetic-cli/examples/rules.toml."
     )]
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Rules {
         /// The rules file (TOML, or JSON with a .json extension).
-        file: std::path::PathBuf,
+        #[arg(required = true)]
+        file: Option<std::path::PathBuf>,
         /// Print `{"file", "rules": [{"id", "describes"}]}` instead of lines.
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<RulesAction>,
     },
     /// Serve the agent over HTTP: a JSON/SSE API and a live web page to talk to, watch and steer it (and
     /// approve its tool calls) from a browser or another program.
@@ -131,6 +138,19 @@ enum Command {
     Serve(serve::ServeArgs),
     /// List, show or delete the sessions kept on disk (what `chat --session NAME` continues).
     Sessions(sessions::SessionsArgs),
+}
+
+/// What `noetic rules` does besides checking a file.
+#[derive(clap::Subcommand)]
+enum RulesAction {
+    /// Make a shadow rule live: its `mode = "shadow"` becomes `mode = "live"`, comments and layout kept.
+    Promote {
+        /// The rule's id.
+        rule: String,
+        /// The rules file.
+        #[arg(long, default_value = "rules.toml")]
+        file: std::path::PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -165,7 +185,12 @@ fn main() -> std::process::ExitCode {
         }
         match cli.command {
             Command::Demo { plain, pace } => demo::run(plain, pace).await,
-            Command::Rules { file, json } => check_rules(&file, json),
+            Command::Rules { action: Some(RulesAction::Promote { rule, file }), .. } => {
+                outln!("{}", rules::promote(&file, &rule)?);
+                Ok(())
+            }
+            Command::Rules { file: Some(file), json, action: None } => check_rules(&file, json),
+            Command::Rules { file: None, .. } => Err("give the rules file to check: noetic rules FILE".into()),
             Command::Run(args) => {
                 let defaults = config(&args.config)?;
                 run::run(args, &defaults).await

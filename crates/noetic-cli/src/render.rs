@@ -248,7 +248,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
 
 /// An entry that says only that a model answer passed every rule: the bulk of any ledger, shown on request.
 pub fn is_routine(entry: &LedgerEntry) -> bool {
-    entry.kind == LedgerKind::ModelTurn && entry.action == SteeringAction::Allow
+    entry.kind == LedgerKind::ModelTurn && entry.action == SteeringAction::Allow && !entry.disagrees()
 }
 
 /// The line that stands for the routine entries left out of a ledger view.
@@ -265,7 +265,18 @@ fn evaluator_name(evaluator: Evaluator) -> &'static str {
     }
 }
 
-/// A ledger entry on one line.
+/// An action as the ledger shows it, coloured.
+fn action_word(style: &Style, action: SteeringAction) -> String {
+    let word = format!("{action:?}").to_uppercase();
+    match action {
+        SteeringAction::Allow => style.green(&word),
+        SteeringAction::Guide => style.yellow(&word),
+        SteeringAction::Deny => style.red(&word),
+    }
+}
+
+/// A ledger entry on one line. A shadow rule's would-be decision names no call (it follows the live entry of
+/// the same call) and says whether it differs from the live decision.
 pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
     let what = match entry.kind {
         LedgerKind::ToolCall => {
@@ -283,12 +294,7 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
             None => format!("async verdict of {}", printable(entry.rule_id.as_deref().unwrap_or("?"))),
         },
     };
-    let action = format!("{:?}", entry.action).to_uppercase();
-    let action = match entry.action {
-        SteeringAction::Allow => style.green(&action),
-        SteeringAction::Guide => style.yellow(&action),
-        SteeringAction::Deny => style.red(&action),
-    };
+    let action = action_word(style, entry.action);
     let by = match (entry.rule_id.as_deref(), entry.evaluator) {
         (Some(rule), Some(evaluator)) => format!(" by {} ({})", printable(rule), evaluator_name(evaluator)),
         (Some(rule), None) => format!(" by {}", printable(rule)),
@@ -298,7 +304,13 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
         }
         (None, _) => String::new(),
     };
+    let by = if entry.escalated { format!("{by} (escalated)") } else { by };
     let why = entry.guidance.as_deref().map(|g| format!(": {}", shorten(g, 60))).unwrap_or_default();
+    if let Some(shadow) = entry.shadow {
+        let live = action_word(style, shadow.live);
+        let side = if entry.disagrees() { style.bold(&format!(" ≠ live {live}")) } else { format!(" = live {live}") };
+        return format!("    {} {action:<7}{by}{why} {}", style.dim("shadow"), side.trim_start());
+    }
     format!("  {action:<7} {what}{by}{why}")
 }
 

@@ -196,7 +196,7 @@ async fn an_approval_answered_with_free_text_declines_the_call_and_steers_the_tu
     tokio::task::spawn_blocking(move || {
         term.wait_for_input_line(">");
         term.type_line("Clean the build folder.");
-        term.wait_for("approve: run `rm -rf build`? [y]es / [N]o / [a]lways this tool / or type what to do instead");
+        term.wait_for("approve: run `rm -rf build`? [y]es / [N]o / [a]lways these args / a matching \"GLOB\" / or type what to do instead");
         term.wait_for_input_line("answer y/n/a or type what to do instead>");
         term.type_line("no, just list the folder");
         term.wait_for("the call is rejected and your line goes to the agent as a message");
@@ -217,22 +217,25 @@ async fn an_approval_answered_with_free_text_declines_the_call_and_steers_the_tu
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn always_allow_runs_the_next_call_of_the_same_tool_without_asking() {
+async fn always_allow_runs_the_same_call_again_without_asking_but_asks_about_other_arguments() {
     let server = server(vec![
         tool_calls(&[("c1", "run_command", json!({"command": "echo first"}))]),
-        tool_calls(&[("c2", "run_command", json!({"command": "echo second"}))]),
-        answer("Both ran."),
+        tool_calls(&[("c2", "run_command", json!({"command": "echo first"}))]),
+        tool_calls(&[("c3", "run_command", json!({"command": "echo second"}))]),
+        answer("All ran."),
     ])
     .await;
     let ws = tempfile::tempdir().unwrap();
     let Some(term) = chat(&format!("{}/v1", server.uri()), ws.path(), &[]) else { return };
     let history = tokio::task::spawn_blocking(move || {
         term.wait_for_input_line(">");
-        term.type_line("Run both.");
+        term.type_line("Run them.");
         term.wait_for("approve: run `echo first`?");
         term.type_line("a");
-        term.wait_for("approved without asking: you answered always for run_command in this chat");
-        term.wait_for("Both ran.");
+        term.wait_for("approved without asking: you allowed run_command with exactly these arguments in this chat");
+        term.wait_for("approve: run `echo second`?");
+        term.type_line("y");
+        term.wait_for("All ran.");
         term.wait_for("■ turn done");
         let history = term.history();
         term.press("C-d");
@@ -242,11 +245,12 @@ async fn always_allow_runs_the_next_call_of_the_same_tool_without_asking() {
     .await
     .unwrap();
     let questions = history.iter().filter(|r| r.contains("approve: run")).count();
-    assert_eq!(questions, 1, "one question for two calls:\n{}", history.join("\n"));
+    assert_eq!(questions, 2, "no question for the repeated call:\n{}", history.join("\n"));
     let requests = bodies(&server).await;
-    let said = messages(&requests[2]);
+    let said = messages(&requests[3]);
     let outputs: Vec<&String> = said.iter().filter(|(role, _)| role == "tool").map(|(_, c)| c).collect();
-    assert!(outputs[0].contains("first") && outputs[1].contains("second"), "{outputs:?}");
+    assert!(outputs[0].contains("first") && outputs[1].contains("first"), "{outputs:?}");
+    assert!(outputs[2].contains("second"), "{outputs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -320,4 +324,41 @@ async fn with_plain_a_chat_at_a_terminal_prints_plain_lines_and_reads_typed_line
     })
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_matching_a_pattern_runs_the_calls_it_covers_and_still_asks_about_a_chained_command() {
+    let server = server(vec![
+        tool_calls(&[("c1", "run_command", json!({"command": "echo one"}))]),
+        tool_calls(&[("c2", "run_command", json!({"command": "echo two"}))]),
+        tool_calls(&[("c3", "run_command", json!({"command": "echo three; echo four"}))]),
+        answer("Done."),
+    ])
+    .await;
+    let ws = tempfile::tempdir().unwrap();
+    let Some(term) = chat(&format!("{}/v1", server.uri()), ws.path(), &[]) else { return };
+    let history = tokio::task::spawn_blocking(move || {
+        term.wait_for_input_line(">");
+        term.type_line("Echo.");
+        term.wait_for("approve: run `echo one`?");
+        term.type_line("always allow run_command matching \"echo *\"");
+        term.wait_for("approved without asking: you allowed run_command matching \"echo *\" in this chat");
+        term.wait_for("approve: run `echo three; echo four`?");
+        term.type_line("n");
+        term.wait_for("Done.");
+        term.wait_for("■ turn done");
+        let history = term.history();
+        term.press("C-d");
+        assert_eq!(term.exit_status(), 0);
+        history
+    })
+    .await
+    .unwrap();
+    let questions = history.iter().filter(|r| r.contains("approve: run")).count();
+    assert_eq!(questions, 2, "echo two ran without a question:\n{}", history.join("\n"));
+    let requests = bodies(&server).await;
+    let said = messages(&requests[3]);
+    let outputs: Vec<&String> = said.iter().filter(|(role, _)| role == "tool").map(|(_, c)| c).collect();
+    assert!(outputs[0].contains("one") && outputs[1].contains("two"), "{outputs:?}");
+    assert!(outputs[2].contains("declined"), "{outputs:?}");
 }

@@ -81,3 +81,39 @@ fn a_missing_ledger_file_says_how_to_write_one() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("--ledger-out"), "{}", out.stderr);
 }
+
+#[test]
+fn a_shadow_rule_in_a_run_is_shown_beside_the_live_decisions_with_the_disagreements_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = std::fs::read_to_string(example("workflow.toml")).unwrap().replace(
+        "[scripted]\n",
+        "[[rule]]\nid = \"no-deletes\"\nmode = \"shadow\"\ndeny_tool = \"delete_file\"\nguidance = \"Trial: keep \
+         everything.\"\n\n[scripted]\n",
+    );
+    let (path, ledger, ws) = (dir.path().join("workflow.toml"), dir.path().join("ledger.jsonl"), dir.path().join("ws"));
+    std::fs::write(&path, workflow).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# project\n").unwrap();
+    std::fs::write(ws.join("scratch.txt"), "junk\n").unwrap();
+    let out = run(noetic()
+        .arg("run")
+        .arg(&path)
+        .args(["--prompt", "Tidy up", "--workspace"])
+        .arg(&ws)
+        .arg("--ledger-out")
+        .arg(&ledger));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(!ws.join("scratch.txt").exists(), "the shadow rule's deny was not enforced");
+    let out = run(noetic().arg("ledger").arg(&ledger));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().map(str::trim).collect();
+    let readme = lines.iter().position(|l| l.contains("DENY    tool delete_file {\"path\":\"README.md\"}")).unwrap();
+    assert_eq!(lines[readme + 1], "shadow DENY    by no-deletes (predicate): Trial: keep everything. = live DENY");
+    let scratch = lines.iter().position(|l| l.contains("ALLOW   tool delete_file {\"path\":\"scratch.txt\"}")).unwrap();
+    assert_eq!(lines[scratch + 1], "shadow DENY    by no-deletes (predicate): Trial: keep everything. ≠ live ALLOW");
+    assert!(
+        out.stdout.contains("shadow rules: 2 decision(s), 1 disagree(s) with the live decision\n"),
+        "{}",
+        out.stdout
+    );
+}

@@ -312,9 +312,10 @@ async function refreshApprovals() {
   } catch (e) { status("Could not read the approvals: " + e.message); }
 }
 
-async function decide(callId, approve, reason) {
+async function decide(callId, approve, reason, argumentsSha256) {
   try {
-    await api("POST", `/api/approvals/${encodeURIComponent(callId)}`, { approve, reason: reason || null, session: state.key });
+    const body = { approve, reason: reason || null, session: state.key, arguments_sha256: argumentsSha256 || null };
+    await api("POST", `/api/approvals/${encodeURIComponent(callId)}`, body);
   } catch (e) { status("The decision was not delivered: " + e.message); }
   refreshApprovals();
 }

@@ -17,7 +17,8 @@ function diffView(preview) {
   return pre;
 }
 
-// The card for pending approval `a`; `decide(callId, approve, reason)` delivers the decision.
+// The card for pending approval `a`; `decide(callId, approve, reason, argumentsSha256)` delivers the decision,
+// bound to the arguments the card shows.
 export function approvalCard(a, decide, inline) {
   const card = el("div", inline ? "approval inline" : "approval");
   card.dataset.callId = a.call_id;
@@ -44,8 +45,8 @@ export function approvalCard(a, decide, inline) {
   const reject = el("button", "reject", "Reject");
   approve.type = "button";
   reject.type = "button";
-  approve.addEventListener("click", () => { card.classList.add("deciding"); decide(a.call_id, true, ""); });
-  reject.addEventListener("click", () => { card.classList.add("deciding"); decide(a.call_id, false, reason.value); });
+  approve.addEventListener("click", () => { card.classList.add("deciding"); decide(a.call_id, true, "", a.arguments_sha256); });
+  reject.addEventListener("click", () => { card.classList.add("deciding"); decide(a.call_id, false, reason.value, a.arguments_sha256); });
   reason.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); reject.click(); } });
   const row = el("div", "approval-actions");
   row.append(reason, approve, reject);

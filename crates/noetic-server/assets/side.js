@@ -99,10 +99,18 @@ function cell(tr, cls, ...parts) {
   return td;
 }
 
+// A shadow rule's would-be decision differs from the live decision made beside it.
+const disagrees = (entry) => Boolean(entry.shadow) && entry.shadow.live !== entry.action;
+
 function ruleRow(entry) {
   const action = entry.action || "";
-  // An allow no rule objected to is routine: shown, but quietly.
-  const tr = el("tr", action === "allow" && !entry.rule_id ? "rule-row quiet" : "rule-row");
+  // An allow no rule objected to is routine: shown, but quietly. A shadow rule's would-be decision (never
+  // enforced) is marked, and more so where it differs from the live decision.
+  const classes = ["rule-row"];
+  if (action === "allow" && !entry.rule_id) classes.push("quiet");
+  if (entry.shadow) classes.push("shadow");
+  if (disagrees(entry)) classes.push("disagrees");
+  const tr = el("tr", classes.join(" "));
   cell(tr, "time", el("span", null, time(entryTime(entry))));
   cell(tr, `action ${action}`, el("span", "pill", action || "—"));
   const rule = entry.rule_id
@@ -112,7 +120,11 @@ function ruleRow(entry) {
   const failures = (entry.failures || []).length
     ? el("div", "meta", `could not decide: ${entry.failures.map((f) => `${f.rule_id} (${f.cause && f.cause.cause ? f.cause.cause.replace(/_/g, " ") : "?"})`).join(", ")}`)
     : null;
-  cell(tr, "rule", rule, evaluator, failures);
+  const shadow = entry.shadow
+    ? el("div", "meta shadow-note", `shadow rule, not enforced · live: ${entry.shadow.live}${disagrees(entry) ? " · differs" : ""}`)
+    : null;
+  const escalated = entry.escalated ? el("div", "meta", "escalated: its advice was ignored too often this turn") : null;
+  cell(tr, "rule", rule, evaluator, shadow, escalated, failures);
   const kind = (entry.kind || "").replace(/_/g, " ");
   const subject = entry.tool_name
     ? el("div", "subject", `${entry.tool_name} ${callSummary(entry.tool_args ?? "")}`)
@@ -143,6 +155,11 @@ export function renderLedger(message) {
     .concat(decisions.map((d) => ({ at: d.at, row: () => approvalRow(d) })));
   rows.sort((a, b) => (a.at || 0) - (b.at || 0));
   for (const r of rows) body.appendChild(r.row());
+  const shadows = entries.filter((e) => e.shadow);
+  const summary = $("ledger-shadow");
+  summary.hidden = shadows.length === 0;
+  summary.textContent = shadows.length === 0 ? "" :
+    `Shadow rules: ${shadows.length} decision(s), ${shadows.filter(disagrees).length} disagree(s) with the live decision.`;
   if (rows.length === 0 || message) {
     const tr = el("tr");
     const td = el("td", "empty", message || "No steering decision or approval yet.");

@@ -463,6 +463,9 @@ pub(crate) struct DecisionBody {
     reason: Option<String>,
     /// The session, when calls of several sessions wait under the same call id.
     session: Option<String>,
+    /// The `arguments_sha256` of the call as it was shown: the decision is refused if the call waiting under
+    /// this id has other arguments.
+    arguments_sha256: Option<String>,
 }
 
 /// `POST /api/approvals/{call_id}`: approves or rejects a waiting call.
@@ -478,7 +481,8 @@ pub(crate) async fn decide(
         let reason = body.reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "rejected by the user".into());
         Approval::Reject { reason }
     };
-    match state.approvals.decide(body.session.as_deref(), &call_id, approval) {
+    let shown = body.arguments_sha256.as_deref();
+    match state.approvals.decide_shown(body.session.as_deref(), &call_id, shown, approval) {
         Ok(pending) => {
             Ok(Json(json!({ "call_id": pending.call_id, "session": pending.session, "approved": body.approve })))
         }
@@ -490,6 +494,12 @@ pub(crate) async fn decide(
             StatusCode::CONFLICT,
             "ambiguous_call_id",
             "calls of several sessions wait under this call id; add \"session\" to the body",
+        )),
+        Err(DecideError::ArgumentsChanged) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "arguments_changed",
+            "the call waiting under this id has other arguments than the ones you decided on, so nothing was \
+             decided; list the approvals again and decide on what is shown now",
         )),
     }
 }

@@ -25,6 +25,9 @@ pub struct PendingApproval {
     pub tool: String,
     /// The arguments (written by the model: untrusted).
     pub arguments: serde_json::Value,
+    /// The SHA-256 of the arguments' canonical JSON: a client that shows the call sends it back with its
+    /// decision, so the decision cannot reach a call with other arguments (see [`Approvals::decide_shown`]).
+    pub arguments_sha256: String,
     /// When the call started waiting.
     #[serde(serialize_with = "crate::api::unix_millis")]
     pub requested_at: SystemTime,
@@ -44,7 +47,12 @@ pub type Preview = Arc<dyn Fn(&ApprovalRequest) -> Option<String> + Send + Sync>
 struct Waiting {
     info: PendingApproval,
     answer: oneshot::Sender<Approval>,
+    /// Which wait it is, so that a replaced call's wait, ending, does not take its successor off the list.
+    serial: u64,
 }
+
+/// Numbers the waits.
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A waiting call's key: its session and its call id (call ids are only unique within a conversation).
 type Key = (Option<String>, String);
@@ -64,6 +72,9 @@ pub enum DecideError {
     NotWaiting,
     /// Calls of several sessions wait under this call id: the session must be named.
     Ambiguous,
+    /// The call waiting under this id has other arguments than those the decision was given for (a newer call
+    /// reused the id): nothing was decided.
+    ArgumentsChanged,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,6 +148,19 @@ impl Approvals {
         call_id: &str,
         approval: Approval,
     ) -> Result<PendingApproval, DecideError> {
+        self.decide_shown(session, call_id, None, approval)
+    }
+
+    /// [`Approvals::decide`] for a decision given on the arguments whose hash is `shown`
+    /// ([`PendingApproval::arguments_sha256`]); when the call waiting under the id has other arguments, nothing
+    /// is decided and it keeps waiting.
+    pub fn decide_shown(
+        &self,
+        session: Option<&str>,
+        call_id: &str,
+        shown: Option<&str>,
+        approval: Approval,
+    ) -> Result<PendingApproval, DecideError> {
         let mut map = lock(&self.waiting);
         let key = match session {
             Some(session) => (Some(session.to_owned()), call_id.to_owned()),
@@ -149,6 +173,10 @@ impl Approvals {
                 key
             }
         };
+        let waiting = map.get(&key).ok_or(DecideError::NotWaiting)?;
+        if shown.is_some_and(|shown| shown != waiting.info.arguments_sha256) {
+            return Err(DecideError::ArgumentsChanged);
+        }
         let waiting = map.remove(&key).ok_or(DecideError::NotWaiting)?;
         drop(map);
         // The call may have been cancelled a moment ago; then nobody reads the answer, which is fine.
@@ -160,24 +188,24 @@ impl Approvals {
 impl PendingApproval {
     /// The request this call made of the approver.
     fn request(&self) -> ApprovalRequest {
-        ApprovalRequest {
-            tool: self.tool.clone(),
-            call_id: self.call_id.clone(),
-            arguments: self.arguments.clone(),
-            session: self.session.clone(),
-        }
+        ApprovalRequest::new(self.tool.clone(), self.call_id.clone(), self.arguments.clone(), self.session.clone())
     }
 }
 
-/// Removes a call's entry when its wait ends however it ends (decided, timed out, turn cancelled).
+/// Removes a call's entry when its wait ends however it ends (decided, timed out, turn cancelled) — its own
+/// entry only: a newer call that reused the id keeps waiting.
 struct Entry {
     waiting: Arc<Mutex<HashMap<Key, Waiting>>>,
     key: Key,
+    serial: u64,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        lock(&self.waiting).remove(&self.key);
+        let mut waiting = lock(&self.waiting);
+        if waiting.get(&self.key).is_some_and(|w| w.serial == self.serial) {
+            waiting.remove(&self.key);
+        }
     }
 }
 
@@ -190,18 +218,20 @@ impl Approver for Approvals {
             session: request.session,
             tool: request.tool,
             arguments: request.arguments,
+            arguments_sha256: request.arguments_sha256,
             requested_at: now,
             expires_at: now + self.timeout,
             preview: None,
         };
         let key: Key = (info.session.clone(), info.call_id.clone());
-        let replaced = lock(&self.waiting).insert(key.clone(), Waiting { info, answer: tx });
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let replaced = lock(&self.waiting).insert(key.clone(), Waiting { info, answer: tx, serial });
         if let Some(old) = replaced {
             // Two calls with one id (a model repeating an id across turns): the older one is rejected, never left
             // waiting for a decision meant for the newer.
             let _ = old.answer.send(Approval::Reject { reason: "a newer call with the same id replaced it".into() });
         }
-        let entry = Entry { waiting: self.waiting.clone(), key };
+        let entry = Entry { waiting: self.waiting.clone(), key, serial };
         let timeout = self.timeout;
         Box::pin(async move {
             let result = tokio::time::timeout(timeout, rx).await;
@@ -226,12 +256,7 @@ mod tests {
     }
 
     fn in_session(session: &str, id: &str) -> ApprovalRequest {
-        ApprovalRequest {
-            tool: "write_file".into(),
-            call_id: id.into(),
-            arguments: serde_json::json!({"path": "a"}),
-            session: Some(session.into()),
-        }
+        ApprovalRequest::new("write_file", id, serde_json::json!({"path": "a"}), Some(session.into()))
     }
 
     #[tokio::test]
@@ -268,6 +293,24 @@ mod tests {
         assert!(decided.is_ok_and(|p| p.session.as_deref() == Some("s") && p.tool == "write_file"));
         assert_eq!(approvals.decide(None, "c2", Approval::Approve).err(), Some(DecideError::NotWaiting));
         assert!(matches!(wait.await, Ok(Approval::Approve)));
+    }
+
+    #[tokio::test]
+    async fn a_decision_given_for_other_arguments_does_not_reach_the_call_waiting_under_that_id() {
+        let approvals = Approvals::new(Duration::from_secs(30));
+        let shown = approvals.approve(request("c4"));
+        let shown_hash = approvals.pending(None)[0].arguments_sha256.clone();
+        assert_eq!(shown_hash, noetic::digest::json_sha256(&serde_json::json!({"path": "a"})));
+        // The model reuses the id for another call: the older one is rejected, the newer waits.
+        let newer = ApprovalRequest::new("write_file", "c4", serde_json::json!({"path": "b"}), Some("s".into()));
+        let newer = tokio::spawn(approvals.approve(newer));
+        assert!(matches!(shown.await, Approval::Reject { .. }));
+        let stale = approvals.decide_shown(Some("s"), "c4", Some(&shown_hash), Approval::Approve);
+        assert_eq!(stale.err(), Some(DecideError::ArgumentsChanged));
+        assert_eq!(approvals.pending(None).len(), 1, "the newer call still waits");
+        let current = approvals.pending(None)[0].arguments_sha256.clone();
+        assert!(approvals.decide_shown(Some("s"), "c4", Some(&current), Approval::Approve).is_ok());
+        assert!(matches!(newer.await, Ok(Approval::Approve)));
     }
 
     #[tokio::test]

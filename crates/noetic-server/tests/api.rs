@@ -234,6 +234,36 @@ async fn an_approved_call_runs_and_a_rejected_one_does_not_and_the_model_reads_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_sent_with_the_hash_of_other_arguments_is_refused_and_the_call_keeps_waiting() {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("a1", "delete", json!({ "path": "old.txt" }))]),
+        ModelResponse::text("done"),
+    ]);
+    let s = Running::start(
+        Runtime::builder().model(Arc::new(model.clone())).tool(approval_tool("delete")),
+        ServerConfig::default(),
+        LONG,
+    )
+    .await;
+    let mut events = s.events("bound", 0, false).await;
+    s.say("bound", "clean up").await;
+    let requested = events.until("approval_requested").await.pop().unwrap();
+    let (_, list) = s.get("/api/approvals?session=bound").await;
+    let listed = list["approvals"][0]["arguments_sha256"].clone();
+    assert_eq!(listed, json!(noetic::digest::json_sha256(&json!({ "path": "old.txt" }))));
+    assert_eq!(requested.data["arguments_sha256"], listed, "the event records the same hash");
+    let other = noetic::digest::json_sha256(&json!({ "path": "precious.txt" }));
+    let body = json!({ "approve": true, "session": "bound", "arguments_sha256": other });
+    let (status, refused) = s.post("/api/approvals/a1", body).await;
+    assert_eq!((status, refused["error"]["code"].clone()), (409, json!("arguments_changed")));
+    assert_eq!(s.get("/api/approvals?session=bound").await.1["approvals"][0]["call_id"], "a1", "still waiting");
+    let (status, _) = s.post("/api/approvals/a1", json!({ "approve": true, "arguments_sha256": listed })).await;
+    assert_eq!(status, 200);
+    let decided = events.until("approval_decided").await.pop().unwrap();
+    assert_eq!((decided.data["approved"].clone(), decided.data["arguments_sha256"].clone()), (json!(true), listed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_nobody_approves_in_time_is_rejected_and_does_not_run() {
     let model = ScriptedModel::new([
         ModelResponse::tool_calls([("t1", "delete", json!({ "path": "x" }))]),

@@ -181,11 +181,12 @@
 //! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
 //! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
 //! | 1 | [`model`], `decision`, [`trace`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers |
-//! | 0 | [`error`], `sync` | errors · lock helpers |
+//! | 0 | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
 
 pub mod agent;
 pub mod context;
 mod decision;
+pub mod digest;
 pub mod error;
 pub mod exec;
 pub mod layer;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. Modules on one line are one layer and may not import each other either way unless
 /// listed in the same order (a module may import those before it on its line).
 const LAYERS: &[&[&str]] = &[
-    &["sync", "time", "error"],
+    &["sync", "time", "error", "digest"],
     &["model", "decision", "trace"],
     &["turn"],
     &["context"],

@@ -208,3 +208,41 @@ async fn a_failing_direct_tool_step_completes_its_call_with_the_error() {
     assert_eq!(events[0], "started ls-step list");
     assert_eq!(events[1], format!("completed ls-step list error=true {err}"));
 }
+
+#[tokio::test]
+async fn an_approval_is_asked_and_recorded_with_the_sha256_of_the_exact_arguments() {
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let approver = noetic::tool::FnApprover(move |request: noetic::tool::ApprovalRequest| {
+        seen.lock().unwrap().push(request.arguments_sha256.clone());
+        async { noetic::tool::Approval::Approve }
+    });
+    let sink = EventSink::new(64);
+    let mut rx = sink.subscribe().unwrap();
+    let ctx = Context::builder().events(sink).approver(Arc::new(approver)).build();
+    let tool = FnTool::builder("rm", "Deletes things.")
+        .needs_approval(true)
+        .handler(|_, _| async { Ok(Value::Null) })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    step.execute(json!({"path": "a.txt", "force": false}), &ctx).await.unwrap();
+    // sha256 of {"force":false,"path":"a.txt"}: keys sorted, no spaces.
+    let expected = "d4d47f76d23fd5254df34cb7ca5c733a66cfe88fb586adb3b5ff7299b063181c";
+    let canonical = noetic::digest::canonical_json(&json!({"path": "a.txt", "force": false}));
+    assert_eq!(canonical, r#"{"force":false,"path":"a.txt"}"#);
+    assert_eq!(noetic::digest::sha256_hex(canonical.as_bytes()), expected);
+    assert_eq!(*asked.lock().unwrap(), [expected]);
+    let mut recorded = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        match &e.kind {
+            EventKind::ApprovalRequested { arguments_sha256, .. } => recorded.push(("asked", arguments_sha256.clone())),
+            EventKind::ApprovalDecided { arguments_sha256, approved, .. } => {
+                assert!(approved);
+                recorded.push(("decided", arguments_sha256.clone()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(recorded, [("asked", expected.to_owned()), ("decided", expected.to_owned())]);
+}

@@ -5,14 +5,14 @@ use crate::approve::{self, Pending};
 
 impl Chat {
     /// Queues a question, showing it when no other is open; declines at once when nobody is left to answer, and
-    /// approves at once a tool the user answered "always" for.
+    /// approves at once a call an "always" answer covers (see [`crate::remembered`]).
     pub(super) fn ask(&mut self, pending: Pending) {
         if self.input_closed || self.quitting {
             let _ = pending.reply.send(approve::declined());
             return;
         }
-        if self.always.contains(&pending.request.tool) {
-            return self.approve_always(pending);
+        if let Some(grant) = self.always.covering(&pending.request) {
+            return self.approve_always(pending, &grant);
         }
         if self.approvals.is_empty() {
             self.show_question(&pending);
@@ -20,9 +20,8 @@ impl Chat {
         self.approvals.push_back(pending);
     }
 
-    fn approve_always(&mut self, pending: Pending) {
-        let tool = crate::render::visible(&pending.request.tool);
-        let note = format!("approved without asking: you answered always for {tool} in this chat");
+    fn approve_always(&mut self, pending: Pending, grant: &str) {
+        let note = format!("approved without asking: you allowed {grant} in this chat");
         self.say(&self.style.dim(&note));
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
@@ -59,29 +58,27 @@ impl Chat {
         }
     }
 
-    /// Answers the oldest open question with a typed line (see [`approve::decide`]), then shows the next one.
+    /// Answers the oldest open question with a typed line (see [`approve::decide_call`]), then shows the next one.
     pub(super) async fn answer_question(&mut self, text: &str) {
         let Some(pending) = self.approvals.pop_front() else { return };
-        match approve::answer(text) {
-            approve::Answer::Message(_) => self.say(
+        if let approve::Answer::Message(_) = approve::answer(text) {
+            self.say(
                 &self.style.dim("not y, n or a: the call is rejected and your line goes to the agent as a message"),
-            ),
-            approve::Answer::Always => {
-                self.always.insert(pending.request.tool.clone());
-            }
-            _ => {}
+            );
         }
-        let decision = approve::decide(text, Some(&self.session)).await.unwrap_or_else(|(decision, why)| {
+        let decided = approve::decide_call(text, &pending.request, Some(&self.session), &mut self.always).await;
+        let decision = decided.unwrap_or_else(|(decision, why)| {
             self.say(&self.style.red(&why));
             decision
         });
         let _ = pending.reply.send(decision);
-        // Questions of a tool now always allowed need no answer.
-        let (allowed, waiting): (Vec<Pending>, Vec<Pending>) =
-            self.approvals.drain(..).partition(|p| self.always.contains(&p.request.tool));
-        self.approvals = waiting.into();
-        for pending in allowed {
-            self.approve_always(pending);
+        // Questions an "always" answer now covers need no answer.
+        let waiting: Vec<Pending> = self.approvals.drain(..).collect();
+        for pending in waiting {
+            match self.always.covering(&pending.request) {
+                Some(grant) => self.approve_always(pending, &grant),
+                None => self.approvals.push_back(pending),
+            }
         }
         if let Some(next) = self.approvals.pop_front() {
             self.show_question(&next);

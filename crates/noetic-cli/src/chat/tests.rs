@@ -166,12 +166,7 @@ async fn a_question_whose_call_has_ended_no_longer_takes_the_next_line() {
     let mut h = harness();
     let (reply, asker) = tokio::sync::oneshot::channel();
     drop(asker);
-    let request = noetic::tool::ApprovalRequest {
-        tool: "run_command".into(),
-        call_id: "old".into(),
-        arguments: json!({}),
-        session: None,
-    };
+    let request = noetic::tool::ApprovalRequest::new("run_command", "old", json!({}), None);
     h.chat.ask(Pending { request, reply });
     let Action::Start(turn) = h.chat.on_line(TASK, false).await else { panic!("the line was taken as an answer") };
     assert!(h.chat.approvals.is_empty());

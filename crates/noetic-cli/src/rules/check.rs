@@ -7,7 +7,7 @@ use regex::Regex;
 
 use super::mcp::{McpName, ToolNames};
 use super::steer::Matcher;
-use super::{Kind, Rule, RuleDef};
+use super::{Kind, ModeDef, Rule, RuleDef};
 use crate::source::{Seg, Source, SourceError};
 use crate::tools;
 
@@ -51,8 +51,9 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
         [first, second, ..] => return Err(err(second, format!("has both {first} and {second}; {one_kind}"))),
     };
     let llm = def.prompt.is_some();
+    let judge_mode = matches!(def.mode, Some(ModeDef::Sync | ModeDef::Async));
     for (key, present) in
-        [("mode", def.mode.is_some()), ("model", def.model.is_some()), ("on_failure", def.on_failure.is_some())]
+        [("mode", judge_mode), ("model", def.model.is_some()), ("on_failure", def.on_failure.is_some())]
     {
         if present && !llm {
             return Err(err(key, format!("{key} applies to LLM-judged rules only (those with a prompt); remove it")));
@@ -165,11 +166,52 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
     } else {
         let prompt = non_empty("prompt", def.prompt.unwrap_or_default(), "the rule in words for the judge")?;
         Kind::Llm {
-            mode: def.mode.unwrap_or(LlmMode::Sync),
+            mode: if def.mode == Some(ModeDef::Async) { LlmMode::Async } else { LlmMode::Sync },
             prompt,
             model: def.model,
             on_failure: def.on_failure.unwrap_or_default(),
         }
     };
-    Ok(Rule { id: def.id, name: def.name, applies_to, tools, guidance: def.guidance, action, kind, mcp_names })
+    let shadow = def.mode == Some(ModeDef::Shadow);
+    if shadow && matches!(kind, Kind::RequireApproval { .. }) {
+        return Err(err(
+            "mode",
+            "require_approval makes no decision a shadow could record; remove mode = \"shadow\"".into(),
+        ));
+    }
+    let escalate_after = match def.escalate_after {
+        None => None,
+        Some(_) if !llm && action != SteeringAction::Guide => {
+            return Err(err(
+                "escalate_after",
+                "escalate_after turns a rule's repeated GUIDE into a DENY, but this rule never guides; set \
+                 action = \"guide\" or remove escalate_after"
+                    .into(),
+            ));
+        }
+        Some(n) => match u32::try_from(n) {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                return Err(err(
+                    "escalate_after",
+                    format!(
+                        "escalate_after = {n} is not a count of guides; give 1 or more (the rule's next GUIDE after \
+                         that many in one turn is a DENY), or remove it to never escalate"
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Rule {
+        id: def.id,
+        name: def.name,
+        applies_to,
+        tools,
+        guidance: def.guidance,
+        action,
+        kind,
+        mcp_names,
+        shadow,
+        escalate_after,
+    })
 }

@@ -12,6 +12,11 @@
 //! tools = ["write_file"]   # judge only calls of these tools (default: every call)
 //! mode = "sync"            # or "async": the verdict arrives later as feedback
 //! on_failure = "allow"     # or "deny": what to decide when the judge gives no verdict
+//!
+//! [[rule]]
+//! id = "no-curl-trial"
+//! mode = "shadow"          # evaluated and ledgered next to the live decision, never enforced
+//! deny_arg = { tool = "run_command", arg = "command", regex = "\\bcurl\\b" }
 //! ```
 //!
 //! Programmatic kinds (exactly one per rule, or a `prompt` for an LLM-judged rule):
@@ -30,7 +35,10 @@
 //!   rejected call reaches the model as an error result with the reason.
 //!
 //! Common keys: `id` (required, unique), `name`, `applies_to` (the hooks; default `["before_tool_call"]`; LLM
-//! rules may also list `"after_model_call"`), `guidance` and `action = "deny" | "guide"` (programmatic rules).
+//! rules may also list `"after_model_call"`), `guidance` and `action = "deny" | "guide"` (programmatic rules),
+//! `mode = "live" | "shadow"` (a shadow rule is evaluated and its would-be decision ledgered next to the live one,
+//! never enforced; `noetic rules promote ID` makes it live; a shadow LLM rule's judge is always awaited), and
+//! `escalate_after = N` (rules that guide: after N GUIDE verdicts in one turn, the next is a DENY).
 //! LLM rules take `mode`, `model` (default: the agent's own model, since the judge is asked through the same
 //! provider), `on_failure` and `tools` (the judge is asked only before calls of these tools, and after model
 //! responses that call one of them).
@@ -51,12 +59,14 @@ use crate::workspace::Workspace;
 mod check;
 mod mcp;
 mod paths;
+mod promote;
 mod steer;
 #[cfg(test)]
 mod tests;
 
 pub use mcp::ToolNames;
 pub use paths::PathRules;
+pub use promote::promote;
 use steer::{Matcher, steering_rule};
 
 /// One `[[rule]]` table as written.
@@ -73,9 +83,21 @@ pub struct RuleDef {
     deny_arg: Option<DenyArgDef>,
     require_approval: Option<String>,
     prompt: Option<String>,
-    mode: Option<LlmMode>,
+    mode: Option<ModeDef>,
+    escalate_after: Option<i64>,
     model: Option<String>,
     on_failure: Option<FailurePolicy>,
+}
+
+/// `mode = "..."`: whether the rule is enforced (any rule), or how its judge is asked (LLM-judged rules; such a
+/// rule is live).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ModeDef {
+    Live,
+    Shadow,
+    Sync,
+    Async,
 }
 
 /// `deny_arg = { tool = "...", arg = "...", glob = "..." }` (or `regex`).
@@ -116,6 +138,10 @@ struct Rule {
     kind: Kind,
     /// The tools of MCP servers it names, checked once the servers have started.
     mcp_names: Vec<mcp::McpName>,
+    /// Evaluated and ledgered, never enforced.
+    shadow: bool,
+    /// GUIDE verdicts in one turn after which the next is a DENY.
+    escalate_after: Option<u32>,
 }
 
 /// Checked rules, ready to become steering rules and approval requirements.
@@ -220,6 +246,11 @@ impl RuleSet {
                     Some(tools) => format!("{what} on {}", tools.join(", ")),
                     None => what,
                 };
+                let what = match r.escalate_after {
+                    Some(n) => format!("{what}, a deny after {n} guide(s) in a turn"),
+                    None => what,
+                };
+                let what = if r.shadow { format!("SHADOW (not enforced) {what}") } else { what };
                 let name = r.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
                 let hooks = if matches!(r.kind, Kind::RequireApproval { .. }) {
                     String::new()

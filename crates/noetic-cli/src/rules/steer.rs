@@ -128,8 +128,18 @@ pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspac
             }
         }
     };
-    Some(match &rule.name {
+    // A programmatic rule is about its one tool: scoped to it, a shadow rule leaves no entry beside other calls.
+    let built = match &rule.kind {
+        Kind::DenyTool { tool } | Kind::DenyArg { tool, .. } => built.for_tools([tool.clone()]),
+        _ => built,
+    };
+    let built = match &rule.name {
         Some(name) => built.named(name.clone()),
         None => built,
-    })
+    };
+    let built = match rule.escalate_after {
+        Some(n) => built.escalate_after(n),
+        None => built,
+    };
+    Some(if rule.shadow { built.shadow() } else { built })
 }

@@ -310,3 +310,18 @@ fn a_tool_named_with_a_prefix_no_configured_server_has_is_an_error_at_once_namin
     let any = load(&Source::toml("r.toml", "[[rule]]\nid = \"a\"\ndeny_tool = \"x__y\"\n"), &ToolNames::any_server());
     assert!(any.is_ok(), "the rules command takes an MCP tool's name on trust: {any:?}");
 }
+
+#[test]
+fn shadow_mode_and_escalate_after_reach_the_steering_rules() {
+    let (_dir, ws) = workspace();
+    let set = rules(
+        "[[rule]]\nid = \"trial\"\nmode = \"shadow\"\ndeny_tool = \"delete_file\"\n\n\
+         [[rule]]\nid = \"judged\"\nprompt = \"p\"\nmode = \"shadow\"\nescalate_after = 3\n\n\
+         [[rule]]\nid = \"live\"\nmode = \"live\"\nprompt = \"p\"\n",
+    )
+    .unwrap();
+    let steering = set.steering_rules("m", &ws);
+    let seen: Vec<(bool, Option<u32>)> = steering.iter().map(|r| (r.is_shadow(), r.escalate_after)).collect();
+    assert_eq!(seen, [(true, None), (true, Some(3)), (false, None)]);
+    assert_eq!(steering[1].llm_eval.as_ref().unwrap().mode, LlmMode::Sync, "a shadow judge is awaited");
+}

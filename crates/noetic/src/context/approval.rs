@@ -17,6 +17,26 @@ pub struct ApprovalRequest {
     /// The session whose turn made the call (`None` outside a session turn).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// The SHA-256 of the canonical JSON of `arguments` ([`crate::digest::json_sha256`]): what an approval is
+    /// bound to. A decision given for one hash never covers arguments with another.
+    pub arguments_sha256: String,
+}
+
+impl ApprovalRequest {
+    /// A request for a call of `tool` with `arguments`, hashed.
+    ///
+    /// ```
+    /// use noetic::tool::ApprovalRequest;
+    /// use serde_json::json;
+    ///
+    /// let a = ApprovalRequest::new("run_command", "c1", json!({"command": "cargo test", "cwd": "."}), None);
+    /// let b = ApprovalRequest::new("run_command", "c2", json!({"cwd": ".", "command": "cargo test"}), None);
+    /// assert_eq!(a.arguments_sha256, b.arguments_sha256, "key order does not matter");
+    /// ```
+    pub fn new(tool: impl Into<String>, call_id: impl Into<String>, arguments: Value, session: Option<String>) -> Self {
+        let arguments_sha256 = crate::digest::json_sha256(&arguments);
+        ApprovalRequest { tool: tool.into(), call_id: call_id.into(), arguments, session, arguments_sha256 }
+    }
 }
 
 /// An approver's decision.

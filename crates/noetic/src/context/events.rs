@@ -219,6 +219,9 @@ pub enum EventKind {
         tool: String,
         /// The validated arguments (written by the model: untrusted).
         arguments: serde_json::Value,
+        /// The SHA-256 of the arguments' canonical JSON (see [`crate::tool::ApprovalRequest::arguments_sha256`]).
+        #[serde(default)]
+        arguments_sha256: String,
     },
     /// The approver decided on a call (a rejected call does not run; the reason goes to the model).
     ApprovalDecided {
@@ -228,6 +231,9 @@ pub enum EventKind {
         tool: String,
         /// True when the call may run.
         approved: bool,
+        /// The SHA-256 of the arguments' canonical JSON the decision was given for.
+        #[serde(default)]
+        arguments_sha256: String,
         /// Why it was rejected.
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,

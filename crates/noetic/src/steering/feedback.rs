@@ -56,6 +56,8 @@ pub(super) struct Inner {
     pub(super) fault: Option<ConfigError>,
     /// Set when the execution ended: verdicts resolving later go there.
     pub(super) forward: Option<Forward>,
+    /// GUIDE verdicts per escalating rule in the current turn.
+    pub(super) guides: super::escalation::GuideCounts,
 }
 
 impl Inner {

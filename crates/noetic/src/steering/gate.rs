@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::escalation::Turn;
 use super::feedback::{self, CarryOver, Feedback, Inner, Late};
 use super::judge::{self, failure_decision};
 use super::layer::SteeringLayer;
@@ -31,13 +32,15 @@ struct Evaluation {
     failures: Vec<RuleFailure>,
     /// A configuration error that ended evaluation: the hook fails with it.
     fault: Option<ConfigError>,
+    /// The decision is a DENY an escalating rule made of a GUIDE.
+    escalated: bool,
 }
 
 impl SteeringLayer {
-    async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, state: &Arc<Mutex<Inner>>) -> Evaluation {
+    async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let hook = params.hook();
         if self.only_predicates(hook) {
-            return self.evaluate_predicates(&params);
+            return self.evaluate_predicates(&params, turn);
         }
         let timeout = match hook {
             Hook::BeforeToolCall => self.config().before_tool_call_timeout,
@@ -70,7 +73,7 @@ impl SteeringLayer {
                 let summary = summary.get_or_insert_with(|| judge::summary(&params));
                 let prompt = judge::prompt(&eval.prompt, summary);
                 if eval.mode == LlmMode::Async {
-                    self.fire_async(rule, model, ctx.clone(), prompt, state.clone());
+                    self.fire_async(rule, model, ctx.clone(), prompt, turn.state.clone());
                     continue;
                 }
                 let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
@@ -99,13 +102,13 @@ impl SteeringLayer {
                 break;
             }
         }
-        self.aggregate(decided, failures)
+        self.aggregate(decided, failures, turn)
     }
 
     /// [`evaluate`](Self::evaluate) when every rule of the hook is a predicate: the same decisions, with one
     /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
     /// ends the run, exactly as the per-rule guard would.
-    fn evaluate_predicates(&self, params: &HookParams<'_>) -> Evaluation {
+    fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut running: Option<(usize, &SteeringRule)> = None;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -125,7 +128,7 @@ impl SteeringLayer {
             failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
             decided.push((index, Evaluator::Predicate, decision));
         }
-        self.aggregate(decided, failures)
+        self.aggregate(decided, failures, turn)
     }
 
     /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now (or wherever
@@ -198,22 +201,32 @@ impl SteeringLayer {
         tokio::spawn(task.instrument(span));
     }
 
-    /// The most restrictive decision: the deny if any (it ended evaluation), else the guides with their texts
-    /// joined and named, else allow — named after the LLM judges that allowed, if any looked.
-    fn aggregate(&self, decided: Vec<(usize, Evaluator, SteeringDecision)>, failures: Vec<RuleFailure>) -> Evaluation {
+    /// The most restrictive decision: the deny if any (it ended evaluation, or an escalating rule made it of a
+    /// guide), else the guides with their texts joined and named, else allow — named after the LLM judges that
+    /// allowed, if any looked.
+    fn aggregate(
+        &self,
+        mut decided: Vec<(usize, Evaluator, SteeringDecision)>,
+        failures: Vec<RuleFailure>,
+        turn: Turn<'_>,
+    ) -> Evaluation {
+        let escalated = self.escalate_all(&mut decided, turn);
         let id = |i: usize| self.config().rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
         if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
-            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures, fault: None };
+            let escalated = escalated.contains(i);
+            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures, fault: None, escalated };
         }
         if decided.is_empty() {
-            return Evaluation { decision: SteeringDecision::allow(), deciders: Vec::new(), failures, fault: None };
+            let decision = SteeringDecision::allow();
+            return Evaluation { decision, deciders: Vec::new(), failures, fault: None, escalated: false };
         }
         let names = |action: SteeringAction| {
             decided.iter().filter(move |(_, _, d)| d.action == action).map(|(i, ev, _)| (id(*i), *ev)).collect()
         };
         if decided.iter().all(|(_, _, d)| d.action == SteeringAction::Allow) {
             let deciders = names(SteeringAction::Allow);
-            return Evaluation { decision: SteeringDecision::allow(), deciders, failures, fault: None };
+            let decision = SteeringDecision::allow();
+            return Evaluation { decision, deciders, failures, fault: None, escalated: false };
         }
         let guides = decided.iter().filter(|(_, _, d)| d.action == SteeringAction::Guide);
         let texts: Vec<&str> = guides.filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
@@ -223,6 +236,7 @@ impl SteeringLayer {
             deciders: names(SteeringAction::Guide),
             failures,
             fault: None,
+            escalated: false,
         }
     }
 
@@ -232,7 +246,8 @@ impl SteeringLayer {
         let started = Instant::now();
         let state = self.entry(ctx);
         self.surface_fault(ctx, &state)?;
-        let evaluation = self.evaluate(ctx, params, &state).await;
+        let turn = Turn { state: &state, execution: ctx.execution_id() };
+        let evaluation = self.evaluate(ctx, params, turn).await;
         let mut entry = LedgerEntry::new(
             match params {
                 HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
@@ -253,10 +268,22 @@ impl SteeringLayer {
             entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
         }
         entry.failures = evaluation.failures;
+        entry.escalated = evaluation.escalated;
         entry.duration = started.elapsed();
         ledger::trace(&entry, hook_name(&params));
-        ctx.record_ledger(&entry);
-        ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
+        if self.has_shadow_rules() {
+            // The shadow rules' would-be decisions follow the live one, in the log and in the ledger.
+            let shadows = self.shadow(ctx, &params, turn, entry.action).await;
+            ctx.record_ledger(&entry);
+            shadows.iter().for_each(|shadow| ctx.record_ledger(shadow));
+            let mut inner = lock(&state);
+            for entry in std::iter::once(entry).chain(shadows) {
+                ledger::append(&mut inner.ledger, entry, self.config().max_ledger_entries);
+            }
+        } else {
+            ctx.record_ledger(&entry);
+            ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
+        }
         match evaluation.fault {
             Some(error) => Err(error.into()),
             None => Ok(evaluation.decision),
@@ -303,7 +330,13 @@ fn config_failure(
 ) -> Evaluation {
     let decision = SteeringDecision::deny(format!("rule '{}' cannot be evaluated: {error}", rule.id));
     failures.push(RuleFailure { rule_id: rule.id.clone(), cause: FailureCause::Config { error: error.clone() } });
-    Evaluation { decision, deciders: vec![(rule.id.clone(), evaluator)], failures, fault: Some(error) }
+    Evaluation {
+        decision,
+        deciders: vec![(rule.id.clone(), evaluator)],
+        failures,
+        fault: Some(error),
+        escalated: false,
+    }
 }
 
 fn missing_call_model(rule: &SteeringRule) -> ConfigError {

@@ -67,6 +67,8 @@ pub struct SteeringLayer {
     /// The rules that apply to each hook: a hook call looks only at its own.
     before_tool_call_rules: HookRules,
     after_model_call_rules: HookRules,
+    /// The shadow rules' indices: evaluated after the live ones, never enforced.
+    shadow_rules: Vec<usize>,
 }
 
 /// One group of ended executions' states, newest last.
@@ -81,7 +83,8 @@ struct HookRules {
 
 impl HookRules {
     fn of(rules: &[SteeringRule], hook: Hook) -> Self {
-        let indices: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].applies(hook)).collect();
+        let indices: Vec<usize> =
+            (0..rules.len()).filter(|&i| rules[i].applies(hook) && !rules[i].is_shadow()).collect();
         let predicates_only = indices.iter().all(|&i| rules[i].predicate.is_some());
         HookRules { indices, predicates_only }
     }
@@ -116,17 +119,24 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
                 "build it with SteeringRule::predicate or SteeringRule::llm",
             );
         }
+        if rule.escalate_after == Some(0) {
+            return bad(
+                format!("steering rule '{}' escalates after 0 guides, so it could never guide", rule.id),
+                "give escalate_after a count of 1 or more, or make the rule deny",
+            );
+        }
     }
     let (before_tool_call_rules, after_model_call_rules) =
         (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
-        config,
         states: LayerState::default(),
         recent: (0..RECENT_GROUPS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
         before_tool_call_rules,
         after_model_call_rules,
+        shadow_rules: (0..config.rules.len()).filter(|&i| config.rules[i].is_shadow()).collect(),
+        config,
     }))
 }
 
@@ -148,7 +158,17 @@ impl SteeringLayer {
         self.hook_rules(hook).indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
     }
 
-    /// True when every rule that applies to `hook` is a predicate (also when none applies).
+    /// The shadow rules with their indices, in rule order.
+    pub(super) fn shadow_rules(&self) -> impl Iterator<Item = (usize, &SteeringRule)> {
+        self.shadow_rules.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+    }
+
+    /// True when the configuration has shadow rules.
+    pub(super) fn has_shadow_rules(&self) -> bool {
+        !self.shadow_rules.is_empty()
+    }
+
+    /// True when every rule that applies to `hook` is a live predicate (also when none applies).
     pub(super) fn only_predicates(&self, hook: Hook) -> bool {
         self.hook_rules(hook).predicates_only
     }

@@ -73,6 +73,13 @@ pub struct RuleFailure {
     pub cause: FailureCause,
 }
 
+/// What marks a shadow rule's would-be decision (see [`RuleMode::Shadow`](super::RuleMode::Shadow)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shadow {
+    /// The live decision made for the same hook call, which was enforced.
+    pub live: SteeringAction,
+}
+
 /// One ledger entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerEntry {
@@ -103,6 +110,13 @@ pub struct LedgerEntry {
     pub duration: Duration,
     /// The execution's outcome (`on_complete` entries).
     pub outcome: Option<Outcome>,
+    /// Set on a shadow rule's would-be decision, which was not enforced; it follows the live entry of the same
+    /// hook call. (Absent in ledgers written before shadow rules.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Shadow>,
+    /// True when the decision is a DENY that a rule's `escalate_after` made of a GUIDE.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub escalated: bool,
 }
 
 impl LedgerEntry {
@@ -121,7 +135,14 @@ impl LedgerEntry {
             failures: Vec::new(),
             duration: Duration::ZERO,
             outcome: None,
+            shadow: None,
+            escalated: false,
         }
+    }
+
+    /// True for a shadow rule's would-be decision whose action differs from the live decision's.
+    pub fn disagrees(&self) -> bool {
+        self.shadow.is_some_and(|s| s.live != self.action)
     }
 }
 

@@ -16,12 +16,14 @@
 //! # let _ = layer;
 //! ```
 
+mod escalation;
 mod feedback;
 mod gate;
 mod judge;
 mod layer;
 pub mod ledger;
 mod rules;
+mod shadow;
 mod verdict;
 
 pub use feedback::{Feedback, MAX_CARRIED_PER_THREAD, MAX_CARRIED_THREADS};
@@ -30,9 +32,9 @@ pub use judge::{
     summary as judge_summary, verdict_schema,
 };
 pub use layer::{STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
-pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
+pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure, Shadow};
 pub use rules::{
-    DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, SteeringConfig, SteeringRule,
+    DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, RuleMode, SteeringConfig, SteeringRule,
 };
 pub use verdict::parse_verdict;
 

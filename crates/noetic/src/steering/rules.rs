@@ -112,6 +112,18 @@ impl LlmEval {
     }
 }
 
+/// Whether a rule's decisions are enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleMode {
+    /// Its decisions count (the default).
+    #[default]
+    Live,
+    /// Evaluated like any rule but never enforced: its would-be decision goes into the ledger, marked shadow,
+    /// next to the live decision, so a rule can be tried on real traffic before it is promoted.
+    Shadow,
+}
+
 /// A programmatic check.
 pub type Predicate = Arc<dyn Fn(&HookParams<'_>) -> SteeringDecision + Send + Sync>;
 
@@ -131,6 +143,11 @@ pub struct SteeringRule {
     /// The tools the rule is about (`None`: every tool). A scoped rule is not evaluated — its judge is not
     /// asked — before calls of other tools, nor after a model response that calls none of them.
     pub tools: Option<Vec<String>>,
+    /// Live or shadow (see [`RuleMode`]).
+    pub mode: RuleMode,
+    /// After this many GUIDE verdicts of the rule in one turn, its next GUIDE is a DENY (ledgered as escalated;
+    /// the model is told why). `None`: never escalates.
+    pub escalate_after: Option<u32>,
 }
 
 impl fmt::Debug for SteeringRule {
@@ -141,6 +158,8 @@ impl fmt::Debug for SteeringRule {
             .field("predicate", &self.predicate.is_some())
             .field("llm_eval", &self.llm_eval)
             .field("tools", &self.tools)
+            .field("mode", &self.mode)
+            .field("escalate_after", &self.escalate_after)
             .finish()
     }
 }
@@ -173,6 +192,8 @@ impl SteeringRule {
             predicate: Some(Arc::new(f)),
             llm_eval: None,
             tools: None,
+            mode: RuleMode::Live,
+            escalate_after: None,
         }
     }
 
@@ -185,6 +206,8 @@ impl SteeringRule {
             predicate: None,
             llm_eval: Some(eval),
             tools: None,
+            mode: RuleMode::Live,
+            escalate_after: None,
         }
     }
 
@@ -198,6 +221,38 @@ impl SteeringRule {
     /// then costs no judge call before a `list_dir`.
     pub fn for_tools(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.tools = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes the rule a shadow rule (see [`RuleMode::Shadow`]): evaluated, ledgered, never enforced.
+    ///
+    /// ```
+    /// use noetic::layer::Hook;
+    /// use noetic::steering::{SteeringDecision, SteeringRule};
+    ///
+    /// let trial = SteeringRule::predicate("no-curl", [Hook::BeforeToolCall], |p| match p.tool_call() {
+    ///     Some(c) if c.args["command"].as_str().is_some_and(|c| c.starts_with("curl")) => {
+    ///         SteeringDecision::deny("No network from the shell.")
+    ///     }
+    ///     _ => SteeringDecision::allow(),
+    /// })
+    /// .shadow();
+    /// assert!(trial.is_shadow());
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.mode = RuleMode::Shadow;
+        self
+    }
+
+    /// True for a shadow rule.
+    pub fn is_shadow(&self) -> bool {
+        self.mode == RuleMode::Shadow
+    }
+
+    /// Escalates the rule: after `guides` GUIDE verdicts in one turn its next GUIDE is a DENY (at least 1;
+    /// [`steering`](super::steering) refuses 0).
+    pub fn escalate_after(mut self, guides: u32) -> Self {
+        self.escalate_after = Some(guides);
         self
     }
 

@@ -28,22 +28,20 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
             tool.name()
         ));
     };
-    let request = ApprovalRequest {
-        tool: tool.name().to_owned(),
-        call_id: call_id.to_owned(),
-        arguments: args.clone(),
-        session: ctx.session_key().map(str::to_owned),
-    };
+    let request = ApprovalRequest::new(tool.name(), call_id, args.clone(), ctx.session_key().map(str::to_owned));
+    let arguments_sha256 = request.arguments_sha256.clone();
     ctx.emit(|| EventKind::ApprovalRequested {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),
         arguments: args.clone(),
+        arguments_sha256: arguments_sha256.clone(),
     });
     let approval = approver.approve(request).await;
     ctx.emit(|| EventKind::ApprovalDecided {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),
         approved: approval == Approval::Approve,
+        arguments_sha256,
         reason: match &approval {
             Approval::Approve => None,
             Approval::Reject { reason } => Some(reason.clone()),

@@ -1,0 +1,74 @@
+// The page's ledger with a shadow rule (wide screen): a turn's live decisions, each shadow rule's would-be decision
+// in a marked row after the live one, the rows where they differ marked more, and the count of disagreements
+// above the table. Run by tests/serve_ledger.rs:
+//
+//   node ledger_page.mjs BASE_URL SCREENSHOT_DIR
+//
+// Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.NOETIC_BROWSER_DIR, "node_modules", "x.js"));
+const { chromium } = require("playwright-core");
+
+const [base, shots] = process.argv.slice(2);
+const STEP_TIMEOUT = 60_000;
+fs.mkdirSync(shots, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
+page.setDefaultTimeout(STEP_TIMEOUT);
+await page.emulateMedia({ reducedMotion: "reduce" });
+const seen = { steps: [] };
+const consoleErrors = [];
+page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+let step = 0;
+
+async function shot(name) {
+  step += 1;
+  const file = path.join(shots, `${String(step).padStart(2, "0")}-${name}.png`);
+  await page.screenshot({ path: file });
+  seen.steps.push(file);
+}
+
+try {
+  await page.goto(`${base}/`);
+  await page.fill("#new-session-key", "ledger-1");
+  await page.press("#new-session-key", "Enter");
+  await page.locator("#connection[data-state=live]").waitFor();
+  await page.fill("#message", "tidy up");
+  await page.press("#message", "Enter");
+  await page.locator("#chat li.assistant", { hasText: "Tidied." }).waitFor();
+  await page.locator("#session-state[data-state=idle]").waitFor();
+
+  await page.click(".tab[data-tab=ledger]");
+  await page.locator("#ledger-rows tr.shadow").nth(1).waitFor();
+  seen.rows = await page.locator("#ledger-rows tr.rule-row").evaluateAll((trs) => trs.map((tr) => ({
+    classes: [...tr.classList].filter((c) => c !== "rule-row").sort(),
+    decision: tr.querySelector("td.action").textContent,
+    rule: tr.querySelector("td.rule .rule-id").textContent,
+    shadowNote: tr.querySelector(".shadow-note") ? tr.querySelector(".shadow-note").textContent : null,
+    subject: tr.querySelector("td.detail .subject").textContent,
+  })));
+  seen.summary = await page.locator("#ledger-shadow").textContent();
+  seen.summaryVisible = await page.locator("#ledger-shadow").isVisible();
+  seen.marked = await page.locator("#ledger-rows tr.shadow.disagrees td").first().evaluate((td) => getComputedStyle(td).boxShadow);
+  await shot("ledger-with-shadow-rows");
+
+  seen.consoleErrors = consoleErrors;
+  console.log(JSON.stringify(seen));
+  await browser.close();
+} catch (e) {
+  try { await shot("failed"); } catch (_) { /* the page may be gone */ }
+  console.error(`page step ${step + 1} failed: ${e.message}`);
+  console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
+  console.log(JSON.stringify(seen));
+  await browser.close();
+  process.exit(1);
+}

@@ -1,0 +1,85 @@
+//! Canonical JSON and its SHA-256: one encoding of a value, whatever order its object keys were built in, so
+//! that a hash names exactly the content (the arguments an approval was given for, a ledger entry).
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The canonical JSON text of `value`: object keys sorted by their UTF-8 bytes, no whitespace, strings and
+/// numbers as `serde_json` writes them.
+///
+/// ```
+/// use serde_json::json;
+///
+/// assert_eq!(noetic::digest::canonical_json(&json!({"b": 1, "a": [true, null]})), r#"{"a":[true,null],"b":1}"#);
+/// ```
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+fn write(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(fields) => {
+            let mut keys: Vec<&String> = fields.keys().collect();
+            keys.sort_unstable();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                if let Some(field) = fields.get(key) {
+                    write(field, out);
+                }
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The SHA-256 of `bytes`, as 64 lowercase hex digits.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of the canonical JSON of `value` (see [`canonical_json`]), as 64 lowercase hex digits.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let a = noetic::digest::json_sha256(&json!({"command": "cargo test", "cwd": "."}));
+/// let b = noetic::digest::json_sha256(&json!({"cwd": ".", "command": "cargo test"}));
+/// assert_eq!(a, b);
+/// assert_ne!(a, noetic::digest::json_sha256(&json!({"command": "cargo test ", "cwd": "."})));
+/// ```
+pub fn json_sha256(value: &Value) -> String {
+    sha256_hex(canonical_json(value).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_hash_is_sha256_of_the_canonical_text() {
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        let nested = json!({"z": {"y": 1, "x": "\u{e9}\n"}, "a": [2.5, {"d": 0, "c": -1}]});
+        assert_eq!(canonical_json(&nested), r#"{"a":[2.5,{"c":-1,"d":0}],"z":{"x":"é\n","y":1}}"#);
+        assert_eq!(json_sha256(&nested), sha256_hex(canonical_json(&nested).as_bytes()));
+    }
+}
