@@ -11,8 +11,10 @@
 //! * every call that ran has its steering decision in the stored ledger;
 //! * the final answer is there and nothing is left queued or unfinished.
 //!
-//! `NOETIC_CRASH_TRIALS` sets the number of trials (default 5; the long mode uses 100). It also checks that a
-//! second live process cannot open a session another owns, and that a dead owner is taken over.
+//! The trials run twice: on the old store (`SqliteStore`) and on the session log (`SqliteLogStore`, #30), where
+//! the kill point is named by the log's last entry. `NOETIC_CRASH_TRIALS` sets the number of trials of each
+//! (default 5; the long mode uses 100). It also checks that a second live process cannot open a session another
+//! owns in the old store, and that a dead owner is taken over.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,10 +25,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use noetic::agent::log::{LogStore, Projection};
 use noetic::agent::{SessionStore, SteeringMode};
 use noetic::model::{Model, ModelRequest, ModelResponse};
 use noetic::prelude::*;
-use noetic_sqlite::SqliteStore;
+use noetic_sqlite::{SqliteLogStore, SqliteStore};
 use serde_json::json;
 
 /// Tool calls in the plan.
@@ -36,8 +39,8 @@ const STEERS: [(usize, &str); 2] = [(2, "steer-A: prefer the cache"), (5, "steer
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if std::env::var_os("NOETIC_CRASH_WORKER").is_some() {
-        worker(&args[1], &args[2], &args[3]);
+    if let Some(kind) = std::env::var_os("NOETIC_CRASH_WORKER") {
+        worker(&args[1], &args[2], &args[3], Kind::of(&kind.to_string_lossy()));
         return;
     }
     if std::env::var_os("NOETIC_CRASH_HOLDER").is_some() {
@@ -45,7 +48,44 @@ fn main() {
         return;
     }
     a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over();
-    killed_workers_leave_nothing_lost_doubled_or_run_twice();
+    killed_workers_leave_nothing_lost_doubled_or_run_twice(Kind::Store);
+    killed_workers_leave_nothing_lost_doubled_or_run_twice(Kind::Log);
+}
+
+/// Where the worker keeps its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The old store.
+    Store,
+    /// The session log.
+    Log,
+}
+
+impl Kind {
+    fn of(name: &str) -> Kind {
+        if name == "log" { Kind::Log } else { Kind::Store }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Store => "store",
+            Kind::Log => "log",
+        }
+    }
+}
+
+/// What a session's log holds, folded (read on a runtime of its own: the parent is not async).
+fn read_log(db: &Path) -> Option<(Projection, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = SqliteLogStore::open(db).await.unwrap();
+        let records = store.read(SESSION, 0, usize::MAX).await.unwrap();
+        let last =
+            records.last().map(|r| serde_json::to_value(&r.entry).unwrap()["type"].as_str().unwrap().to_owned())?;
+        let mut projection = Projection::default();
+        records.iter().for_each(|r| projection.apply(r));
+        Some((projection, last))
+    })
 }
 
 // ---- the worker ------------------------------------------------------------------------------------------
@@ -78,7 +118,7 @@ fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
 }
 
-fn worker(db: &str, effects: &str, accepted: &str) {
+fn worker(db: &str, effects: &str, accepted: &str, kind: Kind) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let (effects, accepted) = (PathBuf::from(effects), PathBuf::from(accepted));
@@ -99,13 +139,17 @@ fn worker(db: &str, effects: &str, accepted: &str) {
                 .build()
                 .unwrap()
         };
-        let store = Arc::new(SqliteStore::open(db).unwrap());
         // Every tool call is reviewed, so every call leaves a ledger entry.
         let audit = SteeringRule::predicate("audit", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
         let layer = steering(SteeringConfig::new(vec![audit])).unwrap();
-        let runtime =
-            Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).layer(layer).store(store).build().unwrap();
-        let session = runtime.session(SESSION);
+        let builder = Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).layer(layer);
+        let runtime = match kind {
+            Kind::Store => builder.store(Arc::new(SqliteStore::open(db).unwrap())),
+            Kind::Log => builder.log_store(Arc::new(SqliteLogStore::open(db).await.unwrap())),
+        }
+        .build()
+        .unwrap();
+        let session = runtime.open(SESSION).await.unwrap();
         // Steering while the agent works: each message once the model has asked for its trigger count of calls.
         let steerer = {
             let (session, accepted) = (session.clone(), accepted.clone());
@@ -211,19 +255,19 @@ fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() 
     println!("ok: a second live process is refused naming the owner; a dead owner is taken over");
 }
 
-fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
+fn killed_workers_leave_nothing_lost_doubled_or_run_twice(kind: Kind) {
     let trials: usize = std::env::var("NOETIC_CRASH_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(5);
     let mut kills = 0;
     let mut kill_points: BTreeMap<String, usize> = BTreeMap::new();
     for trial in 0..trials {
-        let dir = scratch(&format!("trial-{trial}"));
+        let dir = scratch(&format!("{}-trial-{trial}", kind.name()));
         let (db, effects, accepted) = (dir.join("noetic.db"), dir.join("effects.log"), dir.join("accepted.log"));
         let mut runs = 0;
         loop {
             runs += 1;
             let mut child = Command::new(this_exe())
                 .args([&db, &effects, &accepted])
-                .env("NOETIC_CRASH_WORKER", "1")
+                .env("NOETIC_CRASH_WORKER", kind.name())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -242,7 +286,7 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
                     child.kill().unwrap();
                     child.wait().unwrap();
                     kills += 1;
-                    *kill_points.entry(kill_point(&db)).or_default() += 1;
+                    *kill_points.entry(kill_point(&db, kind)).or_default() += 1;
                     continue;
                 }
             }
@@ -251,15 +295,26 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
             assert!(status.success(), "trial {trial}: the worker failed on run {runs}: {status}");
             break;
         }
-        check(trial, &db, &effects, &accepted);
+        check(trial, &db, &effects, &accepted, kind);
     }
-    println!("ok: {trials} trials, {kills} kills; kill points (journal phase at the kill): {kill_points:?}");
+    let (kind, points) = match kind {
+        Kind::Store => ("the old store", "journal phase"),
+        Kind::Log => ("the session log", "the log's last entry"),
+    };
+    println!("ok ({kind}): {trials} trials, {kills} kills; kill points ({points} at the kill): {kill_points:?}");
 }
 
-/// Where the killed worker's turn was, by the journal it left.
-fn kill_point(db: &Path) -> String {
+/// Where the killed worker's turn was, by the journal (or the log) it left.
+fn kill_point(db: &Path, kind: Kind) -> String {
     if !db.exists() {
         return "before the store existed".to_owned();
+    }
+    if kind == Kind::Log {
+        return match read_log(db) {
+            None => "before the first append".to_owned(),
+            Some((projection, _)) if projection.open_turn.is_none() => "between turns".to_owned(),
+            Some((_, last)) => format!("after {last}"),
+        };
     }
     let store = SqliteStore::open(db).unwrap();
     match store.peek(SESSION).unwrap() {
@@ -281,12 +336,29 @@ fn kill_point(db: &Path) -> String {
     }
 }
 
-fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
-    let store = SqliteStore::open(db).unwrap();
-    let stored = store.peek(SESSION).unwrap().unwrap();
-    let history = stored.snapshot.history;
+/// What a finished trial left: the conversation, whether anything is left (unfinished or queued), the ledger.
+fn left(db: &Path, kind: Kind) -> (Vec<Item>, bool, Vec<String>) {
+    match kind {
+        Kind::Store => {
+            let store = SqliteStore::open(db).unwrap();
+            let stored = store.peek(SESSION).unwrap().unwrap();
+            let ledger = store.ledger(SESSION).unwrap();
+            let rest = stored.unfinished.is_some() || !stored.snapshot.queued.is_empty();
+            (stored.snapshot.history, rest, ledger)
+        }
+        Kind::Log => {
+            let (projection, _) = read_log(db).unwrap();
+            let ledger = projection.ledger.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+            let rest = projection.open_turn.is_some() || !projection.queue.is_empty();
+            (projection.conversation, rest, ledger)
+        }
+    }
+}
+
+fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path, kind: Kind) {
+    let (history, rest, ledger) = left(db, kind);
     assert_eq!(history.last(), Some(&Item::assistant("done")), "trial {trial}: the turn finished");
-    assert!(stored.unfinished.is_none() && stored.snapshot.queued.is_empty(), "trial {trial}: nothing left");
+    assert!(!rest, "trial {trial}: nothing left");
     let mut results: HashMap<String, Vec<String>> = HashMap::new();
     let mut calls = Vec::new();
     for item in &history {
@@ -309,7 +381,6 @@ fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
         }
     }
     // Decisions are committed with the results of the calls they allowed: none of those is missing.
-    let ledger = store.ledger(SESSION).unwrap();
     let reviewed = ledger.iter().filter(|e| e.contains("\"tool_name\":\"effect\"")).count();
     let ran = calls.iter().filter(|id| results[*id][0] == "effect done").count();
     assert!(reviewed >= ran, "trial {trial}: {ran} calls ran but only {reviewed} decisions were kept");
