@@ -6,7 +6,7 @@
 //! decisions. The I/O happens on the writer's task, never under the lock; whoever needs the entries durable awaits
 //! the [`Receipt`]. Appends that arrive together go in one call to the store (one transaction).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -53,6 +53,10 @@ pub(crate) struct Logged {
     pub(crate) unfinished: Mutex<Option<Vec<Record>>>,
     /// What the log holds of the layers' state for this session's thread.
     pub(crate) layers: super::persist::Kept,
+    /// The position of the last entry handed to the writer (or read): what numbers the session's events.
+    pub(crate) last: Arc<AtomicU64>,
+    /// Where the log ended when this process opened it.
+    pub(crate) opened_at: Arc<AtomicU64>,
 }
 
 impl Logged {
@@ -65,6 +69,8 @@ impl Logged {
             persisted: AtomicUsize::new(0),
             unfinished: Mutex::new(None),
             layers: super::persist::Kept::default(),
+            last: Arc::default(),
+            opened_at: Arc::default(),
         }
     }
 
@@ -97,6 +103,9 @@ impl Logged {
             *lock(&self.unfinished) = Some(records);
         }
         self.persisted.store(projection.conversation.len(), Ordering::SeqCst);
+        // A new log starts with the settings entry the writer adds to its first append.
+        self.last.store(projection.last.max(1), Ordering::SeqCst);
+        self.opened_at.store(projection.last.max(1), Ordering::SeqCst);
         *lock(&self.projection) = projection.clone();
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = Writer {
@@ -116,6 +125,7 @@ impl Logged {
     /// Hands `entries` to the writer (in this order, after everything handed before); the receipt says when they
     /// are durable. Before the session was opened there is no writer: the receipt says so.
     pub(crate) fn submit(&self, entries: Vec<Entry>) -> Receipt {
+        self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
         let (done, receipt) = oneshot::channel();
         let batch = Batch { entries, done: Some(done) };
         match self.writer.get() {
@@ -138,7 +148,21 @@ impl Logged {
     /// Hands `entries` to the writer without waiting: a failure is logged by the writer.
     pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
         if let Some(writer) = self.writer.get() {
+            self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
             let _ = writer.send(Batch { entries, done: None });
+        }
+    }
+
+    /// How the session's events are numbered: by this log's positions, with the log as the source of what a
+    /// follower missed.
+    pub(crate) fn positions(&self, key: &Arc<str>) -> crate::context::Positions {
+        let (store, key) = (self.store.clone(), key.clone());
+        crate::context::Positions {
+            last: self.last.clone(),
+            opened_at: self.opened_at.clone(),
+            backfill: Arc::new(move |after, before| {
+                Box::pin(super::log_events::backfill(store.clone(), key.clone(), after, before))
+            }),
         }
     }
 

@@ -22,6 +22,7 @@ mod archive;
 mod bus;
 mod checkpoint;
 pub mod log;
+mod log_events;
 mod log_turn;
 mod logged;
 mod persist;

@@ -1375,7 +1375,15 @@ async fn settle(state: &SessionState, accepted: (MessageId, Option<Receipt>)) ->
 /// The session's sink: numbered, logged, opened at the first subscription; shared with every turn's context so
 /// that a subscriber arriving mid-turn sees the rest of it.
 fn sink(state: &SessionState) -> &EventSink {
-    state.events.get_or_init(|| EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY))
+    state.events.get_or_init(|| match state.logged() {
+        // Kept in a log: numbered by its positions, so numbers never repeat across processes (SPEC 7.1).
+        Some(logged) => EventSink::numbered_by_position(
+            SESSION_EVENT_CAPACITY,
+            SESSION_EVENT_LOG_CAPACITY,
+            logged.positions(&state.key),
+        ),
+        None => EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY),
+    })
 }
 
 /// At a checkpoint of the turn `execution_id` runs: takes what other processes left for this session in the store

@@ -29,7 +29,7 @@ pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{Checkpoints, RecordSink, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
-pub use sink::{EventFollower, EventSink, Followed};
+pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
 
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, Model, StepMeta, Usage};
@@ -58,6 +58,12 @@ impl ExecutionId {
     /// A fresh id.
     pub fn new() -> Self {
         ExecutionId(new_v7())
+    }
+
+    /// The id no execution has: what an event rebuilt from a session log carries when its turn's start is not in
+    /// what was read.
+    pub fn nil() -> Self {
+        ExecutionId(Uuid::nil())
     }
 
     /// The underlying UUID.

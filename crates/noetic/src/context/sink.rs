@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
+use futures::future::BoxFuture;
 use tokio::sync::broadcast;
 
 use super::events::{Event, EventKind};
@@ -24,9 +25,35 @@ pub struct EventSink {
     core: Option<Arc<SinkCore>>,
 }
 
+/// How far each session log position spreads its events' numbers: the events emitted while a session's log ends
+/// at position `p` are numbered `p << POSITION_SHIFT` and up (SPEC 7.1). 2^53 (what JSON numbers hold exactly)
+/// leaves room for 2^33 positions.
+pub const POSITION_SHIFT: u32 = 20;
+
+/// Where the first events of a process at the position it opened a log at are numbered from (`+ p << SHIFT`): a
+/// process that died at that position numbered its own events there from 1.
+const REOPENED: u64 = 1 << (POSITION_SHIFT - 1);
+
+/// The durable events of a session log numbered in `(after, before)`, oldest first: what a follower missed that
+/// the log still knows ([`EventSink::numbered_by_position`]).
+pub type Backfill = Arc<dyn Fn(u64, u64) -> BoxFuture<'static, Vec<Arc<Event>>> + Send + Sync>;
+
+/// A session log's positions, which number a log-backed session's events.
+#[derive(Clone)]
+pub struct Positions {
+    /// The position of the log's last entry, as far as this process has written or read it.
+    pub last: Arc<AtomicU64>,
+    /// The position the log ended at when this process opened it.
+    pub opened_at: Arc<AtomicU64>,
+    /// Where a follower's missed durable events come from.
+    pub backfill: Backfill,
+}
+
 struct SinkCore {
     capacity: usize,
     log_capacity: Option<usize>,
+    /// Numbering by session log position, for a session kept in a log.
+    positions: Option<Positions>,
     /// Opened by the first subscription (at once for [`EventSink::new`] and [`EventSink::with_log`]).
     live: OnceLock<Live>,
     /// The turn events are stamped with (0: between turns).
@@ -39,16 +66,45 @@ struct Live {
 }
 
 struct LogState {
-    /// The number the next event gets.
+    /// The number the next event gets (at least: by position, a number past it).
     next: u64,
     recent: VecDeque<Arc<Event>>,
     capacity: usize,
+    /// By position: the position the last number was taken at, and the next count within it.
+    at: Option<(u64, u64)>,
 }
 
 impl LogState {
+    /// The next event's number: the plain count, or — by position — the count within the log's current position.
+    fn number(&mut self, positions: Option<&Positions>) -> u64 {
+        let Some(p) = positions else { return self.next };
+        let pos = p.last.load(Ordering::SeqCst);
+        let k = match self.at {
+            Some((at, k)) if at == pos => k,
+            _ if pos > 0 && pos == p.opened_at.load(Ordering::SeqCst) => REOPENED,
+            _ => 1,
+        };
+        self.at = Some((pos, k + 1));
+        ((pos << POSITION_SHIFT) + k).max(self.next)
+    }
+
+    /// The number the oldest event still held has (or would have: the next one, when none is held).
+    fn oldest(&self, positions: Option<&Positions>) -> u64 {
+        match (self.recent.front(), positions) {
+            (Some(e), _) => e.seq,
+            (None, Some(p)) => {
+                // The first number this process would give at the log's current position.
+                let pos = p.last.load(Ordering::SeqCst);
+                let first = if pos > 0 && pos == p.opened_at.load(Ordering::SeqCst) { REOPENED } else { 1 };
+                ((pos << POSITION_SHIFT) + first).max(self.next)
+            }
+            (None, None) => self.next,
+        }
+    }
+
     /// The events after `after` that the log still holds, and the range it no longer holds, if any.
-    fn since(&self, after: u64) -> (VecDeque<Arc<Event>>, Option<(u64, u64)>) {
-        let oldest = self.recent.front().map_or(self.next, |e| e.seq);
+    fn since(&self, after: u64, positions: Option<&Positions>) -> (VecDeque<Arc<Event>>, Option<(u64, u64)>) {
+        let oldest = self.oldest(positions);
         let gap = (after.saturating_add(1) < oldest).then(|| (after.saturating_add(1), oldest - 1));
         let backlog = self.recent.iter().filter(|e| e.seq > after).cloned().collect();
         (backlog, gap)
@@ -59,8 +115,9 @@ impl SinkCore {
     fn live(&self) -> &Live {
         self.live.get_or_init(|| {
             let (tx, _) = broadcast::channel(self.capacity);
-            let log =
-                self.log_capacity.map(|capacity| Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity }));
+            let log = self
+                .log_capacity
+                .map(|capacity| Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None }));
             Live { tx, log }
         })
     }
@@ -71,6 +128,7 @@ impl EventSink {
         let core = SinkCore {
             capacity: capacity.max(1),
             log_capacity: log_capacity.map(|c| c.max(1)),
+            positions: None,
             live: OnceLock::new(),
             turn: AtomicU64::new(0),
         };
@@ -96,6 +154,18 @@ impl EventSink {
         Self::make(capacity, Some(log_capacity), false)
     }
 
+    /// Like [`EventSink::dormant_with_log`], numbered by a session log's positions (SPEC 7.1): the events emitted
+    /// while the log ends at `p` get numbers from `p << `[`POSITION_SHIFT`], so numbers never repeat or go back
+    /// across processes, and a follower that asks for events this sink never held gets the durable ones from the
+    /// log (`positions.backfill`) before an explicit gap for the rest.
+    pub(crate) fn numbered_by_position(capacity: usize, log_capacity: usize, positions: Positions) -> Self {
+        let mut sink = Self::make(capacity, Some(log_capacity), false);
+        if let Some(core) = sink.core.as_mut().and_then(Arc::get_mut) {
+            core.positions = Some(positions);
+        }
+        sink
+    }
+
     /// A sink that drops everything.
     pub fn disabled() -> Self {
         EventSink { core: None }
@@ -116,11 +186,15 @@ impl EventSink {
         let log = live.log.as_ref()?;
         // Subscribing under the log's lock: every event is either in the backlog or arrives live, never both.
         let state = lock(log);
-        let after = after.min(state.next - 1);
-        let (backlog, gap) = state.since(after);
+        let newest = state.oldest(core.positions.as_ref()).max(state.next).saturating_sub(1);
+        let after = after.min(newest.max(state.recent.back().map_or(0, |e| e.seq)));
+        let (backlog, gap) = state.since(after, core.positions.as_ref());
         let rx = live.tx.subscribe();
         drop(state);
-        Some(EventFollower { core: core.clone(), rx, backlog, gap, last: after })
+        // By position, what this sink never held may still be in the session's log: read before the gap is told.
+        let backfill = gap.and(core.positions.as_ref().map(|p| p.backfill.clone()));
+        let ready = backlog.into_iter().map(Followed::Event).collect();
+        Some(EventFollower { core: core.clone(), rx, ready, gap, backfill, last: after })
     }
 
     /// The number of the newest event (0 when none was logged).
@@ -159,9 +233,9 @@ impl EventSink {
             None => {}
             Some(log) => {
                 let mut state = lock(log);
-                let event =
-                    Arc::new(Event { seq: state.next, turn, execution_id, at: SystemTime::now(), kind: kind() });
-                state.next += 1;
+                let seq = state.number(core.positions.as_ref());
+                let event = Arc::new(Event { seq, turn, execution_id, at: SystemTime::now(), kind: kind() });
+                state.next = seq + 1;
                 if state.recent.len() >= state.capacity {
                     state.recent.pop_front();
                 }
@@ -178,7 +252,9 @@ impl EventSink {
 pub enum Followed {
     /// The next event (numbers increase by one, except right after a gap).
     Event(Arc<Event>),
-    /// Events `from..=to` were dropped from the bounded log before this follower could read them.
+    /// Events `from..=to` were dropped from the bounded log before this follower could read them. For a session
+    /// kept in a session log, the durable events of that range that the log still holds follow the gap (numbered
+    /// within it, rising); the others — text deltas, progress — are gone.
     Gap {
         /// The first missing number.
         from: u64,
@@ -193,8 +269,12 @@ pub enum Followed {
 pub struct EventFollower {
     core: Arc<SinkCore>,
     rx: broadcast::Receiver<Arc<Event>>,
-    backlog: VecDeque<Arc<Event>>,
+    /// What is handed out next, in order, before live events.
+    ready: VecDeque<Followed>,
+    /// Events `from..=to` this sink does not hold: told (after what `backfill` finds of them) before `ready`.
     gap: Option<(u64, u64)>,
+    /// Where the durable ones among them may still be read.
+    backfill: Option<Backfill>,
     /// The number of the last event handed out.
     last: u64,
 }
@@ -202,15 +282,32 @@ pub struct EventFollower {
 impl EventFollower {
     /// A follower with nothing to read: `next` answers `None` at once.
     pub(crate) fn ended() -> Self {
-        let core = SinkCore { capacity: 1, log_capacity: None, live: OnceLock::new(), turn: AtomicU64::new(0) };
+        let core = SinkCore {
+            capacity: 1,
+            log_capacity: None,
+            positions: None,
+            live: OnceLock::new(),
+            turn: AtomicU64::new(0),
+        };
         let core = Arc::new(core);
         // Its sender is dropped at once, so the receiver reports the channel closed.
         let (_, rx) = broadcast::channel(1);
-        EventFollower { core, rx, backlog: VecDeque::new(), gap: None, last: 0 }
+        EventFollower { core, rx, ready: VecDeque::new(), gap: None, backfill: None, last: 0 }
     }
 
     /// The next event or gap; waits for a live event when caught up. `None` once the sink is gone.
     pub async fn next(&mut self) -> Option<Followed> {
+        if let Some(backfill) = self.backfill.take()
+            && let Some((from, to)) = self.gap.take()
+        {
+            // The gap is told first; then the durable events of it that the session log still holds (rising, with
+            // the numbers their entries give them), then the rest.
+            let found = backfill(from - 1, to + 1).await;
+            let mut told: VecDeque<Followed> = VecDeque::from([Followed::Gap { from, to }]);
+            told.extend(found.into_iter().filter(|e| e.seq >= from && e.seq <= to).map(Followed::Event));
+            told.append(&mut self.ready);
+            self.ready = told;
+        }
         loop {
             if let Some(f) = self.ready() {
                 return Some(f);
@@ -234,9 +331,12 @@ impl EventFollower {
             self.last = self.last.max(to);
             return Some(Followed::Gap { from, to });
         }
-        let event = self.backlog.pop_front()?;
-        self.last = event.seq;
-        Some(Followed::Event(event))
+        let next = self.ready.pop_front()?;
+        match &next {
+            Followed::Event(event) => self.last = self.last.max(event.seq),
+            Followed::Gap { to, .. } => self.last = self.last.max(*to),
+        }
+        Some(next)
     }
 
     /// Re-reads the log after falling behind the live channel.
@@ -244,10 +344,10 @@ impl EventFollower {
         let live = self.core.live();
         let Some(log) = &live.log else { return };
         let state = lock(log);
-        let (backlog, gap) = state.since(self.last);
+        let (backlog, gap) = state.since(self.last, self.core.positions.as_ref());
         self.rx = live.tx.subscribe();
         drop(state);
-        self.backlog = backlog;
+        self.ready = backlog.into_iter().map(Followed::Event).collect();
         self.gap = gap;
     }
 }

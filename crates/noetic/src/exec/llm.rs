@@ -195,7 +195,22 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
                     Err(cancelled) => Input::Failed(cancelled),
                 },
-                _ => Input::ToolDone(interrupted_result(&call.id)),
+                _ => {
+                    // Told like any call's end, so whoever watches the resumed turn sees which call was cut.
+                    let result = interrupted_result(&call.id);
+                    let done = EventKind::ToolCallCompleted {
+                        step_id: s.id.clone(),
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        is_error: true,
+                        output: result.content.clone(),
+                        error_kind: None,
+                    };
+                    if s.emit.allows(&done) {
+                        ctx.emit(|| done);
+                    }
+                    Input::ToolDone(result)
+                }
             },
             Action::Finish { text, usage, cost } => {
                 if let Some(journal) = journal.as_deref() {
