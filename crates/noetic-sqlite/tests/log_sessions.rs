@@ -62,3 +62,30 @@ async fn a_turn_left_in_a_sqlite_log_is_resumed_by_another_runtime_and_its_first
     assert_eq!(ends.len(), 1, "one end for turn 1: the resumed turn's");
     assert!(matches!(ends[0], TurnOutcome::Completed { answer } if answer == "done"));
 }
+
+#[tokio::test]
+async fn a_message_another_connection_appends_to_the_file_reaches_the_running_turn() {
+    let path = scratch("steer").join("sessions.db");
+    let gate = Gate::new();
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))]), ModelResponse::text("done")]);
+    let owner = runtime(&model, Arc::new(SqliteLogStore::open(&path).await.unwrap()), &gate);
+    let session = owner.open("s").await.unwrap();
+    let turn = session.send("go").await.unwrap();
+    gate.started().await;
+    // `noetic sessions steer` in another process: its own connection to the file, an append at the end.
+    let elsewhere = SqliteLogStore::open(&path).await.unwrap();
+    let message = noetic::agent::SteerMessage::new("from the other process");
+    elsewhere.append("s", noetic::agent::log::Expect::End, &[Entry::MessageAccepted { message }]).await.unwrap();
+    for _ in 0..2000 {
+        if session.queued() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(session.queued(), 1, "the owner heard the other connection's append");
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done");
+    let last = transcript(model.requests()[1].history.as_slice()).pop();
+    assert_eq!(last.as_deref(), Some("User: from the other process"));
+}

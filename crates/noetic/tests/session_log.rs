@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use noetic::agent::log::{Entry, LogStore, MemoryLogStore, TurnOutcome};
+use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore, TurnOutcome};
 use noetic::agent::{RuntimeBuilder, SessionError, SteeringMode};
 use noetic::layer::ModelCallParams;
 use noetic::model::{ModelResponse, ScriptedModel};
@@ -329,4 +329,42 @@ async fn an_async_verdict_resolving_after_its_turn_ended_survives_a_restart_in_t
         vec![feedback],
         "the carried feedback reaches the next turn after the restart"
     );
+}
+
+#[tokio::test]
+async fn a_message_another_process_appends_reaches_the_running_turn_and_the_owner_keeps_writing() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model = ScriptedModel::new([call("c1", "slow"), ModelResponse::text("done")]);
+    let owner = runtime_with(&model, &store, |b| b.tool(gate.tool("slow").unwrap()));
+    let session = owner.open("s").await.unwrap();
+    let turn = session.send("go").await.unwrap();
+    gate.started().await;
+    // Another process (the CLI's `sessions steer`) accepts a message for the session: it appends at the end.
+    let message = noetic::agent::SteerMessage::new("from elsewhere");
+    store.append("s", Expect::End, &[Entry::MessageAccepted { message }]).await.unwrap();
+    eventually("the message is taken in", async || session.queued() == 1).await;
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done");
+    let history = transcript(model.requests()[1].history.as_slice());
+    assert_eq!(history.last().map(String::as_str), Some("User: from elsewhere"), "shown at the next checkpoint");
+    let log = entries(&store, "s").await;
+    assert!(matches!(log.last(), Some(Entry::TurnEnded { outcome: TurnOutcome::Completed { .. }, .. })), "not fenced");
+    assert_eq!(log.iter().filter(|e| matches!(e, Entry::Injected { .. })).count(), 1);
+}
+
+#[tokio::test]
+async fn a_stop_another_process_appends_cancels_the_running_turn() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model = ScriptedModel::new([call("c1", "slow"), ModelResponse::text("never")]);
+    let owner = runtime_with(&model, &store, |b| b.tool(gate.tool("slow").unwrap()));
+    let session = owner.open("s").await.unwrap();
+    let turn = session.send("go").await.unwrap();
+    gate.started().await;
+    store.append("s", Expect::End, &[Entry::StopRequested { reason: "stopped from the CLI".into() }]).await.unwrap();
+    let error = turn.await.unwrap_err();
+    assert!(matches!(error, NoeticError::Cancelled { .. }), "{error:?}");
+    assert_eq!(model.calls(), 1, "the model is not asked again after the stop");
+    gate.release();
 }

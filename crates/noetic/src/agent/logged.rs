@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
+use super::log::{Appended, Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
 use crate::context::lock;
 
 /// How many entries a session's log may grow by before its projection is saved as a snapshot again (opening the
@@ -24,6 +24,18 @@ const READ_PAGE: usize = 1000;
 
 /// How many waiting batches one append may take together.
 const GROUP: usize = 64;
+
+/// What the session does with an entry another process appended (a message it accepted, a stop it asked for).
+pub(crate) type Foreign = Arc<dyn Fn(&Record) + Send + Sync>;
+
+/// How often a conflicting append reads what others wrote and tries again before it gives up.
+const RETRIES: usize = 8;
+
+/// Facts any process may add to a session it does not run (SPEC 6.4): another process's entries of these kinds are
+/// taken in; any other kind means another process runs the session now, and this one stops writing to it.
+fn anyone_may_add(entry: &Entry) -> bool {
+    matches!(entry, Entry::MessageAccepted { .. } | Entry::StopRequested { .. } | Entry::MessagesDropped { .. })
+}
 
 /// The answer to an append: the position of its last entry, or why it failed.
 pub(crate) type Receipt = oneshot::Receiver<Result<u64, String>>;
@@ -76,7 +88,9 @@ impl Logged {
 
     /// Reads `key`'s log (its snapshot and what follows), starts its writer, and returns the projection (and the
     /// entries of an unfinished turn, when a stopped process left one).
-    pub(crate) async fn open(&self, key: &Arc<str>, first: Entry) -> Result<Projection, StoreError> {
+    pub(crate) async fn open(&self, key: &Arc<str>, first: Entry, foreign: Foreign) -> Result<Projection, StoreError> {
+        // Watching before reading: an append another process makes meanwhile is heard.
+        let watch = self.store.watch();
         let mut projection = match self.store.snapshot(key).await? {
             Some(snapshot) => Projection::decode(&snapshot.bytes).unwrap_or_default(),
             None => Projection::default(),
@@ -116,8 +130,10 @@ impl Logged {
             snapshot_at,
             first: (projection.last == 0).then_some(first),
             fenced: None,
+            positions: self.last.clone(),
+            foreign,
         };
-        tokio::spawn(writer.run(rx));
+        tokio::spawn(writer.run(rx, watch));
         let _ = self.writer.set(tx);
         Ok(projection)
     }
@@ -181,6 +197,25 @@ impl Logged {
     }
 }
 
+/// What woke the writer.
+enum Next {
+    Batch(Option<Batch>),
+    Heard(Result<Appended, broadcast::error::RecvError>),
+}
+
+/// Why one append did not land.
+enum AppendError {
+    /// Someone else appended first.
+    Conflict,
+    /// The store failed, or this writer is fenced.
+    Failed(String),
+}
+
+/// The name of an entry's kind, for messages.
+fn entry_name(entry: &Entry) -> String {
+    serde_json::to_value(entry).ok().and_then(|v| v["type"].as_str().map(str::to_owned)).unwrap_or_default()
+}
+
 /// Appends one session's batches in order, grouping those that wait together.
 struct Writer {
     store: Arc<dyn LogStore>,
@@ -192,22 +227,76 @@ struct Writer {
     snapshot_at: u64,
     /// The entry a new session's log starts with (its settings).
     first: Option<Entry>,
-    /// Another process appended to the log: this one writes nothing more (it would write over a turn it no
+    /// Another process wrote a turn to the log: this one writes nothing more (it would write over a turn it no
     /// longer owns).
     fenced: Option<String>,
+    /// The session's count of positions (the numbers of its events), moved on by entries others append.
+    positions: Arc<AtomicU64>,
+    /// Where other processes' messages and stops go.
+    foreign: Foreign,
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>) {
-        while let Some(batch) = rx.recv().await {
-            let mut batches = vec![batch];
-            while batches.len() < GROUP {
-                match rx.try_recv() {
-                    Ok(batch) => batches.push(batch),
-                    Err(_) => break,
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>, watch: broadcast::Receiver<Appended>) {
+        let mut watch = Some(watch);
+        loop {
+            let heard = async {
+                match watch.as_mut() {
+                    Some(watch) => watch.recv().await,
+                    None => std::future::pending().await,
                 }
+            };
+            let next = tokio::select! {
+                batch = rx.recv() => Next::Batch(batch),
+                heard = heard => Next::Heard(heard),
+            };
+            match next {
+                Next::Batch(None) => return,
+                Next::Batch(Some(batch)) => {
+                    let mut batches = vec![batch];
+                    while batches.len() < GROUP {
+                        match rx.try_recv() {
+                            Ok(batch) => batches.push(batch),
+                            Err(_) => break,
+                        }
+                    }
+                    self.write(batches).await;
+                }
+                Next::Heard(Ok(appended)) if *appended.key != *self.key || appended.last <= self.last => {}
+                // Another process appended (or the watch lagged: read to be sure).
+                Next::Heard(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => self.absorb().await,
+                Next::Heard(Err(broadcast::error::RecvError::Closed)) => watch = None,
             }
-            self.write(batches).await;
+        }
+    }
+
+    /// Takes in what other processes appended since this writer's last position: messages, stops and cleared
+    /// queues go to the session; anything else fences this writer.
+    async fn absorb(&mut self) {
+        if self.fenced.is_some() {
+            return;
+        }
+        let records = match self.store.read(&self.key, self.last, usize::MAX).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(session = %self.key, error = %e, "could not read what another process appended");
+                return;
+            }
+        };
+        for record in records {
+            if !anyone_may_add(&record.entry) {
+                self.fenced = Some(format!(
+                    "session '{}': another process runs it now (its log has {:?} at {}); this process no longer                      writes to it — open it again",
+                    self.key,
+                    entry_name(&record.entry),
+                    record.pos
+                ));
+                return;
+            }
+            lock(&self.projection).apply(&record);
+            self.last = record.pos;
+            self.positions.fetch_add(1, Ordering::SeqCst);
+            (self.foreign)(&record);
         }
     }
 
@@ -249,13 +338,25 @@ impl Writer {
         if entries.is_empty() {
             return Ok(self.last);
         }
+        for _ in 0..RETRIES {
+            match self.append_once(entries).await {
+                // Another process added a message or a stop: taken in, and the append goes after it.
+                Err(AppendError::Conflict) => self.absorb().await,
+                Err(AppendError::Failed(why)) => return Err(why),
+                Ok(last) => return Ok(last),
+            }
+        }
+        Err(format!("session '{}': other processes kept appending; try again", self.key))
+    }
+
+    async fn append_once(&mut self, entries: &[Entry]) -> Result<u64, AppendError> {
         if let Some(why) = &self.fenced {
-            return Err(why.clone());
+            return Err(AppendError::Failed(why.clone()));
         }
         match self.store.append(&self.key, Expect::At(self.last), entries).await {
             Ok(last) => {
                 let at = SystemTime::now();
-                let first = self.last + 1;
+                let first = last + 1 - entries.len() as u64;
                 {
                     let mut projection = lock(&self.projection);
                     for (i, entry) in entries.iter().enumerate() {
@@ -266,12 +367,8 @@ impl Writer {
                 self.snapshot().await;
                 Ok(last)
             }
-            Err(e @ StoreError::Conflict { .. }) => {
-                let why = format!("{e}; this process no longer writes to the session — open it again");
-                self.fenced = Some(why.clone());
-                Err(why)
-            }
-            Err(e) => Err(e.to_string()),
+            Err(StoreError::Conflict { .. }) => Err(AppendError::Conflict),
+            Err(e) => Err(AppendError::Failed(e.to_string())),
         }
     }
 

@@ -176,13 +176,19 @@ impl SessionState {
 
     /// Reads the session's log the first time it is needed (later calls return at once): the conversation, the
     /// queue, the settings and the turn count come from it, and a turn a stopped process left waits to be resumed.
-    pub(crate) async fn open_log(&self) -> Result<(), String> {
+    pub(crate) async fn open_log(self: &Arc<Self>) -> Result<(), String> {
         let Some(logged) = self.logged() else { return Ok(()) };
         logged
             .opened
             .get_or_init(|| async {
                 let first = self.settings_entry();
-                match logged.open(&self.key, first).await {
+                let weak = Arc::downgrade(self);
+                let foreign: super::logged::Foreign = Arc::new(move |record| {
+                    if let Some(state) = weak.upgrade() {
+                        state.take_foreign(record);
+                    }
+                });
+                match logged.open(&self.key, first, foreign).await {
                     Ok(projection) => {
                         self.apply_projection(projection);
                         Ok(())
@@ -192,6 +198,35 @@ impl SessionState {
             })
             .await
             .clone()
+    }
+
+    /// Takes in what another process appended to the session's log (SPEC 6.4): a message it accepted joins the
+    /// queue (in log order), its stop stops the running turn, its cleared queue empties this one.
+    fn take_foreign(&self, record: &super::log::Record) {
+        match &record.entry {
+            Entry::MessageAccepted { message } => {
+                self.queue.push_existing(vec![message.clone()]);
+                if let Some(sink) = self.events.get() {
+                    let (session, id) = (self.key.clone(), message.id.to_string());
+                    sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
+                }
+            }
+            Entry::StopRequested { reason } => {
+                if let Conversation::Running { ctx, steering } = &*lock(&self.conversation) {
+                    steering.discard_pending();
+                    ctx.cancel(reason);
+                }
+            }
+            Entry::MessagesDropped { ids, .. } if ids.is_empty() => {
+                self.queue.clear();
+            }
+            Entry::MessagesDropped { ids, .. } => {
+                for id in ids {
+                    self.queue.remove(*id);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The settings as a log entry.
