@@ -111,18 +111,35 @@ fn instructions() -> String {
 }
 
 /// A runtime on the fake transport, and its model; it writes its sessions through to `store` when given.
-pub fn wire_runtime_with(
-    store: Option<Arc<dyn noetic::agent::SessionStore>>,
-) -> BenchResult<(Runtime, Arc<WireModel>)> {
+/// Where a benchmark runtime keeps its sessions.
+#[derive(Clone)]
+pub enum Kept {
+    /// In memory only.
+    Memory,
+    /// In an old-style session store.
+    Store(Arc<dyn noetic::agent::SessionStore>),
+    /// In session logs (#30).
+    Log(Arc<dyn noetic::agent::log::LogStore>),
+}
+
+impl From<Option<Arc<dyn noetic::agent::SessionStore>>> for Kept {
+    fn from(store: Option<Arc<dyn noetic::agent::SessionStore>>) -> Self {
+        store.map_or(Kept::Memory, Kept::Store)
+    }
+}
+
+pub fn wire_runtime_with(kept: impl Into<Kept>) -> BenchResult<(Runtime, Arc<WireModel>)> {
     let model = Arc::new(WireModel::new());
     let mut builder = Runtime::builder()
         .model(model.clone())
         .model_id("openai/gpt-4o-mini")
         .instructions(instructions())
         .tool(search_tool()?);
-    if let Some(store) = store {
-        builder = builder.store(store);
-    }
+    builder = match kept.into() {
+        Kept::Memory => builder,
+        Kept::Store(store) => builder.store(store),
+        Kept::Log(log) => builder.log_store(log),
+    };
     Ok((builder.build()?, model))
 }
 
@@ -148,13 +165,9 @@ pub async fn session_tool_calls(calls: usize, subscribed: bool) -> BenchResult<(
 }
 
 /// [`session_tool_calls`] on a runtime writing through to `store` when given.
-pub async fn session_tool_calls_with(
-    calls: usize,
-    subscribed: bool,
-    store: Option<Arc<dyn noetic::agent::SessionStore>>,
-) -> BenchResult<(f64, f64)> {
-    let (runtime, model) = wire_runtime_with(store)?;
-    let session = runtime.session("bench");
+pub async fn session_tool_calls_with(calls: usize, subscribed: bool, kept: impl Into<Kept>) -> BenchResult<(f64, f64)> {
+    let (runtime, model) = wire_runtime_with(kept)?;
+    let session = runtime.open("bench").await?;
     let drain = subscribed.then(|| drain_events(&session));
     let turns = calls.div_ceil(ROUNDS_PER_TURN);
     let start = Instant::now();
@@ -176,7 +189,7 @@ pub async fn session_tool_calls_with(
 /// subscriber, and dropping them (for instruction counts of the turns alone).
 #[allow(dead_code)] // run by `instr_probe real-setup`
 pub async fn session_setup() -> BenchResult<()> {
-    let (runtime, _model) = wire_runtime_with(None)?;
+    let (runtime, _model) = wire_runtime_with(Kept::Memory)?;
     let session = runtime.session("bench");
     drain_events(&session).abort();
     Ok(())

@@ -1,12 +1,14 @@
 //! The session log on SQLite (`SqliteLogStore`, WAL, `synchronous=NORMAL`), at the store's level: the latency one
 //! append of a tool call's entries adds, one after the other, and the appends per second of 1000 sessions
-//! appending at once (group commit shares transactions among them). The runtime's per-tool-call figures come when
-//! the runtime writes the log.
+//! appending at once (group commit shares transactions among them); and the runtime on the log: time added per tool
+//! call on the real path (SQLite and in memory), appends per tool call, and opening a session of 10,000 entries.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use noetic::agent::log::{Entry, Expect, LogStore, StepPath, StoreError};
+use std::sync::Arc;
+
+use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore, StepPath, StoreError};
 use noetic::model::{Item, ToolResult};
 use noetic::turn::Input;
 use noetic_sqlite::SqliteLogStore;
@@ -71,6 +73,61 @@ async fn appends_per_s(sessions: usize, each: usize) -> BenchResult<(f64, f64)> 
     Ok((appends / elapsed, appends / store.commits().max(1) as f64))
 }
 
+/// µs per tool call of a session of `calls` calls on the real path, kept in `log`; and the store's commits per
+/// tool call (SQLite's, when it is one).
+async fn runtime_tool_call_us(calls: usize, log: Arc<dyn LogStore>) -> BenchResult<f64> {
+    Ok(crate::real_path::session_tool_calls_with(calls, false, crate::real_path::Kept::Log(log)).await?.0)
+}
+
+/// A SQLite log holding one session of at least `entries` entries written by the runtime (so with its snapshots);
+/// returns the file.
+async fn long_session(entries: u64) -> BenchResult<PathBuf> {
+    let path = scratch("long")?;
+    let store = Arc::new(SqliteLogStore::open(&path).await?);
+    let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store.clone()))?;
+    let session = runtime.open("long").await?;
+    let mut turn = 0;
+    while store.last("long").await? < entries {
+        session.send(format!("turn {turn}: find where the retry policy is configured")).await?.await?;
+        turn += 1;
+    }
+    Ok(path)
+}
+
+/// Milliseconds to open the session of `path` in a new runtime (file open, snapshot, the entries after it).
+async fn open_ms(path: &PathBuf) -> BenchResult<f64> {
+    let start = Instant::now();
+    let store = Arc::new(SqliteLogStore::open(path).await?);
+    let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?;
+    let session = runtime.open("long").await?;
+    std::hint::black_box(session.history().len());
+    Ok(start.elapsed().as_secs_f64() * 1e3)
+}
+
+/// The runtime on the session log: per tool call, commits per tool call, opening a long session.
+pub async fn runtime_figures() -> BenchResult<()> {
+    let calls = 100;
+    let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(calls, false).await?.0) }).await?;
+    let memory = measure(5, || runtime_tool_call_us(calls, Arc::new(MemoryLogStore::new()))).await?;
+    report("memory_log_added_per_tool_call_us", Stats::exact(memory.median - plain.median), "us", "");
+    let sqlite = measure(5, || async {
+        runtime_tool_call_us(calls, Arc::new(SqliteLogStore::open(scratch("calls")?).await?)).await
+    })
+    .await?;
+    report("sqlite_log_real_tool_call_us_100_calls", sqlite, "us", "");
+    report("sqlite_log_added_per_tool_call_us", Stats::exact(sqlite.median - plain.median), "us", "<= 50");
+    let store = Arc::new(SqliteLogStore::open(scratch("commits")?).await?);
+    runtime_tool_call_us(calls, store.clone()).await?;
+    report("sqlite_log_commits_per_tool_call", Stats::exact(store.commits() as f64 / calls as f64), "commits", "<= 1");
+    let path = long_session(10_000).await?;
+    let mut samples = Vec::new();
+    for _ in 0..7 {
+        samples.push(open_ms(&path).await?);
+    }
+    report("sqlite_log_open_session_10k_entries_ms", Stats::of(samples, None), "ms", "<= 20");
+    Ok(())
+}
+
 /// The session log's figures, on a runtime of two workers (as `noetic serve` has).
 pub fn figures() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -84,6 +141,6 @@ pub fn figures() -> BenchResult<()> {
         }
         report("sqlite_log_appends_per_s_1000_sessions", Stats::of(rates, None), "appends/s", "");
         report("sqlite_log_appends_per_commit_1000_sessions", Stats::of(shared, None), "appends", "");
-        BenchResult::Ok(())
+        runtime_figures().await
     })
 }

@@ -74,6 +74,11 @@ pub(crate) struct LogJournal {
     replay: ReplayIndex,
     /// The turn's end was written: later decisions (async verdicts) are appended on their own.
     ended: AtomicBool,
+    /// A commit handed to the writer without waiting (before a model request): the next one is written after it
+    /// only if it landed, so the turn's entries are never written with a hole in them.
+    written: Mutex<Option<(super::logged::Receipt, usize)>>,
+    /// Where the conversation's durable part ended before that commit (what it goes back to if it failed).
+    before: std::sync::atomic::AtomicUsize,
 }
 
 impl LogJournal {
@@ -85,6 +90,25 @@ impl LogJournal {
             runs: Mutex::default(),
             replay,
             ended: AtomicBool::new(false),
+            written: Mutex::default(),
+            before: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits for the commit handed over without waiting, if any: an error when it did not land.
+    async fn landed(&self) -> Result<(), String> {
+        let Some((receipt, persisted)) = lock(&self.written).take() else { return Ok(()) };
+        let Some(logged) = self.state.logged() else { return Ok(()) };
+        match settled(receipt).await {
+            Ok(_) => {
+                logged.set_persisted(persisted.max(logged.persisted()));
+                Ok(())
+            }
+            Err(e) => {
+                // Its items are not in the log: the next write of this session starts from them again.
+                logged.set_persisted(self.before.load(Ordering::SeqCst));
+                Err(e)
+            }
         }
     }
 
@@ -122,6 +146,7 @@ impl LogJournal {
         outcome: super::log::TurnOutcome,
     ) -> Result<(), String> {
         let Some(logged) = self.state.logged() else { return Ok(()) };
+        self.landed().await?;
         let first = logged.persisted();
         let (new, total) =
             ctx.with_items(|items| (items.get(first..).map(<[Item]>::to_vec).unwrap_or_default(), items.len()));
@@ -147,17 +172,28 @@ impl TurnJournal for LogJournal {
     fn commit<'a>(&'a self, commit: TurnCommit<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             let Some(logged) = self.state.logged() else { return Ok(()) };
-            let entries = self.entries(&commit);
-            if entries.is_empty() {
-                return Ok(());
-            }
-            settled(logged.submit(entries)).await.map_err(|e| {
+            let failed = |e: String| {
                 NoeticError::other(format!(
                     "the turn of step '{}' could not be written to the log: {e}",
                     commit.step_id
                 ))
-            })?;
-            logged.set_persisted(commit.first + commit.items.len());
+            };
+            self.landed().await.map_err(failed)?;
+            let entries = self.entries(&commit);
+            if entries.is_empty() {
+                return Ok(());
+            }
+            let persisted = commit.first + commit.items.len();
+            let receipt = logged.submit(entries);
+            if !commit.wait {
+                // The items count as written for the next commit's slice; that one waits for this one first.
+                self.before.store(commit.first, Ordering::SeqCst);
+                logged.set_persisted(persisted);
+                *lock(&self.written) = Some((receipt, persisted));
+                return Ok(());
+            }
+            settled(receipt).await.map_err(failed)?;
+            logged.set_persisted(persisted);
             Ok(())
         })
     }

@@ -108,28 +108,25 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     let mut chat = Span::none();
     loop {
         // A journal that records inputs (a session log) keeps each one for its next commit (a resumption too, so
-        // the log replays through a core as it happened); a response is committed as soon as it arrived, so a
-        // crash during its review never asks the model again.
-        let mut responded = false;
+        // the log replays through a core as it happened).
         if let Some(journal) = journal.as_deref()
             && journal.records_inputs()
         {
             journal.record(&path, &input);
-            responded = matches!(input, Input::Response(_));
         }
         core.advance_with(input, &mut |effect| apply(ctx, s, effect));
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
         // steering they inject).
         let action = core.action();
-        let durable = core.is_at_durable_point() && !matches!(action, Action::CallModel { .. });
         if let Some(journal) = journal.as_deref()
-            && (durable || responded)
+            && core.is_at_durable_point()
+            && !matches!(action, Action::CallModel { .. })
         {
             let starts = match action {
                 Action::RunTool(call) => Some(call),
                 _ => None,
             };
-            if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), starts).await {
+            if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), (starts, true)).await {
                 input = Input::Failed(e);
                 continue;
             }
@@ -147,7 +144,10 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     // The ids are only needed by a journal (they leave the stored queue in the same write).
                     let injected = steering.as_ref().map(|ts| ts.inject(ctx, journal.is_some())).unwrap_or_default();
                     let committed = match journal.as_deref() {
-                        Some(journal) => commit(ctx, journal, (&s.id, &path), Some(&core), injected, None).await,
+                        // Written while the model answers (a session log writes it before the turn's next commit).
+                        Some(journal) => {
+                            commit(ctx, journal, (&s.id, &path), Some(&core), injected, (None, false)).await
+                        }
                         None => Ok(()),
                     };
                     match committed {
@@ -173,16 +173,20 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 // The model call's span ends with its review.
                 let span = std::mem::replace(&mut chat, Span::none());
                 let review = lifecycle::after_model_call(ctx, review);
+                let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
                 let gate = if span.is_disabled() {
-                    ctx.run_cancellable(review).await
+                    while_durable(ctx, at, ctx.run_cancellable(review)).await
                 } else {
-                    ctx.run_cancellable(review.instrument(span)).await
+                    while_durable(ctx, at, ctx.run_cancellable(review.instrument(span))).await
                 };
-                outcome(gate, |gate| Input::Reviewed(gate.decision))
+                outcome(gate.and_then(|gate| gate), |gate| Input::Reviewed(gate.decision))
             }
             Action::Store(response) => {
-                lifecycle::store(ctx, response).await;
-                Input::Stored
+                let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
+                match while_durable(ctx, at, lifecycle::store(ctx, response)).await {
+                    Ok(()) => Input::Stored,
+                    Err(e) => Input::Failed(e),
+                }
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
                 Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
@@ -240,11 +244,28 @@ async fn commit(
     (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
     injected: Vec<String>,
-    starts: Option<&ToolCall>,
+    (starts, wait): (Option<&ToolCall>, bool),
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None, starts }).await
+    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None, starts, wait }).await
+}
+
+/// Runs `work` (the review of a response, the layers storing the answer). When it does not finish at once and the
+/// journal records inputs, the response it works on is committed while it runs: a crash during a slow review (an
+/// LLM judge) never asks the model for that response again, and a quick one adds no write of its own.
+async fn while_durable<T>(
+    ctx: &Context,
+    (journal, at, core): (Option<&dyn TurnJournal>, (&str, &str), &TurnCore),
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, NoeticError> {
+    let Some(journal) = journal.filter(|j| j.records_inputs()) else { return Ok(work.await) };
+    let mut work = std::pin::pin!(work);
+    if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
+        return Ok(done);
+    }
+    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (None, true)));
+    committed.map(|()| done)
 }
 
 /// Commits the end of the step's run: its answer when it finished (`None`: it failed).
@@ -256,7 +277,17 @@ async fn finish(
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit = TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished, starts: None };
+    let commit = TurnCommit {
+        step_id,
+        path,
+        first,
+        items,
+        injected: Vec::new(),
+        core: None,
+        finished,
+        starts: None,
+        wait: true,
+    };
     journal.commit(commit).await
 }
 

@@ -35,6 +35,9 @@ pub struct TurnCommit<'a> {
     pub finished: Option<Finished>,
     /// The tool call about to start (a session log records its start in the same write).
     pub starts: Option<&'a ToolCall>,
+    /// The driver waits until the commit is durable (else a journal may write it while the driver goes on, as long
+    /// as its next commit is written after it: a session log does this before a model request).
+    pub wait: bool,
 }
 
 /// A finished `llm` step's answer, as a resumed turn gets it back.
