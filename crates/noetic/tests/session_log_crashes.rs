@@ -169,7 +169,7 @@ async fn a_turn_cut_at_any_append_resumes_without_doing_anything_twice() {
     assert_eq!(answer, "done");
     let appends = recording.appends.lock().unwrap().clone();
     let total_requests = reference.calls();
-    assert!(appends.len() >= 8, "the turn was written in several appends: {}", appends.len());
+    assert!(appends.len() >= 5, "the turn was written in several appends: {}", appends.len());
 
     let mut resumed = 0;
     for cut in 1..appends.len() {

@@ -79,6 +79,8 @@ pub(crate) struct LogJournal {
     written: Mutex<Option<(super::logged::Receipt, usize)>>,
     /// Where the conversation's durable part ended before that commit (what it goes back to if it failed).
     before: std::sync::atomic::AtomicUsize,
+    /// The turn's writes, refused after one fails.
+    chain: super::logged::Chain,
 }
 
 impl LogJournal {
@@ -92,6 +94,7 @@ impl LogJournal {
             ended: AtomicBool::new(false),
             written: Mutex::default(),
             before: std::sync::atomic::AtomicUsize::new(0),
+            chain: Arc::default(),
         }
     }
 
@@ -158,7 +161,7 @@ impl LogJournal {
         entries.extend(layers);
         entries.push(Entry::TurnEnded { turn: self.turn, outcome });
         self.ended.store(true, Ordering::SeqCst);
-        settled(logged.submit(entries)).await?;
+        settled(logged.submit_in(entries, Some(self.chain.clone()))).await?;
         logged.set_persisted(total.max(first));
         Ok(())
     }
@@ -178,21 +181,25 @@ impl TurnJournal for LogJournal {
                     commit.step_id
                 ))
             };
-            self.landed().await.map_err(failed)?;
             let entries = self.entries(&commit);
             if entries.is_empty() {
-                return Ok(());
+                return self.landed().await.map_err(failed);
             }
             let persisted = commit.first + commit.items.len();
-            let receipt = logged.submit(entries);
+            // Handed over at once, also after a write not yet landed: the writer keeps the order and refuses this
+            // one if that one failed, so both may even share a transaction.
+            let receipt = logged.submit_in(entries, Some(self.chain.clone()));
             if !commit.wait {
-                // The items count as written for the next commit's slice; that one waits for this one first.
+                self.landed().await.map_err(failed)?;
+                // The items count as written for the next commit's slice.
                 self.before.store(commit.first, Ordering::SeqCst);
                 logged.set_persisted(persisted);
                 *lock(&self.written) = Some((receipt, persisted));
                 return Ok(());
             }
-            settled(receipt).await.map_err(failed)?;
+            let this = settled(receipt).await;
+            self.landed().await.map_err(failed)?;
+            this.map_err(failed)?;
             logged.set_persisted(persisted);
             Ok(())
         })

@@ -48,7 +48,13 @@ pub(crate) async fn settled(receipt: Receipt) -> Result<u64, String> {
 struct Batch {
     entries: Vec<Entry>,
     done: Option<oneshot::Sender<Result<u64, String>>>,
+    /// The chain of writes it belongs to (a turn's): set when one of them failed, so none after it is written.
+    chain: Option<Chain>,
 }
+
+/// A turn's writes: once one fails, the writer refuses the rest (the log never holds a turn with a hole in it),
+/// so the turn may hand over a write without waiting and the next one right after it.
+pub(crate) type Chain = Arc<std::sync::atomic::AtomicBool>;
 
 /// What a session keeps of its log.
 pub(crate) struct Logged {
@@ -141,9 +147,14 @@ impl Logged {
     /// Hands `entries` to the writer (in this order, after everything handed before); the receipt says when they
     /// are durable. Before the session was opened there is no writer: the receipt says so.
     pub(crate) fn submit(&self, entries: Vec<Entry>) -> Receipt {
+        self.submit_in(entries, None)
+    }
+
+    /// [`Logged::submit`] as a write of `chain`: refused when an earlier write of the chain failed.
+    pub(crate) fn submit_in(&self, entries: Vec<Entry>, chain: Option<Chain>) -> Receipt {
         self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { entries, done: Some(done) };
+        let batch = Batch { entries, done: Some(done), chain };
         match self.writer.get() {
             Some(writer) => {
                 if let Err(refused) = writer.send(batch)
@@ -165,7 +176,7 @@ impl Logged {
     pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
         if let Some(writer) = self.writer.get() {
             self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
-            let _ = writer.send(Batch { entries, done: None });
+            let _ = writer.send(Batch { entries, done: None, chain: None });
         }
     }
 
@@ -304,14 +315,26 @@ impl Writer {
         let mut entries: Vec<Entry> = self.first.iter().cloned().collect();
         let mut ends = Vec::with_capacity(batches.len());
         let mut replies = Vec::with_capacity(batches.len());
+        let mut chains = Vec::new();
         for batch in batches {
+            if batch.chain.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
+                if let Some(done) = batch.done {
+                    let _ = done.send(Err("an earlier write of this turn failed; it was not written".to_owned()));
+                }
+                continue;
+            }
+            chains.extend(batch.chain);
             entries.extend(batch.entries);
             ends.push(entries.len() as u64);
             replies.push(batch.done);
         }
+        if ends.is_empty() {
+            return;
+        }
         let answer = self.append(&entries).await;
-        if answer.is_ok() {
-            self.first = None;
+        match &answer {
+            Ok(_) => self.first = None,
+            Err(_) => chains.iter().for_each(|c| c.store(true, Ordering::SeqCst)),
         }
         let start = self.last_before(&answer, entries.len());
         for (end, done) in ends.into_iter().zip(replies) {
