@@ -7,6 +7,8 @@ use noetic::EventKind;
 use noetic::steering::{Evaluator, LedgerEntry, LedgerKind, SteeringAction};
 use serde_json::Value;
 
+pub mod markdown;
+
 /// How lines are styled.
 #[derive(Clone, Copy)]
 pub struct Style {
@@ -171,7 +173,8 @@ pub fn printable(text: &str) -> String {
 }
 
 /// `text` on one line, at most `max` characters, made [`printable`]: a longer text keeps its beginning and its
-/// end (where paths, errors and conclusions tend to be) and loses its middle, cut at spaces when there are some.
+/// end (where paths, errors and conclusions tend to be) and loses its middle, cut between words when there are
+/// spaces in the part kept (a word is never cut in two unless the part has no space at all).
 fn shorten(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
     let chars: Vec<char> = one_line.chars().collect();
@@ -182,21 +185,40 @@ fn shorten(text: &str, max: usize) -> String {
     let (head_len, tail_len) = (keep - keep / 3, keep / 3);
     let mut head: String = chars[..head_len].iter().collect();
     let mut tail: String = chars[chars.len() - tail_len..].iter().collect();
-    // Whole words where that costs at most a fifth of each part.
-    if let Some(cut) = head.rfind(' ').filter(|&i| i >= head.len() * 4 / 5) {
+    // Cut where a word ends (the head) or starts (the tail), unless the text there already is a word boundary.
+    if chars[head_len] != ' '
+        && let Some(cut) = head.rfind(' ')
+    {
         head.truncate(cut);
     }
-    if let Some(cut) = tail.find(' ').filter(|&i| i <= tail.len() / 5) {
+    if chars[chars.len() - tail_len - 1] != ' '
+        && let Some(cut) = tail.find(' ')
+    {
         tail = tail[cut + 1..].to_owned();
     }
-    format!("{}…{}", printable(&head), printable(&tail))
+    format!("{}…{}", printable(head.trim_end()), printable(tail.trim_start()))
 }
+
+/// A call id as the transcript shows it: its first 6 characters, enough to tell the calls of a turn apart (the
+/// provider's ids are often 30 characters or more); `--json` keeps the whole id.
+pub fn short_id(call_id: &str) -> String {
+    printable(&call_id.chars().take(6).collect::<String>())
+}
+
+/// How much of a tool's output a transcript line shows; an error gets more room, it says what to do.
+const OUTPUT_SHOWN: usize = 90;
+const ERROR_SHOWN: usize = 240;
 
 /// The line for an event, or `None` for events not worth a line.
 pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
     Some(match kind {
         EventKind::TurnStarted { session, turn } => style.bold(&format!("▶ turn {turn} of session '{session}'")),
         EventKind::TurnCompleted { duration, .. } => style.bold(&format!("■ turn done in {} ms", duration.as_millis())),
+        // A stop is the user's doing (Esc, /stop, Ctrl-C): said as such, not as a failure.
+        EventKind::TurnFailed { error: noetic::NoeticError::Cancelled { reason }, .. } => {
+            let why = reason.as_deref().map(|r| format!(" ({})", printable(r))).unwrap_or_default();
+            style.yellow(&format!("■ turn stopped{why}"))
+        }
         EventKind::TurnFailed { error, .. } => style.red(&format!("■ turn failed: {}", printable(&error.to_string()))),
         EventKind::StepStarted { step_id, kind } if kind.as_str() == "fork" => {
             style.cyan(&format!("  fork  {step_id}: paths start"))
@@ -211,14 +233,15 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
             style.dim(&format!("  model answered with {tool_calls} tool call(s)"))
         }
         EventKind::ToolCallStarted { call_id, tool, .. } => {
-            format!("  tool  {} [{}] …", printable(tool), printable(call_id))
+            format!("  tool  {} [{}] …", printable(tool), short_id(call_id))
         }
         EventKind::ToolCallCompleted { call_id, tool, is_error, output, .. } => {
-            let line = format!("  tool  {} [{}] → {}", printable(tool), printable(call_id), shorten(output, 90));
+            let room = if *is_error { ERROR_SHOWN } else { OUTPUT_SHOWN };
+            let line = format!("  tool  {} [{}] → {}", printable(tool), short_id(call_id), shorten(output, room));
             if *is_error { style.yellow(&line) } else { style.green(&line) }
         }
         EventKind::SteeringDenied { call_id, tool, layers, action, error } => {
-            let (tool, call_id) = (printable(tool), printable(call_id));
+            let (tool, call_id) = (printable(tool), short_id(call_id));
             let guidance = match error {
                 noetic::NoeticError::SteeringDenied { guidance: Some(g) } => format!(": {}", shorten(g, 200)),
                 _ => String::new(),
@@ -237,7 +260,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::SteeringQueued { .. } => style.cyan("  steer message queued"),
         EventKind::SteeringRejected { reason, .. } => style.red(&format!("  steer refused: {}", printable(reason))),
         EventKind::ToolSkipped { call_id, .. } => {
-            style.yellow(&format!("  skip  [{}] (a user message is waiting)", printable(call_id)))
+            style.yellow(&format!("  skip  [{}] (a user message is waiting)", short_id(call_id)))
         }
         EventKind::SteeringInjected { count, .. } => {
             style.cyan(&format!("  steer {count} message(s) handed to the model"))
@@ -355,6 +378,48 @@ mod tests {
         let path = "/a/".repeat(40) + "target.txt";
         let short = shorten(&path, 30);
         assert!(short.starts_with("/a/") && short.ends_with("txt") && short.chars().count() <= 30, "{short}");
+    }
+
+    #[test]
+    fn a_tool_error_is_shown_whole_when_it_fits_and_is_never_cut_mid_word() {
+        let error = "Error: the call of 'run_command' was rejected: 'run_command' needs the user's approval and stdin \
+                     is not a terminal, so nobody can approve it; do without it";
+        let kind = |output: &str| EventKind::ToolCallCompleted {
+            step_id: "assistant".into(),
+            call_id: "c1".into(),
+            tool: "run_command".into(),
+            is_error: true,
+            output: output.into(),
+            error_kind: None,
+        };
+        assert_eq!(event_line(&PLAIN, &kind(error)).unwrap(), format!("  tool  run_command [c1] → {error}"));
+        let long = format!("{error}; {}", "tell the user what happened and wait for an answer ".repeat(8));
+        let line = event_line(&PLAIN, &kind(&long)).unwrap();
+        let (head, tail) = line.split_once('…').unwrap();
+        let words: Vec<&str> = long.split_whitespace().collect();
+        assert!(words.contains(&head.rsplit(' ').next().unwrap()), "the head ends with a whole word: {line}");
+        assert!(words.contains(&tail.split(' ').next().unwrap()), "the tail starts with a whole word: {line}");
+    }
+
+    #[test]
+    fn a_call_id_is_shown_by_its_first_six_characters() {
+        let kind = EventKind::ToolCallStarted {
+            step_id: "assistant".into(),
+            call_id: "call_9f8e7d6c5b4a39281706f5e4d3c2b1a0".into(),
+            tool: "list_dir".into(),
+            arguments: "{}".into(),
+        };
+        assert_eq!(event_line(&PLAIN, &kind).unwrap(), "  tool  list_dir [call_9] …");
+    }
+
+    #[test]
+    fn a_stopped_turn_reads_as_a_stop_and_not_as_a_failure() {
+        let stopped = EventKind::TurnFailed {
+            session: "s".into(),
+            turn: 1,
+            error: noetic::NoeticError::cancelled("stopped by the user"),
+        };
+        assert_eq!(event_line(&PLAIN, &stopped).unwrap(), "■ turn stopped (stopped by the user)");
     }
 
     #[test]

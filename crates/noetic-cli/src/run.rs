@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// The session database for --session (default: as for chat).
     #[arg(long, value_name = "FILE", requires = "session")]
     db: Option<std::path::PathBuf>,
+    /// Write nothing: the session, also one named by --session, lives in memory for this run only (a run without
+    /// --session is never kept).
+    #[arg(long, conflicts_with = "db")]
+    no_store: bool,
 }
 
 /// Runs the workflow once.
@@ -124,8 +128,11 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         approver: Some(approve::at_terminal(steer_to.clone(), workspace)),
         store: match &args.session {
             Some(_) => {
-                let store_args =
-                    crate::sessions::StoreArgs { db: args.db.clone(), ..crate::sessions::StoreArgs::default() };
+                let store_args = crate::sessions::StoreArgs {
+                    db: args.db.clone(),
+                    no_store: args.no_store,
+                    ..crate::sessions::StoreArgs::default()
+                };
                 crate::sessions::open(&store_args, defaults)?.map(|s| s.shared())
             }
             None => None,

@@ -111,13 +111,35 @@ pub fn db_path(args: &StoreArgs, defaults: &Defaults) -> Result<PathBuf, String>
     Ok(data.join("noetic").join("noetic.db"))
 }
 
-/// The store, unless `--no-store`.
+/// The store, unless `--no-store`. A database named by `--db` or noetic.toml in a folder that does not exist is
+/// an error: a typo must not quietly start a new, empty database (only the default folder is created).
 pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, String> {
     if args.no_store {
         return Ok(None);
     }
     let path = db_path(args, defaults)?;
+    if args.db.is_some() || defaults.db.is_some() {
+        named_folder_exists(&path)?;
+    }
     open_at(&path, args.lease).map(Some).map_err(|e| e.to_string())
+}
+
+/// Whether the folder of a named SQLite database exists (a PostgreSQL URL has none); the error says what to do.
+pub fn named_folder_exists(path: &std::path::Path) -> Result<(), String> {
+    if is_postgres(path) {
+        return Ok(());
+    }
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if folder.is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "the session database {} is in a folder that does not exist ({}); check the path, or create the folder \
+         (mkdir -p {}) to start a new database there",
+        path.display(),
+        folder.display(),
+        folder.display()
+    ))
 }
 
 /// A fresh session name: the command, the time (UTC) and a random suffix (`chat-20261124-093015-k3x9`).
@@ -175,6 +197,9 @@ enum SessionsCommand {
 pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let path = db_path(&StoreArgs { db: args.db, ..StoreArgs::default() }, defaults)?;
     let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
+    if writes {
+        named_folder_exists(&path)?;
+    }
     if !is_postgres(&path) && !path.exists() && !writes {
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
@@ -249,9 +274,10 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
     Ok(())
 }
 
-/// One transcript line, with model-written text escaped.
+/// One transcript entry, with model-written text made printable: its line breaks are real (indented under the
+/// entry's first line), controls and escape codes are shown escaped.
 fn transcript_line(item: &Item) -> String {
-    render::visible(&item.to_string())
+    render::printable(&item.to_string()).replace('\n', "\n    ")
 }
 
 fn list(sessions: &[SessionSummary], path: &str) {
