@@ -22,6 +22,12 @@ impl Style {
         Style { colour }
     }
 
+    /// No colours.
+    #[cfg(test)]
+    pub const fn plain() -> Self {
+        Style { colour: false }
+    }
+
     fn paint(&self, code: &str, text: &str) -> String {
         if self.colour { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
     }
@@ -175,7 +181,7 @@ pub fn printable(text: &str) -> String {
 /// `text` on one line, at most `max` characters, made [`printable`]: a longer text keeps its beginning and its
 /// end (where paths, errors and conclusions tend to be) and loses its middle, cut between words when there are
 /// spaces in the part kept (a word is never cut in two unless the part has no space at all).
-fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
     let chars: Vec<char> = one_line.chars().collect();
     if chars.len() <= max {

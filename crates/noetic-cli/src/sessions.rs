@@ -103,12 +103,16 @@ pub fn db_path(args: &StoreArgs, defaults: &Defaults) -> Result<PathBuf, String>
     if let Some(path) = args.db.clone().or_else(|| defaults.db.clone()) {
         return Ok(path);
     }
-    let data = std::env::var_os("XDG_DATA_HOME")
+    let data = data_dir().ok_or("no data directory: set XDG_DATA_HOME or HOME, or give --db FILE (or --no-store)")?;
+    Ok(data.join("noetic").join("noetic.db"))
+}
+
+/// The user's data directory: $XDG_DATA_HOME, else ~/.local/share.
+pub fn data_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_DATA_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
-        .ok_or("no data directory: set XDG_DATA_HOME or HOME, or give --db FILE (or --no-store)")?;
-    Ok(data.join("noetic").join("noetic.db"))
 }
 
 /// The store, unless `--no-store`. A database named by `--db` or noetic.toml in a folder that does not exist is
@@ -301,7 +305,8 @@ fn list(sessions: &[SessionSummary], path: &str) {
     }
 }
 
-fn describe_age(secs: u64) -> String {
+/// An age in seconds, in words (`5 s ago`, `3 min ago`).
+pub fn describe_age(secs: u64) -> String {
     match secs {
         0..60 => format!("{secs} s ago"),
         60..3600 => format!("{} min ago", secs / 60),

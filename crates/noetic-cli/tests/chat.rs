@@ -200,7 +200,7 @@ async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
         driven.send("y");
         // Nobody ever writes the pipe: only /stop ends the command.
         driven.send("/stop");
-        driven.wait_for("■ turn failed");
+        driven.wait_for("■ turn stopped");
         driven.send("Something else, then.");
         driven.wait_for("Second turn answer.");
         driven.wait_for("■ turn done");

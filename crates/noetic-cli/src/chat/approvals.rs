@@ -14,6 +14,7 @@ impl Chat {
         if let Some(grant) = self.always.covering(&pending.request) {
             return self.approve_always(pending, &grant);
         }
+        self.question_asked(&pending.request.call_id);
         if self.approvals.is_empty() {
             self.show_question(&pending);
         }
@@ -23,6 +24,7 @@ impl Chat {
     fn approve_always(&mut self, pending: Pending, grant: &str) {
         let note = format!("approved without asking: you allowed {grant} in this chat");
         self.say(&self.style.dim(&note));
+        self.question_answered(&pending.request.call_id);
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
 
@@ -53,7 +55,8 @@ impl Chat {
 
     /// Declines every call waiting for an answer (nobody is left to give one).
     pub(super) fn reject_waiting(&mut self) {
-        for pending in self.approvals.drain(..) {
+        for pending in std::mem::take(&mut self.approvals) {
+            self.question_answered(&pending.request.call_id);
             let _ = pending.reply.send(approve::declined());
         }
     }
@@ -71,6 +74,7 @@ impl Chat {
             self.say(&self.style.red(&why));
             decision
         });
+        self.question_answered(&pending.request.call_id);
         let _ = pending.reply.send(decision);
         // Questions an "always" answer now covers need no answer.
         let waiting: Vec<Pending> = self.approvals.drain(..).collect();

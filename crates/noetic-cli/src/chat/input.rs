@@ -2,7 +2,7 @@
 //! (steered into the running turn, or the start of a new one).
 
 use std::future::IntoFuture;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use noetic::agent::SteeringMode;
 
@@ -69,6 +69,20 @@ impl Chat {
                 Ok(false) => self.say("there is no unfinished turn"),
                 Err(e) => self.say(&self.style.red(&e.to_string())),
             },
+            "/model" if rest.is_empty() => match &self.model {
+                Some(choice) => self.say(&format!("model: {}", render::printable(&choice.current()))),
+                None => self.say("this chat's model cannot be switched"),
+            },
+            "/model" => match &self.model {
+                Some(choice) => {
+                    choice.choose(rest);
+                    let note = format!("model: {} from the next model call on", render::printable(rest));
+                    self.say(&self.style.dim(&note));
+                }
+                None => self.say("this chat's model cannot be switched"),
+            },
+            "/clear" if running => self.say("a turn is running: /stop it first, then /clear"),
+            "/clear" => return Action::Clear,
             "/ledger" => self.print_ledger(),
             "/status" => self.print_status(running),
             "/help" => self.say(HELP),

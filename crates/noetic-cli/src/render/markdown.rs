@@ -39,11 +39,6 @@ impl Markdown {
         printable(&self.pending)
     }
 
-    /// Whether text is waiting for its line to end.
-    pub fn has_partial(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// Ends the text: its unfinished line rendered (if any); an open fence is closed.
     pub fn finish(&mut self) -> Vec<String> {
         let mut done = Vec::new();
