@@ -122,6 +122,13 @@ impl Terminal {
         }
     }
 
+    /// The pid of the program the pane runs (the child of the pane's shell); `None` once it ended.
+    pub fn program_pid(&self) -> Option<i32> {
+        let shell = self.tmux(&["display-message", "-p", "#{pane_pid}"]).trim().to_owned();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
     /// Waits for the program to end; returns its exit status.
     pub fn exit_status(&self) -> i32 {
         let row = self.wait_for("[exit status ");
