@@ -235,14 +235,28 @@ fn decide_always(
     })
 }
 
-/// Rejects every call: there is no terminal to ask.
-pub fn without_terminal() -> Arc<dyn Approver> {
-    Arc::new(FnApprover(|request: ApprovalRequest| async move {
-        Approval::Reject {
-            reason: format!(
-                "'{}' needs the user's approval and stdin is not a terminal, so nobody can approve it; do without it",
-                visible(&request.tool)
-            ),
+/// The decision for a call nobody can be asked about: stdin is not a terminal.
+pub fn no_terminal(request: &ApprovalRequest) -> Approval {
+    Approval::Reject {
+        reason: format!(
+            "'{}' needs the user's approval and stdin is not a terminal, so nobody can approve it; do without it",
+            visible(&request.tool)
+        ),
+    }
+}
+
+/// Approves the calls an `[[allow]]` of noetic.toml covers and rejects the rest: there is no terminal to ask.
+pub fn without_terminal(allowed: Remembered) -> Arc<dyn Approver> {
+    Arc::new(FnApprover(move |request: ApprovalRequest| {
+        let covered = allowed.configured_covering(&request);
+        async move {
+            match covered {
+                Some(allow) => {
+                    errln!("approved without asking: noetic.toml allows {allow}");
+                    Approval::Approve
+                }
+                None => no_terminal(&request),
+            }
         }
     }))
 }
@@ -265,18 +279,25 @@ pub fn via_channel(tx: mpsc::UnboundedSender<Pending>) -> Arc<dyn Approver> {
 /// rejects without a terminal. A line that is not an answer is steered into the session set in `session` (see
 /// [`decide`]); `a` approves the call and the same call again, `always matching "PATTERN"` the calls the
 /// pattern covers (see [`decide_call`]).
-pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace) -> Arc<dyn Approver> {
+pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace, allowed: Remembered) -> Arc<dyn Approver> {
     if !std::io::stdin().is_terminal() {
-        return without_terminal();
+        return without_terminal(allowed);
     }
-    let always: Arc<Mutex<Remembered>> = Arc::default();
+    let always: Arc<Mutex<Remembered>> = Arc::new(Mutex::new(allowed));
     Arc::new(FnApprover(move |request: ApprovalRequest| {
         let (session, workspace, always) = (session.clone(), workspace.clone(), always.clone());
         async move {
-            let covering = always.lock().ok().and_then(|a| a.covering(&request));
-            if let Some(grant) = covering {
-                errln!("approved without asking: you allowed {grant} in this run");
-                return Approval::Approve;
+            let covering = always.lock().ok().map(|a| (a.configured_covering(&request), a.covering(&request)));
+            match covering {
+                Some((Some(allow), _)) => {
+                    errln!("approved without asking: noetic.toml allows {allow}");
+                    return Approval::Approve;
+                }
+                Some((None, Some(grant))) => {
+                    errln!("approved without asking: you allowed {grant} in this run");
+                    return Approval::Approve;
+                }
+                _ => {}
             }
             let shown = request.clone();
             let asked = tokio::task::spawn_blocking(move || {

@@ -136,7 +136,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         max_rounds: None,
         max_iterations: None,
         steering_mode: args.agent.mode(defaults, None)?,
-        approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
+        approver: Some(approve::via_channel(approval_tx)),
         store: store.as_ref().map(|s| s.shared()),
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
@@ -183,6 +183,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     chat.workspace = Some(workspace.clone());
     chat.model = Some(choice);
     chat.stored = stored;
+    chat.always = crate::remembered::Remembered::configured(&defaults.allow)?;
     let full_screen = terminal && !args.plain && std::io::stdout().is_terminal();
     // At a terminal the screen reads the keys; `_no_lines` keeps the line channel open (and silent) meanwhile.
     let (mut keys, mut lines, _no_lines) = match full_screen.then(|| Screen::open("> ")).flatten() {
@@ -296,6 +297,8 @@ struct Chat {
     style: Style,
     /// Entries of the finished turns.
     ledger: Vec<LedgerEntry>,
+    /// Approvals an `[[allow]]` of noetic.toml gave in the running turn, as ledger entries.
+    allowed: Vec<LedgerEntry>,
     ledger_out: Option<PathBuf>,
     /// The running turn's execution.
     execution: Option<ExecutionId>,
@@ -351,6 +354,7 @@ impl Chat {
             steering,
             style,
             ledger: Vec::new(),
+            allowed: Vec::new(),
             ledger_out,
             execution: None,
             turn_started: None,

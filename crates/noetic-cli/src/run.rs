@@ -125,7 +125,11 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal(steer_to.clone(), workspace)),
+        approver: Some(approve::at_terminal(
+            steer_to.clone(),
+            workspace,
+            crate::remembered::Remembered::configured(&defaults.allow)?,
+        )),
         store: match &args.session {
             Some(_) => {
                 let store_args = crate::sessions::StoreArgs {

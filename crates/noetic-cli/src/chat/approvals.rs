@@ -7,6 +7,13 @@ impl Chat {
     /// Queues a question, showing it when no other is open; declines at once when nobody is left to answer, and
     /// approves at once a call an "always" answer covers (see [`crate::remembered`]).
     pub(super) fn ask(&mut self, pending: Pending) {
+        if let Some(allow) = self.always.configured_covering(&pending.request) {
+            return self.approve_configured(pending, &allow);
+        }
+        if !self.terminal {
+            let _ = pending.reply.send(approve::no_terminal(&pending.request));
+            return;
+        }
         if self.input_closed || self.quitting {
             let _ = pending.reply.send(approve::declined());
             return;
@@ -25,6 +32,23 @@ impl Chat {
         let note = format!("approved without asking: you allowed {grant} in this chat");
         self.say(&self.style.dim(&note));
         self.question_answered(&pending.request.call_id);
+        let _ = pending.reply.send(noetic::tool::Approval::Approve);
+    }
+
+    /// Approves a call an `[[allow]]` of noetic.toml covers, and keeps the decision in the ledger.
+    fn approve_configured(&mut self, pending: Pending, allow: &str) {
+        self.say(&self.style.dim(&format!("approved without asking: noetic.toml allows {allow}")));
+        let request = &pending.request;
+        self.allowed.push(noetic::steering::LedgerEntry {
+            tool_name: Some(request.tool.clone()),
+            tool_args: Some(request.arguments.clone()),
+            rule_id: Some(format!("[[allow]] {allow} of noetic.toml")),
+            guidance: Some("approved without a question".to_owned()),
+            ..noetic::steering::LedgerEntry::new(
+                noetic::steering::LedgerKind::ToolCall,
+                noetic::steering::SteeringAction::Allow,
+            )
+        });
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
 

@@ -146,7 +146,8 @@ impl Chat {
             self.say(&shown);
         }
         if let Some(id) = self.execution.take() {
-            let entries = self.steering.ledger(id);
+            let mut entries = self.steering.ledger(id);
+            entries.append(&mut self.allowed);
             if let Some(path) = &self.ledger_out
                 && let Err(e) = ledger::append(path, &entries)
             {

@@ -10,6 +10,7 @@ impl Chat {
         if let Some(id) = self.execution {
             entries.extend(self.steering.ledger(id));
         }
+        entries.extend(self.allowed.iter().cloned());
         if entries.is_empty() {
             return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
         }

@@ -48,7 +48,7 @@ fn harness() -> Harness {
         max_idle_sessions: None,
     })
     .unwrap();
-    let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);
+    let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, true);
     Harness { chat, model, approvals, _workspace: workspace }
 }
 
