@@ -279,9 +279,8 @@ mod tests {
 
     #[test]
     fn allow_tables_are_read_and_a_bad_pattern_is_an_error_naming_the_table() {
-        let (_dir, path) = write(
-            "[agents.defaults]\nmodel = \"m\"\n\n[[allow]]\ntool = \"run_command\"\nmatches = \"cargo test*\"\n",
-        );
+        let (_dir, path) =
+            write("[agents.defaults]\nmodel = \"m\"\n\n[[allow]]\ntool = \"run_command\"\nmatches = \"cargo test*\"\n");
         let d = load_with(Some(&path), |_| None).unwrap_or_default();
         assert_eq!(d.allow, [AllowToml { tool: "run_command".into(), matches: "cargo test*".into() }]);
         let (_dir, path) = write("[[allow]]\ntool = \"run_command\"\nmatches = \"a[\"\n");

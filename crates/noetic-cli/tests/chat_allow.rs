@@ -54,13 +54,8 @@ async fn an_allow_in_noetic_toml_runs_the_commands_it_covers_without_a_question_
     .await
     .unwrap();
     assert!(out.status.success(), "stderr: {}", out.stderr);
-    let requests: Vec<Value> = server
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.body).unwrap())
-        .collect();
+    let requests: Vec<Value> =
+        server.received_requests().await.unwrap().iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     let results: Vec<String> = requests[1]["messages"]
         .as_array()
         .unwrap()

@@ -88,7 +88,12 @@ async fn a_command_the_chat_started_dies_with_the_chat_even_when_it_is_killed() 
     let seconds = format!("97.{}", std::process::id() % 1000);
     let server = MockServer::start().await;
     let call = tool_calls(&[("call_sleeping_1", "run_command", json!({"command": format!("sleep {seconds}")}))]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(call).up_to_n_times(1).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(call)
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(answer("Slept.")).mount(&server).await;
     let ws = tempfile::tempdir().unwrap();
     let Some(term) = chat(&format!("{}/v1", server.uri()), ws.path()) else { return };

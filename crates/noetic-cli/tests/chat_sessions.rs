@@ -72,14 +72,11 @@ async fn a_reopened_session_shows_the_transcript_of_its_last_turns_and_the_help_
     assert!(!second.contains("Type a message and press Enter."), "no help again:\n{second}");
     assert!(second.contains("type a message; /help lists the commands"), "{second}");
     let lines: Vec<&str> = second.lines().collect();
-    let start = lines.iter().position(|l| l.contains("earlier turn(s) not shown")).unwrap_or_else(|| panic!("{second}"));
+    let start =
+        lines.iter().position(|l| l.contains("earlier turn(s) not shown")).unwrap_or_else(|| panic!("{second}"));
     assert_eq!(
         lines[start..start + 3],
-        [
-            "(1 earlier turn(s) not shown; --history N shows the last N)",
-            "you   two?",
-            "Second answer with `code`.",
-        ],
+        ["(1 earlier turn(s) not shown; --history N shows the last N)", "you   two?", "Second answer with `code`.",],
         "{second}"
     );
     assert!(!second.contains("you   one?"), "only the last turn:\n{second}");
@@ -169,7 +166,10 @@ async fn model_switches_the_model_asked_for_and_clear_starts_a_new_session_witho
     assert!(out.status.success(), "stderr: {}", out.stderr);
     let requests = bodies(&server).await;
     assert_eq!(requests.len(), 2);
-    assert_eq!((requests[0]["model"].as_str(), requests[1]["model"].as_str()), (Some("test-model"), Some("other-model")));
+    assert_eq!(
+        (requests[0]["model"].as_str(), requests[1]["model"].as_str()),
+        (Some("test-model"), Some("other-model"))
+    );
     let said = requests[1]["messages"].to_string();
     assert!(said.contains("what number?") && !said.contains("remember the number 7"), "a new session: {said}");
 }

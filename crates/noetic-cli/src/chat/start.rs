@@ -21,8 +21,7 @@ const PICKER_SIZE: usize = 9;
 /// messages, the model's answers rendered as markdown, tool calls and their results shortened; first a line
 /// saying how many earlier turns are not shown.
 pub fn transcript(style: Style, history: &[Item], turns: usize) -> Vec<String> {
-    let starts: Vec<usize> =
-        history.iter().enumerate().filter(|(_, i)| is_user(i)).map(|(at, _)| at).collect();
+    let starts: Vec<usize> = history.iter().enumerate().filter(|(_, i)| is_user(i)).map(|(at, _)| at).collect();
     let shown = starts.len().min(turns);
     let from = if shown == 0 { history.len() } else { starts[starts.len() - shown] };
     let mut lines = Vec::new();
@@ -146,7 +145,8 @@ mod tests {
 
     #[test]
     fn a_reopened_session_shows_its_last_turns_with_answers_tools_and_a_count_of_the_rest() {
-        let call = ToolCall { id: "call_abcdef123456".into(), name: "list_dir".into(), arguments: "{\"path\":\".\"}".into() };
+        let call =
+            ToolCall { id: "call_abcdef123456".into(), name: "list_dir".into(), arguments: "{\"path\":\".\"}".into() };
         let history = vec![
             Item::user("first question"),
             Item::assistant("first answer"),
