@@ -319,6 +319,8 @@ struct Chat {
     model: Option<model_choice::ModelChoice>,
     /// Sessions are kept in a store (else in memory only).
     stored: bool,
+    /// A `/resume`d turn runs: how many interrupted calls the conversation had before it.
+    resuming: Option<usize>,
     approvals: VecDeque<Pending>,
     /// The last thing printed was streamed text without a newline.
     mid_line: bool,
@@ -366,6 +368,7 @@ impl Chat {
             markdown: render::markdown::Markdown::new(style),
             model: None,
             stored: false,
+            resuming: None,
             approvals: VecDeque::new(),
             mid_line: false,
             streamed: false,
@@ -404,6 +407,7 @@ mod approvals;
 mod events;
 mod input;
 mod model_choice;
+mod resume;
 mod start;
 mod status;
 mod terminal;

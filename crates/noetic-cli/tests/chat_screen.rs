@@ -18,8 +18,12 @@ use wiremock::{Mock, MockServer};
 
 /// `noetic chat` on `base_url` in a terminal, working in `workspace`.
 fn chat(base_url: &str, workspace: &Path) -> Option<Terminal> {
+    chat_with(base_url, workspace, &["--no-store"])
+}
+
+fn chat_with(base_url: &str, workspace: &Path, extra: &[&str]) -> Option<Terminal> {
     let mut cmd = noetic();
-    cmd.args(["chat", "--no-store", "--model", "test-model", "--base-url", base_url, "--workspace"]).arg(workspace);
+    cmd.args(["chat", "--model", "test-model", "--base-url", base_url, "--workspace"]).arg(workspace).args(extra);
     Terminal::start(&cmd)
 }
 
@@ -82,41 +86,48 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Starts a chat whose model asks for `sleep SECONDS`, approves it, waits until it runs, and kills the chat with
+/// SIGKILL; returns the sleep's pid.
+fn kill_the_chat_while_a_command_runs(term: &Terminal, seconds: &str) -> i32 {
+    term.wait_for_input_line(">");
+    term.type_line("Wait a while.");
+    term.wait_for(&format!("approve: run `sleep {seconds}`?"));
+    term.type_line("y");
+    term.wait_until("the status row naming the running call", |rows| {
+        rows.iter().any(|r| status_row(r) && r.contains("run_command [call_s] "))
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sleeping = loop {
+        if let Some(pid) = sleep_pid(seconds) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = rustix::process::Pid::from_raw(term.program_pid().unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    term.wait_for("[exit status 137]");
+    sleeping
+}
+
+/// A model that asks for `sleep SECONDS` once, then answers.
+async fn sleepy_model(seconds: &str) -> MockServer {
+    let server = MockServer::start().await;
+    let call = tool_calls(&[("call_sleeping_1", "run_command", json!({"command": format!("sleep {seconds}")}))]);
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(call).up_to_n_times(1).mount(&server).await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(answer("Resumed.")).mount(&server).await;
+    server
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_the_chat_started_dies_with_the_chat_even_when_it_is_killed() {
     // A duration no other test uses, so the process is this test's.
     let seconds = format!("97.{}", std::process::id() % 1000);
-    let server = MockServer::start().await;
-    let call = tool_calls(&[("call_sleeping_1", "run_command", json!({"command": format!("sleep {seconds}")}))]);
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(call)
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(answer("Slept.")).mount(&server).await;
+    let server = sleepy_model(&seconds).await;
     let ws = tempfile::tempdir().unwrap();
     let Some(term) = chat(&format!("{}/v1", server.uri()), ws.path()) else { return };
     tokio::task::spawn_blocking(move || {
-        term.wait_for_input_line(">");
-        term.type_line("Wait a while.");
-        term.wait_for(&format!("approve: run `sleep {seconds}`?"));
-        term.type_line("y");
-        term.wait_until("the status row naming the running call", |rows| {
-            rows.iter().any(|r| status_row(r) && r.contains("run_command [call_s] "))
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let sleeping = loop {
-            if let Some(pid) = sleep_pid(&seconds) {
-                break pid;
-            }
-            assert!(Instant::now() < deadline, "the command never started");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let chat = term.program_pid().unwrap();
-        let pid = rustix::process::Pid::from_raw(chat).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-        term.wait_for("[exit status 137]");
+        let sleeping = kill_the_chat_while_a_command_runs(&term, &seconds);
         let deadline = Instant::now() + Duration::from_secs(30);
         while alive(sleeping) {
             assert!(Instant::now() < deadline, "sleep {seconds} (pid {sleeping}) outlived the killed chat");
@@ -125,4 +136,37 @@ async fn a_command_the_chat_started_dies_with_the_chat_even_when_it_is_killed() 
     })
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_after_a_killed_chat_says_which_call_was_interrupted() {
+    let seconds = format!("98.{}", std::process::id() % 1000);
+    let server = sleepy_model(&seconds).await;
+    let ws = tempfile::tempdir().unwrap();
+    let db = ws.path().join("sessions.db");
+    let base_url = format!("{}/v1", server.uri());
+    let stored = ["--session", "killed", "--db", db.to_str().unwrap()];
+    let Some(term) = chat_with(&base_url, ws.path(), &stored) else { return };
+    let seconds_killed = seconds.clone();
+    tokio::task::spawn_blocking(move || kill_the_chat_while_a_command_runs(&term, &seconds_killed)).await.unwrap();
+    let mut cmd = noetic();
+    cmd.args(["chat", "--plain", "--model", "test-model", "--base-url", &base_url, "--workspace"])
+        .arg(ws.path())
+        .args(stored);
+    let mut driven = common::Driven::spawn(cmd);
+    let out = tokio::task::spawn_blocking(move || {
+        driven.wait_for("this session has a turn a stopped process left unfinished: /resume finishes it");
+        driven.send("/resume");
+        driven.wait_for("Resumed.");
+        driven.wait_for("■ turn done");
+        driven.wait_for(&format!(
+            "interrupted: run_command [call_s] `sleep {seconds}` was running when the previous process stopped; it \
+             was not run again"
+        ));
+        driven.send("/quit");
+        driven.finish()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", out.stderr);
 }

@@ -155,6 +155,9 @@ impl Chat {
             }
             self.ledger.extend(entries);
         }
+        if let Some(before) = self.resuming.take() {
+            self.say_interrupted(before);
+        }
         self.turn_started = None;
         self.model_call_started = None;
         self.tools.clear();

@@ -25,6 +25,9 @@ impl Chat {
             return Action::Nothing;
         }
         let (command, rest) = text.split_once(' ').map_or((text, ""), |(c, r)| (c, r.trim()));
+        // Counted before a resumed turn can add its own: the chat names only the calls it interrupted.
+        let interrupted_before =
+            if command == "/resume" { super::resume::interrupted(&self.session.history()).len() } else { 0 };
         match command {
             "/quit" | "/exit" => {
                 if running {
@@ -57,6 +60,7 @@ impl Chat {
             "/resume" if !running => match self.session.resume().await {
                 Ok(Some(turn)) => {
                     self.turn_started = Some(Instant::now());
+                    self.resuming = Some(interrupted_before);
                     return Action::Start(turn.into_future());
                 }
                 Ok(None) => self.say("there is no unfinished turn to resume"),
