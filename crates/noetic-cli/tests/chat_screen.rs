@@ -114,7 +114,12 @@ fn kill_the_chat_while_a_command_runs(term: &Terminal, seconds: &str) -> i32 {
 async fn sleepy_model(seconds: &str) -> MockServer {
     let server = MockServer::start().await;
     let call = tool_calls(&[("call_sleeping_1", "run_command", json!({"command": format!("sleep {seconds}")}))]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(call).up_to_n_times(1).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(call)
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
     Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(answer("Resumed.")).mount(&server).await;
     server
 }

@@ -39,5 +39,8 @@ fn no_test_of_the_workspace_says_why_it_skipped_through_captured_output() {
             }
         }
     }
-    assert!(silent.is_empty(), "skips printed through captured output (use writeln!(std::io::stderr(), …)): {silent:?}");
+    assert!(
+        silent.is_empty(),
+        "skips printed through captured output (use writeln!(std::io::stderr(), …)): {silent:?}"
+    );
 }

@@ -141,8 +141,20 @@ mod tests {
     fn the_scripted_path_ends_with_what_the_tool_results_show() {
         let mut history = vec![Item::user("Tidy the workspace.")];
         history.extend(call("c2", "delete_file", "/etc/hosts", "Steering denied: no", true));
-        history.extend(call("c4", "delete_file", "/workspace/tmp/cache.bin", "deleted /workspace/tmp/cache.bin", false));
-        history.extend(call("c5", "write_file", "/workspace/drafts/report.md", "wrote /workspace/drafts/report.md", false));
+        history.extend(call(
+            "c4",
+            "delete_file",
+            "/workspace/tmp/cache.bin",
+            "deleted /workspace/tmp/cache.bin",
+            false,
+        ));
+        history.extend(call(
+            "c5",
+            "write_file",
+            "/workspace/drafts/report.md",
+            "wrote /workspace/drafts/report.md",
+            false,
+        ));
         history.extend(call("c6", "read_file", "/workspace/notes/tokio.md", "contents", false));
         history.extend(call("c7", "read_file", "/workspace/notes/smol.md", SKIPPED_RESULT, true));
         history.extend(call("c8", "read_file", "/workspace/notes/glommio.md", SKIPPED_RESULT, true));
