@@ -65,7 +65,7 @@ impl Markdown {
         if let Some(marker) = fence_marker(trimmed) {
             let language = printable(trimmed[marker.len()..].trim());
             self.fence = Some(marker);
-            return self.style.dim(&format!("  ┌─ {language}").trim_end().to_owned());
+            return self.style.dim(format!("  ┌─ {language}").trim_end());
         }
         let indent = &line[..line.len() - trimmed.len()];
         let indent = " ".repeat(indent.chars().map(|c| if c == '\t' { 4 } else { 1 }).sum());
