@@ -119,8 +119,10 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         args.session = start::pick_session(store).await?;
     }
     let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));
-    if let Some(store) = &store {
-        start::refuse_if_held(store, &name)?;
+    if let Some(store) = store.clone() {
+        // The store's reads block: off the async workers.
+        let key = name.clone();
+        tokio::task::spawn_blocking(move || start::refuse_if_held(&store, &key)).await??;
     }
     let (approval_tx, mut approvals) = mpsc::unbounded_channel();
     let rule_count = rules.len();

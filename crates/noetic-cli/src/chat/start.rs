@@ -73,7 +73,11 @@ pub fn refuse_if_held(store: &Store, key: &str) -> Result<(), String> {
 /// `--resume`: lists the most recent sessions, numbered, and reads the number typed; `None` starts a new session
 /// (an empty line, or no session to offer).
 pub async fn pick_session(store: &Store) -> Result<Option<String>, String> {
-    let mut sessions = store.shared().list().map_err(|e| e.to_string())?;
+    let listed = store.clone();
+    let mut sessions = tokio::task::spawn_blocking(move || listed.shared().list())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     if sessions.is_empty() {
         outln!("no sessions in {} yet: starting a new one", store.describe());
         return Ok(None);
