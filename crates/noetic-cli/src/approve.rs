@@ -8,7 +8,7 @@ use noetic::tool::{Approval, ApprovalRequest, Approver, FnApprover};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::output::{err, errln};
-use crate::remembered::Remembered;
+use crate::remembered::{AllowLog, Remembered, allowed_entry, record};
 use crate::render::{has_hidden, json_has_hidden, visible, visible_json};
 use crate::workspace::Workspace;
 
@@ -245,20 +245,23 @@ pub fn no_terminal(request: &ApprovalRequest) -> Approval {
     }
 }
 
-/// Approves the calls an `[[allow]]` of noetic.toml covers and rejects the rest: there is no terminal to ask.
-pub fn without_terminal(allowed: Remembered) -> Arc<dyn Approver> {
+/// Approves the calls an `[[allow]]` of noetic.toml covers (keeping the decision in `log`) and rejects the rest:
+/// there is no terminal to ask.
+pub fn without_terminal(allowed: Remembered, log: AllowLog) -> Arc<dyn Approver> {
     Arc::new(FnApprover(move |request: ApprovalRequest| {
-        let covered = allowed.configured_covering(&request);
-        async move {
-            match covered {
-                Some(allow) => {
-                    errln!("approved without asking: noetic.toml allows {allow}");
-                    Approval::Approve
-                }
-                None => no_terminal(&request),
-            }
-        }
+        let decision = match allowed.configured_covering(&request) {
+            Some(allow) => approve_configured(&request, &allow, &log),
+            None => no_terminal(&request),
+        };
+        async move { decision }
     }))
+}
+
+/// Approves a call an `[[allow]]` of noetic.toml covers: said on stderr, kept in `log` for the ledger.
+fn approve_configured(request: &ApprovalRequest, allow: &str, log: &AllowLog) -> Approval {
+    errln!("approved without asking: noetic.toml allows {allow}");
+    record(log, allowed_entry(request, allow));
+    Approval::Approve
 }
 
 /// Sends each call to `tx` (the chat loop asks the user) and waits for the answer.
@@ -279,20 +282,22 @@ pub fn via_channel(tx: mpsc::UnboundedSender<Pending>) -> Arc<dyn Approver> {
 /// rejects without a terminal. A line that is not an answer is steered into the session set in `session` (see
 /// [`decide`]); `a` approves the call and the same call again, `always matching "PATTERN"` the calls the
 /// pattern covers (see [`decide_call`]).
-pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace, allowed: Remembered) -> Arc<dyn Approver> {
+pub fn at_terminal(
+    session: Arc<OnceLock<Session>>,
+    workspace: Workspace,
+    allowed: Remembered,
+    log: AllowLog,
+) -> Arc<dyn Approver> {
     if !std::io::stdin().is_terminal() {
-        return without_terminal(allowed);
+        return without_terminal(allowed, log);
     }
     let always: Arc<Mutex<Remembered>> = Arc::new(Mutex::new(allowed));
     Arc::new(FnApprover(move |request: ApprovalRequest| {
-        let (session, workspace, always) = (session.clone(), workspace.clone(), always.clone());
+        let (session, workspace, always, log) = (session.clone(), workspace.clone(), always.clone(), log.clone());
         async move {
             let covering = always.lock().ok().map(|a| (a.configured_covering(&request), a.covering(&request)));
             match covering {
-                Some((Some(allow), _)) => {
-                    errln!("approved without asking: noetic.toml allows {allow}");
-                    return Approval::Approve;
-                }
+                Some((Some(allow), _)) => return approve_configured(&request, &allow, &log),
                 Some((None, Some(grant))) => {
                     errln!("approved without asking: you allowed {grant} in this run");
                     return Approval::Approve;

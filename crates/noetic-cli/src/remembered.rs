@@ -9,7 +9,10 @@
 //!   `$(`, `>`, `<`, a newline) is covered only when the pattern itself has that character: `cargo test*` never
 //!   covers `cargo test && rm -rf ~`.
 
+use std::sync::{Arc, Mutex};
+
 use globset::{GlobBuilder, GlobMatcher};
+use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
 use noetic::tool::ApprovalRequest;
 
 use crate::render::visible;
@@ -27,6 +30,31 @@ enum Grant {
 #[derive(Debug, Clone, Default)]
 pub struct Remembered {
     grants: Vec<Grant>,
+}
+
+/// The ledger entries of the calls an `[[allow]]` of noetic.toml approved, shared by the approver that gave them and
+/// the command that keeps the ledger.
+pub type AllowLog = Arc<Mutex<Vec<LedgerEntry>>>;
+
+/// The ledger entry for `request`, approved without a question by the `[[allow]]` described as `allow`.
+pub fn allowed_entry(request: &ApprovalRequest, allow: &str) -> LedgerEntry {
+    LedgerEntry {
+        tool_name: Some(request.tool.clone()),
+        tool_args: Some(request.arguments.clone()),
+        rule_id: Some(format!("[[allow]] {allow} of noetic.toml")),
+        guidance: Some("approved without a question".to_owned()),
+        ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
+    }
+}
+
+/// Keeps `entry` in `log` (a poisoned log is still written: it only holds entries).
+pub fn record(log: &AllowLog, entry: LedgerEntry) {
+    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
+}
+
+/// Takes the entries `log` holds.
+pub fn take(log: &AllowLog) -> Vec<LedgerEntry> {
+    std::mem::take(&mut *log.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// Characters that chain, substitute or redirect in a shell command.

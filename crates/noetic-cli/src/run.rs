@@ -112,6 +112,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     } else {
         (flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?, None)
     };
+    // What `[[allow]]` approved without a question, for the ledger.
+    let allowed = crate::remembered::AllowLog::default();
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
     let workspace = Workspace::open(&dir)?.with_hard_links(args.hard_links.unwrap_or_default());
@@ -129,6 +131,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             steer_to.clone(),
             workspace,
             crate::remembered::Remembered::configured(&defaults.allow)?,
+            allowed.clone(),
         )),
         store: match &args.session {
             Some(_) => {
@@ -183,7 +186,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         }
     }
     let answer = turn.await;
-    let entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
+    let mut entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
+    entries.extend(crate::remembered::take(&allowed));
     if let Some(path) = &args.ledger_out {
         ledger::append(path, &entries)?;
     }

@@ -1,4 +1,4 @@
-//! `[[allow]]` in noetic.toml: calls a pattern covers run without an approval question in every chat (also one
+//! `[[allow]]` in noetic.toml: calls a pattern covers run without an approval question in every chat and run (also
 //! with no terminal to ask at), the decision is in the ledger, and a chained command is still not covered.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -67,4 +67,32 @@ async fn an_allow_in_noetic_toml_runs_the_commands_it_covers_without_a_question_
     assert!(results[1].contains("stdin is not a terminal"), "the chained command is not covered: {results:?}");
     let kept = std::fs::read_to_string(&ledger).unwrap();
     assert!(kept.contains("[[allow]] run_command matching \\\"echo *\\\" of noetic.toml"), "{kept}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_follows_the_allow_of_noetic_toml_without_a_terminal_and_its_json_ledger_has_the_decision() {
+    let server =
+        server(vec![tool_calls(&[("c1", "run_command", json!({"command": "echo allowed"}))]), answer("Echoed.")]).await;
+    let ws = tempfile::tempdir().unwrap();
+    let config = ws.path().join("noetic.toml");
+    std::fs::write(&config, "[[allow]]\ntool = \"run_command\"\nmatches = \"echo *\"\n").unwrap();
+    let flow = ws.path().join("flow.toml");
+    std::fs::write(&flow, "model = \"test-model\"\ntools = [\"run_command\"]\n").unwrap();
+    let mut cmd = noetic();
+    cmd.arg("run").arg(&flow).args(["--prompt", "Echo.", "--json", "--base-url", &format!("{}/v1", server.uri())]);
+    cmd.arg("--config").arg(&config).arg("--workspace").arg(ws.path());
+    let out = tokio::task::spawn_blocking(move || common::run(&mut cmd)).await.unwrap();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("approved without asking: noetic.toml allows run_command matching \"echo *\""));
+    let lines: Vec<Value> = out.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ledger = lines.iter().find(|l| l["type"] == "ledger").unwrap();
+    let allowed = ledger["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["rule_id"] == "[[allow]] run_command matching \"echo *\" of noetic.toml")
+        .unwrap_or_else(|| panic!("{ledger}"));
+    assert_eq!((allowed["action"].as_str(), allowed["tool_name"].as_str()), (Some("allow"), Some("run_command")));
+    let completed = lines.iter().find(|l| l["type"] == "tool_call_completed").unwrap();
+    assert!(completed["output"].as_str().unwrap().contains("allowed"), "{completed}");
 }

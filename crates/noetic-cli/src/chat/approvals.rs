@@ -38,17 +38,7 @@ impl Chat {
     /// Approves a call an `[[allow]]` of noetic.toml covers, and keeps the decision in the ledger.
     fn approve_configured(&mut self, pending: Pending, allow: &str) {
         self.say(&self.style.dim(&format!("approved without asking: noetic.toml allows {allow}")));
-        let request = &pending.request;
-        self.allowed.push(noetic::steering::LedgerEntry {
-            tool_name: Some(request.tool.clone()),
-            tool_args: Some(request.arguments.clone()),
-            rule_id: Some(format!("[[allow]] {allow} of noetic.toml")),
-            guidance: Some("approved without a question".to_owned()),
-            ..noetic::steering::LedgerEntry::new(
-                noetic::steering::LedgerKind::ToolCall,
-                noetic::steering::SteeringAction::Allow,
-            )
-        });
+        self.allowed.push(crate::remembered::allowed_entry(&pending.request, allow));
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
 
