@@ -65,6 +65,7 @@ async fn the_answer_s_markdown_is_rendered_and_a_spinner_row_shows_the_model_cal
         assert!(!screen.iter().any(|r| status_row(r)), "the status row goes with the turn:\n{}", screen.join("\n"));
         term.press("C-d");
         term.wait_for("this chat was kept in memory only (--no-store): it cannot be continued");
+        eprintln!("captured chat: {}", term.keep_capture("markdown_and_spinner").display());
         assert_eq!(term.exit_status(), 0);
     })
     .await
