@@ -219,6 +219,9 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             event = events.recv() => chat.on_event(event),
             result = async { match turn.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if turn.is_some() => {
                 turn = chat.on_turn_end(result, &mut events).await;
+                if turn.is_none() && std::mem::take(&mut chat.clear_after_turn) {
+                    events = chat.clear(&agent.runtime)?;
+                }
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
             _ = elsewhere.tick(), if stored && turn.is_none() && !chat.quitting => turn = chat.run_queued_elsewhere().await,
@@ -323,6 +326,8 @@ struct Chat {
     stored: bool,
     /// A `/resume`d turn runs: how many interrupted calls the conversation had before it.
     resuming: Option<usize>,
+    /// `/clear` was typed while a turn ran: a new session starts when it ends.
+    clear_after_turn: bool,
     approvals: VecDeque<Pending>,
     /// The last thing printed was streamed text without a newline.
     mid_line: bool,
@@ -371,6 +376,7 @@ impl Chat {
             model: None,
             stored: false,
             resuming: None,
+            clear_after_turn: false,
             approvals: VecDeque::new(),
             mid_line: false,
             streamed: false,

@@ -85,7 +85,11 @@ impl Chat {
                 }
                 None => self.say("this chat's model cannot be switched"),
             },
-            "/clear" if running => self.say("a turn is running: /stop it first, then /clear"),
+            // Typed while the turn ends (its last line may show before it is over) or runs: after it.
+            "/clear" if running => {
+                self.clear_after_turn = true;
+                self.say(&self.style.dim("a new session starts when the running turn ends (/stop ends it now)"));
+            }
             "/clear" => return Action::Clear,
             "/ledger" => self.print_ledger(),
             "/status" => self.print_status(running),
