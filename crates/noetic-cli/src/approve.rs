@@ -8,7 +8,7 @@ use noetic::tool::{Approval, ApprovalRequest, Approver, FnApprover};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::output::{err, errln};
-use crate::remembered::Remembered;
+use crate::remembered::{AllowLog, Remembered, allowed_entry, record};
 use crate::render::{has_hidden, json_has_hidden, visible, visible_json};
 use crate::workspace::Workspace;
 
@@ -235,16 +235,33 @@ fn decide_always(
     })
 }
 
-/// Rejects every call: there is no terminal to ask.
-pub fn without_terminal() -> Arc<dyn Approver> {
-    Arc::new(FnApprover(|request: ApprovalRequest| async move {
-        Approval::Reject {
-            reason: format!(
-                "'{}' needs the user's approval and stdin is not a terminal, so nobody can approve it; do without it",
-                visible(&request.tool)
-            ),
-        }
+/// The decision for a call nobody can be asked about: stdin is not a terminal.
+pub fn no_terminal(request: &ApprovalRequest) -> Approval {
+    Approval::Reject {
+        reason: format!(
+            "'{}' needs the user's approval and stdin is not a terminal, so nobody can approve it; do without it",
+            visible(&request.tool)
+        ),
+    }
+}
+
+/// Approves the calls an `[[allow]]` of noetic.toml covers (keeping the decision in `log`) and rejects the rest:
+/// there is no terminal to ask.
+pub fn without_terminal(allowed: Remembered, log: AllowLog) -> Arc<dyn Approver> {
+    Arc::new(FnApprover(move |request: ApprovalRequest| {
+        let decision = match allowed.configured_covering(&request) {
+            Some(allow) => approve_configured(&request, &allow, &log),
+            None => no_terminal(&request),
+        };
+        async move { decision }
     }))
+}
+
+/// Approves a call an `[[allow]]` of noetic.toml covers: said on stderr, kept in `log` for the ledger.
+fn approve_configured(request: &ApprovalRequest, allow: &str, log: &AllowLog) -> Approval {
+    errln!("approved without asking: noetic.toml allows {allow}");
+    record(log, allowed_entry(request, allow));
+    Approval::Approve
 }
 
 /// Sends each call to `tx` (the chat loop asks the user) and waits for the answer.
@@ -265,18 +282,27 @@ pub fn via_channel(tx: mpsc::UnboundedSender<Pending>) -> Arc<dyn Approver> {
 /// rejects without a terminal. A line that is not an answer is steered into the session set in `session` (see
 /// [`decide`]); `a` approves the call and the same call again, `always matching "PATTERN"` the calls the
 /// pattern covers (see [`decide_call`]).
-pub fn at_terminal(session: Arc<OnceLock<Session>>, workspace: Workspace) -> Arc<dyn Approver> {
+pub fn at_terminal(
+    session: Arc<OnceLock<Session>>,
+    workspace: Workspace,
+    allowed: Remembered,
+    log: AllowLog,
+) -> Arc<dyn Approver> {
     if !std::io::stdin().is_terminal() {
-        return without_terminal();
+        return without_terminal(allowed, log);
     }
-    let always: Arc<Mutex<Remembered>> = Arc::default();
+    let always: Arc<Mutex<Remembered>> = Arc::new(Mutex::new(allowed));
     Arc::new(FnApprover(move |request: ApprovalRequest| {
-        let (session, workspace, always) = (session.clone(), workspace.clone(), always.clone());
+        let (session, workspace, always, log) = (session.clone(), workspace.clone(), always.clone(), log.clone());
         async move {
-            let covering = always.lock().ok().and_then(|a| a.covering(&request));
-            if let Some(grant) = covering {
-                errln!("approved without asking: you allowed {grant} in this run");
-                return Approval::Approve;
+            let covering = always.lock().ok().map(|a| (a.configured_covering(&request), a.covering(&request)));
+            match covering {
+                Some((Some(allow), _)) => return approve_configured(&request, &allow, &log),
+                Some((None, Some(grant))) => {
+                    errln!("approved without asking: you allowed {grant} in this run");
+                    return Approval::Approve;
+                }
+                _ => {}
             }
             let shown = request.clone();
             let asked = tokio::task::spawn_blocking(move || {

@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use noetic::agent::{Session, SteeringMode};
 use noetic::steering::{LedgerEntry, SteeringLayer};
@@ -80,6 +80,12 @@ pub struct ChatArgs {
     /// lists them.
     #[arg(long, value_name = "NAME", conflicts_with = "no_store")]
     session: Option<String>,
+    /// Pick the session to continue from a numbered list of the most recent ones.
+    #[arg(long, conflicts_with_all = ["session", "no_store"])]
+    resume: bool,
+    /// Turns of a continued session shown at the start (its transcript).
+    #[arg(long, value_name = "N", default_value_t = start::DEFAULT_HISTORY)]
+    history: usize,
     #[command(flatten)]
     store: crate::sessions::StoreArgs,
 }
@@ -87,7 +93,7 @@ pub struct ChatArgs {
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
                     as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
-                    /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
+                    /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
                     (exactly these arguments) for the rest of the chat; always matching \"PATTERN\" approves the \
                     tool's calls the glob covers (run_command's command, a file tool's path); n, no or an empty line declines; any other line declines and goes to the \
                     agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \
@@ -102,8 +108,22 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     // `_local_server` lives until the chat ends: dropping it stops a server this chat started.
     let provider::Resolved { model_id, described: provider_name, model, local_server: _local_server } =
         args.model.resolve(defaults, timeout).await?;
+    let choice = model_choice::ModelChoice::new(&model_id);
+    let model = choice.wrap(model);
     let rules = args.agent.rules(defaults)?;
     let terminal = std::io::stdin().is_terminal();
+    let store = crate::sessions::open(&args.store, defaults)?;
+    if args.resume
+        && let Some(store) = &store
+    {
+        args.session = start::pick_session(store).await?;
+    }
+    let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));
+    if let Some(store) = store.clone() {
+        // The store's reads block: off the async workers.
+        let key = name.clone();
+        tokio::task::spawn_blocking(move || start::refuse_if_held(&store, &key)).await??;
+    }
     let (approval_tx, mut approvals) = mpsc::unbounded_channel();
     let rule_count = rules.len();
     let workspace = args.agent.workspace(defaults, None)?;
@@ -118,13 +138,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         max_rounds: None,
         max_iterations: None,
         steering_mode: args.agent.mode(defaults, None)?,
-        approver: Some(if terminal { approve::via_channel(approval_tx) } else { approve::without_terminal() }),
-        store: crate::sessions::open(&args.store, defaults)?.map(|s| s.shared()),
+        approver: Some(approve::via_channel(approval_tx)),
+        store: store.as_ref().map(|s| s.shared()),
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
     })?;
     let stored = agent.runtime.store().is_some();
-    let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));
     let session = agent.runtime.try_session(&name)?;
     let mut events = session.subscribe();
     let style = Style::detect(args.plain);
@@ -136,19 +155,20 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             session.steering_mode().as_str()
         ))
     );
-    outln!("{}", style.dim(HELP));
+    if start::first_start() {
+        outln!("{}", style.dim(HELP));
+    } else {
+        outln!("{}", style.dim("type a message; /help lists the commands"));
+    }
     if stored {
-        let turns = session
-            .history()
-            .iter()
-            .filter(|i| matches!(i, noetic::model::Item::Message { role: noetic::model::Role::User, .. }))
-            .count();
+        for line in start::transcript(style, &session.history(), args.history) {
+            outln!("{line}");
+        }
         outln!(
             "{}",
             style.dim(&format!(
-                "session {} ({} earlier message(s)); continue it later with: noetic chat --session {}",
+                "session {}; continue it later with: noetic chat --session {}",
                 render::visible(&name),
-                turns,
                 render::visible(&name)
             ))
         );
@@ -163,6 +183,9 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     }
     let mut chat = Chat::new(session, agent.steering.clone(), style, args.ledger_out.clone(), terminal);
     chat.workspace = Some(workspace.clone());
+    chat.model = Some(choice);
+    chat.stored = stored;
+    chat.always = crate::remembered::Remembered::configured(&defaults.allow)?;
     let full_screen = terminal && !args.plain && std::io::stdout().is_terminal();
     // At a terminal the screen reads the keys; `_no_lines` keeps the line channel open (and silent) meanwhile.
     let (mut keys, mut lines, _no_lines) = match full_screen.then(|| Screen::open("> ")).flatten() {
@@ -184,6 +207,10 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     // (`noetic sessions steer`) and runs them.
     let mut elsewhere = tokio::time::interval(std::time::Duration::from_secs(1));
     elsewhere.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The status row's spinner, at a terminal while a turn runs.
+    let mut spinner = tokio::time::interval(std::time::Duration::from_millis(100));
+    spinner.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let spins = chat.screen.is_some();
     loop {
         // Biased, events first: what the agent already did is printed before a question or a typed line is
         // handled, so the transcript reads in order.
@@ -192,9 +219,13 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             event = events.recv() => chat.on_event(event),
             result = async { match turn.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if turn.is_some() => {
                 turn = chat.on_turn_end(result, &mut events).await;
+                if turn.is_none() && std::mem::take(&mut chat.clear_after_turn) {
+                    events = chat.clear(&agent.runtime)?;
+                }
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
             _ = elsewhere.tick(), if stored && turn.is_none() && !chat.quitting => turn = chat.run_queued_elsewhere().await,
+            _ = spinner.tick(), if spins && turn.is_some() => chat.show_status(true),
             Some(input) = async { match keys.as_mut() { Some(k) => k.recv().await, None => std::future::pending().await } }, if !chat.quitting => {
                 match chat.on_input(input, turn.is_some()).await {
                     Action::Start(t) => turn = Some(t),
@@ -202,6 +233,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                         chat.quitting = true;
                         chat.reject_waiting();
                     }
+                    Action::Clear => events = chat.clear(&agent.runtime)?,
                     Action::Nothing => {}
                 }
             }
@@ -212,6 +244,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                         chat.quitting = true;
                         chat.reject_waiting();
                     }
+                    Action::Clear => events = chat.clear(&agent.runtime)?,
                     Action::Nothing => {}
                 },
                 None => {
@@ -227,6 +260,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     }
     if let Some(screen) = chat.screen.take() {
         screen.close();
+    }
+    let key = render::visible(chat.session.key());
+    if stored {
+        outln!("{}", style.dim(&format!("session {key} is kept; come back to it with: noetic chat --session {key}")));
+    } else {
+        outln!("{}", style.dim("this chat was kept in memory only (--no-store): it cannot be continued"));
     }
     Ok(())
 }
@@ -248,6 +287,8 @@ fn spawn_stdin_reader() -> mpsc::UnboundedReceiver<String> {
 enum Action {
     Start(TurnFuture),
     Quit,
+    /// `/clear`: go on in a new session.
+    Clear,
     Nothing,
 }
 
@@ -261,12 +302,32 @@ struct Chat {
     style: Style,
     /// Entries of the finished turns.
     ledger: Vec<LedgerEntry>,
+    /// Approvals an `[[allow]]` of noetic.toml gave in the running turn, as ledger entries.
+    allowed: Vec<LedgerEntry>,
     ledger_out: Option<PathBuf>,
     /// The running turn's execution.
     execution: Option<ExecutionId>,
     turn_started: Option<Instant>,
     /// Running tool calls: call id → (tool, start).
     tools: HashMap<String, (String, Instant)>,
+    /// How long each call's approval question waited (left out of the call's time).
+    waits: HashMap<String, timing::Waited>,
+    /// When the running model call started.
+    model_call_started: Option<Instant>,
+    /// Tokens the last model call read and wrote: the conversation's size, for the context meter.
+    context_tokens: Option<u64>,
+    /// The spinner's tick.
+    tick: usize,
+    /// The model's streamed markdown, rendered line by line at a terminal.
+    markdown: render::markdown::Markdown,
+    /// The model id `/model` switches.
+    model: Option<model_choice::ModelChoice>,
+    /// Sessions are kept in a store (else in memory only).
+    stored: bool,
+    /// A `/resume`d turn runs: how many interrupted calls the conversation had before it.
+    resuming: Option<usize>,
+    /// `/clear` was typed while a turn ran: a new session starts when it ends.
+    clear_after_turn: bool,
     approvals: VecDeque<Pending>,
     /// The last thing printed was streamed text without a newline.
     mid_line: bool,
@@ -302,10 +363,20 @@ impl Chat {
             steering,
             style,
             ledger: Vec::new(),
+            allowed: Vec::new(),
             ledger_out,
             execution: None,
             turn_started: None,
             tools: HashMap::new(),
+            waits: HashMap::new(),
+            model_call_started: None,
+            context_tokens: None,
+            tick: 0,
+            markdown: render::markdown::Markdown::new(style),
+            model: None,
+            stored: false,
+            resuming: None,
+            clear_after_turn: false,
             approvals: VecDeque::new(),
             mid_line: false,
             streamed: false,
@@ -343,8 +414,12 @@ impl Chat {
 mod approvals;
 mod events;
 mod input;
+mod model_choice;
+mod resume;
+mod start;
 mod status;
 mod terminal;
+mod timing;
 
 #[cfg(test)]
 mod tests;

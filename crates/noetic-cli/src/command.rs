@@ -1,9 +1,12 @@
 //! Running a shell command for `run_command`: in the workspace, with a time limit and bounded output.
 //!
 //! The async runtime has no process support compiled in, so the command runs on a blocking thread with
-//! `std::process`, polling for its end so that a time limit or a cancelled turn can kill it. Killing stops the
-//! shell process (a single command replaces the shell, so it is the command itself); processes a command line
-//! starts in the background may outlive it, and their output is not waited for more than two seconds.
+//! `std::process`, polling for its end so that a time limit or a cancelled turn can kill it.
+//!
+//! On Unix the command runs in a process group of its own, and nothing it starts outlives it: when it ends (or
+//! times out, or is cancelled) the whole group is killed, background children included. A watcher in the group
+//! holds the read end of a pipe whose write end only this process has; when this process dies, also by
+//! `kill -9`, the pipe closes and the watcher kills the group, so a chat's `sleep 30` dies with the chat.
 
 use std::io::Read;
 use std::path::Path;
@@ -34,8 +37,10 @@ enum Ended {
 /// cancelled).
 pub fn run(command: &str, cwd: &Path, timeout: Duration, stop: &AtomicBool) -> Result<String, String> {
     let mut cmd = shell(command);
-    cmd.current_dir(cwd).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Stdin is the watcher's pipe (the command itself reads /dev/null).
+    cmd.current_dir(cwd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("the command could not start: {e}"))?;
+    let lifeline = child.stdin.take();
     let (tx, rx) = std::sync::mpsc::channel();
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
@@ -66,6 +71,9 @@ pub fn run(command: &str, cwd: &Path, timeout: Duration, stop: &AtomicBool) -> R
         }
         std::thread::sleep(POLL);
     };
+    // The command is over: what it left running goes with it.
+    kill_group(&child);
+    drop(lifeline);
     let mut streams: [Option<(Vec<u8>, usize)>; 2] = [None, None];
     let drain_until = Instant::now() + DRAIN;
     while streams.iter().any(Option::is_none) {
@@ -91,12 +99,31 @@ pub fn run(command: &str, cwd: &Path, timeout: Duration, stop: &AtomicBool) -> R
     }
 }
 
+/// The shell script that runs a command (`$1`) under a watcher: the watcher reads the pipe on stdin (as fd 3)
+/// until it closes, then kills the process group; the command replaces the shell and reads /dev/null.
+#[cfg(unix)]
+const GUARDED: &str = "exec 3<&0; { cat <&3 >/dev/null 2>&1; kill -KILL 0; } </dev/null >/dev/null 2>&1 & exec 3<&-; \
+                       exec sh -c \"$1\" </dev/null";
+
 #[cfg(unix)]
 fn shell(command: &str) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(command);
+    cmd.arg("-c").arg(GUARDED).arg("sh").arg(command).process_group(0);
     cmd
 }
+
+/// Kills the command's process group (what it started in the background too).
+#[cfg(unix)]
+fn kill_group(child: &Child) {
+    let pid = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_group(_child: &Child) {}
 
 #[cfg(not(unix))]
 fn shell(command: &str) -> Command {
@@ -105,8 +132,9 @@ fn shell(command: &str) -> Command {
     cmd
 }
 
-/// Kills the command and reaps it.
+/// Kills the command (and its group) and reaps it.
 fn kill(child: &mut Child) {
+    kill_group(child);
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -175,6 +203,52 @@ mod tests {
         let stop = AtomicBool::new(true);
         let err = run("sleep 30", dir.path(), Duration::from_secs(60), &stop).unwrap_err();
         assert!(err.contains("cancelled"), "{err}");
+    }
+
+    /// Whether `pid` still runs (a zombie nobody reaped does not).
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| stat.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z')))
+            .unwrap_or(false)
+    }
+
+    /// Waits (bounded) until `path` holds a pid.
+    fn pid_in(path: &Path) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()) {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "{} never held a pid", path.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn what_a_command_starts_in_the_background_is_killed_when_it_ends_or_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = AtomicBool::new(false);
+        let out = run("sleep 300 & echo $! > ended.pid", dir.path(), Duration::from_secs(30), &stop).unwrap();
+        assert!(out.starts_with("exit status: 0"), "{out}");
+        let pid = pid_in(&dir.path().join("ended.pid"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(pid) {
+            assert!(Instant::now() < deadline, "the background sleep {pid} outlived its command");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (root, flag) = (dir.path().to_owned(), stop.clone());
+        let running = std::thread::spawn(move || {
+            run("sleep 300 & echo $! > stopped.pid; wait", &root, Duration::from_secs(60), &flag)
+        });
+        let pid = pid_in(&dir.path().join("stopped.pid"));
+        stop.store(true, Ordering::SeqCst);
+        assert!(running.join().unwrap().unwrap_err().contains("cancelled"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(pid) {
+            assert!(Instant::now() < deadline, "the background sleep {pid} outlived the stopped command");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]

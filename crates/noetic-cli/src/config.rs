@@ -13,6 +13,15 @@
 //! timeout = 120                     # seconds: request timeout and idle limit of the provider
 //! ```
 //!
+//! Calls that need approval can be allowed for good, by pattern (see [`crate::remembered`] for what a pattern
+//! matches and why a chained command never is):
+//!
+//! ```toml
+//! [[allow]]
+//! tool = "run_command"
+//! matches = "cargo test*"
+//! ```
+//!
 //! The file is `--config FILE`, else `./noetic.toml` when it exists. Every key is overridden by the environment
 //! variable `NOETIC_AGENTS_DEFAULTS_<KEY>` (e.g. `NOETIC_AGENTS_DEFAULTS_STEERING_MODE=all`), and a command-line
 //! flag overrides both.
@@ -45,6 +54,20 @@ struct File {
     /// MCP servers whose tools join the agent's.
     #[serde(default)]
     mcp_server: Vec<crate::mcp::McpServerToml>,
+    /// Calls that run without an approval question.
+    #[serde(default)]
+    allow: Vec<AllowToml>,
+}
+
+/// An `[[allow]]` table: calls of `tool` whose command (or path) matches the glob `matches` run without an
+/// approval question, in every chat and run that reads this file.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AllowToml {
+    /// The tool (`run_command`, `write_file`, a tool a `require_approval` rule names).
+    pub tool: String,
+    /// The glob (`*` any text, `?` one character).
+    pub matches: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -79,6 +102,9 @@ pub struct Defaults {
     /// The `[[mcp_server]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub mcp_servers: Vec<crate::mcp::McpServerToml>,
+    /// The `[[allow]]` tables of the file (not under `[agents.defaults]`).
+    #[serde(skip)]
+    pub allow: Vec<AllowToml>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
     #[serde(default, deserialize_with = "number_or_text")]
     pub timeout: Option<String>,
@@ -151,7 +177,11 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
             for server in &file.mcp_server {
                 server.config().map_err(|e| format!("{}: {e}", path.display()))?;
             }
-            Defaults { mcp_servers: file.mcp_server, ..file.agents.defaults }
+            for (n, allow) in file.allow.iter().enumerate() {
+                crate::remembered::compile(&allow.matches)
+                    .map_err(|e| format!("{}: [[allow]] number {}: {e}", path.display(), n + 1))?;
+            }
+            Defaults { mcp_servers: file.mcp_server, allow: file.allow, ..file.agents.defaults }
         }
     };
     let var = |key: &str| env(&format!("{ENV_PREFIX}{key}")).filter(|v| !v.trim().is_empty());
@@ -245,6 +275,19 @@ mod tests {
         let (_dir, path) = write("[agents.defaults]\nmodel = \"m\"\nsteering_mod = \"all\"\n");
         let err = load_with(Some(&path), |_| None).err().unwrap_or_default();
         assert!(err.contains("line 3") && err.contains("steering_mod"), "{err}");
+    }
+
+    #[test]
+    fn allow_tables_are_read_and_a_bad_pattern_is_an_error_naming_the_table() {
+        let (_dir, path) =
+            write("[agents.defaults]\nmodel = \"m\"\n\n[[allow]]\ntool = \"run_command\"\nmatches = \"cargo test*\"\n");
+        let d = load_with(Some(&path), |_| None).unwrap_or_default();
+        assert_eq!(d.allow, [AllowToml { tool: "run_command".into(), matches: "cargo test*".into() }]);
+        let (_dir, path) = write("[[allow]]\ntool = \"run_command\"\nmatches = \"a[\"\n");
+        let err = load_with(Some(&path), |_| None).err().unwrap_or_default();
+        assert!(err.contains("[[allow]] number 1: the pattern \"a[\" is not a valid glob"), "{err}");
+        let (_dir, path) = write("[[allow]]\ntool = \"run_command\"\nmatch = \"x\"\n");
+        assert!(load_with(Some(&path), |_| None).err().unwrap_or_default().contains("match"));
     }
 
     #[test]

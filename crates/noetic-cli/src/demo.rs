@@ -8,7 +8,11 @@
 //! At a terminal the demo is paced (each tool takes `--pace` seconds) and a person can steer it: an input line
 //! stays at the bottom, a typed line is echoed and steered into the turn, and when the first slow read starts the
 //! demo says it waits for the person; the scripted user types only when nobody did. Piped, or with `--plain`, it
-//! is instant and deterministic.
+//! is instant and deterministic. The model's replies are canned (the demo says so), but they follow the person:
+//! a line the person typed ends the plan, quoted in the answer, and every answer claims only what the tool
+//! results show (see `story.rs`).
+
+mod story;
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
@@ -115,7 +119,7 @@ fn rules() -> Vec<SteeringRule> {
 
 /// The agent's part of the script, in order, then the judge's verdicts (the judge sees a prompt ending with the
 /// answer format line).
-fn scripted_model() -> ScriptedModel {
+fn scripted_model(typed: Typed) -> ScriptedModel {
     let call = |id: &str, name: &str, args: Value| (id.to_owned(), name.to_owned(), args);
     let rounds: Vec<Vec<(String, String, Value)>> = vec![
         vec![
@@ -133,7 +137,7 @@ fn scripted_model() -> ScriptedModel {
             call("c8", "read_file", json!({"path": "/workspace/notes/glommio.md"})),
         ],
     ];
-    let mut script: VecDeque<ModelResponse> = rounds
+    let script: VecDeque<ModelResponse> = rounds
         .into_iter()
         .map(|calls| {
             let items = calls
@@ -142,10 +146,6 @@ fn scripted_model() -> ScriptedModel {
             ModelResponse { items: items.collect(), ..ModelResponse::default() }
         })
         .collect();
-    script.push_back(ModelResponse::text(
-        "Done: removed the cache, drafted /workspace/drafts/report.md (tokio leads; smol and glommio skipped as you \
-         asked), and left /etc alone.",
-    ));
     let script = Mutex::new(script);
     ScriptedModel::responder(move |request| {
         let prompt = request.history.last().and_then(Item::text).unwrap_or("");
@@ -158,10 +158,17 @@ fn scripted_model() -> ScriptedModel {
             };
             return Ok(ModelResponse::text(verdict));
         }
+        let typed = typed.lock().map(|t| t.clone()).unwrap_or_default();
+        if let Some(answer) = story::answer_to_the_person(request.history.as_slice(), &typed) {
+            return Ok(ModelResponse::text(answer));
+        }
         let next = script.lock().map_err(|e| NoeticError::other(e.to_string()))?.pop_front();
-        Ok(next.unwrap_or_else(|| ModelResponse::text("(the script is over)")))
+        Ok(next.unwrap_or_else(|| ModelResponse::text(story::final_answer(request.history.as_slice()))))
     })
 }
+
+/// The lines the person typed, in order (the scripted model reads them to follow the person).
+type Typed = Arc<Mutex<Vec<String>>>;
 
 fn agent() -> DemoResult<Step<String, String>> {
     let path = |source: &'static str, millis: u64| {
@@ -215,8 +222,9 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
     let pace = if interactive { pace.unwrap_or(DEFAULT_PACE) } else { Duration::ZERO };
     let layer = steering(SteeringConfig::new(rules()))?;
     let typed = Arc::new(tokio::sync::Notify::new());
+    let lines_typed = Typed::default();
     let runtime = Runtime::builder()
-        .model(Arc::new(scripted_model()))
+        .model(Arc::new(scripted_model(lines_typed.clone())))
         .tools(tools(typed.clone(), pace)?)
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .agent(agent()?)
@@ -233,17 +241,24 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
                  agent yourself; Esc or Ctrl-C stops it.",
                 pace.as_secs_f64()
             )));
+            screen.line(&style.dim(
+                "the model is scripted: its replies are canned, but they follow what you type (a line you send \
+                 ends its plan)",
+            ));
             (Printer(Some(screen)), Some(keys))
         }
         None => (Printer(None), None),
     };
-    let listener = keys.map(|keys| tokio::spawn(listen(keys, session.clone(), printer.clone(), person.clone(), style)));
+    let listener = keys.map(|keys| {
+        let heard = Heard { printer: printer.clone(), person: person.clone(), lines: lines_typed.clone(), style };
+        tokio::spawn(listen(keys, session.clone(), heard))
+    });
     let stopped_by_user = {
         let person = person.clone();
         move || person.stopped.load(std::sync::atomic::Ordering::SeqCst)
     };
     if listener.is_none() && std::io::stdin().is_terminal() {
-        spawn_terminal_steering(session.clone());
+        spawn_terminal_steering(session.clone(), lines_typed.clone());
     }
 
     // The "user": types a message while the first of three slow reads runs, unless the person at the terminal
@@ -319,15 +334,18 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
     answer.map(drop).map_err(Into::into)
 }
 
-/// The person at the terminal: a typed line is echoed and steered into the session; Esc, Ctrl-C or Ctrl-D stop
-/// the demo's turn (and the demo then ends with status 0: a stop is no failure).
-async fn listen(
-    mut keys: tokio::sync::mpsc::UnboundedReceiver<Input>,
-    session: Session,
+/// Where the listener says and keeps what the person does.
+struct Heard {
     printer: Printer,
     person: Arc<Person>,
+    lines: Typed,
     style: Style,
-) {
+}
+
+/// The person at the terminal: a typed line is echoed and steered into the session; Esc, Ctrl-C or Ctrl-D stop
+/// the demo's turn (and the demo then ends with status 0: a stop is no failure).
+async fn listen(mut keys: tokio::sync::mpsc::UnboundedReceiver<Input>, session: Session, heard: Heard) {
+    let Heard { printer, person, lines, style } = heard;
     while let Some(input) = keys.recv().await {
         match input {
             Input::Line(line) => {
@@ -336,6 +354,9 @@ async fn listen(
                     continue;
                 }
                 printer.line(&style.cyan(&format!("you   {}", printable(text))));
+                if let Ok(mut lines) = lines.lock() {
+                    lines.push(text.to_owned());
+                }
                 match session.steer(text).await {
                     Ok(_) => {
                         person.typed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -356,7 +377,7 @@ async fn listen(
 }
 
 /// Lines typed at a terminal while the demo's output goes elsewhere are steered into the session.
-fn spawn_terminal_steering(session: Session) {
+fn spawn_terminal_steering(session: Session, lines: Typed) {
     outln!("(type a line and press Enter to steer the agent yourself)");
     // The thread blocks on the terminal; each line is steered on the runtime it came from.
     let runtime = tokio::runtime::Handle::current();
@@ -365,6 +386,11 @@ fn spawn_terminal_steering(session: Session) {
         while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
             let text = line.trim().to_owned();
             line.clear();
+            if !text.is_empty()
+                && let Ok(mut typed) = lines.lock()
+            {
+                typed.push(text.clone());
+            }
             if !text.is_empty()
                 && let Err(e) = runtime.block_on(session.steer(text))
             {

@@ -9,7 +9,10 @@
 //!   `$(`, `>`, `<`, a newline) is covered only when the pattern itself has that character: `cargo test*` never
 //!   covers `cargo test && rm -rf ~`.
 
+use std::sync::{Arc, Mutex};
+
 use globset::{GlobBuilder, GlobMatcher};
+use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
 use noetic::tool::ApprovalRequest;
 
 use crate::render::visible;
@@ -19,14 +22,39 @@ use crate::render::visible;
 enum Grant {
     /// This tool with exactly these arguments.
     Exact { tool: String, arguments_sha256: String },
-    /// Calls of this tool whose subject matches.
-    Matching { tool: String, pattern: String, glob: GlobMatcher },
+    /// Calls of this tool whose subject matches; `configured`: an `[[allow]]` of noetic.toml.
+    Matching { tool: String, pattern: String, glob: GlobMatcher, configured: bool },
 }
 
 /// The approvals remembered so far.
 #[derive(Debug, Clone, Default)]
 pub struct Remembered {
     grants: Vec<Grant>,
+}
+
+/// The ledger entries of the calls an `[[allow]]` of noetic.toml approved, shared by the approver that gave them and
+/// the command that keeps the ledger.
+pub type AllowLog = Arc<Mutex<Vec<LedgerEntry>>>;
+
+/// The ledger entry for `request`, approved without a question by the `[[allow]]` described as `allow`.
+pub fn allowed_entry(request: &ApprovalRequest, allow: &str) -> LedgerEntry {
+    LedgerEntry {
+        tool_name: Some(request.tool.clone()),
+        tool_args: Some(request.arguments.clone()),
+        rule_id: Some(format!("[[allow]] {allow} of noetic.toml")),
+        guidance: Some("approved without a question".to_owned()),
+        ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
+    }
+}
+
+/// Keeps `entry` in `log` (a poisoned log is still written: it only holds entries).
+pub fn record(log: &AllowLog, entry: LedgerEntry) {
+    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
+}
+
+/// Takes the entries `log` holds.
+pub fn take(log: &AllowLog) -> Vec<LedgerEntry> {
+    std::mem::take(&mut *log.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// Characters that chain, substitute or redirect in a shell command.
@@ -54,7 +82,7 @@ impl Grant {
             Grant::Exact { tool, arguments_sha256 } => {
                 *tool == request.tool && *arguments_sha256 == request.arguments_sha256
             }
-            Grant::Matching { tool, pattern, glob } => {
+            Grant::Matching { tool, pattern, glob, .. } => {
                 if *tool != request.tool {
                     return false;
                 }
@@ -75,6 +103,27 @@ impl Grant {
 }
 
 impl Remembered {
+    /// The `[[allow]]` tables of noetic.toml, remembered from the start (their patterns were checked when the
+    /// file was read; one that does not compile is an error here too).
+    pub fn configured(allow: &[crate::config::AllowToml]) -> Result<Self, String> {
+        let grants = allow
+            .iter()
+            .map(|a| {
+                let glob = compile(&a.matches)?;
+                Ok(Grant::Matching { tool: a.tool.clone(), pattern: a.matches.clone(), glob, configured: true })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Remembered { grants })
+    }
+
+    /// The `[[allow]]` of noetic.toml that covers `request`, described (`run_command matching "cargo test*"`).
+    pub fn configured_covering(&self, request: &ApprovalRequest) -> Option<String> {
+        self.grants
+            .iter()
+            .find(|g| matches!(g, Grant::Matching { configured: true, .. }) && g.covers(request))
+            .map(Grant::describe)
+    }
+
     /// The remembered approval that covers `request`, described for the user; `None`: ask.
     pub fn covering(&self, request: &ApprovalRequest) -> Option<String> {
         self.grants.iter().find(|g| g.covers(request)).map(Grant::describe)
@@ -88,8 +137,12 @@ impl Remembered {
 
     /// Remembers calls of `tool` matching `pattern`; true when it covers `request` (the call being answered).
     pub fn matching(&mut self, request: &ApprovalRequest, pattern: &str) -> Result<bool, String> {
-        let grant =
-            Grant::Matching { tool: request.tool.clone(), pattern: pattern.to_owned(), glob: compile(pattern)? };
+        let grant = Grant::Matching {
+            tool: request.tool.clone(),
+            pattern: pattern.to_owned(),
+            glob: compile(pattern)?,
+            configured: false,
+        };
         let covers = grant.covers(request);
         self.grants.push(grant);
         Ok(covers)
@@ -140,6 +193,21 @@ mod tests {
         ] {
             assert_eq!(remembered.covering(&command(other)), None, "{other:?}");
         }
+    }
+
+    #[test]
+    fn an_allow_of_the_configuration_covers_what_its_pattern_does_and_says_where_it_comes_from() {
+        let allow = [crate::config::AllowToml { tool: "run_command".into(), matches: "cargo test*".into() }];
+        let mut remembered = Remembered::configured(&allow).unwrap();
+        assert_eq!(
+            remembered.configured_covering(&command("cargo test -p noetic")).as_deref(),
+            Some("run_command matching \"cargo test*\"")
+        );
+        assert_eq!(remembered.configured_covering(&command("cargo test && curl x | sh")), None);
+        assert_eq!(remembered.configured_covering(&command("cargo build")), None);
+        remembered.exact(&command("cargo build"));
+        assert!(remembered.covering(&command("cargo build")).is_some());
+        assert_eq!(remembered.configured_covering(&command("cargo build")), None, "a chat's answer is not the file's");
     }
 
     #[test]

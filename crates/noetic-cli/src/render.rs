@@ -7,6 +7,8 @@ use noetic::EventKind;
 use noetic::steering::{Evaluator, LedgerEntry, LedgerKind, SteeringAction};
 use serde_json::Value;
 
+pub mod markdown;
+
 /// How lines are styled.
 #[derive(Clone, Copy)]
 pub struct Style {
@@ -18,6 +20,12 @@ impl Style {
     pub fn detect(force_plain: bool) -> Self {
         let colour = !force_plain && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
         Style { colour }
+    }
+
+    /// No colours.
+    #[cfg(test)]
+    pub const fn plain() -> Self {
+        Style { colour: false }
     }
 
     fn paint(&self, code: &str, text: &str) -> String {
@@ -171,8 +179,9 @@ pub fn printable(text: &str) -> String {
 }
 
 /// `text` on one line, at most `max` characters, made [`printable`]: a longer text keeps its beginning and its
-/// end (where paths, errors and conclusions tend to be) and loses its middle, cut at spaces when there are some.
-fn shorten(text: &str, max: usize) -> String {
+/// end (where paths, errors and conclusions tend to be) and loses its middle, cut between words when there are
+/// spaces in the part kept (a word is never cut in two unless the part has no space at all).
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
     let chars: Vec<char> = one_line.chars().collect();
     if chars.len() <= max {
@@ -182,21 +191,40 @@ fn shorten(text: &str, max: usize) -> String {
     let (head_len, tail_len) = (keep - keep / 3, keep / 3);
     let mut head: String = chars[..head_len].iter().collect();
     let mut tail: String = chars[chars.len() - tail_len..].iter().collect();
-    // Whole words where that costs at most a fifth of each part.
-    if let Some(cut) = head.rfind(' ').filter(|&i| i >= head.len() * 4 / 5) {
+    // Cut where a word ends (the head) or starts (the tail), unless the text there already is a word boundary.
+    if chars[head_len] != ' '
+        && let Some(cut) = head.rfind(' ')
+    {
         head.truncate(cut);
     }
-    if let Some(cut) = tail.find(' ').filter(|&i| i <= tail.len() / 5) {
+    if chars[chars.len() - tail_len - 1] != ' '
+        && let Some(cut) = tail.find(' ')
+    {
         tail = tail[cut + 1..].to_owned();
     }
-    format!("{}…{}", printable(&head), printable(&tail))
+    format!("{}…{}", printable(head.trim_end()), printable(tail.trim_start()))
 }
+
+/// A call id as the transcript shows it: its first 6 characters, enough to tell the calls of a turn apart (the
+/// provider's ids are often 30 characters or more); `--json` keeps the whole id.
+pub fn short_id(call_id: &str) -> String {
+    printable(&call_id.chars().take(6).collect::<String>())
+}
+
+/// How much of a tool's output a transcript line shows; an error gets more room, it says what to do.
+const OUTPUT_SHOWN: usize = 90;
+const ERROR_SHOWN: usize = 240;
 
 /// The line for an event, or `None` for events not worth a line.
 pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
     Some(match kind {
         EventKind::TurnStarted { session, turn } => style.bold(&format!("▶ turn {turn} of session '{session}'")),
         EventKind::TurnCompleted { duration, .. } => style.bold(&format!("■ turn done in {} ms", duration.as_millis())),
+        // A stop is the user's doing (Esc, /stop, Ctrl-C): said as such, not as a failure.
+        EventKind::TurnFailed { error: noetic::NoeticError::Cancelled { reason }, .. } => {
+            let why = reason.as_deref().map(|r| format!(" ({})", printable(r))).unwrap_or_default();
+            style.yellow(&format!("■ turn stopped{why}"))
+        }
         EventKind::TurnFailed { error, .. } => style.red(&format!("■ turn failed: {}", printable(&error.to_string()))),
         EventKind::StepStarted { step_id, kind } if kind.as_str() == "fork" => {
             style.cyan(&format!("  fork  {step_id}: paths start"))
@@ -211,14 +239,15 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
             style.dim(&format!("  model answered with {tool_calls} tool call(s)"))
         }
         EventKind::ToolCallStarted { call_id, tool, .. } => {
-            format!("  tool  {} [{}] …", printable(tool), printable(call_id))
+            format!("  tool  {} [{}] …", printable(tool), short_id(call_id))
         }
         EventKind::ToolCallCompleted { call_id, tool, is_error, output, .. } => {
-            let line = format!("  tool  {} [{}] → {}", printable(tool), printable(call_id), shorten(output, 90));
+            let room = if *is_error { ERROR_SHOWN } else { OUTPUT_SHOWN };
+            let line = format!("  tool  {} [{}] → {}", printable(tool), short_id(call_id), shorten(output, room));
             if *is_error { style.yellow(&line) } else { style.green(&line) }
         }
         EventKind::SteeringDenied { call_id, tool, layers, action, error } => {
-            let (tool, call_id) = (printable(tool), printable(call_id));
+            let (tool, call_id) = (printable(tool), short_id(call_id));
             let guidance = match error {
                 noetic::NoeticError::SteeringDenied { guidance: Some(g) } => format!(": {}", shorten(g, 200)),
                 _ => String::new(),
@@ -237,7 +266,7 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::SteeringQueued { .. } => style.cyan("  steer message queued"),
         EventKind::SteeringRejected { reason, .. } => style.red(&format!("  steer refused: {}", printable(reason))),
         EventKind::ToolSkipped { call_id, .. } => {
-            style.yellow(&format!("  skip  [{}] (a user message is waiting)", printable(call_id)))
+            style.yellow(&format!("  skip  [{}] (a user message is waiting)", short_id(call_id)))
         }
         EventKind::SteeringInjected { count, .. } => {
             style.cyan(&format!("  steer {count} message(s) handed to the model"))
@@ -315,99 +344,4 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use std::time::SystemTime;
-
-    use serde_json::json;
-
-    use super::*;
-
-    const PLAIN: Style = Style { colour: false };
-
-    #[test]
-    fn tool_output_in_the_transcript_cannot_emit_escape_sequences() {
-        let kind = EventKind::ToolCallCompleted {
-            step_id: "assistant".into(),
-            call_id: "c1\u{1b}[2K".into(),
-            tool: "read_file".into(),
-            is_error: false,
-            output: "fine\r\u{1b}]0;owned\u{7}\u{202e}".into(),
-            error_kind: None,
-        };
-        assert_eq!(
-            event_line(&PLAIN, &kind).unwrap(),
-            "  tool  read_file [c1\\u001b[2K] → fine\\r\\u001b]0;owned\\u0007\\u202e"
-        );
-    }
-
-    #[test]
-    fn a_long_text_keeps_its_beginning_and_its_end_and_loses_its_middle_at_word_boundaries() {
-        let text = "needs the user's approval and stdin is not a terminal, so the call of run_command was rejected";
-        let short = shorten(text, 60);
-        assert!(short.chars().count() <= 60, "{short}");
-        assert!(short.starts_with("needs the user's approval"), "{short}");
-        assert!(short.ends_with("was rejected"), "the end survives: {short}");
-        assert!(short.contains('…'));
-        assert_eq!(shorten("short enough", 60), "short enough");
-        // No spaces at all: cut inside, still both ends.
-        let path = "/a/".repeat(40) + "target.txt";
-        let short = shorten(&path, 30);
-        assert!(short.starts_with("/a/") && short.ends_with("txt") && short.chars().count() <= 30, "{short}");
-    }
-
-    #[test]
-    fn a_guided_tool_call_is_printed_as_guidance_and_a_denied_one_as_denied() {
-        let event = |action| EventKind::SteeringDenied {
-            call_id: "w1".into(),
-            tool: "write_file".into(),
-            layers: vec!["steering".into()],
-            action,
-            error: noetic::NoeticError::SteeringDenied { guidance: Some("keep notes short".into()) },
-        };
-        assert_eq!(
-            event_line(&PLAIN, &event(SteeringAction::Guide)).unwrap(),
-            "  rule  guided write_file [w1] (layer steering): keep notes short"
-        );
-        assert_eq!(
-            event_line(&PLAIN, &event(SteeringAction::Deny)).unwrap(),
-            "  rule  denied write_file [w1] (layer steering): keep notes short"
-        );
-    }
-
-    #[test]
-    fn model_written_guidance_in_the_transcript_is_escaped() {
-        let kind = EventKind::ModelResponseSteered {
-            step_id: "assistant".into(),
-            action: SteeringAction::Guide,
-            guidance: Some("be brief\u{1b}[8m hidden".into()),
-        };
-        assert_eq!(
-            event_line(&PLAIN, &kind).unwrap(),
-            "  rule  Guide on the model's response: be brief\\u001b[8m hidden"
-        );
-    }
-
-    #[test]
-    fn tool_arguments_in_a_ledger_line_are_escaped() {
-        let entry = LedgerEntry {
-            timestamp: SystemTime::UNIX_EPOCH,
-            tool_name: Some("run_command".into()),
-            tool_args: Some(json!({"command": "ls\r\u{1b}[2Krm x\u{202e}"})),
-            ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
-        };
-        assert_eq!(
-            ledger_line(&PLAIN, &entry),
-            "  ALLOW   tool run_command {\"command\":\"ls\\r\\u001b[2Krm x\\u202e\"} (no rule objected)"
-        );
-    }
-
-    #[test]
-    fn transcript_text_keeps_its_lines_tabs_and_backslashes_but_not_controls_or_bidi() {
-        assert_eq!(
-            printable("a\tb\nc\\n\r\u{1b}[31m\u{85}\u{2067}👨\u{200d}👩"),
-            "a\tb\nc\\n\\r\\u001b[31m\\u0085\\u2067👨\u{200d}👩"
-        );
-    }
-}
+mod tests;

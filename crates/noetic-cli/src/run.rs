@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// The session database for --session (default: as for chat).
     #[arg(long, value_name = "FILE", requires = "session")]
     db: Option<std::path::PathBuf>,
+    /// Write nothing: the session, also one named by --session, lives in memory for this run only (a run without
+    /// --session is never kept).
+    #[arg(long, conflicts_with = "db")]
+    no_store: bool,
 }
 
 /// Runs the workflow once.
@@ -108,6 +112,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     } else {
         (flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?, None)
     };
+    // What `[[allow]]` approved without a question, for the ledger.
+    let allowed = crate::remembered::AllowLog::default();
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
     let workspace = Workspace::open(&dir)?.with_hard_links(args.hard_links.unwrap_or_default());
@@ -121,11 +127,19 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         max_rounds: flow.max_rounds,
         max_iterations: flow.max_iterations,
         steering_mode: flow.steering_mode.map_or_else(|| crate::config::steering_mode(defaults), Ok)?,
-        approver: Some(approve::at_terminal(steer_to.clone(), workspace)),
+        approver: Some(approve::at_terminal(
+            steer_to.clone(),
+            workspace,
+            crate::remembered::Remembered::configured(&defaults.allow)?,
+            allowed.clone(),
+        )),
         store: match &args.session {
             Some(_) => {
-                let store_args =
-                    crate::sessions::StoreArgs { db: args.db.clone(), ..crate::sessions::StoreArgs::default() };
+                let store_args = crate::sessions::StoreArgs {
+                    db: args.db.clone(),
+                    no_store: args.no_store,
+                    ..crate::sessions::StoreArgs::default()
+                };
                 crate::sessions::open(&store_args, defaults)?.map(|s| s.shared())
             }
             None => None,
@@ -172,7 +186,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         }
     }
     let answer = turn.await;
-    let entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
+    let mut entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
+    entries.extend(crate::remembered::take(&allowed));
     if let Some(path) = &args.ledger_out {
         ledger::append(path, &entries)?;
     }

@@ -33,8 +33,10 @@ pub enum Input {
 struct Bottom {
     /// Streamed text of a line not finished yet (already made printable).
     partial: String,
-    /// The partial line is drawn on the row above the input line.
-    partial_drawn: bool,
+    /// Rows drawn above the input line (the partial line, the status row).
+    rows_above: usize,
+    /// What runs now (a spinner and its time), drawn on the row above the input line while set.
+    status: Option<String>,
     prompt: String,
     input: Vec<char>,
     /// Cursor position in `input`.
@@ -84,7 +86,8 @@ impl Screen {
         let screen = Screen {
             bottom: Arc::new(Mutex::new(Bottom {
                 partial: String::new(),
-                partial_drawn: false,
+                rows_above: 0,
+                status: None,
                 prompt: prompt.to_owned(),
                 input: Vec::new(),
                 cursor: 0,
@@ -116,7 +119,8 @@ impl Screen {
         Screen {
             bottom: Arc::new(Mutex::new(Bottom {
                 partial: String::new(),
-                partial_drawn: false,
+                rows_above: 0,
+                status: None,
                 prompt: "> ".into(),
                 input: Vec::new(),
                 cursor: 0,
@@ -141,22 +145,50 @@ impl Screen {
         self.with(|b| {
             let mut text = raw_lines(text);
             text.push_str("\r\n");
-            b.print_above(&text, true);
+            b.print_above(&text);
         });
     }
 
-    /// Ends the streamed line being written (the answer it belongs to is over): it scrolls up as it is.
-    pub fn end_stream(&self) {
+    /// Prints rendered lines that replace the streamed text written so far, and makes `partial` (printable) the
+    /// unfinished streamed line; a partial line wider than the terminal shows its end.
+    pub fn stream_rendered(&self, lines: &[String], partial: &str) {
         self.with(|b| {
-            if !b.partial.is_empty() {
-                b.print_above("\n", false);
+            b.erase();
+            b.partial.clear();
+            let mut text = String::new();
+            for line in lines {
+                text.push_str(&raw_lines(line));
+                text.push_str("\r\n");
+            }
+            let width = b.columns.saturating_sub(2).max(1);
+            let cells = UnicodeWidthStr::width(partial);
+            b.partial = if cells <= width {
+                partial.replace(['\r', '\n'], "")
+            } else {
+                let mut start = partial.len();
+                let mut used = 0;
+                for (i, c) in partial.char_indices().rev() {
+                    if used + self::cells(c) > width.saturating_sub(1) {
+                        break;
+                    }
+                    used += self::cells(c);
+                    start = i;
+                }
+                format!("…{}", &partial[start..])
+            };
+            out!("{}", if b.raw { text } else { text.replace("\r\n", "\n") });
+            b.draw();
+        });
+    }
+
+    /// Sets (or with `None` removes) the status row above the input line: what runs and for how long.
+    pub fn set_status(&self, status: Option<String>) {
+        self.with(|b| {
+            if b.status != status {
+                b.status = status;
+                b.redraw();
             }
         });
-    }
-
-    /// Adds streamed text (already printable) to the line being written; finished lines scroll up.
-    pub fn stream(&self, text: &str) {
-        self.with(|b| b.print_above(&text.replace('\r', ""), false));
     }
 
     /// Sets the prompt before the input line (for example when a question waits for an answer).
@@ -241,9 +273,9 @@ impl Bottom {
         if !self.raw {
             return;
         }
-        let up = if self.partial_drawn { "\x1b[1A" } else { "" };
+        let up = if self.rows_above > 0 { format!("\x1b[{}A", self.rows_above) } else { String::new() };
         out!("\r{up}\x1b[J");
-        self.partial_drawn = false;
+        self.rows_above = 0;
     }
 
     /// Draws the partial line (if any) and the input line, the cursor where the user types.
@@ -255,7 +287,13 @@ impl Bottom {
         if !self.partial.is_empty() {
             text.push_str(&self.partial);
             text.push_str("\r\n");
-            self.partial_drawn = true;
+            self.rows_above += 1;
+        }
+        if let Some(status) = &self.status {
+            let fits = fitting(status, self.columns.saturating_sub(1));
+            text.push_str(&status[..fits]);
+            text.push_str("\r\n");
+            self.rows_above += 1;
         }
         // A line longer than the terminal scrolls sideways so the cursor stays visible.
         let prompt = UnicodeWidthStr::width(self.prompt.as_str());
@@ -288,38 +326,14 @@ impl Bottom {
         self.draw();
     }
 
-    /// Writes text above the bottom rows: `finished` text ends the partial line first; streamed text joins it
-    /// and scrolls up whatever lines it completes (a line as wide as the terminal counts as complete).
-    fn print_above(&mut self, text: &str, finished: bool) {
+    /// Writes finished text above the bottom rows (the partial line stays below it).
+    fn print_above(&mut self, text: &str) {
         if !self.raw {
-            out!("{}", if finished { text.replace("\r\n", "\n") } else { text.to_owned() });
+            out!("{}", text.replace("\r\n", "\n"));
             return;
         }
         self.erase();
-        let mut done = String::new();
-        if finished {
-            done.push_str(text);
-        } else {
-            self.partial.push_str(text);
-            let width = self.columns.saturating_sub(1).max(1);
-            loop {
-                let line_end = self.partial.find('\n').unwrap_or(self.partial.len());
-                let fits = fitting(&self.partial[..line_end], width);
-                let (end, next) = if fits < line_end {
-                    // At least one character a row, however wide.
-                    let end = if fits == 0 { self.partial.chars().next().map_or(0, char::len_utf8) } else { fits };
-                    (end, end)
-                } else if line_end < self.partial.len() {
-                    (line_end, line_end + 1)
-                } else {
-                    break;
-                };
-                done.push_str(&self.partial[..end]);
-                done.push_str("\r\n");
-                self.partial = self.partial[next..].to_owned();
-            }
-        }
-        out!("{done}");
+        out!("{text}");
         self.draw();
     }
 
@@ -439,12 +453,12 @@ mod tests {
     fn a_line_printed_mid_stream_goes_above_the_streamed_line_which_stays_whole_until_the_stream_ends() {
         let screen = Screen::detached(40);
         screen.with(|b| b.raw = true);
-        screen.stream("To write hello");
+        screen.stream_rendered(&[], "To write hello");
         screen.line("you   actually, call it greeting.txt");
-        screen.stream(" world");
+        screen.stream_rendered(&[], "To write hello world");
         let partial = screen.with(|b| b.partial.clone());
         assert_eq!(partial, "To write hello world");
-        screen.end_stream();
+        screen.stream_rendered(&["To write hello world.".to_owned()], "");
         let partial = screen.with(|b| {
             b.raw = false;
             b.partial.clone()
@@ -453,34 +467,32 @@ mod tests {
     }
 
     #[test]
-    fn wide_characters_count_as_two_cells_when_a_streamed_line_is_cut() {
+    fn a_streamed_line_wider_than_the_terminal_shows_its_end_counting_wide_characters_as_two_cells() {
         let screen = Screen::detached(10);
         screen.with(|b| b.raw = true);
-        screen.stream("日本語のテキスト");
+        screen.stream_rendered(&[], "日本語のテキスト");
+        let partial = screen.with(|b| b.partial.clone());
+        assert_eq!(partial, "…キスト", "three wide characters (6 cells) and the ellipsis fit in 8 cells");
+        screen.stream_rendered(&[], "abcdefghijklmnop");
         let partial = screen.with(|b| {
             b.raw = false;
             b.partial.clone()
         });
-        assert_eq!(partial, "テキスト", "four wide characters (8 cells of 9) went up as a line");
+        assert_eq!(partial, "…jklmnop");
     }
 
     #[test]
-    fn streamed_text_keeps_its_unfinished_line_shorter_than_the_terminal() {
-        let screen = Screen::detached(10);
+    fn the_status_row_is_drawn_above_the_input_line_and_removed_with_none() {
+        let screen = Screen::detached(40);
         screen.with(|b| b.raw = true);
-        screen.stream("one two three four\nfive");
-        let partial = screen.with(|b| {
+        screen.set_status(Some("⠋ run_command [c1] 1.2 s".to_owned()));
+        screen.stream_rendered(&[], "partial");
+        assert_eq!(screen.with(|b| b.rows_above), 2, "the partial line and the status row");
+        screen.set_status(None);
+        let rows = screen.with(|b| {
             b.raw = false;
-            b.partial.clone()
+            b.rows_above
         });
-        assert_eq!(partial, "five");
-        let screen = Screen::detached(10);
-        screen.with(|b| b.raw = true);
-        screen.stream("abcdefghijklmnop");
-        let partial = screen.with(|b| {
-            b.raw = false;
-            b.partial.clone()
-        });
-        assert_eq!(partial, "jklmnop", "nine characters (one less than the width) went up as a line");
+        assert_eq!(rows, 1);
     }
 }

@@ -103,21 +103,47 @@ pub fn db_path(args: &StoreArgs, defaults: &Defaults) -> Result<PathBuf, String>
     if let Some(path) = args.db.clone().or_else(|| defaults.db.clone()) {
         return Ok(path);
     }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
-        .ok_or("no data directory: set XDG_DATA_HOME or HOME, or give --db FILE (or --no-store)")?;
+    let data = data_dir().ok_or("no data directory: set XDG_DATA_HOME or HOME, or give --db FILE (or --no-store)")?;
     Ok(data.join("noetic").join("noetic.db"))
 }
 
-/// The store, unless `--no-store`.
+/// The user's data directory: $XDG_DATA_HOME, else ~/.local/share.
+pub fn data_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
+}
+
+/// The store, unless `--no-store`. A database named by `--db` or noetic.toml in a folder that does not exist is
+/// an error: a typo must not quietly start a new, empty database (only the default folder is created).
 pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, String> {
     if args.no_store {
         return Ok(None);
     }
     let path = db_path(args, defaults)?;
+    if args.db.is_some() || defaults.db.is_some() {
+        named_folder_exists(&path)?;
+    }
     open_at(&path, args.lease).map(Some).map_err(|e| e.to_string())
+}
+
+/// Whether the folder of a named SQLite database exists (a PostgreSQL URL has none); the error says what to do.
+pub fn named_folder_exists(path: &std::path::Path) -> Result<(), String> {
+    if is_postgres(path) {
+        return Ok(());
+    }
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if folder.is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "the session database {} is in a folder that does not exist ({}); check the path, or create the folder \
+         (mkdir -p {}) to start a new database there",
+        path.display(),
+        folder.display(),
+        folder.display()
+    ))
 }
 
 /// A fresh session name: the command, the time (UTC) and a random suffix (`chat-20261124-093015-k3x9`).
@@ -175,6 +201,9 @@ enum SessionsCommand {
 pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let path = db_path(&StoreArgs { db: args.db, ..StoreArgs::default() }, defaults)?;
     let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
+    if writes {
+        named_folder_exists(&path)?;
+    }
     if !is_postgres(&path) && !path.exists() && !writes {
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
@@ -249,9 +278,10 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
     Ok(())
 }
 
-/// One transcript line, with model-written text escaped.
+/// One transcript entry, with model-written text made printable: its line breaks are real (indented under the
+/// entry's first line), controls and escape codes are shown escaped.
 fn transcript_line(item: &Item) -> String {
-    render::visible(&item.to_string())
+    render::printable(&item.to_string()).replace('\n', "\n    ")
 }
 
 fn list(sessions: &[SessionSummary], path: &str) {
@@ -275,7 +305,8 @@ fn list(sessions: &[SessionSummary], path: &str) {
     }
 }
 
-fn describe_age(secs: u64) -> String {
+/// An age in seconds, in words (`5 s ago`, `3 min ago`).
+pub fn describe_age(secs: u64) -> String {
     match secs {
         0..60 => format!("{secs} s ago"),
         60..3600 => format!("{} min ago", secs / 60),

@@ -117,8 +117,9 @@ async fn the_turn_line_shows_the_cost_the_streamed_answer_reported_and_no_cost_w
         (priced, unpriced)
     })
     .await;
-    assert!(priced.ends_with("· 10 tokens in, 5 out, $0.0012"), "{priced}");
-    assert!(unpriced.ends_with("· 10 tokens in, 5 out"), "no made-up cost: {unpriced}");
+    // The context meter: what the last model call read and wrote is what the next one starts from.
+    assert!(priced.ends_with("· 10 tokens in, 5 out, $0.0012 · context 15 tokens"), "{priced}");
+    assert!(unpriced.ends_with("· 10 tokens in, 5 out · context 15 tokens"), "no made-up cost: {unpriced}");
 }
 
 /// Makes a named pipe: `run_command` with `cat` on it blocks until the test writes, so a tool is "slow" exactly as
@@ -200,7 +201,7 @@ async fn stop_cancels_the_running_turn_and_the_chat_goes_on() {
         driven.send("y");
         // Nobody ever writes the pipe: only /stop ends the command.
         driven.send("/stop");
-        driven.wait_for("■ turn failed");
+        driven.wait_for("■ turn stopped");
         driven.send("Something else, then.");
         driven.wait_for("Second turn answer.");
         driven.wait_for("■ turn done");

@@ -119,7 +119,7 @@ async fn esc_or_ctrl_c_stops_the_running_turn_and_the_chat_takes_the_next_messag
         term.wait_for_input_line("steer (Esc stops)>");
         term.press("Escape");
         term.wait_for("stopping the turn");
-        term.wait_for("■ turn failed");
+        term.wait_for("■ turn stopped (stopped by the user)");
         term.wait_for_input_line(">");
         drop(reply);
         term.type_line("Something else, then.");
@@ -134,7 +134,7 @@ async fn esc_or_ctrl_c_stops_the_running_turn_and_the_chat_takes_the_next_messag
         term.wait_for("Working on the third");
         term.press("C-c");
         term.wait_until("a second stopped turn", |rows| {
-            rows.iter().filter(|r| r.contains("■ turn failed")).count() == 2
+            rows.iter().filter(|r| r.contains("■ turn stopped")).count() == 2
         });
         term.wait_for_input_line(">");
         assert!(!term.history().iter().any(|r| r.contains("press Ctrl-C again")), "Ctrl-C in a turn only stops it");

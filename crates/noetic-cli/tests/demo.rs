@@ -53,7 +53,7 @@ fn at_a_terminal_the_paced_demo_waits_for_a_typed_line_and_steers_it_instead_of_
     term.wait_for("each tool takes 0.1 s (--pace changes it)");
     term.wait_for("demo  waiting up to 20 s for you");
     term.type_line("Only tokio, please.");
-    term.wait_for("answer: Done:");
+    term.wait_for("answer: You said: \"Only tokio, please.\". I stopped the plan there. Before your message I");
     assert_eq!(term.exit_status(), 0);
     let history = term.history();
     let at = |needle: &str| history.iter().position(|r| r.contains(needle));
@@ -75,12 +75,36 @@ fn stopping_the_paced_demo_with_esc_or_ctrl_c_says_so_and_exits_with_status_0() 
         term.wait_for("stopped: you stopped the demo before it finished");
         assert_eq!(term.exit_status(), 0, "after {key}");
         let history = term.history();
-        // The cancelled turn is reported as such ("■ turn failed: cancelled"); the demo itself does not fail.
-        for absent in ["failed:", "noetic:", "answer:", "  user  types:"] {
+        // The stopped turn reads as a stop, not as a failure; the demo itself does not fail.
+        assert!(history.iter().any(|r| r.starts_with("■ turn stopped")), "{}", history.join("\n"));
+        for absent in ["failed:", "noetic:", "answer:", "  user  types:", "■ turn failed"] {
             let seen = history.iter().any(|r| r.starts_with(absent));
             assert!(!seen, "{absent} after {key}:\n{}", history.join("\n"));
         }
     }
+}
+
+#[cfg(unix)]
+#[test]
+fn steered_early_to_stop_deleting_the_demo_deletes_nothing_more_and_its_answer_says_only_what_happened() {
+    let mut demo = common::noetic();
+    demo.args(["demo", "--pace", "0.1"]);
+    let Some(term) = common::terminal::Terminal::start(&demo) else { return };
+    term.wait_for("each tool takes 0.1 s");
+    term.type_line("stop deleting anything");
+    let answer = term.wait_for("answer: ");
+    assert_eq!(term.exit_status(), 0);
+    let history = term.history();
+    let shown = history.join("\n");
+    assert!(shown.contains("the model is scripted: its replies are canned, but they follow what you type"), "{shown}");
+    assert!(
+        answer.starts_with("answer: You said: \"stop deleting anything\". I deleted nothing more and stopped the plan"),
+        "{shown}"
+    );
+    assert!(!shown.contains("delete_file [c4]"), "no deletion after the message:\n{shown}");
+    let refused = shown.contains("delete_file [c2] → Steering denied");
+    let claims_refusal = shown.contains("left /etc alone (a rule refused deleting /etc/hosts)");
+    assert_eq!(refused, claims_refusal, "the answer claims a refusal exactly when there was one:\n{shown}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! `~/.cache/noetic-mcp-servers`). Without them the tests print why and pass, unless `NOETIC_E2E_REQUIRED=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ fn server_bin(name: &str) -> Option<PathBuf> {
     if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") {
         panic!("NOETIC_E2E_REQUIRED=1 and {reason}");
     }
-    eprintln!("skipped: {reason}");
+    let _ = writeln!(std::io::stderr(), "skipped: {reason}");
     None
 }
 

@@ -5,6 +5,7 @@
 //! Needs a server (see `tests/log_store.rs`); each test makes a database of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write as _;
 use std::sync::Arc;
 
 use noetic::agent::log::{Expect, LogStore, Projection};
@@ -22,7 +23,8 @@ async fn database(name: &str) -> Option<Throwaway> {
             panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
         }
         Err(e) => {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
             );
             None

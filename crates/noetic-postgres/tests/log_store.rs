@@ -6,6 +6,7 @@
 //! default the script's). Without one these tests say so and pass, unless `NOETIC_E2E_REQUIRED=1` (as in CI).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use noetic::agent::SteerMessage;
@@ -24,7 +25,8 @@ async fn database(name: &str) -> Option<Throwaway> {
             panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
         }
         Err(e) => {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
             );
             None

@@ -5,6 +5,7 @@
 //! against the repository's throwaway server (`NOETIC_POSTGRES_URL` unset): it is never restarted elsewhere.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -25,13 +26,17 @@ fn script() -> std::path::PathBuf {
 async fn a_server_restart_mid_turn_loses_nothing_and_repeats_nothing() {
     let required = std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1");
     if std::env::var("NOETIC_POSTGRES_URL").is_ok_and(|u| u != URL) {
-        eprintln!("skipped: NOETIC_POSTGRES_URL points at a server this test must not restart");
+        let _ =
+            writeln!(std::io::stderr(), "skipped: NOETIC_POSTGRES_URL points at a server this test must not restart");
         return;
     }
     let up = std::thread::spawn(|| postgres::Client::connect(URL, postgres::NoTls).is_ok()).join().unwrap();
     if !up {
         assert!(!required, "NOETIC_E2E_REQUIRED=1 but no PostgreSQL at {URL}");
-        eprintln!("skipped: no PostgreSQL at {URL}; run scripts/postgres.sh setup && scripts/postgres.sh start");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: no PostgreSQL at {URL}; run scripts/postgres.sh setup && scripts/postgres.sh start"
+        );
         return;
     }
     let key = format!("restart-{}", std::process::id());

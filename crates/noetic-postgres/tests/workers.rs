@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::IntoFuture;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,8 @@ fn url() -> Option<String> {
             panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unreachable: {e}")
         }
         Err(e) => {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
             );
             None

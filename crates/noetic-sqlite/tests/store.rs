@@ -2,6 +2,7 @@
 //! migrations, and files it must refuse without touching them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -289,7 +290,11 @@ fn immutable(path: &std::path::Path) -> Option<impl Drop> {
     if made {
         let _ = std::process::Command::new("chattr").arg("-i").arg(path).status();
     }
-    eprintln!("skipped: this file system cannot make {} immutable with chattr +i", path.display());
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: this file system cannot make {} immutable with chattr +i",
+        path.display()
+    );
     None
 }
 

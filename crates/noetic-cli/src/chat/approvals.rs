@@ -7,6 +7,13 @@ impl Chat {
     /// Queues a question, showing it when no other is open; declines at once when nobody is left to answer, and
     /// approves at once a call an "always" answer covers (see [`crate::remembered`]).
     pub(super) fn ask(&mut self, pending: Pending) {
+        if let Some(allow) = self.always.configured_covering(&pending.request) {
+            return self.approve_configured(pending, &allow);
+        }
+        if !self.terminal {
+            let _ = pending.reply.send(approve::no_terminal(&pending.request));
+            return;
+        }
         if self.input_closed || self.quitting {
             let _ = pending.reply.send(approve::declined());
             return;
@@ -14,6 +21,7 @@ impl Chat {
         if let Some(grant) = self.always.covering(&pending.request) {
             return self.approve_always(pending, &grant);
         }
+        self.question_asked(&pending.request.call_id);
         if self.approvals.is_empty() {
             self.show_question(&pending);
         }
@@ -23,6 +31,14 @@ impl Chat {
     fn approve_always(&mut self, pending: Pending, grant: &str) {
         let note = format!("approved without asking: you allowed {grant} in this chat");
         self.say(&self.style.dim(&note));
+        self.question_answered(&pending.request.call_id);
+        let _ = pending.reply.send(noetic::tool::Approval::Approve);
+    }
+
+    /// Approves a call an `[[allow]]` of noetic.toml covers, and keeps the decision in the ledger.
+    fn approve_configured(&mut self, pending: Pending, allow: &str) {
+        self.say(&self.style.dim(&format!("approved without asking: noetic.toml allows {allow}")));
+        self.allowed.push(crate::remembered::allowed_entry(&pending.request, allow));
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
 
@@ -53,7 +69,8 @@ impl Chat {
 
     /// Declines every call waiting for an answer (nobody is left to give one).
     pub(super) fn reject_waiting(&mut self) {
-        for pending in self.approvals.drain(..) {
+        for pending in std::mem::take(&mut self.approvals) {
+            self.question_answered(&pending.request.call_id);
             let _ = pending.reply.send(approve::declined());
         }
     }
@@ -71,6 +88,7 @@ impl Chat {
             self.say(&self.style.red(&why));
             decision
         });
+        self.question_answered(&pending.request.call_id);
         let _ = pending.reply.send(decision);
         // Questions an "always" answer now covers need no answer.
         let waiting: Vec<Pending> = self.approvals.drain(..).collect();

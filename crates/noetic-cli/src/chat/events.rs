@@ -1,7 +1,7 @@
 //! The agent's events as the chat prints them, and the end of a turn.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use noetic::{Event, EventKind, NoeticError};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
@@ -37,7 +37,11 @@ impl Chat {
         match &event.kind {
             EventKind::ModelTextDelta { text, .. } => {
                 match &self.screen {
-                    Some(screen) => screen.stream(&printable(text)),
+                    // At a terminal the markdown is rendered as each line ends; the unfinished line shows as is.
+                    Some(screen) => {
+                        let done = self.markdown.push(text);
+                        screen.stream_rendered(&done, &self.markdown.partial());
+                    }
                     None => out!("{}", printable(text)),
                 }
                 self.mid_line = !text.ends_with('\n');
@@ -47,11 +51,7 @@ impl Chat {
             // The model's streamed text is a line of its own; notes about the user's messages may come while it
             // streams and go above it.
             EventKind::SteeringQueued { .. } | EventKind::SteeringRejected { .. } => {}
-            _ => {
-                if let Some(screen) = &self.screen {
-                    screen.end_stream();
-                }
-            }
+            _ => self.end_text(),
         }
         match &event.kind {
             EventKind::TurnStarted { .. } => {
@@ -59,23 +59,49 @@ impl Chat {
                 self.turn_started.get_or_insert_with(Instant::now);
                 self.turn_usage = noetic::model::Usage::default();
             }
-            EventKind::ModelCallStarted { .. } => self.streamed = false,
-            EventKind::ModelCallCompleted { usage, .. } => self.turn_usage.add(usage),
+            EventKind::ModelCallStarted { .. } => {
+                self.streamed = false;
+                self.model_call_started = Some(Instant::now());
+            }
+            EventKind::ModelCallCompleted { usage, .. } => {
+                self.turn_usage.add(usage);
+                self.model_call_started = None;
+                // What the model read and wrote this call is what the next call starts from.
+                self.context_tokens = Some(usage.input_tokens + usage.output_tokens).filter(|n| *n > 0);
+            }
             EventKind::ToolCallStarted { call_id, tool, .. } => {
                 self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
             }
             _ => {}
         }
-        let Some(mut line) = event_line(&self.style, &event.kind) else { return };
+        let Some(mut line) = event_line(&self.style, &event.kind) else {
+            if let EventKind::ToolCallCompleted { call_id, .. } = &event.kind {
+                self.tool_ended(call_id);
+            }
+            return;
+        };
         if let EventKind::ToolCallCompleted { call_id, .. } = &event.kind
-            && let Some((_, started)) = self.tools.remove(call_id)
+            && let Some(time) = self.tool_ended(call_id)
         {
-            line.push_str(&self.style.dim(&format!(" ({} ms)", started.elapsed().as_millis())));
+            line.push_str(&self.style.dim(&format!(" ({} ms)", time.as_millis())));
         }
         if matches!(event.kind, EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. }) {
             line.push_str(&self.style.dim(&format!(" · {}", tokens(&self.turn_usage))));
+            if let Some(context) = self.context_tokens {
+                line.push_str(&self.style.dim(&format!(" · context {context} tokens")));
+            }
         }
         self.say(&line);
+    }
+
+    /// Ends the model's streamed text: at a terminal its unfinished line is rendered and printed, and an open
+    /// code fence closed.
+    pub(super) fn end_text(&mut self) {
+        let Some(screen) = &self.screen else { return };
+        let done = self.markdown.finish();
+        if !done.is_empty() {
+            screen.stream_rendered(&done, "");
+        }
     }
 
     /// Runs what other processes queued for this idle session (`noetic sessions steer`), if anything.
@@ -108,14 +134,20 @@ impl Chat {
                 Err(_) => break,
             }
         }
+        self.end_text();
         if let Ok(answer) = &result
             && !self.streamed
             && !answer.is_empty()
         {
-            self.say(&printable(answer));
+            let shown = match self.screen {
+                Some(_) => crate::render::markdown::render(self.style, answer),
+                None => printable(answer),
+            };
+            self.say(&shown);
         }
         if let Some(id) = self.execution.take() {
-            let entries = self.steering.ledger(id);
+            let mut entries = self.steering.ledger(id);
+            entries.append(&mut self.allowed);
             if let Some(path) = &self.ledger_out
                 && let Err(e) = ledger::append(path, &entries)
             {
@@ -123,8 +155,14 @@ impl Chat {
             }
             self.ledger.extend(entries);
         }
+        if let Some(before) = self.resuming.take() {
+            self.say_interrupted(before);
+        }
         self.turn_started = None;
+        self.model_call_started = None;
         self.tools.clear();
+        self.waits.clear();
+        self.show_status(false);
         if self.session.queued() > 0
             && let Ok(Some(turn)) = self.session.continue_session().await
         {

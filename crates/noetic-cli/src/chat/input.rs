@@ -2,7 +2,7 @@
 //! (steered into the running turn, or the start of a new one).
 
 use std::future::IntoFuture;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use noetic::agent::SteeringMode;
 
@@ -25,6 +25,9 @@ impl Chat {
             return Action::Nothing;
         }
         let (command, rest) = text.split_once(' ').map_or((text, ""), |(c, r)| (c, r.trim()));
+        // Counted before a resumed turn can add its own: the chat names only the calls it interrupted.
+        let interrupted_before =
+            if command == "/resume" { super::resume::interrupted(&self.session.history()).len() } else { 0 };
         match command {
             "/quit" | "/exit" => {
                 if running {
@@ -57,6 +60,7 @@ impl Chat {
             "/resume" if !running => match self.session.resume().await {
                 Ok(Some(turn)) => {
                     self.turn_started = Some(Instant::now());
+                    self.resuming = Some(interrupted_before);
                     return Action::Start(turn.into_future());
                 }
                 Ok(None) => self.say("there is no unfinished turn to resume"),
@@ -69,6 +73,24 @@ impl Chat {
                 Ok(false) => self.say("there is no unfinished turn"),
                 Err(e) => self.say(&self.style.red(&e.to_string())),
             },
+            "/model" if rest.is_empty() => match &self.model {
+                Some(choice) => self.say(&format!("model: {}", render::printable(&choice.current()))),
+                None => self.say("this chat's model cannot be switched"),
+            },
+            "/model" => match &self.model {
+                Some(choice) => {
+                    choice.choose(rest);
+                    let note = format!("model: {} from the next model call on", render::printable(rest));
+                    self.say(&self.style.dim(&note));
+                }
+                None => self.say("this chat's model cannot be switched"),
+            },
+            // Typed while the turn ends (its last line may show before it is over) or runs: after it.
+            "/clear" if running => {
+                self.clear_after_turn = true;
+                self.say(&self.style.dim("a new session starts when the running turn ends (/stop ends it now)"));
+            }
+            "/clear" => return Action::Clear,
             "/ledger" => self.print_ledger(),
             "/status" => self.print_status(running),
             "/help" => self.say(HELP),

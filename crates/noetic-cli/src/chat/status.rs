@@ -10,6 +10,7 @@ impl Chat {
         if let Some(id) = self.execution {
             entries.extend(self.steering.ledger(id));
         }
+        entries.extend(self.allowed.iter().cloned());
         if entries.is_empty() {
             return self.say("steering ledger: empty (no tool call or model answer has been checked yet)");
         }
@@ -46,9 +47,35 @@ impl Chat {
         status.push_str(&format!("; {queued} steering message(s) queued"));
         status.push_str(&format!("; steering mode {}", self.session.steering_mode().as_str()));
         status.push_str(&format!("; session {}", printable(self.session.key())));
+        if let Some(context) = self.context_tokens {
+            status.push_str(&format!("; context {context} tokens (the last model call's input and output)"));
+        }
         if !self.about.is_empty() {
             status.push_str(&format!("; {}", self.about));
         }
         status
+    }
+}
+
+impl Chat {
+    /// `/clear`: goes on in a new session (the current one stays as it is, and can be continued); returns the
+    /// new session's events.
+    pub(super) fn clear(
+        &mut self,
+        runtime: &noetic::agent::Runtime,
+    ) -> Result<tokio::sync::broadcast::Receiver<std::sync::Arc<noetic::Event>>, noetic::NoeticError> {
+        let old = printable(self.session.key());
+        let name = crate::sessions::new_name("chat");
+        self.session = runtime.try_session(&name)?;
+        self.context_tokens = None;
+        self.turn_usage = noetic::model::Usage::default();
+        let note = if self.stored {
+            format!("new session {}; the previous one stays: noetic chat --session {old}", printable(&name))
+        } else {
+            format!("new session {} (the previous conversation is gone: --no-store)", printable(&name))
+        };
+        self.say(&self.style.dim(&note));
+        self.prompt(false);
+        Ok(self.session.subscribe())
     }
 }

@@ -48,7 +48,7 @@ fn harness() -> Harness {
         max_idle_sessions: None,
     })
     .unwrap();
-    let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, false);
+    let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, true);
     Harness { chat, model, approvals, _workspace: workspace }
 }
 
@@ -219,4 +219,25 @@ fn only_the_answers_of_a_question_count_as_bare_answers() {
     for line in ["", "  ", "yes please", "why", "/steer y", "nope"] {
         assert!(!approve::is_answer(line), "{line:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_s_time_leaves_out_the_time_its_approval_question_waited() {
+    let mut h = harness();
+    h.chat.turn_started = Some(tokio::time::Instant::now());
+    h.chat.tools.insert("call_0123456789".into(), ("run_command".into(), tokio::time::Instant::now()));
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    let request =
+        noetic::tool::ApprovalRequest::new("run_command", "call_0123456789", json!({"command": "cargo test"}), None);
+    h.chat.ask(Pending { request, reply });
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
+    assert_eq!(
+        h.chat.status_row(0).as_deref(),
+        Some("⠋ run_command [call_0] 0.0 s · waiting for your answer"),
+        "the question's wait is not the tool's time"
+    );
+    h.chat.answer_question("y").await;
+    tokio::time::advance(std::time::Duration::from_secs(15)).await;
+    assert_eq!(h.chat.status_row(1).as_deref(), Some("⠙ run_command [call_0] 15.0 s · Esc stops"));
+    assert_eq!(h.chat.tool_ended("call_0123456789"), Some(std::time::Duration::from_secs(15)));
 }

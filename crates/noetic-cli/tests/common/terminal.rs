@@ -122,6 +122,23 @@ impl Terminal {
         }
     }
 
+    /// The pid of the program the pane runs (the child of the pane's shell); `None` once it ended.
+    pub fn program_pid(&self) -> Option<i32> {
+        let shell = self.tmux(&["display-message", "-p", "#{pane_pid}"]).trim().to_owned();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Keeps what the pane showed (its history) as test-artefacts/chat/NAME.txt (git-ignored), for people to
+    /// look at; returns the path.
+    pub fn keep_capture(&self, name: &str) -> std::path::PathBuf {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test-artefacts/chat");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.txt"));
+        std::fs::write(&path, self.history().join("\n")).unwrap();
+        path
+    }
+
     /// Waits for the program to end; returns its exit status.
     pub fn exit_status(&self) -> i32 {
         let row = self.wait_for("[exit status ");
