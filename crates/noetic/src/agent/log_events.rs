@@ -43,7 +43,7 @@ pub(crate) async fn backfill(store: Arc<dyn LogStore>, key: Arc<str>, after: u64
 }
 
 /// What mapping entries to events needs to remember across them.
-struct Events {
+pub(crate) struct Events {
     session: Arc<str>,
     /// Each turn's execution and start time.
     turns: HashMap<u64, (ExecutionId, std::time::SystemTime)>,
@@ -54,12 +54,12 @@ struct Events {
 }
 
 impl Events {
-    fn new(session: Arc<str>) -> Self {
+    pub(crate) fn new(session: Arc<str>) -> Self {
         Events { session, turns: HashMap::new(), calls: HashMap::new(), rounds: HashMap::new() }
     }
 
     /// The event `record` reported, if it reported one.
-    fn of(&mut self, record: &Record) -> Option<Event> {
+    pub(crate) fn of(&mut self, record: &Record) -> Option<Event> {
         let turn = record.entry.turn();
         let kind = self.kind(record)?;
         let execution_id = turn.and_then(|t| self.turns.get(&t)).map_or_else(ExecutionId::nil, |(id, _)| *id);

@@ -25,8 +25,9 @@ const READ_PAGE: usize = 1000;
 /// How many waiting batches one append may take together.
 const GROUP: usize = 64;
 
-/// What the session does with an entry another process appended (a message it accepted, a stop it asked for).
-pub(crate) type Foreign = Arc<dyn Fn(&Record) + Send + Sync>;
+/// What the session does with entries other processes appended (a message accepted, a stop asked for; while no turn
+/// runs here, also another worker's turns).
+pub(crate) type Foreign = Arc<dyn Fn(&[Record]) + Send + Sync>;
 
 /// How often a conflicting append reads what others wrote and tries again before it gives up.
 const RETRIES: usize = 8;
@@ -46,6 +47,8 @@ pub(crate) async fn settled(receipt: Receipt) -> Result<u64, String> {
 }
 
 struct Batch {
+    /// A request to read what others appended (and to write again after being fenced, when no turn runs here).
+    sync: bool,
     entries: Vec<Entry>,
     done: Option<oneshot::Sender<Result<u64, String>>>,
     /// The chain of writes it belongs to (a turn's): set when one of them failed, so none after it is written.
@@ -75,6 +78,12 @@ pub(crate) struct Logged {
     pub(crate) last: Arc<AtomicU64>,
     /// Where the log ended when this process opened it.
     pub(crate) opened_at: Arc<AtomicU64>,
+    /// A turn of the session runs in this process (its writer then refuses another process's turn entries).
+    pub(crate) running: Arc<std::sync::atomic::AtomicBool>,
+    /// The session's lease, held for a turn about to start here (taken by the turn).
+    pub(crate) held: Mutex<Option<Arc<super::log_lease::LeaseGuard>>>,
+    /// What turns others' entries into the events a follower here sees.
+    pub(crate) events: Mutex<super::log_events::Events>,
 }
 
 impl Logged {
@@ -89,6 +98,9 @@ impl Logged {
             layers: super::persist::Kept::default(),
             last: Arc::default(),
             opened_at: Arc::default(),
+            running: Arc::default(),
+            held: Mutex::new(None),
+            events: Mutex::new(super::log_events::Events::new(Arc::from(""))),
         }
     }
 
@@ -112,16 +124,9 @@ impl Logged {
             }
         }
         if let Some(open) = &projection.open_turn {
-            let mut records = Vec::new();
-            let mut after = open.since.saturating_sub(1);
-            loop {
-                let page = self.store.read(key, after, READ_PAGE).await?;
-                let Some(last) = page.last() else { break };
-                after = last.pos;
-                records.extend(page.into_iter().filter(|r| r.pos >= open.since));
-            }
-            *lock(&self.unfinished) = Some(records);
+            *lock(&self.unfinished) = Some(self.turn_records(key, open.since).await?);
         }
+        *lock(&self.events) = super::log_events::Events::new(key.clone());
         self.persisted.store(projection.conversation.len(), Ordering::SeqCst);
         // A new log starts with the settings entry the writer adds to its first append.
         self.last.store(projection.last.max(1), Ordering::SeqCst);
@@ -138,10 +143,24 @@ impl Logged {
             fenced: None,
             positions: self.last.clone(),
             foreign,
+            running: self.running.clone(),
         };
         tokio::spawn(writer.run(rx, watch));
         let _ = self.writer.set(tx);
         Ok(projection)
+    }
+
+    /// The entries of the turn that started at `since`, from its start.
+    pub(crate) async fn turn_records(&self, key: &str, since: u64) -> Result<Vec<Record>, StoreError> {
+        let mut records = Vec::new();
+        let mut after = since.saturating_sub(1);
+        loop {
+            let page = self.store.read(key, after, READ_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.pos;
+            records.extend(page.into_iter().filter(|r| r.pos >= since));
+        }
+        Ok(records)
     }
 
     /// Hands `entries` to the writer (in this order, after everything handed before); the receipt says when they
@@ -154,7 +173,7 @@ impl Logged {
     pub(crate) fn submit_in(&self, entries: Vec<Entry>, chain: Option<Chain>) -> Receipt {
         self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { entries, done: Some(done), chain };
+        let batch = Batch { sync: false, entries, done: Some(done), chain };
         match self.writer.get() {
             Some(writer) => {
                 if let Err(refused) = writer.send(batch)
@@ -176,7 +195,7 @@ impl Logged {
     pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
         if let Some(writer) = self.writer.get() {
             self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
-            let _ = writer.send(Batch { entries, done: None, chain: None });
+            let _ = writer.send(Batch { sync: false, entries, done: None, chain: None });
         }
     }
 
@@ -200,6 +219,30 @@ impl Logged {
 
     pub(crate) fn set_persisted(&self, n: usize) {
         self.persisted.store(n, Ordering::SeqCst);
+    }
+
+    /// Reads what others appended to the log since this process's last entry (another worker's turns included:
+    /// called once this process holds the session's lease) and writes again if it was fenced.
+    pub(crate) async fn sync(&self) -> Result<u64, String> {
+        let (done, receipt) = oneshot::channel();
+        let batch = Batch { sync: true, entries: Vec::new(), done: Some(done), chain: None };
+        match self.writer.get() {
+            Some(writer) => {
+                let _ = writer.send(batch);
+                settled(receipt).await
+            }
+            None => Err("the session was not opened from its log".to_owned()),
+        }
+    }
+
+    /// The position of the last entry this session has taken in (its own or others').
+    pub(crate) fn known(&self) -> u64 {
+        lock(&self.projection).last
+    }
+
+    /// The store the log is in.
+    pub(crate) fn store(&self) -> &Arc<dyn LogStore> {
+        &self.store
     }
 
     /// The session's ledger as its log holds it.
@@ -245,6 +288,8 @@ struct Writer {
     positions: Arc<AtomicU64>,
     /// Where other processes' messages and stops go.
     foreign: Foreign,
+    /// A turn of the session runs in this process.
+    running: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -265,13 +310,20 @@ impl Writer {
                 Next::Batch(None) => return,
                 Next::Batch(Some(batch)) => {
                     let mut batches = vec![batch];
-                    while batches.len() < GROUP {
+                    while batches.len() < GROUP && !batches.iter().any(|b| b.sync) {
                         match rx.try_recv() {
                             Ok(batch) => batches.push(batch),
                             Err(_) => break,
                         }
                     }
+                    let sync = batches.iter().position(|b| b.sync).map(|at| batches.remove(at));
                     self.write(batches).await;
+                    if let Some(sync) = sync {
+                        self.resync().await;
+                        if let Some(done) = sync.done {
+                            let _ = done.send(self.fenced.clone().map_or(Ok(self.last), Err));
+                        }
+                    }
                 }
                 Next::Heard(Ok(appended)) if *appended.key != *self.key || appended.last <= self.last => {}
                 // Another process appended (or the watch lagged: read to be sure).
@@ -281,8 +333,17 @@ impl Writer {
         }
     }
 
+    /// [`Logged::sync`]: written again unless a turn runs here, then what others appended taken in.
+    async fn resync(&mut self) {
+        if !self.running.load(Ordering::SeqCst) {
+            self.fenced = None;
+        }
+        self.absorb().await;
+    }
+
     /// Takes in what other processes appended since this writer's last position: messages, stops and cleared
-    /// queues go to the session; anything else fences this writer.
+    /// queues go to the session; while a turn runs here, anything else fences this writer (another process took the
+    /// session over); while none does, another worker's turns are the session's history and are taken in too.
     async fn absorb(&mut self) {
         if self.fenced.is_some() {
             return;
@@ -294,20 +355,25 @@ impl Writer {
                 return;
             }
         };
+        let running = self.running.load(Ordering::SeqCst);
+        let mut taken = Vec::with_capacity(records.len());
         for record in records {
-            if !anyone_may_add(&record.entry) {
+            if running && !anyone_may_add(&record.entry) {
                 self.fenced = Some(format!(
                     "session '{}': another process runs it now (its log has {:?} at {}); this process no longer                      writes to it — open it again",
                     self.key,
                     entry_name(&record.entry),
                     record.pos
                 ));
-                return;
+                break;
             }
             lock(&self.projection).apply(&record);
             self.last = record.pos;
-            self.positions.fetch_add(1, Ordering::SeqCst);
-            (self.foreign)(&record);
+            self.positions.fetch_max(record.pos, Ordering::SeqCst);
+            taken.push(record);
+        }
+        if !taken.is_empty() {
+            (self.foreign)(&taken);
         }
     }
 

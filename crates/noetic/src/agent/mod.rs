@@ -23,6 +23,7 @@ mod bus;
 mod checkpoint;
 pub mod log;
 mod log_events;
+mod log_lease;
 mod log_turn;
 mod logged;
 mod persist;
@@ -42,6 +43,7 @@ pub use bus::{
 };
 pub(crate) use checkpoint::SessionSettings;
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
+pub use log_lease::DEFAULT_LEASE_TERM;
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
@@ -80,6 +82,10 @@ pub(crate) struct RuntimeInner {
     store: Option<Arc<dyn SessionStore>>,
     /// The session logs sessions are kept in (see [`log`]).
     log_store: Option<Arc<dyn log::LogStore>>,
+    /// This process's name in a shared log's leases.
+    pub(crate) worker: Arc<str>,
+    /// How long a lease lasts without renewal.
+    pub(crate) lease_term: std::time::Duration,
     /// How many idle sessions stay in memory (with an archive); beyond it the least recently used go.
     max_idle_sessions: Option<usize>,
     /// A logical clock: each session use takes the next tick.
@@ -136,6 +142,8 @@ pub struct RuntimeBuilder {
     archive: Option<Arc<dyn SessionArchive>>,
     store: Option<Arc<dyn SessionStore>>,
     log_store: Option<Arc<dyn log::LogStore>>,
+    worker: Option<String>,
+    lease_term: Option<std::time::Duration>,
     max_idle_sessions: Option<usize>,
 }
 
@@ -263,6 +271,20 @@ impl RuntimeBuilder {
         self
     }
 
+    /// This process's name among the workers that share a session log store with leases (default: host and process
+    /// id): the holder of the leases it takes, named to the others (`SessionError::BusyElsewhere`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker = Some(id.into());
+        self
+    }
+
+    /// How long a lease on a shared session log lasts without renewal (default [`DEFAULT_LEASE_TERM`]): how soon
+    /// another worker takes over the turn of one that died. Renewed every third of it while a turn runs.
+    pub fn lease_term(mut self, term: std::time::Duration) -> Self {
+        self.lease_term = Some(term);
+        self
+    }
+
     /// Keeps at most `n` idle sessions in memory: when a turn ends with more, the least recently used idle ones
     /// (not followed by anybody) go to the archive. Needs [`RuntimeBuilder::archive`].
     pub fn max_idle_sessions(mut self, n: usize) -> Self {
@@ -323,6 +345,8 @@ impl RuntimeBuilder {
             archive: self.archive,
             store: self.store,
             log_store: self.log_store,
+            worker: Arc::from(self.worker.unwrap_or_else(default_worker)),
+            lease_term: self.lease_term.unwrap_or(DEFAULT_LEASE_TERM).max(std::time::Duration::from_millis(30)),
             max_idle_sessions: self.max_idle_sessions,
             clock: AtomicU64::new(0),
             global_layers: persist::Kept::default(),
@@ -333,6 +357,12 @@ impl RuntimeBuilder {
         };
         Ok(Runtime { inner, handles })
     }
+}
+
+/// A worker name unique to this process: the host's name (when the environment says it) and the process id.
+fn default_worker() -> String {
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "worker".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// A loop around one `llm` step, until the model answers without tool calls. Later iterations (after an inbox

@@ -183,9 +183,9 @@ impl SessionState {
             .get_or_init(|| async {
                 let first = self.settings_entry();
                 let weak = Arc::downgrade(self);
-                let foreign: super::logged::Foreign = Arc::new(move |record| {
+                let foreign: super::logged::Foreign = Arc::new(move |records| {
                     if let Some(state) = weak.upgrade() {
-                        state.take_foreign(record);
+                        state.take_foreign(records);
                     }
                 });
                 match logged.open(&self.key, first, foreign).await {
@@ -200,33 +200,66 @@ impl SessionState {
             .clone()
     }
 
-    /// Takes in what another process appended to the session's log (SPEC 6.4): a message it accepted joins the
-    /// queue (in log order), its stop stops the running turn, its cleared queue empties this one.
-    fn take_foreign(&self, record: &super::log::Record) {
-        match &record.entry {
-            Entry::MessageAccepted { message } => {
-                self.queue.push_existing(vec![message.clone()]);
-                if let Some(sink) = self.events.get() {
-                    let (session, id) = (self.key.clone(), message.id.to_string());
-                    sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
+    /// Takes in what other processes appended to the session's log (SPEC 6.4): a message they accepted joins the
+    /// queue (in log order), their stop stops the running turn, their cleared queue empties this one; while no turn
+    /// runs here, another worker's turns are the session's history, and whoever follows the session here sees them.
+    fn take_foreign(&self, records: &[super::log::Record]) {
+        let mut others = false;
+        for record in records {
+            match &record.entry {
+                Entry::MessageAccepted { message } => {
+                    self.queue.push_existing(vec![message.clone()]);
                 }
-            }
-            Entry::StopRequested { reason } => {
-                if let Conversation::Running { ctx, steering } = &*lock(&self.conversation) {
-                    steering.discard_pending();
-                    ctx.cancel(reason);
+                Entry::StopRequested { reason } => {
+                    if let Conversation::Running { ctx, steering } = &*lock(&self.conversation) {
+                        steering.discard_pending();
+                        ctx.cancel(reason);
+                    }
                 }
-            }
-            Entry::MessagesDropped { ids, .. } if ids.is_empty() => {
-                self.queue.clear();
-            }
-            Entry::MessagesDropped { ids, .. } => {
-                for id in ids {
-                    self.queue.remove(*id);
+                Entry::MessagesDropped { ids, .. } if ids.is_empty() => {
+                    self.queue.clear();
                 }
+                Entry::MessagesDropped { ids, .. } => {
+                    for id in ids {
+                        self.queue.remove(*id);
+                    }
+                }
+                _ => others = true,
             }
-            _ => {}
         }
+        if others && let Some(logged) = self.logged() {
+            let projection = lock(&logged.projection).clone();
+            logged.set_persisted(projection.conversation.len());
+            self.apply_projection(projection);
+        }
+        if let (Some(sink), Some(logged)) = (self.events.get(), self.logged()) {
+            let mut events = lock(&logged.events);
+            for event in records.iter().filter_map(|r| events.of(r)) {
+                sink.emit_numbered(event);
+            }
+        }
+    }
+
+    /// True while a turn runs in this process.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(*lock(&self.conversation), Conversation::Running { .. })
+    }
+
+    /// After taking the lease: the session as the log says it is, and the turn a dead worker left, if any.
+    pub(crate) async fn reload_unfinished(&self) -> Result<(), String> {
+        let Some(logged) = self.logged() else { return Ok(()) };
+        let projection = lock(&logged.projection).clone();
+        let open = projection.open_turn.clone();
+        if !self.is_running() {
+            logged.set_persisted(projection.conversation.len());
+            self.apply_projection(projection);
+        }
+        let records = match open {
+            Some(open) => Some(logged.turn_records(&self.key, open.since).await.map_err(|e| e.to_string())?),
+            None => None,
+        };
+        *lock(&logged.unfinished) = records;
+        Ok(())
     }
 
     /// The settings as a log entry.
@@ -696,7 +729,10 @@ impl Session {
     pub async fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
-        self.locked(|state, conversation| {
+        if let Some(owner) = self.lease().await? {
+            return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
+        }
+        let started = self.locked(|state, conversation| {
             let history = match claim(state, conversation, None)? {
                 Claimed::Here(history) => history,
                 Claimed::Elsewhere(owner) => {
@@ -704,7 +740,39 @@ impl Session {
                 }
             };
             Ok(self.start_turn(state, conversation, history, message, Vec::new(), TurnKind::Fresh))
-        })
+        });
+        if started.is_err() {
+            self.unlease().await;
+        }
+        started
+    }
+
+    /// Where the session's log is shared between processes: takes its lease for a turn (kept for the turn that
+    /// starts next), or names the worker that holds it. `None` when this process may go on.
+    async fn lease(&self) -> Result<Option<String>, SessionError> {
+        let state = self.live().into_owned();
+        let hold = super::log_lease::hold(&state, &self.runtime.worker, self.runtime.lease_term)
+            .await
+            .map_err(|message| SessionError::Store { session: self.key().to_owned(), message })?;
+        match hold {
+            super::log_lease::Hold::Free => Ok(None),
+            super::log_lease::Hold::Held(guard) => {
+                if let Some(logged) = state.logged() {
+                    *lock(&logged.held) = Some(guard);
+                }
+                Ok(None)
+            }
+            super::log_lease::Hold::Elsewhere(owner) => Ok(Some(owner)),
+        }
+    }
+
+    /// Gives back a lease [`Session::lease`] took for a turn that did not start.
+    async fn unlease(&self) {
+        let state = self.live().into_owned();
+        let guard = state.logged().and_then(|l| lock(&l.held).take());
+        if let Some(guard) = guard {
+            guard.release().await;
+        }
     }
 
     /// Queues a message for the running turn and returns its [`MessageId`]: it reaches the model at the next
@@ -734,11 +802,44 @@ impl Session {
     pub async fn send_or_steer(&self, text: impl Into<String>) -> Result<Routed, SteerError> {
         let text = text.into();
         self.opened().await.map_err(|message| SteerError::Unavailable { session: self.key().to_owned(), message })?;
-        let (state, routed) = self.locked(|state, conversation| (state.clone(), self.route(state, conversation, text)));
-        match routed? {
-            Routing::Started(turn) => Ok(Routed::Started(turn)),
-            Routing::Steered(accepted) => settle(&state, accepted).await.map(Routed::Steered),
+        let leased = self
+            .lease()
+            .await
+            .map_err(|e| SteerError::Store { session: self.key().to_owned(), message: e.to_string() })?;
+        if leased.is_some() {
+            // Another worker runs the session's turn: the message goes to it through the log.
+            return self.steer_elsewhere(text).await.map(Routed::Steered);
         }
+        let (state, routed) = self.locked(|state, conversation| (state.clone(), self.route(state, conversation, text)));
+        match routed {
+            Ok(Routing::Started(turn)) => Ok(Routed::Started(turn)),
+            Ok(Routing::Steered(accepted)) => {
+                self.unlease().await;
+                settle(&state, accepted).await.map(Routed::Steered)
+            }
+            Err(e) => {
+                self.unlease().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Accepts a message for a turn another worker runs: appended to the shared log, where that worker takes it at
+    /// its next checkpoint (SPEC 6.4).
+    async fn steer_elsewhere(&self, text: String) -> Result<MessageId, SteerError> {
+        if text.trim().is_empty() {
+            return Err(SteerError::Empty);
+        }
+        let state = self.live().into_owned();
+        let message = SteerMessage::new(text);
+        super::log_lease::tell_holder(&state, &[Entry::MessageAccepted { message: message.clone() }])
+            .await
+            .map_err(|e| SteerError::Store { session: state.key.to_string(), message: e })?;
+        if let Some(sink) = state.events.get() {
+            let (session, id) = (state.key.clone(), message.id.to_string());
+            sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
+        }
+        Ok(message.id)
     }
 
     /// [`Session::send_or_steer`] under the conversation lock: a started turn, or a message accepted (not yet
@@ -830,7 +931,32 @@ impl Session {
             (state.clone(), receipt, (cleared, running || elsewhere))
         });
         note_failure(&state, receipt, "could not write the cleared queue to the log").await;
+        if !stopped.1 && self.held_elsewhere().await {
+            // Another worker runs the turn: the stop reaches it through the shared log, at its next checkpoint.
+            let entries = [
+                Entry::StopRequested { reason: reason.to_owned() },
+                Entry::MessagesDropped { ids: Vec::new(), reason: reason.to_owned() },
+            ];
+            match super::log_lease::tell_holder(&state, &entries).await {
+                Ok(()) => return (stopped.0, true),
+                Err(e) => tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere"),
+            }
+        }
         stopped
+    }
+
+    /// True when another worker holds the session's lease (a store several processes share).
+    async fn held_elsewhere(&self) -> bool {
+        let state = self.live().into_owned();
+        let Some(leases) = state.logged().and_then(|l| l.store().leases()) else { return false };
+        match leases.holder(&state.key).await {
+            Ok(Some(holder)) => *holder != *self.runtime.worker,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(session = %state.key, error = %e, "could not ask who runs the session");
+                false
+            }
+        }
     }
 
     /// This session's dequeue mode, a [`SteeringMode`] (it starts with the runtime's).
@@ -907,7 +1033,10 @@ impl Session {
     /// model as separate user messages; the turn-start poll is skipped.
     pub async fn continue_session(&self) -> Result<Option<Turn>, SessionError> {
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
-        self.locked(|state, conversation| {
+        if let Some(owner) = self.lease().await? {
+            return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
+        }
+        let started = self.locked(|state, conversation| {
             if matches!(*conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             }
@@ -954,7 +1083,11 @@ impl Session {
                 }
             }
             Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, TurnKind::Continuation)))
-        })
+        });
+        if !matches!(started, Ok(Some(_))) {
+            self.unlease().await;
+        }
+        started
     }
 
     /// Starts a turn on a claimed conversation (the caller holds its lock and took its history).
@@ -983,6 +1116,11 @@ impl Session {
             skip_initial_poll,
             span.clone(),
         ));
+        // The lease taken for this turn (a shared log) goes with it: renewed while it runs, given up at its end.
+        let lease = state.logged().and_then(|logged| {
+            logged.running.store(true, Ordering::SeqCst);
+            lock(&logged.held).take()
+        });
         let log_journal = state.logged().map(|logged| {
             let replay = match kind {
                 TurnKind::Resumed => lock(&logged.unfinished).take().map(|r| ReplayIndex::of(&r)).unwrap_or_default(),
@@ -1047,6 +1185,10 @@ impl Session {
         }
         state.save_settings();
         let opening = opening.and_then(|entries| state.submit(entries));
+        let renewing = CancellationToken::new();
+        if let Some(lease) = &lease {
+            lease.keep(cancel.clone(), renewing.clone());
+        }
         // Whatever happens in the task — an error, a panic, the task being aborted or never run — the session is
         // released. The task reaches the runtime (and the agent) through it: every other clone of the runtime or
         // the step would make each turn write one more reference count that all threads share.
@@ -1102,6 +1244,13 @@ impl Session {
                         tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
                     }
                 }
+                if let Some(logged) = state.logged() {
+                    logged.running.store(false, Ordering::SeqCst);
+                }
+                renewing.cancel();
+                if let Some(lease) = lease {
+                    lease.release().await;
+                }
                 drop(release);
                 result
             }
@@ -1120,7 +1269,10 @@ impl Session {
     /// The resumed [`Turn`], `Ok(None)` when there is none; [`SessionError::Busy`] while a turn runs.
     pub async fn resume(&self) -> Result<Option<Turn>, SessionError> {
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
-        self.locked(|state, conversation| {
+        if let Some(owner) = self.lease().await? {
+            return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
+        }
+        let started = self.locked(|state, conversation| {
             if matches!(conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             }
@@ -1148,7 +1300,11 @@ impl Session {
                 .and_then(|l| lock(&l.projection).open_turn.as_ref().map(|t| t.input.clone()))
                 .unwrap_or_default();
             Ok(Some(self.start_turn(state, conversation, history, input, Vec::new(), TurnKind::Resumed)))
-        })
+        });
+        if !matches!(started, Ok(Some(_))) {
+            self.unlease().await;
+        }
+        started
     }
 
     /// Gives up the turn a stopped process left: every tool call in the conversation without a result gets the
@@ -1156,6 +1312,16 @@ impl Session {
     /// [`SessionError`] while a turn runs or when the store cannot write it.
     pub async fn discard_unfinished(&self) -> Result<bool, SessionError> {
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
+        if let Some(owner) = self.lease().await? {
+            return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
+        }
+        let discarded = self.discard_held().await;
+        self.unlease().await;
+        discarded
+    }
+
+    /// [`Session::discard_unfinished`] once this process may write the session.
+    async fn discard_held(&self) -> Result<bool, SessionError> {
         let logged = self.locked(|state, conversation| {
             let Conversation::Idle(history) = conversation else {
                 return Err(SessionError::Busy { session: state.key.to_string() });

@@ -220,6 +220,23 @@ impl EventSink {
         }
     }
 
+    /// Emits an event another process reported (rebuilt from a session log, numbered by its entry): numbered as it
+    /// is unless that would go back, then as the next number.
+    pub(crate) fn emit_numbered(&self, mut event: Event) {
+        let Some(core) = &self.core else { return };
+        let Some(live) = core.live.get() else { return };
+        let Some(log) = &live.log else { return };
+        let mut state = lock(log);
+        event.seq = event.seq.max(state.next);
+        state.next = event.seq + 1;
+        let event = Arc::new(event);
+        if state.recent.len() >= state.capacity {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(event.clone());
+        let _ = live.tx.send(event);
+    }
+
     /// Emits the event `kind` builds, if anyone listens or a log records.
     pub fn emit(&self, execution_id: ExecutionId, kind: impl FnOnce() -> EventKind) {
         let Some(core) = &self.core else { return };

@@ -60,6 +60,15 @@ impl MemoryLogStore {
         MemoryLogStore { held: Arc::new(Mutex::new(lock(&self.held).clone())), ..MemoryLogStore::default() }
     }
 
+    /// Ends every lease's term now, as if their holders had died long enough ago (tests take a dead worker's
+    /// session over without waiting for its lease to run out).
+    pub fn expire_leases(&self) {
+        let now = Instant::now();
+        for lease in lock(&self.held).leases.values_mut() {
+            lease.until = now;
+        }
+    }
+
     fn append_now(&self, key: &str, expect: Expect, entries: &[Entry]) -> Result<u64, StoreError> {
         if entries.is_empty() {
             return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });

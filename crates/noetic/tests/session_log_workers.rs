@@ -1,0 +1,125 @@
+//! Workers sharing a session log with leases (#30): a worker runs a session's turn while it holds the lease; another
+//! is told who runs it, steers and stops that turn through the log, follows it live, and takes over a dead worker's
+//! turn once its lease ran out — all on one shared store (clones of a `MemoryLogStore`, as processes sharing a
+//! database would be).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use noetic::agent::SessionError;
+use noetic::agent::log::MemoryLogStore;
+use noetic::context::{EventFollower, Followed};
+use noetic::model::{ModelResponse, ScriptedModel};
+use noetic::prelude::*;
+use noetic::testing::{Gate, transcript};
+use noetic::turn::INTERRUPTED_RESULT;
+use serde_json::json;
+
+fn worker(name: &str, model: &ScriptedModel, store: &MemoryLogStore, gate: &Gate) -> Runtime {
+    Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tool(gate.tool("slow").unwrap())
+        .log_store(Arc::new(store.clone()))
+        .worker_id(name)
+        .build()
+        .unwrap()
+}
+
+fn call(id: &str) -> ModelResponse {
+    ModelResponse::tool_calls([(id, "slow", json!({}))])
+}
+
+async fn next_event(follower: &mut EventFollower) -> String {
+    loop {
+        match follower.next().await.expect("the follower ended") {
+            Followed::Event(e) => return noetic::testing::event_type(&e),
+            Followed::Gap { .. } => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_second_worker_is_told_who_runs_the_turn_and_steers_it_through_the_log() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model_a = ScriptedModel::new([call("c1"), ModelResponse::text("done")]);
+    let a = worker("a", &model_a, &store, &gate);
+    let b = worker("b", &ScriptedModel::new([]), &store, &Gate::new());
+    let turn = a.open("s").await.unwrap().send("go").await.unwrap();
+    gate.started().await;
+    let on_b = b.open("s").await.unwrap();
+    match on_b.send("direct").await {
+        Err(SessionError::BusyElsewhere { owner, .. }) => assert_eq!(owner, "a"),
+        other => panic!("B must be told A runs the turn: {:?}", other.map(|t| t.number())),
+    }
+    assert!(matches!(on_b.send_or_steer("from b").await.unwrap(), noetic::agent::Routed::Steered(_)));
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done");
+    let history = transcript(model_a.requests()[1].history.as_slice());
+    assert_eq!(history.last().map(String::as_str), Some("User: from b"), "A showed B's message at its checkpoint");
+}
+
+#[tokio::test]
+async fn a_worker_follows_the_turn_another_runs_live() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let a = worker("a", &ScriptedModel::new([call("c1"), ModelResponse::text("done")]), &store, &gate);
+    let b = worker("b", &ScriptedModel::new([]), &store, &Gate::new());
+    let on_b = b.open("s").await.unwrap();
+    let mut follower = on_b.follow(0);
+    let turn = a.open("s").await.unwrap().send("go").await.unwrap();
+    assert_eq!(next_event(&mut follower).await, "turn_started");
+    // While A's call runs, B has heard of its start.
+    let mut before = Vec::new();
+    while before.last().map(String::as_str) != Some("tool_call_started") {
+        before.push(next_event(&mut follower).await);
+    }
+    gate.release();
+    turn.await.unwrap();
+    let mut rest = Vec::new();
+    while rest.last().map(String::as_str) != Some("turn_completed") {
+        rest.push(next_event(&mut follower).await);
+    }
+    assert!(rest.contains(&"tool_call_completed".to_owned()), "{rest:?}");
+    assert_eq!(transcript(&on_b.history()).last().map(String::as_str), Some("Assistant: done"), "B's copy is current");
+}
+
+#[tokio::test]
+async fn a_worker_stops_the_turn_another_runs() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model_a = ScriptedModel::new([call("c1"), ModelResponse::text("never")]);
+    let a = worker("a", &model_a, &store, &gate);
+    let b = worker("b", &ScriptedModel::new([]), &store, &Gate::new());
+    let turn = a.open("s").await.unwrap().send("go").await.unwrap();
+    gate.started().await;
+    let (_, stopped) = b.open("s").await.unwrap().stop("stopped on worker b").await;
+    assert!(stopped, "B reports the turn it stopped on A");
+    assert!(matches!(turn.await, Err(NoeticError::Cancelled { .. })));
+    assert_eq!(model_a.calls(), 1);
+    gate.release();
+}
+
+#[tokio::test]
+async fn a_worker_takes_over_the_turn_of_one_whose_lease_ran_out_without_running_its_call_again() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let a = worker("a", &ScriptedModel::new([call("c1")]), &store, &gate);
+    let _turn = a.open("s").await.unwrap().send("go").await.unwrap();
+    gate.started().await;
+    // A dies: what it wrote stays, and its lease runs out.
+    let left = store.copy();
+    left.expire_leases();
+
+    let model_b = ScriptedModel::new([ModelResponse::text("finished on b")]);
+    let b_gate = Gate::new();
+    let b = worker("b", &model_b, &left, &b_gate);
+    let on_b = b.open("s").await.unwrap();
+    let resumed = on_b.resume().await.unwrap().expect("B takes the dead worker's turn over");
+    assert_eq!(resumed.number(), 1);
+    assert_eq!(resumed.await.unwrap(), "finished on b");
+    assert_eq!(b_gate.runs(), 0, "the call A started is not run again");
+    let history = transcript(model_b.requests()[0].history.as_slice());
+    assert_eq!(history.last().unwrap(), &format!("result c1 (error) {INTERRUPTED_RESULT}"));
+    gate.release();
+}
