@@ -53,6 +53,15 @@ async fn a_second_worker_is_told_who_runs_the_turn_and_steers_it_through_the_log
         other => panic!("B must be told A runs the turn: {:?}", other.map(|t| t.number())),
     }
     assert!(matches!(on_b.send_or_steer("from b").await.unwrap(), noetic::agent::Routed::Steered(_)));
+    // A hears of B's append on its own (the store's watch, then the log read), then takes it at the next checkpoint.
+    let on_a = a.session("s");
+    for _ in 0..10_000 {
+        if on_a.queued() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(on_a.queued(), 1, "A took in B's message");
     gate.release();
     assert_eq!(turn.await.unwrap(), "done");
     let history = transcript(model_a.requests()[1].history.as_slice());

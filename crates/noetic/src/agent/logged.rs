@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::log::{Appended, Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
+use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
 use crate::context::lock;
 
 /// How many entries a session's log may grow by before its projection is saved as a snapshot again (opening the
@@ -62,6 +62,8 @@ pub(crate) type Chain = Arc<std::sync::atomic::AtomicBool>;
 /// What a session keeps of its log.
 pub(crate) struct Logged {
     store: Arc<dyn LogStore>,
+    /// The runtime's dispatcher of the store's appends.
+    hub: Arc<super::log_hub::LogHub>,
     /// The writer's queue, once the session was opened.
     writer: OnceLock<mpsc::UnboundedSender<Batch>>,
     /// Whether opening worked (opened once; an error is kept: the session is unavailable).
@@ -87,9 +89,10 @@ pub(crate) struct Logged {
 }
 
 impl Logged {
-    pub(crate) fn new(store: Arc<dyn LogStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn LogStore>, hub: Arc<super::log_hub::LogHub>) -> Self {
         Logged {
             store,
+            hub,
             writer: OnceLock::new(),
             opened: tokio::sync::OnceCell::new(),
             projection: Arc::default(),
@@ -108,7 +111,7 @@ impl Logged {
     /// entries of an unfinished turn, when a stopped process left one).
     pub(crate) async fn open(&self, key: &Arc<str>, first: Entry, foreign: Foreign) -> Result<Projection, StoreError> {
         // Watching before reading: an append another process makes meanwhile is heard.
-        let watch = self.store.watch();
+        let watch = self.hub.subscribe(key);
         let mut projection = match self.store.snapshot(key).await? {
             Some(snapshot) => Projection::decode(&snapshot.bytes).unwrap_or_default(),
             None => Projection::default(),
@@ -254,7 +257,8 @@ impl Logged {
 /// What woke the writer.
 enum Next {
     Batch(Option<Batch>),
-    Heard(Result<Appended, broadcast::error::RecvError>),
+    /// The log is known to end here (`u64::MAX`: read it to know); `None` when nothing will be heard any more.
+    Heard(Option<u64>),
 }
 
 /// Why one append did not land.
@@ -293,12 +297,15 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>, watch: broadcast::Receiver<Appended>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>, watch: watch::Receiver<u64>) {
         let mut watch = Some(watch);
         loop {
             let heard = async {
                 match watch.as_mut() {
-                    Some(watch) => watch.recv().await,
+                    Some(watch) => match watch.changed().await {
+                        Ok(()) => Some(*watch.borrow_and_update()),
+                        Err(_) => None,
+                    },
                     None => std::future::pending().await,
                 }
             };
@@ -325,10 +332,10 @@ impl Writer {
                         }
                     }
                 }
-                Next::Heard(Ok(appended)) if *appended.key != *self.key || appended.last <= self.last => {}
-                // Another process appended (or the watch lagged: read to be sure).
-                Next::Heard(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => self.absorb().await,
-                Next::Heard(Err(broadcast::error::RecvError::Closed)) => watch = None,
+                Next::Heard(Some(last)) if last <= self.last => {}
+                // Another process appended (or the store's watch lagged: read to be sure).
+                Next::Heard(Some(_)) => self.absorb().await,
+                Next::Heard(None) => watch = None,
             }
         }
     }

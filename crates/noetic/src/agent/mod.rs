@@ -23,6 +23,7 @@ mod bus;
 mod checkpoint;
 pub mod log;
 mod log_events;
+mod log_hub;
 mod log_lease;
 mod log_turn;
 mod logged;
@@ -82,6 +83,8 @@ pub(crate) struct RuntimeInner {
     store: Option<Arc<dyn SessionStore>>,
     /// The session logs sessions are kept in (see [`log`]).
     log_store: Option<Arc<dyn log::LogStore>>,
+    /// Its appends, told to each open session's writer.
+    log_hub: Option<Arc<log_hub::LogHub>>,
     /// This process's name in a shared log's leases.
     pub(crate) worker: Arc<str>,
     /// How long a lease lasts without renewal.
@@ -344,6 +347,7 @@ impl RuntimeBuilder {
             sessions: RwLock::new(HashMap::new()),
             archive: self.archive,
             store: self.store,
+            log_hub: self.log_store.clone().map(|store| Arc::new(log_hub::LogHub::new(store))),
             log_store: self.log_store,
             worker: Arc::from(self.worker.unwrap_or_else(default_worker)),
             lease_term: self.lease_term.unwrap_or(DEFAULT_LEASE_TERM).max(std::time::Duration::from_millis(30)),
@@ -499,8 +503,10 @@ pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionS
                 session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
             }
         },
-        None => match inner.log_store.as_ref() {
-            Some(log) => session::SessionState::new(Arc::from(key), settings()).with_log(log.clone()),
+        None => match inner.log_store.as_ref().zip(inner.log_hub.as_ref()) {
+            Some((log, hub)) => {
+                session::SessionState::new(Arc::from(key), settings()).with_log(log.clone(), hub.clone())
+            }
             None => from_archive(inner, key, settings),
         },
     };

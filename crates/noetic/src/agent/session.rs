@@ -165,8 +165,8 @@ impl SessionState {
 
     /// The same state, kept in the session log `store` (read when the session is first used: see
     /// [`SessionState::open_log`]).
-    pub(crate) fn with_log(mut self, store: Arc<dyn LogStore>) -> Self {
-        self.logged = Some(Box::new(Logged::new(store)));
+    pub(crate) fn with_log(mut self, store: Arc<dyn LogStore>, hub: Arc<super::log_hub::LogHub>) -> Self {
+        self.logged = Some(Box::new(Logged::new(store, hub)));
         self
     }
 
