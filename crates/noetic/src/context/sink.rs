@@ -35,7 +35,7 @@ pub const POSITION_SHIFT: u32 = 20;
 const REOPENED: u64 = 1 << (POSITION_SHIFT - 1);
 
 /// The durable events of a session log numbered in `(after, before)`, oldest first: what a follower missed that
-/// the log still knows ([`EventSink::numbered_by_position`]).
+/// the log still knows (a session kept in a session log numbers its events by [`Positions`]).
 pub type Backfill = Arc<dyn Fn(u64, u64) -> BoxFuture<'static, Vec<Arc<Event>>> + Send + Sync>;
 
 /// A session log's positions, which number a log-backed session's events.

@@ -48,10 +48,15 @@
 //! # Positions and events
 //!
 //! A session's first entry is at position 1, each next one 1 more; positions never repeat, also across processes,
-//! because only an append to the store gives one. Event numbers of durable events are their entries' positions
-//! (SPEC 7.1): a client that saw up to N and reconnects after a crash reads the log after N. Transient events (text
-//! deltas) are numbered after the position they follow, in a range that the next entry's number leaves behind, so
-//! they never collide with a durable number after a restart.
+//! because only an append to the store gives one. A session's events are numbered by the position its log is at
+//! (SPEC 7.1): the events emitted while the log ends at `p` get `(p << 20) + 1`, `+ 2`, …
+//! ([`POSITION_SHIFT`](crate::context::POSITION_SHIFT)); a process that opened the log at `p` numbers its first events
+//! there from `(p << 20) + 2^19`, above what a process that died at `p` used. Numbers therefore never repeat or go
+//! back, across restarts, resumes and workers. A follower that asks for numbers its process never held (it saw them
+//! from a process that died, or another worker) is told the gap, then gets the *durable* events of that range from
+//! the log, each numbered `pos << 20` by its entry: a turn's start (or resumption) and end, a message queued and
+//! injected, a tool call's start and outcome, a model response. Text deltas and progress are not in the log: they
+//! are what the gap says is gone.
 //!
 //! # The seam
 //!
@@ -60,6 +65,37 @@
 //! end (facts any process may add: a message, a stop), read from a position, watch appends (other processes'
 //! included), list, delete, snapshot. [`Leases`] exist only for stores several processes share. Every method does
 //! its I/O off the caller's tokio worker; no store call happens in `Drop` or under a std lock.
+//!
+//! # How a runtime writes it
+//!
+//! [`RuntimeBuilder::log_store`](crate::agent::RuntimeBuilder::log_store) keeps every session in a log. A session
+//! decides what happens under its conversation lock and hands the entries to its own writer task there (so the log's
+//! order is the order of the decisions); the writer appends them (batches that wait together share one append, one
+//! transaction) and folds them into the session's [`Projection`]; whoever needs them durable awaits the receipt,
+//! outside any lock. The durable points of a turn:
+//! - its start (or resumption), with the messages a continuation starts with, before the agent runs;
+//! - before each model request: the items since the last write, the messages injected into this request, the core's
+//!   inputs — handed over without waiting (written while the model answers);
+//! - before each tool call: everything since, and the call's [`Entry::ToolStarted`] — waited for, so a call never
+//!   runs unrecorded; a turn's writes form a chain the writer refuses after one fails, so the turn never leaves a
+//!   hole and two of its writes may share a transaction;
+//! - a response is written on its own only while a slow review (an LLM judge) or the layers' storing runs, joined
+//!   with it; a quick review adds no write;
+//! - a step's answer ([`Entry::StepFinished`]), the turn's end with the layers' changed thread state.
+//!
+//! Decisions are appended as they are made, also an async verdict after its turn ended (with the thread's carried
+//! feedback, so it survives a restart).
+//!
+//! # Processes that share a log
+//!
+//! What another process appends is heard through the store's watch (one per runtime, told to the session it
+//! concerns) or found on a conflicting append: a message it accepted joins the queue in log order, its stop cancels
+//! the running turn, its cleared queue empties this one, and this process's append goes after them. Another
+//! process's turn entries fence a process running a turn of the session (it lost it); an idle one takes them in as
+//! the session's history and shows them to its followers. With a store that has [`Leases`], a turn runs only where
+//! the session's lease is held: taken (after reading what others wrote) before the turn, renewed every third of its
+//! term while it runs, given up at its end; a process that cannot take it is told who holds it, and steers or stops
+//! that turn by appending; a dead worker's turn is resumed by whoever takes the lease once its term ran out.
 //!
 //! # Resume is replay
 //!
