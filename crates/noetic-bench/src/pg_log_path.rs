@@ -119,6 +119,53 @@ fn quantile(samples: &mut [f64], q: f64) -> f64 {
     samples.get(((samples.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
+/// Tool-calling turns per second of `sessions` sessions running at once on the real path, split among `workers`
+/// runtimes (each with a pool of its own, as workers would have) on one database; and the p99 lateness of a 1 ms
+/// ticker on the same tokio runtime meanwhile.
+async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: usize) -> BenchResult<(f64, f64)> {
+    let mut runtimes = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
+        let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?;
+        runtimes.push((w, runtime));
+    }
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let ticking = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_millis(1));
+        let mut late = Vec::new();
+        loop {
+            tokio::select! {
+                due = ticker.tick() => late.push(due.elapsed().as_secs_f64() * 1e3),
+                _ = &mut stopped => return late,
+            }
+        }
+    });
+    let run = format!("{:x}", fastrand::u64(..));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..sessions)
+        .map(|s| {
+            let runtime = runtimes[s % workers].1.clone();
+            let key = format!("bench-rt-{run}-{s}");
+            tokio::spawn(async move {
+                let session = runtime.open(&key).await.map_err(|e| e.to_string())?;
+                for t in 0..turns {
+                    let turn =
+                        session.send(format!("turn {t}: find the retry policy")).await.map_err(|e| e.to_string())?;
+                    turn.await.map_err(|e| e.to_string())?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    let mut late = ticking.await?;
+    Ok(((sessions * turns) as f64 / elapsed, quantile(&mut late, 0.99)))
+}
+
 /// The figures; without a server, said on stderr.
 pub fn figures() -> BenchResult<()> {
     let Some(url) = crate::pg_path::url() else {
@@ -159,6 +206,27 @@ pub fn figures() -> BenchResult<()> {
             "",
         );
         drop((store, single));
+        // The runtime on the log: per tool call, and turns/s of 1000 sessions on 1, 2 and 4 workers.
+        let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(100, false).await?.0) }).await?;
+        let logged = measure(5, || async {
+            let store = std::sync::Arc::new(PgLogStore::connect(&db.url).await?);
+            Ok(crate::real_path::session_tool_calls_with(100, false, crate::real_path::Kept::Log(store)).await?.0)
+        })
+        .await?;
+        report("pg_log_real_tool_call_us_100_calls", logged, "us", "");
+        report("pg_log_added_per_tool_call_us", Stats::exact(logged.median - plain.median), "us", "<= 300");
+        for workers in [1, 2, 4] {
+            let (mut rates, mut lateness) = (Vec::new(), Vec::new());
+            for _ in 0..3 {
+                let (rate, p99) = runtime_turns_per_s(&db.url, workers, 1000, 2).await?;
+                rates.push(rate);
+                lateness.push(p99);
+            }
+            let name = format!("pg_log_runtime_turns_per_s_1000_sessions_{workers}_workers");
+            report(&name, Stats::of(rates, None), "turns/s", "");
+            let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{workers}_workers");
+            report(&name, Stats::of(lateness, None), "ms", "< 2");
+        }
         db.remove().await?;
         BenchResult::Ok(())
     })

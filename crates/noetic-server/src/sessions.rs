@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{check_key, session, unix_millis};
+use crate::api::{check_key, unix_millis};
 use crate::error::ApiError;
 
 /// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
@@ -150,28 +150,13 @@ pub(crate) async fn delete_session(
             format!("session '{key}' is running a turn on worker {worker}; stop it, then delete it"),
         ));
     }
-    let held = session(&state, &key)?;
-    if held.is_busy() {
-        return Err(busy());
-    }
-    drop(held);
-    let evicted = state.runtime.evict(&key).map_err(|e| ApiError::internal(e.to_string()))?;
-    if !evicted {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "session_in_use",
-            format!(
-                "session '{key}' cannot be deleted while this server runs: its events were followed here (by a \
-                 page or a client), and a followed session stays in the server's memory. Restart the server, then \
-                 delete it before opening it (or run `noetic sessions rm {key}` while the server is stopped)"
-            ),
-        ));
-    }
-    let k = key.clone();
-    let deleted = tokio::task::spawn_blocking(move || shared.delete(&k))
-        .await
-        .map_err(|e| ApiError::internal(format!("deleting session '{key}' failed: {e}")))?
-        .map_err(|e| ApiError::internal(format!("could not delete session '{key}': {e}")))?;
+    drop(shared);
+    // Deleted from memory too, also when somebody followed its events here (their streams end).
+    let deleted = match state.runtime.delete_session(&key).await {
+        Ok(deleted) => deleted,
+        Err(noetic::agent::SessionError::Busy { .. }) => return Err(busy()),
+        Err(e) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())),
+    };
     if !deleted {
         return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to delete")));
     }

@@ -117,7 +117,7 @@ async fn deleting_removes_an_idle_session_and_refuses_a_running_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_whose_events_were_followed_is_not_deleted_and_the_answer_says_why() {
+async fn a_session_whose_events_were_followed_is_deleted_from_the_store_and_from_memory() {
     let s = Running::start(
         Runtime::builder().model(Arc::new(ScriptedModel::new([ModelResponse::text("hi")]))),
         ServerConfig::default(),
@@ -128,11 +128,12 @@ async fn a_session_whose_events_were_followed_is_not_deleted_and_the_answer_says
     s.say("f1", "hello").await;
     events.until("turn_completed").await;
     drop(events);
-    let (status, refused) = s.delete("/api/sessions/f1").await;
-    assert_eq!((status, refused["error"]["code"].clone()), (409, json!("session_in_use")), "{refused}");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("Restart the server"), "{refused}");
+    let (status, deleted) = s.delete("/api/sessions/f1").await;
+    assert_eq!((status, deleted), (200, json!({ "deleted": "f1" })));
     let (_, session) = s.get("/api/sessions/f1").await;
-    assert_eq!(session["history"].as_array().unwrap().len(), 2, "nothing was deleted: {session}");
+    assert_eq!(session["history"], json!([]), "gone from memory too: {session}");
+    let (_, list) = s.get("/api/sessions").await;
+    assert!(line(&list, "f1").is_null(), "gone from the store: {list}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

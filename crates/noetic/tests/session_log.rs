@@ -368,3 +368,23 @@ async fn a_stop_another_process_appends_cancels_the_running_turn() {
     assert_eq!(model.calls(), 1, "the model is not asked again after the stop");
     gate.release();
 }
+
+#[tokio::test]
+async fn deleting_a_session_removes_its_log_and_refuses_while_a_turn_runs() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model = ScriptedModel::new([ModelResponse::text("one"), call("c1", "slow"), ModelResponse::text("two")]);
+    let rt = runtime_with(&model, &store, |b| b.tool(gate.tool("slow").unwrap()));
+    let session = rt.open("s").await.unwrap();
+    let _follower = session.follow(0);
+    session.send("a").await.unwrap().await.unwrap();
+    let turn = session.send("b").await.unwrap();
+    gate.started().await;
+    assert!(matches!(rt.delete_session("s").await, Err(SessionError::Busy { .. })));
+    gate.release();
+    turn.await.unwrap();
+    assert!(rt.delete_session("s").await.unwrap(), "a followed session is deleted too");
+    assert!(entries(&store, "s").await.is_empty(), "its log is gone");
+    assert!(rt.open("s").await.unwrap().history().is_empty());
+    assert!(!rt.delete_session("s").await.unwrap(), "nothing left to delete");
+}

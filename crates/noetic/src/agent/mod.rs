@@ -440,6 +440,35 @@ impl Runtime {
         Ok(session)
     }
 
+    /// Deletes the session `key`: from memory (also while somebody follows its events: they hear no more) and from
+    /// where it is kept (its log, or its store). True when there was one to delete; [`SessionError::Busy`] while a
+    /// turn runs in it here (stop it first), [`SessionError::Store`] when its store fails.
+    pub async fn delete_session(&self, key: &str) -> Result<bool, SessionError> {
+        let failed = |message: String| SessionError::Store { session: key.to_owned(), message };
+        let known = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+        if let Some(state) = &known {
+            // Marked gone under the conversation lock, so a handle in use finds a fresh state from now on.
+            if !state.forget() {
+                return Err(SessionError::Busy { session: key.to_owned() });
+            }
+            let mut sessions = self.inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
+            if sessions.get(key).is_some_and(|s| Arc::ptr_eq(s, state)) {
+                sessions.remove(key);
+            }
+        }
+        if let Some(log) = &self.inner.log_store {
+            return log.delete(key).await.map_err(|e| failed(e.to_string()));
+        }
+        if let Some(store) = self.inner.store.clone() {
+            let key = key.to_owned();
+            return tokio::task::spawn_blocking(move || store.delete(&key))
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(e.to_string()));
+        }
+        Ok(known.is_some())
+    }
+
     /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
     /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
     /// is not in memory. Without an archive this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation

@@ -529,6 +529,17 @@ impl SessionState {
         Some(snapshot)
     }
 
+    /// Marks an idle session gone (it is being deleted): handles find a fresh state from now on, and whoever
+    /// follows its events stops hearing from it. False when a turn runs.
+    pub(crate) fn forget(&self) -> bool {
+        let conversation = lock(&self.conversation);
+        if matches!(*conversation, Conversation::Running { .. }) {
+            return false;
+        }
+        self.evicted.store(true, Ordering::SeqCst);
+        true
+    }
+
     /// Undoes [`SessionState::evict`] when the archive could not keep the snapshot.
     pub(crate) fn unevict(&self) {
         let _conversation = lock(&self.conversation);
