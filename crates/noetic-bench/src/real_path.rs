@@ -80,8 +80,18 @@ impl Model for WireModel {
             std::hint::black_box(&*wire);
         }
         self.request_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let answer = if n % (ROUNDS_PER_TURN + 1) < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        // Decided by the turn's own items (from the end back to its user message), so sessions sharing the model
+        // each get their own turns of ROUNDS_PER_TURN calls.
+        let results = request
+            .history
+            .as_slice()
+            .iter()
+            .rev()
+            .take_while(|item| !matches!(item, Item::Message { role: noetic::model::Role::User, .. }))
+            .filter(|item| matches!(item, Item::ToolResult(_)))
+            .count();
+        let answer = if results < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
         let response = parse_response(answer);
         Box::pin(async move { response })
     }
