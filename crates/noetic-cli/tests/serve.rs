@@ -128,7 +128,7 @@ fn the_page_in_a_real_browser_shows_tools_live_steers_between_them_approves_a_ca
     an_approval_counts_down_to_its_deadline_and_a_write_shows_its_diff(&seen);
     the_ledger_names_rule_evaluator_decision_and_guidance_and_lists_approvals(&seen);
     a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(&seen);
-    a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(&seen);
+    a_session_is_deleted_after_a_second_click_also_the_open_one_the_page_follows(&seen);
     assert_eq!(std::fs::read_dir(&shots).unwrap().count(), 13, "a screenshot per step, at 1400 and 390 px");
 }
 
@@ -215,11 +215,12 @@ fn a_second_session_plays_the_example_s_script_from_its_start_and_esc_stops_it(s
     assert_eq!(seen["stoppedFailures"], 0, "a stop, not a failure");
 }
 
-fn a_session_is_deleted_after_a_second_click_and_one_the_server_holds_says_why_not(seen: &Value) {
+fn a_session_is_deleted_after_a_second_click_also_the_open_one_the_page_follows(seen: &Value) {
     assert_eq!(seen["confirmLabel"], "Delete? Click again");
     assert_eq!(seen["deletedStatus"], "Deleted session old-one.");
     assert_eq!(lines(seen, "sessionsLeft"), ["browser-second", "browser-steer"]);
-    assert!(seen["keptStatus"].as_str().unwrap().contains("cannot be deleted while this server runs"), "{seen}");
+    assert_eq!(seen["openDeletedStatus"], "Deleted session browser-second.", "{seen}");
+    assert_eq!(lines(seen, "sessionsAfter"), ["browser-steer"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,8 +96,9 @@ async function refreshSessions() {
 async function deleteSession(key) {
   try {
     await api("DELETE", `/api/sessions/${encodeURIComponent(key)}`);
-    status(`Deleted session ${key}.`);
+    // Closed first: closing resets the status line, which then says what happened.
     if (key === state.key) closeSession();
+    status(`Deleted session ${key}.`);
   } catch (e) {
     status(`Session ${key} was not deleted: ${e.message}`);
   }

@@ -189,7 +189,7 @@ try {
   seen.stoppedFailures = await page.locator("#chat li.turn-error").count();
   await shot("stopped-with-esc");
 
-  // Deleting: the session nobody opened goes; the open one, which this server keeps in memory, says why not.
+  // Deleting: the session nobody opened goes; so does the open one, whose events the page follows (it closes).
   await page.click("#toggle-sessions");
   const remove = page.locator("#sessions li[data-key=old-one] .session-delete");
   await remove.click();
@@ -202,9 +202,11 @@ try {
   await page.keyboard.press("Escape");
   await page.click("#delete-session");
   await page.click("#delete-session");
-  await page.locator("#status-line", { hasText: "was not deleted" }).waitFor();
-  seen.keptStatus = await page.locator("#status-line").textContent();
-  await shot("open-session-kept");
+  await page.locator("#status-line", { hasText: "Deleted session browser-second" }).waitFor();
+  seen.openDeletedStatus = await page.locator("#status-line").textContent();
+  await page.locator("#sessions li[data-key=browser-second]").waitFor({ state: "detached" });
+  seen.sessionsAfter = await page.locator("#sessions li[data-key]").evaluateAll((lis) => lis.map((li) => li.dataset.key));
+  await shot("open-session-deleted");
 
   seen.consoleErrors = consoleErrors;
   console.log(JSON.stringify(seen));
