@@ -18,6 +18,9 @@
 //! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
 //! steps that return at once.
 //!
+//! `instr_probe fork N` runs the suite's `fork_path_us` workload N times (one `fork` All of 1000 trivial paths,
+//! built once); (I(M) − I(N)) / ((M − N) · 1000) is the instructions per fork path.
+//!
 //! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
 //! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.
 //! (I(M) − I(N)) / ((M − N) · CALLS) is the instructions per real-path tool call with each session's set-up (a new
@@ -34,6 +37,7 @@ mod probe;
 #[allow(dead_code)]
 mod real_path;
 
+use noetic::prelude::*;
 use probe::BenchResult;
 
 #[global_allocator]
@@ -42,7 +46,7 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real" | "real-setup") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -72,6 +76,16 @@ fn main() -> BenchResult<()> {
                 .await;
                 done?;
                 println!("allocations per tool call: {:.1}", allocations as f64 / (n * calls) as f64);
+                Ok(())
+            }
+            "fork" => {
+                let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build()?;
+                let fork =
+                    Step::fork("f", ForkMode::All).paths(vec![path; 1000]).merge(|v, _| Ok(v.len() as u64)).build()?;
+                let ctx = Context::new();
+                for _ in 0..n {
+                    fork.execute(1, &ctx).await?;
+                }
                 Ok(())
             }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,
