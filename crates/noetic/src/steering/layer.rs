@@ -8,6 +8,7 @@
 //! which the thread's next execution takes at its first recall.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -16,7 +17,7 @@ use serde::Serialize;
 use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
 use super::index::HookRules;
 use super::ledger::{self, LedgerEntry, LedgerKind};
-use super::rules::{HookParams, SteeringConfig, SteeringRule};
+use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
@@ -65,6 +66,9 @@ pub struct SteeringLayer {
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
     carry: Arc<CarryOver>,
+    /// False while no verdict or judge error can be waiting anywhere: the layer has no async judge and restored
+    /// none from a store. Then recall and the gates skip looking for one.
+    feedback_possible: AtomicBool,
     /// The rules that apply to each hook: a hook call looks only at its own.
     before_tool_call_rules: HookRules,
     after_model_call_rules: HookRules,
@@ -111,6 +115,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
+    let async_judges = config.rules.iter().any(|r| r.llm_eval.as_ref().is_some_and(|e| e.mode == LlmMode::Async));
     let (before_tool_call_rules, after_model_call_rules) =
         (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
@@ -118,6 +123,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
         recent: (0..RECENT_GROUPS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
+        feedback_possible: AtomicBool::new(async_judges),
         before_tool_call_rules,
         after_model_call_rules,
         shadow_rules: (0..config.rules.len()).filter(|&i| config.rules[i].is_shadow()).collect(),
@@ -181,6 +187,11 @@ impl SteeringLayer {
         self.only_predicates(hook) && !self.has_shadow_rules()
     }
 
+    /// Whether a verdict or a judge's error can be waiting anywhere (see the field).
+    fn feedback_possible(&self) -> bool {
+        self.feedback_possible.load(Ordering::Acquire)
+    }
+
     pub(super) fn carry_over(&self) -> &Arc<CarryOver> {
         &self.carry
     }
@@ -230,6 +241,9 @@ impl SteeringLayer {
     /// Fails with the configuration error an async judge of this execution (or of an ended one that forwards
     /// here) hit, once.
     pub(super) fn surface_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
+        if !self.feedback_possible() {
+            return Ok(());
+        }
         self.absorb_carry_over(ctx);
         match lock(state).fault.take() {
             Some(error) => Err(error.into()),
@@ -270,6 +284,9 @@ impl SteeringLayer {
     /// The feedback block of what async judges queued for this execution, up to `budget` tokens (one verdict
     /// alone over it is shortened); fails with the configuration error an async judge hit.
     fn recall_at_once(&self, ctx: &Context, budget: u32) -> Result<Vec<Item>, NoeticError> {
+        if !self.feedback_possible() {
+            return Ok(Vec::new());
+        }
         let Some(state) = self.absorb_carry_over(ctx).or_else(|| self.states.get(&self.key(ctx))) else {
             return Ok(Vec::new());
         };
@@ -486,6 +503,9 @@ impl MemoryLayer for SteeringLayer {
     fn load_state(&self, key: &ScopeKey, state: serde_json::Value) -> Result<(), NoeticError> {
         let saved: Saved = serde_json::from_value(state)
             .map_err(|e| NoeticError::other(format!("the saved steering state is unreadable: {e}")))?;
+        if !saved.pending.is_empty() || !saved.carried.is_empty() {
+            self.feedback_possible.store(true, Ordering::Release);
+        }
         if let ScopeKey::Thread(thread) = key {
             self.carry.restore(thread, saved.carried);
         }
