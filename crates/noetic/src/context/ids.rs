@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn ids_made_on_other_threads_at_once_are_all_different() {
-        let threads: Vec<_> = (0..4).map(|_| std::thread::spawn(|| (0..5_000).map(|_| new_v7()).collect::<Vec<_>>())).collect();
+        let threads: Vec<_> =
+            (0..4).map(|_| std::thread::spawn(|| (0..5_000).map(|_| new_v7()).collect::<Vec<_>>())).collect();
         let mut all: Vec<Uuid> = threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
         let n = all.len();
         all.sort();

@@ -379,6 +379,17 @@ impl Context {
         if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
             return r;
         }
+        // The race with the cancellation waiter is boxed: inline, the waiter would make every future that runs
+        // something cancellably (each fork path, each tool call) larger, and so costlier to move, for the few
+        // that ever wait.
+        Box::pin(self.until_cancelled(fut)).await
+    }
+
+    /// `fut`, or [`NoeticError::Cancelled`] once the context is cancelled first.
+    async fn until_cancelled<T>(
+        &self,
+        fut: std::pin::Pin<&mut impl Future<Output = Result<T, NoeticError>>>,
+    ) -> Result<T, NoeticError> {
         tokio::select! {
             biased;
             r = fut => r,
@@ -515,7 +526,9 @@ impl Context {
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
     pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
-        if let Some(records) = self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref()) {
+        if let Some(records) =
+            self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
+        {
             match serde_json::to_string(entry) {
                 Ok(json) => records.ledger_entry(json),
                 Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),

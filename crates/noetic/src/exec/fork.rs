@@ -55,11 +55,8 @@ impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, 
         self.steps.len()
     }
 
-    /// Starts the next queued path, if any and if the parent is not cancelled.
-    fn start_next(&mut self) {
-        if self.next >= self.len() || self.parent.is_cancelled() {
-            return;
-        }
+    /// Starts the next queued path (there is one, and the parent is not cancelled).
+    fn start_next_unchecked(&mut self) {
         let i = self.next;
         self.next += 1;
         let path_ctx = self.parent.fork_child();
@@ -71,11 +68,9 @@ impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, 
 
     fn start_up_to_limit(&mut self) {
         let limit = self.fork.concurrency.unwrap_or(usize::MAX);
-        while self.running.len() < limit && self.next < self.len() {
-            self.start_next();
-            if self.parent.is_cancelled() {
-                break;
-            }
+        // One look at the parent's cancellation per path started (the same as before and after each start).
+        while self.running.len() < limit && self.next < self.len() && !self.parent.is_cancelled() {
+            self.start_next_unchecked();
         }
     }
 

@@ -292,8 +292,7 @@ impl Gating {
         if self.guides.is_empty() {
             return Gate::allow();
         }
-        let texts: Vec<&str> =
-            self.guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
+        let texts: Vec<&str> = self.guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
         let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
         Gate {
             decision: SteeringDecision { action: SteeringAction::Guide, guidance },
