@@ -379,17 +379,6 @@ impl Context {
         if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
             return r;
         }
-        // The race with the cancellation waiter is boxed: inline, the waiter would make every future that runs
-        // something cancellably (each fork path, each tool call) larger, and so costlier to move, for the few
-        // that ever wait.
-        Box::pin(self.until_cancelled(fut)).await
-    }
-
-    /// `fut`, or [`NoeticError::Cancelled`] once the context is cancelled first.
-    async fn until_cancelled<T>(
-        &self,
-        fut: std::pin::Pin<&mut impl Future<Output = Result<T, NoeticError>>>,
-    ) -> Result<T, NoeticError> {
         tokio::select! {
             biased;
             r = fut => r,
