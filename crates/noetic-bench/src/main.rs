@@ -254,7 +254,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // One group only: `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
+    // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
+    // tool call, for comparing two builds quickly), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing).
     match std::env::args().nth(1).as_deref() {
@@ -263,6 +264,7 @@ fn main() -> BenchResult<()> {
         Some("store") => return store_figures(&rt),
         Some("pg") => return pg_figures(),
         Some("pg-log") => return pg_log_path::figures(),
+        Some("core") => return core_figures(&rt),
         _ => {}
     }
     rt.block_on(async {
@@ -305,6 +307,29 @@ fn main() -> BenchResult<()> {
     pg_log_path::figures()?;
     mcp_figures(&rt)?;
     Ok(())
+}
+
+/// The runtime's core figures alone: a step, a fork path, a bare tool call, the 10 rules' overhead, and the real
+/// path per tool call at 10, 100 and 1000 calls — what a change to the step or steering code can move.
+fn core_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        report("run_step_us", measure(7, run_step_us).await?, "us", "<= 0.5");
+        report("fork_path_us", measure(7, fork_path_us).await?, "us", "<= 2");
+        report("tool_call_us", measure(15, || tool_call_us(Vec::new())).await?, "us", "<= 5");
+        let overhead = measure(31, || async {
+            let steered = tool_call_us(vec![ten_rules()?]).await?;
+            let plain = tool_call_us(Vec::new()).await?;
+            Ok(steered - plain)
+        })
+        .await?;
+        report("steering_rules_overhead_us", overhead, "us", "<= 1");
+        for calls in [10, 100, 1000] {
+            let reps = if calls == 1000 { 3 } else { 9 };
+            let per_call = measure(reps, || async { Ok(real_path::session_tool_calls(calls, true).await?.0) }).await?;
+            report(&format!("real_tool_call_us_{calls}_calls"), per_call, "us", "");
+        }
+        BenchResult::Ok(())
+    })
 }
 
 /// The providers' SSE framing, and their stream parsing with 64k tool calls (see [`stream_path`]).

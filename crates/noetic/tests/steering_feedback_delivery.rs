@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use noetic::context::ExecutionId;
+use noetic::layer::ScopeKey;
 use noetic::model::HeldCall;
 use noetic::prelude::*;
 use noetic::steering::Evaluator;
@@ -289,5 +290,24 @@ async fn a_spawned_child_never_drains_its_parent_feedback_and_keeps_its_decision
         assert_eq!(parent.execute("next".to_owned(), &ctx).await.unwrap(), "parent done");
         let block = feedback_block(&[("report", "parent feedback")]);
         assert_eq!(contexts(&agent), vec![vec![], vec![], vec![block]], "{scope:?}: only the parent sees its feedback");
+    }
+}
+
+#[tokio::test]
+async fn verdicts_restored_from_a_store_reach_the_model_also_through_a_layer_of_predicates_only() {
+    // A layer without async judges never queues a verdict itself, so it skips looking for one — except once a
+    // store handed it some: a thread's carried verdicts and a thread-scoped state's undelivered ones.
+    let predicate = SteeringRule::predicate("any", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
+    for (scope, saved) in [
+        (Scope::Execution, json!({"carried": [{"rule_id": "report", "guidance": "tell the user c1 ran"}]})),
+        (Scope::Thread, json!({"pending": [{"rule_id": "report", "guidance": "tell the user c1 ran"}]})),
+    ] {
+        let layer = steering(SteeringConfig::new([predicate.clone()]).with_scope(scope)).unwrap();
+        let ctx = Context::builder().thread_id("s").build();
+        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), Vec::<Item>::new());
+        layer.load_state(&ScopeKey::Thread(Arc::from("s")), saved).unwrap();
+        let block = feedback_block(&[("report", "tell the user c1 ran")]);
+        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), vec![block], "{scope:?}");
+        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), Vec::<Item>::new(), "shown once ({scope:?})");
     }
 }

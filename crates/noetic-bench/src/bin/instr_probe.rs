@@ -16,7 +16,14 @@
 //! N = 200, M = 1200, bare / steered: 9,884 / 14,728 at `a03d11c`, 10,056 / 16,769 at `563a651`, 10,921 / 18,875
 //! at `b0eae6a`, then 9,561 / 15,270 once the steering layer stopped timing its recall, looking at other hooks'
 //! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
-//! steps that return at once.
+//! steps that return at once. At `9b92590`: 9,465 / 14,998 (the layer adds 5,533); with the rules indexed by hook
+//! and tool, the layer answering its hooks at once (`*_now`, no hook future) and not looking for verdicts that no
+//! async judge can have queued: 9,478 / 12,780 (adds 3,302).
+//!
+//! `instr_probe fork N` runs the suite's `fork_path_us` workload N times (one `fork` All of 1000 trivial paths,
+//! built once); (I(M) − I(N)) / ((M − N) · 1000) is the instructions per fork path. With N = 2, M = 12: 5,888 at
+//! `9b92590`; 2,948 once a path's context shares its root's parts and makes its cancellation token lazily, ids
+//! come from a per-thread sequence and a `run` path's future lives unboxed in its task.
 //!
 //! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
 //! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.
@@ -34,6 +41,7 @@ mod probe;
 #[allow(dead_code)]
 mod real_path;
 
+use noetic::prelude::*;
 use probe::BenchResult;
 
 #[global_allocator]
@@ -42,7 +50,7 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real" | "real-setup") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -72,6 +80,16 @@ fn main() -> BenchResult<()> {
                 .await;
                 done?;
                 println!("allocations per tool call: {:.1}", allocations as f64 / (n * calls) as f64);
+                Ok(())
+            }
+            "fork" => {
+                let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build()?;
+                let fork =
+                    Step::fork("f", ForkMode::All).paths(vec![path; 1000]).merge(|v, _| Ok(v.len() as u64)).build()?;
+                let ctx = Context::new();
+                for _ in 0..n {
+                    fork.execute(1, &ctx).await?;
+                }
                 Ok(())
             }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,

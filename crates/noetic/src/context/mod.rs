@@ -11,10 +11,12 @@
 //! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
 
 mod approval;
+mod cancel;
 mod carried;
 mod channel;
 mod checkpoints;
 mod events;
+mod ids;
 mod sink;
 
 use std::fmt;
@@ -22,13 +24,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
+use cancel::Cancel;
 pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{Checkpoints, RecordSink, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
+pub use ids::ExecutionId;
+pub(crate) use ids::new_v7;
 pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
 
 use crate::error::NoeticError;
@@ -39,66 +43,34 @@ use crate::turn::TurnJournal;
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
 
-/// The identity of one execution (a root run, a spawned child or a fork path). Time-ordered (UUID v7): by the
-/// millisecond across threads, strictly among the ids one thread makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub struct ExecutionId(Uuid);
-
-/// A version 7 UUID (time-ordered within a thread) from a clock sequence of this thread's own. `Uuid::now_v7`
-/// takes one mutex shared by every thread, which a turn per session on many cores would all wait on; with the
-/// `fast-rng` feature the random part comes from a per-thread generator, not a system call.
-pub(crate) fn new_v7() -> Uuid {
-    thread_local! {
-        static V7: uuid::ContextV7 = const { uuid::ContextV7::new() };
-    }
-    V7.with(|context| Uuid::new_v7(uuid::Timestamp::now(context)))
-}
-
-impl ExecutionId {
-    /// A fresh id.
-    pub fn new() -> Self {
-        ExecutionId(new_v7())
-    }
-
-    /// The id no execution has: what an event rebuilt from a session log carries when its turn's start is not in
-    /// what was read.
-    pub fn nil() -> Self {
-        ExecutionId(Uuid::nil())
-    }
-
-    /// The underlying UUID.
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
-}
-
-impl Default for ExecutionId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for ExecutionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
 struct Inner {
     execution_id: ExecutionId,
-    parent: Option<Arc<Inner>>,
-    thread_id: Option<Arc<str>>,
-    resource_id: Option<Arc<str>>,
-    cancel: CancellationToken,
+    /// A root's tree-wide parts, or a child's parent (whose root has them).
+    origin: Origin,
+    cancel: Cancel,
     cancel_reason: OnceLock<String>,
     items: Mutex<Arc<Log>>,
     usage: Mutex<(Usage, f64)>,
     last_step_meta: Mutex<Option<Arc<StepMeta>>>,
+}
+
+/// Where an execution sits in its tree.
+enum Origin {
+    /// A root execution, with what its whole tree shares.
+    Root(Tree),
+    /// A spawned child or fork path, and its parent. A child reads the tree's parts from its root, so making one
+    /// copies none of them (a fork of many paths writes no reference count per part and path).
+    Child(Arc<Inner>),
+}
+
+/// What every execution of a tree shares: identity, events and services.
+struct Tree {
+    thread_id: Option<Arc<str>>,
+    resource_id: Option<Arc<str>>,
     events: EventSink,
     /// Alone on its cache lines: a runtime hands every turn on a thread the same copy (see `sync::Spread`).
     services: Arc<Padded<Services>>,
-    /// The session turn's own services (none outside a session turn); one pointer, so a child context (a fork
-    /// path, a spawned child) shares them at the cost of one reference count.
+    /// The session turn's own services (none outside a session turn).
     turn: Option<Arc<TurnServices>>,
 }
 
@@ -137,7 +109,41 @@ impl Inner {
         if let Some(r) = self.cancel_reason.get() {
             return Some(r.clone());
         }
-        self.parent.as_ref().and_then(|p| p.reason())
+        self.parent().and_then(|p| p.reason())
+    }
+
+    fn parent(&self) -> Option<&Arc<Inner>> {
+        match &self.origin {
+            Origin::Root(_) => None,
+            Origin::Child(parent) => Some(parent),
+        }
+    }
+
+    /// The tree's shared parts, kept by its root.
+    fn tree(&self) -> &Tree {
+        let mut inner = self;
+        loop {
+            match &inner.origin {
+                Origin::Root(tree) => return tree,
+                Origin::Child(parent) => inner = parent,
+            }
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled(|| self.parent().is_some_and(|p| p.is_cancelled()))
+    }
+
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The cancellation token, made on first use for a child (a child token of its parent's).
+    fn token(&self) -> &CancellationToken {
+        self.cancel.token(|| match self.parent() {
+            Some(parent) => parent.token().child_token(),
+            None => CancellationToken::new(),
+        })
     }
 }
 
@@ -267,17 +273,18 @@ impl ContextBuilder {
         Context {
             inner: Arc::new(Inner {
                 execution_id: self.execution_id.unwrap_or_default(),
-                parent: None,
-                thread_id: self.thread_id,
-                resource_id: self.resource_id,
-                cancel: self.cancel.unwrap_or_default(),
+                origin: Origin::Root(Tree {
+                    thread_id: self.thread_id,
+                    resource_id: self.resource_id,
+                    events: self.events,
+                    services: self.shared.unwrap_or_else(|| Arc::new(Padded(self.services))),
+                    turn: self.turn,
+                }),
+                cancel: Cancel::root(self.cancel.unwrap_or_default()),
                 cancel_reason: OnceLock::new(),
                 items: Mutex::new(self.items.0),
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
-                events: self.events,
-                services: self.shared.unwrap_or_else(|| Arc::new(Padded(self.services))),
-                turn: self.turn,
             }),
             layers: self.layers,
             depth: 0,
@@ -303,17 +310,17 @@ impl Context {
 
     /// The parent execution's id, for spawned children and fork paths.
     pub fn parent_execution_id(&self) -> Option<ExecutionId> {
-        self.inner.parent.as_ref().map(|p| p.execution_id)
+        self.inner.parent().map(|p| p.execution_id)
     }
 
     /// The thread id, if set.
     pub fn thread_id(&self) -> Option<&str> {
-        self.inner.thread_id.as_deref()
+        self.inner.tree().thread_id.as_deref()
     }
 
     /// The resource id, if set.
     pub fn resource_id(&self) -> Option<&str> {
-        self.inner.resource_id.as_deref()
+        self.inner.tree().resource_id.as_deref()
     }
 
     /// How deeply the current step is nested (0 at the root).
@@ -323,13 +330,13 @@ impl Context {
 
     /// True once this context or an ancestor was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
+        self.inner.is_cancelled()
     }
 
     /// Cancels this context and all its descendants. The first reason given wins. Idempotent.
     pub fn cancel(&self, reason: impl Into<String>) {
         let _ = self.inner.cancel_reason.set(reason.into());
-        self.inner.cancel.cancel();
+        self.inner.cancel();
     }
 
     /// Why the context was cancelled, looking up the tree; `None` if not cancelled or no reason was given.
@@ -347,12 +354,12 @@ impl Context {
 
     /// Resolves when the context is cancelled.
     pub async fn cancelled(&self) {
-        self.inner.cancel.cancelled().await
+        self.inner.token().cancelled().await
     }
 
     /// The cancellation token, for handing to code that takes one.
     pub fn cancellation_token(&self) -> &CancellationToken {
-        &self.inner.cancel
+        self.inner.token()
     }
 
     /// Fails with [`NoeticError::Cancelled`] if the context is cancelled.
@@ -375,7 +382,7 @@ impl Context {
         tokio::select! {
             biased;
             r = fut => r,
-            () = self.inner.cancel.cancelled() => Err(self.cancelled_error()),
+            () = self.inner.token().cancelled() => Err(self.cancelled_error()),
         }
     }
 
@@ -387,22 +394,18 @@ impl Context {
     }
 
     /// A child context: fresh execution id, the given item log and layers, cancellation linked to this one, usage
-    /// starting at zero (`Context::spawn_child` in the layer module names the layers' type).
+    /// starting at zero (`Context::spawn_child` in the layer module names the layers' type). It shares its
+    /// root's thread, events and services.
     pub(crate) fn child(&self, items: History, layers: Carried) -> Context {
         Context {
             inner: Arc::new(Inner {
                 execution_id: ExecutionId::new(),
-                parent: Some(self.inner.clone()),
-                thread_id: self.inner.thread_id.clone(),
-                resource_id: self.inner.resource_id.clone(),
-                cancel: self.inner.cancel.child_token(),
+                origin: Origin::Child(self.inner.clone()),
+                cancel: Cancel::child(),
                 cancel_reason: OnceLock::new(),
                 items: Mutex::new(items.0),
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
-                events: self.inner.events.clone(),
-                services: self.inner.services.clone(),
-                turn: self.inner.turn.clone(),
             }),
             layers,
             depth: self.depth + 1,
@@ -484,35 +487,37 @@ impl Context {
 
     /// The model, if one is configured.
     pub fn model(&self) -> Option<&Arc<dyn Model>> {
-        self.inner.services.model.as_ref()
+        self.inner.tree().services.model.as_ref()
     }
 
     /// The approver, if one is configured.
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
-        self.inner.services.approver.as_ref()
+        self.inner.tree().services.approver.as_ref()
     }
 
     /// True when traces record content (see [`crate::trace`]).
     pub fn captures_content(&self) -> bool {
-        self.inner.services.capture_content
+        self.inner.tree().services.capture_content
     }
 
     /// True for a root context (a session turn's, or one built by [`ContextBuilder`]); false for a spawned child's
     /// or a fork path's.
     pub(crate) fn is_root(&self) -> bool {
-        self.inner.parent.is_none()
+        matches!(self.inner.origin, Origin::Root(_))
     }
 
     /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
     /// path's (those are not resumed).
     pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
-        let journal = self.turn().and_then(|t| t.journal.as_ref()).or(self.inner.services.journal.as_ref());
+        let journal = self.turn().and_then(|t| t.journal.as_ref()).or(self.inner.tree().services.journal.as_ref());
         journal.filter(|_| self.is_root())
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
     pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
-        if let Some(records) = self.turn().and_then(|t| t.records.as_ref()).or(self.inner.services.records.as_ref()) {
+        if let Some(records) =
+            self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
+        {
             match serde_json::to_string(entry) {
                 Ok(json) => records.ledger_entry(json),
                 Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
@@ -522,17 +527,17 @@ impl Context {
 
     /// The services shared by the execution tree.
     pub(crate) fn services(&self) -> &Services {
-        &self.inner.services.0
+        &self.inner.tree().services.0
     }
 
     /// The session turn's steering checkpoints (also for spawned children and fork paths).
     fn steering(&self) -> Option<&Arc<dyn Checkpoints>> {
-        self.turn().and_then(|t| t.steering.as_ref()).or(self.inner.services.steering.as_ref())
+        self.turn().and_then(|t| t.steering.as_ref()).or(self.inner.tree().services.steering.as_ref())
     }
 
     /// The session turn's own services, if this execution belongs to one.
     fn turn(&self) -> Option<&TurnServices> {
-        self.inner.turn.as_deref()
+        self.inner.tree().turn.as_deref()
     }
 
     /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).
@@ -547,12 +552,12 @@ impl Context {
 
     /// The event sink.
     pub fn events(&self) -> &EventSink {
-        &self.inner.events
+        &self.inner.tree().events
     }
 
     /// Emits an event built by `kind` — only when someone listens, so an idle sink costs nothing.
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
-        self.inner.events.emit(self.inner.execution_id, kind);
+        self.inner.tree().events.emit(self.inner.execution_id, kind);
     }
 }
 

@@ -4,52 +4,73 @@
 //! `concurrency` at a time, started in path order. Whatever the mode, a path that is cancelled is also awaited
 //! until it has stopped, so no path outlives the fork.
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use std::future::Future;
 
-use super::{execute as exec, guard, step_failed};
+use futures::future::Either;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+
+use super::{execute_unboxed as exec_unboxed, guard, step_failed};
 use crate::context::Context;
 use crate::error::{NoeticError, PathFailure, PathSuccess};
 use crate::layer::{Outcome, lifecycle};
 use crate::step::fork::Merge;
-use crate::step::{SettleResult, Step, StepFork, StepFuture};
+use crate::step::{SettleResult, Step, StepFork};
 
-struct Paths<'a, I, O> {
+struct Paths<'a, I, O, F> {
     fork: &'a StepFork<I, O>,
     input: I,
     parent: &'a Context,
     steps: Vec<Step<I, O>>,
     contexts: Vec<Option<Context>>,
     next: usize,
-    running: FuturesUnordered<futures::future::BoxFuture<'static, (usize, Result<O, NoeticError>)>>,
+    running: FuturesUnordered<F>,
+    start: StartPath<I, O, F>,
 }
 
-impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
+/// Makes a started path's future (see [`path`]); a function pointer, so that [`Paths`] can name its type.
+type StartPath<I, O, F> = fn(&Step<I, O>, I, &Context, Context, usize) -> F;
+
+/// A started path's future, yielding its index with its outcome. A `run` step's future is kept in the path's
+/// task itself (a fork of many `run` paths makes one allocation less per path); other steps' are boxed.
+fn path<I: Send + 'static, O: Send + 'static>(
+    step: &Step<I, O>,
+    input: I,
+    parent: &Context,
+    path_ctx: Context,
+    index: usize,
+) -> impl Future<Output = (usize, Result<O, NoeticError>)> + Send + use<I, O> {
+    let run = exec_unboxed(step, input, &path_ctx);
+    // Without layers a path's lifecycle hooks do nothing: the step's own future is the path.
+    let run = if path_ctx.layers().is_empty() {
+        Either::Left(run)
+    } else {
+        Either::Right(Box::pin(run_path(parent.clone(), path_ctx, run)))
+    };
+    run.map(move |r| (index, r))
+}
+
+impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, NoeticError>)>> Paths<'_, I, O, F> {
     fn len(&self) -> usize {
         self.steps.len()
     }
 
-    /// Starts the next queued path, if any and if the parent is not cancelled.
-    fn start_next(&mut self) {
-        if self.next >= self.len() || self.parent.is_cancelled() {
-            return;
-        }
+    /// Starts the next queued path (there is one, and the parent is not cancelled).
+    fn start_next_unchecked(&mut self) {
         let i = self.next;
         self.next += 1;
         let path_ctx = self.parent.fork_child();
-        let fut = exec(&self.steps[i], (self.fork.clone_input)(&self.input), &path_ctx);
-        self.contexts[i] = Some(path_ctx.clone());
-        let parent = self.parent.clone();
-        self.running.push(Box::pin(async move { (i, run_path(parent, path_ctx, fut).await) }));
+        let input = (self.fork.clone_input)(&self.input);
+        let run = (self.start)(&self.steps[i], input, self.parent, path_ctx.clone(), i);
+        self.contexts[i] = Some(path_ctx);
+        self.running.push(run);
     }
 
     fn start_up_to_limit(&mut self) {
         let limit = self.fork.concurrency.unwrap_or(usize::MAX);
-        while self.running.len() < limit && self.next < self.len() {
-            self.start_next();
-            if self.parent.is_cancelled() {
-                break;
-            }
+        // One look at the parent's cancellation per path started (the same as before and after each start).
+        while self.running.len() < limit && self.next < self.len() && !self.parent.is_cancelled() {
+            self.start_next_unchecked();
         }
     }
 
@@ -78,7 +99,11 @@ impl<I: Send + 'static, O: Send + 'static> Paths<'_, I, O> {
 }
 
 /// Runs one path between its layers' `on_spawn` and `on_return` (on success), then completes the path's layers.
-async fn run_path<O>(parent: Context, path: Context, run: StepFuture<O>) -> Result<O, NoeticError> {
+async fn run_path<O>(
+    parent: Context,
+    path: Context,
+    run: impl Future<Output = Result<O, NoeticError>>,
+) -> Result<O, NoeticError> {
     if let Err(e) = lifecycle::spawn(&parent, &path).await {
         // The path already failed; a panic while completing it is logged by `complete`.
         let _ = lifecycle::complete(&path, Outcome::Failure).await;
@@ -107,6 +132,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         contexts: (0..n).map(|_| None).collect(),
         next: 0,
         running: FuturesUnordered::new(),
+        start: path::<I, O>,
     };
     let mut results: Vec<Option<Result<O, NoeticError>>> = (0..n).map(|_| None).collect();
     paths.start_up_to_limit();
@@ -141,8 +167,8 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
 }
 
 /// Runs `All` mode; returns true when some path failed.
-async fn all<I: Send + 'static, O: Send + 'static>(
-    paths: &mut Paths<'_, I, O>,
+async fn all<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, NoeticError>)>>(
+    paths: &mut Paths<'_, I, O, F>,
     results: &mut [Option<Result<O, NoeticError>>],
 ) -> bool {
     let mut failed = false;
@@ -162,8 +188,8 @@ async fn all<I: Send + 'static, O: Send + 'static>(
     failed
 }
 
-async fn race<I: Send + 'static, O: Send + 'static>(
-    paths: &mut Paths<'_, I, O>,
+async fn race<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, NoeticError>)>>(
+    paths: &mut Paths<'_, I, O, F>,
     results: &mut [Option<Result<O, NoeticError>>],
 ) -> Result<O, NoeticError> {
     while let Some((i, r)) = paths.running.next().await {
@@ -184,8 +210,8 @@ async fn race<I: Send + 'static, O: Send + 'static>(
 }
 
 /// The `ForkPartial` error: successes and failures in path order; paths never started count as cancelled.
-fn partial<I: Send + 'static, O: Send + 'static>(
-    paths: &Paths<'_, I, O>,
+fn partial<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, NoeticError>)>>(
+    paths: &Paths<'_, I, O, F>,
     results: Vec<Option<Result<O, NoeticError>>>,
 ) -> NoeticError {
     let mut succeeded = Vec::new();

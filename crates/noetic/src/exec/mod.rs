@@ -14,22 +14,64 @@ mod run;
 mod spawn;
 mod tool;
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
-use crate::context::{Context, EventKind, MAX_DEPTH};
+use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
 use crate::error::NoeticError;
-use crate::step::{Step, StepFuture};
+use crate::step::{Step, StepFuture, StepRun};
 
 /// Runs `step` on `input` in `ctx`.
 pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
-    let step = step.clone();
     let ctx = ctx.clone();
     // Without a subscriber the step runs exactly as it would without traces.
     if crate::trace::on() {
+        let step = step.clone();
         return Box::pin(async move { traced(&step, input, ctx).await });
     }
+    if let Step::Run(run) = step {
+        // A `run` step's future is a fraction of the largest kind's (an `llm` step's), which `dispatch` is sized
+        // for; boxing its own keeps a fork of many `run` paths from allocating and copying that much per path.
+        return Box::pin(dispatch_run(run.clone(), input, ctx));
+    }
+    let step = step.clone();
     Box::pin(async move { dispatch(&step, input, ctx).await })
+}
+
+/// [`execute`], leaving a `run` step's future unboxed for a caller that keeps it where it keeps its own state (a
+/// fork path's task): one allocation less per path.
+pub(crate) fn execute_unboxed<I: Send + 'static, O: Send + 'static>(
+    step: &Step<I, O>,
+    input: I,
+    ctx: &Context,
+) -> futures::future::Either<impl Future<Output = Result<O, NoeticError>> + Send + use<I, O>, StepFuture<O>> {
+    use futures::future::Either;
+    match step {
+        Step::Run(run) if !crate::trace::on() => Either::Left(dispatch_run(run.clone(), input, ctx.clone())),
+        _ => Either::Right(execute(step, input, ctx)),
+    }
+}
+
+/// [`dispatch`] for a `run` step: the same checks and events.
+async fn dispatch_run<I: Send + 'static, O: Send + 'static>(
+    s: Arc<StepRun<I, O>>,
+    input: I,
+    ctx: Context,
+) -> Result<O, NoeticError> {
+    let kind = StepKind::Run;
+    if ctx.depth() >= MAX_DEPTH {
+        return Err(NoeticError::DepthExceeded { step_id: s.id.to_string(), depth: ctx.depth(), limit: MAX_DEPTH });
+    }
+    ctx.check_cancelled()?;
+    ctx.emit(|| EventKind::StepStarted { step_id: s.id.clone(), kind });
+    let result = run::execute(&s, input, &ctx).await;
+    match &result {
+        Ok(_) => ctx.emit(|| EventKind::StepCompleted { step_id: s.id.clone(), kind }),
+        Err(e) => ctx.emit(|| EventKind::StepFailed { step_id: s.id.clone(), kind, error: e.clone() }),
+    }
+    result
 }
 
 /// [`execute`] for a caller that awaits the step while it holds it (a composite step running its children, a

@@ -12,6 +12,15 @@ async fn attempt<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, 
 }
 
 pub(super) async fn execute<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+    if s.retry.is_none() {
+        return attempt(s, input, ctx).await.map_err(|e| step_failed(&s.id, e, false));
+    }
+    // Boxed: the retry loop's backoff timer is large, and a step without retries should not carry it.
+    Box::pin(retrying(s, input, ctx)).await
+}
+
+/// Runs attempts by the step's retry policy.
+async fn retrying<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
     let Some((policy, clone_input)) = &s.retry else {
         return attempt(s, input, ctx).await.map_err(|e| step_failed(&s.id, e, false));
     };

@@ -51,14 +51,32 @@ where
     };
     let outcome = match limit {
         None => hook.await,
-        Some(limit) => match tokio::time::timeout(limit, hook).await {
-            Ok(r) => r,
-            Err(_) => return Err(HookFailure::TimedOut(limit)),
-        },
+        // The timer is boxed: most hooks have a limit but none of the layers that run on every model and tool
+        // call does, and inline the timer would make every hook call's state (and its copies) several times
+        // larger. A hook that is ready at once cannot time out (the timeout polls it first), so it arms none.
+        Some(limit) => {
+            let mut hook = std::pin::pin!(hook);
+            match futures::poll!(hook.as_mut()) {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => match Box::pin(tokio::time::timeout(limit, hook)).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(HookFailure::TimedOut(limit)),
+                },
+            }
+        }
     };
     match outcome {
         Ok(r) => r.map_err(HookFailure::Failed),
         Err(payload) => Err(HookFailure::Panicked(crate::error::panic_message(&*payload))),
+    }
+}
+
+/// Runs a hook's answer-at-once form (`recall_now`, `before_tool_call_now` …), turning a panic into
+/// [`HookFailure::Panicked`]; `None` when the layer has no answer at once (its hook must be awaited).
+fn now<T>(hook: impl FnOnce() -> Option<Result<T, NoeticError>>) -> Option<Result<T, HookFailure>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(hook)) {
+        Ok(answer) => answer.map(|r| r.map_err(HookFailure::Failed)),
+        Err(payload) => Some(Err(HookFailure::Panicked(crate::error::panic_message(&*payload)))),
     }
 }
 
@@ -148,34 +166,73 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
     if ctx.layers().is_empty() {
         return Ok(Vec::new());
     }
-    // Boxed, as the other hooks: a model request without layers does not carry the hooks' state inline.
-    Box::pin(recall_layers(ctx)).await
+    // Layers that answer at once are asked without an await (so this future stays small); from the first that
+    // must be awaited on, the rest run in a boxed future, so a model request whose layers never wait makes none.
+    match recall_at_once(ctx)? {
+        Progress::Done(out) => Ok(out),
+        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out)).await,
+    }
 }
 
-async fn recall_layers(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
+/// How far asking the layers at once got: an answer, or what the layers before the `n`th (which must be awaited
+/// on) answered.
+enum Progress<D, W> {
+    Done(D),
+    Wait(usize, W),
+}
+
+fn recall_at_once(ctx: &Context) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
     let mut out = Vec::new();
-    for layer in ctx.layers().iter() {
+    for (i, layer) in ctx.layers().iter().enumerate() {
         let budget = layer.budget().max;
-        match timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await {
-            Ok(items) => {
-                let mut used = 0u32;
-                for item in items {
-                    let cost = estimate_tokens(&item);
-                    if used.saturating_add(cost) > budget {
-                        tracing::warn!(layer = layer.id(), budget, "recall output over budget; item left out");
-                        continue;
-                    }
-                    used = used.saturating_add(cost);
-                    out.push(item);
-                }
-            }
-            Err(f) => {
-                tracing::warn!(layer = layer.id(), error = %describe(&f), "recall failed; layer skipped");
-                fatal(layer.id(), "recall", f)?;
-            }
+        match now(|| layer.recall_now(ctx, budget)) {
+            Some(answer) => take_recalled(layer.as_ref(), budget, answer, &mut out)?,
+            None => return Ok(Progress::Wait(i, out)),
         }
     }
+    Ok(Progress::Done(out))
+}
+
+/// Recalls the layers from the `start`th on, after `out`.
+async fn recall_layers(ctx: &Context, start: usize, mut out: Vec<Item>) -> Result<Vec<Item>, NoeticError> {
+    for layer in ctx.layers().iter().skip(start) {
+        let budget = layer.budget().max;
+        let answer = match now(|| layer.recall_now(ctx, budget)) {
+            Some(answer) => answer,
+            None => timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await,
+        };
+        take_recalled(layer.as_ref(), budget, answer, &mut out)?;
+    }
     Ok(out)
+}
+
+/// Keeps what a layer recalled, trimmed to its budget; a failing recall is logged and skipped, a configuration
+/// error or a panic fails the step.
+fn take_recalled(
+    layer: &dyn MemoryLayer,
+    budget: u32,
+    answer: Result<Vec<Item>, HookFailure>,
+    out: &mut Vec<Item>,
+) -> Result<(), NoeticError> {
+    match answer {
+        Ok(items) => {
+            let mut used = 0u32;
+            for item in items {
+                let cost = estimate_tokens(&item);
+                if used.saturating_add(cost) > budget {
+                    tracing::warn!(layer = layer.id(), budget, "recall output over budget; item left out");
+                    continue;
+                }
+                used = used.saturating_add(cost);
+                out.push(item);
+            }
+            Ok(())
+        }
+        Err(f) => {
+            tracing::warn!(layer = layer.id(), error = %describe(&f), "recall failed; layer skipped");
+            fatal(layer.id(), "recall", f)
+        }
+    }
 }
 
 /// Runs `store` on every layer. Failures are logged.
@@ -194,26 +251,28 @@ async fn store_layers(ctx: &Context, response: &ModelResponse) {
     }
 }
 
-async fn gate<'a, F>(
-    ctx: &'a Context,
-    hook_name: &str,
-    timeout: fn(&dyn MemoryLayer) -> Option<Duration>,
-    hook: F,
-) -> Result<Gate, NoeticError>
-where
-    F: Fn(&'a dyn MemoryLayer) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>>,
-{
-    let mut guides: Vec<(String, Option<String>)> = Vec::new();
-    for layer in ctx.layers().iter() {
-        let layer: &dyn MemoryLayer = layer.as_ref();
-        let decision = match timed(timeout(layer), || hook(layer)).await {
+/// The gating layers' decisions so far.
+#[derive(Default)]
+struct Gating {
+    guides: Vec<(String, Option<String>)>,
+}
+
+impl Gating {
+    /// Takes one layer's answer; `Some` when it ends the gate (a deny).
+    fn note(
+        &mut self,
+        layer: &dyn MemoryLayer,
+        hook_name: &str,
+        answer: Result<SteeringDecision, HookFailure>,
+    ) -> Result<Option<Gate>, NoeticError> {
+        let decision = match answer {
             Ok(d) => d,
             Err(f) => {
                 let why = describe(&f);
                 fatal(layer.id(), hook_name, f)?;
                 tracing::warn!(layer = layer.id(), error = %why, "gating hook failed");
                 match layer.on_hook_error() {
-                    HookErrorPolicy::Abstain => continue,
+                    HookErrorPolicy::Abstain => return Ok(None),
                     HookErrorPolicy::Deny => {
                         SteeringDecision::deny(format!("gating layer '{}' failed ({why})", layer.id()))
                     }
@@ -221,20 +280,112 @@ where
             }
         };
         match decision.action {
-            SteeringAction::Deny => return Ok(Gate { decision, layers: vec![layer.id().to_owned()] }),
-            SteeringAction::Guide => guides.push((layer.id().to_owned(), decision.guidance)),
+            SteeringAction::Deny => return Ok(Some(Gate { decision, layers: vec![layer.id().to_owned()] })),
+            SteeringAction::Guide => self.guides.push((layer.id().to_owned(), decision.guidance)),
             SteeringAction::Allow => {}
         }
+        Ok(None)
     }
-    if guides.is_empty() {
-        return Ok(Gate::allow());
+
+    /// The aggregate once every layer allowed or guided.
+    fn finish(self) -> Gate {
+        if self.guides.is_empty() {
+            return Gate::allow();
+        }
+        let texts: Vec<&str> = self.guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
+        let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
+        Gate {
+            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
+            layers: self.guides.into_iter().map(|(id, _)| id).collect(),
+        }
     }
-    let texts: Vec<&str> = guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
-    let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
-    Ok(Gate {
-        decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-        layers: guides.into_iter().map(|(id, _)| id).collect(),
-    })
+}
+
+/// One gating hook's call.
+#[derive(Clone, Copy)]
+enum GateCall<'a> {
+    BeforeToolCall(ToolCallParams<'a>),
+    AfterModelCall(ModelCallParams<'a>),
+}
+
+impl<'a> GateCall<'a> {
+    fn name(self) -> &'static str {
+        match self {
+            GateCall::BeforeToolCall(_) => "before_tool_call",
+            GateCall::AfterModelCall(_) => "after_model_call",
+        }
+    }
+
+    fn timeout(self, layer: &dyn MemoryLayer) -> Option<Duration> {
+        match self {
+            GateCall::BeforeToolCall(_) => layer.timeouts().before_tool_call,
+            GateCall::AfterModelCall(_) => layer.timeouts().after_model_call,
+        }
+    }
+
+    fn now(self, layer: &dyn MemoryLayer, ctx: &Context) -> Option<Result<SteeringDecision, NoeticError>> {
+        match self {
+            GateCall::BeforeToolCall(call) => layer.before_tool_call_now(ctx, call),
+            GateCall::AfterModelCall(call) => layer.after_model_call_now(ctx, call),
+        }
+    }
+
+    fn hook(
+        self,
+        layer: &'a dyn MemoryLayer,
+        ctx: &'a Context,
+    ) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+        match self {
+            GateCall::BeforeToolCall(call) => layer.before_tool_call(ctx, call),
+            GateCall::AfterModelCall(call) => layer.after_model_call(ctx, call),
+        }
+    }
+}
+
+/// Asks the layers that answer at once without an await (so the hook's future stays small); from the first that
+/// must be awaited on, the rest run in a boxed future, so a call whose layers never wait makes none.
+async fn gate(ctx: &Context, call: GateCall<'_>) -> Result<Gate, NoeticError> {
+    match gate_at_once(ctx, call)? {
+        Progress::Done(gate) => Ok(gate),
+        Progress::Wait(start, gating) => Box::pin(gate_rest(ctx, call, start, gating)).await,
+    }
+}
+
+/// The gate, as far as the layers answer at once.
+fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<Progress<Gate, Gating>, NoeticError> {
+    let mut gating = Gating::default();
+    for (i, layer) in ctx.layers().iter().enumerate() {
+        let layer: &dyn MemoryLayer = layer.as_ref();
+        match now(|| call.now(layer, ctx)) {
+            Some(answer) => {
+                if let Some(gate) = gating.note(layer, call.name(), answer)? {
+                    return Ok(Progress::Done(gate));
+                }
+            }
+            None => return Ok(Progress::Wait(i, gating)),
+        }
+    }
+    Ok(Progress::Done(gating.finish()))
+}
+
+/// Asks the layers from the `start`th on, waiting where they need it.
+async fn gate_rest<'a>(
+    ctx: &'a Context,
+    call: GateCall<'a>,
+    start: usize,
+    mut gating: Gating,
+) -> Result<Gate, NoeticError> {
+    for layer in ctx.layers().iter().skip(start) {
+        let layer: &dyn MemoryLayer = layer.as_ref();
+        let answer = match now(|| call.now(layer, ctx)) {
+            Some(answer) => answer,
+            None => timed(call.timeout(layer), || call.hook(layer, ctx)).await,
+        };
+        if let Some(gate) = gating.note(layer, call.name(), answer)? {
+            return Ok(gate);
+        }
+    }
+    Ok(gating.finish())
 }
 
 /// Asks every layer about a tool call.
@@ -242,8 +393,7 @@ pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    // Boxed: a tool call without layers does not carry the gate's state inline (nor move it at each await).
-    Box::pin(gate(ctx, "before_tool_call", |l| l.timeouts().before_tool_call, |l| l.before_tool_call(ctx, call))).await
+    gate(ctx, GateCall::BeforeToolCall(call)).await
 }
 
 /// Asks every layer about a model response.
@@ -251,7 +401,7 @@ pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Resul
     if ctx.layers().is_empty() {
         return Ok(Gate::allow());
     }
-    Box::pin(gate(ctx, "after_model_call", |l| l.timeouts().after_model_call, |l| l.after_model_call(ctx, call))).await
+    gate(ctx, GateCall::AfterModelCall(call)).await
 }
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.

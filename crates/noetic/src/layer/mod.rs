@@ -243,6 +243,33 @@ pub trait MemoryLayer: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// [`MemoryLayer::recall`] when the layer can answer at once: `Some` is its answer, and `recall` is not
+    /// called. The default, `None`, always calls `recall`. A layer whose recall never waits implements it, so a
+    /// model request makes no future (no allocation) for the layer.
+    fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+        None
+    }
+
+    /// [`MemoryLayer::before_tool_call`] when the layer can decide at once: `Some` is its decision, and
+    /// `before_tool_call` is not called. The default, `None`, always calls `before_tool_call`.
+    fn before_tool_call_now(
+        &self,
+        _ctx: &Context,
+        _call: ToolCallParams<'_>,
+    ) -> Option<Result<SteeringDecision, NoeticError>> {
+        None
+    }
+
+    /// [`MemoryLayer::after_model_call`] when the layer can decide at once: `Some` is its decision, and
+    /// `after_model_call` is not called. The default, `None`, always calls `after_model_call`.
+    fn after_model_call_now(
+        &self,
+        _ctx: &Context,
+        _call: ModelCallParams<'_>,
+    ) -> Option<Result<SteeringDecision, NoeticError>> {
+        None
+    }
+
     /// Gates a tool call.
     fn before_tool_call<'a>(
         &'a self,

@@ -9,6 +9,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -53,7 +54,7 @@ impl SteeringLayer {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
-        for (index, rule) in self.rules_for(hook).filter(|(_, r)| r.concerns(&params)) {
+        for (index, rule) in self.rules_for(&params) {
             let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
                 match guard(&rule.id, "steering predicate", || predicate(&params)) {
                     Ok(d) => (d, Evaluator::Predicate),
@@ -111,11 +112,22 @@ impl SteeringLayer {
     fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut running: Option<(usize, &SteeringRule)> = None;
+        let (candidates, check_scopes) = self.candidates(params);
+        let rules = &self.config().rules;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            for (index, rule) in self.rules_for(params.hook()).filter(|(_, r)| r.concerns(params)) {
+            for &index in candidates {
+                let Some(rule) = rules.get(index) else { continue };
                 let Some(predicate) = &rule.predicate else { continue };
+                if check_scopes && !rule.concerns(params) {
+                    continue;
+                }
                 running = Some((index, rule));
-                if note(&mut decided, (index, Evaluator::Predicate, predicate(params))) {
+                let decision = predicate(params);
+                // The usual answer: nothing to keep (see `note`).
+                if decision.action == SteeringAction::Allow {
+                    continue;
+                }
+                if note(&mut decided, (index, Evaluator::Predicate, decision)) {
                     break;
                 }
             }
@@ -243,11 +255,64 @@ impl SteeringLayer {
     /// Evaluates the rules for one hook call and records the decision. Fails with the configuration error an
     /// earlier async judge of this execution hit, or one met now.
     pub(super) async fn gate(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
-        let started = Instant::now();
+        let started = Started::Clock(Instant::now());
         let state = self.entry(ctx);
         self.surface_fault(ctx, &state)?;
         let turn = Turn { state: &state, execution: ctx.execution_id() };
         let evaluation = self.evaluate(ctx, params, turn).await;
+        if !self.has_shadow_rules() {
+            return self.record(ctx, params, &state, evaluation, started);
+        }
+        let (entry, result) = self.entry_of(params, &state, evaluation, started);
+        // The shadow rules' would-be decisions follow the live one, in the log and in the ledger.
+        let shadows = self.shadow(ctx, &params, turn, entry.action).await;
+        ctx.record_ledger(&entry);
+        shadows.iter().for_each(|shadow| ctx.record_ledger(shadow));
+        let mut inner = lock(&state);
+        for entry in std::iter::once(entry).chain(shadows) {
+            ledger::append(&mut inner.ledger, entry, self.config().max_ledger_entries);
+        }
+        result
+    }
+
+    /// [`gate`](Self::gate) for a hook whose live rules are all predicates (or that has none) when there are no
+    /// shadow rules: the same decision and ledger entry, made at once, so the hook needs no state machine.
+    pub(super) fn gate_now(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
+        // Read from the clock that stamps the entry, so the entry takes one clock read less.
+        let started = Started::Wall(SystemTime::now());
+        let state = self.entry(ctx);
+        self.surface_fault(ctx, &state)?;
+        let turn = Turn { state: &state, execution: ctx.execution_id() };
+        let evaluation = self.evaluate_predicates(&params, turn);
+        self.record(ctx, params, &state, evaluation, started)
+    }
+
+    /// Keeps the evaluation's ledger entry (session records, the state's ledger); its decision, or the
+    /// configuration error that ended it.
+    fn record(
+        &self,
+        ctx: &Context,
+        params: HookParams<'_>,
+        state: &Mutex<Inner>,
+        evaluation: Evaluation,
+        started: Started,
+    ) -> Result<SteeringDecision, NoeticError> {
+        let (entry, result) = self.entry_of(params, state, evaluation, started);
+        ctx.record_ledger(&entry);
+        ledger::append(&mut lock(state).ledger, entry, self.config().max_ledger_entries);
+        result
+    }
+
+    /// The evaluation's ledger entry, traced, and the hook's result.
+    fn entry_of(
+        &self,
+        params: HookParams<'_>,
+        state: &Mutex<Inner>,
+        evaluation: Evaluation,
+        started: Started,
+    ) -> (LedgerEntry, Result<SteeringDecision, NoeticError>) {
+        // When the ledger is full its oldest entry goes now; the new one reuses its tool name's buffer.
+        let oldest = ledger::take_oldest_if_full(&mut lock(state).ledger, self.config().max_ledger_entries);
         let mut entry = LedgerEntry::new(
             match params {
                 HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
@@ -257,7 +322,10 @@ impl SteeringLayer {
         );
         match params {
             HookParams::BeforeToolCall(c) => {
-                entry.tool_name = Some(c.name.to_owned());
+                let mut name = oldest.and_then(|e| e.tool_name).unwrap_or_default();
+                name.clear();
+                name.push_str(c.name);
+                entry.tool_name = Some(name);
                 entry.tool_args = Some(c.args.clone());
             }
             HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
@@ -269,24 +337,31 @@ impl SteeringLayer {
         }
         entry.failures = evaluation.failures;
         entry.escalated = evaluation.escalated;
-        entry.duration = started.elapsed();
+        entry.duration = started.elapsed(entry.timestamp);
         ledger::trace(&entry, hook_name(&params));
-        if self.has_shadow_rules() {
-            // The shadow rules' would-be decisions follow the live one, in the log and in the ledger.
-            let shadows = self.shadow(ctx, &params, turn, entry.action).await;
-            ctx.record_ledger(&entry);
-            shadows.iter().for_each(|shadow| ctx.record_ledger(shadow));
-            let mut inner = lock(&state);
-            for entry in std::iter::once(entry).chain(shadows) {
-                ledger::append(&mut inner.ledger, entry, self.config().max_ledger_entries);
-            }
-        } else {
-            ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, self.config().max_ledger_entries);
-        }
-        match evaluation.fault {
+        let result = match evaluation.fault {
             Some(error) => Err(error.into()),
             None => Ok(evaluation.decision),
+        };
+        (entry, result)
+    }
+}
+
+/// When an evaluation started.
+#[derive(Clone, Copy)]
+enum Started {
+    /// On the runtime's clock (paused in tests): evaluations that wait on judges, whose time limits run on it.
+    Clock(Instant),
+    /// On the wall clock that stamps ledger entries: evaluations that never wait.
+    Wall(SystemTime),
+}
+
+impl Started {
+    /// The time since, for an entry stamped `now`.
+    fn elapsed(self, now: SystemTime) -> Duration {
+        match self {
+            Started::Clock(at) => at.elapsed(),
+            Started::Wall(at) => now.duration_since(at).unwrap_or_default(),
         }
     }
 }

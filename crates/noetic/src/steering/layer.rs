@@ -8,14 +8,16 @@
 //! which the thread's next execution takes at its first recall.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 
 use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
+use super::index::HookRules;
 use super::ledger::{self, LedgerEntry, LedgerKind};
-use super::rules::{HookParams, SteeringConfig, SteeringRule};
+use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
@@ -64,6 +66,9 @@ pub struct SteeringLayer {
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
     carry: Arc<CarryOver>,
+    /// False while no verdict or judge error can be waiting anywhere: the layer has no async judge and restored
+    /// none from a store. Then recall and the gates skip looking for one.
+    feedback_possible: AtomicBool,
     /// The rules that apply to each hook: a hook call looks only at its own.
     before_tool_call_rules: HookRules,
     after_model_call_rules: HookRules,
@@ -73,22 +78,6 @@ pub struct SteeringLayer {
 
 /// One group of ended executions' states, newest last.
 type Recent = Mutex<VecDeque<(ExecutionId, Arc<Mutex<Inner>>)>>;
-
-/// The rules that apply to one hook: their indices, in rule order, and whether they are all predicates (then
-/// the gate runs them without an await in between).
-struct HookRules {
-    indices: Vec<usize>,
-    predicates_only: bool,
-}
-
-impl HookRules {
-    fn of(rules: &[SteeringRule], hook: Hook) -> Self {
-        let indices: Vec<usize> =
-            (0..rules.len()).filter(|&i| rules[i].applies(hook) && !rules[i].is_shadow()).collect();
-        let predicates_only = indices.iter().all(|&i| rules[i].predicate.is_some());
-        HookRules { indices, predicates_only }
-    }
-}
 
 /// Builds the steering layer: slot 90, budget {0, 500}, hook timeouts 5000 ms / 10000 ms.
 ///
@@ -126,6 +115,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
             );
         }
     }
+    let async_judges = config.rules.iter().any(|r| r.llm_eval.as_ref().is_some_and(|e| e.mode == LlmMode::Async));
     let (before_tool_call_rules, after_model_call_rules) =
         (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
@@ -133,6 +123,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
         recent: (0..RECENT_GROUPS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
+        feedback_possible: AtomicBool::new(async_judges),
         before_tool_call_rules,
         after_model_call_rules,
         shadow_rules: (0..config.rules.len()).filter(|&i| config.rules[i].is_shadow()).collect(),
@@ -153,9 +144,26 @@ impl SteeringLayer {
         }
     }
 
-    /// The rules that apply to `hook`, with their indices, in rule order.
-    pub(super) fn rules_for(&self, hook: Hook) -> impl Iterator<Item = (usize, &SteeringRule)> {
-        self.hook_rules(hook).indices.iter().filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+    /// The rules these hook parameters concern (their hook, and their tools when scoped), with their indices,
+    /// in rule order.
+    pub(super) fn rules_for<'s>(
+        &'s self,
+        params: &'s HookParams<'_>,
+    ) -> impl Iterator<Item = (usize, &'s SteeringRule)> + 's {
+        let index = self.hook_rules(params.hook());
+        let check = index.scopes_unchecked(params);
+        index
+            .candidates(params)
+            .iter()
+            .filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+            .filter(move |(_, rule)| !check || rule.concerns(params))
+    }
+
+    /// The indices of the rules these hook parameters may concern, in rule order, and whether each one's scope
+    /// must still be checked ([`SteeringRule::concerns`]); [`rules_for`](Self::rules_for) as a plain slice.
+    pub(super) fn candidates(&self, params: &HookParams<'_>) -> (&[usize], bool) {
+        let index = self.hook_rules(params.hook());
+        (index.candidates(params), index.scopes_unchecked(params))
     }
 
     /// The shadow rules with their indices, in rule order.
@@ -170,7 +178,18 @@ impl SteeringLayer {
 
     /// True when every rule that applies to `hook` is a live predicate (also when none applies).
     pub(super) fn only_predicates(&self, hook: Hook) -> bool {
-        self.hook_rules(hook).predicates_only
+        self.hook_rules(hook).predicates_only()
+    }
+
+    /// True when `hook` is decided without waiting: its live rules are all predicates and there are no shadow
+    /// rules (whose judges may wait).
+    fn answers_at_once(&self, hook: Hook) -> bool {
+        self.only_predicates(hook) && !self.has_shadow_rules()
+    }
+
+    /// Whether a verdict or a judge's error can be waiting anywhere (see the field).
+    fn feedback_possible(&self) -> bool {
+        self.feedback_possible.load(Ordering::Acquire)
     }
 
     pub(super) fn carry_over(&self) -> &Arc<CarryOver> {
@@ -222,6 +241,9 @@ impl SteeringLayer {
     /// Fails with the configuration error an async judge of this execution (or of an ended one that forwards
     /// here) hit, once.
     pub(super) fn surface_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
+        if !self.feedback_possible() {
+            return Ok(());
+        }
         self.absorb_carry_over(ctx);
         match lock(state).fault.take() {
             Some(error) => Err(error.into()),
@@ -257,6 +279,44 @@ impl SteeringLayer {
     /// it to the model at its first recall.
     pub fn carried_feedback(&self, thread_id: &str) -> Vec<Feedback> {
         self.carry.peek(thread_id)
+    }
+
+    /// The feedback block of what async judges queued for this execution, up to `budget` tokens (one verdict
+    /// alone over it is shortened); fails with the configuration error an async judge hit.
+    fn recall_at_once(&self, ctx: &Context, budget: u32) -> Result<Vec<Item>, NoeticError> {
+        if !self.feedback_possible() {
+            return Ok(Vec::new());
+        }
+        let Some(state) = self.absorb_carry_over(ctx).or_else(|| self.states.get(&self.key(ctx))) else {
+            return Ok(Vec::new());
+        };
+        let mut inner = lock(&state);
+        // An async judge's configuration error fails the step before anything else reaches the model.
+        if let Some(error) = inner.fault.take() {
+            return Err(error.into());
+        }
+        let mut lines: Vec<String> = Vec::new();
+        while let Some(next) = inner.pending.front() {
+            let line = format!("[{}] {}", next.rule_id, next.guidance);
+            let mut candidate = lines.clone();
+            candidate.push(line);
+            if tokens(&render(&candidate)) > budget {
+                if lines.is_empty() {
+                    // One verdict alone is over budget: deliver it shortened rather than never.
+                    let room = (budget as usize * 4).saturating_sub(render(&[String::new()]).len() + 16);
+                    let short: String = candidate[0].chars().take(room).collect();
+                    lines.push(format!("{short} [truncated]"));
+                    inner.pending.pop_front();
+                }
+                break;
+            }
+            lines = candidate;
+            inner.pending.pop_front();
+        }
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Item::developer(render(&lines))])
     }
 
     fn lookup(&self, key: &ScopeKey) -> Option<Arc<Mutex<Inner>>> {
@@ -314,38 +374,30 @@ impl MemoryLayer for SteeringLayer {
     }
 
     fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
-        Box::pin(async move {
-            let Some(state) = self.absorb_carry_over(ctx).or_else(|| self.states.get(&self.key(ctx))) else {
-                return Ok(Vec::new());
-            };
-            let mut inner = lock(&state);
-            // An async judge's configuration error fails the step before anything else reaches the model.
-            if let Some(error) = inner.fault.take() {
-                return Err(error.into());
-            }
-            let mut lines: Vec<String> = Vec::new();
-            while let Some(next) = inner.pending.front() {
-                let line = format!("[{}] {}", next.rule_id, next.guidance);
-                let mut candidate = lines.clone();
-                candidate.push(line);
-                if tokens(&render(&candidate)) > budget {
-                    if lines.is_empty() {
-                        // One verdict alone is over budget: deliver it shortened rather than never.
-                        let room = (budget as usize * 4).saturating_sub(render(&[String::new()]).len() + 16);
-                        let short: String = candidate[0].chars().take(room).collect();
-                        lines.push(format!("{short} [truncated]"));
-                        inner.pending.pop_front();
-                    }
-                    break;
-                }
-                lines = candidate;
-                inner.pending.pop_front();
-            }
-            if lines.is_empty() {
-                return Ok(Vec::new());
-            }
-            Ok(vec![Item::developer(render(&lines))])
-        })
+        Box::pin(std::future::ready(self.recall_at_once(ctx, budget)))
+    }
+
+    /// Recall never waits: it takes what async judges already queued.
+    fn recall_now(&self, ctx: &Context, budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+        Some(self.recall_at_once(ctx, budget))
+    }
+
+    /// A hook whose live rules are all predicates decides at once (with no shadow rules).
+    fn before_tool_call_now(
+        &self,
+        ctx: &Context,
+        call: ToolCallParams<'_>,
+    ) -> Option<Result<SteeringDecision, NoeticError>> {
+        self.answers_at_once(Hook::BeforeToolCall).then(|| self.gate_now(ctx, HookParams::BeforeToolCall(call)))
+    }
+
+    /// A hook whose live rules are all predicates decides at once (with no shadow rules).
+    fn after_model_call_now(
+        &self,
+        ctx: &Context,
+        call: ModelCallParams<'_>,
+    ) -> Option<Result<SteeringDecision, NoeticError>> {
+        self.answers_at_once(Hook::AfterModelCall).then(|| self.gate_now(ctx, HookParams::AfterModelCall(call)))
     }
 
     fn before_tool_call<'a>(
@@ -353,7 +405,11 @@ impl MemoryLayer for SteeringLayer {
         ctx: &'a Context,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        Box::pin(self.gate(ctx, HookParams::BeforeToolCall(call)))
+        let params = HookParams::BeforeToolCall(call);
+        if self.answers_at_once(Hook::BeforeToolCall) {
+            return Box::pin(std::future::ready(self.gate_now(ctx, params)));
+        }
+        Box::pin(self.gate(ctx, params))
     }
 
     fn after_model_call<'a>(
@@ -361,7 +417,11 @@ impl MemoryLayer for SteeringLayer {
         ctx: &'a Context,
         call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        Box::pin(self.gate(ctx, HookParams::AfterModelCall(call)))
+        let params = HookParams::AfterModelCall(call);
+        if self.answers_at_once(Hook::AfterModelCall) {
+            return Box::pin(std::future::ready(self.gate_now(ctx, params)));
+        }
+        Box::pin(self.gate(ctx, params))
     }
 
     fn on_spawn<'a>(
@@ -443,6 +503,9 @@ impl MemoryLayer for SteeringLayer {
     fn load_state(&self, key: &ScopeKey, state: serde_json::Value) -> Result<(), NoeticError> {
         let saved: Saved = serde_json::from_value(state)
             .map_err(|e| NoeticError::other(format!("the saved steering state is unreadable: {e}")))?;
+        if !saved.pending.is_empty() || !saved.carried.is_empty() {
+            self.feedback_possible.store(true, Ordering::Release);
+        }
         if let ScopeKey::Thread(thread) = key {
             self.carry.restore(thread, saved.carried);
         }

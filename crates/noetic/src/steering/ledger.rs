@@ -154,6 +154,11 @@ pub(crate) fn append(ledger: &mut VecDeque<LedgerEntry>, entry: LedgerEntry, max
     }
 }
 
+/// Removes the oldest entry when the ledger holds `max` or more, to make room for one more.
+pub(crate) fn take_oldest_if_full(ledger: &mut VecDeque<LedgerEntry>, max: usize) -> Option<LedgerEntry> {
+    if ledger.len() >= max { ledger.pop_front() } else { None }
+}
+
 impl Evaluator {
     /// The evaluator's snake_case name (its serialised form).
     pub fn as_str(self) -> &'static str {

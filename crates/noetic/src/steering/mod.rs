@@ -19,6 +19,7 @@
 mod escalation;
 mod feedback;
 mod gate;
+mod index;
 mod judge;
 mod layer;
 pub mod ledger;
