@@ -1,8 +1,9 @@
 //! One conversation and its turns.
 //!
-//! (Over the house's ~400 lines: the handle, its state, the claim/lease protocol of the old store seam and the release
-//! guard are rewritten when sessions move onto the session log (#30, see `agent::log`); splitting them first would
-//! be done twice. The turn record already lives in `turn_record.rs`.)
+//! (Over the house's ~400 lines, on purpose for one more step of #30: this file holds both ways a session is kept —
+//! the old `SessionStore` seam (its claim/inbox protocol, `flush`, the release guard's writes) and the session log
+//! (whose own parts live in `logged.rs`, `log_turn.rs`, `log_lease.rs`, `log_events.rs`, `log_hub.rs`). When the CLI and
+//! the server move to the log, the old path is deleted rather than split; splitting it now would be done twice.)
 
 use std::borrow::Cow;
 use std::future::IntoFuture;

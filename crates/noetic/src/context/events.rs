@@ -219,7 +219,7 @@ pub enum EventKind {
         tool: String,
         /// The validated arguments (written by the model: untrusted).
         arguments: serde_json::Value,
-        /// The SHA-256 of the arguments' canonical JSON (see [`crate::tool::ApprovalRequest::arguments_sha256`]).
+        /// The SHA-256 of the arguments' canonical JSON (the approval request's `arguments_sha256`).
         #[serde(default)]
         arguments_sha256: String,
     },
