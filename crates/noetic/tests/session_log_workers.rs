@@ -132,3 +132,61 @@ async fn a_worker_takes_over_the_turn_of_one_whose_lease_ran_out_without_running
     assert_eq!(history.last().unwrap(), &format!("result c1 (error) {INTERRUPTED_RESULT}"));
     gate.release();
 }
+
+/// A layer that counts a thread's completed turns in its thread state (saved with each turn's end).
+#[derive(Default)]
+struct TurnCounter(std::sync::Mutex<std::collections::HashMap<String, u64>>);
+
+impl MemoryLayer for TurnCounter {
+    fn id(&self) -> &str {
+        "turn-counter"
+    }
+
+    fn on_complete<'a>(
+        &'a self,
+        ctx: &'a Context,
+        _outcome: noetic::layer::Outcome,
+    ) -> futures::future::BoxFuture<'a, Result<(), NoeticError>> {
+        let thread = ctx.thread_id().unwrap_or_default().to_owned();
+        *self.0.lock().unwrap().entry(thread).or_default() += 1;
+        Box::pin(async { Ok(()) })
+    }
+
+    fn save_state(&self, key: &noetic::layer::ScopeKey) -> Option<serde_json::Value> {
+        let noetic::layer::ScopeKey::Thread(thread) = key else { return None };
+        self.0.lock().unwrap().get(&**thread).map(|n| json!(n))
+    }
+
+    fn load_state(&self, key: &noetic::layer::ScopeKey, state: serde_json::Value) -> Result<(), NoeticError> {
+        if let noetic::layer::ScopeKey::Thread(thread) = key {
+            self.0.lock().unwrap().insert(thread.to_string(), state.as_u64().unwrap_or(0));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_takes_the_layer_state_another_workers_turn_left_before_its_next_turn() {
+    let store = MemoryLogStore::new();
+    let (count_a, count_b) = (Arc::new(TurnCounter::default()), Arc::new(TurnCounter::default()));
+    let answers = || ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ok")));
+    let build = |name: &str, counter: &Arc<TurnCounter>| {
+        Runtime::builder()
+            .model(Arc::new(answers()))
+            .layer(counter.clone() as Arc<dyn MemoryLayer>)
+            .log_store(Arc::new(store.clone()))
+            .worker_id(name)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build("a", &count_a), build("b", &count_b));
+    let (on_a, on_b) = (a.open("s").await.unwrap(), b.open("s").await.unwrap());
+    on_b.send("one").await.unwrap().await.unwrap();
+    on_a.send("two").await.unwrap().await.unwrap();
+    on_b.send("three").await.unwrap().await.unwrap();
+    assert_eq!(
+        count_b.0.lock().unwrap().get("s"),
+        Some(&3),
+        "B counted on from what A's turn left, not from its own 1"
+    );
+}

@@ -232,6 +232,8 @@ impl SessionState {
             let projection = lock(&logged.projection).clone();
             logged.set_persisted(projection.conversation.len());
             self.apply_projection(projection);
+            // Another worker's turn may have changed the thread's layer state: the next turn here loads it again.
+            logged.layers.reset();
         }
         if let (Some(sink), Some(logged)) = (self.events.get(), self.logged()) {
             let mut events = lock(&logged.events);
@@ -254,6 +256,7 @@ impl SessionState {
         if !self.is_running() {
             logged.set_persisted(projection.conversation.len());
             self.apply_projection(projection);
+            logged.layers.reset();
         }
         let records = match open {
             Some(open) => Some(logged.turn_records(&self.key, open.since).await.map_err(|e| e.to_string())?),
