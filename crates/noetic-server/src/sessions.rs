@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use noetic::agent::{SessionStore, SessionSummary};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::AppState;
 use crate::api::{check_key, unix_millis};
@@ -18,11 +19,12 @@ use crate::error::ApiError;
 /// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
 /// running turn from one a stopped process left: the store sees a journal in both.
 #[derive(Default)]
-pub(crate) struct RunningTurns(Arc<Mutex<HashMap<String, usize>>>);
+pub(crate) struct RunningTurns(Arc<Mutex<HashMap<String, usize>>>, Arc<Notify>);
 
 /// Marks a session's turn as running here until dropped.
 pub(crate) struct RunningGuard {
     turns: Arc<Mutex<HashMap<String, usize>>>,
+    released: Arc<Notify>,
     key: String,
 }
 
@@ -30,11 +32,24 @@ impl RunningTurns {
     /// Marks `key` as running here until the guard is dropped.
     pub(crate) fn start(&self, key: &str) -> RunningGuard {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(key.to_owned()).or_default() += 1;
-        RunningGuard { turns: self.0.clone(), key: key.to_owned() }
+        RunningGuard { turns: self.0.clone(), released: self.1.clone(), key: key.to_owned() }
     }
 
-    fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key)
+    }
+
+    /// Waits until this server runs no turn of `key` (neither a turn nor a continuation of it).
+    pub(crate) async fn released(&self, key: &str) {
+        loop {
+            let notified = self.1.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.contains(key) {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -47,6 +62,8 @@ impl Drop for RunningGuard {
                 turns.remove(&self.key);
             }
         }
+        drop(turns);
+        self.released.notify_waiters();
     }
 }
 
