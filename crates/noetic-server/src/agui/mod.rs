@@ -328,7 +328,8 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
     }
     let resumed = !input.resume.is_empty();
     if texts.is_empty() {
-        if busy || resumed {
+        // A resume makes an idle thread no busier: only a running turn is streamed.
+        if session.is_busy() {
             return Ok(Plan::Stream { run, routed: json!({ "routed": "attached" }), follower: attach, replayed_to });
         }
         return Ok(Plan::Short { run, routed: json!({ "routed": "idle" }), end: End::Finished(None) });

@@ -146,8 +146,9 @@ impl Run {
     pub(crate) async fn follow(&self, mut follower: EventFollower, replayed_to: u64, tx: &Tx) -> End {
         let key = self.session.key().to_owned();
         let mut translator = Translator::default();
-        // The end of the last turn, while a turn continuing it may still start.
-        let mut ended: Option<End> = None;
+        // The end of the last turn, while a turn continuing it may still start (an idle session's is past; the
+        // events before it that the follower holds still come first).
+        let mut ended: Option<End> = (!self.session.is_busy()).then_some(End::Finished(None));
         loop {
             let next = tokio::select! {
                 biased;
@@ -198,9 +199,6 @@ impl Run {
                     // A live request not listed yet is about to be: the approver lists it right after the event.
                     if waits || event.seq > replayed_to {
                         let requested = interrupt(&id, call_id, tool, arguments, arguments_sha256, None);
-                        if tx.send(self.snapshot().await).await.is_err() {
-                            return End::Gone;
-                        }
                         return self.interrupted(Some(requested));
                     }
                 }
