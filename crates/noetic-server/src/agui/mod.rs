@@ -24,13 +24,12 @@
 //!   a foreign `Host` or a cross-site request are refused with the API's HTTP errors before any run.
 
 mod input;
+mod policy;
 mod stream;
 mod threads;
 mod translate;
 
 use std::convert::Infallible;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -45,6 +44,7 @@ use noetic::tool::Approval;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+pub use policy::BusyPolicy;
 pub(crate) use threads::Threads;
 
 use crate::AppState;
@@ -57,56 +57,6 @@ use translate::custom;
 /// The header that says what became of a run's input (`started`, `steered`, `queued`, `restarted`, `attached`,
 /// `idle`).
 pub const ROUTED_HEADER: &str = "x-noetic-routed";
-
-/// What a new message does while the thread's turn runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum BusyPolicy {
-    /// It steers the running turn: it reaches the model at the next checkpoint (the default).
-    #[default]
-    Steer,
-    /// It waits for the turn (and the turns continuing it) to end, then starts a turn of its own; the run streams
-    /// that turn.
-    Queue,
-    /// It is refused with `RUN_ERROR` `thread_busy`.
-    Reject,
-    /// The running turn is stopped (its queue cleared) and the message starts a new turn.
-    Restart,
-}
-
-impl BusyPolicy {
-    /// Its name in configuration: `steer`, `queue`, `reject` or `restart`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BusyPolicy::Steer => "steer",
-            BusyPolicy::Queue => "queue",
-            BusyPolicy::Reject => "reject",
-            BusyPolicy::Restart => "restart",
-        }
-    }
-}
-
-impl fmt::Display for BusyPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for BusyPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "steer" => Ok(BusyPolicy::Steer),
-            "queue" => Ok(BusyPolicy::Queue),
-            "reject" => Ok(BusyPolicy::Reject),
-            "restart" => Ok(BusyPolicy::Restart),
-            other => {
-                Err(format!("'{}' is not a busy policy: use steer, queue, reject or restart", other.escape_debug()))
-            }
-        }
-    }
-}
 
 /// What a run does after its input was taken.
 enum Plan {
