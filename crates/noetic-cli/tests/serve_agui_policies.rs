@@ -71,6 +71,18 @@ impl Run {
     }
 }
 
+/// Stops thread `t`'s turn (so the shutdown has none to wait for), then the server.
+async fn stop(served: Served) {
+    let stopped = reqwest::Client::new()
+        .post(format!("{}/api/sessions/t/stop", served.base))
+        .header("X-Noetic-Request", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status().as_u16(), 200);
+    served.terminate();
+}
+
 fn fastrand_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -118,7 +130,7 @@ async fn a_new_agui_message_while_the_turn_runs_is_rejected_under_the_reject_pol
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!((events[0]["type"].clone(), events[0]["code"].clone()), (json!("RUN_ERROR"), json!("thread_busy")));
     std::fs::write(ws.join("release"), "").unwrap();
-    served.terminate();
+    stop(served).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +153,7 @@ async fn a_new_agui_message_under_the_restart_policy_cancels_the_running_turn_an
     );
     let end = new.last().unwrap();
     assert_eq!(end["outcome"]["interrupts"][0]["toolCallId"], "w1", "{new:?}");
-    served.terminate();
+    stop(served).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,5 +183,5 @@ async fn a_new_agui_message_under_the_queue_policy_waits_for_the_turn_to_end_the
     let rest = second.rest().await;
     assert_eq!(custom(&rest, "noetic.run_routed").unwrap(), &json!({ "routed": "started", "after": "queued" }));
     assert_eq!(rest.last().unwrap()["outcome"]["interrupts"][0]["toolCallId"], "w1", "{rest:?}");
-    served.terminate();
+    stop(served).await;
 }

@@ -324,7 +324,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
             tokio::spawn(async move {
                 let sent = tokio::select! {
                     () = state2.shutdown.cancelled() => return,
-                    () = state2.running.released(&thread2) => {
+                    () = state2.running.released(&thread2, state2.running.chain(&thread2)) => {
                         session2.idle().await;
                         send(&state2, &session2, &thread2, texts).await
                     }
@@ -335,7 +335,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
         }
         BusyPolicy::Restart => {
             let (cleared, _) = session.stop("a new AG-UI run restarted the thread").await;
-            state.running.released(&thread).await;
+            state.running.released(&thread, state.running.chain(&thread)).await;
             session.idle().await;
             let started = send(state, &session, &thread, texts).await?;
             let routed = json!({ "routed": "restarted", "cleared": cleared });

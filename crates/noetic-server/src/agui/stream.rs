@@ -145,6 +145,9 @@ impl Run {
     /// decided already, and interrupts nothing).
     pub(crate) async fn follow(&self, mut follower: EventFollower, replayed_to: u64, tx: &Tx) -> End {
         let key = self.session.key().to_owned();
+        // The turns this run streams: the one running here now and those continuing it, not a turn a later message
+        // starts after them.
+        let chain = self.state.running.chain(&key);
         let mut translator = Translator::default();
         // The end of the last turn, while a turn continuing it may still start (an idle session's is past; the
         // events before it that the follower holds still come first).
@@ -157,7 +160,7 @@ impl Run {
                 }
                 () = tx.closed() => return End::Gone,
                 next = follower.next() => next,
-                () = self.state.running.released(&key), if ended.is_some() => {
+                () = self.state.running.released(&key, chain), if ended.is_some() => {
                     return ended.unwrap_or(End::Finished(None));
                 }
             };
@@ -172,6 +175,12 @@ impl Run {
                 }
                 None => return ended.unwrap_or(End::Error("events_ended".into(), "the session's events ended".into())),
             };
+            if ended.is_some()
+                && matches!(event.kind, EventKind::TurnStarted { .. })
+                && self.state.running.chain(&key) != chain
+            {
+                return ended.unwrap_or(End::Finished(None));
+            }
             self.state.threads.advance(&self.thread_id, event.seq);
             let history = || last_answer(&self.session.history());
             for out in translator.translate(&event, &history) {
