@@ -8,6 +8,7 @@
 //! run in a child process of their own (`rss_probe rss-session` / `rss-idle`, a binary linking only the runtime) so
 //! their peak is not polluted by the other benchmarks. `serve_load` (a binary of its own) loads `noetic-server`.
 
+mod agui_path;
 mod alloc_count;
 mod mcp_path;
 mod otel_path;
@@ -257,9 +258,10 @@ fn main() -> BenchResult<()> {
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
     // tool call, for comparing two builds quickly), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
-    // stream parsing).
+    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
+        Some("agui") => return agui_figures(&rt),
         Some("streams") => return stream_figures(&rt),
         Some("store") => return store_figures(&rt),
         Some("pg") => return pg_figures(),
@@ -297,6 +299,7 @@ fn main() -> BenchResult<()> {
         BenchResult::Ok(())
     })?;
     stream_figures(&rt)?;
+    agui_figures(&rt)?;
     let children = |arg: &str| (0..3).map(|_| child(arg)).collect::<BenchResult<Vec<_>>>();
     report("peak_rss_mb", Stats::of(children("rss-session")?, None), "MiB", "<= 10");
     report("session_rss_added_mb", Stats::of(children("rss-session-added")?, None), "MiB", "");
@@ -328,6 +331,20 @@ fn core_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
             let per_call = measure(reps, || async { Ok(real_path::session_tool_calls(calls, true).await?.0) }).await?;
             report(&format!("real_tool_call_us_{calls}_calls"), per_call, "us", "");
         }
+        BenchResult::Ok(())
+    })
+}
+
+/// The AG-UI event stream's cost per session event against our own SSE (see [`agui_path`]).
+fn agui_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
+    rt.block_on(async {
+        let f = agui_path::per_event(25, 31).await?;
+        let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let overhead = fastest(&f.agui_us_per_event) - fastest(&f.ours_us_per_event);
+        report("agui_stream_overhead_per_event_us", Stats::exact(overhead), "us", "");
+        report("ours_sse_per_event_us", Stats::of(f.ours_us_per_event, None), "us", "");
+        report("agui_sse_per_event_us", Stats::of(f.agui_us_per_event, None), "us", "");
+        report("agui_events_per_session_event", Stats::exact(f.agui_events_per_session_event), "ratio", "");
         BenchResult::Ok(())
     })
 }

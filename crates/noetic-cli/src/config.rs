@@ -11,6 +11,7 @@
 //! instructions = "You are careful."
 //! ledger_out = "ledger.jsonl"
 //! timeout = 120                     # seconds: request timeout and idle limit of the provider
+//! agui_busy = "steer"               # serve: a new AG-UI message while a turn runs: steer, queue, reject, restart
 //! ```
 //!
 //! Calls that need approval can be allowed for good, by pattern (see [`crate::remembered`] for what a pattern
@@ -105,6 +106,8 @@ pub struct Defaults {
     /// The `[[allow]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub allow: Vec<AllowToml>,
+    /// `noetic serve`'s AG-UI busy policy: `steer`, `queue`, `reject` or `restart` (checked by [`agui_busy`]).
+    pub agui_busy: Option<String>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
     #[serde(default, deserialize_with = "number_or_text")]
     pub timeout: Option<String>,
@@ -154,6 +157,18 @@ pub fn steering_mode(defaults: &Defaults) -> Result<SteeringMode, String> {
     }
 }
 
+/// The AG-UI busy policy: `flag` (`--agui-busy`), else `agui_busy` (after the environment's override), else steer.
+/// A value that is not a policy is an error naming it, where it came from and the valid values.
+pub fn agui_busy(flag: Option<&str>, defaults: &Defaults) -> Result<noetic_server::BusyPolicy, String> {
+    match (flag, defaults.agui_busy.as_deref()) {
+        (Some(flag), _) => flag.parse().map_err(|e| format!("--agui-busy: {e}")),
+        (None, Some(value)) => value
+            .parse()
+            .map_err(|e| format!("agents.defaults.agui_busy (from {FILE_NAME} or {ENV_PREFIX}AGUI_BUSY): {e}")),
+        (None, None) => Ok(noetic_server::BusyPolicy::default()),
+    }
+}
+
 /// Reads the defaults: the file (`explicit`, else `./noetic.toml` if present), then the environment.
 pub fn load(explicit: Option<&Path>) -> Result<Defaults, String> {
     load_with(explicit, |key| std::env::var(key).ok())
@@ -196,6 +211,7 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
     text(&mut defaults.steering_mode, "STEERING_MODE");
     text(&mut defaults.instructions, "INSTRUCTIONS");
     text(&mut defaults.timeout, "TIMEOUT");
+    text(&mut defaults.agui_busy, "AGUI_BUSY");
     let path_var = |slot: &mut Option<PathBuf>, key: &str| {
         if let Some(v) = var(key) {
             *slot = Some(PathBuf::from(v));

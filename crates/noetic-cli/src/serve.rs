@@ -70,6 +70,10 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     approval_timeout: Duration,
+    /// What a new AG-UI message (POST /ag-ui/AGENT) does while its thread's turn runs: steer it, queue it for
+    /// after the turn, reject it, or restart the thread with it (default: agui_busy in noetic.toml, else steer).
+    #[arg(long, value_name = "POLICY", value_parser = ["steer", "queue", "reject", "restart"])]
+    agui_busy: Option<String>,
     /// An agent defined in a workflow file (as for `noetic run`) instead of the chat agent.
     #[arg(long, value_name = "FILE")]
     workflow: Option<PathBuf>,
@@ -97,6 +101,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     check_bind(&addr, token.as_deref())?;
     let allowed_hosts = allowed_hosts(&args.allowed_hosts, std::env::var(ALLOWED_HOSTS_ENV).ok().as_deref())?;
     let max_connections = connection_cap(args.max_connections)?;
+    let agui_busy = crate::config::agui_busy(args.agui_busy.as_deref(), defaults)?;
     let approvals = Approvals::new(args.approval_timeout);
     let timeout = args.agent.timeout(defaults)?;
     let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
@@ -123,14 +128,29 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         max_connections,
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
+        agent_name: agent_name(args.workflow.as_deref()),
+        agui_busy,
         ..ServerConfig::default()
     };
+    let config_name = config.agent_name.clone();
     let server = Server::new(agent.runtime, approvals, config);
     outln!("noetic serve — {described}");
     outln!("listening on http://{bound}/ (open it in a browser; the API is described at /openapi.json)");
+    outln!(
+        "AG-UI: POST http://{bound}/ag-ui/{} (or /ag-ui/default); a message while a turn runs: {agui_busy}",
+        config_name
+    );
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())
+}
+
+/// The agent's name on the AG-UI endpoint: the workflow file's stem, or `chat` for the chat agent.
+fn agent_name(workflow: Option<&std::path::Path>) -> String {
+    let stem = workflow.and_then(|w| w.file_stem()).and_then(|s| s.to_str());
+    let ok =
+        |s: &&str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    stem.filter(ok).unwrap_or(if workflow.is_some() { "default" } else { "chat" }).to_owned()
 }
 
 /// The hosts of `--allowed-host` and of `$NOETIC_SERVER_ALLOWED_HOSTS` (comma-separated).

@@ -77,7 +77,7 @@ pub(crate) fn session_error(key: &str, e: SessionError) -> ApiError {
     }
 }
 
-fn steer_error(e: SteerError) -> ApiError {
+pub(crate) fn steer_error(e: SteerError) -> ApiError {
     match e {
         SteerError::QueueFull { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", e.to_string()),
         SteerError::Empty => ApiError::bad_request("empty_message", e.to_string()),
@@ -197,7 +197,7 @@ pub(crate) async fn post_message(
 
 /// Resumes the unfinished turn of `session`, which a message just queued for (another worker may have taken it
 /// first: then the message reaches it there).
-async fn resume_for_message(state: &AppState, session: &Session, key: &str) {
+pub(crate) async fn resume_for_message(state: &AppState, session: &Session, key: &str) {
     match session.resume().await {
         Ok(Some(turn)) => {
             tracing::info!(session = %key, turn = turn.number(), "resumed a turn a stopped process left, for a new message");

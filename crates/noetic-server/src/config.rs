@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::agui::BusyPolicy;
 use crate::host::Authority;
 
 /// The environment variable `noetic serve` reads the access token from.
@@ -50,6 +51,12 @@ pub struct ServerConfig {
     /// open connection has a request in progress (event streams), new ones wait until one closes. Keep it well
     /// below the process's open-file limit (`noetic serve` derives it from that limit).
     pub max_connections: usize,
+    /// The name the agent answers to on the AG-UI endpoint (`POST /ag-ui/{agent}`); `default` is always accepted
+    /// too.
+    pub agent_name: String,
+    /// What a new message does on the AG-UI endpoint while the thread's turn runs: steer it (the default), queue
+    /// it for after the turn, reject it, or stop the turn and start a new one ([`BusyPolicy`]).
+    pub agui_busy: BusyPolicy,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +72,8 @@ impl Default for ServerConfig {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            agent_name: "default".to_owned(),
+            agui_busy: BusyPolicy::Steer,
         }
     }
 }

@@ -41,6 +41,16 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The stable code (`invalid_json`, `queue_full`, …).
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// What went wrong and what to do.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -26,8 +26,16 @@
 //! | `GET /api/sessions`, `GET /api/sessions/{key}/ledger` | the store's sessions (which run now); the steering ledger |
 //! | `GET /api/approvals`, `POST /api/approvals/{call_id}` `{"approve", "reason"}` | calls waiting for a decision |
 //! | `GET /healthz`, `GET /readyz` | liveness and readiness |
+//! | `POST /ag-ui/{agent}` (AG-UI `RunAgentInput`) | an AG-UI run: the AG-UI event stream of the thread's turn (see below) |
 //!
-//! With an access token set, every `/api` request must carry it (`Authorization: Bearer …`, or `?access_token=`
+//! The AG-UI endpoint speaks the AG-UI protocol to AG-UI front-ends: a thread is a session, approvals are
+//! interrupts, and a run with a new message while the thread's turn runs steers it ([`BusyPolicy`]; what became
+//! of the input is in the [`ROUTED_HEADER`] header and the first `noetic.run_routed` event). Approvals end a run
+//! with AG-UI's `interrupt` outcome and are answered by the next run's `resume`; steering decisions, queued and
+//! injected messages and skipped calls are `CUSTOM` events named `noetic.*`; a failed turn is `RUN_ERROR` with our
+//! error kind as its `code`, and an input error is `RUN_ERROR` with the API's error code.
+//!
+//! With an access token set, every `/api` and `/ag-ui` request must carry it (`Authorization: Bearer …`, or `?access_token=`
 //! for an `EventSource`); the page and the health routes need none. A server bound to anything but loopback
 //! refuses to start without a token ([`check_bind`]).
 //!
@@ -53,6 +61,7 @@
 //! each new connection closes the longest-idle one. Event streams (a keep-alive every 15 s) are requests in
 //! progress and outlive all of these.
 
+mod agui;
 mod api;
 mod approvals;
 mod assets;
@@ -77,6 +86,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use agui::{BusyPolicy, ROUTED_HEADER};
 pub use api::MAX_KEY_LEN;
 pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval, Preview};
 pub use config::{ALLOWED_HOSTS_ENV, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
@@ -94,6 +104,8 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// The sessions whose turns this server runs now.
     pub(crate) running: sessions::RunningTurns,
+    /// What the AG-UI endpoint remembers of its threads.
+    pub(crate) threads: agui::Threads,
 }
 
 /// The server: the runtime's sessions behind the API and the page.
@@ -115,6 +127,7 @@ impl Server {
             turns: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             running: sessions::RunningTurns::default(),
+            threads: agui::Threads::default(),
         };
         Server { state: Arc::new(state) }
     }
@@ -138,8 +151,14 @@ impl Server {
             .route("/approvals/{call_id}", post(api::decide))
             .fallback(api::not_found)
             .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
-        let routes =
-            Router::new().nest("/api", api).route("/healthz", get(api::health)).route("/readyz", get(api::ready));
+        let agui = Router::new()
+            .route("/{agent}", post(agui::run))
+            .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
+        let routes = Router::new()
+            .nest("/api", api)
+            .nest("/ag-ui", agui)
+            .route("/healthz", get(api::health))
+            .route("/readyz", get(api::ready));
         assets::routes(routes)
             .fallback(api::not_found)
             .layer(DefaultBodyLimit::max(self.state.config.max_body_bytes))

@@ -10,43 +10,78 @@ use axum::http::StatusCode;
 use noetic::agent::{SessionStore, SessionSummary};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::AppState;
 use crate::api::{check_key, unix_millis};
 use crate::error::ApiError;
 
 /// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
-/// running turn from one a stopped process left: the store sees a journal in both.
+/// running turn from one a stopped process left: the store sees a journal in both. Each unbroken run of turns of a
+/// session is a *chain* with a number of its own, so a watcher can tell the turns continuing the one it watched from
+/// a turn started afresh after it ended.
 #[derive(Default)]
-pub(crate) struct RunningTurns(Arc<Mutex<HashMap<String, usize>>>);
+pub(crate) struct RunningTurns(Arc<Mutex<Chains>>, Arc<Notify>);
+
+/// Per session: how many guards hold it, and the number of its chain.
+#[derive(Default)]
+pub(crate) struct Chains {
+    held: HashMap<String, (usize, u64)>,
+    next: u64,
+}
 
 /// Marks a session's turn as running here until dropped.
 pub(crate) struct RunningGuard {
-    turns: Arc<Mutex<HashMap<String, usize>>>,
+    turns: Arc<Mutex<Chains>>,
+    released: Arc<Notify>,
     key: String,
 }
 
 impl RunningTurns {
     /// Marks `key` as running here until the guard is dropped.
     pub(crate) fn start(&self, key: &str) -> RunningGuard {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(key.to_owned()).or_default() += 1;
-        RunningGuard { turns: self.0.clone(), key: key.to_owned() }
+        let mut chains = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        chains.next += 1;
+        let next = chains.next;
+        chains.held.entry(key.to_owned()).or_insert((0, next)).0 += 1;
+        RunningGuard { turns: self.0.clone(), released: self.1.clone(), key: key.to_owned() }
     }
 
-    fn contains(&self, key: &str) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key)
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.chain(key).is_some()
+    }
+
+    /// The number of the chain of turns of `key` running here now.
+    pub(crate) fn chain(&self, key: &str) -> Option<u64> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).held.get(key).map(|(_, chain)| *chain)
+    }
+
+    /// Waits until the chain `chain` of `key` ends (at once for `None`): this server runs neither a turn of it nor
+    /// a continuation.
+    pub(crate) async fn released(&self, key: &str, chain: Option<u64>) {
+        loop {
+            let notified = self.1.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if chain.is_none() || self.chain(key) != chain {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = turns.get_mut(&self.key) {
+        let mut chains = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((count, _)) = chains.held.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                turns.remove(&self.key);
+                chains.held.remove(&self.key);
             }
         }
+        drop(chains);
+        self.released.notify_waiters();
     }
 }
 

@@ -253,7 +253,7 @@ pub fn every_route() -> Vec<(String, String)> {
     let doc: Value = serde_json::from_str(include_str!("../../assets/openapi.json")).unwrap();
     let mut routes: Vec<(String, String)> = PAGE_FILES.iter().map(|p| ("GET".to_owned(), (*p).to_owned())).collect();
     for (path, methods) in doc["paths"].as_object().unwrap() {
-        let path = path.replace("{key}", "k").replace("{call_id}", "c1");
+        let path = path.replace("{key}", "k").replace("{call_id}", "c1").replace("{agent}", "default");
         for method in methods.as_object().unwrap().keys().filter(|m| *m != "parameters") {
             routes.push((method.to_ascii_uppercase(), path.clone()));
         }
