@@ -5,31 +5,18 @@
 //! Needs a server (see `tests/log_store.rs`); each test makes a database of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use noetic::agent::log::{Expect, LogStore, Projection};
 use noetic::agent::{BatchPolicy, SessionStore, SteerMessage, SteeringMode, setting_text};
 use noetic::model::{Item, ToolCall, ToolResult};
 use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
-use noetic_postgres::testing::{Throwaway, create_at_version, server_url};
+use noetic_postgres::testing::{Throwaway, create_at_version};
 use noetic_postgres::{LOG_SCHEMA_VERSION, PgLogStore, PgStore};
 
+/// A database of the test's own, or `None` (with the reason printed) when there is no server and none is required.
 async fn database(name: &str) -> Option<Throwaway> {
-    let url = server_url();
-    match Throwaway::new(&url, name).await {
-        Ok(db) => Some(db),
-        Err(e) if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") => {
-            panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
-        }
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
-            );
-            None
-        }
-    }
+    Throwaway::or_skip(name).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn call(id: &str) -> Item {

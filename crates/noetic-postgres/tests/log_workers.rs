@@ -6,7 +6,6 @@
 //! unless `NOETIC_E2E_REQUIRED=1` (as in CI).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,24 +15,12 @@ use noetic::prelude::*;
 use noetic::testing::{Gate, transcript};
 use noetic::turn::INTERRUPTED_RESULT;
 use noetic_postgres::PgLogStore;
-use noetic_postgres::testing::{Throwaway, server_url};
+use noetic_postgres::testing::Throwaway;
 use serde_json::json;
 
+/// A database of the test's own, or `None` (with the reason printed) when there is no server and none is required.
 async fn database(name: &str) -> Option<Throwaway> {
-    let url = server_url();
-    match Throwaway::new(&url, name).await {
-        Ok(db) => Some(db),
-        Err(e) if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") => {
-            panic!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}")
-        }
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
-            );
-            None
-        }
-    }
+    Throwaway::or_skip(name).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn worker(name: &str, model: &ScriptedModel, url: &str, gate: &Gate, term: Duration) -> Runtime {

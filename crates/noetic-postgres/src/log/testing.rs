@@ -41,6 +41,26 @@ impl Throwaway {
         Ok(Throwaway { url: format!("{base}/{name}"), name, admin })
     }
 
+    /// A database of the test `name`'s own on [`server_url`], or `Ok(None)` when there is no server — said on stderr
+    /// past the test harness's capture — unless `NOETIC_E2E_REQUIRED=1`, when no server is the error.
+    pub async fn or_skip(name: &str) -> Result<Option<Throwaway>, String> {
+        let url = server_url();
+        match Throwaway::new(&url, name).await {
+            Ok(db) => Ok(Some(db)),
+            Err(e) if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") => {
+                Err(format!("PostgreSQL is required (NOETIC_E2E_REQUIRED=1) but {url} is unusable: {e}"))
+            }
+            Err(e) => {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "skipped: no PostgreSQL at {url} ({e}); run scripts/postgres.sh setup && scripts/postgres.sh start"
+                );
+                Ok(None)
+            }
+        }
+    }
+
     /// A connection to it.
     pub async fn client(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         client(&self.url).await
