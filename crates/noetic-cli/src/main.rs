@@ -208,7 +208,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Sessions(args) => {
                 let defaults = config(&args.config)?;
-                sessions::run(args, &defaults)
+                sessions::run(args, &defaults).await
             }
         }
     };

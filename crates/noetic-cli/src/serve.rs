@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noetic::agent::{MemoryStore, SessionStore};
+use noetic::agent::log::{LogStore, MemoryLogStore};
 use noetic_server::{
     ALLOWED_HOSTS_ENV, AllowedHost, Approvals, MAX_CONNECTIONS_LIMIT, Server, ServerConfig, TOKEN_ENV, check_bind,
 };
@@ -104,9 +104,9 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     let agui_busy = crate::config::agui_busy(args.agui_busy.as_deref(), defaults)?;
     let approvals = Approvals::new(args.approval_timeout);
     let timeout = args.agent.timeout(defaults)?;
-    let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
+    let store: Arc<dyn LogStore> = match crate::sessions::open(&args.store, defaults).await? {
         Some(store) => store.shared(),
-        None => Arc::new(MemoryStore::default()),
+        None => Arc::new(MemoryLogStore::default()),
     };
     let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
     // The page shows a file write's diff with its approval, as the terminal chat does.
@@ -207,7 +207,7 @@ async fn agent_spec(
     defaults: &Defaults,
     timeout: Option<Duration>,
     approvals: Approvals,
-    store: Arc<dyn SessionStore>,
+    store: Arc<dyn LogStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
     if let Some(path) = &args.workflow {
         let mut flow = workflow::load(path, &defaults.mcp_servers)?;
@@ -236,6 +236,7 @@ async fn agent_spec(
             steering_mode: args.agent.mode(defaults, flow.steering_mode)?,
             approver: Some(approvals.approver()),
             store: Some(store),
+            lease_term: args.store.lease,
             tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
@@ -264,6 +265,7 @@ async fn agent_spec(
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(approvals.approver()),
         store: Some(store),
+        lease_term: args.store.lease,
         tool_sources,
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),

@@ -492,6 +492,16 @@ impl Runtime {
         self.inner.store.as_ref()
     }
 
+    /// The runtime's session log store, if it has one ([`RuntimeBuilder::log_store`]).
+    pub fn log_store(&self) -> Option<&Arc<dyn log::LogStore>> {
+        self.inner.log_store.as_ref()
+    }
+
+    /// This process's name among workers sharing a log store ([`RuntimeBuilder::worker_id`]).
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker
+    }
+
     /// A copy of a layer's state for an execution (e.g. `get_layer_state::<`[`SteeringState`](crate::steering::SteeringState)`>(id, "steering")`);
     /// a turn's [`ExecutionId`](crate::context::ExecutionId) is [`Turn::execution_id`] (and on its `turn_started`
     /// event). Finished executions stay readable for

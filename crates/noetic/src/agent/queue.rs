@@ -335,6 +335,21 @@ impl SessionQueue {
         }
     }
 
+    /// Queues a message another process appended to the session's log, in log order: after the messages the log
+    /// already holds (`durable`), before this process's own messages whose appends are still on their way (they
+    /// land after it). One already held is not added twice.
+    pub(crate) fn insert_foreign(&self, message: SteerMessage, durable: &dyn Fn(MessageId) -> bool) {
+        let mut guard = lock(&self.messages);
+        let queue = guard.get_or_insert_default();
+        if queue.iter().any(|m| m.id == message.id) {
+            return;
+        }
+        match queue.iter().position(|m| !durable(m.id)) {
+            Some(at) => queue.insert(at, message),
+            None => queue.push_back(message),
+        }
+    }
+
     /// Arranges the queue in `order` (message ids, as the store accepted them); messages it does not name keep
     /// their places relative to each other, after those it names.
     pub(crate) fn arrange(&self, order: &[String]) {

@@ -208,9 +208,14 @@ impl SessionState {
         let mut others = false;
         for record in records {
             match &record.entry {
-                Entry::MessageAccepted { message } => {
-                    self.queue.push_existing(vec![message.clone()]);
-                }
+                Entry::MessageAccepted { message } => match self.logged() {
+                    Some(logged) => {
+                        let projection = lock(&logged.projection);
+                        let durable = |id| projection.queue.iter().any(|m| m.id == id);
+                        self.queue.insert_foreign(message.clone(), &durable);
+                    }
+                    None => self.queue.push_existing(vec![message.clone()]),
+                },
                 Entry::StopRequested { reason } => {
                     if let Conversation::Running { ctx, steering } = &*lock(&self.conversation) {
                         steering.discard_pending();
@@ -230,6 +235,10 @@ impl SessionState {
         }
         if others && let Some(logged) = self.logged() {
             let projection = lock(&logged.projection).clone();
+            if projection.open_turn.is_none() {
+                // The turn this process found open when it opened the session ended elsewhere.
+                *lock(&logged.unfinished) = None;
+            }
             logged.set_persisted(projection.conversation.len());
             self.apply_projection(projection);
             // Another worker's turn may have changed the thread's layer state: the next turn here loads it again.
@@ -781,11 +790,15 @@ impl Session {
         }
     }
 
-    /// Gives back a lease [`Session::lease`] took for a turn that did not start.
+    /// Gives back a lease [`Session::lease`] took for a turn that did not start. Not while a turn runs here: the
+    /// lease is this process's (one holder name), and that turn — started by a concurrent call meanwhile — holds it
+    /// and gives it up at its end; releasing it now would let another worker start a second turn.
     async fn unlease(&self) {
         let state = self.live().into_owned();
         let guard = state.logged().and_then(|l| lock(&l.held).take());
-        if let Some(guard) = guard {
+        if let Some(guard) = guard
+            && !state.is_running()
+        {
             guard.release().await;
         }
     }
@@ -946,7 +959,7 @@ impl Session {
             (state.clone(), receipt, (cleared, running || elsewhere))
         });
         note_failure(&state, receipt, "could not write the cleared queue to the log").await;
-        if !stopped.1 && self.held_elsewhere().await {
+        if !stopped.1 && self.running_elsewhere().await.is_some() {
             // Another worker runs the turn: the stop reaches it through the shared log, at its next checkpoint.
             let entries = [
                 Entry::StopRequested { reason: reason.to_owned() },
@@ -960,16 +973,17 @@ impl Session {
         stopped
     }
 
-    /// True when another worker holds the session's lease (a store several processes share).
-    async fn held_elsewhere(&self) -> bool {
+    /// The worker that runs the session's turn, when it is another process (a session log store with leases);
+    /// `None` when no turn runs, it runs here, or the store cannot say (logged as a warning).
+    pub async fn running_elsewhere(&self) -> Option<String> {
         let state = self.live().into_owned();
-        let Some(leases) = state.logged().and_then(|l| l.store().leases()) else { return false };
+        let leases = state.logged().and_then(|l| l.store().leases())?;
         match leases.holder(&state.key).await {
-            Ok(Some(holder)) => *holder != *self.runtime.worker,
-            Ok(None) => false,
+            Ok(Some(holder)) => (*holder != *self.runtime.worker).then_some(holder),
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(session = %state.key, error = %e, "could not ask who runs the session");
-                false
+                None
             }
         }
     }
