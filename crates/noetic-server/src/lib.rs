@@ -97,7 +97,9 @@ pub use a2a::STEERING_EXTENSION;
 pub use agui::{BusyPolicy, ROUTED_HEADER};
 pub use api::MAX_KEY_LEN;
 pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval, Preview};
-pub use config::{ALLOWED_HOSTS_ENV, AgentSkill, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
+pub use config::{
+    ALLOWED_HOSTS_ENV, AgentSkill, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind,
+};
 pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
 

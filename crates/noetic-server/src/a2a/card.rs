@@ -15,7 +15,10 @@ pub(crate) fn card(config: &ServerConfig, headers: &HeaderMap) -> Value {
         _ => "http",
     };
     let description = if config.agent_description.is_empty() {
-        format!("The noetic agent '{}': send it a task in plain text; it answers and may use its tools.", config.agent_name)
+        format!(
+            "The noetic agent '{}': send it a task in plain text; it answers and may use its tools.",
+            config.agent_name
+        )
     } else {
         config.agent_description.clone()
     };

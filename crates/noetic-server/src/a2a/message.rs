@@ -88,9 +88,10 @@ impl Incoming {
     /// the reason.
     pub(crate) fn decision(&self) -> Result<Decision, RpcError> {
         if let Some(data) = self.data.iter().find(|d| d.get("approved").is_some()) {
-            let approved = data.get("approved").and_then(Value::as_bool).ok_or_else(|| {
-                RpcError::invalid_params("invalid_decision", "approved must be true or false")
-            })?;
+            let approved = data
+                .get("approved")
+                .and_then(Value::as_bool)
+                .ok_or_else(|| RpcError::invalid_params("invalid_decision", "approved must be true or false"))?;
             return Ok(Decision {
                 approved,
                 reason: text_field(data, "reason").map(str::to_owned),

@@ -169,7 +169,9 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
         return_immediately: incoming.return_immediately,
     };
     let current = match &named {
-        Some(id) => Some(task::view(state, &session, id.turn).await.ok_or_else(|| RpcError::task_not_found(&id.to_string()))?),
+        Some(id) => {
+            Some(task::view(state, &session, id.turn).await.ok_or_else(|| RpcError::task_not_found(&id.to_string()))?)
+        }
         None => match session.turns() {
             0 => None,
             turn => task::view(state, &session, turn).await,
@@ -188,11 +190,8 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
                 ));
             }
             let decision = incoming.decision()?;
-            let chosen: Vec<_> = view
-                .waiting
-                .iter()
-                .filter(|p| decision.call_id.as_ref().is_none_or(|c| *c == p.call_id))
-                .collect();
+            let chosen: Vec<_> =
+                view.waiting.iter().filter(|p| decision.call_id.as_ref().is_none_or(|c| *c == p.call_id)).collect();
             if chosen.is_empty() {
                 return Err(RpcError::invalid_params(
                     "no_such_call",
@@ -203,10 +202,17 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
                 let approval = if decision.approved {
                     Approval::Approve
                 } else {
-                    Approval::Reject { reason: decision.reason.clone().unwrap_or_else(|| "rejected by the caller".into()) }
+                    Approval::Reject {
+                        reason: decision.reason.clone().unwrap_or_else(|| "rejected by the caller".into()),
+                    }
                 };
                 // A call that stopped waiting a moment ago (timed out, decided elsewhere) takes no decision.
-                let _ = state.approvals.decide_shown(Some(&key), &pending.call_id, Some(&pending.arguments_sha256), approval);
+                let _ = state.approvals.decide_shown(
+                    Some(&key),
+                    &pending.call_id,
+                    Some(&pending.arguments_sha256),
+                    approval,
+                );
             }
             Ok(sent(view.id.turn, Routing::Decided, follower, session))
         }
@@ -220,14 +226,15 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
         )),
         _ => {
             let text = incoming.said()?.to_owned();
-            let (turn, routing) = match session.send_or_steer(text).await.map_err(|e| RpcError::from_api(&steer_error(e)))? {
-                Routed::Started(turn) => {
-                    let number = turn.number();
-                    run_turn(state, session.clone(), turn);
-                    (number, Routing::Started)
-                }
-                Routed::Steered(message) => (session.turns(), Routing::Steered(message.to_string())),
-            };
+            let (turn, routing) =
+                match session.send_or_steer(text).await.map_err(|e| RpcError::from_api(&steer_error(e)))? {
+                    Routed::Started(turn) => {
+                        let number = turn.number();
+                        run_turn(state, session.clone(), turn);
+                        (number, Routing::Started)
+                    }
+                    Routed::Steered(message) => (session.turns(), Routing::Steered(message.to_string())),
+                };
             if session.unfinished_turn().is_some() {
                 resume_for_message(state, &session, &key).await;
             }
@@ -317,7 +324,8 @@ async fn cancel_task(state: &Arc<AppState>, params: &Value) -> Result<Value, Rpc
     session.stop("canceled by the A2A client").await;
     let follow = Follow { state: state.clone(), session, id: view.id };
     let ended = follow.run(follower, replayed_to, None).await;
-    let ended = ended.ok_or_else(|| RpcError::internal("shutting_down", "the server is shutting down; get the task again"))?;
+    let ended =
+        ended.ok_or_else(|| RpcError::internal("shutting_down", "the server is shutting down; get the task again"))?;
     Ok(ended.task(None))
 }
 

@@ -35,7 +35,8 @@ impl Follow {
 
     /// A `working` status update that says what happened.
     fn working(&self, what: Value) -> Value {
-        let status = json!({ "state": State::Working.wire(), "timestamp": noetic::time::rfc3339(std::time::SystemTime::now()) });
+        let status =
+            json!({ "state": State::Working.wire(), "timestamp": noetic::time::rfc3339(std::time::SystemTime::now()) });
         self.status_update(status, Some(what))
     }
 

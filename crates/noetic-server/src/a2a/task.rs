@@ -111,7 +111,9 @@ async fn ending(session: &Session, turn: u64) -> Option<(State, Option<String>)>
             let seq = match next {
                 Followed::Event(event) => {
                     match &event.kind {
-                        EventKind::TurnCompleted { turn: t, .. } if *t == turn => found = Some((State::Completed, None)),
+                        EventKind::TurnCompleted { turn: t, .. } if *t == turn => {
+                            found = Some((State::Completed, None))
+                        }
                         EventKind::TurnFailed { turn: t, error, .. } if *t == turn => {
                             let state = if error.is_cancelled() { State::Canceled } else { State::Failed };
                             found = Some((state, Some(error.to_string())));
