@@ -236,7 +236,11 @@ async fn agent_spec(
             steering_mode: args.agent.mode(defaults, flow.steering_mode)?,
             approver: Some(approvals.approver()),
             store: Some(store),
-            tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
+            tool_sources: [
+                crate::mcp::start(&servers, &flow.rules).await?,
+                crate::a2a::start(&defaults.a2a_agents).await?,
+            ]
+            .concat(),
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         };
@@ -245,7 +249,9 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources = crate::mcp::start(&defaults.mcp_servers, &rules).await?;
+    let tool_sources =
+        [crate::mcp::start(&defaults.mcp_servers, &rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
+            .concat();
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",
