@@ -112,6 +112,8 @@ fn an_a2a_client_streams_a_task_answers_its_approvals_steers_it_cancels_another_
     assert_eq!(seen["unknown"], "TaskNotFoundError");
     // The other task, canceled while it waited for approval.
     assert_eq!(seen["otherBefore"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(seen["subscribed"], json!(["task:TASK_STATE_INPUT_REQUIRED"]));
+    assert_eq!(seen["subscribedEnded"], "UnsupportedOperationError");
     assert_eq!(seen["canceled"], "TASK_STATE_CANCELED");
     assert_eq!(seen["canceledAgain"], "TaskNotCancelableError");
     assert_eq!(seen["anonymous"], 401);

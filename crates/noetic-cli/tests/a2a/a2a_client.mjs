@@ -137,9 +137,23 @@ try {
   seen.unknown = e.name;
 }
 
-// 6. Cancel a task (it waits for approval of its first command), read it back, cancel it again.
+// 6. Subscribe to a task (it waits for approval of its first command), cancel it, cancel it again.
 const other = await client.sendMessage(message("run the checks", { contextId: `${context}-b` }));
 seen.otherBefore = stateName(other.status.state);
+// Subscribing to a task that waits for input gives the task as it is; to an ended one, an error.
+const subscribed = [];
+for await (const event of client.resubscribeTask({ id: other.id })) {
+  subscribed.push(`${event.payload.$case}:${stateName(event.payload.value.status?.state)}`);
+}
+seen.subscribed = subscribed;
+seen.subscribedEnded = await (async () => {
+  try {
+    for await (const _ of client.resubscribeTask({ id: taskId })) return "streamed";
+    return "empty";
+  } catch (e) {
+    return e.cause?.name ?? e.name;
+  }
+})();
 const canceled = await client.cancelTask({ id: other.id });
 seen.canceled = stateName(canceled.status.state);
 seen.canceledAgain = await client.cancelTask({ id: other.id }).then(() => "accepted", (e) => e.name);

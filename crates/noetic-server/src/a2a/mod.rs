@@ -66,11 +66,11 @@ pub(crate) async fn rpc(State(state): State<Arc<AppState>>, body: Result<Json<Va
         Ok(Json(body)) => body,
         Err(rejection) => {
             let e = ApiError::from(rejection);
-            // Too large, too slow or not JSON by its type: the HTTP errors the API gives.
-            if e.status() != StatusCode::BAD_REQUEST {
-                return e.into_response();
+            if e.status() == StatusCode::BAD_REQUEST {
+                return Json(rpc::error(&Value::Null, &RpcError::parse(e.message().to_owned()))).into_response();
             }
-            return Json(rpc::error(&Value::Null, &RpcError::parse(e.message().to_owned()))).into_response();
+            // Too large, too slow or not JSON by its type: the API's HTTP status, with a JSON-RPC error as the body.
+            return (e.status(), Json(rpc::error(&Value::Null, &RpcError::refused(&e)))).into_response();
         }
     };
     let request = match Request::parse(body) {

@@ -66,6 +66,11 @@ impl RpcError {
         Self::new(-32603, reason, message)
     }
 
+    /// A request the server refused before reading it (too large, too slow, not JSON by its type).
+    pub(crate) fn refused(e: &crate::error::ApiError) -> Self {
+        Self::new(-32600, e.code(), e.message())
+    }
+
     /// From an API error (a session that cannot be had, a full queue).
     pub(crate) fn from_api(e: &crate::error::ApiError) -> Self {
         let code = if e.status().is_client_error() { -32602 } else { -32603 };
