@@ -1,8 +1,11 @@
 //! The HTTP side: fetching the card, sending a message and following the answer (a JSON body or server-sent
 //! events), cancelling the task when our turn is cancelled.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 use futures::StreamExt;
 use noetic::tool::{ToolContext, ToolError, ToolErrorKind};
@@ -216,11 +219,18 @@ fn upstream(agent: &str, e: impl std::fmt::Display) -> ToolError {
     ToolError::of(ToolErrorKind::Upstream, format!("{agent}: {e}"))
 }
 
-/// One call of an agent's tool: sends the message, follows the answer until the task stops, and cancels the
-/// agent's task when our call is cancelled (or times out) first — waiting briefly for the task's id if the agent
-/// has not sent it yet.
+fn upstream_text(agent: &str, what: &str) -> ToolError {
+    ToolError::of(ToolErrorKind::Upstream, format!("{agent}: {what}"))
+}
+
+/// What the exchange with the agent sends the call: an update, or why the exchange failed.
+type Sent = Result<Update, ToolError>;
+
+/// One call of an agent's tool. The exchange with the agent runs as a task of its own, so that when the call ends
+/// first — our turn cancelled (the runtime then drops the call), or the call timed out — the exchange still learns
+/// the task's id (waiting briefly for it) and cancels the agent's task.
 pub(crate) async fn run(
-    client: &Client,
+    client: Arc<Client>,
     agent: &str,
     skill: Option<&str>,
     args: &Value,
@@ -233,84 +243,133 @@ pub(crate) async fn run(
     let task_id = args.get("task_id").and_then(Value::as_str).filter(|t| !t.is_empty());
     let body =
         wire::send_request(client.next_id.fetch_add(1, Ordering::Relaxed), client.streaming, message, task_id, skill);
-    let cancelled = || ToolError::of(ToolErrorKind::Cancelled, format!("{agent}: cancelled with our turn"));
-    let timed_out =
-        || ToolError::of(ToolErrorKind::Timeout, format!("{agent}: no answer within {} s", client.timeout.as_secs()));
-    let mut deadline = tokio::time::Instant::now() + client.timeout;
-    // Why the call stops before the task does, once it does: then the agent's task is cancelled as soon as its id
-    // is known (a little longer is waited for it).
-    let mut stopping: Option<ToolError> = None;
+    let (tx, mut rx) = mpsc::channel::<Sent>(64);
+    let timeout = client.timeout;
+    tokio::spawn(exchange(client, body, tx, agent.to_owned()));
+    let mut seen = Seen { replying: task_id.is_some(), ..Seen::default() };
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let sent = tokio::select! {
+            biased;
+            () = tcx.ctx.cancelled() => {
+                return Err(ToolError::of(ToolErrorKind::Cancelled, format!("{agent}: cancelled with our turn")));
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(ToolError::of(ToolErrorKind::Timeout, format!("{agent}: no answer within {} s", timeout.as_secs())));
+            }
+            sent = rx.recv() => sent,
+        };
+        match sent {
+            Some(Ok(update)) => seen.take(update, tcx),
+            Some(Err(error)) => return Err(error),
+            None => return seen.outcome(agent),
+        }
+        if seen.stops() {
+            return seen.outcome(agent);
+        }
+    }
+}
+
+/// Sends the message and passes on what the agent answers until the task stops. When the call is gone before
+/// that, cancels the agent's task once its id is known (waiting at most [`SHORT`] for it).
+async fn exchange(client: Arc<Client>, body: Value, tx: mpsc::Sender<Sent>, agent: String) {
+    // When the call went away: the exchange gives up at this instant.
+    let mut give_up: Option<tokio::time::Instant> = None;
+    let gone = |give_up: &mut Option<tokio::time::Instant>| {
+        give_up.get_or_insert_with(|| tokio::time::Instant::now() + SHORT);
+    };
+    let until = |give_up: Option<tokio::time::Instant>| async move {
+        match give_up {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
     let post = client.post(&body, client.timeout);
     tokio::pin!(post);
     let response = loop {
         tokio::select! {
-            biased;
-            () = tcx.ctx.cancelled(), if stopping.is_none() => {
-                stopping = Some(cancelled());
-                deadline = tokio::time::Instant::now() + SHORT;
-            }
-            () = tokio::time::sleep_until(deadline) => return Err(stopping.unwrap_or_else(timed_out)),
-            response = &mut post => break response.map_err(|e| upstream(agent, e))?,
+            () = tx.closed(), if give_up.is_none() => gone(&mut give_up),
+            () = until(give_up) => return,
+            response = &mut post => break response,
         }
     };
-    let mut seen = Seen { replying: task_id.is_some(), ..Seen::default() };
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => {
+            let _ = tx.send(Err(upstream(&agent, e))).await;
+            return;
+        }
+    };
     let is_sse = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut task: Option<String> = None;
+    let mut stopped = false;
+    let pass = |update: Update, task: &mut Option<String>, stopped: &mut bool| {
+        match &update {
+            Update::Task { id, state, .. } | Update::Status { id, state, .. } if !id.is_empty() => {
+                *task = Some(id.clone());
+                *stopped =
+                    state.stops() && !(matches!(update, Update::Task { .. }) && *state == TaskState::InputRequired);
+            }
+            Update::Message { .. } => *stopped = true,
+            _ => {}
+        }
+        update
+    };
     if !is_sse {
-        let envelope: Value = tokio::select! {
-            biased;
-            () = tcx.ctx.cancelled(), if stopping.is_none() => return Err(cancelled()),
-            envelope = response.json() => envelope.map_err(|e| upstream(agent, e))?,
+        let sent = match response.json::<Value>().await {
+            Ok(envelope) => wire::rpc_result(envelope).map_err(|e| upstream(&agent, e)).and_then(|result| {
+                wire::parse_update(&result)
+                    .ok_or_else(|| upstream_text(&agent, "the answer is neither a task nor a message"))
+            }),
+            Err(e) => Err(upstream(&agent, e)),
         };
-        let result = wire::rpc_result(envelope).map_err(|e| upstream(agent, e))?;
-        let update =
-            wire::parse_update(&result).ok_or_else(|| upstream(agent, "the answer is neither a task nor a message"))?;
-        seen.take(update, tcx);
-        return seen.outcome(agent);
+        let _ = tx.send(sent).await;
+        return;
     }
     let mut events = Box::pin(noetic_http::sse_events(response.bytes_stream(), MAX_BYTES));
     loop {
-        let next = tokio::select! {
-            biased;
-            () = tcx.ctx.cancelled(), if stopping.is_none() => {
-                stopping = Some(cancelled());
-                deadline = tokio::time::Instant::now() + SHORT;
-                None
+        let event = tokio::select! {
+            () = tx.closed(), if give_up.is_none() => {
+                gone(&mut give_up);
+                continue;
             }
-            () = tokio::time::sleep_until(deadline) => {
-                stopping.get_or_insert_with(timed_out);
-                break;
-            }
-            next = events.next() => match next {
-                Some(event) => Some(event),
-                None => break,
-            },
+            () = until(give_up) => return,
+            event = events.next() => event,
         };
-        if let Some(event) = next {
-            let event = event.map_err(|e| upstream(agent, format!("the event stream broke: {e}")))?;
-            if !event.data.trim().is_empty() {
-                let envelope: Value = serde_json::from_str(&event.data)
-                    .map_err(|e| upstream(agent, format!("an event is not JSON: {e}")))?;
-                let result = wire::rpc_result(envelope).map_err(|e| upstream(agent, e))?;
-                if let Some(update) = wire::parse_update(&result) {
-                    seen.take(update, tcx);
+        let sent = match event {
+            None => return,
+            Some(Err(e)) => Err(upstream_text(&agent, &format!("the event stream broke: {e}"))),
+            Some(Ok(event)) if event.data.trim().is_empty() => continue,
+            Some(Ok(event)) => serde_json::from_str::<Value>(&event.data)
+                .map_err(|e| upstream_text(&agent, &format!("an event is not JSON: {e}")))
+                .and_then(|envelope| wire::rpc_result(envelope).map_err(|e| upstream(&agent, e)))
+                .map(|result| wire::parse_update(&result)),
+        };
+        let failed = sent.is_err();
+        match sent {
+            Ok(None) => continue,
+            Ok(Some(update)) => {
+                let update = pass(update, &mut task, &mut stopped);
+                if give_up.is_none() {
+                    let _ = tx.send(Ok(update)).await;
                 }
             }
-        }
-        if seen.stops() || (stopping.is_some() && seen.task.is_some()) {
-            break;
-        }
-    }
-    match stopping {
-        None => seen.outcome(agent),
-        Some(error) => {
-            if let Some(task) = seen.task.as_deref().filter(|_| !seen.stops()) {
-                client.cancel(task).await;
+            Err(error) => {
+                let _ = tx.send(Err(error)).await;
             }
-            Err(error)
+        }
+        if stopped || failed {
+            return;
+        }
+        if give_up.is_some()
+            && let Some(task) = &task
+        {
+            client.cancel(task).await;
+            return;
         }
     }
 }

@@ -173,7 +173,7 @@ impl A2aAgent {
                 .needs_approval(config.require_approval)
                 .handler(move |args, tcx| {
                     let (client, skill_id, tool_name) = (client.clone(), skill_id.clone(), tool_name.clone());
-                    async move { call::run(&client, &tool_name, skill_id.as_deref(), &args, &tcx).await }
+                    async move { call::run(client, &tool_name, skill_id.as_deref(), &args, &tcx).await }
                 })
                 .build()
                 .map_err(|e| A2aError::Card { url: card_url.clone(), reason: e.to_string() })?;

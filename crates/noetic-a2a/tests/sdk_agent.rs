@@ -129,3 +129,29 @@ async fn cancelling_the_call_cancels_the_agents_task() {
     let canceled = tokio::time::timeout(STUCK, lines.next_line()).await.unwrap().unwrap().unwrap();
     assert_eq!(canceled, format!("canceled {task}"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_our_turn_while_the_agents_tool_runs_cancels_the_agents_task() {
+    use noetic::model::ModelResponse;
+    use noetic::testing::ScriptedModel;
+    let Some(dir) = sdk_dir() else { return };
+    let (_agent, base, mut lines) = sdk_agent(&dir).await;
+    let agent = A2aAgent::connect(&base).await.unwrap();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("x1", "sdk_helper__echo", json!({ "message": "wait until I say" }))]),
+        ModelResponse::text("never reached"),
+    ]);
+    let runtime = noetic::agent::Runtime::builder()
+        .model(std::sync::Arc::new(model))
+        .tool_source(std::sync::Arc::new(agent))
+        .build()
+        .unwrap();
+    let session = runtime.session("s");
+    let turn = session.send("ask the helper").await.unwrap();
+    let started = tokio::time::timeout(STUCK, lines.next_line()).await.unwrap().unwrap().unwrap();
+    let task = started.strip_prefix("started ").unwrap().to_owned();
+    session.stop("the user stopped the turn").await;
+    assert!(turn.await.is_err(), "the stopped turn ends with an error");
+    let canceled = tokio::time::timeout(STUCK, lines.next_line()).await.unwrap().unwrap().unwrap();
+    assert_eq!(canceled, format!("canceled {task}"));
+}
