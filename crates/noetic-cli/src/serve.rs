@@ -140,6 +140,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         "AG-UI: POST http://{bound}/ag-ui/{} (or /ag-ui/default); a message while a turn runs: {agui_busy}",
         config_name
     );
+    outln!("A2A: agent card at http://{bound}/.well-known/agent-card.json, JSON-RPC at http://{bound}/a2a");
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())

@@ -93,6 +93,10 @@ pub(crate) async fn view(state: &AppState, session: &Session, turn: u64) -> Opti
         let note = Some(approval_note(&waiting));
         return Some(View { id, state: State::InputRequired, note, waiting, answer: None });
     }
+    if turn == session.turns() && session.unfinished_turn().is_some() {
+        // A turn a stopped process left: it goes on when a worker resumes it (the server's takeover does).
+        return Some(View { id, state: State::Working, note: None, waiting: Vec::new(), answer: None });
+    }
     let (ended, note) = ending(session, turn).await.unwrap_or((State::Completed, None));
     let answer = (turn == session.turns() && ended == State::Completed).then(|| last_answer(&session.history()));
     Some(View { id, state: ended, note, waiting: Vec::new(), answer: answer.flatten() })
