@@ -172,10 +172,9 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
         Some(id) => {
             Some(task::view(state, &session, id.turn).await.ok_or_else(|| RpcError::task_not_found(&id.to_string()))?)
         }
-        None => match session.turns() {
-            0 => None,
-            turn => task::view(state, &session, turn).await,
-        },
+        // Only a running turn can be waiting for input (an idle session's last task needs no reading).
+        None if session.is_busy() => task::view(state, &session, session.turns()).await,
+        None => None,
     };
     match current {
         Some(view) if view.state == TaskState::InputRequired => {
