@@ -130,7 +130,11 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         model_id: model_id.clone(),
         instructions: args.agent.instructions(defaults, None),
         tools: None,
-        tool_sources: crate::mcp::start(&defaults.mcp_servers, &rules).await?,
+        tool_sources: [
+            crate::mcp::start(&defaults.mcp_servers, &rules).await?,
+            crate::a2a::start(&defaults.a2a_agents).await?,
+        ]
+        .concat(),
         rules,
         workspace: workspace.clone(),
         max_rounds: None,

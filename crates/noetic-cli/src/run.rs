@@ -145,7 +145,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             None => None,
         },
         lease_term: crate::sessions::StoreArgs::default().lease,
-        tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
+        tool_sources: [crate::mcp::start(&servers, &flow.rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
+            .concat(),
         first_round_tool_call: args.local,
         max_idle_sessions: None,
     };

@@ -140,6 +140,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         "AG-UI: POST http://{bound}/ag-ui/{} (or /ag-ui/default); a message while a turn runs: {agui_busy}",
         config_name
     );
+    outln!("A2A: agent card at http://{bound}/.well-known/agent-card.json, JSON-RPC at http://{bound}/a2a");
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())
@@ -237,7 +238,11 @@ async fn agent_spec(
             approver: Some(approvals.approver()),
             store: Some(store),
             lease_term: args.store.lease,
-            tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
+            tool_sources: [
+                crate::mcp::start(&servers, &flow.rules).await?,
+                crate::a2a::start(&defaults.a2a_agents).await?,
+            ]
+            .concat(),
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         };
@@ -246,7 +251,9 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources = crate::mcp::start(&defaults.mcp_servers, &rules).await?;
+    let tool_sources =
+        [crate::mcp::start(&defaults.mcp_servers, &rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
+            .concat();
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",

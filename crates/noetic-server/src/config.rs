@@ -57,6 +57,23 @@ pub struct ServerConfig {
     /// What a new message does on the AG-UI endpoint while the thread's turn runs: steer it (the default), queue
     /// it for after the turn, reject it, or stop the turn and start a new one ([`BusyPolicy`]).
     pub agui_busy: BusyPolicy,
+    /// What the A2A agent card says the agent does (`description`); empty: a sentence naming the agent.
+    pub agent_description: String,
+    /// The skills the A2A agent card lists; none: one skill, talking to the agent.
+    pub skills: Vec<AgentSkill>,
+}
+
+/// A skill the A2A agent card lists: something callers may ask the agent to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSkill {
+    /// A stable id (`review-code`).
+    pub id: String,
+    /// A short name.
+    pub name: String,
+    /// What the skill does, for the calling agent's model.
+    pub description: String,
+    /// Keywords.
+    pub tags: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +91,8 @@ impl Default for ServerConfig {
             max_connections: 1024,
             agent_name: "default".to_owned(),
             agui_busy: BusyPolicy::Steer,
+            agent_description: String::new(),
+            skills: Vec::new(),
         }
     }
 }
