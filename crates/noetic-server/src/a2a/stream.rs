@@ -143,7 +143,11 @@ impl Follow {
                     None
                 }
                 EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. } => {
-                    return Some(self.finish(tx).await);
+                    // The event says how the turn ended: the session may still be busy writing that end.
+                    return Some(match task::ended_by(&event.kind, self.id.turn) {
+                        Some((state, note)) => self.finish_as(tx, state, note).await,
+                        None => self.finish(tx).await,
+                    });
                 }
                 _ => None,
             };
@@ -156,6 +160,16 @@ impl Follow {
     }
 
     /// The final status of an ended task.
+    /// The task's end as its turn's last event says it, sent as the final status.
+    async fn finish_as(&self, tx: Option<&Tx>, state: State, note: Option<String>) -> View {
+        let answer = (state == State::Completed).then(|| task::last_answer(&self.session.history())).flatten();
+        let view = View { id: self.id.clone(), state, note, waiting: Vec::new(), answer };
+        if let Some(tx) = tx {
+            let _ = tx.send(self.status_update(view.status(), None)).await;
+        }
+        view
+    }
+
     async fn finish(&self, tx: Option<&Tx>) -> View {
         let view = self.ended().await;
         if let Some(tx) = tx {

@@ -102,6 +102,18 @@ pub(crate) async fn view(state: &AppState, session: &Session, turn: u64) -> Opti
     Some(View { id, state: ended, note, waiting: Vec::new(), answer: answer.flatten() })
 }
 
+/// How `turn` ended, if `kind` is the event that says so.
+pub(crate) fn ended_by(kind: &EventKind, turn: u64) -> Option<(State, Option<String>)> {
+    match kind {
+        EventKind::TurnCompleted { turn: t, .. } if *t == turn => Some((State::Completed, None)),
+        EventKind::TurnFailed { turn: t, error, .. } if *t == turn => {
+            let state = if error.is_cancelled() { State::Canceled } else { State::Failed };
+            Some((state, Some(error.to_string())))
+        }
+        _ => None,
+    }
+}
+
 /// How `turn` ended, from the session's events (`None` when they no longer say).
 async fn ending(session: &Session, turn: u64) -> Option<(State, Option<String>)> {
     let newest = session.last_event_seq();
@@ -114,15 +126,8 @@ async fn ending(session: &Session, turn: u64) -> Option<(State, Option<String>)>
         while let Some(next) = follower.next().await {
             let seq = match next {
                 Followed::Event(event) => {
-                    match &event.kind {
-                        EventKind::TurnCompleted { turn: t, .. } if *t == turn => {
-                            found = Some((State::Completed, None))
-                        }
-                        EventKind::TurnFailed { turn: t, error, .. } if *t == turn => {
-                            let state = if error.is_cancelled() { State::Canceled } else { State::Failed };
-                            found = Some((state, Some(error.to_string())));
-                        }
-                        _ => {}
+                    if let Some(ended) = ended_by(&event.kind, turn) {
+                        found = Some(ended);
                     }
                     event.seq
                 }
