@@ -86,6 +86,11 @@ pub(crate) async fn view(state: &AppState, session: &Session, turn: u64) -> Opti
         return None;
     }
     if turn == session.turns() && session.is_busy() {
+        // A turn that said it ended is still busy while it writes its end to the session's log.
+        if let Some((ended, note)) = ending(session, turn).await {
+            let answer = (ended == State::Completed).then(|| last_answer(&session.history())).flatten();
+            return Some(View { id, state: ended, note, waiting: Vec::new(), answer });
+        }
         let waiting = state.approvals.pending(Some(session.key()));
         if waiting.is_empty() {
             return Some(View { id, state: State::Working, note: None, waiting, answer: None });
