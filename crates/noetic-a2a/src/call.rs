@@ -335,6 +335,11 @@ async fn exchange(client: Arc<Client>, body: Value, tx: mpsc::Sender<Sent>, agen
         let event = tokio::select! {
             () = tx.closed(), if give_up.is_none() => {
                 gone(&mut give_up);
+                // The call is gone: a task whose id is known is cancelled now, not when the agent next speaks.
+                if let Some(task) = &task {
+                    client.cancel(task).await;
+                    return;
+                }
                 continue;
             }
             () = until(give_up) => return,

@@ -168,12 +168,15 @@ async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: 
 
 /// The figures; without a server, said on stderr.
 pub fn figures() -> BenchResult<()> {
-    let Some(url) = crate::pg_path::url() else {
-        eprintln!("pg_log_* figures skipped: no PostgreSQL (scripts/postgres.sh start, or set NOETIC_POSTGRES_URL)");
-        return Ok(());
-    };
     // As `noetic serve` runs: a multi-thread runtime.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let url = noetic_postgres::testing::server_url();
+    if let Err(e) = rt.block_on(noetic_postgres::testing::client(&url)) {
+        eprintln!(
+            "pg_log_* figures skipped: no PostgreSQL at {url} ({e}; scripts/postgres.sh start, or set NOETIC_POSTGRES_URL)"
+        );
+        return Ok(());
+    }
     rt.block_on(async {
         let db = Throwaway::new(&url, "bench_log").await?;
         let store = PgLogStore::connect(&db.url).await?;

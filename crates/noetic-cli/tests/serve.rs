@@ -247,6 +247,8 @@ async fn another_process_steers_a_turn_that_serve_runs_through_the_shared_databa
     ]));
     assert!(steer.status.success(), "{}", steer.stderr);
     assert!(steer.stdout.contains("queued for session xp"), "{}", steer.stdout);
+    // The server hears of the other process's append (within ~100 ms on SQLite) and queues it for the turn.
+    until_event(&mut events, &mut buffer, "steering_queued").await;
     std::fs::write(workspace.join("release"), "").unwrap();
     let injected = until_event(&mut events, &mut buffer, "steering_injected").await;
     assert_eq!(injected["count"], 1);

@@ -12,12 +12,12 @@
 //!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
 //!   deleted session held), written by
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
-//!   ([`crate::log`] has the mapping). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
+//!   ([`crate::log`] has the mapping).
 //! * Version 7: the sessions' leases (`log_leases`), so several processes can share one file's sessions.
 
 use rusqlite::Connection;
 
-/// The schema version [`crate::SqliteStore`] writes: its own tables, up to version 5.
+/// The last schema version of the store before the session log (its tables, up to version 5).
 pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this
@@ -130,11 +130,6 @@ CREATE TABLE layer_state (
     PRIMARY KEY (scope, layer)
 ) WITHOUT ROWID;
 ";
-
-/// Brings a file at `from` up to [`SCHEMA_VERSION`], one version per transaction.
-pub(crate) fn migrate(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
-    migrate_to(conn, from, SCHEMA_VERSION)
-}
 
 /// The steps from version 1 to [`SCHEMA_VERSION`], each with the version it makes.
 const STEPS: [(i64, &str); 5] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];

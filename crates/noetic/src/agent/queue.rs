@@ -51,7 +51,7 @@ pub struct SteerMessage {
 }
 
 impl SteerMessage {
-    /// A new message with a fresh id, accepted now (for [`SessionStore::steer_elsewhere`](super::SessionStore::steer_elsewhere)).
+    /// A new message with a fresh id, accepted now (for [`log::queue_message`](super::log::queue_message)).
     pub fn new(text: impl Into<String>) -> Self {
         SteerMessage { id: MessageId::new(), text: text.into(), accepted_at: SystemTime::now() }
     }
@@ -347,21 +347,6 @@ impl SessionQueue {
         match queue.iter().position(|m| !durable(m.id)) {
             Some(at) => queue.insert(at, message),
             None => queue.push_back(message),
-        }
-    }
-
-    /// Arranges the queue in `order` (message ids, as the store accepted them); messages it does not name keep
-    /// their places relative to each other, after those it names.
-    pub(crate) fn arrange(&self, order: &[String]) {
-        if order.is_empty() {
-            return;
-        }
-        if let Some(queue) = lock(&self.messages).as_deref_mut() {
-            let rank = |m: &SteerMessage| {
-                let id = m.id.to_string();
-                order.iter().position(|o| *o == id).unwrap_or(usize::MAX)
-            };
-            queue.make_contiguous().sort_by_cached_key(rank);
         }
     }
 
