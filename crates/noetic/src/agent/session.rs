@@ -355,17 +355,20 @@ impl SessionState {
 }
 
 /// Releases a session when its turn's task ends, however it ends: the conversation becomes idle with the
-/// turn's history, taken-but-unshown steering goes back to the queue, and waiters are woken.
+/// turn's history, taken-but-unshown steering goes back to the queue, the turn's end is announced, and waiters
+/// are woken.
 struct Release {
     state: Arc<SessionState>,
     ctx: Context,
     steering: Arc<TurnSteering>,
     runtime: TurnHandle,
+    /// How the turn ended (`turn_completed` or `turn_failed`), emitted once the session is idle — after the end is
+    /// in the log — so that whoever hears it and looks at the session finds the turn over.
+    ended: Option<EventKind>,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.ctx.events().set_turn(None);
         // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
         self.steering.return_pending();
         let history = self.ctx.history();
@@ -373,6 +376,11 @@ impl Drop for Release {
         // Under the conversation lock: a message routed here meanwhile is steered into this (ending) turn and
         // handled by the continuation check that follows, or sees the session idle after.
         *conversation = Conversation::Idle(history);
+        // Under the lock: a turn started right after this one cannot announce itself before this one's end.
+        if let Some(kind) = self.ended.take() {
+            self.ctx.emit(|| kind);
+        }
+        self.ctx.events().set_turn(None);
         drop(conversation);
         self.state.turn_ended.notify_waiters();
         // The session is idle again: if the runtime keeps more idle sessions than it may, some go now.
@@ -931,8 +939,13 @@ impl Session {
         // Whatever happens in the task — an error, a panic, the task being aborted or never run — the session is
         // released. The task reaches the runtime (and the agent) through it: every other clone of the runtime or
         // the step would make each turn write one more reference count that all threads share.
-        let release =
-            Release { state: state.clone(), ctx: ctx.clone(), steering, runtime: self.handles.local().clone() };
+        let mut release = Release {
+            state: state.clone(),
+            ctx: ctx.clone(),
+            steering,
+            runtime: self.handles.local().clone(),
+            ended: None,
+        };
         let handle = tokio::spawn(
             async move {
                 let (state, runtime) = (&release.state, &release.runtime);
@@ -965,17 +978,16 @@ impl Session {
                             )))
                         }),
                 };
-                match &result {
-                    Ok(_) => ctx.emit(|| EventKind::TurnCompleted {
-                        session: session.clone(),
-                        turn: number,
-                        duration: started.elapsed(),
-                    }),
+                // Said once the session is idle (see `Release`): whoever hears it finds the turn over.
+                release.ended = Some(match &result {
+                    Ok(_) => {
+                        EventKind::TurnCompleted { session: session.clone(), turn: number, duration: started.elapsed() }
+                    }
                     Err(e) => {
                         crate::trace::fail_with(&tracing::Span::current(), e);
-                        ctx.emit(|| EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() })
+                        EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() }
                     }
-                }
+                });
                 if let Some(journal) = log_journal.filter(|_| logged) {
                     let outcome = match &result {
                         Ok(answer) => TurnOutcome::Completed { answer: answer.clone() },
