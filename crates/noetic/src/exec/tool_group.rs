@@ -1,0 +1,167 @@
+//! Runs a group of tool calls together ([`Action::RunGroup`](crate::turn::Action::RunGroup)); the rules are the
+//! turn core's ([`crate::turn::batch`]). The gates of every call run first, in call order; then the calls the
+//! gates let through run at once. Each outcome but the last is fed to the core (and committed to the journal) as
+//! it comes; the last one is handed back to the driver's loop, which feeds it like any other answer. With
+//! `interrupt_running`, a message queued meanwhile is taken at once, and if the core says it cancels the group,
+//! that checkpoint is handed back instead and the calls still running are dropped (cancelled).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tracing::{Instrument, Span};
+
+use super::llm::{commit, poll};
+use crate::context::{Checkpoints, Context, EventKind};
+use crate::error::NoeticError;
+use crate::model::{ToolCall, ToolResult};
+use crate::tool::ToolSet;
+use crate::tool::call::{EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome};
+use crate::turn::{Effect, Input, TurnCore, TurnJournal, interrupted_result};
+
+/// What a group runs with: the step's context, tools, event filter, journal and checkpoints.
+pub(super) struct GroupEnv<'a> {
+    pub(super) ctx: &'a Context,
+    pub(super) step_id: &'a Arc<str>,
+    pub(super) tools: &'a ToolSet,
+    pub(super) allow: EmitFilter<'a>,
+    pub(super) journal: Option<&'a dyn TurnJournal>,
+    pub(super) path: &'a str,
+    pub(super) steering: Option<&'a dyn Checkpoints>,
+    pub(super) interrupt_running: bool,
+}
+
+type Running<'a> = FuturesUnordered<BoxFuture<'a, Result<ToolResult, NoeticError>>>;
+
+/// Runs `calls` (the group's calls without a result; `resumed`: they were running when a process stopped) and
+/// returns the input that ends the group: its last outcome, the checkpoint that cancels it, or a failure.
+pub(super) async fn run_group(
+    env: &GroupEnv<'_>,
+    core: &mut TurnCore,
+    calls: Vec<ToolCall>,
+    resumed: bool,
+    apply: &mut (dyn FnMut(Effect) + Send),
+) -> Input {
+    let watched = env.ctx.events().is_active();
+    let arrivals = env.steering.filter(|_| env.interrupt_running).and_then(|s| s.arrivals());
+    if let Some(arrivals) = &arrivals {
+        // A wake left from before the group (a message the last checkpoint already saw) is no arrival.
+        let _ = futures::FutureExt::now_or_never(arrivals.notified());
+    }
+    let mut finished: VecDeque<Input> = VecDeque::new();
+    let running: Running<'_> = FuturesUnordered::new();
+    // The gates, in call order, before any call starts.
+    for call in calls {
+        if resumed && !env.tools.get(&call.name).is_some_and(|t| t.idempotent()) {
+            finished.push_back(Input::ToolDone(interrupted(env, &call)));
+            continue;
+        }
+        if watched {
+            announce(env.ctx, env.step_id, &call, env.allow);
+        }
+        let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
+        if !span.is_disabled() && env.ctx.captures_content() {
+            span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+        }
+        let prepared = prepare(env.ctx, env.tools, &call).instrument(span.clone()).await;
+        match prepared {
+            Err(e) => return Input::Failed(e),
+            Ok(Prepared::Done(outcome)) => {
+                let outcome = finish(env, &call, Ok(outcome), &span, watched);
+                finished.push_back(outcome.map_or_else(Input::Failed, Input::ToolDone));
+            }
+            Ok(Prepared::Ready(ready)) => running.push(Box::pin(async move {
+                let outcome = execute(env.ctx, &call, ready).instrument(span.clone()).await;
+                finish(env, &call, outcome, &span, watched)
+            })),
+        }
+    }
+    let mut running = running;
+    loop {
+        let next = match finished.pop_front() {
+            Some(input) => input,
+            None => tokio::select! {
+                biased;
+                done = running.next() => match done {
+                    Some(outcome) => outcome.map_or_else(Input::Failed, Input::ToolDone),
+                    None => return lost(),
+                },
+                () = arrived(arrivals.as_deref()) => {
+                    let polled = poll(env.steering, false);
+                    match &polled {
+                        Input::Polled(p) if core.interrupts(p) => return polled,
+                        // Taken messages stay pending: the checkpoint after the group injects them.
+                        _ => continue,
+                    }
+                }
+            },
+        };
+        if matches!(next, Input::Failed(_)) || (finished.is_empty() && running.is_empty()) {
+            return next;
+        }
+        if let Some(journal) = env.journal {
+            if journal.records_inputs() {
+                journal.record(env.path, &next);
+            }
+            core.advance_with(next, apply);
+            // Each outcome is written as it comes (without waiting: the next write follows it), so a crash keeps it.
+            if let Err(e) = commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false)).await
+            {
+                return Input::Failed(e);
+            }
+        } else {
+            core.advance_with(next, apply);
+        }
+    }
+}
+
+/// A call's outcome, decorated, announced and traced.
+fn finish(
+    env: &GroupEnv<'_>,
+    call: &ToolCall,
+    outcome: Result<Outcome, NoeticError>,
+    span: &Span,
+    watched: bool,
+) -> Result<ToolResult, NoeticError> {
+    let outcome = outcome.map(|outcome| conclude(env.ctx, (env.step_id, env.tools, call), outcome, env.allow, watched));
+    if !span.is_disabled() {
+        match &outcome {
+            Ok((result, kind)) => trace_outcome(span, result, *kind, env.ctx.captures_content()),
+            Err(e) => {
+                span.record("noetic.tool.outcome", "error");
+                crate::trace::fail_with(span, e);
+            }
+        }
+    }
+    outcome.map(|(result, _)| result)
+}
+
+/// The result of a call a stopped process was running and that is not run again, told like any call's end.
+fn interrupted(env: &GroupEnv<'_>, call: &ToolCall) -> ToolResult {
+    let result = interrupted_result(&call.id);
+    let done = EventKind::ToolCallCompleted {
+        step_id: env.step_id.clone(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        is_error: true,
+        output: result.content.clone(),
+        error_kind: None,
+    };
+    if (env.allow)(&done) {
+        env.ctx.emit(|| done);
+    }
+    result
+}
+
+/// Resolves when a message may have been queued; never without `arrivals`.
+async fn arrived(arrivals: Option<&tokio::sync::Notify>) {
+    match arrivals {
+        Some(arrivals) => arrivals.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn lost() -> Input {
+    Input::Failed(NoeticError::other("a group of tool calls ended without its last outcome; this is a bug"))
+}
