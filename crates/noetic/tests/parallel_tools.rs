@@ -153,7 +153,11 @@ async fn gates_run_in_call_order_before_the_group_starts_and_a_denied_call_does_
     let rule = SteeringRule::predicate("no-secrets", [Hook::BeforeToolCall], move |p| {
         let call = p.tool_call().unwrap();
         gates.note(&format!("gate {}", call.call_id));
-        if call.args["path"] == "secret" { SteeringDecision::deny("not the secrets") } else { SteeringDecision::allow() }
+        if call.args["path"] == "secret" {
+            SteeringDecision::deny("not the secrets")
+        } else {
+            SteeringDecision::allow()
+        }
     });
     let response = ModelResponse::tool_calls([
         ("c1", "read", json!({"path": "a"})),

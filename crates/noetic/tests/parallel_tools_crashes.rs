@@ -117,7 +117,11 @@ async fn a_turn_cut_at_any_append_in_the_middle_of_a_group_resumes_with_no_call_
         for id in ["c1", "c2", "c3", "c4"] {
             let before = started(&prefix, id);
             let after = runs.get(id).copied().unwrap_or(0);
-            assert_eq!(before + after, 1, "cut {cut}: {id} started {before} time(s) before the cut and ran {after} after");
+            assert_eq!(
+                before + after,
+                1,
+                "cut {cut}: {id} started {before} time(s) before the cut and ran {after} after"
+            );
             let results: Vec<&ToolResult> =
                 history.iter().filter_map(tool_result).filter(|r| r.call_id == id).collect();
             assert_eq!(results.len(), 1, "cut {cut}: {id} has exactly one result");

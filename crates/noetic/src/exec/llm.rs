@@ -12,12 +12,12 @@ use std::sync::Arc;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use super::tool_group::{GroupEnv, run_group};
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolSpec};
 use crate::step::StepLlm;
-use super::tool_group::{GroupEnv, run_group};
 use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{
     Action, Effect, Finished, Input, Polled, Replay, TurnCommit, TurnCore, TurnJournal, interrupted_result,
@@ -303,17 +303,8 @@ async fn finish(
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit = TurnCommit {
-        step_id,
-        path,
-        first,
-        items,
-        injected: Vec::new(),
-        core: None,
-        finished,
-        starts: &[],
-        wait: true,
-    };
+    let commit =
+        TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished, starts: &[], wait: true };
     journal.commit(commit).await
 }
 

@@ -17,7 +17,9 @@ use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::NoeticError;
 use crate::model::{ToolCall, ToolResult};
 use crate::tool::ToolSet;
-use crate::tool::call::{EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome};
+use crate::tool::call::{
+    EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome,
+};
 use crate::turn::{Effect, Input, TurnCore, TurnJournal, interrupted_result};
 
 /// What a group runs with: the step's context, tools, event filter, journal and checkpoints.
@@ -106,7 +108,8 @@ pub(super) async fn run_group(
             }
             core.advance_with(next, apply);
             // Each outcome is written as it comes (without waiting: the next write follows it), so a crash keeps it.
-            if let Err(e) = commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false)).await
+            if let Err(e) =
+                commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false)).await
             {
                 return Input::Failed(e);
             }

@@ -32,6 +32,8 @@
 //! 6. **Failure.** A failure while a group runs (cancellation of the turn) gives every call without a result one
 //!    (`Tool call not completed: …`), after the results already in, so the conversation stays well-formed.
 
+use serde::{Deserialize, Serialize};
+
 use super::{Effect, Input, Phase, Polled, TurnCore, failed, not_completed, skipped};
 
 #[cfg(test)]
@@ -89,18 +91,28 @@ pub(super) fn group_end(concurrent: &[bool], next: usize, limit: u32) -> Option<
     (run >= 2).then_some(next + run)
 }
 
-/// A group phase, taken apart.
+/// Calls that run together: the core waits for the outcomes of `calls[first..end]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Group {
+    /// The response's calls (the group and those after it).
     pub(super) calls: Vec<ToolCall>,
     pub(super) first: usize,
     pub(super) end: usize,
+    /// The outcomes already in, by position in the group.
     pub(super) results: Vec<Option<ToolResult>>,
+    /// A resumed turn: the calls without a result were running when the process stopped.
     pub(super) resumed: bool,
+}
+
+impl Group {
+    pub(super) fn new(calls: Vec<ToolCall>, first: usize, end: usize) -> Self {
+        Group { results: vec![None; end.saturating_sub(first)], calls, first, end, resumed: false }
+    }
 }
 
 impl TurnCore {
     /// A group's call finished, or a checkpoint was taken while it runs.
-    pub(super) fn group_input(&mut self, mut g: Group, input: Input, emit: &mut dyn FnMut(Effect)) -> Phase {
+    pub(super) fn group_input(&mut self, mut g: Box<Group>, input: Input, emit: &mut dyn FnMut(Effect)) -> Phase {
         match input {
             Input::ToolDone(result) => {
                 let slot = g.calls.get(g.first..g.end).and_then(|calls| {
@@ -115,51 +127,49 @@ impl TurnCore {
                         ),
                     });
                 };
-                g.results[slot] = Some(result);
+                if let Some(open) = g.results.get_mut(slot) {
+                    *open = Some(result);
+                }
                 if g.results.iter().any(Option::is_none) {
-                    return Phase::Group { calls: g.calls, first: g.first, end: g.end, results: g.results, resumed: g.resumed };
+                    return Phase::Group(g);
                 }
-                emit(Effect::Append(g.results.into_iter().flatten().map(Item::ToolResult).collect()));
-                if self.checkpoints {
-                    Phase::ToolPoll { calls: g.calls, next: g.end }
-                } else {
-                    self.next_call(g.calls, g.end)
-                }
+                let Group { calls, end, results, .. } = *g;
+                emit(Effect::Append(results.into_iter().flatten().map(Item::ToolResult).collect()));
+                if self.checkpoints { Phase::ToolPoll { calls, next: end } } else { self.next_call(calls, end) }
             }
             Input::Polled(p) => {
                 self.note(p);
                 if !interrupts(&p, self.interrupt_running) {
-                    return Phase::Group { calls: g.calls, first: g.first, end: g.end, results: g.results, resumed: g.resumed };
+                    return Phase::Group(g);
                 }
-                let mut items = Vec::with_capacity(g.calls.len() - g.first);
-                for (call, result) in g.calls[g.first..g.end].iter().zip(g.results) {
+                let Group { calls, first, end, results, .. } = *g;
+                let mut items = Vec::with_capacity(results.len());
+                for (call, result) in calls.get(first..end).unwrap_or_default().iter().zip(results) {
                     items.push(Item::ToolResult(result.unwrap_or_else(|| {
                         emit(Effect::Cancelled { call_id: call.id.clone(), tool: call.name.clone() });
                         cancelled_result(&call.id)
                     })));
                 }
                 emit(Effect::Append(items));
-                for call in &g.calls[g.end..] {
+                for call in calls.get(end..).unwrap_or_default() {
                     emit(Effect::Push(skipped(call)));
                     emit(Effect::Skipped { call_id: call.id.clone(), tool: call.name.clone() });
                 }
                 self.request()
             }
             _ => failed(NoeticError::Other {
-                message: format!("turn core of step '{}' got an unexpected input in a group; this is a bug", self.step_id),
+                message: format!(
+                    "turn core of step '{}' got an unexpected input in a group; this is a bug",
+                    self.step_id
+                ),
             }),
         }
     }
 }
 
 /// A failure while a group ran: the results already in, then one for every call without a result.
-pub(super) fn group_failed(
-    calls: &[ToolCall],
-    first: usize,
-    results: Vec<Option<ToolResult>>,
-    error: &NoeticError,
-    emit: &mut dyn FnMut(Effect),
-) {
+pub(super) fn group_failed(group: Group, error: &NoeticError, emit: &mut dyn FnMut(Effect)) {
+    let Group { calls, first, results, .. } = group;
     let reason = error.to_string();
     let mut results = results.into_iter();
     let items = calls

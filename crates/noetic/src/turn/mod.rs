@@ -217,10 +217,8 @@ enum Phase {
     Tool { calls: Vec<ToolCall>, next: usize },
     /// Waiting to learn which of `calls` may run concurrently.
     Classifying { calls: Vec<ToolCall> },
-    /// Waiting for the outcomes of `calls[first..end]`, which run together; `results` holds those already in
-    /// (by position in the group). `resumed`: a resumed turn, whose calls without a result were running when
-    /// the process stopped.
-    Group { calls: Vec<ToolCall>, first: usize, end: usize, results: Vec<Option<ToolResult>>, resumed: bool },
+    /// Waiting for the outcomes of calls that run together.
+    Group(Box<batch::Group>),
     /// A resumed turn: `calls[next]` was running when the process stopped; waiting for its outcome.
     ResumingTool { calls: Vec<ToolCall>, next: usize },
     /// Waiting for the checkpoint after the outcome of `calls[next - 1]`.
@@ -295,7 +293,7 @@ impl TurnCore {
     /// True when `polled`, taken while calls run together, cancels them (the driver then stops waiting for
     /// them and answers with it; see [`interrupts`]).
     pub fn interrupts(&self, polled: &Polled) -> bool {
-        matches!(self.phase, Phase::Group { .. }) && interrupts(polled, self.interrupt_running)
+        matches!(self.phase, Phase::Group(_)) && interrupts(polled, self.interrupt_running)
     }
 
     /// Completed rounds (accepted model responses).
@@ -320,7 +318,7 @@ impl TurnCore {
     pub fn is_at_durable_point(&self) -> bool {
         matches!(
             self.phase,
-            Phase::AwaitingResponse | Phase::Tool { .. } | Phase::ResumingTool { .. } | Phase::Group { .. }
+            Phase::AwaitingResponse | Phase::Tool { .. } | Phase::ResumingTool { .. } | Phase::Group(_)
         )
     }
 
@@ -343,8 +341,8 @@ impl TurnCore {
                 None => self.lost(),
             },
             Phase::Classifying { calls } => Action::Classify(calls),
-            Phase::Group { calls, first, end, results, resumed } => match calls.get(*first..*end) {
-                Some(calls) => Action::RunGroup(GroupRun { calls, results, resumed: *resumed }),
+            Phase::Group(group) => match group.calls.get(group.first..group.end) {
+                Some(calls) => Action::RunGroup(GroupRun { calls, results: &group.results, resumed: group.resumed }),
                 None => self.lost(),
             },
             Phase::Finished { text } => Action::Finish { text: text.clone(), usage: self.usage, cost: self.cost },
@@ -393,15 +391,16 @@ impl TurnCore {
                 self.concurrent = concurrent;
                 self.next_call(calls, 0)
             }
-            (Phase::Group { calls, first, end, results, resumed }, input @ (Input::ToolDone(_) | Input::Polled(_))) => {
-                self.group_input(batch::Group { calls, first, end, results, resumed }, input, emit)
+            (Phase::Group(group), input @ (Input::ToolDone(_) | Input::Polled(_))) => {
+                self.group_input(group, input, emit)
             }
-            (Phase::Group { calls, first, results, .. }, Input::Failed(error)) => {
-                batch::group_failed(&calls, first, results, &error, emit);
+            (Phase::Group(group), Input::Failed(error)) => {
+                batch::group_failed(*group, &error, emit);
                 failed(error)
             }
-            (Phase::Group { calls, first, end, results, .. }, Input::Resume) => {
-                Phase::Group { calls, first, end, results, resumed: true }
+            (Phase::Group(mut group), Input::Resume) => {
+                group.resumed = true;
+                Phase::Group(group)
             }
             (Phase::Tool { calls, next } | Phase::ResumingTool { calls, next }, Input::ToolDone(result)) => {
                 emit(Effect::Push(Item::ToolResult(result)));
@@ -526,7 +525,7 @@ impl TurnCore {
             return self.request();
         }
         match batch::group_end(&self.concurrent, next, self.parallel) {
-            Some(end) => Phase::Group { calls, first: next, end, results: vec![None; end - next], resumed: false },
+            Some(end) => Phase::Group(Box::new(batch::Group::new(calls, next, end))),
             None => Phase::Tool { calls, next },
         }
     }
@@ -561,7 +560,7 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::Tool { .. } | Phase::ResumingTool { .. } => "waiting for a tool result",
         Phase::ToolPoll { .. } => "waiting for the checkpoint after a tool",
         Phase::Classifying { .. } => "waiting to learn which calls may run together",
-        Phase::Group { .. } => "waiting for calls that run together",
+        Phase::Group(_) => "waiting for calls that run together",
         Phase::Finished { .. } => "finished",
         Phase::Failed { .. } => "failed",
     }

@@ -57,7 +57,10 @@ fn results_of_a_group_are_appended_in_call_order_whatever_order_they_finish_in()
     assert_eq!(step(&mut core, safe(&[true, true, true])), ["run together c1 c2 c3"]);
     assert_eq!(step(&mut core, result("c3", "three", false)), ["run together c1 c2"]);
     assert_eq!(step(&mut core, result("c1", "one", false)), ["run together c2"]);
-    assert_eq!(step(&mut core, result("c2", "two", true)), ["append <- c1 one | <- c2 ERROR two | <- c3 three", "poll"]);
+    assert_eq!(
+        step(&mut core, result("c2", "two", true)),
+        ["append <- c1 one | <- c2 ERROR two | <- c3 three", "poll"]
+    );
 }
 
 #[test]
@@ -68,7 +71,11 @@ fn steering_found_after_a_group_skips_the_calls_after_it() {
     step(&mut core, result("c2", "two", false));
     assert_eq!(
         step(&mut core, pending()),
-        [format!("append <- c3 ERROR {SKIPPED_RESULT}"), "skipped c3".to_owned(), "call model round 1 tail []".to_owned()]
+        [
+            format!("append <- c3 ERROR {SKIPPED_RESULT}"),
+            "skipped c3".to_owned(),
+            "call model round 1 tail []".to_owned()
+        ]
     );
 }
 
@@ -142,10 +149,7 @@ fn a_group_replayed_from_its_inputs_resumes_with_its_recorded_results_and_offers
     let mut restored: TurnCore = serde_json::from_str(&saved).unwrap();
     assert_eq!(restored, replayed);
     step(&mut restored, result("c3", "three", false));
-    assert_eq!(
-        step(&mut restored, result("c1", "one", false)),
-        ["append <- c1 one | <- c2 two | <- c3 three", "poll"]
-    );
+    assert_eq!(step(&mut restored, result("c1", "one", false)), ["append <- c1 one | <- c2 two | <- c3 three", "poll"]);
 }
 
 #[test]
