@@ -8,7 +8,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{Instrument, Span};
 
@@ -34,8 +33,6 @@ pub(super) struct GroupEnv<'a> {
     pub(super) interrupt_running: bool,
 }
 
-type Running<'a> = FuturesUnordered<BoxFuture<'a, Result<ToolResult, NoeticError>>>;
-
 /// Runs `calls` (the group's calls without a result; `resumed`: they were running when a process stopped) and
 /// returns the input that ends the group: its last outcome, the checkpoint that cancels it, or a failure.
 pub(super) async fn run_group(
@@ -52,7 +49,8 @@ pub(super) async fn run_group(
         let _ = futures::FutureExt::now_or_never(arrivals.notified());
     }
     let mut finished: VecDeque<Input> = VecDeque::new();
-    let running: Running<'_> = FuturesUnordered::new();
+    // One kind of future (the one below), so none is boxed.
+    let running = FuturesUnordered::new();
     // The gates, in call order, before any call starts.
     for call in calls {
         if resumed && !env.tools.get(&call.name).is_some_and(|t| t.idempotent()) {
@@ -73,10 +71,10 @@ pub(super) async fn run_group(
                 let outcome = finish(env, &call, Ok(outcome), &span, watched);
                 finished.push_back(outcome.map_or_else(Input::Failed, Input::ToolDone));
             }
-            Ok(Prepared::Ready(ready)) => running.push(Box::pin(async move {
+            Ok(Prepared::Ready(ready)) => running.push(async move {
                 let outcome = execute(env.ctx, &call, ready).instrument(span.clone()).await;
                 finish(env, &call, outcome, &span, watched)
-            })),
+            }),
         }
     }
     let mut running = running;
