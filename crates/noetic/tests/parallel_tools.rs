@@ -9,6 +9,7 @@ use std::time::Duration;
 use noetic::agent::SKIPPED_RESULT;
 use noetic::prelude::*;
 use noetic::testing::{EventCollector, transcript};
+use noetic::tool::{Approval, ApprovalRequest, FnApprover, FnToolBuilder};
 use noetic::turn::CANCELLED_RESULT;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -37,6 +38,10 @@ impl Log {
 
 /// A tool whose calls each take the milliseconds given in their `ms` argument (50 without one).
 fn timed(name: &str, concurrent: bool, log: &Log) -> Arc<dyn Tool> {
+    Arc::new(timed_builder(name, concurrent, log).build().unwrap())
+}
+
+fn timed_builder(name: &str, concurrent: bool, log: &Log) -> FnToolBuilder {
     let log = log.clone();
     let builder = FnTool::builder(name, "Takes a while.").handler(move |args: Value, tcx| {
         let log = log.clone();
@@ -47,8 +52,7 @@ fn timed(name: &str, concurrent: bool, log: &Log) -> Arc<dyn Tool> {
             Ok(json!(format!("{} done", tcx.call_id)))
         }
     });
-    let builder = if concurrent { builder.concurrent() } else { builder };
-    Arc::new(builder.build().unwrap())
+    if concurrent { builder.concurrent() } else { builder }
 }
 
 /// `n` calls `c1`..`cn` of the tool `read`, 50 ms each.
@@ -182,6 +186,37 @@ async fn gates_run_in_call_order_before_the_group_starts_and_a_denied_call_does_
         transcript(model.requests()[1].history.as_slice())[4..],
         ["result c1 c1 done", "result c2 (error) Steering denied: not the secrets", "result c3 c3 done"]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn approvals_are_asked_per_call_in_call_order_before_the_group_starts_and_a_rejection_does_not_stop_the_others() {
+    let log = Log::new();
+    let asked = log.clone();
+    let approver = FnApprover(move |request: ApprovalRequest| {
+        let asked = asked.clone();
+        async move {
+            asked.note(&format!("ask {}", request.call_id));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if request.call_id == "c2" { Approval::Reject { reason: "not now".to_owned() } } else { Approval::Approve }
+        }
+    });
+    let tool = Arc::new(timed_builder("fetch", true, &log).needs_approval(true).build().unwrap());
+    let response =
+        ModelResponse::tool_calls([("c1", "fetch", json!({})), ("c2", "fetch", json!({})), ("c3", "fetch", json!({}))]);
+    let model = ScriptedModel::new([response, ModelResponse::text("done")]);
+    let ctx = Context::builder()
+        .model(Arc::new(model.clone()))
+        .tools([tool as Arc<dyn Tool>])
+        .approver(Arc::new(approver))
+        .build();
+    assert_eq!(agent(4, false).execute("go".to_owned(), &ctx).await.unwrap(), "done");
+    assert_eq!(
+        log.lines(),
+        ["ask c1 @0", "ask c2 @10", "ask c3 @20", "start c1 @30", "start c3 @30", "end c1 @80", "end c3 @80"]
+    );
+    let results = transcript(model.requests()[1].history.as_slice())[4..].to_vec();
+    assert_eq!(results[1], "result c2 (error) Error: the call of 'fetch' was rejected: not now");
+    assert_eq!(results[2], "result c3 c3 done");
 }
 
 /// A session of an agent limited to `limit` calls at once whose model asks for ten 50 ms reads, then answers.
