@@ -111,6 +111,20 @@ impl Group {
 }
 
 impl TurnCore {
+    /// This turn runs up to `limit` calls at once (see [the module docs](self)); 1, the default, runs them one
+    /// after another. With `interrupt_running`, steering that arrives while calls run together cancels them.
+    pub fn with_parallel_tools(mut self, limit: u32, interrupt_running: bool) -> Self {
+        self.parallel = limit.max(1);
+        self.interrupt_running = interrupt_running;
+        self
+    }
+
+    /// True when `polled`, taken while calls run together, cancels them (the driver then stops waiting for
+    /// them and answers with it; see [`interrupts`](fn@interrupts)).
+    pub fn interrupts(&self, polled: &Polled) -> bool {
+        matches!(self.phase, Phase::Group(_)) && interrupts(polled, self.interrupt_running)
+    }
+
     /// A group's call finished, or a checkpoint was taken while it runs.
     pub(super) fn group_input(&mut self, mut g: Box<Group>, input: Input, emit: &mut dyn FnMut(Effect)) -> Phase {
         match input {

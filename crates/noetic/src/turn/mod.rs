@@ -282,20 +282,6 @@ impl TurnCore {
         }
     }
 
-    /// This turn runs up to `limit` calls at once (see [`batch`]); 1, the default, runs them one after another.
-    /// With `interrupt_running`, steering that arrives while calls run together cancels them.
-    pub fn with_parallel_tools(mut self, limit: u32, interrupt_running: bool) -> Self {
-        self.parallel = limit.max(1);
-        self.interrupt_running = interrupt_running;
-        self
-    }
-
-    /// True when `polled`, taken while calls run together, cancels them (the driver then stops waiting for
-    /// them and answers with it; see [`interrupts`]).
-    pub fn interrupts(&self, polled: &Polled) -> bool {
-        matches!(self.phase, Phase::Group(_)) && interrupts(polled, self.interrupt_running)
-    }
-
     /// Completed rounds (accepted model responses).
     pub fn round(&self) -> u32 {
         self.round
