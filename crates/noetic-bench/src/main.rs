@@ -131,6 +131,17 @@ async fn parallel_tools_figures() -> BenchResult<()> {
     }
     report("tool_call_parallel_tools_4_batch_of_4_us", measure(15, || batch_call_us(4, 4)).await?, "us", "");
     report("tool_call_sequential_batch_of_4_us", measure(15, || batch_call_us(4, 1)).await?, "us", "");
+    // Exact, and the same in any build: what a group adds per call that timing on a loaded machine blurs.
+    for (limit, name) in [(4, "parallel_tools_4"), (1, "sequential")] {
+        let (allocations, run) = alloc_count::allocations_during(bare_batches(250, 4, limit)).await;
+        run?;
+        report(
+            &format!("allocations_per_tool_call_{name}_batch_of_4"),
+            Stats::exact(allocations as f64 / 1000.0),
+            "",
+            "",
+        );
+    }
     Ok(())
 }
 
@@ -279,7 +290,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
-    // tool call, for comparing two builds quickly), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
+    // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
+    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE).
     match std::env::args().nth(1).as_deref() {
@@ -290,6 +302,7 @@ fn main() -> BenchResult<()> {
         Some("pg") => return pg_figures(),
         Some("pg-log") => return pg_log_path::figures(),
         Some("core") => return core_figures(&rt),
+        Some("parallel") => return rt.block_on(parallel_tools_figures()),
         _ => {}
     }
     rt.block_on(async {

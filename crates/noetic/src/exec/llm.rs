@@ -201,9 +201,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             Action::Classify(calls) => {
                 Input::Classified(calls.iter().map(|c| tools.get(&c.name).is_some_and(|t| t.concurrent())).collect())
             }
-            Action::RunGroup(group) => match ctx.check_cancelled() {
+            Action::RunGroup(_) => match ctx.check_cancelled() {
                 Ok(()) => {
-                    let (calls, resumed) = (group.to_run().cloned().collect(), group.resumed);
                     let env = GroupEnv {
                         ctx,
                         step_id: &s.id,
@@ -214,7 +213,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                         steering: steering.as_deref(),
                         interrupt_running: s.parallel.interrupt_running,
                     };
-                    run_group(&env, &mut core, calls, resumed, &mut |effect| apply(ctx, s, effect)).await
+                    run_group(&env, &mut core, &mut |effect| apply(ctx, s, effect)).await
                 }
                 Err(cancelled) => Input::Failed(cancelled),
             },

@@ -1,7 +1,8 @@
 //! Runs a group of tool calls together ([`Action::RunGroup`](crate::turn::Action::RunGroup)); the rules are the
 //! turn core's ([`crate::turn::batch`]). The gates of every call run first, in call order; then the calls the
-//! gates let through run at once. Each outcome but the last is fed to the core (and committed to the journal) as
-//! it comes; the last one is handed back to the driver's loop, which feeds it like any other answer. With
+//! gates let through run at once. Each outcome but the last is committed to the journal as it comes and fed to
+//! the core when no call runs any more; the last one is handed back to the driver's loop, which feeds it like any
+//! other answer. With
 //! `interrupt_running`, a message queued meanwhile is taken at once, and if the core says it cancels the group,
 //! that checkpoint is handed back instead and the calls still running are dropped (cancelled).
 
@@ -19,7 +20,7 @@ use crate::tool::ToolSet;
 use crate::tool::call::{
     EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome,
 };
-use crate::turn::{Effect, Input, TurnCore, TurnJournal, interrupted_result};
+use crate::turn::{Action, Effect, Input, TurnCore, TurnJournal, interrupted_result};
 
 /// What a group runs with: the step's context, tools, event filter, journal and checkpoints.
 pub(super) struct GroupEnv<'a> {
@@ -33,47 +34,62 @@ pub(super) struct GroupEnv<'a> {
     pub(super) interrupt_running: bool,
 }
 
-/// Runs `calls` (the group's calls without a result; `resumed`: they were running when a process stopped) and
-/// returns the input that ends the group: its last outcome, the checkpoint that cancels it, or a failure.
+/// Runs the group the core waits for and returns the input that ends it: its last outcome, the checkpoint that
+/// cancels it, or a failure. The outcomes before it are fed to the core here, in the order they came, once no call
+/// runs any more (the core appends nothing before a group's last outcome, so nothing is seen earlier either way;
+/// meanwhile the calls are the core's, borrowed, not copied).
 pub(super) async fn run_group(
     env: &GroupEnv<'_>,
     core: &mut TurnCore,
-    calls: Vec<ToolCall>,
-    resumed: bool,
     apply: &mut (dyn FnMut(Effect) + Send),
 ) -> Input {
+    let (earlier, last) = outcomes(env, core).await;
+    for input in earlier {
+        core.advance_with(input, apply);
+    }
+    last
+}
+
+/// The outcomes of the group `core` waits for, in the order they came, the last apart.
+async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
+    let Action::RunGroup(group) = core.action() else {
+        return (Vec::new(), lost());
+    };
     let watched = env.ctx.events().is_active();
     let arrivals = env.steering.filter(|_| env.interrupt_running).and_then(|s| s.arrivals());
     if let Some(arrivals) = &arrivals {
         // A wake left from before the group (a message the last checkpoint already saw) is no arrival.
         let _ = futures::FutureExt::now_or_never(arrivals.notified());
     }
+    // A journal that records the core's inputs gets each outcome as it comes (one that saves the core itself gets
+    // them with the group's last, at the driver's next commit).
+    let journal = env.journal.filter(|j| j.records_inputs());
+    let mut earlier = Vec::with_capacity(group.calls.len());
     let mut finished: VecDeque<Input> = VecDeque::new();
     // One kind of future (the one below), so none is boxed.
     let running = FuturesUnordered::new();
     // The gates, in call order, before any call starts.
-    for call in calls {
-        if resumed && !env.tools.get(&call.name).is_some_and(|t| t.idempotent()) {
-            finished.push_back(Input::ToolDone(interrupted(env, &call)));
+    for call in group.to_run() {
+        if group.resumed && !env.tools.get(&call.name).is_some_and(|t| t.idempotent()) {
+            finished.push_back(Input::ToolDone(interrupted(env, call)));
             continue;
         }
         if watched {
-            announce(env.ctx, env.step_id, &call, env.allow);
+            announce(env.ctx, env.step_id, call, env.allow);
         }
         let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
         if !span.is_disabled() && env.ctx.captures_content() {
             span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
         }
-        let prepared = prepare(env.ctx, env.tools, &call).instrument(span.clone()).await;
-        match prepared {
-            Err(e) => return Input::Failed(e),
+        match prepare(env.ctx, env.tools, call).instrument(span.clone()).await {
+            Err(e) => return (earlier, Input::Failed(e)),
             Ok(Prepared::Done(outcome)) => {
-                let outcome = finish(env, &call, Ok(outcome), &span, watched);
+                let outcome = finish(env, call, Ok(outcome), &span, watched);
                 finished.push_back(outcome.map_or_else(Input::Failed, Input::ToolDone));
             }
             Ok(Prepared::Ready(ready)) => running.push(async move {
-                let outcome = execute(env.ctx, &call, ready).instrument(span.clone()).await;
-                finish(env, &call, outcome, &span, watched)
+                let outcome = execute(env.ctx, call, ready).instrument(span.clone()).await;
+                finish(env, call, outcome, &span, watched)
             }),
         }
     }
@@ -85,12 +101,12 @@ pub(super) async fn run_group(
                 biased;
                 done = running.next() => match done {
                     Some(outcome) => outcome.map_or_else(Input::Failed, Input::ToolDone),
-                    None => return lost(),
+                    None => return (earlier, lost()),
                 },
                 () = arrived(arrivals.as_deref()) => {
                     let polled = poll(env.steering, false);
                     match &polled {
-                        Input::Polled(p) if core.interrupts(p) => return polled,
+                        Input::Polled(p) if core.interrupts(p) => return (earlier, polled),
                         // Taken messages stay pending: the checkpoint after the group injects them.
                         _ => continue,
                     }
@@ -98,22 +114,18 @@ pub(super) async fn run_group(
             },
         };
         if matches!(next, Input::Failed(_)) || (finished.is_empty() && running.is_empty()) {
-            return next;
+            return (earlier, next);
         }
-        if let Some(journal) = env.journal {
-            if journal.records_inputs() {
-                journal.record(env.path, &next);
+        if let Some(journal) = journal {
+            journal.record(env.path, &next);
+            // Written as it comes (without waiting: the next write follows it), so a crash keeps it.
+            let committed = commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false));
+            if let Err(e) = committed.await {
+                earlier.push(next);
+                return (earlier, Input::Failed(e));
             }
-            core.advance_with(next, apply);
-            // Each outcome is written as it comes (without waiting: the next write follows it), so a crash keeps it.
-            if let Err(e) =
-                commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false)).await
-            {
-                return Input::Failed(e);
-            }
-        } else {
-            core.advance_with(next, apply);
         }
+        earlier.push(next);
     }
 }
 
