@@ -31,9 +31,9 @@ fn respond(request: &noetic::model::ModelRequest) -> Result<ModelResponse, Noeti
     Ok(if answered { ModelResponse::text("done") } else { calls() })
 }
 
-/// Tools that count their runs by call id; `read` may run together with other reads.
-fn tools(runs: &Runs) -> Vec<Arc<dyn Tool>> {
-    [("read", true), ("write", false)]
+/// Tools that count their runs by call id; `read` may run together with other reads when `concurrent`.
+fn tools(runs: &Runs, concurrent: bool) -> Vec<Arc<dyn Tool>> {
+    [("read", concurrent), ("write", false)]
         .into_iter()
         .map(|(name, concurrent)| {
             let runs = runs.clone();
@@ -51,8 +51,40 @@ fn tools(runs: &Runs) -> Vec<Arc<dyn Tool>> {
 }
 
 fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>, runs: &Runs) -> Runtime {
-    let agent = Step::llm("agent", "scripted").parallel_tools(4).build().unwrap();
-    Runtime::builder().model(Arc::new(model.clone())).agent(agent).tools(tools(runs)).log_store(store).build().unwrap()
+    runtime_of(model, store, runs, (4, true))
+}
+
+/// A runtime whose agent runs up to `limit` calls at once, its `read` tool declared concurrent or not.
+fn runtime_of(
+    model: &ScriptedModel,
+    store: Arc<dyn LogStore>,
+    runs: &Runs,
+    (limit, concurrent): (u32, bool),
+) -> Runtime {
+    let agent = Step::llm("agent", "scripted").parallel_tools(limit).build().unwrap();
+    let tools = tools(runs, concurrent);
+    Runtime::builder().model(Arc::new(model.clone())).agent(agent).tools(tools).log_store(store).build().unwrap()
+}
+
+/// Each append's entries by type (a core input by its kind), so two runs' logs compare without their ids and times.
+async fn shape(limit: u32, concurrent: bool) -> Vec<Vec<String>> {
+    let recording = Arc::new(RecordingLogStore::default());
+    let rt = runtime_of(&ScriptedModel::responder(respond), recording.clone(), &Runs::default(), (limit, concurrent));
+    let session = rt.open("s").await.unwrap();
+    assert_eq!(session.send("go").await.unwrap().await.unwrap(), "done");
+    let name = |entry: &Entry| {
+        let value = serde_json::to_value(entry).unwrap();
+        let input = value.get("input").and_then(|i| i.get("input")).and_then(Value::as_str).unwrap_or_default();
+        format!("{} {input}", value["type"].as_str().unwrap())
+    };
+    recording.appends().iter().map(|append| append.iter().map(name).collect()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_limit_of_one_a_concurrent_safe_tool_is_logged_exactly_as_any_other() {
+    let sequential = shape(1, false).await;
+    assert_eq!(shape(1, true).await, sequential);
+    assert_ne!(shape(4, true).await, sequential, "above 1 the log shows the group");
 }
 
 fn tool_result(item: &Item) -> Option<&ToolResult> {
