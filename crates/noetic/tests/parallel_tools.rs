@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use noetic::agent::SKIPPED_RESULT;
+use noetic::agent::log::{Entry, LogStore, MemoryLogStore};
 use noetic::prelude::*;
 use noetic::testing::{EventCollector, transcript};
 use noetic::tool::{Approval, ApprovalRequest, FnApprover, FnToolBuilder};
-use noetic::turn::CANCELLED_RESULT;
+use noetic::turn::{CANCELLED_RESULT, Input};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -220,12 +221,14 @@ async fn approvals_are_asked_per_call_in_call_order_before_the_group_starts_and_
 }
 
 /// A session of an agent limited to `limit` calls at once whose model asks for ten 50 ms reads, then answers.
-fn steered_session(limit: u32, interrupt_running: bool, log: &Log) -> (ScriptedModel, Runtime) {
+/// Its session log is `store`.
+fn steered_session(limit: u32, interrupt_running: bool, log: &Log, store: &MemoryLogStore) -> (ScriptedModel, Runtime) {
     let model = ScriptedModel::new([reads(10), ModelResponse::text("ok, stopping")]);
     let runtime = Runtime::builder()
         .model(Arc::new(model.clone()))
         .agent(agent(limit, interrupt_running))
         .tool(timed("read", true, log))
+        .log_store(Arc::new(store.clone()))
         .build()
         .unwrap();
     (model, runtime)
@@ -239,7 +242,7 @@ fn after_calls(model: &ScriptedModel) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn a_message_steered_while_a_group_runs_skips_the_calls_not_started_and_is_injected_after_the_running_ones() {
     let log = Log::new();
-    let (model, runtime) = steered_session(4, false, &log);
+    let (model, runtime) = steered_session(4, false, &log, &MemoryLogStore::new());
     let session = runtime.session("s");
     let turn = session.send("read ten files").await.unwrap();
     let steer = async {
@@ -259,7 +262,8 @@ async fn a_message_steered_while_a_group_runs_skips_the_calls_not_started_and_is
 #[tokio::test(start_paused = true)]
 async fn with_interrupt_running_a_message_steered_while_a_group_runs_cancels_the_running_calls_at_once() {
     let log = Log::new();
-    let (model, runtime) = steered_session(4, true, &log);
+    let store = MemoryLogStore::new();
+    let (model, runtime) = steered_session(4, true, &log, &store);
     let session = runtime.session("s");
     let mut events = EventCollector::of(&session);
     let turn = session.send("read ten files").await.unwrap();
@@ -281,6 +285,14 @@ async fn with_interrupt_running_a_message_steered_while_a_group_runs_cancels_the
         .filter(|k| matches!(k, EventKind::ToolCallCompleted { output, .. } if output == CANCELLED_RESULT))
         .count();
     assert_eq!(cancelled, 4, "each cancelled call is told as completed, with its id");
+    let logged = store
+        .read("s", 0, usize::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| matches!(&r.entry, Entry::Core { input: Input::ToolDone(t), .. } if t.content == CANCELLED_RESULT))
+        .count();
+    assert_eq!(logged, 4, "each cancellation is the call's recorded outcome");
 }
 
 #[test]

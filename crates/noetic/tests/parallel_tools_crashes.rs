@@ -110,7 +110,7 @@ fn outcomes(entries: &[Entry]) -> Vec<ToolResult> {
 
 /// Each step's inputs in `entries`, fed to a new core of the same step, bring it to its end.
 fn replays_to_the_end(entries: &[Entry]) -> bool {
-    let mut core = TurnCore::new("agent", 32, true).with_parallel_tools(4, false);
+    let mut core = TurnCore::new("agent", 32, true).with_parallel_tools(4);
     for entry in entries {
         if let Entry::Core { input, .. } = entry {
             core.advance(input.clone());

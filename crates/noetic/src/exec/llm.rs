@@ -92,8 +92,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         // A session log keeps the inputs: a new core fed them (effects left out: their items are in the history)
         // is where the step was.
         Some(Replay::Inputs(inputs)) => {
-            let mut core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some())
-                .with_parallel_tools(s.parallel.limit, s.parallel.interrupt_running);
+            let mut core =
+                TurnCore::new(&*s.id, s.max_rounds, steering.is_some()).with_parallel_tools(s.parallel.limit);
             for recorded in inputs {
                 core.advance_with(recorded, &mut |_| {});
             }
@@ -104,8 +104,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 ctx.push_item(Item::user(text));
             }
             // A copy of the id: the step's own is a reference count every turn on every thread would write.
-            let core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some())
-                .with_parallel_tools(s.parallel.limit, s.parallel.interrupt_running);
+            let core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some()).with_parallel_tools(s.parallel.limit);
             (core, Input::Start)
         }
     };
@@ -338,19 +337,6 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
                 tool,
                 reason: "queued user steering message".to_owned(),
             });
-        }
-        Effect::Cancelled { call_id, tool } => {
-            let done = EventKind::ToolCallCompleted {
-                step_id: s.id.clone(),
-                output: crate::turn::CANCELLED_RESULT.to_owned(),
-                call_id,
-                tool,
-                is_error: true,
-                error_kind: Some(crate::model::ToolErrorKind::Cancelled),
-            };
-            if s.emit.allows(&done) {
-                ctx.emit(|| done);
-            }
         }
         Effect::Steered { action, guidance } => {
             let kind = EventKind::ModelResponseSteered { step_id: s.id.clone(), action, guidance };

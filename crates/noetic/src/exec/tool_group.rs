@@ -2,9 +2,8 @@
 //! turn core's ([`crate::turn::batch`]). The gates of every call run first, in call order; then the calls the
 //! gates let through run at once. Each outcome but the last is committed to the journal as it comes and fed to
 //! the core when no call runs any more; the last one is handed back to the driver's loop, which feeds it like any
-//! other answer. With
-//! `interrupt_running`, a message queued meanwhile is taken at once, and if the core says it cancels the group,
-//! that checkpoint is handed back instead and the calls still running are dropped (cancelled).
+//! other answer. With `interrupt_running`, a message queued meanwhile is taken at once; when it cancels the group
+//! ([`interrupts`]), the calls still running are dropped and each gets the cancelled result as its outcome.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,12 +14,13 @@ use tracing::{Instrument, Span};
 use super::llm::{commit, poll};
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::NoeticError;
+use crate::model::ToolErrorKind;
 use crate::model::{ToolCall, ToolResult};
 use crate::tool::ToolSet;
 use crate::tool::call::{
     EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome,
 };
-use crate::turn::{Action, Effect, Input, TurnCore, TurnJournal, interrupted_result};
+use crate::turn::{Action, Effect, Input, TurnCore, TurnJournal, cancelled_result, interrupted_result, interrupts};
 
 /// What a group runs with: the step's context, tools, event filter, journal and checkpoints.
 pub(super) struct GroupEnv<'a> {
@@ -56,7 +56,7 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
         return (Vec::new(), lost());
     };
     let watched = env.ctx.events().is_active();
-    let arrivals = env.steering.filter(|_| env.interrupt_running).and_then(|s| s.arrivals());
+    let mut arrivals = env.steering.filter(|_| env.interrupt_running).and_then(|s| s.arrivals());
     if let Some(arrivals) = &arrivals {
         // A wake left from before the group (a message the last checkpoint already saw) is no arrival.
         let _ = futures::FutureExt::now_or_never(arrivals.notified());
@@ -67,11 +67,13 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
     let mut earlier = Vec::with_capacity(group.calls.len());
     let mut finished: VecDeque<Input> = VecDeque::new();
     // One kind of future (the one below), so none is boxed.
-    let running = FuturesUnordered::new();
+    let mut running = FuturesUnordered::new();
+    // The calls running now, by the index their future yields.
+    let mut started: Vec<Option<&ToolCall>> = Vec::new();
     // The gates, in call order, before any call starts.
     for call in group.to_run() {
         if group.resumed && !env.tools.get(&call.name).is_some_and(|t| t.idempotent()) {
-            finished.push_back(Input::ToolDone(interrupted(env, call)));
+            finished.push_back(Input::ToolDone(told(env, call, interrupted_result(&call.id), None)));
             continue;
         }
         if watched {
@@ -87,29 +89,44 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
                 let outcome = finish(env, call, Ok(outcome), &span, watched);
                 finished.push_back(outcome.map_or_else(Input::Failed, Input::ToolDone));
             }
-            Ok(Prepared::Ready(ready)) => running.push(async move {
-                let outcome = execute(env.ctx, call, ready).instrument(span.clone()).await;
-                finish(env, call, outcome, &span, watched)
-            }),
+            Ok(Prepared::Ready(ready)) => {
+                let at = started.len();
+                started.push(Some(call));
+                running.push(async move {
+                    let outcome = execute(env.ctx, call, ready).instrument(span.clone()).await;
+                    (at, finish(env, call, outcome, &span, watched))
+                });
+            }
         }
     }
-    let mut running = running;
     loop {
         let next = match finished.pop_front() {
             Some(input) => input,
             None => tokio::select! {
                 biased;
                 done = running.next() => match done {
-                    Some(outcome) => outcome.map_or_else(Input::Failed, Input::ToolDone),
+                    Some((at, outcome)) => {
+                        if let Some(done) = started.get_mut(at) {
+                            *done = None;
+                        }
+                        outcome.map_or_else(Input::Failed, Input::ToolDone)
+                    }
                     None => return (earlier, lost()),
                 },
                 () = arrived(arrivals.as_deref()) => {
-                    let polled = poll(env.steering, false);
-                    match &polled {
-                        Input::Polled(p) if core.interrupts(p) => return (earlier, polled),
-                        // Taken messages stay pending: the checkpoint after the group injects them.
-                        _ => continue,
+                    // Taken messages stay pending: the checkpoint after the group injects them.
+                    if let Input::Polled(p) = poll(env.steering, false)
+                        && interrupts(&p, env.interrupt_running)
+                    {
+                        // Dropped, the running calls stop; each gets its outcome in call order.
+                        running.clear();
+                        arrivals = None;
+                        finished.extend(started.drain(..).flatten().map(|call| {
+                            let cancelled = cancelled_result(&call.id);
+                            Input::ToolDone(told(env, call, cancelled, Some(ToolErrorKind::Cancelled)))
+                        }));
                     }
+                    continue;
                 }
             },
         };
@@ -150,16 +167,16 @@ fn finish(
     outcome.map(|(result, _)| result)
 }
 
-/// The result of a call a stopped process was running and that is not run again, told like any call's end.
-fn interrupted(env: &GroupEnv<'_>, call: &ToolCall) -> ToolResult {
-    let result = interrupted_result(&call.id);
+/// The outcome of a call that did not run to its end (a stopped process ran it, steering cancelled it), told like
+/// any call's end.
+fn told(env: &GroupEnv<'_>, call: &ToolCall, result: ToolResult, kind: Option<ToolErrorKind>) -> ToolResult {
     let done = EventKind::ToolCallCompleted {
         step_id: env.step_id.clone(),
         call_id: call.id.clone(),
         tool: call.name.clone(),
         is_error: true,
         output: result.content.clone(),
-        error_kind: None,
+        error_kind: kind,
     };
     if (env.allow)(&done) {
         env.ctx.emit(|| done);

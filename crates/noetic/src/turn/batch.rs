@@ -21,9 +21,10 @@
 //!    has started by then, so a poll after an earlier outcome could skip nothing). If steering is pending, the
 //!    calls after the group are not started: each gets [`SKIPPED_RESULT`](super::SKIPPED_RESULT), in call order,
 //!    and the messages are injected before the next model request, as in a sequential turn. With
-//!    `interrupt_running(true)` a message that arrives while a group runs is taken at once and cancels the calls
-//!    of the group still running (each gets [`CANCELLED_RESULT`] and a `tool_call_completed` event); the calls
-//!    after the group are skipped and the message injected. A call that runs alone is never cancelled.
+//!    `interrupt_running(true)` a message queued in this process while a group runs is taken at once
+//!    ([`interrupts`]) and cancels the calls of the group still running: each gets [`CANCELLED_RESULT`] as its
+//!    outcome (recorded like any outcome, with a `tool_call_completed` event); then the checkpoint skips the calls
+//!    after the group and the message is injected. A call that runs alone is never cancelled.
 //! 5. **Durability.** A session log records the start of every call of a group (in one write, before the first
 //!    starts) and each outcome as it comes. A turn resumed after a crash in the middle of a group keeps the
 //!    recorded outcomes; each call started without a recorded outcome runs again if its tool is idempotent and
@@ -34,15 +35,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Effect, Input, Phase, Polled, TurnCore, failed, not_completed, skipped};
+use super::{Effect, Phase, Polled, TurnCore, failed, not_completed};
 
 #[cfg(test)]
 mod tests;
 use crate::error::NoeticError;
 use crate::model::{Item, ToolCall, ToolResult};
 
-/// The content of the result a call running in a group gets when steering arrived and the step cancels running
-/// calls (`interrupt_running`).
+/// The outcome of a call running in a group when steering arrived and the step cancels running calls
+/// (`interrupt_running`).
 pub const CANCELLED_RESULT: &str = "Cancelled due to queued user message.";
 
 /// The result of a call steering cancelled while it ran (see [`CANCELLED_RESULT`]).
@@ -70,8 +71,9 @@ impl<'a> GroupRun<'a> {
     }
 }
 
-/// True when `polled`, taken while calls run together, cancels them: steering is pending, the batch policy skips
-/// the rest, and the step was configured with `interrupt_running`.
+/// True when `polled`, taken while calls run together, cancels those still running (the driver then gives each
+/// [`cancelled_result`] as its outcome): steering is pending, the batch policy skips the rest of a batch, and the
+/// step was configured with `interrupt_running`.
 pub fn interrupts(polled: &Polled, interrupt_running: bool) -> bool {
     interrupt_running && polled.pending && polled.skip_rest
 }
@@ -112,72 +114,35 @@ impl Group {
 
 impl TurnCore {
     /// This turn runs up to `limit` calls at once (see [the module docs](self)); 1, the default, runs them one
-    /// after another. With `interrupt_running`, steering that arrives while calls run together cancels them.
-    pub fn with_parallel_tools(mut self, limit: u32, interrupt_running: bool) -> Self {
+    /// after another.
+    pub fn with_parallel_tools(mut self, limit: u32) -> Self {
         self.parallel = limit.max(1);
-        self.interrupt_running = interrupt_running;
         self
     }
 
-    /// True when `polled`, taken while calls run together, cancels them (the driver then stops waiting for
-    /// them and answers with it; see [`interrupts`](fn@interrupts)).
-    pub fn interrupts(&self, polled: &Polled) -> bool {
-        matches!(self.phase, Phase::Group(_)) && interrupts(polled, self.interrupt_running)
-    }
-
-    /// A group's call finished, or a checkpoint was taken while it runs.
-    pub(super) fn group_input(&mut self, mut g: Box<Group>, input: Input, emit: &mut dyn FnMut(Effect)) -> Phase {
-        match input {
-            Input::ToolDone(result) => {
-                let slot = g.calls.get(g.first..g.end).and_then(|calls| {
-                    calls.iter().zip(&g.results).position(|(c, r)| r.is_none() && c.id == result.call_id)
-                });
-                let Some(slot) = slot else {
-                    return failed(NoeticError::Other {
-                        message: format!(
-                            "turn core of step '{}' got a result for call '{}', which is not running; this is a bug \
-                             in the driver",
-                            self.step_id, result.call_id
-                        ),
-                    });
-                };
-                if let Some(open) = g.results.get_mut(slot) {
-                    *open = Some(result);
-                }
-                if g.results.iter().any(Option::is_none) {
-                    return Phase::Group(g);
-                }
-                let Group { calls, end, results, .. } = *g;
-                emit(Effect::Append(results.into_iter().flatten().map(Item::ToolResult).collect()));
-                if self.checkpoints { Phase::ToolPoll { calls, next: end } } else { self.next_call(calls, end) }
-            }
-            Input::Polled(p) => {
-                self.note(p);
-                if !interrupts(&p, self.interrupt_running) {
-                    return Phase::Group(g);
-                }
-                let Group { calls, first, end, results, .. } = *g;
-                let mut items = Vec::with_capacity(results.len());
-                for (call, result) in calls.get(first..end).unwrap_or_default().iter().zip(results) {
-                    items.push(Item::ToolResult(result.unwrap_or_else(|| {
-                        emit(Effect::Cancelled { call_id: call.id.clone(), tool: call.name.clone() });
-                        cancelled_result(&call.id)
-                    })));
-                }
-                emit(Effect::Append(items));
-                for call in calls.get(end..).unwrap_or_default() {
-                    emit(Effect::Push(skipped(call)));
-                    emit(Effect::Skipped { call_id: call.id.clone(), tool: call.name.clone() });
-                }
-                self.request()
-            }
-            _ => failed(NoeticError::Other {
+    /// A call of the group finished (or was cancelled): when it was the last, the group's results are appended in
+    /// call order and the checkpoint follows.
+    pub(super) fn group_done(&mut self, mut g: Box<Group>, result: ToolResult, emit: &mut dyn FnMut(Effect)) -> Phase {
+        let slot = g
+            .calls
+            .get(g.first..g.end)
+            .and_then(|calls| calls.iter().zip(&g.results).position(|(c, r)| r.is_none() && c.id == result.call_id));
+        let Some(open) = slot.and_then(|slot| g.results.get_mut(slot)) else {
+            return failed(NoeticError::Other {
                 message: format!(
-                    "turn core of step '{}' got an unexpected input in a group; this is a bug",
-                    self.step_id
+                    "turn core of step '{}' got a result for call '{}', which is not running; this is a bug in the \
+                     driver",
+                    self.step_id, result.call_id
                 ),
-            }),
+            });
+        };
+        *open = Some(result);
+        if g.results.iter().any(Option::is_none) {
+            return Phase::Group(g);
         }
+        let Group { calls, end, results, .. } = *g;
+        emit(Effect::Append(results.into_iter().flatten().map(Item::ToolResult).collect()));
+        if self.checkpoints { Phase::ToolPoll { calls, next: end } } else { self.next_call(calls, end) }
     }
 }
 

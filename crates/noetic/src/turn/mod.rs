@@ -179,14 +179,6 @@ pub enum Effect {
         /// The tool it asked for.
         tool: String,
     },
-    /// This call, running together with others, was cancelled because steering arrived (its result is in the
-    /// `Append` before).
-    Cancelled {
-        /// The cancelled call's id.
-        call_id: String,
-        /// The tool it asked for.
-        tool: String,
-    },
     /// The after-model review steered the response (deny or guide).
     Steered {
         /// Deny or guide.
@@ -245,9 +237,6 @@ pub struct TurnCore {
     /// How many calls may run at once (1: one after another).
     #[serde(default = "batch::one", skip_serializing_if = "batch::is_one")]
     parallel: u32,
-    /// Steering that arrives while calls run together cancels them.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    interrupt_running: bool,
     /// For each call of the current response, whether it may run concurrently (empty: none may).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     concurrent: Vec<bool>,
@@ -276,7 +265,6 @@ impl TurnCore {
             steering_pending: false,
             steering_capacity: 0,
             parallel: 1,
-            interrupt_running: false,
             concurrent: Vec::new(),
             phase: Phase::Start,
         }
@@ -377,9 +365,7 @@ impl TurnCore {
                 self.concurrent = concurrent;
                 self.next_call(calls, 0)
             }
-            (Phase::Group(group), input @ (Input::ToolDone(_) | Input::Polled(_))) => {
-                self.group_input(group, input, emit)
-            }
+            (Phase::Group(group), Input::ToolDone(result)) => self.group_done(group, result, emit),
             (Phase::Group(group), Input::Failed(error)) => {
                 batch::group_failed(*group, &error, emit);
                 failed(error)

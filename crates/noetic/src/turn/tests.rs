@@ -15,7 +15,6 @@ pub(super) fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> 
             }
             Effect::Push(item) => format!("append {item}"),
             Effect::Skipped { call_id, .. } => format!("skipped {call_id}"),
-            Effect::Cancelled { call_id, .. } => format!("cancelled {call_id}"),
             Effect::Steered { action, guidance } => {
                 format!("steered {action:?} {}", guidance.unwrap_or_default())
             }

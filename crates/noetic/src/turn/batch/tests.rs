@@ -3,20 +3,21 @@
 
 use super::super::tests::{allow, calls, none_pending, pending, result, step};
 use super::super::{Input, SKIPPED_RESULT, TurnCore};
-use super::CANCELLED_RESULT;
+use super::{CANCELLED_RESULT, cancelled_result, interrupts};
 use crate::error::NoeticError;
+use crate::turn::Polled;
 
 /// A session turn of a step running up to `limit` calls at once, past its turn-start checkpoint.
-fn started(limit: u32, interrupt_running: bool) -> TurnCore {
-    let mut core = TurnCore::new("agent", 10, true).with_parallel_tools(limit, interrupt_running);
+fn started(limit: u32) -> TurnCore {
+    let mut core = TurnCore::new("agent", 10, true).with_parallel_tools(limit);
     assert_eq!(step(&mut core, Input::Start), ["poll at turn start"]);
     assert_eq!(step(&mut core, none_pending()), ["call model round 0 tail []"]);
     core
 }
 
 /// `started`, then a response asking for `ids`, accepted: the core asks which calls may run together.
-fn classifying(limit: u32, interrupt_running: bool, ids: &[&str]) -> TurnCore {
-    let mut core = started(limit, interrupt_running);
+fn classifying(limit: u32, ids: &[&str]) -> TurnCore {
+    let mut core = started(limit);
     step(&mut core, Input::response(calls(ids)));
     let lines = step(&mut core, allow());
     assert_eq!(lines.last().unwrap(), &format!("classify {} call(s)", ids.len()));
@@ -29,14 +30,14 @@ fn safe(flags: &[bool]) -> Input {
 
 #[test]
 fn a_single_call_runs_alone_without_asking_which_calls_may_run_together() {
-    let mut core = started(4, false);
+    let mut core = started(4);
     step(&mut core, Input::response(calls(&["c1"])));
     assert_eq!(step(&mut core, allow()).last().unwrap(), "run c1");
 }
 
 #[test]
 fn consecutive_concurrent_safe_calls_run_together_up_to_the_limit_and_a_call_not_declared_safe_runs_alone() {
-    let mut core = classifying(2, false, &["c1", "c2", "c3", "c4", "c5", "c6"]);
+    let mut core = classifying(2, &["c1", "c2", "c3", "c4", "c5", "c6"]);
     // c1 c2 c3 are safe (the limit 2 splits them), c4 is not, c5 c6 are.
     assert_eq!(step(&mut core, safe(&[true, true, true, false, true, true])), ["run together c1 c2"]);
     assert_eq!(step(&mut core, result("c1", "one", false)), ["run together c2"]);
@@ -53,7 +54,7 @@ fn consecutive_concurrent_safe_calls_run_together_up_to_the_limit_and_a_call_not
 
 #[test]
 fn results_of_a_group_are_appended_in_call_order_whatever_order_they_finish_in() {
-    let mut core = classifying(10, false, &["c1", "c2", "c3"]);
+    let mut core = classifying(10, &["c1", "c2", "c3"]);
     assert_eq!(step(&mut core, safe(&[true, true, true])), ["run together c1 c2 c3"]);
     assert_eq!(step(&mut core, result("c3", "three", false)), ["run together c1 c2"]);
     assert_eq!(step(&mut core, result("c1", "one", false)), ["run together c2"]);
@@ -65,7 +66,7 @@ fn results_of_a_group_are_appended_in_call_order_whatever_order_they_finish_in()
 
 #[test]
 fn steering_found_after_a_group_skips_the_calls_after_it() {
-    let mut core = classifying(2, false, &["c1", "c2", "c3"]);
+    let mut core = classifying(2, &["c1", "c2", "c3"]);
     step(&mut core, safe(&[true, true, true]));
     step(&mut core, result("c1", "one", false));
     step(&mut core, result("c2", "two", false));
@@ -80,42 +81,41 @@ fn steering_found_after_a_group_skips_the_calls_after_it() {
 }
 
 #[test]
-fn with_interrupt_running_steering_while_a_group_runs_cancels_its_running_calls_and_skips_the_rest() {
-    let mut core = classifying(3, true, &["c1", "c2", "c3", "c4"]);
+fn calls_cancelled_by_steering_complete_the_group_and_the_checkpoint_after_it_skips_the_rest() {
+    let mut core = classifying(3, &["c1", "c2", "c3", "c4"]);
     step(&mut core, safe(&[true, true, true, false]));
     step(&mut core, result("c2", "two", false));
-    let Input::Polled(found) = pending() else { unreachable!() };
-    assert!(core.interrupts(&found));
+    // The driver took the message while c1 and c3 ran, and cancelled them.
+    step(&mut core, Input::ToolDone(cancelled_result("c1")));
     assert_eq!(
-        step(&mut core, Input::Polled(found)),
+        step(&mut core, Input::ToolDone(cancelled_result("c3"))),
         [
-            "cancelled c1".to_owned(),
-            "cancelled c3".to_owned(),
             format!("append <- c1 ERROR {CANCELLED_RESULT} | <- c2 two | <- c3 ERROR {CANCELLED_RESULT}"),
+            "poll".to_owned()
+        ]
+    );
+    assert_eq!(
+        step(&mut core, pending()),
+        [
             format!("append <- c4 ERROR {SKIPPED_RESULT}"),
             "skipped c4".to_owned(),
-            "call model round 1 tail []".to_owned(),
+            "call model round 1 tail []".to_owned()
         ]
     );
 }
 
 #[test]
-fn without_interrupt_running_a_checkpoint_while_a_group_runs_changes_nothing() {
-    let mut core = classifying(3, false, &["c1", "c2"]);
-    step(&mut core, safe(&[true, true]));
+fn only_pending_steering_that_skips_the_rest_of_a_batch_cancels_running_calls_and_only_when_configured() {
     let Input::Polled(found) = pending() else { unreachable!() };
-    assert!(!core.interrupts(&found));
-    assert_eq!(step(&mut core, Input::Polled(found)), ["run together c1 c2"]);
-    let mut finish_batch = classifying(3, true, &["c1", "c2"]);
-    step(&mut finish_batch, safe(&[true, true]));
-    let Input::Polled(mut found) = pending() else { unreachable!() };
-    found.skip_rest = false;
-    assert!(!finish_batch.interrupts(&found), "the finish-batch policy lets running calls finish");
+    assert!(interrupts(&found, true));
+    assert!(!interrupts(&found, false), "without interrupt_running running calls finish");
+    assert!(!interrupts(&Polled { skip_rest: false, ..found }, true), "the finish-batch policy lets them finish");
+    assert!(!interrupts(&Polled { pending: false, ..found }, true));
 }
 
 #[test]
 fn a_failure_while_a_group_runs_keeps_the_results_in_and_gives_every_other_call_one() {
-    let mut core = classifying(2, false, &["c1", "c2", "c3"]);
+    let mut core = classifying(2, &["c1", "c2", "c3"]);
     step(&mut core, safe(&[true, true, false]));
     step(&mut core, result("c2", "two", false));
     let cancelled = NoeticError::Cancelled { reason: Some("stop".to_owned()) };
@@ -139,7 +139,7 @@ fn a_group_replayed_from_its_inputs_resumes_with_its_recorded_results_and_offers
         safe(&[true, true, true]),
         result("c2", "two", false),
     ];
-    let mut replayed = TurnCore::new("agent", 10, true).with_parallel_tools(4, false);
+    let mut replayed = TurnCore::new("agent", 10, true).with_parallel_tools(4);
     for input in inputs {
         replayed.advance(input);
     }
@@ -154,7 +154,7 @@ fn a_group_replayed_from_its_inputs_resumes_with_its_recorded_results_and_offers
 
 #[test]
 fn a_step_that_runs_calls_one_after_another_saves_its_core_as_before() {
-    let mut core = started(1, false);
+    let mut core = started(1);
     step(&mut core, Input::response(calls(&["c1", "c2"])));
     assert_eq!(step(&mut core, allow()).last().unwrap(), "run c1");
     let saved = serde_json::to_value(&core).unwrap();
