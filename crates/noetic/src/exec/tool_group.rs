@@ -68,7 +68,7 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
     let mut finished: VecDeque<Input> = VecDeque::new();
     // One kind of future (the one below), so none is boxed.
     let mut running = FuturesUnordered::new();
-    // The calls running now, by the index their future yields.
+    // The calls running now, by the index their future yields (kept only when steering may cancel them).
     let mut started: Vec<Option<&ToolCall>> = Vec::new();
     // The gates, in call order, before any call starts.
     for call in group.to_run() {
@@ -91,7 +91,9 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
             }
             Ok(Prepared::Ready(ready)) => {
                 let at = started.len();
-                started.push(Some(call));
+                if arrivals.is_some() {
+                    started.push(Some(call));
+                }
                 running.push(async move {
                     let outcome = execute(env.ctx, call, ready).instrument(span.clone()).await;
                     (at, finish(env, call, outcome, &span, watched))
