@@ -34,8 +34,8 @@ pub(super) struct GroupEnv<'a> {
     pub(super) interrupt_running: bool,
 }
 
-/// Runs the group the core waits for and returns the input that ends it: its last outcome, the checkpoint that
-/// cancels it, or a failure. The outcomes before it are fed to the core here, in the order they came, once no call
+/// Runs the group the core waits for and returns the input that ends it: its last outcome (a cancelled call's
+/// too), or a failure. The outcomes before it are fed to the core here, in the order they came, once no call
 /// runs any more (the core appends nothing before a group's last outcome, so nothing is seen earlier either way;
 /// meanwhile the calls are the core's, borrowed, not copied).
 pub(super) async fn run_group(
