@@ -27,7 +27,7 @@ use noetic::layer::MemoryLayer;
 use noetic::prelude::*;
 use serde_json::json;
 
-use probe::{BenchResult, bare_tool_calls, session_turns, ten_rules};
+use probe::{BenchResult, bare_batches, bare_tool_calls, session_turns, ten_rules};
 
 /// Counts allocations for the `real_allocations_*` figures (off, and nearly free, outside them).
 #[global_allocator]
@@ -107,6 +107,40 @@ async fn tool_call_us(layers: Vec<Arc<dyn MemoryLayer>>) -> BenchResult<f64> {
     let start = Instant::now();
     bare_tool_calls(ROUNDS, layers).await?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64)
+}
+
+/// Per tool call of a bare step whose responses ask for `batch` concurrent-safe no-op calls, run up to `limit`
+/// at once.
+async fn batch_call_us(batch: usize, limit: u32) -> BenchResult<f64> {
+    let rounds = 1000 / batch;
+    let start = Instant::now();
+    bare_batches(rounds, batch, limit).await?;
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (rounds * batch) as f64)
+}
+
+/// What `parallel_tools(4)` costs per tool call against one call after another (#32: within 10 %): on the bare
+/// path (one call per response, so nothing runs together) and with four concurrent-safe calls per response (they
+/// run as one group). Each sample runs both and divides, so load on the machine cancels out.
+async fn parallel_tools_figures() -> BenchResult<()> {
+    for (batch, name) in [(1, "bare"), (4, "batch_of_4")] {
+        let ratio =
+            measure(31, || async { Ok(batch_call_us(batch, 4).await? / batch_call_us(batch, 1).await?) }).await?;
+        report(&format!("parallel_tools_4_{name}_ratio"), ratio, "x", "<= 1.1");
+    }
+    report("tool_call_parallel_tools_4_batch_of_4_us", measure(15, || batch_call_us(4, 4)).await?, "us", "");
+    report("tool_call_sequential_batch_of_4_us", measure(15, || batch_call_us(4, 1)).await?, "us", "");
+    // Exact, and the same in any build: what a group adds per call that timing on a loaded machine blurs.
+    for (limit, name) in [(4, "parallel_tools_4"), (1, "sequential")] {
+        let (allocations, run) = alloc_count::allocations_during(bare_batches(250, 4, limit)).await;
+        run?;
+        report(
+            &format!("allocations_per_tool_call_{name}_batch_of_4"),
+            Stats::exact(allocations as f64 / 1000.0),
+            "",
+            "",
+        );
+    }
+    Ok(())
 }
 
 /// Runs `turns` turns of one session (each: model asks for the no-op tool, then answers); returns each turn's
@@ -254,7 +288,8 @@ fn real_path_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
 fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
-    // tool call, for comparing two builds quickly), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
+    // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
+    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE).
     match std::env::args().nth(1).as_deref() {
@@ -264,6 +299,7 @@ fn main() -> BenchResult<()> {
         Some("store") => return sqlite_log_path::figures(),
         Some("pg" | "pg-log") => return pg_log_path::figures(),
         Some("core") => return core_figures(&rt),
+        Some("parallel") => return rt.block_on(parallel_tools_figures()),
         _ => {}
     }
     rt.block_on(async {
@@ -291,6 +327,7 @@ fn main() -> BenchResult<()> {
         })
         .await?;
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
+        parallel_tools_figures().await?;
         report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
         report("steer_latency_us", measure(15, probe::steer_latency_us).await?, "us", "<= 50");
         BenchResult::Ok(())
@@ -322,6 +359,7 @@ fn core_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
         })
         .await?;
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
+        parallel_tools_figures().await?;
         for calls in [10, 100, 1000] {
             let reps = if calls == 1000 { 3 } else { 9 };
             let per_call = measure(reps, || async { Ok(real_path::session_tool_calls(calls, true).await?.0) }).await?;

@@ -38,6 +38,32 @@ pub async fn bare_tool_calls(rounds: usize, layers: Vec<Arc<dyn MemoryLayer>>) -
     Ok(())
 }
 
+/// A no-op tool declared safe to run concurrently.
+pub fn concurrent_noop_tool() -> BenchResult<Arc<dyn Tool>> {
+    let tool = FnTool::builder("noop", "Does nothing.").concurrent().handler(|_, _| async { Ok(Value::Null) });
+    Ok(Arc::new(tool.build()?))
+}
+
+/// One bare `llm` step of `rounds` model calls, each asking for `batch` calls of a concurrent-safe no-op tool,
+/// run up to `limit` at once: the parallel-tools figures.
+pub async fn bare_batches(rounds: usize, batch: usize, limit: u32) -> BenchResult<()> {
+    let ids: Vec<String> = (0..batch).map(|i| format!("c{i}")).collect();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::responder(move |_| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        Ok(if n < rounds {
+            ModelResponse::tool_calls(ids.iter().map(|id| (id.as_str(), "noop", json!({}))))
+        } else {
+            ModelResponse::text("done")
+        })
+    })
+    .without_recording();
+    let llm = Step::llm("assistant", "m").max_rounds(rounds as u32 + 1).parallel_tools(limit).build()?;
+    let ctx = Context::builder().model(Arc::new(model)).tools([concurrent_noop_tool()?]).build();
+    llm.execute("go".to_owned(), &ctx).await?;
+    Ok(())
+}
+
 /// A runtime whose turns each ask for the no-op tool, then answer, through the steering layer of [`ten_rules`].
 /// Its model keeps no state: it reads the request (after a tool result it answers), so sessions share nothing.
 pub fn steered_runtime() -> BenchResult<Runtime> {

@@ -77,7 +77,8 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         .map_err(config_error)?;
     let instructions = spec.instructions.unwrap_or_else(|| default_instructions(&spec.workspace));
     // Streamed, so the terminal shows the answer as it arrives.
-    let mut llm = Step::llm("assistant", spec.model_id.as_str()).instructions(instructions).stream(true);
+    let mut llm =
+        Step::llm("assistant", spec.model_id.as_str()).instructions(instructions).stream(true).parallel_tools(4);
     if spec.first_round_tool_call {
         llm = llm.first_round_tool_choice(noetic::model::ToolChoice::Required);
     }

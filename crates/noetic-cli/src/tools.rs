@@ -129,7 +129,10 @@ pub fn built_in(
                 return Err(format!("there is no built-in tool '{other}'; choose from {}", BUILT_IN.join(", ")));
             }
         };
-        let tool = tool.needs_approval(approval || name == "run_command").build().map_err(|e| e.to_string())?;
+        let tool = tool.needs_approval(approval || name == "run_command");
+        // The read-only tools may run together (an llm step with parallel_tools above 1).
+        let tool = if matches!(name.as_str(), "read_file" | "list_dir") { tool.concurrent() } else { tool };
+        let tool = tool.build().map_err(|e| e.to_string())?;
         tools.push(Arc::new(tool) as Arc<dyn Tool>);
     }
     Ok(tools)

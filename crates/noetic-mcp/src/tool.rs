@@ -27,6 +27,7 @@ pub struct McpTool {
     input: Schema,
     output: Option<Schema>,
     idempotent: bool,
+    read_only: bool,
     needs_approval: bool,
     server: Weak<Shared>,
     server_name: String,
@@ -54,6 +55,7 @@ impl McpTool {
             input,
             output,
             idempotent: listed["annotations"]["idempotentHint"].as_bool().unwrap_or(false),
+            read_only: listed["annotations"]["readOnlyHint"].as_bool().unwrap_or(false),
             needs_approval,
             server: Arc::downgrade(server),
             server_name: server.config.name.clone(),
@@ -86,6 +88,11 @@ impl Tool for McpTool {
     /// The server's `idempotentHint` annotation.
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    /// The server's `readOnlyHint` annotation: a tool that changes nothing may run together with others.
+    fn concurrent(&self) -> bool {
+        self.read_only
     }
 
     /// Set by [`McpServerConfig::require_approval`](crate::McpServerConfig::require_approval).

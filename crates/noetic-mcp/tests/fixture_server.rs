@@ -110,6 +110,9 @@ async fn an_agent_turn_calls_a_server_tool_by_its_prefixed_name_and_gets_its_res
     );
     let echo = fixture.server.snapshot().get("fix__echo").cloned().unwrap();
     assert!(echo.idempotent(), "the idempotentHint annotation makes the tool idempotent");
+    assert!(echo.concurrent(), "the readOnlyHint annotation makes the tool safe to run concurrently");
+    let slow = fixture.server.snapshot().get("fix__slow").cloned().unwrap();
+    assert!(!slow.concurrent(), "a tool without readOnlyHint runs alone");
     let result = call_once(&fixture, "fix__echo", json!({"text": "hello"})).await;
     assert_eq!(result.content, "hello");
     assert!(!result.is_error);

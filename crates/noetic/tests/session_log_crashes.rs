@@ -8,59 +8,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
 use noetic::agent::SteeringMode;
-use noetic::agent::log::{
-    Appended, Entry, Expect, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
-};
+use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore};
 use noetic::model::{ModelRequest, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
+use noetic::testing::RecordingLogStore;
 use noetic::turn::{Action, Input, TurnCore};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
-
-/// A memory store that remembers each append's entries: the points a crash can cut the log at.
-#[derive(Default)]
-struct Recording {
-    inner: MemoryLogStore,
-    appends: Mutex<Vec<Vec<Entry>>>,
-}
-
-impl LogStore for Recording {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let last = self.inner.append(key, expect, entries).await?;
-            self.appends.lock().unwrap().push(entries.to_vec());
-            Ok(last)
-        })
-    }
-    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
-        self.inner.read(key, after, limit)
-    }
-    fn last<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last(key)
-    }
-    fn watch(&self) -> broadcast::Receiver<Appended> {
-        self.inner.watch()
-    }
-    fn list(&self) -> BoxFuture<'_, Result<Vec<SessionLine>, StoreError>> {
-        self.inner.list()
-    }
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.delete(key)
-    }
-    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: Snapshot) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.save_snapshot(key, snapshot)
-    }
-    fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
-        self.inner.snapshot(key)
-    }
-}
 
 /// Plan, then act: the act step calls `read` and `write` in one batch, then answers.
 fn agent() -> Step<String, String> {
@@ -159,7 +113,7 @@ fn replays_to_the_end(entries: &[Entry]) -> Result<(), String> {
 
 #[tokio::test]
 async fn a_turn_cut_at_any_append_resumes_without_doing_anything_twice() {
-    let recording = Arc::new(Recording::default());
+    let recording = Arc::new(RecordingLogStore::default());
     let runs = Arc::default();
     let reference = ScriptedModel::responder(respond);
     let rt = runtime(&reference, recording.clone(), &runs);
@@ -167,7 +121,7 @@ async fn a_turn_cut_at_any_append_resumes_without_doing_anything_twice() {
     session.steer("be quick").await.unwrap();
     let answer = session.continue_session().await.unwrap().unwrap().await.unwrap();
     assert_eq!(answer, "done");
-    let appends = recording.appends.lock().unwrap().clone();
+    let appends = recording.appends();
     let total_requests = reference.calls();
     assert!(appends.len() >= 5, "the turn was written in several appends: {}", appends.len());
 

@@ -191,3 +191,13 @@ fn a_file_tool_checks_the_path_rules_itself_on_what_it_opens() {
     let list = on_target((&ws, &rules), ("c1", "list_dir"), &json!({}), |target| ws.list(target));
     assert_eq!(list.unwrap(), ".env\nx");
 }
+
+/// The agent runs up to 4 calls at once (`parallel_tools(4)`): only the tools that change nothing may run together.
+#[test]
+fn the_read_only_built_in_tools_may_run_together_and_the_others_run_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path()).unwrap();
+    let tools = built_in(&ws, None, &BTreeSet::new(), &rules_of("").path_rules()).unwrap();
+    let concurrent: Vec<&str> = tools.iter().filter(|t| t.concurrent()).map(|t| t.name()).collect();
+    assert_eq!(concurrent, ["read_file", "list_dir"]);
+}

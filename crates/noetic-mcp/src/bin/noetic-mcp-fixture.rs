@@ -48,7 +48,7 @@ impl Fixture {
             json!({"name": "echo", "description": "Echoes text.",
                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
                    "outputSchema": {"type": "object", "properties": {"echoed": {"type": "string"}}, "required": ["echoed"]},
-                   "annotations": {"idempotentHint": true}}),
+                   "annotations": {"idempotentHint": true, "readOnlyHint": true}}),
             json!({"name": "slow", "description": "Runs until cancelled.", "inputSchema": object}),
             json!({"name": "crash", "description": "Exits the server.", "inputSchema": object}),
             json!({"name": "fail", "description": "Reports an error.", "inputSchema": object}),

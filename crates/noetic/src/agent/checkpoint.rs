@@ -224,6 +224,10 @@ impl crate::context::Checkpoints for TurnSteering {
         self.policy() == BatchPolicy::SkipRemaining
     }
 
+    fn arrivals(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.state.queue().arrivals())
+    }
+
     fn span(&self) -> Option<&tracing::Span> {
         Some(&self.span)
     }

@@ -135,8 +135,12 @@ impl LogJournal {
             let output = serde_json::to_value(finished).ok();
             entries.push(Entry::StepFinished { turn, step: step.clone(), output });
         }
-        if let Some(call) = commit.starts {
-            entries.push(Entry::ToolStarted { turn, step, call_id: call.id.clone(), tool: call.name.clone() });
+        if let Some((last, group)) = commit.starts.split_last() {
+            for call in group {
+                let step = step.clone();
+                entries.push(Entry::ToolStarted { turn, step, call_id: call.id.clone(), tool: call.name.clone() });
+            }
+            entries.push(Entry::ToolStarted { turn, step, call_id: last.id.clone(), tool: last.name.clone() });
         }
         entries
     }

@@ -285,6 +285,9 @@ pub(crate) struct SessionQueue {
     // Boxed on purpose: one pointer while idle instead of a VecDeque's four words, times every idle session.
     #[allow(clippy::box_collection)]
     messages: Mutex<Option<Box<VecDeque<SteerMessage>>>>,
+    /// Woken when a message is queued, made when a turn first waits for one (calls running together that steering
+    /// cancels); until then queueing wakes nobody.
+    arrivals: std::sync::OnceLock<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 impl SessionQueue {
@@ -305,6 +308,18 @@ impl SessionQueue {
     /// Queues a message [`SessionQueue::admit`] made, at the tail.
     pub(crate) fn push_admitted(&self, message: SteerMessage) {
         lock(&self.messages).get_or_insert_default().push_back(message);
+        self.wake();
+    }
+
+    /// Woken when a message is queued from now on (see [`Checkpoints::arrivals`](crate::context::Checkpoints)).
+    pub(crate) fn arrivals(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.arrivals.get_or_init(Default::default).clone()
+    }
+
+    fn wake(&self) {
+        if let Some(arrivals) = self.arrivals.get() {
+            arrivals.notify_one();
+        }
     }
 
     pub(crate) fn take(&self, mode: SteeringMode) -> Vec<SteerMessage> {
@@ -332,6 +347,8 @@ impl SessionQueue {
                     queue.push_back(message);
                 }
             }
+            drop(guard);
+            self.wake();
         }
     }
 

@@ -31,6 +31,12 @@ pub trait Checkpoints: Send + Sync {
     fn skips_rest_of_batch(&self) -> bool;
     /// The key of the session the turn belongs to.
     fn session(&self) -> &str;
+    /// Woken (at least once) when a message is queued for the session after this is first asked, so that calls
+    /// running together can be cancelled when steering arrives (`interrupt_running`); a wake may find nothing
+    /// new. `None` (the default): arrivals are only seen at the checkpoints.
+    fn arrivals(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
     /// The turn's span, where steering-queue events go (see [`crate::trace`]); `None` when there is none.
     fn span(&self) -> Option<&tracing::Span> {
         None

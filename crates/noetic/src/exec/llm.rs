@@ -1,5 +1,6 @@
-//! Executes `llm` steps: rounds of model call → tool calls (sequential, in call order) → results fed back, until
-//! the model answers without tool calls. This is the thin async driver of [`TurnCore`](crate::turn::TurnCore),
+//! Executes `llm` steps: rounds of model call → tool calls (in call order; consecutive concurrent-safe calls
+//! together when the step allows it, see [`tool_group`](super::tool_group)) → results fed back, until the model
+//! answers without tool calls. This is the thin async driver of [`TurnCore`](crate::turn::TurnCore),
 //! which makes every decision; the driver performs its actions (model calls, reviews, tool calls, checkpoints).
 //!
 //! The step's [`StepMeta`] records the tool calls of the *accepted final* response, so `until::no_tool_calls`
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use super::tool_group::{GroupEnv, run_group};
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
@@ -90,7 +92,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         // A session log keeps the inputs: a new core fed them (effects left out: their items are in the history)
         // is where the step was.
         Some(Replay::Inputs(inputs)) => {
-            let mut core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some());
+            let mut core =
+                TurnCore::new(&*s.id, s.max_rounds, steering.is_some()).with_parallel_tools(s.parallel.limit);
             for recorded in inputs {
                 core.advance_with(recorded, &mut |_| {});
             }
@@ -101,7 +104,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 ctx.push_item(Item::user(text));
             }
             // A copy of the id: the step's own is a reference count every turn on every thread would write.
-            (TurnCore::new(&*s.id, s.max_rounds, steering.is_some()), Input::Start)
+            let core = TurnCore::new(&*s.id, s.max_rounds, steering.is_some()).with_parallel_tools(s.parallel.limit);
+            (core, Input::Start)
         }
     };
     // The latest model call's span, open until its review (which runs in it) is done.
@@ -123,8 +127,9 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             && !matches!(action, Action::CallModel { .. })
         {
             let starts = match action {
-                Action::RunTool(call) => Some(call),
-                _ => None,
+                Action::RunTool(call) => std::slice::from_ref(call),
+                Action::RunGroup(group) if !group.resumed => group.calls,
+                _ => &[],
             };
             if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), (starts, true)).await {
                 input = Input::Failed(e);
@@ -146,7 +151,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     let committed = match journal.as_deref() {
                         // Written while the model answers (a session log writes it before the turn's next commit).
                         Some(journal) => {
-                            commit(ctx, journal, (&s.id, &path), Some(&core), injected, (None, false)).await
+                            commit(ctx, journal, (&s.id, &path), Some(&core), injected, (&[], false)).await
                         }
                         None => Ok(()),
                     };
@@ -190,6 +195,25 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
                 Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
+                Err(cancelled) => Input::Failed(cancelled),
+            },
+            Action::Classify(calls) => {
+                Input::Classified(calls.iter().map(|c| tools.get(&c.name).is_some_and(|t| t.concurrent())).collect())
+            }
+            Action::RunGroup(_) => match ctx.check_cancelled() {
+                Ok(()) => {
+                    let env = GroupEnv {
+                        ctx,
+                        step_id: &s.id,
+                        tools: &tools,
+                        allow: &allow,
+                        journal: journal.as_deref(),
+                        path: &path,
+                        steering: steering.as_deref(),
+                        interrupt_running: s.parallel.interrupt_running,
+                    };
+                    run_group(&env, &mut core, &mut |effect| apply(ctx, s, effect)).await
+                }
                 Err(cancelled) => Input::Failed(cancelled),
             },
             // A call that was running when the process stopped runs again only if its tool says that is
@@ -238,13 +262,13 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
 
 /// Commits what is new in the conversation since the journal's last commit, the injected message ids and the
 /// core (`None`: the step ended).
-async fn commit(
+pub(super) async fn commit(
     ctx: &Context,
     journal: &dyn TurnJournal,
     (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
     injected: Vec<String>,
-    (starts, wait): (Option<&ToolCall>, bool),
+    (starts, wait): (&[ToolCall], bool),
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
@@ -264,7 +288,7 @@ async fn while_durable<T>(
     if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
         return Ok(done);
     }
-    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (None, true)));
+    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (&[], true)));
     committed.map(|()| done)
 }
 
@@ -277,17 +301,8 @@ async fn finish(
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit = TurnCommit {
-        step_id,
-        path,
-        first,
-        items,
-        injected: Vec::new(),
-        core: None,
-        finished,
-        starts: None,
-        wait: true,
-    };
+    let commit =
+        TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished, starts: &[], wait: true };
     journal.commit(commit).await
 }
 
@@ -296,7 +311,7 @@ fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> In
 }
 
 /// Performs a checkpoint. Without steering (a child execution, a plain context) nothing is ever pending.
-fn poll(steering: Option<&dyn Checkpoints>, turn_start: bool) -> Input {
+pub(super) fn poll(steering: Option<&dyn Checkpoints>, turn_start: bool) -> Input {
     let Some(ts) = steering else {
         return Input::Polled(Polled { pending: false, capacity: 0, skip_rest: true });
     };

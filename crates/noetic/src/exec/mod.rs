@@ -13,6 +13,7 @@ mod provide;
 mod run;
 mod spawn;
 mod tool;
+mod tool_group;
 
 use std::sync::Arc;
 

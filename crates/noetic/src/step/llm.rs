@@ -16,6 +16,22 @@ use crate::tool::{Schema, Tool};
 /// The default limit on model → tools rounds within one `llm` step.
 pub const DEFAULT_MAX_ROUNDS: u32 = 32;
 
+/// How an `llm` step runs the tool calls of one response ([`LlmBuilder::parallel_tools`],
+/// [`LlmBuilder::interrupt_running`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelTools {
+    /// How many calls run at once (1: one after another).
+    pub limit: u32,
+    /// Steering that arrives while calls run together cancels them.
+    pub interrupt_running: bool,
+}
+
+impl Default for ParallelTools {
+    fn default() -> Self {
+        ParallelTools { limit: 1, interrupt_running: false }
+    }
+}
+
 /// Which framework events an `llm` step emits.
 #[derive(Clone, Default)]
 pub enum Emit {
@@ -93,6 +109,7 @@ pub struct StepLlm<I, O> {
     pub(crate) first_round_tool_choice: Option<ToolChoice>,
     pub(crate) emit: Emit,
     pub(crate) max_rounds: u32,
+    pub(crate) parallel: ParallelTools,
     pub(crate) stream: Option<bool>,
     pub(crate) prompt: fn(I) -> Option<String>,
     pub(crate) parse_output: ParseOutput<O>,
@@ -152,6 +169,11 @@ impl<I, O> StepLlm<I, O> {
         self.max_rounds
     }
 
+    /// How many tool calls may run at once, and whether steering cancels calls that run together.
+    pub fn parallel_tools(&self) -> ParallelTools {
+        self.parallel
+    }
+
     /// Whether the model is called with [`Model::stream`](crate::model::Model::stream) (text reaches
     /// subscribers as `model_text_delta` events while it arrives) or [`Model::call`](crate::model::Model::call):
     /// `None` (the default) streams exactly when the model streams natively
@@ -183,6 +205,7 @@ pub struct LlmBuilder<I, O> {
     first_round_tool_choice: Option<ToolChoice>,
     emit: Emit,
     max_rounds: u32,
+    parallel: ParallelTools,
     stream: Option<bool>,
     parse_output: ParseOutput<O>,
     _input: PhantomData<fn(I)>,
@@ -211,6 +234,7 @@ impl<I: IntoPrompt + Send + 'static> Step<I, String> {
             first_round_tool_choice: None,
             emit: Emit::All,
             max_rounds: DEFAULT_MAX_ROUNDS,
+            parallel: ParallelTools::default(),
             stream: None,
             parse_output: text_output,
             _input: PhantomData,
@@ -245,6 +269,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             first_round_tool_choice: self.first_round_tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds,
+            parallel: self.parallel,
             stream: self.stream,
             parse_output: json_output::<T>,
             _input: PhantomData,
@@ -283,6 +308,23 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
         self
     }
 
+    /// How many tool calls of one response may run at once (default 1: one after another, in call order). Above
+    /// 1, consecutive calls of tools declared safe to run concurrently ([`Tool::concurrent`]) run together, up to
+    /// `limit` at a time; see [`crate::turn`] for what gates, steering and the session log do then. 0 is a
+    /// `ConfigError` (`INVALID_CONCURRENCY`) at build time.
+    pub fn parallel_tools(mut self, limit: u32) -> Self {
+        self.parallel.limit = limit;
+        self
+    }
+
+    /// When steering arrives while calls run together, cancel them (each gets
+    /// [`CANCELLED_RESULT`](crate::turn::CANCELLED_RESULT)) instead of letting them finish (default false). Only
+    /// calls run together are cancelled: a call that runs alone always finishes.
+    pub fn interrupt_running(mut self, yes: bool) -> Self {
+        self.parallel.interrupt_running = yes;
+        self
+    }
+
     /// Streams the model's answers, or not (default: stream when the model streams natively, see
     /// [`Model::streams_natively`](crate::model::Model::streams_natively)). This is configuration on purpose:
     /// whether anybody watches the events never changes how the model is called (SPEC 7.2), so retries and
@@ -307,6 +349,13 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             None => None,
         };
         let output_schema = self.output_schema.map(Schema::new).transpose()?;
+        if self.parallel.limit == 0 {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidConcurrency,
+                format!("llm step '{id}' has parallel_tools(0): no tool call could ever run"),
+                "use parallel_tools(1) to run calls one after another, or more to run safe calls together",
+            ));
+        }
         Ok(Step::Llm(Arc::new(StepLlm {
             id,
             model: self.model,
@@ -318,6 +367,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             first_round_tool_choice: self.first_round_tool_choice,
             emit: self.emit,
             max_rounds: self.max_rounds.max(1),
+            parallel: self.parallel,
             stream: self.stream,
             prompt: I::into_prompt,
             parse_output: self.parse_output,

@@ -37,7 +37,7 @@ pub use crate::model::{ModelParams, ToolChoice};
 pub use branch::{BranchBuilder, StepBranch};
 pub use every::{EveryBuilder, EveryOnError, StepEvery};
 pub use fork::{ForkBuilder, ForkMode, SettleResult, SettleStatus, StepFork};
-pub use llm::{Emit, IntoPrompt, LlmBuilder, StepLlm};
+pub use llm::{Emit, IntoPrompt, LlmBuilder, ParallelTools, StepLlm};
 pub use loop_::{LoopBuilder, LoopErrorAction, StepLoop};
 pub use provide::{ProvideBuilder, StepProvide};
 pub use run::{RunBuilder, StepRun};

@@ -10,6 +10,7 @@
 //! - [`transcript`]: one stable line per conversation item, to assert a whole history at once.
 //! - [`until`]: yields to other tasks until a condition holds, with a bound instead of a hang.
 //! - [`check_log_store`]: the conformance kit every session-log store runs (in memory, SQLite, PostgreSQL).
+//! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
 //!
 //! Nothing here sleeps or reads the clock: waits are notifications, so tests stay exact under paused tokio time.
 //!
@@ -46,12 +47,14 @@
 
 mod events;
 mod log_store;
+mod recording;
 mod steering;
 mod tools;
 mod transcript;
 
 pub use events::{EventCollector, event_type};
 pub use log_store::{ConformanceFailure, check_log_store};
+pub use recording::RecordingLogStore;
 pub use steering::{JudgeRouter, is_judge, steering_state};
 pub use tools::{Counter, Gate, gated_tool};
 pub use transcript::{transcript, transcript_line};

@@ -77,7 +77,7 @@ fn error_result(call: &ToolCall, kind: ToolErrorKind, message: String) -> Outcom
 }
 
 /// A call's result and, when it failed, the kind of failure.
-type Outcome = (ToolResult, Option<ToolErrorKind>);
+pub(crate) type Outcome = (ToolResult, Option<ToolErrorKind>);
 
 /// Decides which events a caller lets through (an `llm` step's `emit` setting).
 pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
@@ -129,7 +129,7 @@ pub(crate) fn tool_span(call_id: &str, name: &str) -> Span {
 }
 
 /// Records a finished call's outcome on its span; a failed call marks the span failed with its error kind.
-fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, content: bool) {
+pub(crate) fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, content: bool) {
     span.record("noetic.tool.result.size", result.content.len());
     if content {
         span.record("gen_ai.tool.call.result", result.content.as_str());
@@ -155,17 +155,37 @@ pub(crate) async fn run_tool_call(
 ) -> Result<Outcome, NoeticError> {
     let watched = ctx.events().is_active();
     if watched {
-        let kind = EventKind::ToolCallStarted {
-            step_id: step_id.clone(),
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-        };
-        if allow(&kind) {
-            ctx.emit(|| kind);
-        }
+        announce(ctx, step_id, call, allow);
     }
-    let (result, error_kind) = resolve_and_run(ctx, tools, call).await?;
+    let outcome = match prepare(ctx, tools, call).await? {
+        Prepared::Done(outcome) => outcome,
+        Prepared::Ready(ready) => execute(ctx, call, ready).await?,
+    };
+    Ok(conclude(ctx, (step_id, tools, call), outcome, allow, watched))
+}
+
+/// Emits `tool_call_started` for `call` where `allow` lets it.
+pub(crate) fn announce(ctx: &Context, step_id: &Arc<str>, call: &ToolCall, allow: EmitFilter<'_>) {
+    let kind = EventKind::ToolCallStarted {
+        step_id: step_id.clone(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments: call.arguments.clone(),
+    };
+    if allow(&kind) {
+        ctx.emit(|| kind);
+    }
+}
+
+/// Lets the tool decorate the result of `call`, and emits `tool_call_completed` (when `watched`) where `allow`
+/// lets it.
+pub(crate) fn conclude(
+    ctx: &Context,
+    (step_id, tools, call): (&Arc<str>, &ToolSet, &ToolCall),
+    (result, error_kind): Outcome,
+    allow: EmitFilter<'_>,
+    watched: bool,
+) -> Outcome {
     let result = match tools.get(&call.name) {
         Some(tool) => tool.decorate_result(result),
         None => result,
@@ -183,24 +203,42 @@ pub(crate) async fn run_tool_call(
             ctx.emit(|| kind);
         }
     }
-    Ok((result, error_kind))
+    (result, error_kind)
 }
 
-async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Result<Outcome, NoeticError> {
+/// A call after its gates: its outcome already (bad arguments, unknown tool, denied, rejected), or ready to run.
+pub(crate) enum Prepared<'t> {
+    /// The call will not run; this is its outcome.
+    Done(Outcome),
+    /// The gates let the call through.
+    Ready(Ready<'t>),
+}
+
+/// A call the gates let through: the tool and its validated arguments.
+pub(crate) struct Ready<'t> {
+    tool: &'t Arc<dyn Tool>,
+    args: Value,
+}
+
+/// Everything before a call runs, in order: its arguments parsed, its tool found, the layers' `before_tool_call`,
+/// its arguments validated, its approval. Only cancellation is an error.
+pub(crate) async fn prepare<'t>(
+    ctx: &Context,
+    tools: &'t ToolSet,
+    call: &ToolCall,
+) -> Result<Prepared<'t>, NoeticError> {
+    let done = |kind, message| Ok(Prepared::Done(error_result(call, kind, message)));
     let args: Value = if call.arguments.trim().is_empty() {
         Value::Object(serde_json::Map::new())
     } else {
         match serde_json::from_str(&call.arguments) {
             Ok(v) => v,
             Err(e) => {
-                return Ok(error_result(
-                    call,
-                    ToolErrorKind::InvalidArguments,
-                    format!(
-                        "malformed JSON in tool arguments ({e}): {}; send the arguments as one JSON object",
-                        call.arguments
-                    ),
-                ));
+                let message = format!(
+                    "malformed JSON in tool arguments ({e}): {}; send the arguments as one JSON object",
+                    call.arguments
+                );
+                return done(ToolErrorKind::InvalidArguments, message);
             }
         }
     };
@@ -208,24 +246,31 @@ async fn resolve_and_run(ctx: &Context, tools: &ToolSet, call: &ToolCall) -> Res
         let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
         let available = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
         let message = format!("unknown tool '{}'; available tools: {available}", call.name);
-        return Ok(error_result(call, ToolErrorKind::NotFound, message));
+        return done(ToolErrorKind::NotFound, message);
     };
     let params = ToolCallParams { call_id: &call.id, name: &call.name, args: &args };
     let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
     if gate.decision.action != SteeringAction::Allow {
-        return Ok((steered(ctx, call, gate), Some(ToolErrorKind::PermissionDenied)));
+        return Ok(Prepared::Done((steered(ctx, call, gate), Some(ToolErrorKind::PermissionDenied))));
     }
     if let Err(problems) = tool.input_schema().validate(&args) {
         let message = format!("invalid arguments for tool '{}': {problems}", call.name);
-        return Ok(error_result(call, ToolErrorKind::InvalidArguments, message));
+        return done(ToolErrorKind::InvalidArguments, message);
     }
     // Most tools need no approval: then there is nothing to wait for, and no waiting to set up.
     if tool.needs_approval()
         && let Err(message) =
             ctx.run_cancellable(async { Ok(approve(ctx, tool.as_ref(), &call.id, &args).await) }).await?
     {
-        return Ok(error_result(call, ToolErrorKind::PermissionDenied, message));
+        return done(ToolErrorKind::PermissionDenied, message);
     }
+    Ok(Prepared::Ready(Ready { tool, args }))
+}
+
+/// Runs a call its gates let through; a panic or an invalid result becomes an error result. Only cancellation is
+/// an error.
+pub(crate) async fn execute(ctx: &Context, call: &ToolCall, ready: Ready<'_>) -> Result<Outcome, NoeticError> {
+    let Ready { tool, args } = ready;
     let tcx = ToolContext {
         ctx: ctx.clone(),
         call_id: call.id.clone(),

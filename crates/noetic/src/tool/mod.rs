@@ -116,6 +116,14 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// True when calls of this tool may run at the same time as other such calls (a read, a lookup: nothing a
+    /// concurrent call could observe half done). An `llm` step with
+    /// [`parallel_tools`](crate::step::LlmBuilder::parallel_tools) above 1 runs consecutive calls of such tools
+    /// together; a call of any other tool runs alone, in order. The default is false.
+    fn concurrent(&self) -> bool {
+        false
+    }
+
     /// Lets the tool adjust its result item before it is appended to the conversation and emitted (add a note,
     /// trim a long output …). The default keeps it as it is.
     fn decorate_result(&self, result: crate::model::ToolResult) -> crate::model::ToolResult {
@@ -157,6 +165,7 @@ pub struct FnTool {
     events: Option<Schema>,
     needs_approval: bool,
     idempotent: bool,
+    concurrent: bool,
     memory: Option<ToolMemory>,
     handler: Handler,
 }
@@ -176,6 +185,7 @@ pub struct FnToolBuilder {
     events: Option<Value>,
     needs_approval: bool,
     idempotent: bool,
+    concurrent: bool,
     memory: Option<ToolMemory>,
     handler: Option<Handler>,
 }
@@ -191,6 +201,7 @@ impl FnTool {
             events: None,
             needs_approval: false,
             idempotent: false,
+            concurrent: false,
             memory: None,
             handler: None,
         }
@@ -225,6 +236,12 @@ impl FnToolBuilder {
     /// Declares that running a call twice is harmless (see [`Tool::idempotent`]).
     pub fn idempotent(mut self, yes: bool) -> Self {
         self.idempotent = yes;
+        self
+    }
+
+    /// Declares that calls of this tool may run together with other such calls (see [`Tool::concurrent`]).
+    pub fn concurrent(mut self) -> Self {
+        self.concurrent = true;
         self
     }
 
@@ -298,6 +315,7 @@ impl FnToolBuilder {
             description: self.description,
             needs_approval: self.needs_approval,
             idempotent: self.idempotent,
+            concurrent: self.concurrent,
             memory: self.memory,
             handler,
         })
@@ -331,6 +349,10 @@ impl Tool for FnTool {
 
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    fn concurrent(&self) -> bool {
+        self.concurrent
     }
 
     fn memory(&self) -> Option<&ToolMemory> {

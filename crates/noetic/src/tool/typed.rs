@@ -22,6 +22,7 @@ pub struct TypedTool<A, R> {
     output: Schema,
     needs_approval: bool,
     idempotent: bool,
+    concurrent: bool,
     memory: Option<ToolMemory>,
     handler: TypedHandler<A, R>,
     _types: PhantomData<fn(A) -> R>,
@@ -68,6 +69,7 @@ where
         output: Schema::new(schemars::schema_for!(R).to_value())?,
         needs_approval: false,
         idempotent: false,
+        concurrent: false,
         memory: None,
         handler: Arc::new(move |a, tcx| Box::pin(f(a, tcx))),
         _types: PhantomData,
@@ -84,6 +86,12 @@ impl<A, R> TypedTool<A, R> {
     /// Declares that running a call twice is harmless (see [`Tool::idempotent`]).
     pub fn idempotent(mut self, yes: bool) -> Self {
         self.idempotent = yes;
+        self
+    }
+
+    /// Declares that calls of this tool may run together with other such calls (see [`Tool::concurrent`]).
+    pub fn concurrent(mut self) -> Self {
+        self.concurrent = true;
         self
     }
 
@@ -121,6 +129,10 @@ where
 
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    fn concurrent(&self) -> bool {
+        self.concurrent
     }
 
     fn memory(&self) -> Option<&ToolMemory> {

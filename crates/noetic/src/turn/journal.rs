@@ -1,8 +1,8 @@
 //! Where a running turn's state goes, so another process can resume it (SPEC 6): the [`TurnJournal`] hook.
 //!
 //! The driver commits at the points a resume needs: before each model request (after steering was injected),
-//! when a response arrived (so it is never requested again), before each tool call (so a call that was running
-//! is known), and when the step ends. Each commit carries the conversation items appended since the last one and
+//! when a response arrived (so it is never requested again), before each tool call or group of calls that run
+//! together (so a call that was running is known), after each outcome in such a group, and when the step ends. Each commit carries the conversation items appended since the last one and
 //! the ids of the steering messages injected with them, so a store can write both in one transaction (a message
 //! is shown exactly once). When a step finishes, its answer is committed too: a turn of several `llm` steps (plan,
 //! then act) resumed after a crash returns the finished steps' answers without asking the model again and continues
@@ -33,8 +33,9 @@ pub struct TurnCommit<'a> {
     pub core: Option<&'a TurnCore>,
     /// The step finished with this answer: a resumed turn returns it without running the step again.
     pub finished: Option<Finished>,
-    /// The tool call about to start (a session log records its start in the same write).
-    pub starts: Option<&'a ToolCall>,
+    /// The tool calls about to start: one, or a group that runs together (a session log records their starts in
+    /// the same write).
+    pub starts: &'a [ToolCall],
     /// The driver waits until the commit is durable (else a journal may write it while the driver goes on, as long
     /// as its next commit is written after it: a session log does this before a model request).
     pub wait: bool,

@@ -16,7 +16,8 @@
 //!   [`MAX_GUIDE_RETRIES`] times), allow accepts;
 //! - a failure in the middle of a batch: every call without a result gets one, so the conversation stays
 //!   well-formed;
-//! - what a steering decision on a model-driven tool call makes the model see ([`steered_result`]).
+//! - what a steering decision on a model-driven tool call makes the model see ([`steered_result`]);
+//! - which calls of a response run together ([`batch`]: groups of calls declared safe to run concurrently).
 
 use serde::{Deserialize, Serialize};
 
@@ -24,10 +25,12 @@ use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse, ToolCall, ToolResult, Usage};
 
+pub mod batch;
 mod journal;
 #[cfg(test)]
 mod tests;
 
+pub use batch::{CANCELLED_RESULT, GroupRun, cancelled_result, interrupts};
 pub use journal::{Finished, Replay, TurnCommit, TurnJournal};
 
 /// The content of the result each tool call skipped by queued steering gets (seed 3).
@@ -101,8 +104,11 @@ pub enum Input {
     /// The answer to [`Action::Store`]: the layers stored the answer.
     Stored,
     /// The answer to [`Action::RunTool`]: the call's result (whatever the outcome — executed, failed, denied,
-    /// unknown tool, invalid arguments — it is a result).
+    /// unknown tool, invalid arguments — it is a result). Also one of the answers to [`Action::RunGroup`].
     ToolDone(ToolResult),
+    /// The answer to [`Action::Classify`]: for each call of the response, whether its tool is declared safe to
+    /// run concurrently ([`Tool::concurrent`](crate::tool::Tool::concurrent)).
+    Classified(Vec<bool>),
     /// The current action failed, or the turn was cancelled before it.
     Failed(NoeticError),
 }
@@ -137,6 +143,12 @@ pub enum Action<'a> {
     Store(&'a ModelResponse),
     /// Run one tool call; answer with [`Input::ToolDone`].
     RunTool(&'a ToolCall),
+    /// Say which calls of the response may run concurrently; answer with [`Input::Classified`]. Asked only by a
+    /// step whose limit is above 1, for a response of several calls.
+    Classify(&'a [ToolCall]),
+    /// Run these calls together (see [`batch`]); answer with one [`Input::ToolDone`] per call still to run, in
+    /// the order they finish.
+    RunGroup(GroupRun<'a>),
     /// A resumed turn was running this call when its process stopped, and no outcome was journaled: run it again
     /// if its tool is idempotent, else answer with [`interrupted_result`]; either way with [`Input::ToolDone`].
     ResumeTool(&'a ToolCall),
@@ -195,6 +207,10 @@ enum Phase {
     AnswerPoll { text: String },
     /// Waiting for the outcome of `calls[next]`.
     Tool { calls: Vec<ToolCall>, next: usize },
+    /// Waiting to learn which of `calls` may run concurrently.
+    Classifying { calls: Vec<ToolCall> },
+    /// Waiting for the outcomes of calls that run together.
+    Group(Box<batch::Group>),
     /// A resumed turn: `calls[next]` was running when the process stopped; waiting for its outcome.
     ResumingTool { calls: Vec<ToolCall>, next: usize },
     /// Waiting for the checkpoint after the outcome of `calls[next - 1]`.
@@ -218,6 +234,12 @@ pub struct TurnCore {
     cost: f64,
     steering_pending: bool,
     steering_capacity: u32,
+    /// How many calls may run at once (1: one after another).
+    #[serde(default = "batch::one", skip_serializing_if = "batch::is_one")]
+    parallel: u32,
+    /// For each call of the current response, whether it may run concurrently (empty: none may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    concurrent: Vec<bool>,
     phase: Phase,
 }
 
@@ -242,6 +264,8 @@ impl TurnCore {
             cost: 0.0,
             steering_pending: false,
             steering_capacity: 0,
+            parallel: 1,
+            concurrent: Vec::new(),
             phase: Phase::Start,
         }
     }
@@ -266,7 +290,10 @@ impl TurnCore {
     /// twice unknowingly, never loses an injected steering message, and asks the model again only for a response
     /// that arrived after the last write (one that was being reviewed, or whose calls had not started).
     pub fn is_at_durable_point(&self) -> bool {
-        matches!(self.phase, Phase::AwaitingResponse | Phase::Tool { .. } | Phase::ResumingTool { .. })
+        matches!(
+            self.phase,
+            Phase::AwaitingResponse | Phase::Tool { .. } | Phase::ResumingTool { .. } | Phase::Group(_)
+        )
     }
 
     /// What the driver does next: performs it and answers with the matching [`Input`].
@@ -285,6 +312,11 @@ impl TurnCore {
             },
             Phase::ResumingTool { calls, next } => match calls.get(*next) {
                 Some(call) => Action::ResumeTool(call),
+                None => self.lost(),
+            },
+            Phase::Classifying { calls } => Action::Classify(calls),
+            Phase::Group(group) => match group.calls.get(group.first..group.end) {
+                Some(calls) => Action::RunGroup(GroupRun { calls, results: &group.results, resumed: group.resumed }),
                 None => self.lost(),
             },
             Phase::Finished { text } => Action::Finish { text: text.clone(), usage: self.usage, cost: self.cost },
@@ -328,6 +360,19 @@ impl TurnCore {
                 self.note(p);
                 // Steering that arrived while the model answered: keep the answer, add the messages, ask again.
                 if self.steering_pending { self.request() } else { Phase::Finished { text } }
+            }
+            (Phase::Classifying { calls }, Input::Classified(concurrent)) => {
+                self.concurrent = concurrent;
+                self.next_call(calls, 0)
+            }
+            (Phase::Group(group), Input::ToolDone(result)) => self.group_done(group, result, emit),
+            (Phase::Group(group), Input::Failed(error)) => {
+                batch::group_failed(*group, &error, emit);
+                failed(error)
+            }
+            (Phase::Group(mut group), Input::Resume) => {
+                group.resumed = true;
+                Phase::Group(group)
             }
             (Phase::Tool { calls, next } | Phase::ResumingTool { calls, next }, Input::ToolDone(result)) => {
                 emit(Effect::Push(Item::ToolResult(result)));
@@ -441,11 +486,20 @@ impl TurnCore {
             return Phase::Storing { response };
         }
         emit(Effect::Append(response.items));
-        Phase::Tool { calls, next: 0 }
+        self.concurrent.clear();
+        // Only a step that may run calls together asks which may; one call never runs with another.
+        if self.parallel > 1 && calls.len() > 1 { Phase::Classifying { calls } } else { Phase::Tool { calls, next: 0 } }
     }
 
+    /// The call at `next` runs alone, or starts a group with the concurrent-safe calls that follow it.
     fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> Phase {
-        if next < calls.len() { Phase::Tool { calls, next } } else { self.request() }
+        if next >= calls.len() {
+            return self.request();
+        }
+        match batch::group_end(&self.concurrent, next, self.parallel) {
+            Some(end) => Phase::Group(Box::new(batch::Group::new(calls, next, end))),
+            None => Phase::Tool { calls, next },
+        }
     }
 }
 
@@ -462,6 +516,7 @@ fn input_name(input: &Input) -> &'static str {
         Input::Reviewed(_) => "a review decision",
         Input::Stored => "a stored answer",
         Input::ToolDone(_) => "a tool result",
+        Input::Classified(_) => "which calls may run together",
         Input::Failed(_) => "a failure",
     }
 }
@@ -476,6 +531,8 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::AnswerPoll { .. } => "waiting for the checkpoint after the answer",
         Phase::Tool { .. } | Phase::ResumingTool { .. } => "waiting for a tool result",
         Phase::ToolPoll { .. } => "waiting for the checkpoint after a tool",
+        Phase::Classifying { .. } => "waiting to learn which calls may run together",
+        Phase::Group(_) => "waiting for calls that run together",
         Phase::Finished { .. } => "finished",
         Phase::Failed { .. } => "failed",
     }

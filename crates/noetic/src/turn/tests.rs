@@ -6,7 +6,7 @@ use serde_json::json;
 use super::*;
 
 /// One line per effect and one for the action, so a test reads like the turn it drives.
-fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> {
+pub(super) fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> {
     let mut lines: Vec<String> = effects
         .into_iter()
         .map(|effect| match effect {
@@ -31,39 +31,45 @@ fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> {
         Action::Store(response) => format!("store '{}'", response.text_output()),
         Action::RunTool(call) => format!("run {}", call.id),
         Action::ResumeTool(call) => format!("resume {}", call.id),
+        Action::Classify(calls) => format!("classify {} call(s)", calls.len()),
+        Action::RunGroup(group) => {
+            let ids: Vec<&str> = group.to_run().map(|c| c.id.as_str()).collect();
+            let resumed = if group.resumed { "resume" } else { "run" };
+            format!("{resumed} together {}", ids.join(" "))
+        }
         Action::Finish { text, usage, .. } => format!("finish '{text}' ({} tokens)", usage.total_tokens()),
         Action::Fail(error) => format!("fail: {error}"),
     });
     lines
 }
 
-fn step(core: &mut TurnCore, input: Input) -> Vec<String> {
+pub(super) fn step(core: &mut TurnCore, input: Input) -> Vec<String> {
     let effects = core.advance(input);
     describe(effects, core.action())
 }
 
-fn calls(ids: &[&str]) -> ModelResponse {
+pub(super) fn calls(ids: &[&str]) -> ModelResponse {
     ModelResponse::tool_calls(ids.iter().map(|id| (*id, "search", json!({"q": id}))))
 }
 
-fn none_pending() -> Input {
+pub(super) fn none_pending() -> Input {
     Input::Polled(Polled { pending: false, capacity: 10, skip_rest: true })
 }
 
-fn pending() -> Input {
+pub(super) fn pending() -> Input {
     Input::Polled(Polled { pending: true, capacity: 10, skip_rest: true })
 }
 
-fn result(id: &str, content: &str, is_error: bool) -> Input {
+pub(super) fn result(id: &str, content: &str, is_error: bool) -> Input {
     Input::ToolDone(ToolResult::new(id.to_owned(), content.to_owned(), is_error))
 }
 
-fn allow() -> Input {
+pub(super) fn allow() -> Input {
     Input::Reviewed(SteeringDecision::allow())
 }
 
 /// A session turn that has passed its turn-start checkpoint and waits for the model's first response.
-fn started() -> TurnCore {
+pub(super) fn started() -> TurnCore {
     let mut core = TurnCore::new("agent", 10, true);
     assert_eq!(step(&mut core, Input::Start), ["poll at turn start"]);
     assert_eq!(step(&mut core, none_pending()), ["call model round 0 tail []"]);
