@@ -365,6 +365,8 @@ impl SessionQueue {
             Some(at) => queue.insert(at, message),
             None => queue.push_back(message),
         }
+        drop(guard);
+        self.wake();
     }
 
     /// Removes the message `id` (its write to the log failed); false when it was not queued (a turn took it).
