@@ -12,7 +12,7 @@ use super::RuntimeInner;
 use super::log::{Entry, Record, StepPath};
 use super::logged::settled;
 use super::session::SessionState;
-use crate::context::{RecordSink, lock};
+use crate::context::{ApprovalRecord, RecordSink, lock};
 use crate::error::NoeticError;
 use crate::model::Item;
 use crate::steering::LedgerEntry;
@@ -246,6 +246,27 @@ pub(crate) struct LogRecords {
 }
 
 impl RecordSink for LogRecords {
+    fn approval(&self, approval: ApprovalRecord<'_>) {
+        let Some(logged) = self.journal.state.logged() else { return };
+        let turn = self.journal.turn;
+        let entry = match approval {
+            ApprovalRecord::Asked { call_id, tool, arguments, arguments_sha256 } => Entry::ApprovalAsked {
+                turn,
+                call_id: call_id.to_owned(),
+                tool: tool.to_owned(),
+                arguments: arguments.to_owned(),
+                arguments_sha256: Some(arguments_sha256.to_owned()),
+            },
+            ApprovalRecord::Decided { call_id, approved, reason } => Entry::ApprovalDecided {
+                turn,
+                call_id: call_id.to_owned(),
+                approved,
+                reason: reason.map(str::to_owned),
+            },
+        };
+        logged.submit_detached(vec![entry]);
+    }
+
     fn ledger_entry(&self, entry: String) {
         let state = &self.journal.state;
         let Some(logged) = state.logged() else { return };

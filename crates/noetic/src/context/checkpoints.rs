@@ -10,6 +10,34 @@ pub use crate::turn::SKIPPED_RESULT;
 pub trait RecordSink: Send + Sync {
     /// Keeps one ledger entry.
     fn ledger_entry(&self, entry: String);
+
+    /// Keeps that a call waits for a person's decision, or how it was decided (default: kept nowhere).
+    fn approval(&self, _approval: ApprovalRecord<'_>) {}
+}
+
+/// A call's approval, as a session keeps it ([`RecordSink::approval`]).
+#[derive(Debug, Clone, Copy)]
+pub enum ApprovalRecord<'a> {
+    /// The call waits for a decision.
+    Asked {
+        /// The call id.
+        call_id: &'a str,
+        /// The tool.
+        tool: &'a str,
+        /// The arguments as the model wrote them (untrusted).
+        arguments: &'a str,
+        /// SHA-256 of the canonical arguments (what a decision is bound to).
+        arguments_sha256: &'a str,
+    },
+    /// The call was approved or rejected (by a person, or by the timeout).
+    Decided {
+        /// The call id.
+        call_id: &'a str,
+        /// Approved or not.
+        approved: bool,
+        /// Why it was rejected.
+        reason: Option<&'a str>,
+    },
 }
 
 /// What an `llm` step asks of the session turn it runs in: polls at the checkpoints, injection of taken messages

@@ -29,7 +29,7 @@ pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 use cancel::Cancel;
 pub(crate) use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use checkpoints::{Checkpoints, RecordSink, SKIPPED_RESULT};
+pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
 pub use ids::ExecutionId;
 pub(crate) use ids::new_v7;
@@ -522,6 +522,15 @@ impl Context {
                 Ok(json) => records.ledger_entry(json),
                 Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
             }
+        }
+    }
+
+    /// Keeps an approval's request or decision where the session keeps its records, if it keeps any.
+    pub(crate) fn record_approval(&self, approval: crate::context::ApprovalRecord<'_>) {
+        if let Some(records) =
+            self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
+        {
+            records.approval(approval);
         }
     }
 

@@ -9,7 +9,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolOutput, ToolSet};
-use crate::context::{Context, EventKind};
+use crate::context::{ApprovalRecord, Context, EventKind};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::error::{guard, guard_async};
@@ -33,6 +33,13 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
     // Asked before the event says so: an approver that lists waiting calls (the server's) lists this one by the
     // time anyone who heard the event looks for it.
     let decision = approver.approve(request);
+    let arguments = args.to_string();
+    ctx.record_approval(ApprovalRecord::Asked {
+        call_id,
+        tool: tool.name(),
+        arguments: &arguments,
+        arguments_sha256: &arguments_sha256,
+    });
     ctx.emit(|| EventKind::ApprovalRequested {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),
@@ -40,6 +47,11 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
         arguments_sha256: arguments_sha256.clone(),
     });
     let approval = decision.await;
+    let reason = match &approval {
+        Approval::Approve => None,
+        Approval::Reject { reason } => Some(reason.as_str()),
+    };
+    ctx.record_approval(ApprovalRecord::Decided { call_id, approved: approval == Approval::Approve, reason });
     ctx.emit(|| EventKind::ApprovalDecided {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),

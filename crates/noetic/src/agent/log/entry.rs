@@ -170,6 +170,9 @@ pub enum Entry {
         tool: String,
         /// The arguments as the model wrote them (untrusted).
         arguments: String,
+        /// SHA-256 of the canonical arguments: what a decision is bound to (absent in entries before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments_sha256: Option<String>,
     },
     /// A person (or the timeout) decided an approval.
     ApprovalDecided {

@@ -60,6 +60,9 @@ pub struct AwaitedApproval {
     pub tool: String,
     /// The arguments as the model wrote them (untrusted).
     pub arguments: String,
+    /// SHA-256 of the canonical arguments (what the decision is bound to).
+    #[serde(default)]
+    pub arguments_sha256: Option<String>,
 }
 
 /// What a session's log says of it: everything the runtime, the server and the CLI show is read from here. Built by
@@ -127,13 +130,14 @@ impl Projection {
                 }
             }
             Entry::Appended { items, .. } => self.conversation.extend(items.iter().cloned()),
-            Entry::ApprovalAsked { turn, call_id, tool, arguments } => {
+            Entry::ApprovalAsked { turn, call_id, tool, arguments, arguments_sha256 } => {
                 self.approvals.retain(|a| !(a.turn == *turn && a.call_id == *call_id));
                 self.approvals.push(AwaitedApproval {
                     turn: *turn,
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     arguments: arguments.clone(),
+                    arguments_sha256: arguments_sha256.clone(),
                 });
             }
             Entry::ApprovalDecided { turn, call_id, .. } => {

@@ -48,6 +48,7 @@ fn one_of_each() -> (Vec<Entry>, [SteerMessage; 3]) {
             call_id: "c1".into(),
             tool: "build".into(),
             arguments: "{\"all\":true}".into(),
+            arguments_sha256: Some("5a1f".into()),
         },
         Entry::ApprovalDecided { turn: 1, call_id: "c1".into(), approved: true, reason: None },
         Entry::ToolStarted { turn: 1, step: step.clone(), call_id: "c1".into(), tool: "build".into() },
@@ -153,7 +154,13 @@ fn a_turn_that_started_and_did_not_end_is_the_open_turn_with_its_waiting_approva
     let mut projection = Projection::default();
     let entries = [
         Entry::TurnStarted { turn: 1, execution_id: ExecutionId::new(), input: "go".into() },
-        Entry::ApprovalAsked { turn: 1, call_id: "c1".into(), tool: "run".into(), arguments: "{}".into() },
+        Entry::ApprovalAsked {
+            turn: 1,
+            call_id: "c1".into(),
+            tool: "run".into(),
+            arguments: "{}".into(),
+            arguments_sha256: None,
+        },
         Entry::StopRequested { reason: "from elsewhere".into() },
     ];
     for (i, e) in entries.into_iter().enumerate() {
