@@ -458,3 +458,46 @@ async fn shutting_down_ends_event_streams_refuses_new_turns_and_waits_for_runnin
     let history = s.server.runtime().session("sd").history();
     assert_eq!(transcript(&history).last().map(String::as_str), Some("Assistant: built"), "the turn finished");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_posts_first_and_subscribes_after_the_turn_ended_gets_the_whole_turn() {
+    let counter = Counter::new();
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "count", json!({}))]),
+        ModelResponse::text("counted once"),
+    ]);
+    let s = Running::start(
+        Runtime::builder().model(Arc::new(model)).tool(counter.tool("count", json!("one")).unwrap()),
+        ServerConfig::default(),
+        LONG,
+    )
+    .await;
+    let (status, _) = s.say("late", "count").await;
+    assert_eq!(status, 202);
+    // Nobody subscribed while the turn ran: wait for it to end by reading the session.
+    for _ in 0..10_000 {
+        let (_, session) = s.get("/api/sessions/late").await;
+        if session["busy"] == false && session["turns"] == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // It gets the turn from the session's log (what was said while nobody listened, such as streamed text, is
+    // gone, and a gap says so), then it is live.
+    let mut late = s.events("late", 0, false).await;
+    let kinds: Vec<String> = late.until("turn_completed").await.iter().map(|e| e.kind().to_owned()).collect();
+    let durable: Vec<&str> = kinds.iter().map(String::as_str).filter(|k| *k != "gap").collect();
+    assert_eq!(
+        durable,
+        [
+            "turn_started",
+            "model_call_completed",
+            "tool_call_started",
+            "tool_call_completed",
+            "model_call_completed",
+            "turn_completed"
+        ],
+        "{kinds:?}"
+    );
+    assert_eq!(counter.count(), 1);
+}

@@ -74,6 +74,9 @@ struct LogState {
     at: Option<(u64, u64)>,
     /// An event was dropped to keep within `capacity`.
     evicted: bool,
+    /// By position: where the session's log was when this log started recording (the sink is dormant until its
+    /// first subscriber; what happened before is only in the session's log).
+    from: u64,
 }
 
 impl LogState {
@@ -109,7 +112,7 @@ impl LogState {
     /// entries before the position of the oldest it holds (an entry at that position may have been reported
     /// either side of it: left out rather than shown twice).
     fn durable_before(&self, positions: &Positions) -> u64 {
-        let opened = positions.opened_at.load(Ordering::SeqCst);
+        let opened = positions.opened_at.load(Ordering::SeqCst).max(self.from);
         let below = match (self.evicted, self.recent.front()) {
             (true, Some(oldest)) => oldest.seq >> POSITION_SHIFT,
             _ => opened + 1,
@@ -130,8 +133,9 @@ impl SinkCore {
     fn live(&self) -> &Live {
         self.live.get_or_init(|| {
             let (tx, _) = broadcast::channel(self.capacity);
+            let from = self.positions.as_ref().map_or(0, |p| p.last.load(Ordering::SeqCst));
             let log = self.log_capacity.map(|capacity| {
-                Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None, evicted: false })
+                Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None, evicted: false, from })
             });
             Live { tx, log }
         })
