@@ -199,6 +199,7 @@ pub mod time;
 pub mod tool;
 pub mod trace;
 pub mod turn;
+pub mod window;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};
