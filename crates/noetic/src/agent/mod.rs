@@ -305,6 +305,22 @@ impl RuntimeBuilder {
                 "call .model(...) with a provider (or ScriptedModel for tests)",
             ));
         }
+        // The layers' guaranteed budgets must fit the window of the model the agent calls (when both are known).
+        if let Some(model) = &self.services.model
+            && (self.agent.is_none() || self.model_id.is_some())
+        {
+            let id = self.model_id.as_deref().unwrap_or(DEFAULT_MODEL);
+            if let Some(window) = model.context_window(id) {
+                let counter = model.token_counter(id);
+                let instructions = self.instructions.as_deref().map_or(0, |i| counter.count(i));
+                let room = window.input_room(None).saturating_sub(instructions);
+                crate::window::check_minimums(
+                    room,
+                    self.layers.iter().map(|l| (l.id(), l.budget())),
+                    &format!("model '{id}'"),
+                )?;
+            }
+        }
         let agent = match self.agent {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,

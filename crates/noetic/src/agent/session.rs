@@ -287,7 +287,7 @@ impl SessionState {
         self.queue.clear();
         self.queue.push_existing(projection.queue);
         if let Conversation::Idle(history) = &mut *conversation {
-            *history = History::new(projection.conversation);
+            *history = History::new(projection.conversation).with_folded(projection.compacted);
         }
     }
 

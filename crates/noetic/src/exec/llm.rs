@@ -17,10 +17,10 @@ use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, ModelRequest, ModelResponse, StepMeta, StreamDelta, ToolCall, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::call::{run_tool_call, traced_tool_call};
-use crate::window::{self, Fitted, StepWindow};
 use crate::turn::{
     Action, Effect, Finished, Input, Polled, Replay, TurnCommit, TurnCore, TurnJournal, interrupted_result,
 };
+use crate::window::{self, Fitted, StepWindow};
 
 /// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
 /// existed. A macro, not a function, so the untraced call is not wrapped in another future.
@@ -444,10 +444,10 @@ async fn call_model<I, O>(
     tail: Vec<Item>,
     span: &Span,
 ) -> Result<ModelResponse, NoeticError> {
-    match call_model_once(s, ctx, model, specs, round, tail.clone(), span, false).await {
-        Err(NoeticError::ContextLengthExceeded { message, .. }) if model.context_window(&s.model).is_some() => {
+    match call_model_once(s, ctx, model, specs, round, tail.clone(), span, None).await {
+        Err(NoeticError::ContextLengthExceeded { message, limit, .. }) => {
             tracing::warn!(step_id = %s.id, %message, "the model said the request was too long; compacting and retrying once");
-            call_model_once(s, ctx, model, specs, round, tail, span, true).await
+            call_model_once(s, ctx, model, specs, round, tail, span, Some(limit)).await
         }
         other => other,
     }
@@ -462,7 +462,7 @@ async fn call_model_once<I, O>(
     round: u32,
     tail: Vec<Item>,
     span: &Span,
-    compact: bool,
+    refused: Option<Option<u64>>,
 ) -> Result<ModelResponse, NoeticError> {
     let emit = |kind: EventKind| {
         if s.emit.allows(&kind) {
@@ -480,9 +480,12 @@ async fn call_model_once<I, O>(
         max_tokens: s.params.max_tokens,
         compaction: s.compaction,
     };
-    let fitted = window::fit(ctx, model.as_ref(), &step, specs, &tail, compact).await.map_err(|e| with_step_id(e, &s.id))?;
+    let fitted =
+        window::fit(ctx, model.as_ref(), &step, specs, &tail, refused).await.map_err(|e| with_step_id(e, &s.id))?;
     let (recalled, history, counted) = match fitted {
-        Some(Fitted { context, history, counted, tokens, window }) => (context, history, Some((counted, tokens, window))),
+        Some(Fitted { context, history, counted, tokens, window }) => {
+            (context, history, Some((counted, tokens, window)))
+        }
         None => (lifecycle::recall(ctx).await?, ctx.history(), None),
     };
     let request = ModelRequest {
@@ -514,7 +517,7 @@ async fn call_model_once<I, O>(
             messages: request.messages().count(),
             tools: specs.len(),
             context_tokens: counted.map(|(_, tokens, _)| u64::from(tokens)),
-            context_window: counted.map(|(_, _, window)| u64::from(window.tokens)),
+            context_window: counted.and_then(|(_, _, window)| window).map(|w| u64::from(w.tokens)),
         });
     }
     // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).

@@ -105,7 +105,11 @@ mod tests {
                         for &x2 in &values {
                             for &x3 in &values {
                                 let budgets = [b(m1, x1.max(m1)), b(m2, x2.max(m2)), b(m3, x3.max(m3))];
-                                let fits = check_minimums(room, [("a", budgets[0]), ("b", budgets[1]), ("c", budgets[2])], "m");
+                                let fits = check_minimums(
+                                    room,
+                                    [("a", budgets[0]), ("b", budgets[1]), ("c", budgets[2])],
+                                    "m",
+                                );
                                 if m1 + m2 + m3 > room {
                                     assert!(fits.is_err(), "{budgets:?}");
                                     continue;
@@ -140,8 +144,8 @@ mod tests {
 
     #[test]
     fn minimums_that_do_not_fit_are_a_configuration_error_naming_the_layers() {
-        let e = check_minimums(1_000, [("notes", b(600, 900)), ("rag", b(500, 500)), ("free", b(0, 10))], "gpt-x")
-            .err();
+        let e =
+            check_minimums(1_000, [("notes", b(600, 900)), ("rag", b(500, 500)), ("free", b(0, 10))], "gpt-x").err();
         let e = e.map(|e| (e.code, e.message)).unwrap_or((ConfigCode::EmptyStepId, String::new()));
         assert_eq!(e.0, ConfigCode::LayerMinimumsExceedWindow);
         assert!(e.1.contains("'notes' (min 600), 'rag' (min 500)") && !e.1.contains("free"), "{}", e.1);

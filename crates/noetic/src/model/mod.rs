@@ -17,12 +17,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use content::{ContentBlock, ImageSource, blocks_text};
-pub use limits::{ContextWindow, known_window};
-pub use tokens::{Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, tools_tokens};
 pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
+pub use limits::{ContextWindow, known_window};
 pub use params::{ModelParams, ToolChoice};
 pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use scripted::{HeldCall, ScriptedModel};
+pub use tokens::{Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, tools_tokens};
 pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 
 /// Who wrote a message.

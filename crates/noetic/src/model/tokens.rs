@@ -56,8 +56,11 @@ pub fn tools_tokens(counter: &dyn TokenCounter, tools: &[ToolSpec]) -> u32 {
 
 /// The tokens of a whole request: instructions, tools, recalled context, history and tail.
 pub fn request_tokens(counter: &dyn TokenCounter, request: &ModelRequest) -> u32 {
-    let instructions = request.instructions.as_deref().map_or(0, |i| counter.count(i).saturating_add(counter.per_message()));
-    instructions.saturating_add(tools_tokens(counter, &request.tools)).saturating_add(items_tokens(counter, request.messages()))
+    let instructions =
+        request.instructions.as_deref().map_or(0, |i| counter.count(i).saturating_add(counter.per_message()));
+    instructions
+        .saturating_add(tools_tokens(counter, &request.tools))
+        .saturating_add(items_tokens(counter, request.messages()))
 }
 
 /// How the provider's count compares with ours: the ratio of the input tokens a response reported to the tokens

@@ -12,8 +12,8 @@ pub enum Compaction {
     /// The model summarises the oldest turns; the summary is sent in their place (the default).
     #[default]
     Summarize,
-    /// The oldest turns are left out, keeping the last `n` (fewer when even those do not fit; never the current
-    /// turn).
+    /// Only the last `n` turns before the current one are sent (fewer when even those do not fit); the current
+    /// turn always is. Asks the model for nothing.
     KeepLastTurns(usize),
 }
 

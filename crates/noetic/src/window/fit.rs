@@ -35,8 +35,8 @@ pub(crate) struct Fitted {
     pub counted: u32,
     /// The request's tokens, calibrated.
     pub tokens: u32,
-    /// The window.
-    pub window: ContextWindow,
+    /// The window, when it is known.
+    pub window: Option<ContextWindow>,
 }
 
 /// What a compaction did.
@@ -58,21 +58,34 @@ fn to_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// The request's recall and history fitted into the window, compacting the history when it does not fit (or
-/// always, with `force`: after the provider said the request was too long). `None` when the model's window is not
-/// known: the caller sends the request as it is.
+/// The request's recall and history fitted into the window, compacting the history when it does not fit, or
+/// always after the provider refused the request as too long (`refused`, with the window's size when the provider
+/// said it). `None` when the model's window is not known and nothing was refused: the caller sends the request as
+/// it is.
 pub(crate) async fn fit(
     ctx: &Context,
     model: &dyn Model,
     step: &StepWindow<'_>,
     tools: &[ToolSpec],
     tail: &[Item],
-    force: bool,
+    refused: Option<Option<u64>>,
 ) -> Result<Option<Fitted>, NoeticError> {
-    let Some(window) = model.context_window(step.model) else { return Ok(None) };
     let counter = model.token_counter(step.model);
     let counter = counter.as_ref();
     let history = ctx.history();
+    let known = model.context_window(step.model);
+    let window = match (known, refused) {
+        (Some(window), _) => window,
+        (None, None) if history.folded().is_none() => return Ok(None),
+        // Compacted after a refusal: what is sent stays compacted, and nothing else is known to count against.
+        (None, None) => ContextWindow { tokens: u32::MAX, output_reserve: 0 },
+        // The window is not known, but it is smaller than the request it refused (of which the history is most).
+        (None, Some(limit)) => {
+            let refused = limit.unwrap_or_else(|| history.tally().tokens_from(counter, history.as_slice(), 0));
+            ContextWindow::new(to_u32(refused))
+        }
+    };
+    let force = refused.is_some();
     let ratio = f64::from(history.calibration().ratio());
     let room = window.input_room(step.max_tokens);
     // Counted in the counter's units: the room divided by the calibration.
@@ -91,11 +104,12 @@ pub(crate) async fn fit(
     let upto = history.folded().map_or(0, |f| f.upto);
     let protect = turn_start(items).max(upto).min(items.len());
     let protected = to_u32(history.tally().tokens_from(counter, items, protect));
-    let mut allotter = Allotter::new(raw_room.saturating_sub(fixed).saturating_sub(protected), layers.iter().map(|l| l.budget()));
+    let mut allotter =
+        Allotter::new(raw_room.saturating_sub(fixed).saturating_sub(protected), layers.iter().map(|l| l.budget()));
     let context = lifecycle::recall_within(ctx, &mut allotter, counter).await?;
     let older_room = allotter.left();
     let older = older_tokens(counter, &history, protect, protected);
-    if force || older > u64::from(older_room) {
+    if force || older > u64::from(older_room) || too_many_turns(step.compaction, items, upto, protect) {
         compact(ctx, model, step, window, counter, older_room, force).await?;
     }
     let history = ctx.history();
@@ -127,7 +141,19 @@ pub(crate) async fn fit(
             limit: Some(u64::from(window.tokens)),
         });
     }
-    Ok(Some(Fitted { context, history: sent, counted, tokens, window }))
+    Ok(Some(Fitted { context, history: sent, counted, tokens, window: known.or(refused.map(|_| window)) }))
+}
+
+/// A trimming policy keeps fewer earlier turns than the conversation sends.
+fn too_many_turns(compaction: Compaction, items: &[Item], upto: usize, protect: usize) -> bool {
+    match compaction {
+        Compaction::KeepLastTurns(n) => {
+            let earlier =
+                turn_starts(items, protect).iter().filter(|&&s| s > upto).count() + usize::from(upto < protect);
+            earlier > n
+        }
+        Compaction::Summarize => false,
+    }
 }
 
 /// The tokens the history before `protect` takes as sent: what is not folded, and the folded items' stand-in.
@@ -156,7 +182,12 @@ async fn compact(
     let previous = history.folded().cloned();
     let from = previous.as_ref().map_or(0, |f| f.upto);
     let protect = turn_start(items).max(from).min(items.len());
-    let cuts = cut_points(items, from + 1, protect);
+    let mut cuts = cut_points(items, from + 1, protect);
+    if let Compaction::KeepLastTurns(_) = step.compaction {
+        // Trimming keeps whole turns.
+        let starts = turn_starts(items, protect + 1);
+        cuts.retain(|c| starts.contains(c));
+    }
     let Some(&last) = cuts.last() else { return Ok(None) };
     let protected = history.tally().tokens_from(counter, items, protect);
     let before = older_tokens(counter, &history, protect, to_u32(protected));
@@ -169,8 +200,9 @@ async fn compact(
         let fitting = history.tally().first_fitting(items.len(), from, target + protected);
         let kept = match step.compaction {
             Compaction::KeepLastTurns(n) => {
+                // The starts of the earlier turns and the current one's: the cut keeps the last `n` before it.
                 let starts = turn_starts(items, protect + 1);
-                starts.len().checked_sub(n.max(1)).and_then(|i| starts.get(i)).copied().unwrap_or(from)
+                starts.len().checked_sub(n + 1).and_then(|i| starts.get(i)).copied().unwrap_or(from).max(from)
             }
             Compaction::Summarize => from,
         };
@@ -178,7 +210,9 @@ async fn compact(
         cuts.iter().copied().find(|&c| c >= wanted).unwrap_or(last)
     };
     let summary = match step.compaction {
-        Compaction::Summarize => summarise(ctx, model, step, window, previous.as_ref(), &items[from..cut], summary_max).await?,
+        Compaction::Summarize => {
+            summarise(ctx, model, step, window, previous.as_ref(), &items[from..cut], summary_max).await?
+        }
         Compaction::KeepLastTurns(_) => None,
     };
     let folded = Folded { upto: cut, summary };

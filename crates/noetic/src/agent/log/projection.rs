@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::entry::{Entry, Record};
 use crate::agent::{BatchPolicy, DEFAULT_QUEUE_CAPACITY, SteerMessage, SteeringMode};
 use crate::context::ExecutionId;
-use crate::model::Item;
+use crate::model::{Folded, Item};
 use crate::steering::LedgerEntry;
 
 /// A session's steering settings.
@@ -82,6 +82,9 @@ pub struct Projection {
     pub approvals: Vec<AwaitedApproval>,
     /// Memory layers' state by scope, then layer.
     pub layer_states: BTreeMap<String, BTreeMap<String, Value>>,
+    /// How much of the conversation requests skip since its last compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<Folded>,
 }
 
 impl Projection {
@@ -156,6 +159,9 @@ impl Projection {
                     }
                 }
             },
+            Entry::Compacted { upto, summary, .. } => {
+                self.compacted = Some(Folded { upto: *upto, summary: summary.clone() });
+            }
             Entry::TurnResumed { .. }
             | Entry::StepStarted { .. }
             | Entry::StepFinished { .. }
