@@ -41,6 +41,7 @@
 
 mod compact;
 mod fit;
+mod refusal;
 
 pub use crate::layer::{Allotter, check_minimums};
 pub use crate::model::{
@@ -49,4 +50,5 @@ pub use crate::model::{
 };
 pub use compact::{Compaction, cut_points, folded_item, summary_request, turn_start, turn_starts};
 pub use fit::{Compacted, compact_now};
+pub use refusal::context_refusal;
 pub(crate) use fit::{Fitted, StepWindow, fit};
