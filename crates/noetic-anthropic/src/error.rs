@@ -30,7 +30,8 @@ pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str,
         retryable,
     };
     if matches!(status, 400 | 413)
-        && let Some(refused) = noetic::window::context_refusal(&provider, parsed["error"]["type"].as_str(), &parsed["error"])
+        && let Some(refused) =
+            noetic::window::context_refusal(&provider, parsed["error"]["type"].as_str(), &parsed["error"])
     {
         return refused;
     }
@@ -166,7 +167,8 @@ mod tests {
             error_from_status(400, None, body, true),
             NoeticError::ContextLengthExceeded { requested: Some(208_310), limit: Some(200_000), .. }
         ));
-        let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
+        let other =
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
         assert!(matches!(error_from_status(400, None, other, true), NoeticError::ModelFailed { .. }));
     }
 

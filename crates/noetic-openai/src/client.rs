@@ -183,6 +183,17 @@ impl Model for OpenAiModel {
         true
     }
 
+    /// The configured window, else the well-known one of the model the request is sent as.
+    fn context_window(&self, model: &str) -> Option<noetic::window::ContextWindow> {
+        let config = &self.inner.config;
+        config.window.or_else(|| noetic::window::known_window(&config.model_for(model)))
+    }
+
+    /// The configured counter, else the estimate.
+    fn token_counter(&self, _model: &str) -> Arc<dyn noetic::window::TokenCounter> {
+        self.inner.config.counter.clone().unwrap_or_else(|| Arc::new(noetic::window::Estimate))
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.config.capabilities
     }

@@ -34,7 +34,9 @@ pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, 
         && let Some(provider) = &provider
     {
         let body: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
-        if let Some(refused) = noetic::window::context_refusal(&provider.message, provider.kind.as_deref(), &body["error"]) {
+        if let Some(refused) =
+            noetic::window::context_refusal(&provider.message, provider.kind.as_deref(), &body["error"])
+        {
             return refused;
         }
     }
@@ -108,7 +110,10 @@ mod tests {
             status_error(400, None, llama, &KEY),
             NoeticError::ContextLengthExceeded { requested: Some(6_010), limit: Some(4_096), .. }
         ));
-        assert!(matches!(status_error(400, None, r#"{"error":{"message":"bad"}}"#, &KEY), NoeticError::ModelFailed { .. }));
+        assert!(matches!(
+            status_error(400, None, r#"{"error":{"message":"bad"}}"#, &KEY),
+            NoeticError::ModelFailed { .. }
+        ));
     }
 
     #[test]

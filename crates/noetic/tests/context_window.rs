@@ -278,3 +278,28 @@ async fn a_compaction_is_kept_when_the_session_is_opened_again_from_its_log() {
     assert!(!is_summary(first), "no new summary is asked for");
     assert!(user_texts(first)[0].contains("SUMMARY"), "the compacted history is sent: {:?}", user_texts(first));
 }
+
+#[tokio::test]
+async fn compacting_by_hand_folds_everything_before_the_last_turn_and_the_log_records_it() {
+    // A model whose window is not known: compacting by hand works all the same.
+    let model = ScriptedModel::responder(conversational);
+    let store = MemoryLogStore::new();
+    let rt = runtime(&model, &store, |b| b);
+    let session = rt.session("s");
+    assert_eq!(session.compact("m").await.unwrap(), None, "an empty conversation has nothing to fold");
+    for k in 1..=3 {
+        session.send(question(k)).await.unwrap().await.unwrap();
+    }
+    let compacted = session.compact("m").await.unwrap().unwrap();
+    assert_eq!((compacted.folded, compacted.upto, compacted.summarized), (8, 8, true), "turns 1 and 2");
+    assert!(compacted.tokens_after < compacted.tokens_before);
+    session.send(question(4)).await.unwrap().await.unwrap();
+    let last = model.requests().last().cloned().unwrap();
+    assert_eq!(user_texts(&last).len(), 3, "the summary, turn 3 and turn 4: {:?}", user_texts(&last));
+    assert!(user_texts(&last)[0].contains("SUMMARY"));
+    assert_eq!(session.history().len(), 16, "the conversation keeps every item");
+    let log = entries(&store, "s").await;
+    assert!(
+        log.iter().any(|e| matches!(e, Entry::Compacted { turn: None, upto: 8, summary: Some(s) } if s == "SUMMARY"))
+    );
+}

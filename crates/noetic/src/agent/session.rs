@@ -35,6 +35,8 @@ use crate::model::{History, Item};
 use crate::turn::TurnJournal;
 use tracing::Instrument;
 
+mod compact;
+
 /// What [`Session::send_or_steer`] did with a message.
 pub enum Routed {
     /// The session was idle: a turn started.

@@ -273,15 +273,20 @@ async fn summarise(
 
 /// Compacts `ctx`'s conversation now, everything before its last turn (`/compact`, `POST
 /// /api/sessions/{key}/compact`): the summary is asked of `model` as `model_id`. `None` when there was nothing
-/// to fold (a conversation of one turn) or the model's window is not known.
+/// to fold (a conversation of one turn).
 pub async fn compact_now(
     ctx: &Context,
     model: &dyn Model,
     model_id: &str,
     compaction: Compaction,
 ) -> Result<Option<Compacted>, NoeticError> {
-    let Some(window) = model.context_window(model_id) else { return Ok(None) };
     let counter = model.token_counter(model_id);
+    // A window that is not known is taken as the conversation's size: enough to size the summary request (one
+    // that is still refused leaves the folded turns out instead).
+    let window = model.context_window(model_id).unwrap_or_else(|| {
+        let history = ctx.history();
+        ContextWindow::new(to_u32(history.tally().tokens_from(counter.as_ref(), history.as_slice(), 0)).max(8_192))
+    });
     let id: Arc<str> = Arc::from("");
     let step = StepWindow { id: &id, model: model_id, instructions: None, max_tokens: None, compaction };
     compact(ctx, model, &step, window, counter.as_ref(), window.input_room(None), true).await

@@ -50,5 +50,5 @@ pub use crate::model::{
 };
 pub use compact::{Compaction, cut_points, folded_item, summary_request, turn_start, turn_starts};
 pub use fit::{Compacted, compact_now};
-pub use refusal::context_refusal;
 pub(crate) use fit::{Fitted, StepWindow, fit};
+pub use refusal::context_refusal;

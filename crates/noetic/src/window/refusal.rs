@@ -96,7 +96,10 @@ mod tests {
             Some((Some(6_010), Some(4_096)))
         );
         let anthropic = "prompt is too long: 208310 tokens > 200000 maximum";
-        assert_eq!(sizes(context_refusal(anthropic, Some("invalid_request_error"), &json!({}))), Some((Some(208_310), Some(200_000))));
+        assert_eq!(
+            sizes(context_refusal(anthropic, Some("invalid_request_error"), &json!({}))),
+            Some((Some(208_310), Some(200_000)))
+        );
         let anthropic = "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input \
                          length or `max_tokens` and try again";
         assert_eq!(sizes(context_refusal(anthropic, None, &json!({}))), Some((Some(209_573), Some(200_000))));

@@ -1,0 +1,107 @@
+//! The context window and token counting of an OpenAI-compatible backend: configured, or asked of a llama.cpp
+//! server (`/props` for its window, `/tokenize` for how its tokenizer counts).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use noetic::NoeticError;
+use noetic::window::{ContextWindow, TokenCounter};
+use serde_json::{Value, json};
+
+use crate::OpenAiConfig;
+
+impl OpenAiConfig {
+    /// The model's context window (default: the table of well-known models, by the id requests are sent as).
+    pub fn context_window(mut self, window: ContextWindow) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// How the model's tokens are counted (default: the estimate, calibrated by the usage responses report).
+    pub fn token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.counter = Some(counter);
+        self
+    }
+}
+
+/// A llama.cpp model's tokenizer as a rate: the characters per token it gave a sample of conversation text (prose
+/// and tool-call JSON), measured once with the server's `/tokenize`. Calibrated by each response's reported usage
+/// like any count.
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaCppTokens {
+    /// Characters per token.
+    pub chars_per_token: f32,
+}
+
+impl TokenCounter for LlamaCppTokens {
+    fn count(&self, text: &str) -> u32 {
+        let chars = if text.is_ascii() { text.len() } else { text.chars().count() };
+        let tokens = (chars as f64 / f64::from(self.chars_per_token.max(0.5))).ceil();
+        if tokens >= f64::from(u32::MAX) { u32::MAX } else { tokens as u32 }
+    }
+
+    /// ChatML's `<|im_start|>role\n … <|im_end|>\n`.
+    fn per_message(&self) -> u32 {
+        5
+    }
+}
+
+/// What the rate is measured on: conversation-like text, tool JSON included.
+const SAMPLE: &str = "Please list the files in the project and read the notes. {\"path\": \"src/main.rs\", \
+\"line\": 42} The build failed because the function `parse_args` returns an error when the flag is missing; \
+I will fix it and run the tests again.";
+
+/// The window of the llama.cpp server at `base_url` (its OpenAI-compatible URL, `…/v1`) as it reports it (`/props`:
+/// the context of one slot), keeping an eighth of it (at most 512 tokens) for the answer, and a counter measured
+/// with its tokenizer.
+pub async fn llama_cpp_window(
+    base_url: &str,
+    timeout: Duration,
+) -> Result<(ContextWindow, LlamaCppTokens), NoeticError> {
+    let root = base_url.trim_end_matches('/').trim_end_matches("/v1");
+    let http = reqwest::Client::builder().timeout(timeout).build().map_err(failed)?;
+    let props: Value = http.get(format!("{root}/props")).send().await.map_err(failed)?.json().await.map_err(failed)?;
+    let n_ctx = props["default_generation_settings"]["n_ctx"].as_u64().or_else(|| props["n_ctx"].as_u64());
+    let Some(tokens) = n_ctx.and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0) else {
+        return Err(NoeticError::ModelFailed {
+            message: format!("{root}/props does not say the context size (n_ctx); is it a llama.cpp server?"),
+            status: None,
+            raw: Some(props.to_string()),
+            retryable: false,
+        });
+    };
+    let window = ContextWindow::new(tokens).output_reserve((tokens / 8).min(512));
+    let tokenized: Value = http
+        .post(format!("{root}/tokenize"))
+        .json(&json!({ "content": SAMPLE }))
+        .send()
+        .await
+        .map_err(failed)?
+        .json()
+        .await
+        .map_err(failed)?;
+    let count = tokenized["tokens"].as_array().map_or(0, Vec::len);
+    let chars_per_token = if count == 0 { 4.0 } else { SAMPLE.len() as f32 / count as f32 };
+    Ok((window, LlamaCppTokens { chars_per_token }))
+}
+
+fn failed(e: reqwest::Error) -> NoeticError {
+    NoeticError::ModelFailed {
+        message: format!("could not ask the llama.cpp server for its context size: {}", noetic_http::error_chain(&e)),
+        status: e.status().map(|s| s.as_u16()),
+        raw: None,
+        retryable: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_llama_cpp_counter_divides_the_characters_by_the_measured_rate() {
+        let tokens = LlamaCppTokens { chars_per_token: 3.0 };
+        assert_eq!(tokens.count("abcdefg"), 3);
+        assert_eq!(tokens.count(""), 0);
+    }
+}
