@@ -65,6 +65,8 @@ use crate::tool::{Approver, Tool};
 pub const DEFAULT_MODEL: &str = "openai/gpt-4o-mini";
 
 pub(crate) struct RuntimeInner {
+    /// The model id the runtime was built with (what `Session::compact` asks for by default).
+    pub(crate) model_id: Arc<str>,
     pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
     /// Copies of the services and layers, one per group of threads: each turn's context starts from its thread's,
     /// so turns running at once on different cores do not all write the same reference counts.
@@ -354,6 +356,7 @@ impl RuntimeBuilder {
             Spread::new(move || Shared::new(&services, &layers))
         };
         let inner = Arc::new(RuntimeInner {
+            model_id: Arc::from(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL)),
             layers,
             shared,
             agent,
@@ -501,6 +504,11 @@ impl Runtime {
             return Ok(false);
         };
         evict_state(&self.inner, &state)
+    }
+
+    /// The model id the runtime was built with ([`RuntimeBuilder::model_id`]), else the default one.
+    pub fn model_id(&self) -> &str {
+        &self.inner.model_id
     }
 
     /// The runtime's [`SessionStore`], if it has one.
