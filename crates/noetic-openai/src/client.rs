@@ -189,9 +189,18 @@ impl Model for OpenAiModel {
         config.window.or_else(|| noetic::window::known_window(&config.model_for(model)))
     }
 
-    /// The configured counter, else the estimate.
-    fn token_counter(&self, _model: &str) -> Arc<dyn noetic::window::TokenCounter> {
-        self.inner.config.counter.clone().unwrap_or_else(|| Arc::new(noetic::window::Estimate))
+    /// The configured counter, else OpenAI's tokenizer for an OpenAI model, else the estimate.
+    fn token_counter(&self, model: &str) -> Arc<dyn noetic::window::TokenCounter> {
+        let config = &self.inner.config;
+        if let Some(counter) = &config.counter {
+            return counter.clone();
+        }
+        #[cfg(feature = "tiktoken")]
+        if let Some(tiktoken) = crate::window::Tiktoken::for_model(&config.model_for(model)) {
+            return Arc::new(tiktoken);
+        }
+        let _ = model;
+        Arc::new(noetic::window::Estimate)
     }
 
     fn capabilities(&self) -> Capabilities {

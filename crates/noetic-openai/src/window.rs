@@ -46,6 +46,37 @@ impl TokenCounter for LlamaCppTokens {
     }
 }
 
+/// OpenAI's tokenizer for a model it knows (`gpt-4o`, `gpt-4.1`, `gpt-5`, `o3` … use `o200k_base`; `gpt-4` and
+/// `gpt-3.5-turbo` use `cl100k_base`), as the `tiktoken-rs` crate has it. Its tables are loaded on the first count
+/// (a few hundred milliseconds, once per process).
+#[cfg(feature = "tiktoken")]
+#[derive(Debug, Clone, Copy)]
+pub struct Tiktoken(tiktoken_rs::tokenizer::Tokenizer);
+
+#[cfg(feature = "tiktoken")]
+impl Tiktoken {
+    /// The tokenizer of `model` (an OpenAI model id, with or without the `openai/` prefix), if OpenAI's.
+    pub fn for_model(model: &str) -> Option<Tiktoken> {
+        let name = model.strip_prefix("openai/").unwrap_or(model);
+        tiktoken_rs::tokenizer::get_tokenizer(name).map(Tiktoken)
+    }
+}
+
+#[cfg(feature = "tiktoken")]
+impl TokenCounter for Tiktoken {
+    fn count(&self, text: &str) -> u32 {
+        match tiktoken_rs::bpe_for_tokenizer(self.0) {
+            Ok(bpe) => u32::try_from(bpe.encode_ordinary(text).len()).unwrap_or(u32::MAX),
+            Err(_) => noetic::window::Estimate.count(text),
+        }
+    }
+
+    /// `<|start|>role<|message|> … <|end|>`.
+    fn per_message(&self) -> u32 {
+        3
+    }
+}
+
 /// What the rate is measured on: conversation-like text, tool JSON included.
 const SAMPLE: &str = "Please list the files in the project and read the notes. {\"path\": \"src/main.rs\", \
 \"line\": 42} The build failed because the function `parse_args` returns an error when the flag is missing; \
@@ -97,6 +128,15 @@ fn failed(e: reqwest::Error) -> NoeticError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "tiktoken")]
+    #[test]
+    fn openai_models_are_counted_with_their_own_tokenizer() {
+        let counter = Tiktoken::for_model("openai/gpt-4o-mini").unwrap();
+        assert_eq!(counter.count("hello world"), 2);
+        assert!(Tiktoken::for_model("gpt-4").is_some());
+        assert!(Tiktoken::for_model("smollm2-135m").is_none());
+    }
 
     #[test]
     fn the_llama_cpp_counter_divides_the_characters_by_the_measured_rate() {
