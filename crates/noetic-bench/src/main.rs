@@ -21,6 +21,7 @@ mod real_path;
 mod sqlite_log_path;
 mod store_path;
 mod stream_path;
+mod window_path;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -258,7 +259,8 @@ fn main() -> BenchResult<()> {
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
     // tool call, for comparing two builds quickly), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
-    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE).
+    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
+    // (counting tokens, fitting requests into the window).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
@@ -267,6 +269,7 @@ fn main() -> BenchResult<()> {
         Some("pg") => return pg_figures(),
         Some("pg-log") => return pg_log_path::figures(),
         Some("core") => return core_figures(&rt),
+        Some("window") => return rt.block_on(window_path::figures(report)),
         _ => {}
     }
     rt.block_on(async {
@@ -305,6 +308,7 @@ fn main() -> BenchResult<()> {
     report("session_rss_added_mb", Stats::of(children("rss-session-added")?, None), "MiB", "");
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
+    rt.block_on(window_path::figures(report))?;
     store_figures(&rt)?;
     pg_figures()?;
     pg_log_path::figures()?;

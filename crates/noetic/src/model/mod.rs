@@ -22,7 +22,9 @@ pub use limits::{ContextWindow, known_window};
 pub use params::{ModelParams, ToolChoice};
 pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use scripted::{HeldCall, ScriptedModel};
-pub use tokens::{Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, tools_tokens};
+pub use tokens::{
+    Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, starts_turn, tools_tokens,
+};
 pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 
 /// Who wrote a message.

@@ -106,14 +106,48 @@ impl Calibration {
 }
 
 /// The running token count of a conversation's items (`sums[i]` = the tokens of items `0..i`), extended as items
-/// are appended, so a request counts only the items that are new since the last one.
+/// are appended, so a request counts only the items that are new since the last one; and where its current turn
+/// starts, found the same way.
 #[derive(Debug, Default)]
-pub struct Tally(std::sync::Mutex<Vec<u64>>);
+pub struct Tally(std::sync::Mutex<Vec<u64>>, std::sync::Mutex<TurnScan>);
+
+/// How far the conversation was scanned for turn starts, and the last one found.
+#[derive(Debug, Default, Clone, Copy)]
+struct TurnScan {
+    scanned: usize,
+    start: usize,
+}
+
+/// True when `items[i]` starts a turn: a user message right after an assistant's answer.
+pub fn starts_turn(items: &[Item], i: usize) -> bool {
+    i > 0
+        && matches!(items.get(i), Some(Item::Message { role: super::Role::User, .. }))
+        && matches!(items.get(i - 1), Some(Item::Message { role: super::Role::Assistant, .. }))
+}
 
 impl Tally {
     /// A tally with the same sums.
     pub fn copy(&self) -> Tally {
-        Tally(std::sync::Mutex::new(crate::sync::lock(&self.0).clone()))
+        Tally(
+            std::sync::Mutex::new(crate::sync::lock(&self.0).clone()),
+            std::sync::Mutex::new(*crate::sync::lock(&self.1)),
+        )
+    }
+
+    /// Where the current turn of `items` starts (after the last answer of an earlier turn; 0 for the first turn),
+    /// scanning only the items not scanned before.
+    pub fn turn_start(&self, items: &[Item]) -> usize {
+        let mut scan = crate::sync::lock(&self.1);
+        if scan.scanned > items.len() {
+            *scan = TurnScan::default();
+        }
+        for i in scan.scanned.max(1)..items.len() {
+            if starts_turn(items, i) {
+                scan.start = i;
+            }
+        }
+        scan.scanned = items.len();
+        scan.start
     }
 
     /// The tokens of `items[from..]`, counting only the items the tally has not seen.
@@ -166,6 +200,18 @@ mod tests {
         assert_eq!(tally.first_fitting(4, 0, 13), 2);
         assert_eq!(tally.first_fitting(4, 0, 100), 0);
         assert_eq!(tally.first_fitting(4, 3, 0), 4);
+    }
+
+    #[test]
+    fn the_tally_finds_the_current_turn_scanning_only_new_items() {
+        let mut items = vec![Item::user("q1"), Item::assistant("a1")];
+        let tally = Tally::default();
+        assert_eq!(tally.turn_start(&items), 0);
+        items.extend([Item::user("q2"), Item::assistant("thinking")]);
+        assert_eq!(tally.turn_start(&items), 2);
+        items.push(Item::user("q3"));
+        assert_eq!(tally.turn_start(&items), 4);
+        assert_eq!(tally.turn_start(&items[..2]), 0, "a shorter conversation is scanned afresh");
     }
 
     #[test]

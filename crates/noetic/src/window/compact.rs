@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::model::{Item, ModelParams, ModelRequest, Role};
+use crate::model::{Item, ModelParams, ModelRequest, Role, starts_turn};
 
 /// How a history that does not fit the window is made to fit. Either way only what is *sent* changes: the
 /// conversation, the session log, the ledger and replay keep every item.
@@ -21,15 +21,7 @@ pub enum Compaction {
 /// user message). Steering injected during the turn, the messages a continuation starts with and the turn's own
 /// calls all come after it. 0 when the whole conversation is one turn.
 pub fn turn_start(items: &[Item]) -> usize {
-    (1..items.len()).rev().find(|&i| is_user(&items[i]) && is_answer(&items[i - 1])).unwrap_or(0)
-}
-
-fn is_user(item: &Item) -> bool {
-    matches!(item, Item::Message { role: Role::User, .. })
-}
-
-fn is_answer(item: &Item) -> bool {
-    matches!(item, Item::Message { role: Role::Assistant, .. })
+    (1..items.len()).rev().find(|&i| starts_turn(items, i)).unwrap_or(0)
 }
 
 /// The indexes in `from..=to` where the items may be cut: no tool call before the cut has its result after it,
@@ -63,7 +55,7 @@ pub fn cut_points(items: &[Item], from: usize, to: usize) -> Vec<usize> {
 /// The starts of the turns in `items[..end]`, oldest first.
 pub fn turn_starts(items: &[Item], end: usize) -> Vec<usize> {
     let end = end.min(items.len());
-    (1..end).filter(|&i| is_user(&items[i]) && is_answer(&items[i - 1])).collect()
+    (1..end).filter(|&i| starts_turn(items, i)).collect()
 }
 
 /// The item sent in place of the folded ones.

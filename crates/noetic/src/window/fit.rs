@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::compact::{Compaction, cut_points, folded_item, summary_request, turn_start, turn_starts};
+use super::compact::{Compaction, cut_points, folded_item, summary_request, turn_starts};
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::layer::{Allotter, check_minimums, lifecycle};
@@ -102,7 +102,7 @@ pub(crate) async fn fit(
     }
     let items = history.as_slice();
     let upto = history.folded().map_or(0, |f| f.upto);
-    let protect = turn_start(items).max(upto).min(items.len());
+    let protect = history.tally().turn_start(items).max(upto).min(items.len());
     let protected = to_u32(history.tally().tokens_from(counter, items, protect));
     let mut allotter =
         Allotter::new(raw_room.saturating_sub(fixed).saturating_sub(protected), layers.iter().map(|l| l.budget()));
@@ -181,7 +181,7 @@ async fn compact(
     let items = history.as_slice();
     let previous = history.folded().cloned();
     let from = previous.as_ref().map_or(0, |f| f.upto);
-    let protect = turn_start(items).max(from).min(items.len());
+    let protect = history.tally().turn_start(items).max(from).min(items.len());
     let mut cuts = cut_points(items, from + 1, protect);
     if let Compaction::KeepLastTurns(_) = step.compaction {
         // Trimming keeps whole turns.
