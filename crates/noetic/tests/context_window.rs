@@ -303,3 +303,35 @@ async fn compacting_by_hand_folds_everything_before_the_last_turn_and_the_log_re
         log.iter().any(|e| matches!(e, Entry::Compacted { turn: None, upto: 8, summary: Some(s) } if s == "SUMMARY"))
     );
 }
+
+#[tokio::test]
+async fn a_steering_message_injected_into_the_current_turn_is_never_compacted_away() {
+    let steered = format!("STEERED: stop reading notes. {}", "Never mind the notes at all. ".repeat(120));
+    let model = {
+        let steered = steered.clone();
+        ScriptedModel::responder(move |request| match request.history.last() {
+            Some(Item::Message { content, .. }) if *content == steered => Ok(ModelResponse::text("stopping")),
+            _ => conversational(request),
+        })
+        .with_context_window(ContextWindow::new(1_500).output_reserve(300))
+    };
+    let (read, gate) = noetic::testing::gated_tool("read").unwrap();
+    let rt = Runtime::builder().model(Arc::new(model.clone())).model_id("m").tool(read).build().unwrap();
+    let session = rt.session("s");
+    for k in 1..=4 {
+        let turn = session.send(question(k)).await.unwrap();
+        gate.release();
+        turn.await.unwrap();
+    }
+    let turn = session.send(question(5)).await.unwrap();
+    gate.started().await;
+    session.steer(steered.clone()).await.unwrap();
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "stopping");
+    let requests = model.requests();
+    let after = requests.iter().find(|r| user_texts(r).contains(&steered)).unwrap();
+    let users = user_texts(after);
+    assert!(users[0].contains("compacted"), "the request that took the message in had to compact: {users:?}");
+    assert_eq!(users[1..], [question(5), steered], "the current turn and the injected message are sent whole");
+    assert!(request_tokens(&Estimate, after) <= 1_200);
+}
