@@ -15,7 +15,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use noetic::model::{ContextWindow, Model, ToolChoice};
 use noetic::prelude::*;
-use noetic::testing::Counter;
 use noetic::window::TokenCounter;
 use noetic_openai::{OpenAiConfig, OpenAiModel, llama_cpp_window};
 use serde_json::json;
@@ -81,22 +80,38 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
         .token_counter(Arc::new(tokens));
     let seen = Arc::new(Seen::default());
     let model = Recording { inner: Arc::new(OpenAiModel::new(config).unwrap()), seen: seen.clone() };
-    let counter = Counter::new();
-    let note = counter
-        .tool(
-            "read_note",
-            json!(
-                "The note says: the build failed because parse_args returns an error when the --config flag is \
-                   missing; the fix is to fall back to noetic.toml in the working directory, then run the tests."
-            ),
+    // One possible argument: the server's grammar makes the model write `{"topic": "build"}`, a call of a few tokens.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let note: Arc<dyn noetic::tool::Tool> = {
+        let calls = calls.clone();
+        Arc::new(
+            noetic::tool::FnTool::builder("read_note", "Reads the note about the failing build.")
+                .input_schema(json!({
+                    "type": "object",
+                    "properties": {"topic": {"type": "string", "enum": ["build"]}},
+                    "required": ["topic"],
+                    "additionalProperties": false
+                }))
+                .handler(move |_, _| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Ok(json!(
+                            "The note says: the build failed because parse_args returns an error when the --config \
+                             flag is missing; the fix is to fall back to noetic.toml in the working directory, then \
+                             run the tests."
+                        ))
+                    }
+                })
+                .build()
+                .unwrap(),
         )
-        .unwrap();
+    };
     // Every turn calls the tool (forced in its first round) and then answers briefly without tools.
     let agent = Step::llm("act", MODEL_ID)
         .instructions("You are a terse assistant. Read the note when asked, then answer in one short sentence.")
         .first_round_tool_choice(ToolChoice::Required)
         .tool_choice(ToolChoice::None)
-        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(24), ..ModelParams::default() })
+        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(16), ..ModelParams::default() })
         .max_rounds(2)
         .build()
         .unwrap();
@@ -115,7 +130,7 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
             }
         }
     }
-    assert_eq!(counter.count(), TURNS, "a tool call per turn");
+    assert_eq!(calls.load(Ordering::SeqCst), TURNS, "a tool call per turn");
     assert!(compactions >= 3, "several compactions: {compactions}");
     assert_eq!(seen.refused.load(Ordering::SeqCst), 0, "the server never refused a request as too long");
     let calls = lock(&seen.calls).clone();
