@@ -189,18 +189,18 @@ impl Model for OpenAiModel {
         config.window.or_else(|| noetic::window::known_window(&config.model_for(model)))
     }
 
-    /// The configured counter, else OpenAI's tokenizer for an OpenAI model, else the estimate.
-    fn token_counter(&self, model: &str) -> Arc<dyn noetic::window::TokenCounter> {
+    /// The configured counter, else OpenAI's tokenizer for an OpenAI model, else the estimate (`None`).
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
         let config = &self.inner.config;
         if let Some(counter) = &config.counter {
-            return counter.clone();
+            return Some(counter.clone());
         }
         #[cfg(feature = "tiktoken")]
         if let Some(tiktoken) = crate::window::Tiktoken::for_model(&config.model_for(model)) {
-            return Arc::new(tiktoken);
+            return Some(Arc::new(tiktoken));
         }
         let _ = model;
-        Arc::new(noetic::window::Estimate)
+        None
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -126,6 +126,7 @@ fn failed(e: reqwest::Error) -> NoeticError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

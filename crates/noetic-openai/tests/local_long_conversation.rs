@@ -58,7 +58,7 @@ impl Model for Recording {
         self.inner.context_window(model)
     }
 
-    fn token_counter(&self, model: &str) -> Arc<dyn TokenCounter> {
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn TokenCounter>> {
         self.inner.token_counter(model)
     }
 }

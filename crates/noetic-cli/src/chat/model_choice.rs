@@ -73,7 +73,7 @@ impl Model for ChosenModel {
         self.inner.context_window(&self.choice.id_for(model))
     }
 
-    fn token_counter(&self, model: &str) -> Arc<dyn noetic::window::TokenCounter> {
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
         self.inner.token_counter(&self.choice.id_for(model))
     }
 

@@ -314,13 +314,10 @@ impl RuntimeBuilder {
             let id = self.model_id.as_deref().unwrap_or(DEFAULT_MODEL);
             if let Some(window) = model.context_window(id) {
                 let counter = model.token_counter(id);
+                let counter = counter.as_deref().unwrap_or(&crate::window::Estimate);
                 let instructions = self.instructions.as_deref().map_or(0, |i| counter.count(i));
                 let room = window.input_room(None).saturating_sub(instructions);
-                crate::window::check_minimums(
-                    room,
-                    self.layers.iter().map(|l| (l.id(), l.budget())),
-                    &format!("model '{id}'"),
-                )?;
+                crate::window::check_minimums(room, self.layers.iter().map(|l| (l.id(), l.budget())), id)?;
             }
         }
         let agent = match self.agent {

@@ -49,12 +49,12 @@ impl Allotter {
     }
 }
 
-/// Checks that the layers' minimums fit in `room` (the window less the answer's reserve and the instructions):
-/// a [`ConfigError`] naming the layers and their minimums when they do not.
+/// Checks that the layers' minimums fit in `room` (the window of `model` less the answer's reserve and the
+/// instructions): a [`ConfigError`] naming the layers and their minimums when they do not.
 pub fn check_minimums<'a>(
     room: u32,
     layers: impl IntoIterator<Item = (&'a str, Budget)>,
-    what: &str,
+    model: &str,
 ) -> Result<(), ConfigError> {
     let layers: Vec<(&str, Budget)> = layers.into_iter().filter(|(_, b)| b.min > 0).collect();
     let sum = layers.iter().fold(0u64, |sum, (_, b)| sum + u64::from(b.min));
@@ -65,8 +65,8 @@ pub fn check_minimums<'a>(
     Err(ConfigError::new(
         ConfigCode::LayerMinimumsExceedWindow,
         format!(
-            "the memory layers' guaranteed budgets add up to {sum} tokens, more than the {room} tokens {what} has for \
-             a request: {}",
+            "the memory layers' guaranteed budgets add up to {sum} tokens, more than the {room} tokens model '{model}' \
+             has for a request: {}",
             named.join(", ")
         ),
         "lower the layers' budget minimums, or use a model with a larger context window",

@@ -219,10 +219,10 @@ pub trait Model: Send + Sync + 'static {
         super::known_window(model)
     }
 
-    /// How tokens are counted for `model`: the provider's tokenizer where the backend has one, else the default,
-    /// [`Estimate`](super::Estimate) (calibrated by the usage responses report).
-    fn token_counter(&self, _model: &str) -> Arc<dyn super::TokenCounter> {
-        Arc::new(super::Estimate)
+    /// How tokens are counted for `model`: the provider's tokenizer where the backend has one; `None` (the default)
+    /// for [`Estimate`](super::Estimate), calibrated by the usage responses report.
+    fn token_counter(&self, _model: &str) -> Option<Arc<dyn super::TokenCounter>> {
+        None
     }
 
     /// True when [`Model::stream`] really streams (text arrives while the model writes) rather than replaying a

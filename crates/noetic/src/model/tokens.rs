@@ -109,7 +109,14 @@ impl Calibration {
 /// are appended, so a request counts only the items that are new since the last one; and where its current turn
 /// starts, found the same way.
 #[derive(Debug, Default)]
-pub struct Tally(std::sync::Mutex<Vec<u64>>, std::sync::Mutex<TurnScan>);
+pub struct Tally(std::sync::Mutex<Vec<u64>>, std::sync::Mutex<TurnScan>, std::sync::Mutex<Option<ToolsCount>>);
+
+/// The tokens of the tools the last request offered (kept with them: the same set is not counted again).
+#[derive(Debug, Clone)]
+struct ToolsCount {
+    tools: std::sync::Arc<[ToolSpec]>,
+    tokens: u32,
+}
 
 /// How far the conversation was scanned for turn starts, and the last one found.
 #[derive(Debug, Default, Clone, Copy)]
@@ -131,7 +138,19 @@ impl Tally {
         Tally(
             std::sync::Mutex::new(crate::sync::lock(&self.0).clone()),
             std::sync::Mutex::new(*crate::sync::lock(&self.1)),
+            std::sync::Mutex::new(crate::sync::lock(&self.2).clone()),
         )
+    }
+
+    /// The tokens of `tools` ([`tools_tokens`]), counted once per set: a turn offers the same set to each request.
+    pub fn tools_tokens(&self, counter: &dyn TokenCounter, tools: &std::sync::Arc<[ToolSpec]>) -> u32 {
+        let mut cached = crate::sync::lock(&self.2);
+        if let Some(count) = cached.as_ref().filter(|c| std::sync::Arc::ptr_eq(&c.tools, tools)) {
+            return count.tokens;
+        }
+        let tokens = tools_tokens(counter, tools);
+        *cached = Some(ToolsCount { tools: tools.clone(), tokens });
+        tokens
     }
 
     /// Where the current turn of `items` starts (after the last answer of an earlier turn; 0 for the first turn),

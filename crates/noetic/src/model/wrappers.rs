@@ -110,7 +110,7 @@ impl Model for RetryModel {
         self.inner.context_window(model)
     }
 
-    fn token_counter(&self, model: &str) -> Arc<dyn super::TokenCounter> {
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn super::TokenCounter>> {
         self.inner.token_counter(model)
     }
 
@@ -180,7 +180,7 @@ impl Model for TimeoutModel {
         self.inner.context_window(model)
     }
 
-    fn token_counter(&self, model: &str) -> Arc<dyn super::TokenCounter> {
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn super::TokenCounter>> {
         self.inner.token_counter(model)
     }
 

@@ -8,7 +8,7 @@ use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::layer::{Allotter, check_minimums, lifecycle};
 use crate::model::{
-    ContextWindow, Folded, History, Item, Model, TokenCounter, ToolSpec, item_tokens, items_tokens, tools_tokens,
+    ContextWindow, Estimate, Folded, History, Item, Model, TokenCounter, ToolSpec, item_tokens, items_tokens,
 };
 
 /// What fitting needs to know of the `llm` step.
@@ -66,12 +66,12 @@ pub(crate) async fn fit(
     ctx: &Context,
     model: &dyn Model,
     step: &StepWindow<'_>,
-    tools: &[ToolSpec],
+    tools: &Arc<[ToolSpec]>,
     tail: &[Item],
     refused: Option<Option<u64>>,
 ) -> Result<Option<Fitted>, NoeticError> {
     let counter = model.token_counter(step.model);
-    let counter = counter.as_ref();
+    let counter = counter.as_deref().unwrap_or(&Estimate);
     let history = ctx.history();
     let known = model.context_window(step.model);
     let window = match (known, refused) {
@@ -91,14 +91,12 @@ pub(crate) async fn fit(
     // Counted in the counter's units: the room divided by the calibration.
     let raw_room = to_u32((f64::from(room) / ratio).floor() as u64);
     let instructions = step.instructions.map_or(0, |i| counter.count(i).saturating_add(counter.per_message()));
-    let fixed = instructions.saturating_add(tools_tokens(counter, tools)).saturating_add(items_tokens(counter, tail));
+    let fixed = instructions
+        .saturating_add(history.tally().tools_tokens(counter, tools))
+        .saturating_add(items_tokens(counter, tail));
     let layers = ctx.layers();
     if !layers.is_empty() {
-        check_minimums(
-            raw_room.saturating_sub(fixed),
-            layers.iter().map(|l| (l.id(), l.budget())),
-            &format!("model '{}'", step.model),
-        )?;
+        check_minimums(raw_room.saturating_sub(fixed), layers.iter().map(|l| (l.id(), l.budget())), step.model)?;
     }
     let items = history.as_slice();
     let upto = history.folded().map_or(0, |f| f.upto);
@@ -281,13 +279,14 @@ pub async fn compact_now(
     compaction: Compaction,
 ) -> Result<Option<Compacted>, NoeticError> {
     let counter = model.token_counter(model_id);
+    let counter = counter.as_deref().unwrap_or(&Estimate);
     // A window that is not known is taken as the conversation's size: enough to size the summary request (one
     // that is still refused leaves the folded turns out instead).
     let window = model.context_window(model_id).unwrap_or_else(|| {
         let history = ctx.history();
-        ContextWindow::new(to_u32(history.tally().tokens_from(counter.as_ref(), history.as_slice(), 0)).max(8_192))
+        ContextWindow::new(to_u32(history.tally().tokens_from(counter, history.as_slice(), 0)).max(8_192))
     });
     let id: Arc<str> = Arc::from("");
     let step = StepWindow { id: &id, model: model_id, instructions: None, max_tokens: None, compaction };
-    compact(ctx, model, &step, window, counter.as_ref(), window.input_room(None), true).await
+    compact(ctx, model, &step, window, counter, window.input_room(None), true).await
 }
