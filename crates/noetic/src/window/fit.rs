@@ -107,7 +107,10 @@ pub(crate) async fn fit(
     let context = lifecycle::recall_within(ctx, &mut allotter, counter).await?;
     let older_room = allotter.left();
     let older = older_tokens(counter, &history, protect, protected);
-    if force || older > u64::from(older_room) || too_many_turns(step.compaction, items, upto, protect) {
+    let must = force || older > u64::from(older_room) || too_many_turns(step.compaction, items, upto, protect);
+    // Let go of the snapshot first: recording the compaction then changes the conversation without copying it.
+    drop(history);
+    if must {
         compact(ctx, model, step, window, counter, older_room, force).await?;
     }
     let history = ctx.history();
