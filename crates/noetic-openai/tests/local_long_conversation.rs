@@ -111,7 +111,7 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
         .instructions("You are a terse assistant. Read the note when asked, then answer in one short sentence.")
         .first_round_tool_choice(ToolChoice::Required)
         .tool_choice(ToolChoice::None)
-        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(16), ..ModelParams::default() })
+        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(40), ..ModelParams::default() })
         .max_rounds(2)
         .build()
         .unwrap();
