@@ -34,9 +34,8 @@ pub struct ServerConfig {
     pub max_message_chars: usize,
     /// How long a shutdown waits for running turns before the process leaves them to be resumed.
     pub shutdown_grace: Duration,
-    /// How often the server looks for turns a dead worker left (a store several workers share lists them once
-    /// their lease expired: [`SessionStore::orphaned`](noetic::agent::SessionStore::orphaned)) and resumes them;
-    /// `None` never.
+    /// How often the server looks for turns a dead worker left (an open turn in a session's log whose lease nobody
+    /// holds) and messages nobody took, and resumes or runs them; `None` never.
     pub takeover_every: Option<Duration>,
     /// Once the first byte of a request arrived, how long its head (request line and headers) may take; a
     /// connection whose client trickles a head slower is closed.

@@ -12,12 +12,12 @@
 //!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
 //!   deleted session held), written by
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
-//!   ([`crate::log`] has the mapping). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
+//!   ([`crate::log`] has the mapping).
 //! * Version 7: the sessions' leases (`log_leases`), so several processes can share one file's sessions.
 
 use rusqlite::Connection;
 
-/// The schema version [`crate::SqliteStore`] writes: its own tables, up to version 5.
+/// The last schema version of the store before the session log (its tables, up to version 5).
 pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this

@@ -25,7 +25,7 @@
 //!
 //! # Migration of older files (schema 1–5 → 6)
 //!
-//! Opening the store on a file of [`crate::SqliteStore`] (schema versions 1 to 5) migrates it to the newest of
+//! Opening the store on a file of the store before the log (schema versions 1 to 5) migrates it to the newest of
 //! those first, then adds the log's tables and converts every session into a log, in one transaction, once
 //! (`PRAGMA user_version` 6). A file of a newer version is refused and left untouched. Each session becomes:
 //!
@@ -47,9 +47,7 @@
 //!    `scope:<scope>`.
 //!
 //! Every entry of a migrated session carries the time of the session's last write, and the sessions keep their
-//! order in the list. The old tables stay: [`crate::SqliteStore`] still uses them until the runtime moves to the
-//! log, and it opens a version 6 file without touching the log's tables. What it writes there after the migration
-//! is not in the logs.
+//! order in the list. The old tables stay as they were; nothing reads or writes them after the migration.
 //!
 //! [`Entry::Settings`]: noetic::agent::log::Entry::Settings
 //! [`Entry::TurnStarted`]: noetic::agent::log::Entry::TurnStarted

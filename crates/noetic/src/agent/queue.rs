@@ -51,7 +51,7 @@ pub struct SteerMessage {
 }
 
 impl SteerMessage {
-    /// A new message with a fresh id, accepted now (for [`SessionStore::steer_elsewhere`](super::SessionStore::steer_elsewhere)).
+    /// A new message with a fresh id, accepted now (for [`log::queue_message`](super::log::queue_message)).
     pub fn new(text: impl Into<String>) -> Self {
         SteerMessage { id: MessageId::new(), text: text.into(), accepted_at: SystemTime::now() }
     }
