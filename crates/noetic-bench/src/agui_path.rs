@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use noetic::agent::{MemoryStore, Runtime};
+use noetic::agent::Runtime;
+use noetic::agent::log::MemoryLogStore;
 use noetic::model::{Item, ModelResponse};
 use noetic::testing::ScriptedModel;
 use noetic::tool::{FnTool, Tool, ToolError};
@@ -37,7 +38,7 @@ async fn serve(rounds: usize) -> BenchResult<(Server, String, tokio::task::JoinH
         .model(Arc::new(model))
         .tool(tool)
         .stream(true)
-        .store(Arc::new(MemoryStore::default()))
+        .log_store(Arc::new(MemoryLogStore::default()))
         .build()?;
     let server = Server::new(runtime, approvals, ServerConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -13,13 +13,11 @@ mod alloc_count;
 mod mcp_path;
 mod otel_path;
 mod pg_log_path;
-mod pg_path;
 // The memory figures' part of it runs in `rss_probe`.
 #[allow(dead_code)]
 mod probe;
 mod real_path;
 mod sqlite_log_path;
-mod store_path;
 mod stream_path;
 mod window_path;
 
@@ -265,9 +263,8 @@ fn main() -> BenchResult<()> {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
         Some("streams") => return stream_figures(&rt),
-        Some("store") => return store_figures(&rt),
-        Some("pg") => return pg_figures(),
-        Some("pg-log") => return pg_log_path::figures(),
+        Some("store") => return sqlite_log_path::figures(),
+        Some("pg" | "pg-log") => return pg_log_path::figures(),
         Some("core") => return core_figures(&rt),
         Some("window") => return rt.block_on(window_path::figures(report)),
         _ => {}
@@ -308,9 +305,8 @@ fn main() -> BenchResult<()> {
     report("session_rss_added_mb", Stats::of(children("rss-session-added")?, None), "MiB", "");
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
+    sqlite_log_path::figures()?;
     rt.block_on(window_path::figures(report))?;
-    store_figures(&rt)?;
-    pg_figures()?;
     pg_log_path::figures()?;
     mcp_figures(&rt)?;
     Ok(())
@@ -366,34 +362,6 @@ fn stream_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
     })
 }
 
-/// Sessions shared by workers through PostgreSQL (see [`pg_path`]); without a server, said on stderr.
-fn pg_figures() -> BenchResult<()> {
-    let Some(url) = pg_path::url() else {
-        eprintln!("pg_* figures skipped: no PostgreSQL (scripts/postgres.sh start, or set NOETIC_POSTGRES_URL)");
-        return Ok(());
-    };
-    // Workers' turns run side by side: a multi-thread runtime, as `noetic serve` has.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async {
-        let calls = 100;
-        let plain = measure(5, || async { Ok(real_path::session_tool_calls(calls, false).await?.0) }).await?;
-        let stored = measure(5, || pg_path::tool_call_us(&url, calls)).await?;
-        report("pg_real_tool_call_us_100_calls", stored, "us", "");
-        report("pg_added_per_tool_call_us", Stats::exact(stored.median - plain.median), "us", "");
-        BenchResult::Ok(())
-    })?;
-    let mut steer = pg_path::steer_to_checkpoint_us(&url, 300)?;
-    steer.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| steer.get(((steer.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
-    report("pg_steer_to_checkpoint_p50_us", Stats::exact(at(0.5)), "us", "");
-    report("pg_steer_to_checkpoint_p99_us", Stats::exact(at(0.99)), "us", "<= 50000");
-    for workers in [1, 2, 4] {
-        let rate = rt.block_on(measure(3, || pg_path::turns_per_s(&url, workers, 8, 20)))?;
-        report(&format!("pg_turns_per_s_{workers}_workers"), rate, "turns/s", "");
-    }
-    Ok(())
-}
-
 /// The cost of one MCP tool call over stdio (see [`mcp_path`]); a server that is not there is said on stderr.
 fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
     rt.block_on(async {
@@ -421,18 +389,3 @@ fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
     })
 }
 
-/// The cost of durable sessions on SQLite (see [`store_path`]).
-fn store_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
-    rt.block_on(async {
-        let calls = 100;
-        let plain = measure(5, || async { Ok(real_path::session_tool_calls(calls, false).await?.0) }).await?;
-        let stored = measure(5, || store_path::tool_call_us(calls)).await?;
-        report("sqlite_real_tool_call_us_100_calls", stored, "us", "");
-        report("sqlite_added_per_tool_call_us", Stats::exact(stored.median - plain.median), "us", "<= 100");
-        BenchResult::Ok(())
-    })?;
-    let (open, bytes) = store_path::open_ms_and_bytes(1000, 7)?;
-    report("sqlite_open_session_1000_turns_ms", Stats::of(open, None), "ms", "<= 20");
-    report("sqlite_bytes_per_1000_turns", Stats::exact(bytes), "bytes", "");
-    sqlite_log_path::figures()
-}

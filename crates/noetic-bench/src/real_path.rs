@@ -120,24 +120,16 @@ fn instructions() -> String {
     rule.repeat(3000 / rule.len() + 1)
 }
 
-/// A runtime on the fake transport, and its model; it writes its sessions through to `store` when given.
 /// Where a benchmark runtime keeps its sessions.
 #[derive(Clone)]
 pub enum Kept {
     /// In memory only.
     Memory,
-    /// In an old-style session store.
-    Store(Arc<dyn noetic::agent::SessionStore>),
     /// In session logs (#30).
     Log(Arc<dyn noetic::agent::log::LogStore>),
 }
 
-impl From<Option<Arc<dyn noetic::agent::SessionStore>>> for Kept {
-    fn from(store: Option<Arc<dyn noetic::agent::SessionStore>>) -> Self {
-        store.map_or(Kept::Memory, Kept::Store)
-    }
-}
-
+/// A runtime on the fake transport, and its model; it keeps its sessions where `kept` says.
 pub fn wire_runtime_with(kept: impl Into<Kept>) -> BenchResult<(Runtime, Arc<WireModel>)> {
     let model = Arc::new(WireModel::new());
     let mut builder = Runtime::builder()
@@ -147,7 +139,6 @@ pub fn wire_runtime_with(kept: impl Into<Kept>) -> BenchResult<(Runtime, Arc<Wir
         .tool(search_tool()?);
     builder = match kept.into() {
         Kept::Memory => builder,
-        Kept::Store(store) => builder.store(store),
         Kept::Log(log) => builder.log_store(log),
     };
     Ok((builder.build()?, model))
@@ -171,7 +162,7 @@ pub fn drain_events(session: &Session) -> tokio::task::JoinHandle<usize> {
 /// One session making `calls` tool calls (turns of [`ROUNDS_PER_TURN`] each): µs per tool call over the
 /// session, and request bytes per model call.
 pub async fn session_tool_calls(calls: usize, subscribed: bool) -> BenchResult<(f64, f64)> {
-    session_tool_calls_with(calls, subscribed, None).await
+    session_tool_calls_with(calls, subscribed, Kept::Memory).await
 }
 
 /// [`session_tool_calls`] on a runtime writing through to `store` when given.

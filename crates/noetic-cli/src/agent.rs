@@ -36,7 +36,9 @@ pub struct AgentSpec {
     /// Who approves calls of tools that need approval (`None`: such calls are rejected).
     pub approver: Option<Arc<dyn Approver>>,
     /// Where sessions are kept (`None`: in memory only).
-    pub store: Option<Arc<dyn noetic::agent::SessionStore>>,
+    pub store: Option<Arc<dyn noetic::agent::log::LogStore>>,
+    /// How long this process's hold on a running turn lasts without renewal (with a shared store).
+    pub lease_term: std::time::Duration,
     /// Sources of more tools (MCP servers).
     pub tool_sources: Vec<Arc<dyn noetic::tool::ToolSource>>,
     /// Ask for a tool call in the first round of each turn (the offline model calls tools only when asked to).
@@ -100,7 +102,7 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         builder = builder.approver(approver);
     }
     if let Some(store) = spec.store {
-        builder = builder.store(store);
+        builder = builder.log_store(store).lease_term(spec.lease_term);
         if let Some(n) = spec.max_idle_sessions {
             builder = builder.max_idle_sessions(n);
         }

@@ -112,17 +112,15 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     let model = choice.wrap(model);
     let rules = args.agent.rules(defaults)?;
     let terminal = std::io::stdin().is_terminal();
-    let store = crate::sessions::open(&args.store, defaults)?;
+    let store = crate::sessions::open(&args.store, defaults).await?;
     if args.resume
         && let Some(store) = &store
     {
         args.session = start::pick_session(store).await?;
     }
     let name = args.session.clone().unwrap_or_else(|| crate::sessions::new_name("chat"));
-    if let Some(store) = store.clone() {
-        // The store's reads block: off the async workers.
-        let key = name.clone();
-        tokio::task::spawn_blocking(move || start::refuse_if_held(&store, &key)).await??;
+    if let Some(store) = &store {
+        start::refuse_if_held(store, &name).await?;
     }
     let (approval_tx, mut approvals) = mpsc::unbounded_channel();
     let rule_count = rules.len();
@@ -132,7 +130,11 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         model_id: model_id.clone(),
         instructions: args.agent.instructions(defaults, None),
         tools: None,
-        tool_sources: crate::mcp::start(&defaults.mcp_servers, &rules).await?,
+        tool_sources: [
+            crate::mcp::start(&defaults.mcp_servers, &rules).await?,
+            crate::a2a::start(&defaults.a2a_agents).await?,
+        ]
+        .concat(),
         rules,
         workspace: workspace.clone(),
         max_rounds: None,
@@ -140,11 +142,12 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(approve::via_channel(approval_tx)),
         store: store.as_ref().map(|s| s.shared()),
+        lease_term: args.store.lease,
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
     })?;
-    let stored = agent.runtime.store().is_some();
-    let session = agent.runtime.try_session(&name)?;
+    let stored = store.is_some();
+    let session = agent.runtime.open(&name).await?;
     let mut events = session.subscribe();
     let style = Style::detect(args.plain);
     outln!(
@@ -220,7 +223,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             result = async { match turn.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if turn.is_some() => {
                 turn = chat.on_turn_end(result, &mut events).await;
                 if turn.is_none() && std::mem::take(&mut chat.clear_after_turn) {
-                    events = chat.clear(&agent.runtime)?;
+                    events = chat.clear(&agent.runtime).await?;
                 }
             },
             Some(pending) = approvals.recv() => chat.ask(pending),
@@ -233,7 +236,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                         chat.quitting = true;
                         chat.reject_waiting();
                     }
-                    Action::Clear => events = chat.clear(&agent.runtime)?,
+                    Action::Clear => events = chat.clear(&agent.runtime).await?,
                     Action::Nothing => {}
                 }
             }
@@ -244,7 +247,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
                         chat.quitting = true;
                         chat.reject_waiting();
                     }
-                    Action::Clear => events = chat.clear(&agent.runtime)?,
+                    Action::Clear => events = chat.clear(&agent.runtime).await?,
                     Action::Nothing => {}
                 },
                 None => {

@@ -55,6 +55,9 @@ struct File {
     /// MCP servers whose tools join the agent's.
     #[serde(default)]
     mcp_server: Vec<crate::mcp::McpServerToml>,
+    /// Agents reached over A2A whose skills join the agent's tools.
+    #[serde(default)]
+    a2a_agent: Vec<crate::a2a::A2aAgentToml>,
     /// Calls that run without an approval question.
     #[serde(default)]
     allow: Vec<AllowToml>,
@@ -103,6 +106,9 @@ pub struct Defaults {
     /// The `[[mcp_server]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub mcp_servers: Vec<crate::mcp::McpServerToml>,
+    /// The `[[a2a_agent]]` tables of the file (not under `[agents.defaults]`).
+    #[serde(skip)]
+    pub a2a_agents: Vec<crate::a2a::A2aAgentToml>,
     /// The `[[allow]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub allow: Vec<AllowToml>,
@@ -192,11 +198,19 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
             for server in &file.mcp_server {
                 server.config().map_err(|e| format!("{}: {e}", path.display()))?;
             }
+            for agent in &file.a2a_agent {
+                agent.config().map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             for (n, allow) in file.allow.iter().enumerate() {
                 crate::remembered::compile(&allow.matches)
                     .map_err(|e| format!("{}: [[allow]] number {}: {e}", path.display(), n + 1))?;
             }
-            Defaults { mcp_servers: file.mcp_server, allow: file.allow, ..file.agents.defaults }
+            Defaults {
+                mcp_servers: file.mcp_server,
+                a2a_agents: file.a2a_agent,
+                allow: file.allow,
+                ..file.agents.defaults
+            }
         }
     };
     let var = |key: &str| env(&format!("{ENV_PREFIX}{key}")).filter(|v| !v.trim().is_empty());

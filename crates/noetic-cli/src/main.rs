@@ -11,6 +11,7 @@
 //! confined to a [`workspace`] ([`tools`], [`command`]), the rules as a steering layer, and approvals asked at
 //! the terminal ([`approve`]). With `--local` they use the offline model instead ([`local`]).
 
+mod a2a;
 mod agent;
 mod approve;
 mod chat;
@@ -208,7 +209,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Sessions(args) => {
                 let defaults = config(&args.config)?;
-                sessions::run(args, &defaults)
+                sessions::run(args, &defaults).await
             }
         }
     };

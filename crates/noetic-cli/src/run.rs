@@ -140,18 +140,20 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
                     no_store: args.no_store,
                     ..crate::sessions::StoreArgs::default()
                 };
-                crate::sessions::open(&store_args, defaults)?.map(|s| s.shared())
+                crate::sessions::open(&store_args, defaults).await?.map(|s| s.shared())
             }
             None => None,
         },
-        tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
+        lease_term: crate::sessions::StoreArgs::default().lease,
+        tool_sources: [crate::mcp::start(&servers, &flow.rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
+            .concat(),
         first_round_tool_call: args.local,
         max_idle_sessions: None,
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {
-        Some(name) => agent.runtime.try_session(name)?,
-        None => agent.runtime.session("run"),
+        Some(name) => agent.runtime.open(name).await?,
+        None => agent.runtime.open("run").await?,
     };
     if session.unfinished_turn().is_some() {
         errln!("session {}: finishing the turn a stopped process left before this prompt", session.key());

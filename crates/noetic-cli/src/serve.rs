@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noetic::agent::{MemoryStore, SessionStore};
+use noetic::agent::log::{LogStore, MemoryLogStore};
 use noetic_server::{
     ALLOWED_HOSTS_ENV, AllowedHost, Approvals, MAX_CONNECTIONS_LIMIT, Server, ServerConfig, TOKEN_ENV, check_bind,
 };
@@ -104,9 +104,9 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     let agui_busy = crate::config::agui_busy(args.agui_busy.as_deref(), defaults)?;
     let approvals = Approvals::new(args.approval_timeout);
     let timeout = args.agent.timeout(defaults)?;
-    let store: Arc<dyn SessionStore> = match crate::sessions::open(&args.store, defaults)? {
+    let store: Arc<dyn LogStore> = match crate::sessions::open(&args.store, defaults).await? {
         Some(store) => store.shared(),
-        None => Arc::new(MemoryStore::default()),
+        None => Arc::new(MemoryLogStore::default()),
     };
     let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
     // The page shows a file write's diff with its approval, as the terminal chat does.
@@ -140,6 +140,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         "AG-UI: POST http://{bound}/ag-ui/{} (or /ag-ui/default); a message while a turn runs: {agui_busy}",
         config_name
     );
+    outln!("A2A: agent card at http://{bound}/.well-known/agent-card.json, JSON-RPC at http://{bound}/a2a");
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())
@@ -207,7 +208,7 @@ async fn agent_spec(
     defaults: &Defaults,
     timeout: Option<Duration>,
     approvals: Approvals,
-    store: Arc<dyn SessionStore>,
+    store: Arc<dyn LogStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
     if let Some(path) = &args.workflow {
         let mut flow = workflow::load(path, &defaults.mcp_servers)?;
@@ -236,7 +237,12 @@ async fn agent_spec(
             steering_mode: args.agent.mode(defaults, flow.steering_mode)?,
             approver: Some(approvals.approver()),
             store: Some(store),
-            tool_sources: crate::mcp::start(&servers, &flow.rules).await?,
+            lease_term: args.store.lease,
+            tool_sources: [
+                crate::mcp::start(&servers, &flow.rules).await?,
+                crate::a2a::start(&defaults.a2a_agents).await?,
+            ]
+            .concat(),
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         };
@@ -245,7 +251,9 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources = crate::mcp::start(&defaults.mcp_servers, &rules).await?;
+    let tool_sources =
+        [crate::mcp::start(&defaults.mcp_servers, &rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
+            .concat();
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",
@@ -264,6 +272,7 @@ async fn agent_spec(
         steering_mode: args.agent.mode(defaults, None)?,
         approver: Some(approvals.approver()),
         store: Some(store),
+        lease_term: args.store.lease,
         tool_sources,
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use noetic::NoeticError;
-use noetic::agent::{SessionStore, SessionSummary, StoredSession};
+use noetic::agent::log::{LogStore, Projection, SessionLine, StoreError, queue_message, request_stop};
 use noetic::model::Item;
-use noetic_postgres::{PgOptions, PgStore};
-use noetic_sqlite::SqliteStore;
+use noetic_postgres::PgLogStore;
+use noetic_sqlite::SqliteLogStore;
 
 use crate::config::Defaults;
 use crate::output::outln;
@@ -48,38 +47,29 @@ fn lease_seconds(text: &str) -> Result<std::time::Duration, String> {
     crate::duration::parse("--lease", text, LEASE)
 }
 
-/// An open session store.
-#[derive(Clone, Debug)]
-pub enum Store {
-    /// An SQLite file.
-    Sqlite(Arc<SqliteStore>),
-    /// A PostgreSQL database several workers share.
-    Postgres(Arc<PgStore>),
+/// An open session store: session logs in an SQLite file or a PostgreSQL database.
+#[derive(Clone)]
+pub struct Store {
+    log: Arc<dyn LogStore>,
+    /// Where it is (a path, or a URL without its password).
+    place: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("place", &self.place).finish_non_exhaustive()
+    }
 }
 
 impl Store {
     /// The store, for a runtime.
-    pub fn shared(&self) -> Arc<dyn SessionStore> {
-        match self {
-            Store::Sqlite(s) => s.clone(),
-            Store::Postgres(s) => s.clone(),
-        }
-    }
-
-    /// Reads a session without taking it.
-    pub fn peek(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
-        match self {
-            Store::Sqlite(s) => s.peek(key),
-            Store::Postgres(s) => s.peek(key),
-        }
+    pub fn shared(&self) -> Arc<dyn LogStore> {
+        self.log.clone()
     }
 
     /// Where it is (a path, or a URL without its password).
     pub fn describe(&self) -> String {
-        match self {
-            Store::Sqlite(s) => s.path().display().to_string(),
-            Store::Postgres(s) => s.target().to_owned(),
-        }
+        self.place.clone()
     }
 }
 
@@ -89,13 +79,15 @@ pub fn is_postgres(db: &std::path::Path) -> bool {
 }
 
 /// Opens the store at `db` (a file or a PostgreSQL URL).
-pub fn open_at(db: &std::path::Path, lease: std::time::Duration) -> Result<Store, NoeticError> {
+pub async fn open_at(db: &std::path::Path) -> Result<Store, StoreError> {
     if is_postgres(db) {
         let url = db.to_str().unwrap_or_default();
-        let options = PgOptions { lease, ..PgOptions::default() };
-        return PgStore::connect_with(url, options).map(|s| Store::Postgres(Arc::new(s)));
+        let store = PgLogStore::connect(url).await?;
+        let place = store.target().to_owned();
+        return Ok(Store { log: Arc::new(store), place });
     }
-    SqliteStore::open(db).map(|s| Store::Sqlite(Arc::new(s)))
+    let store = SqliteLogStore::open(db).await?;
+    Ok(Store { place: store.path().display().to_string(), log: Arc::new(store) })
 }
 
 /// The database file: the flag, else noetic.toml's `db`, else the user's data directory.
@@ -117,7 +109,7 @@ pub fn data_dir() -> Option<PathBuf> {
 
 /// The store, unless `--no-store`. A database named by `--db` or noetic.toml in a folder that does not exist is
 /// an error: a typo must not quietly start a new, empty database (only the default folder is created).
-pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, String> {
+pub async fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, String> {
     if args.no_store {
         return Ok(None);
     }
@@ -125,7 +117,7 @@ pub fn open(args: &StoreArgs, defaults: &Defaults) -> Result<Option<Store>, Stri
     if args.db.is_some() || defaults.db.is_some() {
         named_folder_exists(&path)?;
     }
-    open_at(&path, args.lease).map(Some).map_err(|e| e.to_string())
+    open_at(&path).await.map(Some).map_err(|e| e.to_string())
 }
 
 /// Whether the folder of a named SQLite database exists (a PostgreSQL URL has none); the error says what to do.
@@ -198,7 +190,7 @@ enum SessionsCommand {
 }
 
 /// Runs `noetic sessions`.
-pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
+pub async fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let path = db_path(&StoreArgs { db: args.db, ..StoreArgs::default() }, defaults)?;
     let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
     if writes {
@@ -208,74 +200,74 @@ pub fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::e
         outln!("no sessions yet ({} does not exist)", path.display());
         return Ok(());
     }
-    let opened = open_at(&path, StoreArgs::default().lease)?;
+    let opened = open_at(&path).await?;
     let store = opened.shared();
     let path = opened.describe();
+    let missing =
+        |key: &str| format!("no session '{}' in {}; `noetic sessions` lists them", render::visible(key), path);
     match args.command.unwrap_or(SessionsCommand::List) {
-        SessionsCommand::List => list(&store.list()?, &path),
+        SessionsCommand::List => list(&store.list().await?, &path),
         SessionsCommand::Show { key } => {
-            let Some(stored) = opened.peek(&key)? else {
-                return Err(format!(
-                    "no session '{}' in {}; `noetic sessions` lists them",
-                    render::visible(&key),
-                    path
-                )
-                .into());
-            };
-            outln!(
-                "session {} — {} turn(s), {} item(s)",
-                render::visible(&key),
-                stored.snapshot.turns,
-                stored.snapshot.history.len()
-            );
-            for item in &stored.snapshot.history {
-                outln!("  {}", transcript_line(item));
+            let session = Projection::load(store.as_ref(), &key).await?;
+            if session.last == 0 {
+                return Err(missing(&key).into());
             }
-            for message in &stored.snapshot.queued {
-                outln!("  queued: {}", render::visible(&message.text));
-            }
-            if let Some(turn) = &stored.unfinished {
-                outln!(
-                    "  unfinished turn in step '{}' (left by a stopped process): `noetic chat --session {}` offers to resume it",
-                    render::visible(&turn.step_id),
-                    render::visible(&key)
-                );
-            }
-            let ledger = store.ledger(&key)?;
-            outln!("  steering ledger ({} decision(s)):", ledger.len());
-            let style = render::Style::detect(true);
-            let mut entries = Vec::new();
-            for entry in ledger {
-                match serde_json::from_str::<noetic::steering::LedgerEntry>(&entry) {
-                    Ok(entry) => entries.push(entry),
-                    Err(e) => outln!("  (an unreadable ledger entry: {e})"),
-                }
-            }
-            for line in crate::ledger::view(&style, &entries, true, "") {
-                outln!("  {line}");
-            }
+            show(&key, &session);
         }
         SessionsCommand::Steer { key, text } => {
             let message = noetic::agent::SteerMessage::new(text);
-            store.steer_elsewhere(&key, &message)?;
+            queue_message(store.as_ref(), &key, &message).await?;
             outln!("queued for session {} (message {})", render::visible(&key), message.id);
         }
         SessionsCommand::Stop { key } => {
-            if store.request_stop(&key, "stopped with noetic sessions stop")? {
-                outln!("asked session {} to stop; its queue is cleared", render::visible(&key));
-            } else {
-                return Err(format!("no session '{}' in {}", render::visible(&key), path).into());
+            if !request_stop(store.as_ref(), &key, "stopped with noetic sessions stop").await? {
+                return Err(missing(&key).into());
             }
+            outln!("asked session {} to stop; its queue is cleared", render::visible(&key));
         }
         SessionsCommand::Rm { key } => {
-            if store.delete(&key)? {
-                outln!("deleted session {}", render::visible(&key));
-            } else {
-                return Err(format!("no session '{}' in {}", render::visible(&key), path).into());
+            let holder = match store.leases() {
+                Some(leases) => leases.holder(&key).await?,
+                None => None,
+            };
+            if let Some(holder) = holder {
+                return Err(format!(
+                    "session {} is running a turn in {}; stop it first (`noetic sessions stop {}`)",
+                    render::visible(&key),
+                    render::visible(&holder),
+                    render::visible(&key)
+                )
+                .into());
             }
+            if !store.delete(&key).await? {
+                return Err(missing(&key).into());
+            }
+            outln!("deleted session {}", render::visible(&key));
         }
     }
     Ok(())
+}
+
+/// `noetic sessions show`: the transcript, the queue, a turn left open, the ledger.
+fn show(key: &str, session: &Projection) {
+    outln!("session {} — {} turn(s), {} item(s)", render::visible(key), session.turns, session.conversation.len());
+    for item in &session.conversation {
+        outln!("  {}", transcript_line(item));
+    }
+    for message in &session.queue {
+        outln!("  queued: {}", render::visible(&message.text));
+    }
+    if session.open_turn.is_some() {
+        outln!(
+            "  unfinished turn (running, or left by a stopped process): `noetic chat --session {}` offers to resume it",
+            render::visible(key)
+        );
+    }
+    outln!("  steering ledger ({} decision(s)):", session.ledger.len());
+    let style = render::Style::detect(true);
+    for line in crate::ledger::view(&style, &session.ledger, true, "") {
+        outln!("  {line}");
+    }
 }
 
 /// One transcript entry, with model-written text made printable: its line breaks are real (indented under the
@@ -284,7 +276,7 @@ fn transcript_line(item: &Item) -> String {
     render::printable(&item.to_string()).replace('\n', "\n    ")
 }
 
-fn list(sessions: &[SessionSummary], path: &str) {
+fn list(sessions: &[SessionLine], path: &str) {
     if sessions.is_empty() {
         outln!("no sessions in {path}");
         return;
@@ -296,10 +288,10 @@ fn list(sessions: &[SessionSummary], path: &str) {
         outln!(
             "{:<34} {:>5} {:>6} {:>6}  {:<10}  {}",
             render::visible(&s.key),
-            s.turns,
-            s.items,
-            s.queued,
-            if s.unfinished { "yes" } else { "no" },
+            s.summary.turns,
+            s.summary.items,
+            s.summary.queued,
+            if s.summary.open_turn.is_some() { "yes" } else { "no" },
             describe_age(ago)
         );
     }

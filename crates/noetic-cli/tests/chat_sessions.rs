@@ -106,43 +106,69 @@ async fn resume_offers_the_recent_sessions_by_number_and_continues_the_one_picke
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_chat_on_a_session_another_chat_holds_is_refused_at_start_naming_the_holder() {
-    let server = server(vec![answer("Working on it.")]).await;
+async fn a_second_chat_on_a_session_whose_turn_runs_in_another_chat_is_refused_at_start_naming_the_holder() {
+    let model = common::streaming::StreamingModel::start().await;
     let (ws, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut holder = chat(&server, ws.path(), data.path(), &["--session", "shared"]);
-    let pid = drive(move || {
-        holder.send("hello");
-        holder.wait_for("■ turn done");
-        holder
+    let base_url = model.base_url.clone();
+    let chat_on = |data: &Path, ws: &Path| {
+        let mut cmd = noetic();
+        cmd.env("XDG_DATA_HOME", data)
+            .args(["chat", "--plain", "--model", "test-model", "--base-url", &base_url])
+            .args(["--session", "shared", "--workspace"])
+            .arg(ws);
+        cmd
+    };
+    let mut holder = Driven::spawn(chat_on(data.path(), ws.path()));
+    holder.send("hello");
+    // The holder's turn waits for the model's answer: it runs, and holds the session's lease, until the reply ends.
+    let (_model, (_, reply)) = drive(move || {
+        let request = model.next_request();
+        (model, request)
     })
     .await;
-    let mut second = noetic();
-    second.env("XDG_DATA_HOME", data.path()).args([
-        "chat",
-        "--plain",
-        "--model",
-        "test-model",
-        "--base-url",
-        &format!("{}/v1", server.uri()),
-        "--session",
-        "shared",
-    ]);
-    let refused = run(second.arg("--workspace").arg(ws.path()));
+    let refused = run(&mut chat_on(data.path(), ws.path()));
     assert!(!refused.status.success(), "{}", refused.stdout);
     assert!(
-        refused.stderr.contains("cannot open session shared: session 'shared' is busy in process")
-            && refused.stderr.contains("quit that one first, or start a new session with `noetic chat`"),
+        refused.stderr.contains("cannot open session shared: a turn of it runs in")
+            && refused.stderr.contains("steer it with `noetic sessions steer shared TEXT`")
+            && refused.stderr.contains("or start a new session with `noetic chat`"),
         "{}",
         refused.stderr
     );
     assert!(!refused.stdout.contains("noetic chat —"), "refused before the chat starts:\n{}", refused.stdout);
-    let mut holder = pid;
+    reply.text("Working on it.");
+    reply.finish();
     let out = drive(move || {
+        holder.wait_for("■ turn done");
         holder.send("/quit");
         holder.finish()
     })
     .await;
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_another_chat_has_open_but_is_not_running_a_turn_of_is_shared() {
+    let server = server(vec![answer("First answer."), answer("Second answer.")]).await;
+    let (ws, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = chat(&server, ws.path(), data.path(), &["--session", "shared"]);
+    let first = drive(move || {
+        first.send("hello");
+        first.wait_for("■ turn done");
+        first
+    })
+    .await;
+    // The second chat opens the session while the first still has it open, idle: it sees the first's turn.
+    let second = chat_once(&server, ws.path(), data.path(), &["--session", "shared"], &["and you?"]).await;
+    assert!(second.contains("you   hello") && second.contains("First answer."), "{second}");
+    assert!(second.contains("Second answer."), "{second}");
+    let mut first = first;
+    let out = drive(move || {
+        first.send("/quit");
+        first.finish()
+    })
+    .await;
+    assert!(out.status.success(), "{}", out.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

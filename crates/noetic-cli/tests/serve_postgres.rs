@@ -14,6 +14,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::noetic;
+use noetic::agent::log::{LogStore, Projection};
 use noetic::model::Item;
 use serde_json::{Value, json};
 
@@ -202,21 +203,23 @@ async fn who_asks(client: &reqwest::Client, workers: &[Worker], session: &str, c
     }
 }
 
-/// The session as stored, once no turn holds it and nothing is queued (30 s at most).
-async fn settled(url: &str, key: &str) -> noetic::agent::StoredSession {
-    let store = noetic_postgres::PgStore::connect(url).unwrap();
+/// The session as its log holds it, and the worker holding its lease.
+async fn view(store: &noetic_postgres::PgLogStore, key: &str) -> (Projection, Option<String>) {
+    let holder = store.leases().unwrap().holder(key).await.unwrap();
+    (Projection::load(store, key).await.unwrap(), holder)
+}
+
+/// The session as its log holds it, once no turn holds it and nothing is queued (30 s at most).
+async fn settled(url: &str, key: &str) -> Projection {
+    let store = noetic_postgres::PgLogStore::connect(url).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // The lease before and after the read: a turn that ended between the two reads would otherwise pass off
         // the conversation as it was before that turn's last write.
-        let before = store.lease_holder(key).unwrap();
-        let stored = store.peek(key).unwrap();
-        let holder = store.lease_holder(key).unwrap().or(before);
-        if let Some(stored) = stored
-            && holder.is_none()
-            && stored.unfinished.is_none()
-            && stored.snapshot.queued.is_empty()
-        {
+        let (_, before) = view(&store, key).await;
+        let (stored, after) = view(&store, key).await;
+        let holder = after.or(before);
+        if stored.last > 0 && holder.is_none() && stored.open_turn.is_none() && stored.queue.is_empty() {
             return stored;
         }
         assert!(Instant::now() < deadline, "session {key} did not settle within 30 s (lease: {holder:?})");
@@ -266,10 +269,10 @@ async fn messages_for_one_idle_session_through_three_workers_start_one_turn_and_
     approve_on(&client, &workers[owner], &k, "c1", true).await;
     let stored = settled(&url, &k).await;
     for i in 0..9 {
-        let n = stored.snapshot.history.iter().filter(|item| **item == Item::user(format!("message {i}"))).count();
+        let n = stored.conversation.iter().filter(|item| **item == Item::user(format!("message {i}"))).count();
         assert_eq!(n, 1, "message {i} is in the conversation {n} times");
     }
-    let results = tool_results(&stored.snapshot.history);
+    let results = tool_results(&stored.conversation);
     let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["c1", "c2", "c3"], "one result per call (the rest of the batch skipped by the steering)");
     let runs = std::fs::read_to_string(workspace.join("runs.txt")).unwrap();
@@ -300,7 +303,7 @@ async fn a_message_and_a_stop_through_a_worker_that_does_not_run_the_turn_reach_
     assert_eq!(steered["routed"], "steered", "{steered}");
     std::fs::write(workspace.join("release"), "").unwrap();
     let stored = settled(&url, &k).await;
-    let history = &stored.snapshot.history;
+    let history = &stored.conversation;
     assert_eq!(history.iter().filter(|i| **i == Item::user("stop after this one")).count(), 1);
     let results = tool_results(history);
     assert!(results[1].1.contains("Skipped") && results[2].1.contains("Skipped"), "{results:?}");
@@ -314,12 +317,21 @@ async fn a_message_and_a_stop_through_a_worker_that_does_not_run_the_turn_reach_
         post(&client, workers[1].url(&format!("/api/sessions/{k}/messages")), json!({"text": "go"})).await;
     assert_eq!(started["routed"], "started");
     approve_on(&client, &workers[1], &k, "c1", true).await;
+    // Stopped once c1 runs (a stop before it starts would rightly keep it from running at all).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(workspace.join("runs.txt")).unwrap_or_default().contains("c1\n") {
+        assert!(Instant::now() < deadline, "c1 did not start within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (status, stopped) = post(&client, workers[0].url(&format!("/api/sessions/{k}/stop")), json!({})).await;
     assert_eq!((status, stopped["cancelled"].clone()), (200, json!(true)), "{stopped}");
     std::fs::write(workspace.join("release"), "").unwrap();
     let stored = settled(&url, &k).await;
-    assert_eq!(std::fs::read_to_string(workspace.join("runs.txt")).unwrap(), "c1\nc1-end\n", "nothing after the stop");
-    let results = tool_results(&stored.snapshot.history);
+    // A stop cancels the running turn, its running tool included (SPEC 4.8): c1 is cancelled (or had just ended),
+    // and nothing runs after it.
+    let runs = std::fs::read_to_string(workspace.join("runs.txt")).unwrap();
+    assert!(runs == "c1\n" || runs == "c1\nc1-end\n", "nothing after the stop: {runs:?}");
+    let results = tool_results(&stored.conversation);
     assert_eq!(results.len(), 3, "every call has a result: {results:?}");
     let skipped = |r: &(String, String)| {
         let text = r.1.to_lowercase();
@@ -375,16 +387,16 @@ async fn when_the_worker_running_a_turn_is_killed_another_takes_it_over_and_fini
                     approve_on(&client, &workers[1], &k, &call, false).await;
                 }
             }
-            let store = noetic_postgres::PgStore::connect(&url).unwrap();
-            let stored = store.peek(&k).unwrap().unwrap();
-            if stored.unfinished.is_none() && store.lease_holder(&k).unwrap().is_none() {
+            let store = noetic_postgres::PgLogStore::connect(&url).await.unwrap();
+            let (stored, holder) = view(&store, &k).await;
+            if stored.open_turn.is_none() && holder.is_none() {
                 break stored;
             }
             assert!(Instant::now() < deadline, "{kill_point}: not taken over within 30 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         eprintln!("{kill_point}: taken over and finished {} ms after kill -9", killed_at.elapsed().as_millis());
-        let history = &stored.snapshot.history;
+        let history = &stored.conversation;
         let results = tool_results(history);
         let mut ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
         ids.sort_unstable();
@@ -395,7 +407,7 @@ async fn when_the_worker_running_a_turn_is_killed_another_takes_it_over_and_fini
         assert!(runs.matches("c1\n").count() <= 1, "{kill_point}: c1 never re-run: {runs}");
         assert!(!runs.contains("c2\n") || kill_point == "c2 asked", "{kill_point}: {runs}");
         let shown = history.iter().filter(|i| **i == Item::user("keep going")).count()
-            + stored.snapshot.queued.iter().filter(|m| m.text == "keep going").count();
+            + stored.queue.iter().filter(|m| m.text == "keep going").count();
         assert_eq!(shown, 1, "{kill_point}: the steering message survives the kill, once");
         assert!(
             matches!(history.last(), Some(Item::Message { role: noetic::model::Role::Assistant, .. })),
@@ -457,7 +469,7 @@ async fn a_worker_killed_at_random_moments_never_makes_a_tool_run_twice_or_a_mes
         let stored = settled(&url, &k).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         approver.await.unwrap();
-        let history = &stored.snapshot.history;
+        let history = &stored.conversation;
         let calls: Vec<String> = history
             .iter()
             .filter_map(|i| match i {
@@ -521,13 +533,13 @@ async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_ac
     std::fs::write(workspace.join("release"), "").unwrap();
     // One message while the dead worker's lease still runs, one in the window after it lapsed and before the
     // survivor (which looks every 2 s) took the turn over: both are accepted, neither refused.
-    let store = noetic_postgres::PgStore::connect(&url).unwrap();
+    let store = noetic_postgres::PgLogStore::connect(&url).await.unwrap();
     let mut sent = Vec::new();
     let mut in_the_window = false;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let unfinished = store.peek(&k).unwrap().unwrap().unfinished.is_some();
-        let lapsed = store.lease_holder(&k).unwrap().is_none();
+        let (stored, holder) = view(&store, &k).await;
+        let (unfinished, lapsed) = (stored.open_turn.is_some(), holder.is_none());
         if sent.is_empty() || (unfinished && lapsed && !in_the_window) {
             in_the_window = !sent.is_empty();
             let text = format!("note {}", sent.len());
@@ -554,8 +566,8 @@ async fn messages_posted_while_a_dead_workers_turn_waits_to_be_taken_over_are_ac
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     approver.await.unwrap();
     for text in &sent {
-        let shown = stored.snapshot.history.iter().filter(|i| **i == Item::user(text.as_str())).count();
-        assert_eq!(shown, 1, "{text} shown once: {:?}", stored.snapshot.history);
+        let shown = stored.conversation.iter().filter(|i| **i == Item::user(text.as_str())).count();
+        assert_eq!(shown, 1, "{text} shown once: {:?}", stored.conversation);
     }
 }
 
@@ -584,8 +596,7 @@ async fn steering_through_different_workers_reaches_the_model_in_the_order_it_wa
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     approver.await.unwrap();
     let users: Vec<&str> = stored
-        .snapshot
-        .history
+        .conversation
         .iter()
         .filter_map(|i| match i {
             Item::Message { role: noetic::model::Role::User, .. } => i.text(),
@@ -619,7 +630,7 @@ async fn a_worker_that_does_not_run_a_sessions_turn_shows_it_as_stored_running_w
         assert!(after["unfinished_turn"].is_null(), "worker {i} shows no unfinished turn: {after}");
         assert_eq!(
             after["history"].as_array().unwrap().len(),
-            stored.snapshot.history.len(),
+            stored.conversation.len(),
             "worker {i} shows the whole conversation: {after}"
         );
     }

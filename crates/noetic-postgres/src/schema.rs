@@ -9,17 +9,15 @@
 //! * Version 3: the session log ([`crate::PgLogStore`]): one row per entry (`noetic_log`), one summary row per
 //!   session (`noetic_log_sessions`: the last position, the [`noetic::agent::log::Summary`] as JSON, a global append
 //!   counter for the list's order, the transaction that last appended, for watchers catching up), snapshots and
-//!   leases. Migrating to it converts every session of versions 1–2 into log entries (see [`crate::log`]); the
-//!   tables of versions 1–2 stay, unchanged, for [`crate::PgStore`].
+//!   leases. Migrating to it converts every session of versions 1–2 (the store before the session log) into log
+//!   entries (see [`crate::log`]); the tables of versions 1–2 stay as they were, unused.
 //!
-//! [`crate::PgStore`] migrates a database only up to version 2 (its own tables) and works on a version 3 database
-//! as on a version 2 one: version 3 adds tables it does not use and changes none it uses. Only
-//! [`crate::PgLogStore`] migrates to version 3. Either refuses a database newer than [`LOG_SCHEMA_VERSION`].
+//! [`crate::PgLogStore`] refuses a database newer than [`LOG_SCHEMA_VERSION`].
 //!
 //! Workers that start together migrate one at a time: the migration runs under a transaction-scoped advisory
 //! lock, and reads the version again once it holds it.
 
-/// The schema version [`crate::PgStore`] migrates a database to (its tables are complete at it).
+/// The last schema version of the store before the session log (its tables are complete at it).
 pub const SCHEMA_VERSION: i32 = 2;
 
 /// The schema version [`crate::PgLogStore`] migrates a database to: the newest this build knows.
@@ -110,39 +108,3 @@ CREATE TABLE noetic_log_leases (
     lease_until TIMESTAMPTZ NOT NULL
 );
 ";
-
-/// What migrating found.
-#[derive(Debug)]
-pub(crate) enum Migrated {
-    /// The database is at [`SCHEMA_VERSION`] or [`LOG_SCHEMA_VERSION`].
-    Current,
-    /// The database was written by a newer noetic (nothing was changed).
-    Newer(i32),
-}
-
-/// Brings the database up to [`SCHEMA_VERSION`] in one transaction (a version 3 database is left as it is).
-pub(crate) fn migrate(client: &mut postgres::Client) -> Result<Migrated, postgres::Error> {
-    let mut tx = client.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS noetic_schema (version INTEGER NOT NULL)")?;
-    let version: i32 = match tx.query_opt("SELECT version FROM noetic_schema", &[])? {
-        Some(row) => row.get(0),
-        None => {
-            tx.execute("INSERT INTO noetic_schema (version) VALUES (0)", &[])?;
-            0
-        }
-    };
-    if version > LOG_SCHEMA_VERSION {
-        tx.rollback()?;
-        return Ok(Migrated::Newer(version));
-    }
-    let steps: [(i32, &str); 2] = [(1, V1), (2, V2)];
-    for (to, sql) in steps {
-        if version < to {
-            tx.batch_execute(sql)?;
-            tx.execute("UPDATE noetic_schema SET version = $1", &[&to])?;
-        }
-    }
-    tx.commit()?;
-    Ok(Migrated::Current)
-}

@@ -1,4 +1,4 @@
-//! Databases of schema versions 1 and 2 (as `PgStore` left them) opened with the session-log store: every session
+//! Databases of schema versions 1 and 2 (as the store before the session log left them) opened with the session-log store: every session
 //! becomes a log whose projection is the old session, once, in place; a row that does not read stops the migration
 //! with nothing written; the old store goes on working on the migrated database.
 //!
@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use noetic::agent::log::{Expect, LogStore, Projection};
-use noetic::agent::{BatchPolicy, SessionStore, SteerMessage, SteeringMode, setting_text};
+use noetic::agent::{BatchPolicy, SteerMessage, SteeringMode, setting_text};
 use noetic::model::{Item, ToolCall, ToolResult};
 use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
 use noetic_postgres::testing::{Throwaway, create_at_version};
-use noetic_postgres::{LOG_SCHEMA_VERSION, PgLogStore, PgStore};
+use noetic_postgres::{LOG_SCHEMA_VERSION, PgLogStore};
 
 /// A database of the test's own, or `None` (with the reason printed) when there is no server and none is required.
 async fn database(name: &str) -> Option<Throwaway> {
@@ -190,25 +190,3 @@ async fn a_ledger_row_that_does_not_read_stops_the_migration_naming_it_and_nothi
     db.remove().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_old_store_keeps_working_on_a_database_the_log_store_migrated() {
-    let Some(db) = database("log_old_store").await else { return };
-    let client = db.client().await.unwrap();
-    let old = old_sessions(&client, 2).await;
-    let log = PgLogStore::connect(&db.url).await.unwrap();
-    let url = db.url.clone();
-    // The old store is synchronous: it runs off the async workers.
-    let history = tokio::task::spawn_blocking(move || {
-        let store = Arc::new(PgStore::connect(&url).unwrap());
-        assert_eq!(store.schema_version().unwrap(), LOG_SCHEMA_VERSION, "left at version 3");
-        store.push_message("done", &SteerMessage::new("through the old store")).unwrap();
-        store.peek("done").unwrap().unwrap().snapshot.history
-    })
-    .await
-    .unwrap();
-    assert_eq!(history, old.done_history);
-    assert_eq!(schema_version(&client).await, LOG_SCHEMA_VERSION);
-    check_converted(&log, &old).await;
-    drop((log, client));
-    db.remove().await.unwrap();
-}

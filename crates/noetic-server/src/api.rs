@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use noetic::agent::{Observed, Routed, Session, SessionError, SteerError, SteeringMode, Turn};
+use noetic::agent::{Routed, Session, SessionError, SteerError, SteeringMode, Turn};
 use noetic::context::{Event, EventKind, Followed};
 use noetic::tool::Approval;
 use serde::{Deserialize, Serialize, Serializer};
@@ -58,9 +58,9 @@ pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
     }
 }
 
-pub(crate) fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
+pub(crate) async fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
     check_key(key)?;
-    state.runtime.try_session(key).map_err(|e| {
+    state.runtime.open(key).await.map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {e}"))
     })
 }
@@ -103,10 +103,11 @@ pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
     });
 }
 
-/// Every `every`, resumes the turns dead workers left (SPEC 6: a store several workers share lists them once their
-/// lease expired). Several workers may try the same session: its lease lets exactly one resume it.
+/// Every `every`, resumes the turns dead workers left and runs messages nobody took (SPEC 6: a turn whose
+/// worker's lease ran out, or whose process is gone). Several workers may try the same session: its lease lets
+/// exactly one resume it.
 pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) {
-    let Some(store) = state.runtime.store().cloned() else { return };
+    let Some(store) = state.runtime.log_store().cloned() else { return };
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -114,29 +115,42 @@ pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) 
         if state.shutdown.is_cancelled() {
             return;
         }
-        let orphaned = match store.orphaned() {
-            Ok(keys) => keys,
+        let listed = match store.list().await {
+            Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for turns left by dead workers");
                 continue;
             }
         };
-        for key in orphaned {
-            let Ok(session) = state.runtime.try_session(&key) else { continue };
-            // An unfinished turn first; else messages nobody took start a turn.
-            let started = match session.resume().await {
-                Ok(None) => session.continue_session().await,
-                other => other,
-            };
-            match started {
-                Ok(Some(turn)) => {
-                    tracing::info!(session = %key, turn = turn.number(), "took over a session no live worker runs");
-                    run_turn(&state, session, turn);
-                }
-                Ok(None) => {}
-                Err(e) => tracing::debug!(session = %key, error = %e, "not taken over (another worker may have it)"),
+        for line in listed {
+            let waiting = line.summary.open_turn.is_some() || line.summary.queued > 0;
+            if !waiting || state.running.contains(&line.key) {
+                continue;
             }
+            if let Some(leases) = store.leases()
+                && !matches!(leases.holder(&line.key).await, Ok(None))
+            {
+                continue;
+            }
+            take_over_one(&state, &line.key).await;
         }
+    }
+}
+
+/// Resumes `key`'s unfinished turn, else runs the messages waiting in its queue.
+async fn take_over_one(state: &Arc<AppState>, key: &str) {
+    let Ok(session) = state.runtime.open(key).await else { return };
+    let started = match session.resume().await {
+        Ok(None) => session.continue_session().await,
+        other => other,
+    };
+    match started {
+        Ok(Some(turn)) => {
+            tracing::info!(session = %key, turn = turn.number(), "took over a session no live worker runs");
+            run_turn(state, session, turn);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::debug!(session = %key, error = %e, "not taken over (another worker may have it)"),
     }
 }
 
@@ -162,7 +176,7 @@ pub(crate) async fn post_message(
     body: Result<Json<MessageBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
-    let session = session(&state, &key)?;
+    let session = session(&state, &key).await?;
     if body.text.chars().count() > state.config.max_message_chars {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -220,60 +234,33 @@ struct QueuedMessage {
     accepted_at: SystemTime,
 }
 
-/// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs or was left unfinished. A session
-/// whose turn does not run here is read from a store other workers share (what this worker remembers of it is only
-/// as new as its own last turn there).
+/// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs (here or on another worker) or
+/// was left unfinished, as the session's log says (what other workers append reaches this worker's copy as they
+/// append it).
 pub(crate) async fn get_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = session(&state, &key)?;
-    let observed = match state.runtime.store().cloned() {
-        Some(store) if !session.is_busy() => {
-            let k = key.clone();
-            tokio::task::spawn_blocking(move || store.observe(&k))
-                .await
-                .map_err(|e| ApiError::internal(format!("reading session '{key}' failed: {e}")))?
-                .map_err(|e| {
-                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", format!("session '{key}': {e}"))
-                })?
-        }
-        _ => None,
+    let session = session(&state, &key).await?;
+    let running_on = match session.is_busy() {
+        true => None,
+        false => session.running_elsewhere().await,
     };
     let pending_approvals = state.approvals.listed(Some(&key)).await;
-    let last_event_seq = session.last_event_seq();
-    let body = match observed {
-        Some(Observed { stored: Some(stored), running_on }) => {
-            let snapshot = stored.snapshot;
-            json!({
-                "key": key,
-                "busy": running_on.is_some(),
-                "running_on": running_on,
-                "turns": snapshot.turns,
-                "steering_mode": snapshot.mode.as_str(),
-                "steering_capacity": snapshot.capacity,
-                "queued": queued_lines(snapshot.queued),
-                // A running turn's journal is not a turn left behind.
-                "unfinished_turn": stored.unfinished.filter(|_| running_on.is_none()).map(|u| u.step_id),
-                "last_event_seq": last_event_seq,
-                "pending_approvals": pending_approvals,
-                "history": snapshot.history,
-            })
-        }
-        _ => json!({
-            "key": key,
-            "busy": session.is_busy(),
-            "turns": session.turns(),
-            "steering_mode": session.steering_mode().as_str(),
-            "steering_capacity": session.steering_capacity(),
-            "queued": queued_lines(session.queued_messages()),
-            "unfinished_turn": session.unfinished_turn(),
-            "last_event_seq": last_event_seq,
-            "pending_approvals": pending_approvals,
-            "history": session.history(),
-        }),
-    };
-    Ok(Json(body))
+    Ok(Json(json!({
+        "key": key,
+        "busy": session.is_busy() || running_on.is_some(),
+        "running_on": running_on,
+        "turns": session.turns(),
+        "steering_mode": session.steering_mode().as_str(),
+        "steering_capacity": session.steering_capacity(),
+        "queued": queued_lines(session.queued_messages()),
+        // A turn running on another worker is not a turn left behind.
+        "unfinished_turn": session.unfinished_turn().filter(|_| running_on.is_none()),
+        "last_event_seq": session.last_event_seq(),
+        "pending_approvals": pending_approvals,
+        "history": session.history(),
+    })))
 }
 
 fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> {
@@ -288,18 +275,14 @@ pub(crate) async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    check_key(&key)?;
-    let entries = store(&state)?
-        .ledger(&key)
-        .map_err(|e| ApiError::internal(format!("could not read the ledger of '{key}': {e}")))?;
-    let entries: Vec<Value> =
-        entries.iter().map(|e| serde_json::from_str(e).unwrap_or_else(|_| Value::String(e.clone()))).collect();
+    store(&state)?;
+    let entries = session(&state, &key).await?.ledger();
     Ok(Json(json!({ "key": key, "entries": entries })))
 }
 
 /// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
 pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
-    let session = session(&state, &key)?;
+    let session = session(&state, &key).await?;
     let (cleared, cancelled) = session.stop("stopped through the API").await;
     Ok(Json(json!({ "cleared": cleared, "cancelled": cancelled })))
 }
@@ -309,7 +292,7 @@ pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = startable(&state, &key)?;
+    let session = startable(&state, &key).await?;
     let started = session.continue_session().await;
     start_with(&state, &key, session, "started", started)
 }
@@ -319,15 +302,15 @@ pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = startable(&state, &key)?;
+    let session = startable(&state, &key).await?;
     let started = session.resume().await;
     start_with(&state, &key, session, "resumed", started)
 }
 
 /// Starts the turn `start` makes, if any, and answers `{field: true, "turn": N}` or `{field: false}`.
 /// The session `key`, when the server still starts turns.
-fn startable(state: &AppState, key: &str) -> Result<Session, ApiError> {
-    let session = session(state, key)?;
+async fn startable(state: &AppState, key: &str) -> Result<Session, ApiError> {
+    let session = session(state, key).await?;
     if state.shutdown.is_cancelled() {
         return Err(shutting_down());
     }
@@ -365,7 +348,7 @@ pub(crate) async fn set_mode(
     body: Result<Json<ModeBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body?;
-    let session = session(&state, &key)?;
+    let session = session(&state, &key).await?;
     let mode = SteeringMode::parse(&body.mode).map_err(|e| ApiError::bad_request("invalid_mode", e.to_string()))?;
     session.set_steering_mode(mode).await;
     Ok(Json(json!({ "mode": mode.as_str() })))
@@ -389,7 +372,7 @@ pub(crate) async fn events(
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let Query(query) = query?;
-    let session = session(&state, &key)?;
+    let session = session(&state, &key).await?;
     let from_header =
         match headers.get("last-event-id") {
             Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
@@ -514,10 +497,10 @@ pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     if state.shutdown.is_cancelled() {
         return shutting_down().into_response();
     }
-    if let Some(store) = state.runtime.store()
-        && let Err(e) = store.list()
+    if let Some(store) = state.runtime.log_store()
+        && let Err(e) = store.list().await
     {
-        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()).into_response();
+        return crate::sessions::unavailable(e).into_response();
     }
     Json(json!({ "status": "ready" })).into_response()
 }

@@ -98,6 +98,11 @@ impl Approvals {
         Arc::new(self.clone())
     }
 
+    /// How long a call waits for a decision.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The calls waiting now, oldest first; only `session`'s when given.
     pub fn pending(&self, session: Option<&str>) -> Vec<PendingApproval> {
         let mut list: Vec<PendingApproval> = lock(&self.waiting)

@@ -28,7 +28,7 @@ pub(crate) async fn compact(
     Path(key): Path<String>,
     body: Option<Json<CompactBody>>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = session(&state, &key)?;
+    let session = session(&state, &key).await?;
     if session.is_busy() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -34,9 +34,8 @@ pub struct ServerConfig {
     pub max_message_chars: usize,
     /// How long a shutdown waits for running turns before the process leaves them to be resumed.
     pub shutdown_grace: Duration,
-    /// How often the server looks for turns a dead worker left (a store several workers share lists them once
-    /// their lease expired: [`SessionStore::orphaned`](noetic::agent::SessionStore::orphaned)) and resumes them;
-    /// `None` never.
+    /// How often the server looks for turns a dead worker left (an open turn in a session's log whose lease nobody
+    /// holds) and messages nobody took, and resumes or runs them; `None` never.
     pub takeover_every: Option<Duration>,
     /// Once the first byte of a request arrived, how long its head (request line and headers) may take; a
     /// connection whose client trickles a head slower is closed.
@@ -57,6 +56,23 @@ pub struct ServerConfig {
     /// What a new message does on the AG-UI endpoint while the thread's turn runs: steer it (the default), queue
     /// it for after the turn, reject it, or stop the turn and start a new one ([`BusyPolicy`]).
     pub agui_busy: BusyPolicy,
+    /// What the A2A agent card says the agent does (`description`); empty: a sentence naming the agent.
+    pub agent_description: String,
+    /// The skills the A2A agent card lists; none: one skill, talking to the agent.
+    pub skills: Vec<AgentSkill>,
+}
+
+/// A skill the A2A agent card lists: something callers may ask the agent to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSkill {
+    /// A stable id (`review-code`).
+    pub id: String,
+    /// A short name.
+    pub name: String,
+    /// What the skill does, for the calling agent's model.
+    pub description: String,
+    /// Keywords.
+    pub tags: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +90,8 @@ impl Default for ServerConfig {
             max_connections: 1024,
             agent_name: "default".to_owned(),
             agui_busy: BusyPolicy::Steer,
+            agent_description: String::new(),
+            skills: Vec::new(),
         }
     }
 }

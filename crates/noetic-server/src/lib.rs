@@ -27,6 +27,7 @@
 //! | `GET /api/approvals`, `POST /api/approvals/{call_id}` `{"approve", "reason"}` | calls waiting for a decision |
 //! | `GET /healthz`, `GET /readyz` | liveness and readiness |
 //! | `POST /ag-ui/{agent}` (AG-UI `RunAgentInput`) | an AG-UI run: the AG-UI event stream of the thread's turn (see below) |
+//! | `GET /.well-known/agent-card.json`, `POST /a2a` (A2A 1.0 JSON-RPC) | the A2A agent card and endpoint: a context is a session, a task a turn (see below) |
 //!
 //! The AG-UI endpoint speaks the AG-UI protocol to AG-UI front-ends: a thread is a session, approvals are
 //! interrupts, and a run with a new message while the thread's turn runs steers it ([`BusyPolicy`]; what became
@@ -35,7 +36,12 @@
 //! injected messages and skipped calls are `CUSTOM` events named `noetic.*`; a failed turn is `RUN_ERROR` with our
 //! error kind as its `code`, and an input error is `RUN_ERROR` with the API's error code.
 //!
-//! With an access token set, every `/api` and `/ag-ui` request must carry it (`Authorization: Bearer …`, or `?access_token=`
+//! The A2A endpoint speaks A2A 1.0 (JSON-RPC binding) to other agents: `SendMessage`, `SendStreamingMessage`,
+//! `GetTask`, `CancelTask`, `SubscribeToTask`. A task is a session turn (id `SESSION:TURN`), a call waiting for
+//! approval puts it in `TASK_STATE_INPUT_REQUIRED` and a reply (`approve`, `reject: <why>`) decides it, and a message
+//! to a working task steers it ([`STEERING_EXTENSION`], advertised in the card).
+//!
+//! With an access token set, every `/api`, `/ag-ui` and `/a2a` request must carry it (`Authorization: Bearer …`, or `?access_token=`
 //! for an `EventSource`); the page and the health routes need none. A server bound to anything but loopback
 //! refuses to start without a token ([`check_bind`]).
 //!
@@ -61,6 +67,7 @@
 //! each new connection closes the longest-idle one. Event streams (a keep-alive every 15 s) are requests in
 //! progress and outlive all of these.
 
+mod a2a;
 mod agui;
 mod api;
 mod approvals;
@@ -87,10 +94,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use a2a::STEERING_EXTENSION;
 pub use agui::{BusyPolicy, ROUTED_HEADER};
 pub use api::MAX_KEY_LEN;
 pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval, Preview};
-pub use config::{ALLOWED_HOSTS_ENV, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
+pub use config::{
+    ALLOWED_HOSTS_ENV, AgentSkill, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind,
+};
 pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
 
@@ -156,9 +166,14 @@ impl Server {
         let agui = Router::new()
             .route("/{agent}", post(agui::run))
             .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
+        let a2a = Router::new()
+            .route("/a2a", post(a2a::rpc))
+            .route_layer(middleware::from_fn_with_state(self.state.clone(), authorize));
         let routes = Router::new()
             .nest("/api", api)
             .nest("/ag-ui", agui)
+            .merge(a2a)
+            .route("/.well-known/agent-card.json", get(a2a::agent_card))
             .route("/healthz", get(api::health))
             .route("/readyz", get(api::ready));
         assets::routes(routes)

@@ -1,4 +1,4 @@
-//! The store's sessions as a list (with which turns run now) and deleting one.
+//! The log store's sessions as a list (with which turns run now, here or on another worker) and deleting one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use noetic::agent::{SessionStore, SessionSummary};
+use noetic::agent::log::LogStore;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -17,7 +17,7 @@ use crate::api::{check_key, unix_millis};
 use crate::error::ApiError;
 
 /// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
-/// running turn from one a stopped process left: the store sees a journal in both. Each unbroken run of turns of a
+/// running turn from one a stopped process left: the log shows an open turn in both. Each unbroken run of turns of a
 /// session is a *chain* with a number of its own, so a watcher can tell the turns continuing the one it watched from
 /// a turn started afresh after it ended.
 #[derive(Default)]
@@ -85,15 +85,20 @@ impl Drop for RunningGuard {
     }
 }
 
-/// The runtime's store, or 501 for a server that keeps sessions in memory only.
-pub(crate) fn store(state: &AppState) -> Result<&Arc<dyn SessionStore>, ApiError> {
-    state.runtime.store().ok_or_else(|| {
+/// The runtime's session log store, or 501 for a runtime built without one.
+pub(crate) fn store(state: &AppState) -> Result<&Arc<dyn LogStore>, ApiError> {
+    state.runtime.log_store().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "no_store",
-            "this server keeps sessions in memory only; start it with a store to list, delete and read ledgers",
+            "this server's runtime keeps no session log; build it with a log store to list, delete and read ledgers",
         )
     })
+}
+
+/// A store failure as the API says it.
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
 }
 
 #[derive(Serialize)]
@@ -113,49 +118,56 @@ struct SessionLine {
     updated_at: SystemTime,
 }
 
-/// What the list says of one session: a turn's journal (the store's `unfinished`) is a running turn when this
-/// server runs it or the store names the worker that does, else a turn a stopped process left.
-fn line(summary: SessionSummary, running_here: bool, store: &dyn SessionStore) -> SessionLine {
-    let running_on = match summary.unfinished && !running_here {
-        true => store.observe(&summary.key).ok().flatten().and_then(|o| o.running_on),
+/// The worker other than this one that holds `key`'s lease (runs its turn), if any.
+pub(crate) async fn holder_elsewhere(
+    state: &AppState,
+    store: &dyn LogStore,
+    key: &str,
+) -> Result<Option<String>, ApiError> {
+    let Some(leases) = store.leases() else { return Ok(None) };
+    let holder = leases.holder(key).await.map_err(unavailable)?;
+    Ok(holder.filter(|h| h != state.runtime.worker_id()))
+}
+
+/// What the list says of one session: an open turn (one that started and did not end) is a running turn when this
+/// server runs it or another worker holds its lease, else a turn a stopped process left.
+async fn line(
+    state: &AppState,
+    store: &dyn LogStore,
+    session: noetic::agent::log::SessionLine,
+) -> Result<SessionLine, ApiError> {
+    let open = session.summary.open_turn.is_some();
+    let here = state.running.contains(&session.key);
+    let running_on = match open && !here {
+        true => holder_elsewhere(state, store, &session.key).await?,
         false => None,
     };
-    let running = summary.unfinished && (running_here || running_on.is_some());
-    SessionLine {
-        unfinished: summary.unfinished && !running,
+    let running = open && (here || running_on.is_some());
+    Ok(SessionLine {
+        unfinished: open && !running,
         running,
         running_on,
-        key: summary.key,
-        turns: summary.turns,
-        items: summary.items,
-        queued: summary.queued,
-        updated_at: summary.updated_at,
-    }
+        turns: session.summary.turns,
+        items: session.summary.items,
+        queued: session.summary.queued,
+        updated_at: session.updated_at,
+        key: session.key,
+    })
 }
 
 /// `GET /api/sessions`: the store's sessions, newest first.
 pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let store = store(&state)?.clone();
-    let app = state.clone();
-    let lines = tokio::task::spawn_blocking(move || {
-        let list = store.list()?;
-        Ok::<_, noetic::NoeticError>(
-            list.into_iter()
-                .map(|summary| {
-                    let here = app.running.contains(&summary.key);
-                    line(summary, here, store.as_ref())
-                })
-                .collect::<Vec<_>>(),
-        )
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("listing the sessions failed: {e}")))?
-    .map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
+    let listed = store.list().await.map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
+    let mut lines = Vec::with_capacity(listed.len());
+    for session in listed {
+        lines.push(line(&state, store.as_ref(), session).await?);
+    }
     Ok(Json(json!({ "sessions": lines })))
 }
 
-/// `DELETE /api/sessions/{key}`: deletes an idle session (its conversation, queue, ledger and layer state) from
-/// the store and from the server's memory.
+/// `DELETE /api/sessions/{key}`: deletes an idle session (its log: conversation, queue, ledger and layer state)
+/// from the store and from the server's memory.
 pub(crate) async fn delete_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -172,25 +184,18 @@ pub(crate) async fn delete_session(
     if state.running.contains(&key) {
         return Err(busy());
     }
-    let k = key.clone();
-    let observer = shared.clone();
-    let observed = tokio::task::spawn_blocking(move || observer.observe(&k))
-        .await
-        .map_err(|e| ApiError::internal(format!("reading session '{key}' failed: {e}")))?
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()))?;
-    if let Some(worker) = observed.and_then(|o| o.running_on) {
+    if let Some(worker) = holder_elsewhere(&state, shared.as_ref(), &key).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "busy",
             format!("session '{key}' is running a turn on worker {worker}; stop it, then delete it"),
         ));
     }
-    drop(shared);
     // Deleted from memory too, also when somebody followed its events here (their streams end).
     let deleted = match state.runtime.delete_session(&key).await {
         Ok(deleted) => deleted,
         Err(noetic::agent::SessionError::Busy { .. }) => return Err(busy()),
-        Err(e) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())),
+        Err(e) => return Err(unavailable(e)),
     };
     if !deleted {
         return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to delete")));

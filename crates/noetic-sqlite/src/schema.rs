@@ -12,16 +12,30 @@
 //!   `log_entries`: one encoded entry per row; `log_snapshots`; `log_clock`: the highest append counter a
 //!   deleted session held), written by
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
-//!   ([`crate::log`] has the mapping). [`crate::SqliteStore`] opens a version 6 file as it is and keeps to its own tables.
+//!   ([`crate::log`] has the mapping).
+//! * Version 7: the sessions' leases (`log_leases`), so several processes can share one file's sessions.
 
 use rusqlite::Connection;
 
-/// The schema version [`crate::SqliteStore`] writes: its own tables, up to version 5.
+/// The last schema version of the store before the session log (its tables, up to version 5).
 pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this
 /// build opens; a newer file is refused untouched.
-pub const LOG_SCHEMA_VERSION: i64 = 6;
+pub const LOG_SCHEMA_VERSION: i64 = 7;
+
+/// Version 6 → 7: who holds each session's turn (see `crate::log`'s leases): the holder's name, until when, and
+/// the process that took it (pid, host, start time), so a holder that died is known at once on its own host.
+pub(crate) const V7: &str = "
+CREATE TABLE log_leases (
+    session TEXT PRIMARY KEY NOT NULL,
+    holder TEXT NOT NULL,
+    until_ms INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    started INTEGER NOT NULL
+) WITHOUT ROWID;
+";
 
 /// Version 5 → 6: the session log. Entries are a plain rowid table (they are often larger than the small rows
 /// `WITHOUT ROWID` suits); `counter` orders the list and lets another process find what changed.

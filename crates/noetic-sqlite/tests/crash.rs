@@ -11,10 +11,10 @@
 //! * every call that ran has its steering decision in the stored ledger;
 //! * the final answer is there and nothing is left queued or unfinished.
 //!
-//! The trials run twice: on the old store (`SqliteStore`) and on the session log (`SqliteLogStore`, #30), where
-//! the kill point is named by the log's last entry. `NOETIC_CRASH_TRIALS` sets the number of trials of each
-//! (default 5; the long mode uses 100). It also checks that a second live process cannot open a session another
-//! owns in the old store, and that a dead owner is taken over.
+//! The session is kept in the session log (`SqliteLogStore`); a kill point is named by the log's last entry.
+//! `NOETIC_CRASH_TRIALS` sets the number of trials (default 5; the long mode uses 100). It also checks that a
+//! second live process cannot take a session's lease while another holds it, and that a dead holder's lease is
+//! free at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,10 +26,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use noetic::agent::log::{LogStore, Projection};
-use noetic::agent::{SessionStore, SteeringMode};
 use noetic::model::{Model, ModelRequest, ModelResponse};
 use noetic::prelude::*;
-use noetic_sqlite::{SqliteLogStore, SqliteStore};
+use noetic_sqlite::SqliteLogStore;
 use serde_json::json;
 
 /// Tool calls in the plan.
@@ -39,39 +38,16 @@ const STEERS: [(usize, &str); 2] = [(2, "steer-A: prefer the cache"), (5, "steer
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if let Some(kind) = std::env::var_os("NOETIC_CRASH_WORKER") {
-        worker(&args[1], &args[2], &args[3], Kind::of(&kind.to_string_lossy()));
+    if std::env::var_os("NOETIC_CRASH_WORKER").is_some() {
+        worker(&args[1], &args[2], &args[3]);
         return;
     }
     if std::env::var_os("NOETIC_CRASH_HOLDER").is_some() {
         holder(&args[1]);
         return;
     }
-    a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over();
-    killed_workers_leave_nothing_lost_doubled_or_run_twice(Kind::Store);
-    killed_workers_leave_nothing_lost_doubled_or_run_twice(Kind::Log);
-}
-
-/// Where the worker keeps its session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// The old store.
-    Store,
-    /// The session log.
-    Log,
-}
-
-impl Kind {
-    fn of(name: &str) -> Kind {
-        if name == "log" { Kind::Log } else { Kind::Store }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Store => "store",
-            Kind::Log => "log",
-        }
-    }
+    a_second_live_process_cannot_take_a_held_session_and_a_dead_holder_holds_nothing();
+    killed_workers_leave_nothing_lost_doubled_or_run_twice();
 }
 
 /// What a session's log holds, folded (read on a runtime of its own: the parent is not async).
@@ -118,7 +94,7 @@ fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
 }
 
-fn worker(db: &str, effects: &str, accepted: &str, kind: Kind) {
+fn worker(db: &str, effects: &str, accepted: &str) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let (effects, accepted) = (PathBuf::from(effects), PathBuf::from(accepted));
@@ -142,13 +118,13 @@ fn worker(db: &str, effects: &str, accepted: &str, kind: Kind) {
         // Every tool call is reviewed, so every call leaves a ledger entry.
         let audit = SteeringRule::predicate("audit", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
         let layer = steering(SteeringConfig::new(vec![audit])).unwrap();
-        let builder = Runtime::builder().model(Arc::new(Planner)).tool(Arc::new(tool)).layer(layer);
-        let runtime = match kind {
-            Kind::Store => builder.store(Arc::new(SqliteStore::open(db).unwrap())),
-            Kind::Log => builder.log_store(Arc::new(SqliteLogStore::open(db).await.unwrap())),
-        }
-        .build()
-        .unwrap();
+        let runtime = Runtime::builder()
+            .model(Arc::new(Planner))
+            .tool(Arc::new(tool))
+            .layer(layer)
+            .log_store(Arc::new(SqliteLogStore::open(db).await.unwrap()))
+            .build()
+            .unwrap();
         let session = runtime.open(SESSION).await.unwrap();
         // Steering while the agent works: each message once the model has asked for its trigger count of calls.
         let steerer = {
@@ -207,10 +183,16 @@ fn worker(db: &str, effects: &str, accepted: &str, kind: Kind) {
     });
 }
 
-/// Opens the session and holds it until killed (it waits on its stdin, which the parent never closes first).
+/// Takes the session's lease and holds it until killed (it waits on its stdin, which the parent never closes
+/// first).
 fn holder(db: &str) {
-    let store = SqliteStore::open(db).unwrap();
-    store.open(SESSION).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _store = rt.block_on(async {
+        let store = SqliteLogStore::open(db).await.unwrap();
+        let taken = store.leases().unwrap().acquire(SESSION, "holder", Duration::from_secs(600)).await.unwrap();
+        assert_eq!(taken, None);
+        store
+    });
     println!("holding");
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
@@ -230,13 +212,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() {
+fn a_second_live_process_cannot_take_a_held_session_and_a_dead_holder_holds_nothing() {
     let dir = scratch("owner");
     let db = dir.join("noetic.db");
-    let store = SqliteStore::open(&db).unwrap();
-    store.save_settings(SESSION, SteeringMode::default(), 10, Default::default(), 0).unwrap();
-    // Writing a new session owns it from its first write; give it up so the holder can take it.
-    store.close(SESSION);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = rt.block_on(SqliteLogStore::open(&db)).unwrap();
     let mut holder = Command::new(this_exe())
         .arg(&db)
         .env("NOETIC_CRASH_HOLDER", "1")
@@ -247,27 +227,29 @@ fn a_second_live_process_cannot_open_a_session_and_a_dead_owner_is_taken_over() 
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "holding");
-    let err = store.open(SESSION).unwrap_err().to_string();
-    assert!(err.contains(&format!("busy in process {}", holder.id())), "{err}");
+    let leases = store.leases().unwrap();
+    let term = Duration::from_secs(60);
+    let refused = rt.block_on(leases.acquire(SESSION, "second", term)).unwrap();
+    assert_eq!(refused.as_deref(), Some("holder"), "a live holder keeps the session");
     holder.kill().unwrap();
     holder.wait().unwrap();
-    assert!(store.open(SESSION).unwrap().is_some(), "a dead owner's session is taken over");
-    println!("ok: a second live process is refused naming the owner; a dead owner is taken over");
+    assert_eq!(rt.block_on(leases.acquire(SESSION, "second", term)).unwrap(), None, "a dead holder holds nothing");
+    println!("ok: a second live process is refused naming the holder; a dead holder's session is free at once");
 }
 
-fn killed_workers_leave_nothing_lost_doubled_or_run_twice(kind: Kind) {
+fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {
     let trials: usize = std::env::var("NOETIC_CRASH_TRIALS").ok().and_then(|t| t.parse().ok()).unwrap_or(5);
     let mut kills = 0;
     let mut kill_points: BTreeMap<String, usize> = BTreeMap::new();
     for trial in 0..trials {
-        let dir = scratch(&format!("{}-trial-{trial}", kind.name()));
+        let dir = scratch(&format!("log-trial-{trial}"));
         let (db, effects, accepted) = (dir.join("noetic.db"), dir.join("effects.log"), dir.join("accepted.log"));
         let mut runs = 0;
         loop {
             runs += 1;
             let mut child = Command::new(this_exe())
                 .args([&db, &effects, &accepted])
-                .env("NOETIC_CRASH_WORKER", kind.name())
+                .env("NOETIC_CRASH_WORKER", "1")
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -286,7 +268,7 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice(kind: Kind) {
                     child.kill().unwrap();
                     child.wait().unwrap();
                     kills += 1;
-                    *kill_points.entry(kill_point(&db, kind)).or_default() += 1;
+                    *kill_points.entry(kill_point(&db)).or_default() += 1;
                     continue;
                 }
             }
@@ -295,68 +277,33 @@ fn killed_workers_leave_nothing_lost_doubled_or_run_twice(kind: Kind) {
             assert!(status.success(), "trial {trial}: the worker failed on run {runs}: {status}");
             break;
         }
-        check(trial, &db, &effects, &accepted, kind);
+        check(trial, &db, &effects, &accepted);
     }
-    let (kind, points) = match kind {
-        Kind::Store => ("the old store", "journal phase"),
-        Kind::Log => ("the session log", "the log's last entry"),
-    };
-    println!("ok ({kind}): {trials} trials, {kills} kills; kill points ({points} at the kill): {kill_points:?}");
+    println!("ok: {trials} trials, {kills} kills; kill points (the log's last entry at the kill): {kill_points:?}");
 }
 
-/// Where the killed worker's turn was, by the journal (or the log) it left.
-fn kill_point(db: &Path, kind: Kind) -> String {
+/// Where the killed worker's turn was, by the log it left.
+fn kill_point(db: &Path) -> String {
     if !db.exists() {
         return "before the store existed".to_owned();
     }
-    if kind == Kind::Log {
-        return match read_log(db) {
-            None => "before the first append".to_owned(),
-            Some((projection, _)) if projection.open_turn.is_none() => "between turns".to_owned(),
-            Some((_, last)) => format!("after {last}"),
-        };
-    }
-    let store = SqliteStore::open(db).unwrap();
-    match store.peek(SESSION).unwrap() {
-        None => "before the first commit".to_owned(),
-        Some(stored) => match stored.unfinished {
-            None => "between turns".to_owned(),
-            Some(turn) => {
-                // The turn's record: the cores of the step runs that were running (or, from older versions, one
-                // bare core).
-                let record: serde_json::Value = serde_json::from_str(&turn.core).unwrap();
-                let core = record["running"].as_object().and_then(|runs| runs.values().next()).unwrap_or(&record);
-                match core["phase"]["phase"].as_str() {
-                    Some(phase) => phase.to_owned(),
-                    None if record["running"].is_object() => "between steps".to_owned(),
-                    None => "?".to_owned(),
-                }
-            }
-        },
+    match read_log(db) {
+        None => "before the first append".to_owned(),
+        Some((projection, _)) if projection.open_turn.is_none() => "between turns".to_owned(),
+        Some((_, last)) => format!("after {last}"),
     }
 }
 
 /// What a finished trial left: the conversation, whether anything is left (unfinished or queued), the ledger.
-fn left(db: &Path, kind: Kind) -> (Vec<Item>, bool, Vec<String>) {
-    match kind {
-        Kind::Store => {
-            let store = SqliteStore::open(db).unwrap();
-            let stored = store.peek(SESSION).unwrap().unwrap();
-            let ledger = store.ledger(SESSION).unwrap();
-            let rest = stored.unfinished.is_some() || !stored.snapshot.queued.is_empty();
-            (stored.snapshot.history, rest, ledger)
-        }
-        Kind::Log => {
-            let (projection, _) = read_log(db).unwrap();
-            let ledger = projection.ledger.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
-            let rest = projection.open_turn.is_some() || !projection.queue.is_empty();
-            (projection.conversation, rest, ledger)
-        }
-    }
+fn left(db: &Path) -> (Vec<Item>, bool, Vec<String>) {
+    let (projection, _) = read_log(db).unwrap();
+    let ledger = projection.ledger.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+    let rest = projection.open_turn.is_some() || !projection.queue.is_empty();
+    (projection.conversation, rest, ledger)
 }
 
-fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path, kind: Kind) {
-    let (history, rest, ledger) = left(db, kind);
+fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
+    let (history, rest, ledger) = left(db);
     assert_eq!(history.last(), Some(&Item::assistant("done")), "trial {trial}: the turn finished");
     assert!(!rest, "trial {trial}: nothing left");
     let mut results: HashMap<String, Vec<String>> = HashMap::new();

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use noetic::agent::SessionStore;
 use noetic::agent::SteerMessage;
 use noetic::agent::SteeringMode;
 use noetic::agent::log::{Entry, LogStore, Projection, Record, StoreError, TurnOutcome};
@@ -12,7 +11,7 @@ use noetic::model::{Item, ToolCall, ToolResult};
 use noetic::steering::SteeringAction;
 use noetic::steering::{LedgerEntry, LedgerKind};
 use noetic::turn::interrupted_result;
-use noetic_sqlite::{LOG_SCHEMA_VERSION, SqliteLogStore, SqliteStore};
+use noetic_sqlite::{LOG_SCHEMA_VERSION, SqliteLogStore};
 use serde_json::json;
 
 fn scratch(name: &str) -> PathBuf {
@@ -148,14 +147,11 @@ async fn sessions_of_a_file_at(version: i64) {
     let summary = &lines[1].summary;
     assert_eq!((summary.turns, summary.items, summary.queued, summary.open_turn), (2, 6, 2, None));
 
-    // Once: opening it again migrates nothing more, and the old store still reads its tables.
+    // Once: opening it again migrates nothing more.
     drop(store);
     let again = SqliteLogStore::open(&db).await.unwrap();
     assert_eq!(again.read("done", 0, 1000).await.unwrap().len(), projection(&again, "done").await.1.len());
     assert_eq!(again.list().await.unwrap().len(), lines.len());
-    let old_store = SqliteStore::open(&db).unwrap();
-    assert_eq!(old_store.peek("done").unwrap().unwrap().snapshot.history, old.done_history);
-    assert_eq!(old_store.list().unwrap().len(), 3);
 }
 
 #[tokio::test]
@@ -204,5 +200,4 @@ async fn a_new_file_gets_the_log_and_the_old_tables_in_one_step() {
     let store = SqliteLogStore::open(&db).await.unwrap();
     assert!(store.list().await.unwrap().is_empty());
     assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), LOG_SCHEMA_VERSION);
-    assert!(SqliteStore::open(&db).unwrap().list().unwrap().is_empty());
 }

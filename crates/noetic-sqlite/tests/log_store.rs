@@ -1,16 +1,14 @@
 //! The session log on SQLite (`SqliteLogStore`): the conformance kit, appends heard across connections, group
-//! commit, damaged entries, files it must refuse, and the old store on a file the log was added to. Migration
-//! from every older schema is in `log_migration.rs`.
+//! commit, damaged entries and files it must refuse. Migration from every older schema is in `log_migration.rs`,
+//! leases in `log_leases.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use noetic::agent::log::{Appended, DecodeError, Entry, Expect, LogStore, StoreError};
-use noetic::agent::{JournalWrite, SessionStore, StoreCommit};
-use noetic::model::Item;
 use noetic::testing::check_log_store;
-use noetic_sqlite::{LOG_SCHEMA_VERSION, SqliteLogStore, SqliteStore};
+use noetic_sqlite::{LOG_SCHEMA_VERSION, SqliteLogStore};
 use tokio::sync::broadcast;
 
 /// A fresh directory under the temp dir (kept for inspection when a test fails).
@@ -33,10 +31,6 @@ fn reasons(records: &[noetic::agent::log::Record]) -> Vec<String> {
             other => format!("{other:?}"),
         })
         .collect()
-}
-
-fn commit(first: usize, items: &[Item]) -> StoreCommit<'_> {
-    StoreCommit { first, items, injected: &[], journal: JournalWrite::Keep, ledger: &[] }
 }
 
 async fn next(watch: &mut broadcast::Receiver<Appended>) -> Appended {
@@ -181,7 +175,6 @@ async fn a_file_from_a_newer_schema_or_not_sqlite_is_refused_and_left_untouched(
     assert!(matches!(err, StoreError::Refused { .. }), "{err:?}");
     assert!(message.contains(&format!("version {version}")) && message.contains("upgrade noetic"), "{message}");
     assert_eq!(std::fs::read(&newer).unwrap(), before, "nothing was written");
-    assert!(SqliteStore::open(&newer).is_err(), "the old store refuses it too");
 
     let text = dir.join("notes.db");
     std::fs::write(&text, "these are my notes, not a database ".repeat(100)).unwrap();
@@ -189,29 +182,6 @@ async fn a_file_from_a_newer_schema_or_not_sqlite_is_refused_and_left_untouched(
     let err = SqliteLogStore::open(&text).await.unwrap_err().to_string();
     assert!(err.contains("not an SQLite database") && err.contains("notes.db"), "{err}");
     assert_eq!(std::fs::read(&text).unwrap(), before);
-}
-
-#[tokio::test]
-async fn the_old_store_keeps_working_on_a_file_the_log_was_added_to_and_leaves_the_log_alone() {
-    let db = scratch("both").join("noetic.db");
-    SqliteStore::open(&db).unwrap().commit("before", commit(0, &[Item::user("hi")])).unwrap();
-    let log = SqliteLogStore::open(&db).await.unwrap();
-    let migrated = log.read("before", 0, 100).await.unwrap();
-    assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), LOG_SCHEMA_VERSION);
-
-    let old = SqliteStore::open(&db).unwrap();
-    assert_eq!(old.schema_version().unwrap(), LOG_SCHEMA_VERSION, "opened as it is, not migrated back or refused");
-    assert_eq!(old.peek("before").unwrap().unwrap().snapshot.history, [Item::user("hi")]);
-    old.commit("before", commit(1, &[Item::assistant("hello")])).unwrap();
-    old.commit("after", commit(0, &[Item::user("new")])).unwrap();
-    assert_eq!(old.list().unwrap().len(), 2);
-    assert!(old.delete("before").unwrap());
-
-    // The log is as the migration left it, and opening it again does not migrate again.
-    let again = SqliteLogStore::open(&db).await.unwrap();
-    assert_eq!(again.read("before", 0, 100).await.unwrap().len(), migrated.len());
-    let keys: Vec<String> = again.list().await.unwrap().into_iter().map(|l| l.key).collect();
-    assert_eq!(keys, ["before"]);
 }
 
 #[tokio::test]

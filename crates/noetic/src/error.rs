@@ -65,12 +65,10 @@ pub enum ConfigCode {
     InvalidSteeringMode,
     /// Two tools in one scope have the same name.
     DuplicateToolName,
-    /// Evicting sessions was asked for, but the runtime has no archive to keep them in.
+    /// Evicting sessions was asked for, but the runtime keeps no session log to keep them in.
     MissingArchive,
     /// An MCP server's configuration is unusable (its name cannot prefix tool names, it has no command).
     InvalidMcpServer,
-    /// The runtime was given two places to keep sessions in (a session store and a session log store).
-    TwoSessionStores,
     /// The memory layers' budget minimums add up to more than the model's context window has for a request.
     LayerMinimumsExceedWindow,
 }
@@ -102,7 +100,6 @@ impl ConfigCode {
             ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
             ConfigCode::MissingArchive => "MISSING_ARCHIVE",
-            ConfigCode::TwoSessionStores => "TWO_SESSION_STORES",
             ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
             ConfigCode::LayerMinimumsExceedWindow => "LAYER_MINIMUMS_EXCEED_WINDOW",
         }

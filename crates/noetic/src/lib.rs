@@ -116,8 +116,8 @@
 //!
 //! [`Session::subscribe`](agent::Session::subscribe) and [`Session::follow`](agent::Session::follow) stream the
 //! turn's events; [`Session::send_or_steer`](agent::Session::send_or_steer) and the
-//! [`MessageBus`](agent::MessageBus) route chat messages; a [`SessionStore`](agent::SessionStore) keeps sessions
-//! beyond the process.
+//! [`MessageBus`](agent::MessageBus) route chat messages; a session log store
+//! ([`RuntimeBuilder::log_store`](agent::RuntimeBuilder::log_store)) keeps sessions beyond the process.
 //!
 //! ## The step algebra
 //!

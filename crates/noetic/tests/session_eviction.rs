@@ -1,29 +1,31 @@
-//! Idle sessions can leave memory and come back from an archive: history, queued steering, settings and turn
-//! numbers survive; memory stays bounded by the sessions in use; nothing is lost when the archive fails.
+//! Idle sessions can leave memory and come back from their log: history, queued steering, settings and turn
+//! numbers survive; memory stays bounded by the sessions in use; a session whose log cannot be read runs nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod common;
 
-use noetic::agent::{
-    BatchPolicy, MemoryArchive, SessionArchive, SessionError, SessionSnapshot, SteerError, SteeringMode,
-};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::FlakyLog;
+use noetic::agent::log::{LogStore, MemoryLogStore};
+use noetic::agent::{BatchPolicy, SessionError, SteerError, SteeringMode};
 use noetic::prelude::*;
 
 fn answers(n: usize) -> ScriptedModel {
     ScriptedModel::new((0..n).map(|i| ModelResponse::text(format!("answer {i}"))))
 }
 
-fn runtime(model: &ScriptedModel, archive: Arc<dyn SessionArchive>) -> Runtime {
-    Runtime::builder().model(Arc::new(model.clone())).archive(archive).build().unwrap()
+fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).log_store(store).build().unwrap()
 }
 
 #[tokio::test]
 async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_turn_numbers() {
     let model = answers(2);
-    let archive = Arc::new(MemoryArchive::new());
-    let runtime = runtime(&model, archive.clone());
-    let session = runtime.session("s");
+    let store = MemoryLogStore::new();
+    let runtime = runtime(&model, Arc::new(store.clone()));
+    let session = runtime.open("s").await.unwrap();
     assert_eq!(session.send("first").await.unwrap().await.unwrap(), "answer 0");
     session.set_steering_mode(SteeringMode::All).await;
     session.set_steering_capacity(3).await;
@@ -32,9 +34,9 @@ async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_
 
     assert!(runtime.evict("s").unwrap());
     assert_eq!(runtime.session_count(), 0);
-    assert_eq!(archive.len(), 1);
+    assert_eq!(store.list().await.unwrap().len(), 1);
 
-    let back = runtime.session("s");
+    let back = runtime.open("s").await.unwrap();
     assert_eq!(back.history(), vec![Item::user("first"), Item::assistant("answer 0")]);
     let messages = back.queued_messages();
     assert_eq!(messages.len(), 1);
@@ -49,23 +51,22 @@ async fn an_evicted_idle_session_comes_back_with_its_history_queue_settings_and_
 }
 
 #[tokio::test]
-async fn a_handle_held_across_an_eviction_talks_to_the_restored_session() {
+async fn a_handle_held_across_an_eviction_talks_to_the_reopened_session() {
     let model = answers(2);
-    let runtime = runtime(&model, Arc::new(MemoryArchive::new()));
-    let held = runtime.session("s");
+    let runtime = runtime(&model, Arc::new(MemoryLogStore::new()));
+    let held = runtime.open("s").await.unwrap();
     held.send("one").await.unwrap().await.unwrap();
     assert!(runtime.evict("s").unwrap());
     // The old handle neither runs on the dropped state nor forks the conversation.
     held.send("two").await.unwrap().await.unwrap();
-    assert_eq!(runtime.session("s").history().len(), 4);
+    assert_eq!(runtime.open("s").await.unwrap().history().len(), 4);
     assert_eq!(held.history(), runtime.session("s").history());
     assert_eq!(runtime.session_count(), 1);
 }
 
 #[tokio::test]
 async fn a_running_or_followed_session_is_not_evicted() {
-    let model = ScriptedModel::new([]);
-    let runtime = runtime(&model, Arc::new(MemoryArchive::new()));
+    let runtime = runtime(&ScriptedModel::new([]), Arc::new(MemoryLogStore::new()));
     let gate = noetic::testing::Gate::new();
     let gated = Runtime::builder()
         .model(Arc::new(ScriptedModel::new([
@@ -73,10 +74,10 @@ async fn a_running_or_followed_session_is_not_evicted() {
             ModelResponse::text("done"),
         ])))
         .tool(gate.tool("wait").unwrap())
-        .archive(Arc::new(MemoryArchive::new()))
+        .log_store(Arc::new(MemoryLogStore::new()))
         .build()
         .unwrap();
-    let busy = gated.session("busy");
+    let busy = gated.open("busy").await.unwrap();
     let turn = busy.send("go").await.unwrap();
     gate.started().await;
     assert!(!gated.evict("busy").unwrap(), "a running session stays");
@@ -91,18 +92,18 @@ async fn a_running_or_followed_session_is_not_evicted() {
 }
 
 #[tokio::test]
-async fn beyond_max_idle_sessions_the_least_recently_used_idle_sessions_go_to_the_archive() {
+async fn beyond_max_idle_sessions_the_least_recently_used_idle_sessions_leave_memory_and_their_logs_stay() {
     let model = answers(40);
-    let archive = Arc::new(MemoryArchive::new());
+    let store = MemoryLogStore::new();
     let runtime =
-        Runtime::builder().model(Arc::new(model)).archive(archive.clone()).max_idle_sessions(5).build().unwrap();
+        Runtime::builder().model(Arc::new(model)).log_store(Arc::new(store.clone())).max_idle_sessions(5).build().unwrap();
     for i in 0..20 {
         runtime.session(&format!("s{i}")).send("hi").await.unwrap().await.unwrap();
         assert!(runtime.session_count() <= 5, "after session {i}: {} in memory", runtime.session_count());
     }
-    assert_eq!(archive.len(), 15);
+    assert_eq!(store.list().await.unwrap().len(), 20);
     // The oldest comes back whole, and using it makes it recent again.
-    let oldest = runtime.session("s0");
+    let oldest = runtime.open("s0").await.unwrap();
     assert_eq!(oldest.history().len(), 2);
     oldest.send("again").await.unwrap().await.unwrap();
     assert_eq!(runtime.session("s0").history().len(), 4);
@@ -110,7 +111,7 @@ async fn beyond_max_idle_sessions_the_least_recently_used_idle_sessions_go_to_th
 }
 
 #[test]
-fn eviction_without_an_archive_is_refused_as_a_configuration_error() {
+fn eviction_without_a_log_store_is_refused_as_a_configuration_error() {
     let model = answers(0);
     let err = Runtime::builder().model(Arc::new(model.clone())).max_idle_sessions(3).build().err().unwrap();
     assert_eq!(err.code, ConfigCode::MissingArchive);
@@ -121,66 +122,25 @@ fn eviction_without_an_archive_is_refused_as_a_configuration_error() {
     assert_eq!(runtime.session_count(), 1);
 }
 
-/// An archive whose saves or loads fail on demand.
-#[derive(Default)]
-struct Flaky {
-    inner: MemoryArchive,
-    fail_save: AtomicBool,
-    fail_load: AtomicBool,
-}
-
-impl SessionArchive for Flaky {
-    fn save(&self, snapshot: &SessionSnapshot) -> Result<(), NoeticError> {
-        if self.fail_save.load(Ordering::SeqCst) {
-            return Err(NoeticError::other("disk full"));
-        }
-        self.inner.save(snapshot)
-    }
-
-    fn load(&self, key: &str) -> Result<Option<SessionSnapshot>, NoeticError> {
-        if self.fail_load.load(Ordering::SeqCst) {
-            return Err(NoeticError::other("database unreachable"));
-        }
-        self.inner.load(key)
-    }
-}
-
 #[tokio::test]
-async fn an_archive_that_cannot_save_keeps_the_session_in_memory_untouched() {
+async fn a_session_whose_log_cannot_be_read_runs_and_queues_nothing_and_says_why() {
     let model = answers(2);
-    let archive = Arc::new(Flaky::default());
-    let runtime = runtime(&model, archive.clone());
-    let session = runtime.session("s");
-    session.send("one").await.unwrap().await.unwrap();
-    archive.fail_save.store(true, Ordering::SeqCst);
-    let err = runtime.evict("s").unwrap_err();
-    assert!(err.to_string().contains("disk full"), "{err}");
-    assert_eq!(runtime.session_count(), 1);
-    assert_eq!(session.send("two").await.unwrap().await.unwrap(), "answer 1");
-    assert_eq!(session.history().len(), 4);
-}
-
-#[tokio::test]
-async fn a_session_the_archive_cannot_restore_runs_and_queues_nothing_and_says_why() {
-    let model = answers(2);
-    let archive = Arc::new(Flaky::default());
-    let runtime = runtime(&model, archive.clone());
+    let store = Arc::new(FlakyLog::default());
+    let runtime = runtime(&model, store.clone());
     runtime.session("s").send("one").await.unwrap().await.unwrap();
     assert!(runtime.evict("s").unwrap());
-    archive.fail_load.store(true, Ordering::SeqCst);
+    store.fail_reads.store(true, Ordering::SeqCst);
 
-    let err = runtime.try_session("s").err().unwrap();
+    let err = runtime.open("s").await.err().unwrap();
     assert!(err.to_string().contains("database unreachable"), "{err}");
     let broken = runtime.session("s");
     assert!(matches!(broken.send("two").await, Err(SessionError::Unavailable { .. })));
     assert!(matches!(broken.steer("hey").await, Err(SteerError::Unavailable { .. })));
-    assert!(matches!(broken.continue_session().await, Err(SessionError::Unavailable { .. })));
-    assert!(!runtime.evict("s").unwrap(), "an unavailable session is never archived over the good copy");
     assert_eq!(model.calls(), 1);
 
-    // Once the archive answers again, the session comes back whole.
-    archive.fail_load.store(false, Ordering::SeqCst);
-    let back = runtime.try_session("s").unwrap();
+    // Once the log answers again, the session comes back whole.
+    store.fail_reads.store(false, Ordering::SeqCst);
+    let back = runtime.open("s").await.unwrap();
     assert_eq!(back.history().len(), 2);
     assert_eq!(back.send("two").await.unwrap().await.unwrap(), "answer 1");
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use noetic::agent::SessionError;
-use noetic::agent::log::MemoryLogStore;
+use noetic::agent::log::{LogStore, MemoryLogStore};
 use noetic::context::{EventFollower, Followed};
 use noetic::model::{ModelResponse, ScriptedModel};
 use noetic::prelude::*;
@@ -189,4 +189,40 @@ async fn a_worker_takes_the_layer_state_another_workers_turn_left_before_its_nex
         Some(&3),
         "B counted on from what A's turn left, not from its own 1"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_racing_a_turn_that_starts_on_one_worker_never_give_up_its_lease_so_no_second_turn_starts() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    // The turn's first call waits at the gate; then each steered message is one more round, answered in text.
+    let answers = std::iter::once(call("c1")).chain((0..16).map(|_| ModelResponse::text("done")));
+    let a = worker("a", &ScriptedModel::new(answers), &store, &gate);
+    let b = worker("b", &ScriptedModel::new([call("c9"), ModelResponse::text("second turn")]), &store, &Gate::new());
+    let on_a = a.open("s").await.unwrap();
+    // Many messages at once on A: one starts the turn; the others take the lease before it starts and are steered
+    // after it started (the interleaving that once gave the running turn's lease up; the memory store answers at
+    // once, so here it is likely rather than certain — the PostgreSQL workers test in noetic-cli hit it every run).
+    let routed = futures::future::join_all((0..8).map(|i| {
+        let session = on_a.clone();
+        async move { session.send_or_steer(format!("m{i}")).await.unwrap() }
+    }))
+    .await;
+    let mut turns = Vec::new();
+    for r in routed {
+        if let noetic::agent::Routed::Started(turn) = r {
+            turns.push(turn);
+        }
+    }
+    assert_eq!(turns.len(), 1, "one turn starts");
+    gate.started().await;
+    let holder = store.leases().unwrap().holder("s").await.unwrap();
+    assert_eq!(holder.as_deref(), Some("a"), "the running turn keeps its lease");
+    let on_b = b.open("s").await.unwrap();
+    assert!(
+        matches!(on_b.send_or_steer("from b").await.unwrap(), noetic::agent::Routed::Steered(_)),
+        "B steers A's turn instead of starting a second one"
+    );
+    gate.release();
+    assert_eq!(turns.pop().unwrap().await.unwrap(), "done");
 }

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use noetic::agent::{MemoryStore, Runtime};
+use noetic::agent::Runtime;
+use noetic::agent::log::MemoryLogStore;
 use noetic::model::{Item, ModelResponse, Role};
 use noetic::testing::ScriptedModel;
 use noetic::tool::{FnTool, Tool, ToolError};
@@ -102,7 +103,7 @@ async fn load(sessions: usize, turns: usize) -> BenchResult<()> {
         .model(Arc::new(model))
         .tool(tool)
         .approver(approvals.approver())
-        .store(Arc::new(MemoryStore::default()))
+        .log_store(Arc::new(MemoryLogStore::default()))
         .max_idle_sessions(sessions * 2)
         .build()?;
     // An event stream and a pooled request connection per session: above the default cap of 1024 connections,

@@ -57,27 +57,30 @@ fn is_user(item: &Item) -> bool {
     matches!(item, Item::Message { role: Role::User, .. })
 }
 
-/// Refuses a session another live process holds, before anything is shown: the store's own check (an SQLite
-/// session names its owner), said as the chat's words.
-pub fn refuse_if_held(store: &Store, key: &str) -> Result<(), String> {
-    store.shared().open(key).map(drop).map_err(|e| {
-        format!(
-            "cannot open session {}: {}. Another chat (or noetic serve) has it open; quit that one first, or \
-             start a new session with `noetic chat`",
+/// Refuses a session whose turn another live process runs now, before anything is shown (the store's lease names
+/// it). A session another process has open but does not run a turn of is shared: what either runs, the other sees.
+pub async fn refuse_if_held(store: &Store, key: &str) -> Result<(), String> {
+    let shared = store.shared();
+    let Some(leases) = shared.leases() else { return Ok(()) };
+    let holder =
+        leases.holder(key).await.map_err(|e| format!("cannot open session {}: {e}", crate::render::visible(key)))?;
+    match holder {
+        None => Ok(()),
+        Some(holder) => Err(format!(
+            "cannot open session {}: a turn of it runs in {} now. Wait for it to end (or stop it with `noetic \
+             sessions stop {}`), steer it with `noetic sessions steer {} TEXT`, or start a new session with `noetic chat`",
             crate::render::visible(key),
-            e.to_string().trim_end_matches('.')
-        )
-    })
+            crate::render::visible(&holder),
+            crate::render::visible(key),
+            crate::render::visible(key)
+        )),
+    }
 }
 
 /// `--resume`: lists the most recent sessions, numbered, and reads the number typed; `None` starts a new session
 /// (an empty line, or no session to offer).
 pub async fn pick_session(store: &Store) -> Result<Option<String>, String> {
-    let listed = store.clone();
-    let mut sessions = tokio::task::spawn_blocking(move || listed.shared().list())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let mut sessions = store.shared().list().await.map_err(|e| e.to_string())?;
     if sessions.is_empty() {
         outln!("no sessions in {} yet: starting a new one", store.describe());
         return Ok(None);
@@ -88,12 +91,12 @@ pub async fn pick_session(store: &Store) -> Result<Option<String>, String> {
     let now = SystemTime::now();
     for (n, s) in sessions.iter().enumerate() {
         let ago = now.duration_since(s.updated_at).map_or(0, |d| d.as_secs());
-        let unfinished = if s.unfinished { ", a turn left unfinished" } else { "" };
+        let unfinished = if s.summary.open_turn.is_some() { ", a turn left unfinished" } else { "" };
         outln!(
             "  {}. {}  ({} turn(s), {}{unfinished})",
             n + 1,
             printable(&s.key),
-            s.turns,
+            s.summary.turns,
             crate::sessions::describe_age(ago)
         );
     }

@@ -80,13 +80,13 @@ impl Chat {
 
     /// `/clear`: goes on in a new session (the current one stays as it is, and can be continued); returns the
     /// new session's events.
-    pub(super) fn clear(
+    pub(super) async fn clear(
         &mut self,
         runtime: &noetic::agent::Runtime,
     ) -> Result<tokio::sync::broadcast::Receiver<std::sync::Arc<noetic::Event>>, noetic::NoeticError> {
         let old = printable(self.session.key());
         let name = crate::sessions::new_name("chat");
-        self.session = runtime.try_session(&name)?;
+        self.session = runtime.open(&name).await?;
         self.context_tokens = None;
         self.context_window = None;
         self.turn_usage = noetic::model::Usage::default();

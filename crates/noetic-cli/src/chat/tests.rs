@@ -43,6 +43,7 @@ fn harness() -> Harness {
         steering_mode: SteeringMode::OneAtATime,
         approver: Some(approve::via_channel(tx)),
         store: None,
+        lease_term: noetic::agent::DEFAULT_LEASE_TERM,
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,

@@ -51,6 +51,7 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
         steering_mode: SteeringMode::OneAtATime,
         approver: None,
         store: None,
+        lease_term: noetic::agent::DEFAULT_LEASE_TERM,
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,

@@ -58,7 +58,7 @@
 //!
 //! # Migration from schema versions 1–2
 //!
-//! Connecting to a database that [`crate::PgStore`] made (versions 1–2) adds the log's tables and converts every
+//! Connecting to a database that the store before the session log made (versions 1–2) adds the log's tables and converts every
 //! session into log entries, in one transaction under the migration lock, once:
 //!
 //! 1. an [`Entry::Settings`] with the session's mode, capacity and batch
@@ -77,8 +77,7 @@
 //!
 //! Entries carry the old row's `updated_at` as their time, and the list keeps the old order. A row that does not
 //! read (an item, a queued message, a ledger entry, a layer state, a setting) fails the migration naming the
-//! session and the row, and nothing is written. The old tables stay as they were: [`crate::PgStore`] keeps using
-//! them (it accepts a version 3 database) until the runtime moves to the log. A database of a version newer than
+//! session and the row, and nothing is written. The old tables stay as they were, unused. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
 mod batch;

@@ -204,7 +204,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
         ));
     }
     let thread = input.thread_id.clone();
-    let session = crate::api::session(state, &thread)?;
+    let session = crate::api::session(state, &thread).await?;
     let texts = input.new_user_texts(|id| state.threads.accepted(&thread, id), state.config.max_message_chars)?;
     let run =
         Run { state: state.clone(), session: session.clone(), thread_id: thread.clone(), run_id: input.run_id.clone() };

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use noetic::agent::{MemoryStore, Runtime, RuntimeBuilder, SessionStore};
+use noetic::agent::log::{LogStore, MemoryLogStore};
+use noetic::agent::{Runtime, RuntimeBuilder};
 use noetic_server::{Approvals, Server, ServerConfig};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -24,15 +25,15 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts a server for the runtime `builder` makes (a memory store and the server's approver are added).
+    /// Starts a server for the runtime `builder` makes (a memory log store and the server's approver are added).
     pub async fn start(builder: RuntimeBuilder, config: ServerConfig, approval_timeout: Duration) -> Running {
         Running::start_with(builder, config, Approvals::new(approval_timeout)).await
     }
 
     /// [`Running::start`] with these approvals.
     pub async fn start_with(builder: RuntimeBuilder, config: ServerConfig, approvals: Approvals) -> Running {
-        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
-        let runtime: Runtime = builder.approver(approvals.approver()).store(store).build().unwrap();
+        let store: Arc<dyn LogStore> = Arc::new(MemoryLogStore::default());
+        let runtime: Runtime = builder.approver(approvals.approver()).log_store(store).build().unwrap();
         let token = config.token.clone();
         let server = Server::new(runtime, approvals, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

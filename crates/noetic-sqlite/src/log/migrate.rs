@@ -1,5 +1,5 @@
 //! Schema version 5 → 6: the log's tables, and every session of the old tables converted into a log, in one
-//! transaction (the mapping is in the [module docs](super)).
+//! transaction (the mapping is in the [module docs](super)); 6 → 7: the leases' table.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +13,7 @@ use super::convert::{self, OldSession, Unreadable};
 use super::failed;
 use super::tables::{self, Row};
 use crate::from_millis;
-use crate::schema::{self, LOG_SCHEMA_VERSION, V6};
+use crate::schema::{self, LOG_SCHEMA_VERSION, V6, V7};
 
 /// The writer id of the rows the migration writes.
 const MIGRATION: &str = "migration";
@@ -21,8 +21,8 @@ const MIGRATION: &str = "migration";
 /// A log to write: its last write's time (ms) and its entries.
 type Log = (i64, Vec<Entry>);
 
-/// Brings a file of any older version (0: new) to version 6 in one transaction: the old tables' steps, the
-/// log's tables, the sessions converted. A file at 6 is left as it is; nothing is written when a stored value
+/// Brings a file of any older version (0: new) to version 7 in one transaction: the old tables' steps, the
+/// log's tables, the sessions converted, the leases' table. A file at 7 is left as it is; nothing is written when a stored value
 /// cannot be converted.
 pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let doing = "adding the session log to the file";
@@ -32,17 +32,20 @@ pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreErro
     if version >= LOG_SCHEMA_VERSION {
         return tx.commit().map_err(|e| failed(path, doing, e));
     }
-    schema::steps_after(&tx, version).map_err(|e| failed(path, "migrating the schema", e))?;
-    tx.execute_batch(V6).map_err(|e| failed(path, doing, e))?;
-    let mut logs = old_logs(&tx, path)?;
-    let mut order: Vec<(i64, String)> = logs.iter().map(|(key, (ms, _))| (*ms, key.clone())).collect();
-    order.sort();
-    let mut counter = 0;
-    for (_, key) in order {
-        let Some((ms, entries)) = logs.remove(&key) else { continue };
-        counter += 1;
-        write_log(&tx, path, &key, ms, &entries, counter)?;
+    if version < 6 {
+        schema::steps_after(&tx, version).map_err(|e| failed(path, "migrating the schema", e))?;
+        tx.execute_batch(V6).map_err(|e| failed(path, doing, e))?;
+        let mut logs = old_logs(&tx, path)?;
+        let mut order: Vec<(i64, String)> = logs.iter().map(|(key, (ms, _))| (*ms, key.clone())).collect();
+        order.sort();
+        let mut counter = 0;
+        for (_, key) in order {
+            let Some((ms, entries)) = logs.remove(&key) else { continue };
+            counter += 1;
+            write_log(&tx, path, &key, ms, &entries, counter)?;
+        }
     }
+    tx.execute_batch(V7).map_err(|e| failed(path, doing, e))?;
     tx.pragma_update(None, "user_version", LOG_SCHEMA_VERSION).map_err(|e| failed(path, doing, e))?;
     tx.commit().map_err(|e| failed(path, doing, e))
 }

@@ -18,12 +18,14 @@
 //!   appends are announced when they commit, once.
 //! * **Durability.** WAL; [`Durability::Process`] (`synchronous=NORMAL`) survives a killed process,
 //!   [`Durability::PowerLoss`] (`synchronous=FULL`) a power cut, at an fsync per group commit.
-//! * **Ownership.** One process owns a session in SQLite, so the store has no [`noetic::agent::log::Leases`]
-//!   (`leases()` is `None`); who owns what is the runtime's concern.
+//! * **Sharing.** Several processes may share a file's sessions (two chats, a chat and `noetic sessions steer`,
+//!   `noetic serve` beside a chat): the store has [`Leases`], as PostgreSQL does, so a session's turn runs in one
+//!   process at a time and the others steer or stop it by appending. A lease names the process that took it; one
+//!   whose process is gone on this host (killed) holds nothing, so its turn is resumed at once (see `leases.rs`).
 //!
 //! # Migration of older files (schema 1–5 → 6)
 //!
-//! Opening the store on a file of [`crate::SqliteStore`] (schema versions 1 to 5) migrates it to the newest of
+//! Opening the store on a file of the store before the log (schema versions 1 to 5) migrates it to the newest of
 //! those first, then adds the log's tables and converts every session into a log, in one transaction, once
 //! (`PRAGMA user_version` 6). A file of a newer version is refused and left untouched. Each session becomes:
 //!
@@ -45,9 +47,7 @@
 //!    `scope:<scope>`.
 //!
 //! Every entry of a migrated session carries the time of the session's last write, and the sessions keep their
-//! order in the list. The old tables stay: [`crate::SqliteStore`] still uses them until the runtime moves to the
-//! log, and it opens a version 6 file without touching the log's tables. What it writes there after the migration
-//! is not in the logs.
+//! order in the list. The old tables stay as they were; nothing reads or writes them after the migration.
 //!
 //! [`Entry::Settings`]: noetic::agent::log::Entry::Settings
 //! [`Entry::TurnStarted`]: noetic::agent::log::Entry::TurnStarted
@@ -60,6 +60,7 @@
 //! [`TurnOutcome::Completed`]: noetic::agent::log::TurnOutcome::Completed
 
 mod convert;
+mod leases;
 mod migrate;
 mod read;
 mod tables;
@@ -71,7 +72,9 @@ use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
-use noetic::agent::log::{Appended, Entry, Expect, LogStore, Record, SessionLine, Snapshot, StoreError, encode};
+use noetic::agent::log::{
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode,
+};
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
@@ -246,6 +249,10 @@ impl LogStore for SqliteLogStore {
         }))
     }
 
+    fn leases(&self) -> Option<&dyn Leases> {
+        Some(self)
+    }
+
     fn watch(&self) -> broadcast::Receiver<Appended> {
         self.inner.appended.subscribe()
     }
@@ -268,5 +275,29 @@ impl LogStore for SqliteLogStore {
     fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
         let (key, path) = (key.to_owned(), self.inner.path.clone());
         Box::pin(self.reading(move |conn| tables::snapshot(conn, &path, &key)))
+    }
+}
+
+impl Leases for SqliteLogStore {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        term: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let (key, op) = (key.to_owned(), leases::LeaseOp::Acquire { holder: holder.to_owned(), term });
+        Box::pin(self.ask(|reply| Request::Lease { key, op, reply }))
+    }
+
+    fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (key, op) = (key.to_owned(), leases::LeaseOp::Release { holder: holder.to_owned() });
+        Box::pin(async move { self.ask(|reply| Request::Lease { key, op, reply }).await.map(drop) })
+    }
+
+    fn holder<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let (key, path) = (key.to_owned(), self.inner.path.clone());
+        Box::pin(self.reading(move |conn| {
+            leases::holder(conn, &key).map_err(|e| failed(&path, &format!("reading who holds session '{key}'"), e))
+        }))
     }
 }

@@ -90,6 +90,7 @@ pub(crate) fn delete(conn: &Connection, key: &str) -> rusqlite::Result<bool> {
     .execute(params![key])?;
     conn.prepare_cached("DELETE FROM log_entries WHERE session = ?1")?.execute(params![key])?;
     conn.prepare_cached("DELETE FROM log_snapshots WHERE session = ?1")?.execute(params![key])?;
+    super::leases::forget(conn, key)?;
     Ok(conn.prepare_cached("DELETE FROM log_sessions WHERE key = ?1")?.execute(params![key])? > 0)
 }
 

@@ -11,9 +11,11 @@ use noetic::agent::log::{Appended, Entry, Expect, Snapshot, StoreError, Summary}
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{broadcast, oneshot};
 
+use super::leases::{self, LeaseOp};
 use super::read::ReadPool;
 use super::tables::{self, Row};
 use super::{failed, migrate};
+use crate::process::Owner;
 use crate::schema::LOG_SCHEMA_VERSION;
 use crate::{Durability, wal};
 
@@ -34,6 +36,8 @@ pub(crate) enum Request {
     Delete { key: String, reply: Reply<bool> },
     /// Save a snapshot.
     SaveSnapshot { key: String, snapshot: Snapshot, reply: Reply<()> },
+    /// Take, renew or give up a lease.
+    Lease { key: String, op: LeaseOp, reply: Reply<Option<String>> },
 }
 
 /// What the thread needs to start.
@@ -50,6 +54,7 @@ enum Done {
     Append { key: String, reply: Reply<u64>, result: Result<u64, StoreError> },
     Delete { reply: Reply<bool>, result: Result<bool, StoreError> },
     Snapshot { reply: Reply<()>, result: Result<(), StoreError> },
+    Lease { reply: Reply<Option<String>>, result: Result<Option<String>, StoreError> },
 }
 
 impl Request {
@@ -59,6 +64,7 @@ impl Request {
             Request::Append { key, reply, .. } => Done::Append { key, reply, result: Err(error()) },
             Request::Delete { reply, .. } => Done::Delete { reply, result: Err(error()) },
             Request::SaveSnapshot { reply, .. } => Done::Snapshot { reply, result: Err(error()) },
+            Request::Lease { reply, .. } => Done::Lease { reply, result: Err(error()) },
         }
     }
 }
@@ -75,6 +81,7 @@ impl Done {
             }
             Done::Delete { reply, result } => drop(reply.send(result)),
             Done::Snapshot { reply, result } => drop(reply.send(result)),
+            Done::Lease { reply, result } => drop(reply.send(result)),
         }
     }
 
@@ -84,6 +91,7 @@ impl Done {
             Done::Append { key, reply, result } => Done::Append { key, reply, result: result.and(Err(error())) },
             Done::Delete { reply, result } => Done::Delete { reply, result: result.and(Err(error())) },
             Done::Snapshot { reply, result } => Done::Snapshot { reply, result: result.and(Err(error())) },
+            Done::Lease { reply, result } => Done::Lease { reply, result: result.and(Err(error())) },
         }
     }
 }
@@ -131,6 +139,8 @@ struct Writer {
     id: String,
     appended: broadcast::Sender<Appended>,
     commits: Arc<AtomicU64>,
+    /// This process, as the leases it takes name it.
+    owner: Owner,
     /// `PRAGMA data_version` when the file was last looked at.
     data_version: i64,
     /// The highest append counter announced (or this store's own).
@@ -191,6 +201,7 @@ impl Writer {
             conn,
             path,
             id: ExecutionId::new().to_string(),
+            owner: Owner::this_process(),
             appended: setup.appended,
             commits: setup.commits,
             data_version,
@@ -252,6 +263,12 @@ impl Writer {
             }
             Request::SaveSnapshot { key, snapshot, reply } => {
                 Done::Snapshot { reply, result: self.save_snapshot(&key, &snapshot) }
+            }
+            Request::Lease { key, op, reply } => {
+                let result = self
+                    .savepoint(|conn| leases::apply(conn, &key, &op, &self.owner))
+                    .map_err(|e| failed(&self.path, &format!("taking or giving up the lease of session '{key}'"), e));
+                Done::Lease { reply, result }
             }
         }
     }

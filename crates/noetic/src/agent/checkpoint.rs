@@ -144,10 +144,6 @@ impl TurnSteering {
         if self.discarded.load(Ordering::SeqCst) {
             return false;
         }
-        // Messages (and a stop) other processes left in the store for this session land here first.
-        if super::session::absorb_inbox(&self.state, self.root) {
-            return false;
-        }
         let taken = self.state.queue().take(self.state.settings().mode());
         let mut pending = lock(&self.pending);
         pending.extend(taken);

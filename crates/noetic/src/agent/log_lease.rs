@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::log::{Entry, Expect, LogStore};
 use super::session::SessionState;
+use crate::context::lock;
 
 /// How long a lease lasts without renewal, unless the runtime says otherwise.
 pub const DEFAULT_LEASE_TERM: Duration = Duration::from_secs(15);
@@ -91,7 +92,10 @@ pub(crate) async fn hold(state: &Arc<SessionState>, holder: &Arc<str>, term: Dur
             return Err(e);
         }
     };
-    if synced != known
+    // A turn left open is read again even when nothing new arrived: what was read of it earlier (when this process
+    // opened the session, or heard of its entries) may be older than its last entry.
+    let open = lock(&logged.projection).open_turn.is_some();
+    if (synced != known || open)
         && let Err(e) = state.reload_unfinished().await
     {
         guard.release().await;

@@ -267,7 +267,7 @@ impl RecordSink for LogRecords {
         if self.journal.ended.load(Ordering::SeqCst)
             && let Some(runtime) = self.runtime.upgrade()
         {
-            entries.extend(super::persist::logged_changes(&runtime.layers, state.key(), &logged.layers));
+            entries.extend(super::persist::thread_changes(&runtime.layers, state.key(), &logged.layers));
         }
         logged.submit_detached(entries);
     }

@@ -12,15 +12,13 @@ use std::time::SystemTime;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::log::READ_PAGE;
 use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
 use crate::context::lock;
 
 /// How many entries a session's log may grow by before its projection is saved as a snapshot again (opening the
 /// session then reads the snapshot and at most this many entries).
 pub(crate) const SNAPSHOT_EVERY: u64 = 1000;
-
-/// How many entries one read of a log asks for.
-const READ_PAGE: usize = 1000;
 
 /// How many waiting batches one append may take together.
 const GROUP: usize = 64;
@@ -112,20 +110,7 @@ impl Logged {
     pub(crate) async fn open(&self, key: &Arc<str>, first: Entry, foreign: Foreign) -> Result<Projection, StoreError> {
         // Watching before reading: an append another process makes meanwhile is heard.
         let watch = self.hub.subscribe(key);
-        let mut projection = match self.store.snapshot(key).await? {
-            Some(snapshot) => Projection::decode(&snapshot.bytes).unwrap_or_default(),
-            None => Projection::default(),
-        };
-        let snapshot_at = projection.last;
-        loop {
-            let records = self.store.read(key, projection.last, READ_PAGE).await?;
-            if records.is_empty() {
-                break;
-            }
-            for record in &records {
-                projection.apply(record);
-            }
-        }
+        let (projection, snapshot_at) = Projection::load_from_snapshot(self.store.as_ref(), key).await?;
         if let Some(open) = &projection.open_turn {
             *lock(&self.unfinished) = Some(self.turn_records(key, open.since).await?);
         }

@@ -18,7 +18,6 @@
 //! # }
 //! ```
 
-mod archive;
 mod bus;
 mod checkpoint;
 pub mod log;
@@ -31,14 +30,11 @@ mod persist;
 mod queue;
 mod replies;
 mod session;
-mod store;
-mod turn_record;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-pub use archive::{MemoryArchive, SessionArchive, SessionSnapshot};
 pub use bus::{
     BusReply, DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber,
 };
@@ -48,10 +44,27 @@ pub use log_lease::DEFAULT_LEASE_TERM;
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
-pub use store::{
-    Inbox, JournalWrite, LayerStateWrite, MemoryStore, Observed, SessionStore, SessionSummary, StoreCommit,
-    StoredSession, TurnLease, UnfinishedTurn, out_of_order, parse_setting, setting_text, thread_scope,
-};
+
+/// A unit enum setting's serde name (`one-at-a-time`, `skip-remaining` …), as a store keeps it in a text column.
+pub fn setting_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// Reads back what [`setting_text`] wrote.
+pub fn parse_setting<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+}
+
+/// The scope name a session's thread state is kept under (what [`ScopeKey::store_name`] gives for the session's
+/// thread): `thread:<key>`.
+///
+/// [`ScopeKey::store_name`]: crate::layer::ScopeKey::store_name
+pub fn thread_scope(key: &str) -> String {
+    format!("thread:{key}")
+}
 
 use crate::context::{Carried, Services};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
@@ -79,24 +92,22 @@ pub(crate) struct RuntimeInner {
     /// Read-mostly: looking a session up takes the read lock, so lookups never serialise turns; each session's
     /// conversation, queue and settings sit behind locks of their own.
     sessions: RwLock<HashMap<Arc<str>, Arc<session::SessionState>>>,
-    /// Where evicted sessions go and come back from.
-    archive: Option<Arc<dyn SessionArchive>>,
-    /// Where sessions live beyond the process (written through).
-    store: Option<Arc<dyn SessionStore>>,
     /// The session logs sessions are kept in (see [`log`]).
-    log_store: Option<Arc<dyn log::LogStore>>,
+    pub(crate) log_store: Option<Arc<dyn log::LogStore>>,
     /// Its appends, told to each open session's writer.
     log_hub: Option<Arc<log_hub::LogHub>>,
     /// This process's name in a shared log's leases.
     pub(crate) worker: Arc<str>,
     /// How long a lease lasts without renewal.
     pub(crate) lease_term: std::time::Duration,
-    /// How many idle sessions stay in memory (with an archive); beyond it the least recently used go.
+    /// How many idle sessions stay in memory (with a log store); beyond it the least recently used go.
     max_idle_sessions: Option<usize>,
     /// A logical clock: each session use takes the next tick.
     clock: AtomicU64,
-    /// What the store keeps of global layer state (loaded once per runtime).
+    /// What the log store keeps of global layer state (loaded once per runtime).
     pub(crate) global_layers: persist::Kept,
+    /// Held while the global layer state is read, so concurrent first turns read it once.
+    pub(crate) global_load: tokio::sync::Mutex<()>,
 }
 
 /// The runtime's services and layers as a turn's context carries them (one copy of [`RuntimeInner::shared`]).
@@ -144,8 +155,6 @@ pub struct RuntimeBuilder {
     queue_capacity: Option<usize>,
     batch_policy: BatchPolicy,
     stream: Option<bool>,
-    archive: Option<Arc<dyn SessionArchive>>,
-    store: Option<Arc<dyn SessionStore>>,
     log_store: Option<Arc<dyn log::LogStore>>,
     worker: Option<String>,
     lease_term: Option<std::time::Duration>,
@@ -248,29 +257,14 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Where idle sessions go when evicted and come back from, a [`SessionArchive`] (see [`Runtime::evict`]). Without one, nothing is
-    /// ever evicted: the conversation would be lost.
-    pub fn archive(mut self, archive: Arc<dyn SessionArchive>) -> Self {
-        self.archive = Some(archive);
-        self
-    }
-
-    /// Keeps sessions in `store`, a [`SessionStore`] (written through: conversation, queued steering, settings, the running turn's
-    /// journal) and opens them from it; a turn a dead process left is offered by [`Session::resume`]. A store is
-    /// also where evicted sessions come back from.
-    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
     /// Keeps every session in a session log ([`log::LogStore`]: [`log::MemoryLogStore`], or a database's, such as
     /// `noetic_sqlite::SqliteLogStore`): each durable fact of a session — a message accepted, a turn started, a
     /// model response, a tool call started and its outcome, a decision, the turn's end — is an entry, appended in
     /// the order it happened, and a session opened again (here or after a crash) is what its log says. A turn a
     /// stopped process left is resumed ([`Session::resume`]) by replaying it: nothing in the log is done again.
-    /// Open sessions with [`Runtime::open`] (the first use of a [`Runtime::session`] handle reads its log too).
-    /// Cannot be combined with [`RuntimeBuilder::store`]. A store several processes share (leases) is not yet
-    /// supported here: one process owns the sessions it opens.
+    /// Open sessions with [`Runtime::open`] (the first use of a [`Runtime::session`] handle reads its log too). With
+    /// a store several processes share ([`log::Leases`]: SQLite, PostgreSQL), a session's turn runs where its lease
+    /// is held; the others steer and stop it through the log. Without a log store, sessions live in memory only.
     pub fn log_store(mut self, store: Arc<dyn log::LogStore>) -> Self {
         self.log_store = Some(store);
         self
@@ -291,14 +285,14 @@ impl RuntimeBuilder {
     }
 
     /// Keeps at most `n` idle sessions in memory: when a turn ends with more, the least recently used idle ones
-    /// (not followed by anybody) go to the archive. Needs [`RuntimeBuilder::archive`].
+    /// (not followed by anybody) are dropped from memory (their log keeps them). Needs [`RuntimeBuilder::log_store`].
     pub fn max_idle_sessions(mut self, n: usize) -> Self {
         self.max_idle_sessions = Some(n);
         self
     }
 
     /// Validates and builds the runtime; a missing model, two tools with one name, or an idle-session limit
-    /// without an archive is a [`ConfigError`].
+    /// without a log store is a [`ConfigError`].
     pub fn build(self) -> Result<Runtime, ConfigError> {
         if self.services.model.is_none() {
             return Err(ConfigError::new(
@@ -327,22 +321,11 @@ impl RuntimeBuilder {
         if let Some(duplicate) = self.services.duplicate_tool() {
             return Err(duplicate);
         }
-        if self.store.is_some() && self.log_store.is_some() {
-            return Err(ConfigError::new(
-                ConfigCode::TwoSessionStores,
-                "the runtime was given both a session store and a session log store",
-                "keep sessions in one place: call .log_store(...) or .store(...), not both",
-            ));
-        }
-        if self.max_idle_sessions.is_some()
-            && self.archive.is_none()
-            && self.store.is_none()
-            && self.log_store.is_none()
-        {
+        if self.max_idle_sessions.is_some() && self.log_store.is_none() {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
-                "max_idle_sessions is set but the runtime has no session archive, so evicted sessions would be lost",
-                "add .archive(...) (a store's archive, or MemoryArchive) or drop max_idle_sessions",
+                "max_idle_sessions is set but the runtime keeps no session log, so evicted sessions would be lost",
+                "add .log_store(...) (MemoryLogStore, or a database's) or drop max_idle_sessions",
             ));
         }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
@@ -361,8 +344,6 @@ impl RuntimeBuilder {
             default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
             batch_policy: self.batch_policy,
             sessions: RwLock::new(HashMap::new()),
-            archive: self.archive,
-            store: self.store,
             log_hub: self.log_store.clone().map(|store| Arc::new(log_hub::LogHub::new(store))),
             log_store: self.log_store,
             worker: Arc::from(self.worker.unwrap_or_else(default_worker)),
@@ -370,6 +351,7 @@ impl RuntimeBuilder {
             max_idle_sessions: self.max_idle_sessions,
             clock: AtomicU64::new(0),
             global_layers: persist::Kept::default(),
+            global_load: tokio::sync::Mutex::new(()),
         });
         let handles = {
             let inner = inner.clone();
@@ -412,39 +394,18 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// The [`Session`] with this key: in memory, else restored from the archive, else new. A session the archive
-    /// fails to restore is returned unavailable (it runs and queues nothing, and says why); use
-    /// [`Runtime::try_session`] to get that error here instead.
+    /// The [`Session`] with this key: in memory, else new. With a log store, its log is read at its first use
+    /// ([`Runtime::open`] reads it now, and says when it cannot).
     pub fn session(&self, key: &str) -> Session {
         Session::new(self.inner.clone(), self.handles.clone(), state_of(&self.inner, key))
     }
 
-    /// Like [`Runtime::session`], but a session the archive fails to restore is an error ([`NoeticError`]).
-    pub fn try_session(&self, key: &str) -> Result<Session, NoeticError> {
-        let state = state_of(&self.inner, key);
-        if state.is_unavailable() {
-            // Not kept: the next attempt asks the archive again.
-            let mut sessions = self.inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
-            if sessions.get(key).is_some_and(|s| Arc::ptr_eq(s, &state)) {
-                sessions.remove(key);
-            }
-            drop(sessions);
-            let archive = self.inner.archive.as_ref().map(|a| a.load(key));
-            return match archive {
-                Some(Err(e)) => Err(e),
-                _ => Ok(self.session(key)),
-            };
-        }
-        Ok(Session::new(self.inner.clone(), self.handles.clone(), state))
-    }
-
     /// The [`Session`] with this key, its log read (see [`RuntimeBuilder::log_store`]): what [`Session::history`],
     /// [`Session::queued`] and the other plain reads show is what the log holds. Without a log store this is
-    /// [`Runtime::try_session`]. A log that cannot be read is an error ([`NoeticError`]); the session stays
-    /// unavailable until the next open.
+    /// [`Runtime::session`]. A log that cannot be read is an error ([`NoeticError`]); the next open reads it again.
     pub async fn open(&self, key: &str) -> Result<Session, NoeticError> {
-        let session = self.try_session(key)?;
         let state = state_of(&self.inner, key);
+        let session = Session::new(self.inner.clone(), self.handles.clone(), state.clone());
         if let Err(message) = state.open_log().await {
             // Not kept: the next open reads the log again.
             let mut sessions = self.inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
@@ -457,8 +418,8 @@ impl Runtime {
     }
 
     /// Deletes the session `key`: from memory (also while somebody follows its events: they hear no more) and from
-    /// where it is kept (its log, or its store). True when there was one to delete; [`SessionError::Busy`] while a
-    /// turn runs in it here (stop it first), [`SessionError::Store`] when its store fails.
+    /// its log. True when there was one to delete; [`SessionError::Busy`] while a turn runs in it here (stop it
+    /// first), [`SessionError::Store`] when its store fails.
     pub async fn delete_session(&self, key: &str) -> Result<bool, SessionError> {
         let failed = |message: String| SessionError::Store { session: key.to_owned(), message };
         let known = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
@@ -475,42 +436,39 @@ impl Runtime {
         if let Some(log) = &self.inner.log_store {
             return log.delete(key).await.map_err(|e| failed(e.to_string()));
         }
-        if let Some(store) = self.inner.store.clone() {
-            let key = key.to_owned();
-            return tokio::task::spawn_blocking(move || store.delete(&key))
-                .await
-                .map_err(|e| failed(e.to_string()))?
-                .map_err(|e| failed(e.to_string()));
-        }
         Ok(known.is_some())
     }
 
-    /// Drops the idle session `key` from memory after the archive ([`SessionArchive`]) kept it; the next [`Runtime::session`] for
-    /// the key restores it. Returns false (and keeps it) when a turn runs, somebody follows its events, or it
-    /// is not in memory. Without an archive this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation
-    /// would be lost.
+    /// Drops the idle session `key` from memory (its log keeps it); the next [`Runtime::open`] for the key reads it
+    /// again. Returns false (and keeps it) when a turn runs, somebody follows its events, or it is not in memory.
+    /// Without a log store this is a [`NoeticError::Config`] ([`ConfigError`]): the conversation would be lost.
     pub fn evict(&self, key: &str) -> Result<bool, NoeticError> {
-        if self.inner.archive.is_none() && self.inner.store.is_none() && self.inner.log_store.is_none() {
+        if self.inner.log_store.is_none() {
             return Err(NoeticError::Config(ConfigError::new(
                 ConfigCode::MissingArchive,
-                format!("cannot evict session '{key}': the runtime has no session archive, so it would be lost"),
-                "build the runtime with .archive(...) or .store(...)",
+                format!("cannot evict session '{key}': the runtime keeps no session log, so it would be lost"),
+                "build the runtime with .log_store(...)",
             )));
         }
         let Some(state) = self.inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned() else {
             return Ok(false);
         };
-        evict_state(&self.inner, &state)
+        Ok(evict_state(&self.inner, &state))
+    }
+
+    /// The runtime's session log store, if it has one ([`RuntimeBuilder::log_store`]).
+    pub fn log_store(&self) -> Option<&Arc<dyn log::LogStore>> {
+        self.inner.log_store.as_ref()
+    }
+
+    /// This process's name among workers sharing a log store ([`RuntimeBuilder::worker_id`]).
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker
     }
 
     /// The model id the runtime was built with ([`RuntimeBuilder::model_id`]), else the default one.
     pub fn model_id(&self) -> &str {
         &self.inner.model_id
-    }
-
-    /// The runtime's [`SessionStore`], if it has one.
-    pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
-        self.inner.store.as_ref()
     }
 
     /// A copy of a layer's state for an execution (e.g. `get_layer_state::<`[`SteeringState`](crate::steering::SteeringState)`>(id, "steering")`);
@@ -528,7 +486,7 @@ impl Runtime {
     }
 }
 
-/// The live state of `key`: in memory (touched), else restored from the archive, else new.
+/// The live state of `key`: in memory (touched), else new (kept in the runtime's log store, if it has one).
 pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionState> {
     let now = tick(inner);
     let known = inner.sessions.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
@@ -542,45 +500,14 @@ pub(crate) fn state_of(inner: &RuntimeInner, key: &str) -> Arc<session::SessionS
         return state.clone();
     }
     let settings = || SessionSettings::new(inner.default_mode, inner.default_capacity, inner.batch_policy);
-    // Restoring under the write lock: a second caller for the same key waits for this one instead of restoring
-    // a copy of its own. The archive is a cold path (an open, an eviction).
-    let state = match inner.store.as_ref() {
-        Some(store) => match store.open(key) {
-            Ok(Some(stored)) => session::SessionState::from_store(stored, store.clone()),
-            Ok(None) => session::SessionState::new(Arc::from(key), settings()).with_store(store.clone()),
-            Err(e) => {
-                tracing::error!(session = key, error = %e, "could not open the session in the store");
-                session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
-            }
-        },
-        None => match inner.log_store.as_ref().zip(inner.log_hub.as_ref()) {
-            Some((log, hub)) => {
-                session::SessionState::new(Arc::from(key), settings()).with_log(log.clone(), hub.clone())
-            }
-            None => from_archive(inner, key, settings),
-        },
+    let state = match inner.log_store.as_ref().zip(inner.log_hub.as_ref()) {
+        Some((log, hub)) => session::SessionState::new(Arc::from(key), settings()).with_log(log.clone(), hub.clone()),
+        None => session::SessionState::new(Arc::from(key), settings()),
     };
     let state = Arc::new(state);
     state.touch(now);
     sessions.insert(state.key().clone(), state.clone());
     state
-}
-
-/// A session restored from the runtime's archive (or new).
-fn from_archive(inner: &RuntimeInner, key: &str, settings: impl Fn() -> SessionSettings) -> session::SessionState {
-    match inner.archive.as_ref().map(|a| a.load(key)) {
-        Some(Ok(Some(snapshot))) if snapshot.key == key => session::SessionState::restored(snapshot),
-        Some(Ok(Some(snapshot))) => session::SessionState::unavailable(
-            Arc::from(key),
-            settings(),
-            format!("the archive answered with session '{}'", snapshot.key),
-        ),
-        Some(Err(e)) => {
-            tracing::error!(session = key, error = %e, "could not restore the session from the archive");
-            session::SessionState::unavailable(Arc::from(key), settings(), e.to_string())
-        }
-        Some(Ok(None)) | None => session::SessionState::new(Arc::from(key), settings()),
-    }
 }
 
 /// The runtime's next logical time; always 0 when nothing is ever evicted (the clock only orders evictions), so
@@ -592,24 +519,16 @@ pub(crate) fn tick(inner: &RuntimeInner) -> u64 {
     inner.clock.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// Archives and drops one session if it is idle and unwatched (a store already holds everything: it only gives
-/// the session up).
-fn evict_state(inner: &RuntimeInner, state: &Arc<session::SessionState>) -> Result<bool, NoeticError> {
-    let Some(snapshot) = state.evict() else { return Ok(false) };
-    if let Some(archive) = &inner.archive
-        && let Err(e) = archive.save(&snapshot)
-    {
-        state.unevict();
-        return Err(e);
-    }
-    if let Some(store) = &inner.store {
-        store.close(state.key());
+/// Drops one session from memory if it is idle and unwatched (its log holds everything).
+fn evict_state(inner: &RuntimeInner, state: &Arc<session::SessionState>) -> bool {
+    if !state.evict() {
+        return false;
     }
     let mut sessions = inner.sessions.write().unwrap_or_else(PoisonError::into_inner);
     if sessions.get(state.key()).is_some_and(|s| Arc::ptr_eq(s, state)) {
         sessions.remove(state.key());
     }
-    Ok(true)
+    true
 }
 
 /// Evicts the least recently used idle sessions while more than the limit are in memory.
@@ -629,12 +548,8 @@ pub(crate) fn evict_over_limit(inner: &RuntimeInner) {
         if in_memory <= limit {
             break;
         }
-        match evict_state(inner, &state) {
-            Ok(true) => in_memory -= 1,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(session = %state.key(), error = %e, "could not archive an idle session; it stays in memory")
-            }
+        if evict_state(inner, &state) {
+            in_memory -= 1;
         }
     }
 }

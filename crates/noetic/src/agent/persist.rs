@@ -1,18 +1,19 @@
-//! Layer state that outlives the process (SPEC 6.1): what the runtime's layers keep for a session's thread, and
-//! what layers of global scope keep for everyone, saved in the session store when a turn ends and brought back
-//! before the first turn that needs it.
+//! Layer state that outlives the process (SPEC 6.1): what the runtime's layers keep for a session's thread, logged
+//! in the session's log with the turn's end, and what layers of global scope keep for everyone, logged in the log
+//! [`GLOBAL_LOG`] when a turn ends; brought back before the first turn that needs it.
 //!
-//! A session loads its thread's states once (again after another process changed the session: see
-//! `SessionState::apply_stored`); a runtime loads global states once. Each save writes only the states that
-//! changed since they were loaded or last saved (compared by a hash of their JSON), so a layer that keeps
-//! nothing costs one call to [`MemoryLayer::save_state`] per turn and no write.
+//! A session loads its thread's states once (again after another process's turn changed them); a runtime loads
+//! global states once, before its first turn. Each save writes only the states that changed since they were loaded
+//! or last saved (compared by a hash of their JSON), so a layer that keeps nothing costs one call to
+//! [`MemoryLayer::save_state`] per turn and no write. Several processes sharing a store share the global states:
+//! each loads them once, and the last turn to end wins.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use super::log::Entry;
-use super::store::{LayerStateWrite, SessionStore};
+use super::RuntimeInner;
+use super::log::{Entry, Expect, Projection};
 use crate::context::lock;
 use crate::error::NoeticError;
 use crate::layer::{MemoryLayer, Scope, ScopeKey};
@@ -29,20 +30,9 @@ impl Kept {
     }
 }
 
-/// One stored session's layer state: where it is kept, whose it is, and what is known of it.
-#[derive(Clone, Copy)]
-pub(crate) struct Session<'a> {
-    /// The session's store.
-    pub(crate) store: &'a dyn SessionStore,
-    /// The runtime's layers.
-    pub(crate) layers: &'a [Arc<dyn MemoryLayer>],
-    /// The session's key (its thread).
-    pub(crate) thread: &'a str,
-    /// What is known of the thread's saved states.
-    pub(crate) session: &'a Kept,
-    /// What is known of the global ones (the runtime's).
-    pub(crate) global: &'a Kept,
-}
+/// The log that keeps the states of layers of global scope (its entries are [`Entry::LayerState`] of scope
+/// `global`).
+pub(crate) const GLOBAL_LOG: &str = "scope:global";
 
 fn hash(json: &str) -> u64 {
     let mut h = DefaultHasher::new();
@@ -60,121 +50,26 @@ fn distinct(layers: &[Arc<dyn MemoryLayer>]) -> impl Iterator<Item = &Arc<dyn Me
     layers.iter().enumerate().filter(|(i, l)| !layers[..*i].iter().any(|e| e.id() == l.id())).map(|(_, l)| l)
 }
 
-/// Brings the saved states of `thread` (and, once per runtime, global ones) into the layers, unless they were
-/// loaded already. An error (the store cannot be read, a state is unreadable or its layer refuses it) leaves
-/// them to load again at the next turn.
-pub(crate) fn load(to: &Session<'_>) -> Result<(), NoeticError> {
-    let Session { store, layers, thread, session, global } = *to;
-    if layers.is_empty() {
-        return Ok(());
-    }
-    load_scope(store, layers, &ScopeKey::Thread(Arc::from(thread)), session, |_| true)?;
-    if layers.iter().any(is_global) {
-        load_scope(store, layers, &ScopeKey::Global, global, is_global)?;
-    }
-    Ok(())
-}
-
+/// Brings the layer states `saved` (by layer id, as a log's projection holds them for `key`) into the layers that
+/// `include` picks, unless they were loaded already.
 fn load_scope(
-    store: &dyn SessionStore,
     layers: &[Arc<dyn MemoryLayer>],
     key: &ScopeKey,
     kept: &Kept,
-    include: impl Fn(&Arc<dyn MemoryLayer>) -> bool,
-) -> Result<(), NoeticError> {
-    let mut guard = lock(&kept.0);
-    if guard.is_some() {
-        return Ok(());
-    }
-    let Some(name) = key.store_name() else { return Ok(()) };
-    let saved = store.layer_states(&name)?;
-    let mut hashes = HashMap::new();
-    for (id, json) in saved {
-        // A state whose layer this runtime does not have stays as it is in the store.
-        let Some(layer) = distinct(layers).find(|l| l.id() == id && include(l)) else { continue };
-        let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
-            NoeticError::other(format!(
-                "the saved state of layer '{id}' for {name} is not JSON ({e}); the store was written by something \
-                 else — delete the session or that row"
-            ))
-        })?;
-        layer.load_state(key, value).map_err(|e| {
-            NoeticError::other(format!("layer '{id}' could not restore its saved state for {name}: {e}"))
-        })?;
-        hashes.insert(id, hash(&json));
-    }
-    *guard = Some(hashes);
-    Ok(())
-}
-
-/// Saves what changed in the layers' states of `thread` (and global ones) since they were loaded or last saved.
-/// On an error nothing is marked saved, so the next turn's end writes it again.
-pub(crate) fn save(from: &Session<'_>) -> Result<(), NoeticError> {
-    let Session { store, layers, thread, session, global } = *from;
-    if layers.is_empty() {
-        return Ok(());
-    }
-    let mut session_kept = lock(&session.0);
-    // The runtime-wide lock only when a layer keeps global state: other turns never wait on each other here.
-    let mut none = None;
-    let mut global_guard = layers.iter().any(is_global).then(|| lock(&global.0));
-    let global_kept = match global_guard.as_deref_mut() {
-        Some(kept) => kept,
-        None => &mut none,
-    };
-    let keys = [ScopeKey::Thread(Arc::from(thread)), ScopeKey::Global];
-    let names: Vec<String> = keys.iter().map(|k| k.store_name().unwrap_or_default()).collect();
-    let kept: [&mut Option<HashMap<String, u64>>; 2] = [&mut *session_kept, global_kept];
-    // (scope index, layer id, new JSON or None to delete)
-    let mut changes: Vec<(usize, &str, Option<String>)> = Vec::new();
-    for (at, key) in keys.iter().enumerate() {
-        // Never loaded: writing would replace what the store keeps without having read it.
-        let Some(hashes) = kept[at].as_ref() else { continue };
-        let global_only = matches!(key, ScopeKey::Global);
-        for layer in distinct(layers).filter(|l| !global_only || is_global(l)) {
-            let json = layer.save_state(key).map(|v| v.to_string());
-            if hashes.get(layer.id()).copied() != json.as_deref().map(hash) {
-                changes.push((at, layer.id(), json));
-            }
-        }
-    }
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let writes: Vec<LayerStateWrite<'_>> = changes
-        .iter()
-        .map(|(at, layer, state)| LayerStateWrite { scope: &names[*at], layer, state: state.as_deref() })
-        .collect();
-    store.save_layer_states(&writes)?;
-    for (at, layer, state) in &changes {
-        if let Some(hashes) = kept[*at].as_mut() {
-            match state {
-                Some(json) => hashes.insert((*layer).to_owned(), hash(json)),
-                None => hashes.remove(*layer),
-            };
-        }
-    }
-    Ok(())
-}
-
-/// Brings the thread's layer states a session log holds (`saved`, by layer id) into the layers, unless they were
-/// loaded already. Global layer state is not kept in a session's log.
-pub(crate) fn load_logged(
-    layers: &[Arc<dyn MemoryLayer>],
-    thread: &str,
-    kept: &Kept,
     saved: Option<&BTreeMap<String, serde_json::Value>>,
+    include: impl Fn(&Arc<dyn MemoryLayer>) -> bool,
 ) -> Result<(), NoeticError> {
     let mut guard = lock(&kept.0);
     if guard.is_some() || layers.is_empty() {
         return Ok(());
     }
-    let key = ScopeKey::Thread(Arc::from(thread));
+    let name = key.store_name().unwrap_or_default();
     let mut hashes = HashMap::new();
     for (id, value) in saved.into_iter().flatten() {
-        let Some(layer) = distinct(layers).find(|l| l.id() == id) else { continue };
-        layer.load_state(&key, value.clone()).map_err(|e| {
-            NoeticError::other(format!("layer '{id}' could not restore its saved state for session '{thread}': {e}"))
+        // A state whose layer this runtime does not have stays as it is in the log.
+        let Some(layer) = distinct(layers).find(|l| l.id() == id && include(l)) else { continue };
+        layer.load_state(key, value.clone()).map_err(|e| {
+            NoeticError::other(format!("layer '{id}' could not restore its saved state for {name}: {e}"))
         })?;
         hashes.insert(id.clone(), hash(&value.to_string()));
     }
@@ -182,25 +77,93 @@ pub(crate) fn load_logged(
     Ok(())
 }
 
-/// The thread's layer states that changed since they were loaded or last saved, as session log entries (marked
-/// saved: the caller appends them with the turn's end).
-pub(crate) fn logged_changes(layers: &[Arc<dyn MemoryLayer>], thread: &str, kept: &Kept) -> Vec<Entry> {
-    let mut guard = lock(&kept.0);
-    let Some(hashes) = guard.as_mut() else { return Vec::new() };
-    let key = ScopeKey::Thread(Arc::from(thread));
-    let Some(scope) = key.store_name() else { return Vec::new() };
-    let mut entries = Vec::new();
-    for layer in distinct(layers) {
-        let state = layer.save_state(&key);
+/// The states of `key` that changed since they were loaded or last saved, among the layers `include` picks, as log
+/// entries, with what to mark saved once they are written.
+fn changes(
+    layers: &[Arc<dyn MemoryLayer>],
+    key: &ScopeKey,
+    kept: &Kept,
+    include: impl Fn(&Arc<dyn MemoryLayer>) -> bool,
+) -> (Vec<Entry>, Vec<(String, Option<u64>)>) {
+    let guard = lock(&kept.0);
+    // Never loaded: writing would replace what the log keeps without having read it.
+    let (Some(hashes), Some(scope)) = (guard.as_ref(), key.store_name()) else { return (Vec::new(), Vec::new()) };
+    let (mut entries, mut marks) = (Vec::new(), Vec::new());
+    for layer in distinct(layers).filter(|l| include(l)) {
+        let state = layer.save_state(key);
         let json = state.as_ref().map(serde_json::Value::to_string);
-        if hashes.get(layer.id()).copied() == json.as_deref().map(hash) {
+        let new = json.as_deref().map(hash);
+        if hashes.get(layer.id()).copied() == new {
             continue;
         }
-        match &json {
-            Some(json) => hashes.insert(layer.id().to_owned(), hash(json)),
-            None => hashes.remove(layer.id()),
-        };
+        marks.push((layer.id().to_owned(), new));
         entries.push(Entry::LayerState { scope: scope.clone(), layer: layer.id().to_owned(), state });
     }
+    (entries, marks)
+}
+
+/// Marks states saved (see [`changes`]).
+fn mark(kept: &Kept, marks: Vec<(String, Option<u64>)>) {
+    if let Some(hashes) = lock(&kept.0).as_mut() {
+        for (layer, new) in marks {
+            match new {
+                Some(h) => hashes.insert(layer, h),
+                None => hashes.remove(&layer),
+            };
+        }
+    }
+}
+
+/// Brings the thread's layer states a session log holds (`saved`, by layer id) into the layers, unless they were
+/// loaded already.
+pub(crate) fn load_thread(
+    layers: &[Arc<dyn MemoryLayer>],
+    thread: &str,
+    kept: &Kept,
+    saved: Option<&BTreeMap<String, serde_json::Value>>,
+) -> Result<(), NoeticError> {
+    load_scope(layers, &ScopeKey::Thread(Arc::from(thread)), kept, saved, |_| true)
+}
+
+/// The thread's layer states that changed since they were loaded or last saved, as session log entries (marked
+/// saved: the caller appends them with the turn's end).
+pub(crate) fn thread_changes(layers: &[Arc<dyn MemoryLayer>], thread: &str, kept: &Kept) -> Vec<Entry> {
+    let (entries, marks) = changes(layers, &ScopeKey::Thread(Arc::from(thread)), kept, |_| true);
+    mark(kept, marks);
     entries
+}
+
+/// Brings the global layer states the runtime's log store keeps into the layers, once per runtime (before its
+/// first turn; concurrent first turns wait for one read). An error leaves them to load at the next turn.
+pub(crate) async fn load_global(runtime: &RuntimeInner) -> Result<(), NoeticError> {
+    let Some(store) = &runtime.log_store else { return Ok(()) };
+    if !runtime.layers.iter().any(is_global) || lock(&runtime.global_layers.0).is_some() {
+        return Ok(());
+    }
+    let _one_reader = runtime.global_load.lock().await;
+    if lock(&runtime.global_layers.0).is_some() {
+        return Ok(());
+    }
+    let projection = Projection::load(store.as_ref(), GLOBAL_LOG).await.map_err(|e| {
+        NoeticError::other(format!("could not read the global layer states (the log '{GLOBAL_LOG}'): {e}"))
+    })?;
+    let saved = projection.layer_states.get("global");
+    load_scope(&runtime.layers, &ScopeKey::Global, &runtime.global_layers, saved, is_global)
+}
+
+/// Logs the global layer states that changed since they were loaded or last saved (a failure is logged: they stay
+/// unsaved, and the next turn's end writes them).
+pub(crate) async fn save_global(runtime: &RuntimeInner) {
+    let Some(store) = &runtime.log_store else { return };
+    if !runtime.layers.iter().any(is_global) {
+        return;
+    }
+    let (entries, marks) = changes(&runtime.layers, &ScopeKey::Global, &runtime.global_layers, is_global);
+    if entries.is_empty() {
+        return;
+    }
+    match store.append(GLOBAL_LOG, Expect::End, &entries).await {
+        Ok(_) => mark(&runtime.global_layers, marks),
+        Err(e) => tracing::error!(error = %e, "could not log the global layer states; the next turn's end tries again"),
+    }
 }

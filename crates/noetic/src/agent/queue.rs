@@ -51,7 +51,7 @@ pub struct SteerMessage {
 }
 
 impl SteerMessage {
-    /// A new message with a fresh id, accepted now (for [`SessionStore::steer_elsewhere`](super::SessionStore::steer_elsewhere)).
+    /// A new message with a fresh id, accepted now (for [`log::queue_message`](super::log::queue_message)).
     pub fn new(text: impl Into<String>) -> Self {
         SteerMessage { id: MessageId::new(), text: text.into(), accepted_at: SystemTime::now() }
     }
@@ -332,6 +332,21 @@ impl SessionQueue {
                     queue.push_back(message);
                 }
             }
+        }
+    }
+
+    /// Queues a message another process appended to the session's log, in log order: after the messages the log
+    /// already holds (`durable`), before this process's own messages whose appends are still on their way (they
+    /// land after it). One already held is not added twice.
+    pub(crate) fn insert_foreign(&self, message: SteerMessage, durable: &dyn Fn(MessageId) -> bool) {
+        let mut guard = lock(&self.messages);
+        let queue = guard.get_or_insert_default();
+        if queue.iter().any(|m| m.id == message.id) {
+            return;
+        }
+        match queue.iter().position(|m| !durable(m.id)) {
+            Some(at) => queue.insert(at, message),
+            None => queue.push_back(message),
         }
     }
 

@@ -1,9 +1,8 @@
 //! One conversation and its turns.
 //!
-//! (Over the house's ~400 lines, on purpose for one more step of #30: this file holds both ways a session is kept —
-//! the old `SessionStore` seam (its claim/inbox protocol, `flush`, the release guard's writes) and the session log
-//! (whose own parts live in `logged.rs`, `log_turn.rs`, `log_lease.rs`, `log_events.rs`, `log_hub.rs`). When the CLI and
-//! the server move to the log, the old path is deleted rather than split; splitting it now would be done twice.)
+//! (Over the house's ~700 lines, knowingly: the handle, the session's state, starting, resuming and discarding
+//! turns and routing messages share one lock protocol, and the old store's half of this file is gone. Splitting it
+//! along the handle / state / turn task lines is #35's work on `agent/`, together with the façade in `mod.rs`.)
 
 use std::borrow::Cow;
 use std::future::IntoFuture;
@@ -18,13 +17,10 @@ use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::archive::SessionSnapshot;
 use super::log::{Entry, LogStore, Projection, TurnOutcome};
 use super::log_turn::{LogJournal, LogRecords, ReplayIndex};
 use super::logged::{Logged, Receipt, settled};
 use super::queue::{MessageId, SessionQueue};
-use super::store::{JournalWrite, SessionStore, StoreCommit, StoredSession, TurnLease, UnfinishedTurn};
-use super::turn_record::{StoreJournal, TurnRecord};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{Handles, RuntimeInner, SessionSettings, TurnHandle};
 use crate::context::{
@@ -85,10 +81,8 @@ pub enum SessionError {
         /// Why.
         message: String,
     },
-    /// The session could not be restored from the runtime's archive; nothing runs in it until it can be.
-    #[error(
-        "session '{session}' could not be restored from its archive ({message}); fix the archive and open it again"
-    )]
+    /// The session's log could not be read; nothing runs in it until it can be.
+    #[error("session '{session}' could not be opened from its log ({message}); check the session store and open it again")]
     Unavailable {
         /// The session key.
         session: String,
@@ -121,23 +115,8 @@ pub(crate) struct SessionState {
     evicted: AtomicBool,
     /// Why restoring it failed: such a session runs nothing.
     unavailable: Option<String>,
-    /// What a store-backed session keeps besides (boxed: a session without a store pays one pointer).
-    durable: Option<Box<Durable>>,
-    /// What a session kept in a session log keeps besides (boxed, like `durable`).
+    /// What a session kept in a session log keeps besides (boxed: a session without a log pays one pointer).
     logged: Option<Box<Logged>>,
-}
-
-/// The write-through state of a session kept in a store.
-struct Durable {
-    store: Arc<dyn SessionStore>,
-    /// How many conversation items the store holds.
-    persisted: AtomicUsize,
-    /// The turn a dead process left, until it is resumed or discarded.
-    unfinished: Mutex<Option<UnfinishedTurn>>,
-    /// Ledger entries made since the last commit (written with the next one).
-    ledger: Mutex<Vec<String>>,
-    /// What the store keeps of the layers' state for this session's thread.
-    layers: super::persist::Kept,
 }
 
 impl SessionState {
@@ -161,7 +140,6 @@ impl SessionState {
             last_used: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             unavailable: None,
-            durable: None,
             logged: None,
         }
     }
@@ -210,9 +188,14 @@ impl SessionState {
         let mut others = false;
         for record in records {
             match &record.entry {
-                Entry::MessageAccepted { message } => {
-                    self.queue.push_existing(vec![message.clone()]);
-                }
+                Entry::MessageAccepted { message } => match self.logged() {
+                    Some(logged) => {
+                        let projection = lock(&logged.projection);
+                        let durable = |id| projection.queue.iter().any(|m| m.id == id);
+                        self.queue.insert_foreign(message.clone(), &durable);
+                    }
+                    None => self.queue.push_existing(vec![message.clone()]),
+                },
                 Entry::StopRequested { reason } => {
                     if let Conversation::Running { ctx, steering } = &*lock(&self.conversation) {
                         steering.discard_pending();
@@ -232,6 +215,10 @@ impl SessionState {
         }
         if others && let Some(logged) = self.logged() {
             let projection = lock(&logged.projection).clone();
+            if projection.open_turn.is_none() {
+                // The turn this process found open when it opened the session ended elsewhere.
+                *lock(&logged.unfinished) = None;
+            }
             logged.set_persisted(projection.conversation.len());
             self.apply_projection(projection);
             // Another worker's turn may have changed the thread's layer state: the next turn here loads it again.
@@ -303,33 +290,6 @@ impl SessionState {
         self.logged().map(|l| l.submit(entries))
     }
 
-    /// The same state, written through to `store`.
-    pub(crate) fn with_store(mut self, store: Arc<dyn SessionStore>) -> Self {
-        self.durable = Some(Box::new(Durable {
-            store,
-            persisted: AtomicUsize::new(0),
-            unfinished: Mutex::new(None),
-            ledger: Mutex::new(Vec::new()),
-            layers: super::persist::Kept::default(),
-        }));
-        self
-    }
-
-    pub(super) fn store(&self) -> Option<&Arc<dyn SessionStore>> {
-        self.durable.as_ref().map(|d| &d.store)
-    }
-
-    /// How many conversation items the store holds.
-    pub(super) fn persisted(&self) -> usize {
-        self.durable.as_ref().map_or(0, |d| d.persisted.load(Ordering::SeqCst))
-    }
-
-    pub(super) fn set_persisted(&self, n: usize) {
-        if let Some(d) = &self.durable {
-            d.persisted.store(n, Ordering::SeqCst);
-        }
-    }
-
     /// The `llm` step of the turn a dead process left, if any.
     fn unfinished_step(&self) -> Option<String> {
         if let Some(logged) = self.logged() {
@@ -337,76 +297,13 @@ impl SessionState {
                 .as_ref()
                 .map(|records| ReplayIndex::running_step(records).unwrap_or_default());
         }
-        self.durable.as_ref().and_then(|d| lock(&d.unfinished).as_ref().map(|u| u.step_id.clone()))
-    }
-
-    /// Takes the record of the turn a stopped process left, for the turn that resumes it. An unreadable record
-    /// is logged and not resumed (the turn then starts its steps afresh).
-    fn take_unfinished(&self) -> Option<TurnRecord> {
-        let saved = lock(&self.durable.as_ref()?.unfinished).take()?;
-        match TurnRecord::read(&saved) {
-            Ok(record) => Some(record),
-            Err(e) => {
-                tracing::error!(session = %self.key, error = %e, "the saved turn is unreadable; it is not resumed");
-                None
-            }
-        }
+        None
     }
 
     fn clear_unfinished(&self) {
-        if let Some(d) = &self.durable {
-            *lock(&d.unfinished) = None;
-        }
         if let Some(logged) = self.logged() {
             *lock(&logged.unfinished) = None;
         }
-    }
-
-    fn record(&self, entry: String) {
-        if let Some(d) = &self.durable {
-            lock(&d.ledger).push(entry);
-        }
-    }
-
-    /// A session opened from a store: everything it held, and the turn a dead process left, if any.
-    pub(crate) fn from_store(stored: StoredSession, store: Arc<dyn SessionStore>) -> Self {
-        let held = stored.snapshot.history.len();
-        let state = SessionState::restored(stored.snapshot).with_store(store);
-        state.set_persisted(held);
-        if let Some(d) = &state.durable {
-            *lock(&d.unfinished) = stored.unfinished;
-        }
-        state
-    }
-
-    /// Replaces what the idle session holds with the store's newer copy (another process wrote to it: see
-    /// [`SessionStore::begin_turn`]).
-    fn apply_stored(&self, conversation: &mut Conversation, stored: StoredSession) {
-        let snapshot = stored.snapshot;
-        self.queue.clear();
-        self.queue.push_existing(snapshot.queued);
-        self.settings.set_mode(snapshot.mode);
-        self.settings.set_capacity(snapshot.capacity);
-        self.settings.set_batch_policy(snapshot.batch_policy);
-        self.turns.store(snapshot.turns, Ordering::SeqCst);
-        self.set_persisted(snapshot.history.len());
-        *conversation = Conversation::Idle(History::new(snapshot.history));
-        if let Some(d) = &self.durable {
-            *lock(&d.unfinished) = stored.unfinished;
-            // The layers' thread state changed with it: the next turn loads it again.
-            d.layers.reset();
-        }
-    }
-
-    /// This session's layer state as the store keeps it (see [`super::persist`]); `None` without a store.
-    fn layer_store<'a>(&'a self, runtime: &'a RuntimeInner) -> Option<super::persist::Session<'a>> {
-        self.durable.as_ref().map(|d| super::persist::Session {
-            store: d.store.as_ref(),
-            layers: &runtime.layers,
-            thread: &self.key,
-            session: &d.layers,
-            global: &runtime.global_layers,
-        })
     }
 
     /// Brings the layers' saved state into them before a turn.
@@ -414,82 +311,9 @@ impl SessionState {
         if let Some(logged) = self.logged() {
             let projection = lock(&logged.projection);
             let saved = projection.layer_states.get(&super::thread_scope(&self.key));
-            return super::persist::load_logged(&runtime.layers, &self.key, &logged.layers, saved);
+            return super::persist::load_thread(&runtime.layers, &self.key, &logged.layers, saved);
         }
-        self.layer_store(runtime).map_or(Ok(()), |p| super::persist::load(&p))
-    }
-
-    /// Saves what changed in the layers' state when a turn ends (a failure is logged; the next turn's end writes
-    /// it again).
-    fn save_layer_states(&self, runtime: &RuntimeInner) {
-        if let Some(Err(e)) = self.layer_store(runtime).map(|p| super::persist::save(&p)) {
-            tracing::error!(session = %self.key, error = %e, "could not save the layers' state to the store");
-        }
-    }
-
-    /// Gives up the turn lease a store shares sessions by (see [`SessionStore::end_turn`]); messages other
-    /// processes queued for the turn that it never took join the queue.
-    fn end_turn(&self) {
-        let Some(store) = self.store() else { return };
-        match store.end_turn(&self.key) {
-            Ok(inbox) if !inbox.messages.is_empty() => {
-                self.queue.push_existing(inbox.messages);
-                self.queue.arrange(&inbox.order);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(session = %self.key, error = %e, "could not give up the turn's lease (it expires)");
-            }
-        }
-    }
-
-    /// Writes what the conversation holds beyond what the store has (with the ids of messages injected in it)
-    /// and the journal.
-    fn flush(&self, items: &[Item], injected: &[String], journal: JournalWrite<'_>) -> Result<(), NoeticError> {
-        let Some(store) = self.store() else { return Ok(()) };
-        let first = self.persisted();
-        let new = items.get(first..).unwrap_or_default();
-        self.commit_with_ledger(store.as_ref(), StoreCommit { first, items: new, injected, journal, ledger: &[] })?;
-        self.set_persisted(first + new.len());
         Ok(())
-    }
-
-    /// Commits with the ledger entries made since the last commit; on failure they wait for the next one.
-    pub(super) fn commit_with_ledger(
-        &self,
-        store: &dyn SessionStore,
-        commit: StoreCommit<'_>,
-    ) -> Result<(), NoeticError> {
-        let Some(durable) = &self.durable else { return store.commit(&self.key, commit) };
-        let entries = std::mem::take(&mut *lock(&durable.ledger));
-        let result = store.commit(&self.key, StoreCommit { ledger: &entries, ..commit });
-        if result.is_err() {
-            let mut pending = lock(&durable.ledger);
-            let later = std::mem::replace(&mut *pending, entries);
-            pending.extend(later);
-        }
-        result
-    }
-
-    /// Saves the settings and turn count (a failure is logged: the session goes on with them in memory).
-    fn save_settings(&self) {
-        if let Some(store) = self.store() {
-            let s = &self.settings;
-            let turns = self.turns.load(Ordering::SeqCst);
-            if let Err(e) = store.save_settings(&self.key, s.mode(), s.capacity(), s.batch_policy(), turns) {
-                tracing::warn!(session = %self.key, error = %e, "could not save the session's settings");
-            }
-        }
-    }
-
-    /// A session recreated from an archive's snapshot.
-    pub(crate) fn restored(snapshot: SessionSnapshot) -> Self {
-        let settings = SessionSettings::new(snapshot.mode, snapshot.capacity, snapshot.batch_policy);
-        let state = SessionState::new(Arc::from(snapshot.key), settings);
-        state.queue.put_back(snapshot.queued);
-        *lock(&state.conversation) = Conversation::Idle(History::new(snapshot.history));
-        state.turns.store(snapshot.turns, Ordering::SeqCst);
-        state
     }
 
     /// A session that could not be restored: it runs nothing and says why.
@@ -513,26 +337,17 @@ impl SessionState {
         self.unavailable.is_some()
     }
 
-    /// Snapshots an idle, unwatched session and marks it evicted, atomically with respect to turns starting and
-    /// messages being queued (both hold the conversation lock and re-check the mark). `None` when a turn runs or
+    /// Marks an idle, unwatched session evicted (its log keeps it), atomically with respect to turns starting and
+    /// messages being queued (both hold the conversation lock and re-check the mark). False when a turn runs or
     /// somebody follows its events (they would silently stop hearing from it).
-    pub(crate) fn evict(&self) -> Option<SessionSnapshot> {
+    pub(crate) fn evict(&self) -> bool {
         let conversation = lock(&self.conversation);
-        let Conversation::Idle(history) = &*conversation else { return None };
+        let Conversation::Idle(_) = &*conversation else { return false };
         if self.events.get().is_some_and(EventSink::is_active) || self.unavailable.is_some() {
-            return None;
+            return false;
         }
-        let snapshot = SessionSnapshot {
-            key: self.key.to_string(),
-            history: history.to_vec(),
-            queued: self.queue.peek(),
-            turns: self.turns.load(Ordering::SeqCst),
-            mode: self.settings.mode(),
-            capacity: self.settings.capacity(),
-            batch_policy: self.settings.batch_policy(),
-        };
         self.evicted.store(true, Ordering::SeqCst);
-        Some(snapshot)
+        true
     }
 
     /// Marks an idle session gone (it is being deleted): handles find a fresh state from now on, and whoever
@@ -544,12 +359,6 @@ impl SessionState {
         }
         self.evicted.store(true, Ordering::SeqCst);
         true
-    }
-
-    /// Undoes [`SessionState::evict`] when the archive could not keep the snapshot.
-    pub(crate) fn unevict(&self) {
-        let _conversation = lock(&self.conversation);
-        self.evicted.store(false, Ordering::SeqCst);
     }
 }
 
@@ -568,16 +377,9 @@ impl Drop for Release {
         // Messages taken at a checkpoint but never shown to the model go back to the head of the queue.
         self.steering.return_pending();
         let history = self.ctx.history();
-        // The turn is over in a live process: what it added is written, and nothing is left to resume.
-        if let Err(e) = self.state.flush(history.as_slice(), &[], JournalWrite::Clear) {
-            tracing::error!(session = %self.state.key, error = %e, "could not write the end of a turn to the store");
-        }
-        // Before the lease goes: the next process to run the session finds the state this turn left.
-        self.state.save_layer_states(&self.runtime);
         let mut conversation = lock(&self.state.conversation);
         // Under the conversation lock: a message routed here meanwhile is steered into this (ending) turn and
         // handled by the continuation check that follows, or sees the session idle after.
-        self.state.end_turn();
         *conversation = Conversation::Idle(history);
         drop(conversation);
         self.state.turn_ended.notify_waiters();
@@ -651,7 +453,7 @@ impl Session {
     }
 
     /// The session's live state: this handle's, unless the runtime evicted it since — then the one the runtime
-    /// holds now (restored from its archive if needed).
+    /// holds now (read from its log again if needed).
     fn live(&self) -> Cow<'_, Arc<SessionState>> {
         if self.state.evicted.load(Ordering::SeqCst) {
             Cow::Owned(super::state_of(&self.runtime, &self.state.key))
@@ -750,12 +552,7 @@ impl Session {
             return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
         }
         let started = self.locked(|state, conversation| {
-            let history = match claim(state, conversation, None)? {
-                Claimed::Here(history) => history,
-                Claimed::Elsewhere(owner) => {
-                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
-                }
-            };
+            let history = claim(state, conversation)?;
             Ok(self.start_turn(state, conversation, history, message, Vec::new(), TurnKind::Fresh))
         });
         if started.is_err() {
@@ -783,11 +580,15 @@ impl Session {
         }
     }
 
-    /// Gives back a lease [`Session::lease`] took for a turn that did not start.
+    /// Gives back a lease [`Session::lease`] took for a turn that did not start. Not while a turn runs here: the
+    /// lease is this process's (one holder name), and that turn — started by a concurrent call meanwhile — holds it
+    /// and gives it up at its end; releasing it now would let another worker start a second turn.
     async fn unlease(&self) {
         let state = self.live().into_owned();
         let guard = state.logged().and_then(|l| lock(&l.held).take());
-        if let Some(guard) = guard {
+        if let Some(guard) = guard
+            && !state.is_running()
+        {
             guard.release().await;
         }
     }
@@ -874,37 +675,17 @@ impl Session {
                 Conversation::Running { .. } => {
                     return enqueue(state, conversation, text).map(Routing::Steered);
                 }
-                Conversation::Idle(_) => {
-                    let message = SteerMessage::new(text.clone());
-                    let claimed = match claim(state, conversation, Some(&message)) {
-                        Ok(claimed) => claimed,
-                        // A dead process's turn waits to be resumed (here or by whoever takes the session over):
-                        // the message waits for it like any other steering, durably.
-                        Err(SessionError::Unfinished { .. }) => {
-                            return enqueue(state, conversation, text).map(Routing::Steered);
-                        }
-                        Err(SessionError::Store { session, message }) => {
-                            return Err(SteerError::Store { session, message });
-                        }
-                        Err(e) => {
-                            return Err(SteerError::Unavailable {
-                                session: state.key.to_string(),
-                                message: e.to_string(),
-                            });
-                        }
-                    };
-                    match claimed {
-                        Claimed::Here(history) => history,
-                        // Another process runs a turn in the session: the store queued the message for it.
-                        Claimed::Elsewhere(_) => {
-                            if let Some(sink) = state.events.get() {
-                                let (session, id) = (state.key.clone(), message.id.to_string());
-                                sink.emit(ExecutionId::new(), || EventKind::SteeringQueued { session, id });
-                            }
-                            return Ok(Routing::Steered((message.id, None)));
-                        }
+                Conversation::Idle(_) => match claim(state, conversation) {
+                    Ok(history) => history,
+                    // A dead process's turn waits to be resumed (here or by whoever takes the session over): the
+                    // message waits for it like any other steering, durably.
+                    Err(SessionError::Unfinished { .. }) => {
+                        return enqueue(state, conversation, text).map(Routing::Steered);
                     }
-                }
+                    Err(e) => {
+                        return Err(SteerError::Unavailable { session: state.key.to_string(), message: e.to_string() });
+                    }
+                },
             };
             Ok(Routing::Started(self.start_turn(state, conversation, history, text, Vec::new(), TurnKind::Fresh)))
         }
@@ -936,19 +717,10 @@ impl Session {
         let (state, receipt, stopped) = self.locked(|state, conversation| {
             let (cleared, running) = stop_conversation(state, conversation, reason);
             let receipt = state.drop_logged_queue(reason);
-            let elsewhere =
-                match state.store().filter(|_| !running).map(|store| store.stop_elsewhere(&state.key, reason)) {
-                    Some(Ok(elsewhere)) => elsewhere,
-                    Some(Err(e)) => {
-                        tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere");
-                        false
-                    }
-                    None => false,
-                };
-            (state.clone(), receipt, (cleared, running || elsewhere))
+            (state.clone(), receipt, (cleared, running))
         });
         note_failure(&state, receipt, "could not write the cleared queue to the log").await;
-        if !stopped.1 && self.held_elsewhere().await {
+        if !stopped.1 && self.running_elsewhere().await.is_some() {
             // Another worker runs the turn: the stop reaches it through the shared log, at its next checkpoint.
             let entries = [
                 Entry::StopRequested { reason: reason.to_owned() },
@@ -962,16 +734,17 @@ impl Session {
         stopped
     }
 
-    /// True when another worker holds the session's lease (a store several processes share).
-    async fn held_elsewhere(&self) -> bool {
+    /// The worker that runs the session's turn, when it is another process (a session log store with leases);
+    /// `None` when no turn runs, it runs here, or the store cannot say (logged as a warning).
+    pub async fn running_elsewhere(&self) -> Option<String> {
         let state = self.live().into_owned();
-        let Some(leases) = state.logged().and_then(|l| l.store().leases()) else { return false };
+        let leases = state.logged().and_then(|l| l.store().leases())?;
         match leases.holder(&state.key).await {
-            Ok(Some(holder)) => *holder != *self.runtime.worker,
-            Ok(None) => false,
+            Ok(Some(holder)) => (*holder != *self.runtime.worker).then_some(holder),
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(session = %state.key, error = %e, "could not ask who runs the session");
-                false
+                None
             }
         }
     }
@@ -994,7 +767,6 @@ impl Session {
         }
         let (state, receipt) = self.locked(|state, _| {
             change(&state.settings);
-            state.save_settings();
             (state.clone(), state.submit(vec![state.settings_entry()]))
         });
         note_failure(&state, receipt, "could not write the session's settings to the log").await;
@@ -1060,44 +832,15 @@ impl Session {
             if let Some(message) = &state.unavailable {
                 return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
             }
-            // Messages (or a stop) other processes left while the session was idle come first.
-            take_idle_inbox(state, conversation)?;
-            if state.queue.len() == 0 && state.store().is_none() {
+            // What other processes queued for the idle session is in the queue already (heard through the log).
+            if state.queue.len() == 0 {
                 return Ok(None);
             }
-            // The claim comes first: in a store several processes share, it may bring a newer queue.
-            let nothing_queued = state.queue.len() == 0;
-            let history = match claim(state, conversation, None) {
-                Err(SessionError::Unfinished { .. }) if nothing_queued && state.queue.len() == 0 => return Ok(None),
-                claimed => claimed?,
-            };
-            let history = match history {
-                Claimed::Here(history) => history,
-                Claimed::Elsewhere(owner) => {
-                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
-                }
-            };
-            let mut history = history;
-            let mut messages = state.queue.take(state.settings.mode());
+            let history = claim(state, conversation)?;
+            let messages = state.queue.take(state.settings.mode());
             if messages.is_empty() {
                 *conversation = Conversation::Idle(history);
-                // Giving the lease up hands over messages other processes queued for it meanwhile: run them.
-                state.end_turn();
-                if state.queue.len() == 0 {
-                    return Ok(None);
-                }
-                history = match claim(state, conversation, None)? {
-                    Claimed::Here(history) => history,
-                    Claimed::Elsewhere(owner) => {
-                        return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
-                    }
-                };
-                messages = state.queue.take(state.settings.mode());
-                if messages.is_empty() {
-                    *conversation = Conversation::Idle(history);
-                    state.end_turn();
-                    return Ok(None);
-                }
+                return Ok(None);
             }
             Ok(Some(self.start_turn(state, conversation, history, String::new(), messages, TurnKind::Continuation)))
         });
@@ -1145,20 +888,11 @@ impl Session {
             };
             Arc::new(LogJournal::new(state.clone(), number, replay))
         });
-        let journal = match &log_journal {
-            Some(journal) => Some(journal.clone() as Arc<dyn TurnJournal>),
-            None => state.store().map(|_| {
-                let record = if kind == TurnKind::Resumed { state.take_unfinished() } else { None };
-                Arc::new(StoreJournal::new(state.clone(), record)) as Arc<dyn TurnJournal>
-            }),
-        };
-        let records = match &log_journal {
-            Some(journal) => {
-                Some(Arc::new(LogRecords { journal: journal.clone(), runtime: Arc::downgrade(&self.runtime) })
-                    as Arc<dyn RecordSink>)
-            }
-            None => state.store().map(|_| Arc::new(StoreRecords { state: state.clone() }) as Arc<dyn RecordSink>),
-        };
+        let journal = log_journal.as_ref().map(|journal| journal.clone() as Arc<dyn TurnJournal>);
+        let records = log_journal.as_ref().map(|journal| {
+            Arc::new(LogRecords { journal: journal.clone(), runtime: Arc::downgrade(&self.runtime) })
+                as Arc<dyn RecordSink>
+        });
         // In a session log, the turn's start (or its resumption by this process) and the messages a continuation
         // starts with are one append; the turn's task waits for it before it does anything.
         let mut opening = log_journal.as_ref().map(|_| {
@@ -1185,7 +919,6 @@ impl Session {
         // are shown (and persisted) exactly once.
         if !pending.is_empty() {
             let count = pending.len();
-            let ids: Vec<String> = pending.iter().map(|m| m.id.to_string()).collect();
             if let Some(entries) = &mut opening {
                 entries.push(Entry::Injected { turn: number, ids: pending.iter().map(|m| m.id).collect() });
             }
@@ -1193,14 +926,9 @@ impl Session {
             if let Some(logged) = state.logged() {
                 logged.set_persisted(ctx.with_items(<[Item]>::len));
             }
-            // Shown exactly once: the user items and the messages leaving the queue are one write.
-            if let Err(e) = ctx.with_items(|items| state.flush(items, &ids, JournalWrite::Keep)) {
-                tracing::error!(session = %state.key, error = %e, "could not write the continuation's messages");
-            }
             ctx.emit(|| EventKind::SteeringInjected { session: state.key.clone(), count });
             tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
-        state.save_settings();
         let opening = opening.and_then(|entries| state.submit(entries));
         let renewing = CancellationToken::new();
         if let Some(lease) = &lease {
@@ -1226,6 +954,10 @@ impl Session {
                     None => Ok(()),
                 };
                 let logged = opened.is_ok();
+                let opened = match opened {
+                    Ok(()) => super::persist::load_global(runtime).await,
+                    failed => failed,
+                };
                 // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
                 let result = match opened.and_then(|()| state.load_layer_states(runtime)) {
                     Err(e) => Err(e),
@@ -1256,10 +988,11 @@ impl Session {
                         Err(error) => TurnOutcome::Failed { error: error.clone() },
                     };
                     let layers =
-                        state.logged().map(|l| super::persist::logged_changes(&runtime.layers, &session, &l.layers));
+                        state.logged().map(|l| super::persist::thread_changes(&runtime.layers, &session, &l.layers));
                     if let Err(e) = journal.end(&ctx, layers.unwrap_or_default(), outcome).await {
                         tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
                     }
+                    super::persist::save_global(runtime).await;
                 }
                 if let Some(logged) = state.logged() {
                     logged.running.store(false, Ordering::SeqCst);
@@ -1293,18 +1026,7 @@ impl Session {
             if matches!(conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             }
-            if state.unfinished_step().is_none() && state.store().is_none() {
-                return Ok(None);
-            }
-            // The lease first: in a store several processes share, it brings the unfinished turn a dead worker left.
-            match lease(state, conversation, None)? {
-                TurnLease::Granted { .. } => {}
-                TurnLease::Elsewhere { owner } => {
-                    return Err(SessionError::BusyElsewhere { session: state.key.to_string(), owner });
-                }
-            }
             if state.unfinished_step().is_none() {
-                state.end_turn();
                 return Ok(None);
             }
             let Conversation::Idle(history) = conversation else {
@@ -1344,36 +1066,22 @@ impl Session {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             };
             if state.unfinished_step().is_none() {
-                return Ok(Discarding::Nothing);
+                return Ok(None);
             }
-            let mut items = history.to_vec();
-            let open = unanswered_calls(&items);
+            let Some(logged) = state.logged() else { return Ok(None) };
+            let open = unanswered_calls(history.as_slice());
             let results: Vec<Item> =
                 open.iter().map(|id| Item::ToolResult(crate::turn::interrupted_result(id))).collect();
-            if let Some(logged) = state.logged() {
-                // In a session log: the interrupted results and the turn's end are one append; the session
-                // changes once it is durable.
-                let turn = lock(&logged.projection).open_turn.as_ref().map_or(0, |t| t.turn);
-                let mut entries = Vec::new();
-                if !results.is_empty() {
-                    entries.push(Entry::Appended { turn, items: results.clone() });
-                }
-                entries.push(Entry::TurnEnded { turn, outcome: TurnOutcome::Discarded });
-                return Ok(Discarding::Logged(state.clone(), logged.submit(entries), results));
+            // The interrupted results and the turn's end are one append; the session changes once it is durable.
+            let turn = lock(&logged.projection).open_turn.as_ref().map_or(0, |t| t.turn);
+            let mut entries = Vec::new();
+            if !results.is_empty() {
+                entries.push(Entry::Appended { turn, items: results.clone() });
             }
-            items.extend(results);
-            state
-                .flush(&items, &[], JournalWrite::Clear)
-                .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
-            *history = History::new(items);
-            state.clear_unfinished();
-            Ok(Discarding::Done)
+            entries.push(Entry::TurnEnded { turn, outcome: TurnOutcome::Discarded });
+            Ok(Some((state.clone(), logged.submit(entries), results)))
         });
-        let (state, receipt, results) = match logged? {
-            Discarding::Nothing => return Ok(false),
-            Discarding::Done => return Ok(true),
-            Discarding::Logged(state, receipt, results) => (state, receipt, results),
-        };
+        let Some((state, receipt, results)) = logged? else { return Ok(false) };
         settled(receipt).await.map_err(|message| SessionError::Store { session: state.key.to_string(), message })?;
         let mut conversation = lock(&state.conversation);
         if let Conversation::Idle(history) = &mut *conversation {
@@ -1452,75 +1160,24 @@ enum TurnKind {
     Resumed,
 }
 
-/// Where [`Session::discard_unfinished`] is.
-enum Discarding {
-    /// No turn was left unfinished.
-    Nothing,
-    /// Discarded (in a store).
-    Done,
-    /// Handed to the session log's writer: the results to add once it is durable.
-    Logged(Arc<SessionState>, Receipt, Vec<Item>),
-}
-
 /// What [`Session::route`] did with a message.
 enum Routing {
     Started(Turn),
     Steered((MessageId, Option<Receipt>)),
 }
 
-/// What [`claim`] got.
-enum Claimed {
-    /// The idle conversation's history: the turn runs here.
-    Here(History),
-    /// Another process runs a turn in the session (a message given to [`claim`] was queued for it).
-    Elsewhere(String),
-}
-
-/// Takes the idle conversation's history for a new turn, with the store's turn lease; `Busy` while a turn runs,
-/// `Unavailable` for a session that could not be restored, `Unfinished` while a dead process's turn waits.
-fn claim(
-    state: &SessionState,
-    conversation: &mut Conversation,
-    message: Option<&SteerMessage>,
-) -> Result<Claimed, SessionError> {
+/// Takes the idle conversation's history for a new turn: `Busy` while a turn runs, `Unavailable` for a session
+/// that could not be opened, `Unfinished` while a stopped process's turn waits to be resumed or discarded.
+fn claim(state: &SessionState, conversation: &mut Conversation) -> Result<History, SessionError> {
     if let Some(message) = &state.unavailable {
         return Err(SessionError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
-    if matches!(conversation, Conversation::Running { .. }) {
-        return Err(SessionError::Busy { session: state.key.to_string() });
-    }
-    if let TurnLease::Elsewhere { owner } = lease(state, conversation, message)? {
-        return Ok(Claimed::Elsewhere(owner));
-    }
     if state.unfinished_step().is_some() {
-        state.end_turn();
         return Err(SessionError::Unfinished { session: state.key.to_string() });
     }
     match conversation {
         Conversation::Running { .. } => Err(SessionError::Busy { session: state.key.to_string() }),
-        Conversation::Idle(h) => Ok(Claimed::Here(std::mem::take(h))),
-    }
-}
-
-/// Takes the store's turn lease on an idle session (see [`SessionStore::begin_turn`]), bringing in the stored
-/// session when another process changed it. Without a store: granted.
-fn lease(
-    state: &SessionState,
-    conversation: &mut Conversation,
-    message: Option<&SteerMessage>,
-) -> Result<TurnLease, SessionError> {
-    let Some(store) = state.store() else { return Ok(TurnLease::Granted { refreshed: None }) };
-    let lease = match message {
-        Some(message) => store.begin_turn_or_queue(&state.key, message),
-        None => store.begin_turn(&state.key),
-    }
-    .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
-    match lease {
-        TurnLease::Granted { refreshed: Some(stored) } => {
-            state.apply_stored(conversation, stored);
-            Ok(TurnLease::Granted { refreshed: None })
-        }
-        lease => Ok(lease),
+        Conversation::Idle(h) => Ok(std::mem::take(h)),
     }
 }
 
@@ -1537,16 +1194,11 @@ fn enqueue(
     if let Some(message) = &state.unavailable {
         return Err(SteerError::Unavailable { session: state.key.to_string(), message: message.clone() });
     }
-    // Admitted under the conversation lock (every enqueue holds it, so the capacity check holds), durable first,
-    // then visible to the turn. In a session log the entry is handed to the writer here, in this order, and the
-    // message is visible at once: a turn that injects it appends that after this entry (see `settle`).
-    let mut result = state.queue.admit(&state.key, text, state.settings.capacity());
+    // Admitted under the conversation lock (every enqueue holds it, so the capacity check holds). In a session log
+    // the entry is handed to the writer here, in this order, and the message is visible at once: a turn that
+    // injects it appends that after this entry (see `settle`).
+    let result = state.queue.admit(&state.key, text, state.settings.capacity());
     let mut receipt = None;
-    if let (Ok(message), Some(store)) = (&result, state.store())
-        && let Err(e) = store.push_message(&state.key, message)
-    {
-        result = Err(SteerError::Store { session: state.key.to_string(), message: e.to_string() });
-    }
     if let Ok(message) = &result {
         receipt = state.submit(vec![Entry::MessageAccepted { message: message.clone() }]);
         state.queue.push_admitted(message.clone());
@@ -1604,72 +1256,6 @@ fn sink(state: &SessionState) -> &EventSink {
     })
 }
 
-/// At a checkpoint of the turn `execution_id` runs: takes what other processes left for this session in the store
-/// (SPEC 6.4) — their steering messages join the queue, and their stop clears it and cancels the turn. Returns
-/// true when a stop was taken.
-pub(super) fn absorb_inbox(state: &SessionState, execution_id: ExecutionId) -> bool {
-    let Some(store) = state.store() else { return false };
-    let inbox = match store.take_inbox(&state.key) {
-        Ok(inbox) => inbox,
-        Err(e) => {
-            tracing::warn!(session = %state.key, error = %e, "could not read steering queued by other processes");
-            return false;
-        }
-    };
-    if let Some(reason) = inbox.lease_lost {
-        // Another process runs the session now: stop here without touching what is stored (its queue is theirs).
-        if let Conversation::Running { ctx, steering } = &*lock(&state.conversation) {
-            steering.discard_pending();
-            ctx.cancel(&reason);
-        }
-        return true;
-    }
-    if let Some(reason) = inbox.stop {
-        stop_conversation(state, &lock(&state.conversation), &reason);
-        return true;
-    }
-    if !inbox.messages.is_empty() {
-        let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
-        state.queue.push_existing(inbox.messages);
-        // In acceptance order, whichever process accepted each (SPEC 4.2).
-        state.queue.arrange(&inbox.order);
-        if let Some(sink) = state.events.get() {
-            for id in ids {
-                let session = state.key.clone();
-                sink.emit(execution_id, || EventKind::SteeringQueued { session, id });
-            }
-        }
-    }
-    false
-}
-
-/// Takes what other processes left for the idle session (see [`SessionStore::take_idle_inbox`]): their messages
-/// join the queue, their stop empties it.
-fn take_idle_inbox(state: &SessionState, conversation: &Conversation) -> Result<(), SessionError> {
-    let Some(store) = state.store() else { return Ok(()) };
-    let inbox = store
-        .take_idle_inbox(&state.key)
-        .map_err(|e| SessionError::Store { session: state.key.to_string(), message: e.to_string() })?;
-    if let Some(reason) = inbox.stop {
-        stop_conversation(state, conversation, &reason);
-        return Ok(());
-    }
-    if !inbox.messages.is_empty() {
-        let ids: Vec<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
-        state.queue.push_existing(inbox.messages);
-        // In acceptance order, whichever process accepted each (SPEC 4.2).
-        state.queue.arrange(&inbox.order);
-        if let Some(sink) = state.events.get() {
-            let execution_id = ExecutionId::new();
-            for id in ids {
-                let session = state.key.clone();
-                sink.emit(execution_id, || EventKind::SteeringQueued { session, id });
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Stops the session: messages the running turn took but has not shown are dropped, the turn is cancelled (its
 /// tools see it) and the queue is emptied. Returns how many queued messages were dropped and whether a turn ran.
 fn stop_conversation(state: &SessionState, conversation: &Conversation, reason: &str) -> (usize, bool) {
@@ -1684,24 +1270,7 @@ fn stop_conversation(state: &SessionState, conversation: &Conversation, reason: 
     (clear_queue(state), running)
 }
 
-/// Empties the queue (and the store's copy of it); returns how many messages were removed.
+/// Empties the queue; returns how many messages were removed.
 fn clear_queue(state: &SessionState) -> usize {
-    let removed = state.queue.clear();
-    if let Some(store) = state.store()
-        && let Err(e) = store.remove_messages(&state.key, None)
-    {
-        tracing::error!(session = %state.key, error = %e, "could not clear the stored steering queue");
-    }
-    removed
-}
-
-/// A session's ledger entries, kept until the next commit writes them.
-struct StoreRecords {
-    state: Arc<SessionState>,
-}
-
-impl RecordSink for StoreRecords {
-    fn ledger_entry(&self, entry: String) {
-        self.state.record(entry);
-    }
+    state.queue.clear()
 }

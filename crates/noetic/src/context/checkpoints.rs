@@ -6,7 +6,7 @@ use super::Context;
 pub use crate::turn::SKIPPED_RESULT;
 
 /// Where lasting records of an execution go — the steering ledger's entries, as JSON — so that they outlive the
-/// process (a session store keeps them; see `agent::SessionStore`).
+/// process (a session log keeps them; see `agent::log`).
 pub trait RecordSink: Send + Sync {
     /// Keeps one ledger entry.
     fn ledger_entry(&self, entry: String);

@@ -72,6 +72,8 @@ struct LogState {
     capacity: usize,
     /// By position: the position the last number was taken at, and the next count within it.
     at: Option<(u64, u64)>,
+    /// An event was dropped to keep within `capacity`.
+    evicted: bool,
 }
 
 impl LogState {
@@ -102,6 +104,19 @@ impl LogState {
         }
     }
 
+    /// By position: the number below which the session log's durable events are not also in this sink — the
+    /// entries before the process opened the log while it has dropped nothing; once it dropped events, the
+    /// entries before the position of the oldest it holds (an entry at that position may have been reported
+    /// either side of it: left out rather than shown twice).
+    fn durable_before(&self, positions: &Positions) -> u64 {
+        let opened = positions.opened_at.load(Ordering::SeqCst);
+        let below = match (self.evicted, self.recent.front()) {
+            (true, Some(oldest)) => oldest.seq >> POSITION_SHIFT,
+            _ => opened + 1,
+        };
+        below << POSITION_SHIFT
+    }
+
     /// The events after `after` that the log still holds, and the range it no longer holds, if any.
     fn since(&self, after: u64, positions: Option<&Positions>) -> (VecDeque<Arc<Event>>, Option<(u64, u64)>) {
         let oldest = self.oldest(positions);
@@ -115,9 +130,9 @@ impl SinkCore {
     fn live(&self) -> &Live {
         self.live.get_or_init(|| {
             let (tx, _) = broadcast::channel(self.capacity);
-            let log = self
-                .log_capacity
-                .map(|capacity| Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None }));
+            let log = self.log_capacity.map(|capacity| {
+                Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None, evicted: false })
+            });
             Live { tx, log }
         })
     }
@@ -190,9 +205,15 @@ impl EventSink {
         let after = after.min(newest.max(state.recent.back().map_or(0, |e| e.seq)));
         let (backlog, gap) = state.since(after, core.positions.as_ref());
         let rx = live.tx.subscribe();
-        drop(state);
         // By position, what this sink never held may still be in the session's log: read before the gap is told.
-        let backfill = gap.and(core.positions.as_ref().map(|p| p.backfill.clone()));
+        let backfill = gap.and(core.positions.as_ref()).map(|p| Backfilling {
+            read: p.backfill.clone(),
+            before: state.durable_before(p),
+            // A first follower of a sink that dropped nothing misses only what the log held before the process
+            // opened it: when that has no durable event, nothing is missing and no gap is told.
+            quiet_if_empty: after == 0 && !state.evicted,
+        });
+        drop(state);
         let ready = backlog.into_iter().map(Followed::Event).collect();
         Some(EventFollower { core: core.clone(), rx, ready, gap, backfill, last: after })
     }
@@ -232,6 +253,7 @@ impl EventSink {
         let event = Arc::new(event);
         if state.recent.len() >= state.capacity {
             state.recent.pop_front();
+            state.evicted = true;
         }
         state.recent.push_back(event.clone());
         let _ = live.tx.send(event);
@@ -255,6 +277,7 @@ impl EventSink {
                 state.next = seq + 1;
                 if state.recent.len() >= state.capacity {
                     state.recent.pop_front();
+                    state.evicted = true;
                 }
                 state.recent.push_back(event.clone());
                 // Sent under the lock, so live receivers see the numbers in order.
@@ -280,6 +303,15 @@ pub enum Followed {
     },
 }
 
+/// How a follower reads back what its sink does not hold from the session log.
+struct Backfilling {
+    read: Backfill,
+    /// Only events numbered below this are read back (see `LogState::durable_before`).
+    before: u64,
+    /// Say nothing when nothing is found.
+    quiet_if_empty: bool,
+}
+
 /// Reads a sink's events in order from a given number on: the logged backlog first, then live events. A
 /// follower that falls behind the live channel catches up from the log; what the log no longer holds is reported
 /// as a [`Followed::Gap`], never skipped silently.
@@ -291,7 +323,7 @@ pub struct EventFollower {
     /// Events `from..=to` this sink does not hold: told (after what `backfill` finds of them) before `ready`.
     gap: Option<(u64, u64)>,
     /// Where the durable ones among them may still be read.
-    backfill: Option<Backfill>,
+    backfill: Option<Backfilling>,
     /// The number of the last event handed out.
     last: u64,
 }
@@ -319,9 +351,16 @@ impl EventFollower {
         {
             // The gap is told first; then the durable events of it that the session log still holds (rising, with
             // the numbers their entries give them), then the rest.
-            let found = backfill(from - 1, to + 1).await;
-            let mut told: VecDeque<Followed> = VecDeque::from([Followed::Gap { from, to }]);
-            told.extend(found.into_iter().filter(|e| e.seq >= from && e.seq <= to).map(Followed::Event));
+            let found = (backfill.read)(from - 1, (to + 1).min(backfill.before)).await;
+            let found: Vec<Followed> =
+                found.into_iter().filter(|e| e.seq >= from && e.seq <= to).map(Followed::Event).collect();
+            let mut told = VecDeque::new();
+            if !(found.is_empty() && backfill.quiet_if_empty) {
+                told.push_back(Followed::Gap { from, to });
+            } else {
+                self.last = self.last.max(to);
+            }
+            told.extend(found);
             told.append(&mut self.ready);
             self.ready = told;
         }

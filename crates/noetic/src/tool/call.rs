@@ -30,13 +30,16 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
     };
     let request = ApprovalRequest::new(tool.name(), call_id, args.clone(), ctx.session_key().map(str::to_owned));
     let arguments_sha256 = request.arguments_sha256.clone();
+    // Asked before the event says so: an approver that lists waiting calls (the server's) lists this one by the
+    // time anyone who heard the event looks for it.
+    let decision = approver.approve(request);
     ctx.emit(|| EventKind::ApprovalRequested {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),
         arguments: args.clone(),
         arguments_sha256: arguments_sha256.clone(),
     });
-    let approval = approver.approve(request).await;
+    let approval = decision.await;
     ctx.emit(|| EventKind::ApprovalDecided {
         call_id: call_id.to_owned(),
         tool: tool.name().to_owned(),

@@ -1,67 +1,77 @@
-//! What the store tests share: a store that fails on demand and counts the layer-state writes it is asked for.
+//! A session log store that fails on demand, for the tests of what a session does when its log cannot be written
+//! ("disk full") or read ("database unreachable").
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use noetic::agent::{
-    BatchPolicy, LayerStateWrite, MemoryStore, SessionStore, SessionSummary, SteerMessage, SteeringMode, StoreCommit,
-    StoredSession,
-};
-use noetic::prelude::NoeticError;
+use futures::future::BoxFuture;
+use noetic::agent::log::{Appended, Entry, Expect, Leases, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError};
+use tokio::sync::broadcast;
 
-/// A [`MemoryStore`] whose writes fail while `fail` is set ("disk full") and which counts layer-state writes.
+/// A [`MemoryLogStore`] whose appends fail while `fail_writes` is set and whose reads fail while `fail_reads` is.
 #[derive(Default)]
-pub struct ProbedStore {
-    pub inner: MemoryStore,
-    pub fail: AtomicBool,
-    pub layer_writes: AtomicUsize,
+pub struct FlakyLog {
+    pub inner: MemoryLogStore,
+    pub fail_writes: AtomicBool,
+    pub fail_reads: AtomicBool,
 }
 
-impl ProbedStore {
-    fn check(&self) -> Result<(), NoeticError> {
-        if self.fail.load(Ordering::SeqCst) { Err(NoeticError::other("disk full")) } else { Ok(()) }
+fn failed(doing: &str, why: &str) -> StoreError {
+    StoreError::unavailable(doing, why.to_owned())
+}
+
+impl FlakyLog {
+    fn check(&self, flag: &AtomicBool, doing: &str, why: &str) -> Result<(), StoreError> {
+        if flag.load(Ordering::SeqCst) { Err(failed(doing, why)) } else { Ok(()) }
     }
 }
 
-impl SessionStore for ProbedStore {
-    fn open(&self, key: &str) -> Result<Option<StoredSession>, NoeticError> {
-        self.inner.open(key)
+impl LogStore for FlakyLog {
+    fn append<'a>(&'a self, key: &'a str, expect: Expect, entries: &'a [Entry]) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            self.check(&self.fail_writes, "appending", "disk full")?;
+            self.inner.append(key, expect, entries).await
+        })
     }
-    fn close(&self, key: &str) {
-        self.inner.close(key);
+
+    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
+        Box::pin(async move {
+            self.check(&self.fail_reads, "reading", "database unreachable")?;
+            self.inner.read(key, after, limit).await
+        })
     }
-    fn commit(&self, key: &str, commit: StoreCommit<'_>) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.commit(key, commit)
+
+    fn last<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            self.check(&self.fail_reads, "reading", "database unreachable")?;
+            self.inner.last(key).await
+        })
     }
-    fn push_message(&self, key: &str, message: &SteerMessage) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.push_message(key, message)
+
+    fn watch(&self) -> broadcast::Receiver<Appended> {
+        self.inner.watch()
     }
-    fn remove_messages(&self, key: &str, ids: Option<&[String]>) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.remove_messages(key, ids)
-    }
-    fn save_settings(&self, key: &str, m: SteeringMode, c: usize, b: BatchPolicy, t: u64) -> Result<(), NoeticError> {
-        self.check()?;
-        self.inner.save_settings(key, m, c, b, t)
-    }
-    fn list(&self) -> Result<Vec<SessionSummary>, NoeticError> {
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<SessionLine>, StoreError>> {
         self.inner.list()
     }
-    fn delete(&self, key: &str) -> Result<bool, NoeticError> {
+
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.inner.delete(key)
     }
-    fn ledger(&self, key: &str) -> Result<Vec<String>, NoeticError> {
-        self.inner.ledger(key)
+
+    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: Snapshot) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.save_snapshot(key, snapshot)
     }
-    fn layer_states(&self, scope: &str) -> Result<Vec<(String, String)>, NoeticError> {
-        self.check()?;
-        self.inner.layer_states(scope)
+
+    fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
+        Box::pin(async move {
+            self.check(&self.fail_reads, "reading", "database unreachable")?;
+            self.inner.snapshot(key).await
+        })
     }
-    fn save_layer_states(&self, writes: &[LayerStateWrite<'_>]) -> Result<(), NoeticError> {
-        self.check()?;
-        self.layer_writes.fetch_add(writes.len(), Ordering::SeqCst);
-        self.inner.save_layer_states(writes)
+
+    fn leases(&self) -> Option<&dyn Leases> {
+        self.inner.leases()
     }
 }

@@ -110,6 +110,7 @@
 mod entry;
 mod memory;
 mod projection;
+mod remote;
 mod seam;
 mod summary;
 
@@ -118,6 +119,8 @@ mod tests;
 
 pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode};
 pub use memory::MemoryLogStore;
+pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
+pub use remote::{queue_message, request_stop};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
 pub use summary::Summary;

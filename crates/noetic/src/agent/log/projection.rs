@@ -6,10 +6,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::entry::{Entry, Record};
+use super::seam::{LogStore, StoreError};
 use crate::agent::{BatchPolicy, DEFAULT_QUEUE_CAPACITY, SteerMessage, SteeringMode};
 use crate::context::ExecutionId;
 use crate::model::{Folded, Item};
 use crate::steering::LedgerEntry;
+
+/// How many entries one read asks a store for.
+pub(crate) const READ_PAGE: usize = 1000;
 
 /// A session's steering settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,6 +171,28 @@ impl Projection {
             | Entry::StepFinished { .. }
             | Entry::Core { .. }
             | Entry::ToolStarted { .. } => {}
+        }
+    }
+
+    /// `key`'s session as `store` holds it now: its snapshot and the entries after it, read page by page (a
+    /// session the store does not hold is the empty projection, `last == 0`).
+    pub async fn load(store: &dyn LogStore, key: &str) -> Result<Projection, StoreError> {
+        Projection::load_from_snapshot(store, key).await.map(|(projection, _)| projection)
+    }
+
+    /// [`Projection::load`], and the position of the snapshot it started from (0: none).
+    pub(crate) async fn load_from_snapshot(store: &dyn LogStore, key: &str) -> Result<(Projection, u64), StoreError> {
+        let mut projection = match store.snapshot(key).await? {
+            Some(snapshot) => Projection::decode(&snapshot.bytes).unwrap_or_default(),
+            None => Projection::default(),
+        };
+        let snapshot_at = projection.last;
+        loop {
+            let records = store.read(key, projection.last, READ_PAGE).await?;
+            if records.is_empty() {
+                return Ok((projection, snapshot_at));
+            }
+            records.iter().for_each(|record| projection.apply(record));
         }
     }
 

@@ -1,18 +1,14 @@
-//! The state of layers whose scope is not `execution` outlives the process (SPEC 6.1): saved in the session store
-//! when a turn ends, restored before the next runtime's first turn; a state that cannot be restored fails the turn
-//! before anything runs; a layer that keeps nothing writes nothing.
+//! The state of layers whose scope is not `execution` outlives the process (SPEC 6.1): logged when a turn ends —
+//! a thread's in the session's log, a global one in the log `scope:global` — and restored before the next
+//! runtime's first turn; a state its layer refuses fails the turn before anything runs; a layer that keeps nothing
+//! writes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::ProbedStore;
-
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use noetic::agent::{LayerStateWrite, MemoryStore, SessionStore, thread_scope};
+use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore, Projection};
 use noetic::layer::ScopeKey;
 use noetic::prelude::*;
 use noetic::testing::{EventCollector, JudgeRouter, until};
@@ -62,8 +58,29 @@ impl MemoryLayer for TurnCounter {
     }
 }
 
-fn runtime(model: &ScriptedModel, store: Arc<dyn SessionStore>, layer: Arc<dyn MemoryLayer>) -> Runtime {
-    Runtime::builder().model(Arc::new(model.clone())).layer(layer).store(store).build().unwrap()
+fn runtime(model: &ScriptedModel, store: &MemoryLogStore, layer: Arc<dyn MemoryLayer>) -> Runtime {
+    Runtime::builder().model(Arc::new(model.clone())).layer(layer).log_store(Arc::new(store.clone())).build().unwrap()
+}
+
+/// The layer states the log `key` holds for `scope`, by layer id.
+async fn saved(store: &MemoryLogStore, key: &str, scope: &str) -> Vec<(String, Value)> {
+    let projection = Projection::load(store, key).await.unwrap();
+    projection.layer_states.get(scope).map(|m| m.clone().into_iter().collect()).unwrap_or_default()
+}
+
+/// How many layer states the logs `keys` hold entries for.
+async fn layer_writes(store: &MemoryLogStore, keys: &[&str]) -> usize {
+    let mut n = 0;
+    for key in keys {
+        let records = store.read(key, 0, usize::MAX).await.unwrap();
+        n += records.iter().filter(|r| matches!(r.entry, Entry::LayerState { .. })).count();
+    }
+    n
+}
+
+async fn save(store: &MemoryLogStore, state: Value) {
+    let entry = Entry::LayerState { scope: "thread:s".into(), layer: "turn-counter".into(), state: Some(state) };
+    store.append("s", Expect::End, &[entry]).await.unwrap();
 }
 
 /// The developer lines each request showed the model.
@@ -77,9 +94,9 @@ fn answers(n: usize) -> ScriptedModel {
 
 #[tokio::test]
 async fn a_thread_scoped_layers_state_is_saved_when_a_turn_ends_and_restored_in_the_next_runtime() {
-    let store = Arc::new(MemoryStore::new());
+    let store = MemoryLogStore::new();
     let first = answers(2);
-    let rt = runtime(&first, store.clone(), TurnCounter::new(Scope::Thread));
+    let rt = runtime(&first, &store, TurnCounter::new(Scope::Thread));
     let session = rt.session("s");
     session.send("one").await.unwrap().await.unwrap();
     session.send("two").await.unwrap().await.unwrap();
@@ -87,87 +104,84 @@ async fn a_thread_scoped_layers_state_is_saved_when_a_turn_ends_and_restored_in_
     assert_eq!(shown(&first), ["turns before this one: 0", "turns before this one: 1"]);
 
     let next = answers(1);
-    let rt = runtime(&next, store.clone(), TurnCounter::new(Scope::Thread));
+    let rt = runtime(&next, &store, TurnCounter::new(Scope::Thread));
     rt.session("s").send("three").await.unwrap().await.unwrap();
-    assert_eq!(shown(&next), ["turns before this one: 2"], "the count came back from the store");
-    let saved = store.layer_states(&thread_scope("s")).unwrap();
-    assert_eq!(saved, [("turn-counter".to_owned(), r#"{"turns":3}"#.to_owned())]);
+    assert_eq!(shown(&next), ["turns before this one: 2"], "the count came back from the log");
+    assert_eq!(saved(&store, "s", "thread:s").await, [("turn-counter".to_owned(), json!({"turns": 3}))]);
     // Another session of the same runtime has a thread of its own.
     let other = answers(1);
-    let rt = runtime(&other, store.clone(), TurnCounter::new(Scope::Thread));
+    let rt = runtime(&other, &store, TurnCounter::new(Scope::Thread));
     rt.session("t").send("hi").await.unwrap().await.unwrap();
     assert_eq!(shown(&other), ["turns before this one: 0"]);
 }
 
 #[tokio::test]
 async fn a_global_layers_state_is_shared_by_sessions_and_restored_in_the_next_runtime() {
-    let store = Arc::new(MemoryStore::new());
+    let store = MemoryLogStore::new();
     let first = answers(2);
-    let rt = runtime(&first, store.clone(), TurnCounter::new(Scope::Global));
+    let rt = runtime(&first, &store, TurnCounter::new(Scope::Global));
     rt.session("a").send("one").await.unwrap().await.unwrap();
     rt.session("b").send("two").await.unwrap().await.unwrap();
     drop(rt);
     assert_eq!(shown(&first), ["turns before this one: 0", "turns before this one: 1"]);
 
     let next = answers(1);
-    let rt = runtime(&next, store.clone(), TurnCounter::new(Scope::Global));
+    let rt = runtime(&next, &store, TurnCounter::new(Scope::Global));
     rt.session("c").send("three").await.unwrap().await.unwrap();
     assert_eq!(shown(&next), ["turns before this one: 2"]);
-    assert_eq!(store.layer_states("global").unwrap(), [("turn-counter".to_owned(), r#"{"turns":3}"#.to_owned())]);
+    assert_eq!(saved(&store, "scope:global", "global").await, [("turn-counter".to_owned(), json!({"turns": 3}))]);
+    assert!(saved(&store, "c", "thread:c").await.is_empty(), "a global state is not kept in a session's log");
 }
 
 #[tokio::test]
 async fn a_saved_state_that_cannot_be_restored_fails_the_turn_before_the_model_is_asked() {
-    let store = Arc::new(MemoryStore::new());
-    let write = |state| LayerStateWrite { scope: "thread:s", layer: "turn-counter", state: Some(state) };
-    store.save_layer_states(&[write("not json")]).unwrap();
+    let store = MemoryLogStore::new();
+    save(&store, json!({"count": 1})).await;
     let model = answers(1);
-    let rt = runtime(&model, store.clone(), TurnCounter::new(Scope::Thread));
+    let rt = runtime(&model, &store, TurnCounter::new(Scope::Thread));
     let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
-    assert!(err.to_string().contains("the saved state of layer 'turn-counter' for thread:s is not JSON"), "{err}");
-    assert_eq!(model.calls(), 0);
-
-    store.save_layer_states(&[write(r#"{"count":1}"#)]).unwrap();
-    let err = rt.session("s").send("go").await.unwrap().await.unwrap_err();
+    assert!(err.to_string().contains("layer 'turn-counter' could not restore its saved state for thread:s"), "{err}");
     assert!(err.to_string().contains("no turn count in the saved state"), "{err}");
     assert_eq!(model.calls(), 0, "a layer that refuses its state does not run");
 
-    // Once the state is readable the session runs, from the count it holds.
-    store.save_layer_states(&[write(r#"{"turns":7}"#)]).unwrap();
+    // Once the state is readable the session runs, from the count it holds (read by the next runtime).
+    save(&store, json!({"turns": 7})).await;
+    let rt = runtime(&model, &store, TurnCounter::new(Scope::Thread));
     rt.session("s").send("go").await.unwrap().await.unwrap();
     assert_eq!(shown(&model), ["turns before this one: 7"]);
 }
 
 #[tokio::test]
 async fn deleting_a_session_deletes_its_threads_layer_state() {
-    let store = Arc::new(MemoryStore::new());
-    let rt = runtime(&answers(1), store.clone(), TurnCounter::new(Scope::Thread));
+    let store = MemoryLogStore::new();
+    let rt = runtime(&answers(1), &store, TurnCounter::new(Scope::Thread));
     rt.session("s").send("one").await.unwrap().await.unwrap();
-    assert_eq!(store.layer_states("thread:s").unwrap().len(), 1);
-    assert!(store.delete("s").unwrap());
-    assert!(store.layer_states("thread:s").unwrap().is_empty());
+    assert_eq!(saved(&store, "s", "thread:s").await.len(), 1);
+    assert!(rt.delete_session("s").await.unwrap());
+    assert!(saved(&store, "s", "thread:s").await.is_empty());
 }
 
 #[tokio::test]
 async fn a_layer_that_keeps_nothing_writes_nothing_and_an_unchanged_state_is_not_written_again() {
-    let store = Arc::new(ProbedStore::default());
+    let store = MemoryLogStore::new();
     // The steering layer in execution scope with nothing carried keeps nothing for the thread.
     let deny = SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |_| SteeringDecision::allow());
     let steering = steering(SteeringConfig::new([deny])).unwrap();
-    let rt = runtime(&answers(3), store.clone(), steering as Arc<dyn MemoryLayer>);
+    let rt = runtime(&answers(3), &store, steering as Arc<dyn MemoryLayer>);
     for text in ["one", "two", "three"] {
         rt.session("s").send(text).await.unwrap().await.unwrap();
     }
-    assert_eq!(store.layer_writes.load(Ordering::SeqCst), 0);
+    let logs = ["s", "t", "scope:global"];
+    assert_eq!(layer_writes(&store, &logs).await, 0);
 
     // A state that changes every turn is written every turn; one that did not change is not.
     let counter = TurnCounter::new(Scope::Global);
-    let rt = runtime(&answers(2), store.clone(), counter.clone());
+    let rt = runtime(&answers(2), &store, counter.clone());
     rt.session("s").send("one").await.unwrap().await.unwrap();
-    assert_eq!(store.layer_writes.load(Ordering::SeqCst), 1);
+    assert_eq!(layer_writes(&store, &logs).await, 1);
     // The global count is the same in the other session's thread key: nothing is saved for it.
     rt.session("t").send("two").await.unwrap().await.unwrap();
-    assert_eq!(store.layer_writes.load(Ordering::SeqCst), 2, "only the global count changed");
+    assert_eq!(layer_writes(&store, &logs).await, 2, "only the global count changed");
 }
 
 fn call(id: &str) -> ModelResponse {
@@ -191,26 +205,26 @@ fn steered_runtime(
     agent: &ScriptedModel,
     judge: ScriptedModel,
     layer: &Arc<SteeringLayer>,
-    store: Arc<MemoryStore>,
+    store: &MemoryLogStore,
 ) -> Runtime {
     Runtime::builder()
         .model(JudgeRouter::new(agent.clone(), judge))
         .tool(plain_tool())
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
-        .store(store)
+        .log_store(Arc::new(store.clone()))
         .build()
         .unwrap()
 }
 
 #[tokio::test]
 async fn a_verdict_carried_to_the_sessions_next_turn_survives_a_restart_and_is_shown_exactly_once() {
-    let store = Arc::new(MemoryStore::new());
+    let store = MemoryLogStore::new();
     let agent = ScriptedModel::new([call("c1")]);
     let last_answer = agent.push_held(ModelResponse::text("first"));
     let judge = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ALLOW")));
     let held = judge.push_held(ModelResponse::text("GUIDE: c1 needs a follow-up"));
     let layer = async_rule(Scope::Execution);
-    let rt = steered_runtime(&agent, judge, &layer, store.clone());
+    let rt = steered_runtime(&agent, judge, &layer, &store);
     let session = rt.session("s");
     let mut events = EventCollector::of(&session);
     let turn = session.send("one").await.unwrap();
@@ -231,24 +245,25 @@ async fn a_verdict_carried_to_the_sessions_next_turn_survives_a_restart_and_is_s
     let agent = ScriptedModel::new([ModelResponse::text("second"), ModelResponse::text("third")]);
     let judge = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ALLOW")));
     let layer = async_rule(Scope::Execution);
-    let rt = steered_runtime(&agent, judge, &layer, store.clone());
+    let rt = steered_runtime(&agent, judge, &layer, &store);
     assert_eq!(rt.session("s").send("two").await.unwrap().await.unwrap(), "second");
     assert_eq!(rt.session("s").send("three").await.unwrap().await.unwrap(), "third");
     let contexts: Vec<Vec<Item>> = agent.requests().into_iter().map(|r| r.context).collect();
     assert_eq!(contexts, vec![vec![feedback_block("report", "c1 needs a follow-up")], vec![]]);
-    assert!(store.layer_states("thread:s").unwrap().is_empty(), "once shown, the carried verdict is not kept");
+    let kept = saved(&store, "s", "thread:s").await;
+    assert!(kept.iter().all(|(_, state)| state.is_null()), "once shown, the carried verdict is not kept: {kept:?}");
 
     // And a third process does not show it again.
     let agent = ScriptedModel::new([ModelResponse::text("fourth")]);
     let judge = ScriptedModel::new([]).with_responder(|_| Ok(ModelResponse::text("ALLOW")));
-    let rt = steered_runtime(&agent, judge, &async_rule(Scope::Execution), store.clone());
+    let rt = steered_runtime(&agent, judge, &async_rule(Scope::Execution), &store);
     rt.session("s").send("four").await.unwrap().await.unwrap();
     assert_eq!(agent.requests()[0].context, Vec::<Item>::new());
 }
 
 #[tokio::test]
 async fn a_thread_scoped_steering_ledger_is_restored_in_the_next_runtime() {
-    let store = Arc::new(MemoryStore::new());
+    let store = MemoryLogStore::new();
     let deny = || {
         let rule = SteeringRule::predicate("no-t", [Hook::BeforeToolCall], |_| SteeringDecision::deny("not t"));
         steering(SteeringConfig::new([rule]).with_scope(Scope::Thread)).unwrap()
@@ -256,7 +271,7 @@ async fn a_thread_scoped_steering_ledger_is_restored_in_the_next_runtime() {
     let layer = deny();
     let agent = ScriptedModel::new([call("c1"), ModelResponse::text("done")]);
     let judge = ScriptedModel::new([]);
-    let rt = steered_runtime(&agent, judge, &layer, store.clone());
+    let rt = steered_runtime(&agent, judge, &layer, &store);
     rt.session("s").send("go").await.unwrap().await.unwrap();
     let thread = Context::builder().thread_id("s").build();
     let before = layer.state_for(&thread).unwrap().ledger;
@@ -266,7 +281,7 @@ async fn a_thread_scoped_steering_ledger_is_restored_in_the_next_runtime() {
     let layer = deny();
     assert!(layer.state_for(&thread).is_none());
     let agent = ScriptedModel::new([ModelResponse::text("again")]);
-    let rt = steered_runtime(&agent, ScriptedModel::new([]), &layer, store.clone());
+    let rt = steered_runtime(&agent, ScriptedModel::new([]), &layer, &store);
     rt.session("s").send("more").await.unwrap().await.unwrap();
     let after = layer.state_for(&thread).unwrap().ledger;
     // As stored: times are kept to the millisecond.

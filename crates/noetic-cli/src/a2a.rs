@@ -1,0 +1,58 @@
+//! `[[a2a_agent]]` tables of noetic.toml: other agents, reached over A2A, whose skills join the agent's tools
+//! (named `<name>__<skill>`; see [`noetic_a2a`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use noetic::tool::ToolSource;
+use noetic_a2a::{A2aAgent, A2aAgentConfig};
+use serde::Deserialize;
+
+/// One `[[a2a_agent]]` table: `url` (the agent's base URL or its card's), optional `name` (the tools' prefix;
+/// default the card's name), `headers` (e.g. `Authorization = "Bearer …"`), `timeout` (seconds a call may take,
+/// default 600) and `require_approval` (each call waits for the user's approval).
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct A2aAgentToml {
+    /// Where the agent is.
+    pub url: String,
+    /// The tools' name prefix.
+    pub name: Option<String>,
+    /// HTTP headers for every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Seconds a call may take, as written (checked by [`crate::duration`]).
+    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    pub timeout: Option<String>,
+    /// Whether each call waits for the user's approval.
+    #[serde(default)]
+    pub require_approval: bool,
+}
+
+impl A2aAgentToml {
+    /// The client configuration, or what is wrong with the table.
+    pub fn config(&self) -> Result<A2aAgentConfig, String> {
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return Err(format!("[[a2a_agent]] url '{}' is not an http:// or https:// URL", self.url));
+        }
+        let mut config = A2aAgentConfig::new(&self.url);
+        config.name.clone_from(&self.name);
+        config.headers.clone_from(&self.headers);
+        config.require_approval = self.require_approval;
+        if let Some(text) = &self.timeout {
+            let key = format!("timeout of [[a2a_agent]] '{}'", self.url);
+            config.timeout = crate::duration::parse(&key, text, crate::duration::TIMEOUT)?;
+        }
+        Ok(config)
+    }
+}
+
+/// Connects every configured agent (reads its card); the first that cannot be reached is an error naming it.
+pub async fn start(agents: &[A2aAgentToml]) -> Result<Vec<Arc<dyn ToolSource>>, String> {
+    let mut sources: Vec<Arc<dyn ToolSource>> = Vec::with_capacity(agents.len());
+    for agent in agents {
+        let connected = A2aAgent::connect_with(agent.config()?).await.map_err(|e| format!("[[a2a_agent]] {e}"))?;
+        sources.push(Arc::new(connected));
+    }
+    Ok(sources)
+}
