@@ -388,4 +388,3 @@ fn mcp_figures(rt: &tokio::runtime::Runtime) -> BenchResult<()> {
         BenchResult::Ok(())
     })
 }
-
