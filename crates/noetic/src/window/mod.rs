@@ -13,8 +13,8 @@
 //!
 //! # The allocation rule
 //!
-//! The room of a request is the window less the answer's reserve (the step's `max_tokens` when it sets one). It is
-//! given out in this order:
+//! The room of a request is the window less the answer's reserve (the step's `max_tokens` when it sets one), less
+//! a thirty-second of it kept back for the count's error. It is given out in this order:
 //!
 //! 1. **Fixed parts**: the instructions, the tools offered and the request's tail.
 //! 2. **The current turn**: the items since the last answer of an earlier turn (the turn's messages, its calls
