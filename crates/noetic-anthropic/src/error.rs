@@ -29,6 +29,12 @@ pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str,
         raw: Some(body.to_owned()),
         retryable,
     };
+    if matches!(status, 400 | 413)
+        && let Some(refused) =
+            noetic::window::context_refusal(&provider, parsed["error"]["type"].as_str(), &parsed["error"])
+    {
+        return refused;
+    }
     match status {
         401 if !key_sent => failed(
             format!(
@@ -153,6 +159,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_prompt_too_long_for_the_window_is_a_context_length_error() {
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#;
+        assert!(matches!(
+            error_from_status(400, None, body, true),
+            NoeticError::ContextLengthExceeded { requested: Some(208_310), limit: Some(200_000), .. }
+        ));
+        let other =
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#;
+        assert!(matches!(error_from_status(400, None, other, true), NoeticError::ModelFailed { .. }));
+    }
 
     fn message_of(e: &NoeticError) -> String {
         match e {

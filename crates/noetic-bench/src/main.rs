@@ -19,6 +19,7 @@ mod probe;
 mod real_path;
 mod sqlite_log_path;
 mod stream_path;
+mod window_path;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -291,7 +292,8 @@ fn main() -> BenchResult<()> {
     // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
     // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
-    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE).
+    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
+    // (counting tokens, fitting requests into the window).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
@@ -300,6 +302,7 @@ fn main() -> BenchResult<()> {
         Some("pg" | "pg-log") => return pg_log_path::figures(),
         Some("core") => return core_figures(&rt),
         Some("parallel") => return rt.block_on(parallel_tools_figures()),
+        Some("window") => return rt.block_on(window_path::figures(report)),
         _ => {}
     }
     rt.block_on(async {
@@ -340,6 +343,7 @@ fn main() -> BenchResult<()> {
     report("idle_sessions_mb", Stats::of(children("rss-idle")?, None), "MiB", "<= 50");
     real_path_figures(&rt)?;
     sqlite_log_path::figures()?;
+    rt.block_on(window_path::figures(report))?;
     pg_log_path::figures()?;
     mcp_figures(&rt)?;
     Ok(())

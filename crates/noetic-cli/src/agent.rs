@@ -93,6 +93,7 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     }
     let mut builder = Runtime::builder()
         .model(spec.model)
+        .model_id(spec.model_id.clone())
         .tools(tools)
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .agent(agent.build().map_err(config_error)?)

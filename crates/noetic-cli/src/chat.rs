@@ -93,7 +93,7 @@ pub struct ChatArgs {
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
                     as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
-                    /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
+                    /compact summarises the turns before the last one, /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
                     (exactly these arguments) for the rest of the chat; always matching \"PATTERN\" approves the \
                     tool's calls the glob covers (run_command's command, a file tool's path); n, no or an empty line declines; any other line declines and goes to the \
                     agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \
@@ -319,6 +319,8 @@ struct Chat {
     model_call_started: Option<Instant>,
     /// Tokens the last model call read and wrote: the conversation's size, for the context meter.
     context_tokens: Option<u64>,
+    /// The model's context window, when known: the meter shows `12.3k / 128k`.
+    context_window: Option<u64>,
     /// The spinner's tick.
     tick: usize,
     /// The model's streamed markdown, rendered line by line at a terminal.
@@ -374,6 +376,7 @@ impl Chat {
             waits: HashMap::new(),
             model_call_started: None,
             context_tokens: None,
+            context_window: None,
             tick: 0,
             markdown: render::markdown::Markdown::new(style),
             model: None,
@@ -402,6 +405,15 @@ impl Chat {
             self.mid_line = false;
         }
         outln!("{line}");
+    }
+
+    /// The context meter: `12.3k / 128k` (`12.3k tokens` when the window is not known).
+    fn context_meter(&self) -> Option<String> {
+        let used = render::tokens_short(self.context_tokens?);
+        Some(match self.context_window {
+            Some(window) => format!("{used} / {}", render::tokens_short(window)),
+            None => format!("{used} tokens"),
+        })
     }
 
     fn prompt(&self, running: bool) {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use noetic::model::Model;
-use noetic_openai::{OpenAiConfig, OpenAiModel};
+use noetic::window::ContextWindow;
+use noetic_openai::{LlamaCppTokens, OpenAiConfig, OpenAiModel, llama_cpp_window};
 
 /// The model id the local server reports and every request is sent with.
 pub const LOCAL_MODEL_ID: &str = "smollm2-135m";
@@ -27,6 +28,8 @@ pub struct LocalServer {
     base_url: String,
     child: Option<Child>,
     pidfile: Option<PathBuf>,
+    /// The window the server reports and a counter measured with its tokenizer (`None`: it did not say).
+    window: Option<(ContextWindow, LlamaCppTokens)>,
 }
 
 impl LocalServer {
@@ -40,10 +43,13 @@ impl LocalServer {
     /// and idle limit) is 300 s unless given: a CPU-only server may be slow to start answering.
     pub fn model(&self, timeout: Option<Duration>) -> Result<Arc<dyn Model>, String> {
         let timeout = timeout.unwrap_or(Duration::from_secs(300));
-        let config = OpenAiConfig::llama_cpp(self.base_url.clone())
+        let mut config = OpenAiConfig::llama_cpp(self.base_url.clone())
             .model_override(LOCAL_MODEL_ID)
             .timeout(timeout)
             .idle_timeout(timeout);
+        if let Some((window, tokens)) = self.window {
+            config = config.context_window(window).token_counter(Arc::new(tokens));
+        }
         Ok(Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?))
     }
 }
@@ -147,14 +153,25 @@ async fn healthy(client: &reqwest::Client, url: &str) -> bool {
     client.get(url).timeout(Duration::from_secs(2)).send().await.is_ok_and(|r| r.status().is_success())
 }
 
-/// A local server to talk to: the one answering on the port, or one started from the set-up directory.
+/// A local server to talk to: the one answering on the port, or one started from the set-up directory; with the
+/// context window it reports (the table's otherwise).
 pub async fn ensure(say: impl Fn(&str)) -> Result<LocalServer, String> {
+    let mut server = running(&say).await?;
+    match llama_cpp_window(&server.base_url, Duration::from_secs(10)).await {
+        Ok(found) => server.window = Some(found),
+        Err(e) => tracing::warn!(error = %e, "the local server did not say its context window; using the table's"),
+    }
+    Ok(server)
+}
+
+/// The one answering on the port, or one started from the set-up directory.
+async fn running(say: impl Fn(&str)) -> Result<LocalServer, String> {
     let port = port()?;
     let base_url = format!("http://127.0.0.1:{port}/v1");
     let health = format!("http://127.0.0.1:{port}/health");
     let client = reqwest::Client::new();
     if healthy(&client, &health).await {
-        return Ok(LocalServer { base_url, child: None, pidfile: None });
+        return Ok(LocalServer { base_url, child: None, pidfile: None, window: None });
     }
     let dir = find_dir();
     if !is_set_up(&dir) {
@@ -184,7 +201,7 @@ pub async fn ensure(say: impl Fn(&str)) -> Result<LocalServer, String> {
         .map_err(|e| format!("cannot start {}: {e}; run `{}` again", python(&dir).display(), setup_command()))?;
     let pidfile = dir.join(format!("server-{port}.pid"));
     let _ = std::fs::write(&pidfile, child.id().to_string());
-    let mut server = LocalServer { base_url, child: Some(child), pidfile: Some(pidfile) };
+    let mut server = LocalServer { base_url, child: Some(child), pidfile: Some(pidfile), window: None };
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
     loop {
         if healthy(&client, &health).await {

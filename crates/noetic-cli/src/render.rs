@@ -238,6 +238,14 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         EventKind::ModelCallCompleted { tool_calls, .. } => {
             style.dim(&format!("  model answered with {tool_calls} tool call(s)"))
         }
+        EventKind::ContextCompacted { folded, tokens_before, tokens_after, summarized, .. } => {
+            let how = if *summarized { "summarised" } else { "left out" };
+            style.cyan(&format!(
+                "  context compacted: {folded} older message(s) {how} ({} → {} tokens)",
+                tokens_short(*tokens_before),
+                tokens_short(*tokens_after)
+            ))
+        }
         EventKind::ToolCallStarted { call_id, tool, .. } => {
             format!("  tool  {} [{}] …", printable(tool), short_id(call_id))
         }
@@ -273,6 +281,15 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// A token count as the context meter shows it: `850`, `12.3k`, `128k`.
+pub fn tokens_short(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=99_999 if !n.is_multiple_of(1_000) => format!("{:.1}k", n as f64 / 1_000.0),
+        _ => format!("{}k", (n + 500) / 1_000),
+    }
 }
 
 /// An entry that says only that a model answer passed every rule: the bulk of any ledger, shown on request.

@@ -122,6 +122,28 @@ async fn the_turn_line_shows_the_cost_the_streamed_answer_reported_and_no_cost_w
     assert!(unpriced.ends_with("· 10 tokens in, 5 out · context 15 tokens"), "no made-up cost: {unpriced}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_context_meter_shows_the_context_used_out_of_the_models_window() {
+    let model = common::streaming::StreamingModel::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = noetic();
+    cmd.args(["chat", "--no-store", "--plain", "--model", "gpt-4o-mini", "--base-url", &model.base_url, "--workspace"])
+        .arg(ws.path());
+    let mut driven = Driven::spawn(cmd);
+    let line = drive(move || {
+        driven.send("hi");
+        let (_, reply) = model.next_request();
+        reply.text("Hello.");
+        reply.finish();
+        let line = driven.wait_for("■ turn done");
+        driven.send("/quit");
+        assert!(driven.finish().status.success());
+        line
+    })
+    .await;
+    assert!(line.ends_with("· context 15 / 128k"), "gpt-4o-mini's window is 128k tokens: {line}");
+}
+
 /// Makes a named pipe: `run_command` with `cat` on it blocks until the test writes, so a tool is "slow" exactly as
 /// long as the test wants, without sleeping (`read_file` refuses anything but regular files).
 #[cfg(unix)]

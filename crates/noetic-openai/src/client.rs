@@ -183,6 +183,26 @@ impl Model for OpenAiModel {
         true
     }
 
+    /// The configured window, else the well-known one of the model the request is sent as.
+    fn context_window(&self, model: &str) -> Option<noetic::window::ContextWindow> {
+        let config = &self.inner.config;
+        config.window.or_else(|| noetic::window::known_window(&config.model_for(model)))
+    }
+
+    /// The configured counter, else OpenAI's tokenizer for an OpenAI model, else the estimate (`None`).
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
+        let config = &self.inner.config;
+        if let Some(counter) = &config.counter {
+            return Some(counter.clone());
+        }
+        #[cfg(feature = "tiktoken")]
+        if let Some(tiktoken) = crate::window::Tiktoken::for_model(&config.model_for(model)) {
+            return Some(Arc::new(tiktoken));
+        }
+        let _ = model;
+        None
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.config.capabilities
     }

@@ -61,6 +61,10 @@ pub struct OpenAiConfig {
     pub(crate) capabilities: Capabilities,
     pub(crate) narrow_named_tool_choice: bool,
     pub(crate) late_system_as_user: bool,
+    /// The model's window, when configured (else the table of well-known models).
+    pub(crate) window: Option<noetic::window::ContextWindow>,
+    /// How tokens are counted, when configured (else the estimate).
+    pub(crate) counter: Option<std::sync::Arc<dyn noetic::window::TokenCounter>>,
 }
 
 impl Default for OpenAiConfig {
@@ -78,6 +82,8 @@ impl Default for OpenAiConfig {
             model_override: None,
             capabilities: Capabilities::default(),
             narrow_named_tool_choice: false,
+            window: None,
+            counter: None,
             late_system_as_user: false,
         }
     }
@@ -100,6 +106,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("capabilities", &self.capabilities)
             .field("narrow_named_tool_choice", &self.narrow_named_tool_choice)
             .field("late_system_as_user", &self.late_system_as_user)
+            .field("window", &self.window)
             .finish()
     }
 }

@@ -52,6 +52,7 @@ mod client;
 mod config;
 mod status;
 mod transport;
+mod window;
 pub mod wire;
 
 pub use client::OpenAiModel;
@@ -60,3 +61,6 @@ pub use config::{
     OPENAI_BASE_URL, OPENAI_BASE_URL_ENV, OPENROUTER_API_KEY_ENV, OPENROUTER_BASE_URL, OpenAiConfig,
     default_retry_policy,
 };
+#[cfg(feature = "tiktoken")]
+pub use window::Tiktoken;
+pub use window::{LlamaCppTokens, llama_cpp_window};

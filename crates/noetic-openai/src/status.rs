@@ -29,6 +29,17 @@ pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, 
         retryable,
     };
     let env = key.key_env;
+    // A request too long for the model's window: the runtime compacts the history and retries once.
+    if matches!(status, 400 | 413 | 422)
+        && let Some(provider) = &provider
+    {
+        let body: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+        if let Some(refused) =
+            noetic::window::context_refusal(&provider.message, provider.kind.as_deref(), &body["error"])
+        {
+            return refused;
+        }
+    }
     match status {
         401 if key.has_key => failed(
             format!(
@@ -85,6 +96,24 @@ mod tests {
         }
         let no_key = KeyInfo { has_key: false, ..KEY };
         assert!(status_error(401, None, "", &no_key).to_string().contains("none was sent"));
+    }
+
+    #[test]
+    fn a_request_too_long_for_the_window_is_a_context_length_error_from_openai_and_llama_cpp() {
+        let openai = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        assert!(matches!(
+            status_error(400, None, openai, &KEY),
+            NoeticError::ContextLengthExceeded { requested: Some(130_532), limit: Some(128_000), .. }
+        ));
+        let llama = r#"{"error":{"code":400,"message":"request (6010 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":6010,"n_ctx":4096}}"#;
+        assert!(matches!(
+            status_error(400, None, llama, &KEY),
+            NoeticError::ContextLengthExceeded { requested: Some(6_010), limit: Some(4_096), .. }
+        ));
+        assert!(matches!(
+            status_error(400, None, r#"{"error":{"message":"bad"}}"#, &KEY),
+            NoeticError::ModelFailed { .. }
+        ));
     }
 
     #[test]

@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,32 +26,11 @@ use noetic::steering::{judge_prompt, judge_request, read_verdict};
 use noetic_openai::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 
-const DEFAULT_URL: &str = "http://127.0.0.1:18080/v1";
 const MODEL_ID: &str = "smollm2-135m";
 
 /// The real server's model, or `None` (after saying why) when no server answers and none is required.
 async fn local_model() -> Option<OpenAiModel> {
-    let base = std::env::var("NOETIC_LOCAL_LLM_URL").unwrap_or_else(|_| match std::env::var("NOETIC_LOCAL_LLM_PORT") {
-        Ok(port) => format!("http://127.0.0.1:{port}/v1"),
-        Err(_) => DEFAULT_URL.to_owned(),
-    });
-    let health = format!("{}/health", base.trim_end_matches('/').trim_end_matches("/v1"));
-    let up = match reqwest::Client::new().get(&health).timeout(Duration::from_secs(5)).send().await {
-        Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!("{health} answered {}", r.status())),
-        Err(e) => Err(format!("{health} did not answer ({e})")),
-    };
-    if let Err(why) = up {
-        let reason = format!(
-            "no local llama.cpp server: {why}; start one with `scripts/local-llm.sh setup && scripts/local-llm.sh start`"
-        );
-        if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") {
-            panic!("NOETIC_E2E_REQUIRED=1 but {reason}");
-        }
-        // Straight to stderr: the harness captures print macros, and a skip must be visible.
-        let _ = writeln!(std::io::stderr(), "skipped: {reason}");
-        return None;
-    }
+    let base = common::local_server().await?;
     let config = OpenAiConfig::llama_cpp(base).timeout(Duration::from_secs(120));
     Some(OpenAiModel::new(config).unwrap())
 }

@@ -72,6 +72,7 @@ mod agui;
 mod api;
 mod approvals;
 mod assets;
+mod compact;
 mod config;
 mod connections;
 mod cross_site;
@@ -155,6 +156,7 @@ impl Server {
             .route("/sessions/{key}/stop", post(api::stop))
             .route("/sessions/{key}/continue", post(api::continue_session))
             .route("/sessions/{key}/resume", post(api::resume))
+            .route("/sessions/{key}/compact", post(compact::compact))
             .route("/sessions/{key}/mode", put(api::set_mode))
             .route("/sessions/{key}/ledger", get(api::get_ledger))
             .route("/approvals", get(api::list_approvals))

@@ -69,6 +69,8 @@ pub enum ConfigCode {
     MissingArchive,
     /// An MCP server's configuration is unusable (its name cannot prefix tool names, it has no command).
     InvalidMcpServer,
+    /// The memory layers' budget minimums add up to more than the model's context window has for a request.
+    LayerMinimumsExceedWindow,
 }
 
 impl ConfigCode {
@@ -99,6 +101,7 @@ impl ConfigCode {
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
             ConfigCode::MissingArchive => "MISSING_ARCHIVE",
             ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
+            ConfigCode::LayerMinimumsExceedWindow => "LAYER_MINIMUMS_EXCEED_WINDOW",
         }
     }
 }
@@ -260,6 +263,23 @@ pub enum NoeticError {
         #[serde(default)]
         retryable: bool,
     },
+    /// The request did not fit the model's context window: the provider said so, or the runtime found that even
+    /// with the history compacted the instructions, the layers' minimums and the current turn do not fit.
+    #[error(
+        "the request does not fit the model's context window{}: {message}; shorten the current turn or the \
+         instructions, lower the memory layers' budgets, or use a model with a larger window",
+        match (requested, limit) { (Some(r), Some(l)) => format!(" ({r} tokens, the window has {l})"), (None, Some(l)) => format!(" (the window has {l} tokens)"), _ => String::new() }
+    )]
+    ContextLengthExceeded {
+        /// The llm step (empty when the provider raised it before the step was known).
+        step_id: String,
+        /// What the provider or the runtime said.
+        message: String,
+        /// The tokens the request took, when known.
+        requested: Option<u64>,
+        /// The tokens the window holds, when known.
+        limit: Option<u64>,
+    },
     /// Some paths of a fork failed.
     #[error("fork '{step_id}' partial failure: {} succeeded, {} failed; first failure: {}", succeeded.len(), failed.len(), failed.first().map(|f| f.error.to_string()).unwrap_or_else(|| "none".into()))]
     ForkPartial {
@@ -400,6 +420,7 @@ impl NoeticError {
             NoeticError::ModelParseError { .. } => "model_parse_error",
             NoeticError::ModelRateLimit { .. } => "model_rate_limit",
             NoeticError::ModelFailed { .. } => "model_failed",
+            NoeticError::ContextLengthExceeded { .. } => "context_length_exceeded",
             NoeticError::ForkPartial { .. } => "fork_partial",
             NoeticError::ChannelTimeout { .. } => "channel_timeout",
             NoeticError::ChannelClosed { .. } => "channel_closed",

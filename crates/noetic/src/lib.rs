@@ -172,12 +172,13 @@
 //!
 //! | layer | modules | what it holds |
 //! |---|---|---|
-//! | 9 | `testing` | the test kit |
-//! | 8 | [`agent`] | runtime, sessions, turns, bus, steering queue, session archive |
-//! | 7 | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
-//! | 6 | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
-//! | 5 | [`step`] | the step enum and builders, `until` predicates |
-//! | 4 | [`layer`], [`tool`] | memory layers and their lifecycle · tools, approvals, tool calls |
+//! | 10 | `testing` | the test kit |
+//! | 9 | [`agent`] | runtime, sessions, turns, bus, steering queue, session archive |
+//! | 8 | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
+//! | 7 | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
+//! | 6 | [`step`] | the step enum and builders, `until` predicates |
+//! | 5 | [`window`] | the context window: counting, the allocation rule, compaction |
+//! | 4 | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
 //! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
 //! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
 //! | 1 | [`model`], `decision`, [`trace`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers |
@@ -199,6 +200,7 @@ pub mod time;
 pub mod tool;
 pub mod trace;
 pub mod turn;
+pub mod window;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["turn"],
     &["context"],
     &["layer", "tool"],
+    &["window"],
     &["step"],
     &["exec"],
     &["steering"],

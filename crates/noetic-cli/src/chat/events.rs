@@ -59,15 +59,22 @@ impl Chat {
                 self.turn_started.get_or_insert_with(Instant::now);
                 self.turn_usage = noetic::model::Usage::default();
             }
-            EventKind::ModelCallStarted { .. } => {
+            EventKind::ModelCallStarted { context_tokens, context_window, .. } => {
                 self.streamed = false;
                 self.model_call_started = Some(Instant::now());
+                // The request as counted; the provider's usage replaces it when the call completes.
+                if context_tokens.is_some() {
+                    self.context_tokens = *context_tokens;
+                }
+                self.context_window = *context_window;
             }
             EventKind::ModelCallCompleted { usage, .. } => {
                 self.turn_usage.add(usage);
                 self.model_call_started = None;
                 // What the model read and wrote this call is what the next call starts from.
-                self.context_tokens = Some(usage.input_tokens + usage.output_tokens).filter(|n| *n > 0);
+                if let Some(used) = Some(usage.input_tokens + usage.output_tokens).filter(|n| *n > 0) {
+                    self.context_tokens = Some(used);
+                }
             }
             EventKind::ToolCallStarted { call_id, tool, .. } => {
                 self.tools.insert(call_id.clone(), (tool.clone(), Instant::now()));
@@ -87,8 +94,8 @@ impl Chat {
         }
         if matches!(event.kind, EventKind::TurnCompleted { .. } | EventKind::TurnFailed { .. }) {
             line.push_str(&self.style.dim(&format!(" · {}", tokens(&self.turn_usage))));
-            if let Some(context) = self.context_tokens {
-                line.push_str(&self.style.dim(&format!(" · context {context} tokens")));
+            if let Some(meter) = self.context_meter() {
+                line.push_str(&self.style.dim(&format!(" · context {meter}")));
             }
         }
         self.say(&line);

@@ -92,6 +92,10 @@ impl Chat {
             }
             "/clear" => return Action::Clear,
             "/ledger" => self.print_ledger(),
+            "/compact" if running => {
+                self.say("a turn is running; /compact between turns (a turn compacts by itself when it must)")
+            }
+            "/compact" => self.compact().await,
             "/status" => self.print_status(running),
             "/help" => self.say(HELP),
             "/steer" if rest.is_empty() => self.say("/steer needs the text to send, e.g. /steer y"),

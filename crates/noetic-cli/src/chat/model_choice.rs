@@ -37,6 +37,11 @@ impl ModelChoice {
         Arc::new(ChosenModel { inner, choice: self.clone() })
     }
 
+    /// The id a request for `model` is sent as.
+    fn id_for(&self, model: &str) -> String {
+        if model == &*self.configured { self.current() } else { model.to_owned() }
+    }
+
     fn rewrite(&self, mut request: ModelRequest) -> ModelRequest {
         if request.model == *self.configured {
             request.model = self.current();
@@ -62,6 +67,14 @@ impl Model for ChosenModel {
 
     fn provider_name(&self) -> Option<&str> {
         self.inner.provider_name()
+    }
+
+    fn context_window(&self, model: &str) -> Option<noetic::window::ContextWindow> {
+        self.inner.context_window(&self.choice.id_for(model))
+    }
+
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
+        self.inner.token_counter(&self.choice.id_for(model))
     }
 
     fn streams_natively(&self) -> bool {

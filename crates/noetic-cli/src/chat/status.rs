@@ -1,7 +1,7 @@
 //! The chat's `/ledger` and `/status` reports.
 
 use super::Chat;
-use crate::render::printable;
+use crate::render::{self, printable};
 
 impl Chat {
     /// Prints the steering decisions of the finished turns and of the running one.
@@ -47,8 +47,8 @@ impl Chat {
         status.push_str(&format!("; {queued} steering message(s) queued"));
         status.push_str(&format!("; steering mode {}", self.session.steering_mode().as_str()));
         status.push_str(&format!("; session {}", printable(self.session.key())));
-        if let Some(context) = self.context_tokens {
-            status.push_str(&format!("; context {context} tokens (the last model call's input and output)"));
+        if let Some(meter) = self.context_meter() {
+            status.push_str(&format!("; context {meter} (the last model call's input and output)"));
         }
         if !self.about.is_empty() {
             status.push_str(&format!("; {}", self.about));
@@ -58,6 +58,26 @@ impl Chat {
 }
 
 impl Chat {
+    /// `/compact`: everything before the last turn is replaced, in what later requests send, by a summary.
+    pub(super) async fn compact(&mut self) {
+        let Some(model) = self.model.as_ref().map(|choice| choice.current()) else {
+            return self.say("this chat's model is not known here: nothing was compacted");
+        };
+        match self.session.compact(&model).await {
+            Ok(Some(done)) => {
+                let line = format!(
+                    "compacted: {} older message(s) summarised ({} → {} tokens); the conversation keeps them all",
+                    done.folded,
+                    render::tokens_short(done.tokens_before),
+                    render::tokens_short(done.tokens_after)
+                );
+                self.say(&self.style.cyan(&line));
+            }
+            Ok(None) => self.say("nothing to compact: the conversation has no turn before the last one"),
+            Err(e) => self.say(&self.style.red(&format!("could not compact: {}", render::printable(&e.to_string())))),
+        }
+    }
+
     /// `/clear`: goes on in a new session (the current one stays as it is, and can be continued); returns the
     /// new session's events.
     pub(super) async fn clear(
@@ -68,6 +88,7 @@ impl Chat {
         let name = crate::sessions::new_name("chat");
         self.session = runtime.open(&name).await?;
         self.context_tokens = None;
+        self.context_window = None;
         self.turn_usage = noetic::model::Usage::default();
         let note = if self.stored {
             format!("new session {}; the previous one stays: noetic chat --session {old}", printable(&name))

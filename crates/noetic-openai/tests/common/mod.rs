@@ -14,6 +14,34 @@ use noetic_openai::{OpenAiConfig, OpenAiModel};
 use serde_json::Value;
 use wiremock::MockServer;
 
+/// The base URL (`…/v1`) of the local llama.cpp server, or `None` (after saying why) when no server answers and
+/// none is required (`NOETIC_E2E_REQUIRED=1` turns a missing server into a failure). `NOETIC_LOCAL_LLM_URL`
+/// overrides the URL (default `http://127.0.0.1:18080/v1`, or the port in `NOETIC_LOCAL_LLM_PORT`).
+pub async fn local_server() -> Option<String> {
+    let base = std::env::var("NOETIC_LOCAL_LLM_URL").unwrap_or_else(|_| match std::env::var("NOETIC_LOCAL_LLM_PORT") {
+        Ok(port) => format!("http://127.0.0.1:{port}/v1"),
+        Err(_) => "http://127.0.0.1:18080/v1".to_owned(),
+    });
+    let health = format!("{}/health", base.trim_end_matches('/').trim_end_matches("/v1"));
+    let up = match reqwest::Client::new().get(&health).timeout(Duration::from_secs(5)).send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("{health} answered {}", r.status())),
+        Err(e) => Err(format!("{health} did not answer ({e})")),
+    };
+    if let Err(why) = up {
+        let reason = format!(
+            "no local llama.cpp server: {why}; start one with `scripts/local-llm.sh setup && scripts/local-llm.sh start`"
+        );
+        if std::env::var("NOETIC_E2E_REQUIRED").is_ok_and(|v| v == "1") {
+            panic!("NOETIC_E2E_REQUIRED=1 but {reason}");
+        }
+        // Straight to stderr: the harness captures print macros, and a skip must be visible.
+        let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+        return None;
+    }
+    Some(base)
+}
+
 /// A committed fixture's text.
 pub fn fixture(name: &str) -> String {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));

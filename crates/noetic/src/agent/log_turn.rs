@@ -235,6 +235,15 @@ impl TurnJournal for LogJournal {
     fn records_inputs(&self) -> bool {
         true
     }
+
+    /// Written with the turn's next commit.
+    fn compacted(&self, folded: &crate::model::Folded) {
+        lock(&self.pending).push(Entry::Compacted {
+            turn: Some(self.turn),
+            upto: folded.upto,
+            summary: folded.summary.clone(),
+        });
+    }
 }
 
 /// A session turn's ledger on the session log: each decision is appended as it is made, also one an async rule

@@ -78,6 +78,8 @@ use crate::tool::{Approver, Tool};
 pub const DEFAULT_MODEL: &str = "openai/gpt-4o-mini";
 
 pub(crate) struct RuntimeInner {
+    /// The model id the runtime was built with (what `Session::compact` asks for by default).
+    pub(crate) model_id: Arc<str>,
     pub(crate) layers: Vec<Arc<dyn MemoryLayer>>,
     /// Copies of the services and layers, one per group of threads: each turn's context starts from its thread's,
     /// so turns running at once on different cores do not all write the same reference counts.
@@ -299,6 +301,19 @@ impl RuntimeBuilder {
                 "call .model(...) with a provider (or ScriptedModel for tests)",
             ));
         }
+        // The layers' guaranteed budgets must fit the window of the model the agent calls (when both are known).
+        if let Some(model) = &self.services.model
+            && (self.agent.is_none() || self.model_id.is_some())
+        {
+            let id = self.model_id.as_deref().unwrap_or(DEFAULT_MODEL);
+            if let Some(window) = model.context_window(id) {
+                let counter = model.token_counter(id);
+                let counter = counter.as_deref().unwrap_or(&crate::window::Estimate);
+                let instructions = self.instructions.as_deref().map_or(0, |i| counter.count(i));
+                let room = window.input_room(None).saturating_sub(instructions);
+                crate::window::check_minimums(room, self.layers.iter().map(|l| (l.id(), l.budget())), id)?;
+            }
+        }
         let agent = match self.agent {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
@@ -321,6 +336,7 @@ impl RuntimeBuilder {
             Spread::new(move || Shared::new(&services, &layers))
         };
         let inner = Arc::new(RuntimeInner {
+            model_id: Arc::from(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL)),
             layers,
             shared,
             agent,
@@ -444,6 +460,11 @@ impl Runtime {
     /// This process's name among workers sharing a log store ([`RuntimeBuilder::worker_id`]).
     pub fn worker_id(&self) -> &str {
         &self.inner.worker
+    }
+
+    /// The model id the runtime was built with ([`RuntimeBuilder::model_id`]), else the default one.
+    pub fn model_id(&self) -> &str {
+        &self.inner.model_id
     }
 
     /// A copy of a layer's state for an execution (e.g. `get_layer_state::<`[`SteeringState`](crate::steering::SteeringState)`>(id, "steering")`);

@@ -31,6 +31,8 @@ use crate::model::{History, Item};
 use crate::turn::TurnJournal;
 use tracing::Instrument;
 
+mod compact;
+
 /// What [`Session::send_or_steer`] did with a message.
 pub enum Routed {
     /// The session was idle: a turn started.
@@ -277,7 +279,7 @@ impl SessionState {
         self.queue.clear();
         self.queue.push_existing(projection.queue);
         if let Conversation::Idle(history) = &mut *conversation {
-            *history = History::new(projection.conversation);
+            *history = History::new(projection.conversation).with_folded(projection.compacted);
         }
     }
 

@@ -101,6 +101,29 @@ pub enum EventKind {
         messages: usize,
         /// Tools offered.
         tools: usize,
+        /// The tokens the request takes, as counted and calibrated (when the model's window is known).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        context_tokens: Option<u64>,
+        /// The model's context window in tokens (when known).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
+    },
+    /// The oldest turns of the conversation were compacted to fit the model's window: in what is sent, they are
+    /// replaced by a summary the model wrote (or left out, by a trimming policy). The conversation and the session
+    /// log keep every item.
+    ContextCompacted {
+        /// The llm step whose request did not fit (empty for a compaction asked for by hand).
+        step_id: Arc<str>,
+        /// Items folded by this compaction.
+        folded: usize,
+        /// Items of the conversation no longer sent (all compactions so far).
+        upto: usize,
+        /// Tokens of the older history before (as counted).
+        tokens_before: u64,
+        /// Tokens of what is sent in its place.
+        tokens_after: u64,
+        /// True when a summary replaces them (false: they were left out).
+        summarized: bool,
     },
     /// A piece of the model's answer text, as it streams in (only while someone watches events).
     ModelTextDelta {

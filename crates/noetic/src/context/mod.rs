@@ -448,6 +448,11 @@ impl Context {
         History(lock(&self.inner.items).clone())
     }
 
+    /// Records how much of the conversation requests skip since it was compacted (the items stay).
+    pub fn set_folded(&self, folded: Option<crate::model::Folded>) {
+        Arc::make_mut(&mut lock(&self.inner.items)).folded = folded.map(Arc::new);
+    }
+
     /// Number of items in the conversation.
     pub fn item_count(&self) -> usize {
         lock(&self.inner.items).items.len()

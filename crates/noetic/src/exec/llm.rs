@@ -22,6 +22,7 @@ use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{
     Action, Effect, Finished, Input, Polled, Replay, TurnCommit, TurnCore, TurnJournal, interrupted_result,
 };
+use crate::window::{self, Fitted, StepWindow};
 
 /// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
 /// existed. A macro, not a function, so the untraced call is not wrapped in another future.
@@ -40,6 +41,9 @@ fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
     match error {
         NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
             NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms, message }
+        }
+        NoeticError::ContextLengthExceeded { step_id, message, requested, limit } if step_id.is_empty() => {
+            NoeticError::ContextLengthExceeded { step_id: id.to_owned(), message, requested, limit }
         }
         other => other,
     }
@@ -443,8 +447,9 @@ fn trace_response(span: &Span, response: &ModelResponse, content: bool) {
     }
 }
 
-/// Recalls the layers, builds the request and calls (or streams) the model; the usage is counted even when the
-/// turn was cancelled while the model answered (the answer is then not used).
+/// Recalls the layers, builds the request (fitted into the model's window when it is known) and calls (or
+/// streams) the model; the usage is counted even when the turn was cancelled while the model answered (the answer
+/// is then not used). A provider's "context length exceeded" answer compacts the history and retries once.
 async fn call_model<I, O>(
     s: &StepLlm<I, O>,
     ctx: &Context,
@@ -453,6 +458,26 @@ async fn call_model<I, O>(
     round: u32,
     tail: Vec<Item>,
     span: &Span,
+) -> Result<ModelResponse, NoeticError> {
+    match call_model_once(s, ctx, model, specs, round, tail.clone(), span, None).await {
+        Err(NoeticError::ContextLengthExceeded { message, limit, .. }) => {
+            tracing::warn!(step_id = %s.id, %message, "the model said the request was too long; compacting and retrying once");
+            call_model_once(s, ctx, model, specs, round, tail, span, Some(limit)).await
+        }
+        other => other,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn call_model_once<I, O>(
+    s: &StepLlm<I, O>,
+    ctx: &Context,
+    model: &Arc<dyn crate::model::Model>,
+    specs: &Arc<[ToolSpec]>,
+    round: u32,
+    tail: Vec<Item>,
+    span: &Span,
+    refused: Option<Option<u64>>,
 ) -> Result<ModelResponse, NoeticError> {
     let emit = |kind: EventKind| {
         if s.emit.allows(&kind) {
@@ -463,12 +488,26 @@ async fn call_model<I, O>(
     let watched = || ctx.events().is_active();
     // Recall before every model request, not once per step: feedback that async rules queued during this
     // step's tool rounds reaches the model in the next request of the same turn (SPEC 3.8).
-    let recalled = lifecycle::recall(ctx).await?;
+    let step = StepWindow {
+        id: &s.id,
+        model: &s.model,
+        instructions: s.instructions.as_deref(),
+        max_tokens: s.params.max_tokens,
+        compaction: s.compaction,
+    };
+    let fitted =
+        window::fit(ctx, model.as_ref(), &step, specs, &tail, refused).await.map_err(|e| with_step_id(e, &s.id))?;
+    let (recalled, history, counted) = match fitted {
+        Some(Fitted { context, history, counted, tokens, window }) => {
+            (context, history, Some((counted, tokens, window)))
+        }
+        None => (lifecycle::recall(ctx).await?, ctx.history(), None),
+    };
     let request = ModelRequest {
         model: s.model.clone(),
         instructions: s.instructions.clone(),
         context: recalled,
-        history: ctx.history(),
+        history,
         tail,
         tools: specs.clone(),
         params: s.params.clone(),
@@ -492,6 +531,8 @@ async fn call_model<I, O>(
             round,
             messages: request.messages().count(),
             tools: specs.len(),
+            context_tokens: counted.map(|(_, tokens, _)| u64::from(tokens)),
+            context_window: counted.and_then(|(_, _, window)| window).map(|w| u64::from(w.tokens)),
         });
     }
     // Streaming is the step's configuration, never inferred from who watches (SPEC 7.2).
@@ -507,6 +548,9 @@ async fn call_model<I, O>(
     };
     let response = answer.map_err(|e| with_step_id(e, &s.id))?;
     ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
+    if let Some((counted, _, _)) = counted {
+        ctx.history().calibration().observe(counted, response.usage.input_tokens);
+    }
     ctx.check_cancelled()?;
     if watched() {
         emit(EventKind::ModelCallCompleted {

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::{HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
+use super::{Allotter, HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
 use crate::context::{Context, ExecutionId};
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
-use crate::model::{Item, ModelResponse};
+use crate::model::{Item, ModelResponse, TokenCounter};
 
 /// The aggregate of the gating layers' decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,14 +163,57 @@ pub fn estimate_tokens(item: &Item) -> u32 {
 /// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
 /// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
 pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
+    recall_shared(ctx, &mut Shares::Max).await
+}
+
+/// [`recall`] within a share of the window: each layer is offered what `allotter` gives it (its `max`, bounded by
+/// what the layers before it used and the minimums of those after it) and its items are counted with `counter`;
+/// what the layers leave is [`Allotter::left`].
+pub async fn recall_within(
+    ctx: &Context,
+    allotter: &mut Allotter,
+    counter: &dyn TokenCounter,
+) -> Result<Vec<Item>, NoeticError> {
+    recall_shared(ctx, &mut Shares::Allot(allotter, counter)).await
+}
+
+/// How the layers' budgets are given: each its `max` (no window known), or by an [`Allotter`].
+enum Shares<'a> {
+    Max,
+    Allot(&'a mut Allotter, &'a dyn TokenCounter),
+}
+
+impl Shares<'_> {
+    fn offer(&self, layer: &dyn MemoryLayer) -> u32 {
+        match self {
+            Shares::Max => layer.budget().max,
+            Shares::Allot(allotter, _) => allotter.offer(),
+        }
+    }
+
+    fn cost(&self, item: &Item) -> u32 {
+        match self {
+            Shares::Max => estimate_tokens(item),
+            Shares::Allot(_, counter) => crate::model::item_tokens(*counter, item),
+        }
+    }
+
+    fn took(&mut self, tokens: u32) {
+        if let Shares::Allot(allotter, _) = self {
+            allotter.took(tokens);
+        }
+    }
+}
+
+async fn recall_shared(ctx: &Context, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
     if ctx.layers().is_empty() {
         return Ok(Vec::new());
     }
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
     // must be awaited on, the rest run in a boxed future, so a model request whose layers never wait makes none.
-    match recall_at_once(ctx)? {
+    match recall_at_once(ctx, shares)? {
         Progress::Done(out) => Ok(out),
-        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out)).await,
+        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out, shares)).await,
     }
 }
 
@@ -181,12 +224,12 @@ enum Progress<D, W> {
     Wait(usize, W),
 }
 
-fn recall_at_once(ctx: &Context) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
+fn recall_at_once(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
     let mut out = Vec::new();
     for (i, layer) in ctx.layers().iter().enumerate() {
-        let budget = layer.budget().max;
+        let budget = shares.offer(layer.as_ref());
         match now(|| layer.recall_now(ctx, budget)) {
-            Some(answer) => take_recalled(layer.as_ref(), budget, answer, &mut out)?,
+            Some(answer) => take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?,
             None => return Ok(Progress::Wait(i, out)),
         }
     }
@@ -194,14 +237,19 @@ fn recall_at_once(ctx: &Context) -> Result<Progress<Vec<Item>, Vec<Item>>, Noeti
 }
 
 /// Recalls the layers from the `start`th on, after `out`.
-async fn recall_layers(ctx: &Context, start: usize, mut out: Vec<Item>) -> Result<Vec<Item>, NoeticError> {
+async fn recall_layers(
+    ctx: &Context,
+    start: usize,
+    mut out: Vec<Item>,
+    shares: &mut Shares<'_>,
+) -> Result<Vec<Item>, NoeticError> {
     for layer in ctx.layers().iter().skip(start) {
-        let budget = layer.budget().max;
+        let budget = shares.offer(layer.as_ref());
         let answer = match now(|| layer.recall_now(ctx, budget)) {
             Some(answer) => answer,
             None => timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await,
         };
-        take_recalled(layer.as_ref(), budget, answer, &mut out)?;
+        take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?;
     }
     Ok(out)
 }
@@ -213,12 +261,13 @@ fn take_recalled(
     budget: u32,
     answer: Result<Vec<Item>, HookFailure>,
     out: &mut Vec<Item>,
+    shares: &mut Shares<'_>,
 ) -> Result<(), NoeticError> {
     match answer {
         Ok(items) => {
             let mut used = 0u32;
             for item in items {
-                let cost = estimate_tokens(&item);
+                let cost = shares.cost(&item);
                 if used.saturating_add(cost) > budget {
                     tracing::warn!(layer = layer.id(), budget, "recall output over budget; item left out");
                     continue;
@@ -226,9 +275,11 @@ fn take_recalled(
                 used = used.saturating_add(cost);
                 out.push(item);
             }
+            shares.took(used);
             Ok(())
         }
         Err(f) => {
+            shares.took(0);
             tracing::warn!(layer = layer.id(), error = %describe(&f), "recall failed; layer skipped");
             fatal(layer.id(), "recall", f)
         }

@@ -15,6 +15,7 @@
 //!
 //! Layer state lives in the layer, keyed by [`ScopeKey`]; [`LayerState`] is a ready-made store.
 
+mod allot;
 pub mod lifecycle;
 mod state;
 
@@ -27,6 +28,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use allot::{Allotter, check_minimums};
 pub use state::{LayerState, ScopeKey};
 
 use crate::context::{Carried, Context, ContextBuilder};
@@ -233,7 +235,8 @@ pub trait MemoryLayer: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
-    /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4).
+    /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4; a
+    /// model whose window is known offers the share the allocation gives the layer — see [`crate::window`]).
     fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async { Ok(Vec::new()) })
     }

@@ -212,6 +212,19 @@ pub trait Model: Send + Sync + 'static {
         None
     }
 
+    /// The context window of `model` (an id this backend serves): the backend's configuration, or what its server
+    /// reports, or the table of well-known models ([`known_window`](super::known_window), the default). `None`:
+    /// the window is not known, and requests are sent as they are (nothing is counted or compacted).
+    fn context_window(&self, model: &str) -> Option<super::ContextWindow> {
+        super::known_window(model)
+    }
+
+    /// How tokens are counted for `model`: the provider's tokenizer where the backend has one; `None` (the default)
+    /// for [`Estimate`](super::Estimate), calibrated by the usage responses report.
+    fn token_counter(&self, _model: &str) -> Option<Arc<dyn super::TokenCounter>> {
+        None
+    }
+
     /// True when [`Model::stream`] really streams (text arrives while the model writes) rather than replaying a
     /// whole response. An `llm` step with no explicit streaming setting streams exactly when this is true.
     fn streams_natively(&self) -> bool {

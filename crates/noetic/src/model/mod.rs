@@ -5,9 +5,11 @@
 
 mod content;
 mod interface;
+mod limits;
 mod params;
 mod retry;
 mod scripted;
+mod tokens;
 mod wrappers;
 
 use std::sync::Arc;
@@ -16,9 +18,13 @@ use serde::{Deserialize, Serialize};
 
 pub use content::{ContentBlock, ImageSource, blocks_text};
 pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
+pub use limits::{ContextWindow, known_window};
 pub use params::{ModelParams, ToolChoice};
 pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use scripted::{HeldCall, ScriptedModel};
+pub use tokens::{
+    Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, starts_turn, tools_tokens,
+};
 pub use wrappers::{ModelExt, RetryModel, TimeoutModel};
 
 /// Who wrote a message.
@@ -174,12 +180,29 @@ impl ToolResult {
 pub(crate) struct Log {
     pub(crate) id: u64,
     pub(crate) items: Vec<Item>,
+    /// The oldest items as they are sent since the conversation was last compacted.
+    pub(crate) folded: Option<Arc<Folded>>,
+    /// How the model's reported usage compares with the runtime's count of this conversation's requests.
+    pub(crate) calibration: Calibration,
+    /// The tokens of the items, as far as they were counted.
+    pub(crate) tally: Tally,
 }
 
 impl Log {
     pub(crate) fn new(items: Vec<Item>) -> Self {
-        Log { id: next_log_id(), items }
+        Log { id: next_log_id(), items, folded: None, calibration: Calibration::default(), tally: Tally::default() }
     }
+}
+
+/// The oldest items of a conversation replaced, in what is sent to the model, by a summary the model wrote (or
+/// left out, by a trimming policy). The conversation itself keeps every item: this only says how much of it a
+/// request skips.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Folded {
+    /// Items `0..upto` of the conversation are not sent.
+    pub upto: usize,
+    /// What is sent in their place (`None`: nothing, they were trimmed).
+    pub summary: Option<String>,
 }
 
 /// A process-wide unique log id. Each thread takes ids from a block of its own and reserves the next block from
@@ -206,9 +229,15 @@ fn next_log_id() -> u64 {
 }
 
 impl Clone for Log {
-    /// A copy is a new sequence: it gets its own id.
+    /// A copy is a new sequence: it gets its own id (and keeps what was compacted and calibrated).
     fn clone(&self) -> Self {
-        Log::new(self.items.clone())
+        Log {
+            id: next_log_id(),
+            items: self.items.clone(),
+            folded: self.folded.clone(),
+            calibration: self.calibration.copy(),
+            tally: self.tally.copy(),
+        }
     }
 }
 
@@ -292,6 +321,27 @@ impl History {
     /// A copy of the items.
     pub fn to_vec(&self) -> Vec<Item> {
         self.0.items.clone()
+    }
+
+    /// How much of the conversation requests skip since it was last compacted.
+    pub fn folded(&self) -> Option<&Folded> {
+        self.0.folded.as_deref()
+    }
+
+    /// The same conversation, compacted as `folded` says (a session opened from its log restores it so).
+    pub fn with_folded(mut self, folded: Option<Folded>) -> History {
+        Arc::make_mut(&mut self.0).folded = folded.map(Arc::new);
+        self
+    }
+
+    /// How the model's reported usage compares with the runtime's count for this conversation.
+    pub fn calibration(&self) -> &Calibration {
+        &self.0.calibration
+    }
+
+    /// The running token count of the items.
+    pub fn tally(&self) -> &Tally {
+        &self.0.tally
     }
 }
 

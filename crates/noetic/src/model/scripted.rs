@@ -44,6 +44,7 @@ pub struct ScriptedModel {
     responder: Option<Responder>,
     record: bool,
     capabilities: super::Capabilities,
+    window: Option<super::ContextWindow>,
 }
 
 impl fmt::Debug for ScriptedModel {
@@ -83,6 +84,7 @@ impl ScriptedModel {
             responder: None,
             record: true,
             capabilities: super::Capabilities::default(),
+            window: None,
         }
     }
 
@@ -112,6 +114,13 @@ impl ScriptedModel {
     /// Claims the given [`Capabilities`](super::Capabilities), to test callers that adapt to the backend.
     pub fn with_capabilities(mut self, capabilities: super::Capabilities) -> Self {
         self.capabilities = capabilities;
+        self
+    }
+
+    /// Claims a context window (a scripted model has none unless given one): requests are then fitted into it,
+    /// as for a provider's model.
+    pub fn with_context_window(mut self, window: super::ContextWindow) -> Self {
+        self.window = Some(window);
         self
     }
 
@@ -156,6 +165,10 @@ impl ScriptedModel {
 }
 
 impl Model for ScriptedModel {
+    fn context_window(&self, _model: &str) -> Option<super::ContextWindow> {
+        self.window
+    }
+
     fn capabilities(&self) -> super::Capabilities {
         self.capabilities
     }

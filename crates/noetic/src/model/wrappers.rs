@@ -106,6 +106,14 @@ impl Model for RetryModel {
         self.inner.capabilities()
     }
 
+    fn context_window(&self, model: &str) -> Option<super::ContextWindow> {
+        self.inner.context_window(model)
+    }
+
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn super::TokenCounter>> {
+        self.inner.token_counter(model)
+    }
+
     fn provider_name(&self) -> Option<&str> {
         self.inner.provider_name()
     }
@@ -166,6 +174,14 @@ impl Model for TimeoutModel {
 
     fn capabilities(&self) -> super::Capabilities {
         self.inner.capabilities()
+    }
+
+    fn context_window(&self, model: &str) -> Option<super::ContextWindow> {
+        self.inner.context_window(model)
+    }
+
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn super::TokenCounter>> {
+        self.inner.token_counter(model)
     }
 
     fn provider_name(&self) -> Option<&str> {

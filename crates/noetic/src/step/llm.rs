@@ -111,6 +111,7 @@ pub struct StepLlm<I, O> {
     pub(crate) max_rounds: u32,
     pub(crate) parallel: ParallelTools,
     pub(crate) stream: Option<bool>,
+    pub(crate) compaction: crate::window::Compaction,
     pub(crate) prompt: fn(I) -> Option<String>,
     pub(crate) parse_output: ParseOutput<O>,
 }
@@ -182,6 +183,11 @@ impl<I, O> StepLlm<I, O> {
         self.stream
     }
 
+    /// How the history is compacted when a request does not fit the model's window.
+    pub fn compaction(&self) -> crate::window::Compaction {
+        self.compaction
+    }
+
     /// Turns the step input into the user message text.
     pub fn prompt_of(&self, input: I) -> Option<String> {
         (self.prompt)(input)
@@ -207,6 +213,7 @@ pub struct LlmBuilder<I, O> {
     max_rounds: u32,
     parallel: ParallelTools,
     stream: Option<bool>,
+    compaction: crate::window::Compaction,
     parse_output: ParseOutput<O>,
     _input: PhantomData<fn(I)>,
 }
@@ -236,6 +243,7 @@ impl<I: IntoPrompt + Send + 'static> Step<I, String> {
             max_rounds: DEFAULT_MAX_ROUNDS,
             parallel: ParallelTools::default(),
             stream: None,
+            compaction: crate::window::Compaction::default(),
             parse_output: text_output,
             _input: PhantomData,
         }
@@ -271,6 +279,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             max_rounds: self.max_rounds,
             parallel: self.parallel,
             stream: self.stream,
+            compaction: self.compaction,
             parse_output: json_output::<T>,
             _input: PhantomData,
         }
@@ -334,6 +343,13 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
         self
     }
 
+    /// How the history is compacted when a request does not fit the model's window (default: the model
+    /// summarises the oldest turns; see [`crate::window`]).
+    pub fn compaction(mut self, compaction: crate::window::Compaction) -> Self {
+        self.compaction = compaction;
+        self
+    }
+
     /// Validates and builds the step.
     pub fn build(self) -> Result<Step<I, O>, ConfigError> {
         let id = validate_id(&self.id, "llm")?;
@@ -369,6 +385,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             max_rounds: self.max_rounds.max(1),
             parallel: self.parallel,
             stream: self.stream,
+            compaction: self.compaction,
             prompt: I::into_prompt,
             parse_output: self.parse_output,
         })))

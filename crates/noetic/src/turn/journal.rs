@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Input, TurnCore};
 use crate::error::NoeticError;
-use crate::model::{Item, ToolCall, Usage};
+use crate::model::{Folded, Item, ToolCall, Usage};
 
 /// One commit of a running turn.
 #[derive(Debug)]
@@ -89,4 +89,8 @@ pub trait TurnJournal: Send + Sync {
     fn records_inputs(&self) -> bool {
         false
     }
+
+    /// The conversation was compacted: requests now skip what `folded` says (a session log records it with the
+    /// next commit; the default keeps nothing, and a resumed turn compacts again if it must).
+    fn compacted(&self, _folded: &Folded) {}
 }

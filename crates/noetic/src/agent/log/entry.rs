@@ -200,6 +200,17 @@ pub enum Entry {
         #[serde(flatten)]
         outcome: TurnOutcome,
     },
+    /// The conversation was compacted (SPEC 8.2): requests skip its first `upto` items and send `summary` in their
+    /// place (`None`: they are left out). Nothing is removed: the conversation, the ledger and replay keep every
+    /// item.
+    Compacted {
+        /// The turn it happened in (`None`: asked for by hand while the session was idle).
+        turn: Option<u64>,
+        /// Items `0..upto` are no longer sent.
+        upto: usize,
+        /// What is sent in their place.
+        summary: Option<String>,
+    },
     /// A memory layer's state for a scope other than `execution` changed (`None`: deleted).
     LayerState {
         /// Whose state (`thread:<key>`, …).
@@ -226,7 +237,7 @@ impl Entry {
             | Entry::ApprovalAsked { turn, .. }
             | Entry::ApprovalDecided { turn, .. }
             | Entry::TurnEnded { turn, .. } => Some(*turn),
-            Entry::Decision { turn, .. } => *turn,
+            Entry::Decision { turn, .. } | Entry::Compacted { turn, .. } => *turn,
             Entry::Settings { .. }
             | Entry::MessageAccepted { .. }
             | Entry::MessagesDropped { .. }

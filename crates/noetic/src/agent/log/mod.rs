@@ -32,6 +32,7 @@
 //! | [`Entry::ApprovalAsked`] / [`Entry::ApprovalDecided`] | a call waits for / gets a person's decision | pending approvals |
 //! | [`Entry::Decision`] | a steering rule decides (also an async verdict after its turn) | the ledger |
 //! | [`Entry::LayerState`] | a layer's non-execution state changed | layer state |
+//! | [`Entry::Compacted`] | the conversation was compacted to fit the model's window | what requests skip |
 //!
 //! Entries that belong to a turn carry its number; those of a step carry its [`StepPath`] (the step ids from the
 //! agent down, each with its occurrence), so two `llm` steps of one turn (plan, then act) and two turns reusing a

@@ -9,7 +9,7 @@ use super::entry::{Entry, Record};
 use super::seam::{LogStore, StoreError};
 use crate::agent::{BatchPolicy, DEFAULT_QUEUE_CAPACITY, SteerMessage, SteeringMode};
 use crate::context::ExecutionId;
-use crate::model::Item;
+use crate::model::{Folded, Item};
 use crate::steering::LedgerEntry;
 
 /// How many entries one read asks a store for.
@@ -89,6 +89,9 @@ pub struct Projection {
     pub approvals: Vec<AwaitedApproval>,
     /// Memory layers' state by scope, then layer.
     pub layer_states: BTreeMap<String, BTreeMap<String, Value>>,
+    /// How much of the conversation requests skip since its last compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<Folded>,
 }
 
 impl Projection {
@@ -164,6 +167,9 @@ impl Projection {
                     }
                 }
             },
+            Entry::Compacted { upto, summary, .. } => {
+                self.compacted = Some(Folded { upto: *upto, summary: summary.clone() });
+            }
             Entry::TurnResumed { .. }
             | Entry::StepStarted { .. }
             | Entry::StepFinished { .. }

@@ -1,0 +1,55 @@
+//! `POST /api/sessions/{key}/compact`: compacts an idle session's conversation now (SPEC 8.2).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::api::session;
+use crate::error::ApiError;
+
+/// The optional body: the model id that writes the summary (default: the runtime's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompactBody {
+    model: Option<String>,
+}
+
+/// Everything before the session's last turn is replaced, in what later requests send, by a summary the model
+/// writes; the conversation and the log keep every item. Answers `{"compacted": true, "folded", "upto",
+/// "tokens_before", "tokens_after"}`, or `{"compacted": false}` when there was nothing to fold; 409 while a turn
+/// runs.
+pub(crate) async fn compact(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    body: Option<Json<CompactBody>>,
+) -> Result<Json<Value>, ApiError> {
+    let session = session(&state, &key).await?;
+    if session.is_busy() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("session '{key}' is busy with a turn; compact it when the turn ends"),
+        ));
+    }
+    let model = body.and_then(|Json(b)| b.model).unwrap_or_else(|| state.runtime.model_id().to_owned());
+    match session.compact(&model).await {
+        Ok(Some(done)) => Ok(Json(json!({
+            "compacted": true,
+            "folded": done.folded,
+            "upto": done.upto,
+            "tokens_before": done.tokens_before,
+            "tokens_after": done.tokens_after,
+        }))),
+        Ok(None) => Ok(Json(json!({ "compacted": false }))),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "compaction_failed",
+            format!("session '{key}' could not be compacted: {e}"),
+        )),
+    }
+}

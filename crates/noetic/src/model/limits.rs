@@ -1,0 +1,88 @@
+//! How many tokens a model reads and how many of them are kept free for its answer: [`ContextWindow`], with the
+//! windows of well-known models ([`known_window`]).
+
+use serde::{Deserialize, Serialize};
+
+/// A model's context window: the tokens a request and its answer share, and how many of them are kept for the
+/// answer. A request is fitted into `tokens - output_reserve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextWindow {
+    /// Tokens the model reads and writes in one call.
+    pub tokens: u32,
+    /// Tokens kept free for the answer (a step's `max_tokens`, when it sets one, replaces it).
+    pub output_reserve: u32,
+}
+
+impl ContextWindow {
+    /// A window of `tokens`, with a quarter of it (at most 16,384 tokens) kept for the answer.
+    pub fn new(tokens: u32) -> Self {
+        ContextWindow { tokens, output_reserve: (tokens / 4).min(16_384) }
+    }
+
+    /// The same window keeping `reserve` tokens for the answer.
+    pub fn output_reserve(mut self, reserve: u32) -> Self {
+        self.output_reserve = reserve;
+        self
+    }
+
+    /// The tokens a request may take: the window less the answer's reserve (`max_tokens` when given).
+    pub fn input_room(&self, max_tokens: Option<u32>) -> u32 {
+        self.tokens.saturating_sub(max_tokens.unwrap_or(self.output_reserve))
+    }
+}
+
+/// Known windows, by the start of the model's name (provider prefixes such as `openai/` are ignored). The longest
+/// matching start wins.
+const KNOWN: &[(&str, u32, u32)] = &[
+    ("gpt-4o", 128_000, 16_384),
+    ("gpt-4.1", 1_047_576, 32_768),
+    ("gpt-4-turbo", 128_000, 4_096),
+    ("gpt-4", 8_192, 2_048),
+    ("gpt-3.5-turbo", 16_385, 4_096),
+    ("gpt-5", 400_000, 32_768),
+    ("o1", 200_000, 32_768),
+    ("o3", 200_000, 32_768),
+    ("o4-mini", 200_000, 32_768),
+    ("claude", 200_000, 16_384),
+    ("gemini", 1_048_576, 8_192),
+    ("llama3", 128_000, 4_096),
+    ("llama-3", 128_000, 4_096),
+    ("mistral", 32_768, 4_096),
+    ("qwen", 32_768, 4_096),
+    ("smollm2", 8_192, 512),
+];
+
+/// The window of a well-known model (`gpt-4o-mini`, `openai/gpt-4o`, `anthropic/claude-sonnet-4`,
+/// `smollm2-135m` …), `None` for one this table does not know: then only configuration says
+/// ([`Model::context_window`](crate::model::Model::context_window)).
+pub fn known_window(model: &str) -> Option<ContextWindow> {
+    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    KNOWN
+        .iter()
+        .filter(|(start, _, _)| name.starts_with(start))
+        .max_by_key(|(start, _, _)| start.len())
+        .map(|&(_, tokens, output_reserve)| ContextWindow { tokens, output_reserve })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_models_are_found_by_the_start_of_their_name_whatever_the_provider_prefix() {
+        assert_eq!(known_window("gpt-4o-mini").map(|w| w.tokens), Some(128_000));
+        assert_eq!(known_window("openai/gpt-4o").map(|w| w.tokens), Some(128_000));
+        assert_eq!(known_window("gpt-4-0613").map(|w| w.tokens), Some(8_192), "the longest start wins over gpt-4o");
+        assert_eq!(known_window("anthropic/claude-sonnet-4").map(|w| w.tokens), Some(200_000));
+        assert_eq!(known_window("smollm2-135m").map(|w| w.output_reserve), Some(512));
+        assert_eq!(known_window("my-own-model"), None);
+    }
+
+    #[test]
+    fn the_input_room_is_the_window_less_the_answer() {
+        let w = ContextWindow::new(8_192).output_reserve(512);
+        assert_eq!(w.input_room(None), 7_680);
+        assert_eq!(w.input_room(Some(1_000)), 7_192);
+        assert_eq!(ContextWindow::new(100).input_room(Some(500)), 0);
+    }
+}
