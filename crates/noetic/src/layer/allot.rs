@@ -1,5 +1,5 @@
 //! Dividing the room of a request between the memory layers' recall and the history (the rule is in the
-//! [`window`](crate::window) docs).
+//! `noetic::window` docs).
 
 use super::Budget;
 use crate::error::{ConfigCode, ConfigError};

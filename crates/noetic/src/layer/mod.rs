@@ -236,7 +236,7 @@ pub trait MemoryLayer: Send + Sync + 'static {
     }
 
     /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4; a
-    /// model whose window is known offers the share the allocation gives the layer — see [`crate::window`]).
+    /// model whose window is known offers the share the allocation gives the layer — see `noetic::window`).
     fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async { Ok(Vec::new()) })
     }

@@ -118,7 +118,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// True when calls of this tool may run at the same time as other such calls (a read, a lookup: nothing a
     /// concurrent call could observe half done). An `llm` step with
-    /// [`parallel_tools`](crate::step::LlmBuilder::parallel_tools) above 1 runs consecutive calls of such tools
+    /// `parallel_tools` (`Step::llm(..).parallel_tools(n)`) above 1 runs consecutive calls of such tools
     /// together; a call of any other tool runs alone, in order. The default is false.
     fn concurrent(&self) -> bool {
         false

@@ -6,7 +6,7 @@
 //! 1. **Grouping.** With a limit of 1 the calls of a response run one after another, in call order (seed 3);
 //!    nothing of this module applies and the turn's inputs, events and log are those of a sequential turn. Above
 //!    1, the core first asks which calls may run concurrently ([`Action::Classify`](super::Action::Classify):
-//!    their tools say so, [`Tool::concurrent`](crate::tool::Tool::concurrent)); the answer is recorded like any
+//!    their tools say so, `Tool::concurrent`); the answer is recorded like any
 //!    input, so a resumed turn groups the calls as the first process did. Then, in call order: a run of
 //!    consecutive concurrent-safe calls forms a group of at most `limit` calls (a longer run forms several groups,
 //!    one after another); a call not declared safe runs alone, in order, exactly as in a sequential turn. A group

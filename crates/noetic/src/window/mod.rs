@@ -24,7 +24,7 @@
 //!    `budget.min` ([`Allotter`]). A layer's minimum is thus guaranteed and its maximum is a cap; what a layer
 //!    leaves unused goes to the layers after it. Minimums that cannot fit are a [`ConfigError`](crate::ConfigError)
 //!    (`LAYER_MINIMUMS_EXCEED_WINDOW`) naming the layers: at build time for the runtime's model and layers
-//!    ([`RuntimeBuilder::build`](crate::agent::RuntimeBuilder::build)), at the request for layers provided later.
+//!    (`RuntimeBuilder::build`), at the request for layers provided later.
 //! 4. **The older history** gets what is left. When it does not fit, it is compacted.
 //!
 //! # Compaction
