@@ -83,6 +83,16 @@ impl Served {
     }
 }
 
+/// A test that fails before it terminates its server still stops it: the process does not outlive the test.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Reads server-sent events until one of `kind` (or of the kinds `a|b` names), returning its data.
 pub async fn until_event(response: &mut reqwest::Response, buffer: &mut String, kind: &str) -> Value {
     loop {
