@@ -14,24 +14,6 @@ PACKAGES=(
   "@ag-ui/core@$VERSION"
 )
 
-case "${1:-setup}" in
-  setup)
-    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-      echo "node and npm are missing: install them (Debian: apt-get install -y nodejs npm)" >&2
-      exit 1
-    fi
-    mkdir -p "$DIR"
-    if [ ! -f "$DIR/.installed-$VERSION" ]; then
-      npm install --prefix "$DIR" --no-audit --no-fund --loglevel=error "${PACKAGES[@]}" >&2
-      touch "$DIR/.installed-$VERSION"
-    fi
-    echo "$DIR"
-    ;;
-  dir)
-    echo "$DIR"
-    ;;
-  *)
-    echo "usage: $0 [setup|dir]" >&2
-    exit 2
-    ;;
-esac
+# shellcheck source=scripts/npm-cache.sh
+source "$(dirname "$0")/npm-cache.sh"
+npm_cache_main "$@"
