@@ -99,6 +99,12 @@ impl Model for WireModel {
 
 /// A search tool answering a few hundred bytes.
 pub fn search_tool() -> BenchResult<Arc<dyn Tool>> {
+    search_tool_of(false)
+}
+
+/// [`search_tool`], declared idempotent or not (a session log then writes a call's outcome with the next call's
+/// start, or before the next model request).
+pub fn search_tool_of(idempotent: bool) -> BenchResult<Arc<dyn Tool>> {
     let result = Value::String(format!("src/config.rs:42: retry = RetryPolicy::new(3, ...)\n{}", "y".repeat(300)));
     Ok(Arc::new(
         FnTool::builder("search", "Searches the workspace for text.")
@@ -111,6 +117,7 @@ pub fn search_tool() -> BenchResult<Arc<dyn Tool>> {
                 let result = result.clone();
                 async move { Ok(result) }
             })
+            .idempotent(idempotent)
             .build()?,
     ))
 }
@@ -131,12 +138,17 @@ pub enum Kept {
 
 /// A runtime on the fake transport, and its model; it keeps its sessions where `kept` says.
 pub fn wire_runtime_with(kept: impl Into<Kept>) -> BenchResult<(Runtime, Arc<WireModel>)> {
+    wire_runtime_of(kept, search_tool()?)
+}
+
+/// [`wire_runtime_with`] offering `search` as its tool.
+pub fn wire_runtime_of(kept: impl Into<Kept>, search: Arc<dyn Tool>) -> BenchResult<(Runtime, Arc<WireModel>)> {
     let model = Arc::new(WireModel::new());
     let mut builder = Runtime::builder()
         .model(model.clone())
         .model_id("openai/gpt-4o-mini")
         .instructions(instructions())
-        .tool(search_tool()?);
+        .tool(search);
     builder = match kept.into() {
         Kept::Memory => builder,
         Kept::Log(log) => builder.log_store(log),
@@ -167,7 +179,17 @@ pub async fn session_tool_calls(calls: usize, subscribed: bool) -> BenchResult<(
 
 /// [`session_tool_calls`] on a runtime writing through to `store` when given.
 pub async fn session_tool_calls_with(calls: usize, subscribed: bool, kept: impl Into<Kept>) -> BenchResult<(f64, f64)> {
-    let (runtime, model) = wire_runtime_with(kept)?;
+    session_tool_calls_of(calls, subscribed, kept, search_tool()?).await
+}
+
+/// [`session_tool_calls_with`] offering `search` as the tool.
+pub async fn session_tool_calls_of(
+    calls: usize,
+    subscribed: bool,
+    kept: impl Into<Kept>,
+    search: Arc<dyn Tool>,
+) -> BenchResult<(f64, f64)> {
+    let (runtime, model) = wire_runtime_of(kept, search)?;
     let session = runtime.open("bench").await?;
     let drain = subscribed.then(|| drain_events(&session));
     let turns = calls.div_ceil(ROUNDS_PER_TURN);

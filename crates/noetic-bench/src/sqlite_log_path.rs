@@ -15,9 +15,12 @@ use noetic_sqlite::SqliteLogStore;
 
 use crate::{BenchResult, Stats, measure, report};
 
-/// A fresh scratch file.
+/// A fresh scratch file, in a folder of its own: a store dropped a moment ago may still be closing its file, so
+/// none is reused.
 fn scratch(name: &str) -> BenchResult<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("noetic-bench-log-{name}-{}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("noetic-bench-log-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     Ok(dir.join("noetic.db"))
@@ -73,10 +76,10 @@ async fn appends_per_s(sessions: usize, each: usize) -> BenchResult<(f64, f64)> 
     Ok((appends / elapsed, appends / store.commits().max(1) as f64))
 }
 
-/// µs per tool call of a session of `calls` calls on the real path, kept in `log`; and the store's commits per
-/// tool call (SQLite's, when it is one).
-async fn runtime_tool_call_us(calls: usize, log: Arc<dyn LogStore>) -> BenchResult<f64> {
-    Ok(crate::real_path::session_tool_calls_with(calls, false, crate::real_path::Kept::Log(log)).await?.0)
+/// µs per tool call of a session of `calls` calls on the real path, kept in `log`, its tool idempotent or not.
+async fn runtime_tool_call_us(calls: usize, log: Arc<dyn LogStore>, idempotent: bool) -> BenchResult<f64> {
+    let search = crate::real_path::search_tool_of(idempotent)?;
+    Ok(crate::real_path::session_tool_calls_of(calls, false, crate::real_path::Kept::Log(log), search).await?.0)
 }
 
 /// A SQLite log holding one session of at least `entries` entries written by the runtime (so with its snapshots);
@@ -108,17 +111,23 @@ async fn open_ms(path: &PathBuf) -> BenchResult<f64> {
 pub async fn runtime_figures() -> BenchResult<()> {
     let calls = 100;
     let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(calls, false).await?.0) }).await?;
-    let memory = measure(5, || runtime_tool_call_us(calls, Arc::new(MemoryLogStore::new()))).await?;
+    let memory = measure(5, || runtime_tool_call_us(calls, Arc::new(MemoryLogStore::new()), false)).await?;
     report("memory_log_added_per_tool_call_us", Stats::exact(memory.median - plain.median), "us", "");
-    let sqlite = measure(5, || async {
-        runtime_tool_call_us(calls, Arc::new(SqliteLogStore::open(scratch("calls")?).await?)).await
-    })
-    .await?;
-    report("sqlite_log_real_tool_call_us_100_calls", sqlite, "us", "");
-    report("sqlite_log_added_per_tool_call_us", Stats::exact(sqlite.median - plain.median), "us", "<= 50");
-    let store = Arc::new(SqliteLogStore::open(scratch("commits")?).await?);
-    runtime_tool_call_us(calls, store.clone()).await?;
-    report("sqlite_log_commits_per_tool_call", Stats::exact(store.commits() as f64 / calls as f64), "commits", "<= 1");
+    // A tool that is not idempotent has its outcome written before the next model request (while the model
+    // answers); an idempotent one's waits for the next call's start.
+    for (idempotent, kind) in [(false, ""), (true, "_idempotent")] {
+        let sqlite = measure(5, || async {
+            runtime_tool_call_us(calls, Arc::new(SqliteLogStore::open(scratch("calls")?).await?), idempotent).await
+        })
+        .await?;
+        report(&format!("sqlite_log_real_tool_call{kind}_us_100_calls"), sqlite, "us", "");
+        let added = Stats::exact(sqlite.median - plain.median);
+        report(&format!("sqlite_log_added_per_tool_call{kind}_us"), added, "us", "<= 50");
+        let store = Arc::new(SqliteLogStore::open(scratch("commits")?).await?);
+        runtime_tool_call_us(calls, store.clone(), idempotent).await?;
+        let commits = Stats::exact(store.commits() as f64 / calls as f64);
+        report(&format!("sqlite_log_commits_per_tool_call{kind}"), commits, "commits", "<= 1");
+    }
     let path = long_session(10_000).await?;
     let mut samples = Vec::new();
     for _ in 0..7 {
@@ -141,6 +150,21 @@ pub fn figures() -> BenchResult<()> {
         }
         report("sqlite_log_appends_per_s_1000_sessions", Stats::of(rates, None), "appends/s", "");
         report("sqlite_log_appends_per_commit_1000_sessions", Stats::of(shared, None), "appends", "");
-        runtime_figures().await
+        let figures = runtime_figures().await;
+        remove_scratch();
+        figures
     })
+}
+
+/// Removes this process's scratch folders.
+fn remove_scratch() {
+    let ours = "noetic-bench-log-";
+    let pid = format!("-{}-", std::process::id());
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(ours) && name.contains(&pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }

@@ -153,7 +153,8 @@ impl LogJournal {
         outcome: super::log::TurnOutcome,
     ) -> Result<(), String> {
         let Some(logged) = self.state.logged() else { return Ok(()) };
-        self.landed().await?;
+        // A write handed over before (the step's end) is not waited for first: the writer keeps the order, refuses
+        // this one if that one failed, and may put both in one transaction.
         let first = logged.persisted();
         let (new, total) =
             ctx.with_items(|items| (items.get(first..).map(<[Item]>::to_vec).unwrap_or_default(), items.len()));
@@ -165,7 +166,9 @@ impl LogJournal {
         entries.extend(layers);
         entries.push(Entry::TurnEnded { turn: self.turn, outcome });
         self.ended.store(true, Ordering::SeqCst);
-        settled(logged.submit_in(entries, Some(self.chain.clone()))).await?;
+        let this = settled(logged.submit_in(entries, Some(self.chain.clone()))).await;
+        self.landed().await?;
+        this?;
         logged.set_persisted(total.max(first));
         Ok(())
     }
@@ -185,6 +188,16 @@ impl TurnJournal for LogJournal {
                     commit.step_id
                 ))
             };
+            // What can be done again waits for the next commit (the next call's start): one write per call. Not
+            // a compaction, which would cost a model call to redo.
+            if commit.redoable
+                && !commit.wait
+                && commit.starts.is_empty()
+                && commit.injected.is_empty()
+                && lock(&self.pending).iter().all(|e| matches!(e, Entry::Core { .. }))
+            {
+                return Ok(());
+            }
             let entries = self.entries(&commit);
             if entries.is_empty() {
                 return self.landed().await.map_err(failed);

@@ -114,7 +114,16 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     };
     // The latest model call's span, open until its review (which runs in it) is done.
     let mut chat = Span::none();
+    // Whether everything since the last commit could be done again after a crash (see `TurnCommit::redoable`),
+    // and whether the call that just ran could.
+    let (mut redoable, mut idempotent_ran) = (false, false);
     loop {
+        redoable &= match &input {
+            Input::Polled(_) => true,
+            Input::ToolDone(_) => idempotent_ran,
+            _ => false,
+        };
+        idempotent_ran = false;
         // A journal that records inputs (a session log) keeps each one for its next commit (a resumption too, so
         // the log replays through a core as it happened).
         if let Some(journal) = journal.as_deref()
@@ -135,10 +144,11 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 Action::RunGroup(group) if !group.resumed => group.calls,
                 _ => &[],
             };
-            if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), (starts, true)).await {
+            if let Err(e) = commit(ctx, journal, (&s.id, &path), Some(&core), Vec::new(), (starts, true, false)).await {
                 input = Input::Failed(e);
                 continue;
             }
+            redoable = true;
         }
         input = match action {
             Action::Poll { turn_start } => poll(steering.as_deref(), turn_start),
@@ -155,7 +165,10 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                     let committed = match journal.as_deref() {
                         // Written while the model answers (a session log writes it before the turn's next commit).
                         Some(journal) => {
-                            commit(ctx, journal, (&s.id, &path), Some(&core), injected, (&[], false)).await
+                            let redo = redoable && injected.is_empty();
+                            let done = commit(ctx, journal, (&s.id, &path), Some(&core), injected, (&[], false, redo));
+                            redoable = true;
+                            done.await
                         }
                         None => Ok(()),
                     };
@@ -198,7 +211,10 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 }
             }
             Action::RunTool(call) => match ctx.check_cancelled() {
-                Ok(()) => outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone),
+                Ok(()) => {
+                    idempotent_ran = tools.get(&call.name).is_some_and(|t| t.idempotent());
+                    outcome(tool_call!(ctx, &s.id, &tools, call, &allow), Input::ToolDone)
+                }
                 Err(cancelled) => Input::Failed(cancelled),
             },
             Action::Classify(calls) => {
@@ -272,11 +288,12 @@ pub(super) async fn commit(
     (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
     injected: Vec<String>,
-    (starts, wait): (&[ToolCall], bool),
+    (starts, wait, redoable): (&[ToolCall], bool, bool),
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    journal.commit(TurnCommit { step_id, path, first, items, injected, core, finished: None, starts, wait }).await
+    let commit = TurnCommit { step_id, path, first, items, injected, core, finished: None, starts, wait, redoable };
+    journal.commit(commit).await
 }
 
 /// Runs `work` (the review of a response, the layers storing the answer). When it does not finish at once and the
@@ -292,11 +309,13 @@ async fn while_durable<T>(
     if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
         return Ok(done);
     }
-    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (&[], true)));
+    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (&[], true, false)));
     committed.map(|()| done)
 }
 
-/// Commits the end of the step's run: its answer when it finished (`None`: it failed).
+/// Commits the end of the step's run: its answer when it finished (`None`: it failed). Handed over without
+/// waiting: what comes next (the next step's first write, the turn's end) is written after it, often in the same
+/// transaction.
 async fn finish(
     ctx: &Context,
     journal: &dyn TurnJournal,
@@ -305,8 +324,18 @@ async fn finish(
 ) -> Result<(), NoeticError> {
     let first = journal.persisted();
     let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit =
-        TurnCommit { step_id, path, first, items, injected: Vec::new(), core: None, finished, starts: &[], wait: true };
+    let commit = TurnCommit {
+        step_id,
+        path,
+        first,
+        items,
+        injected: Vec::new(),
+        core: None,
+        finished,
+        starts: &[],
+        wait: false,
+        redoable: false,
+    };
     journal.commit(commit).await
 }
 

@@ -138,7 +138,8 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
         if let Some(journal) = journal {
             journal.record(env.path, &next);
             // Written as it comes (without waiting: the next write follows it), so a crash keeps it.
-            let committed = commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false));
+            let committed =
+                commit(env.ctx, journal, (env.step_id, env.path), Some(core), Vec::new(), (&[], false, false));
             if let Err(e) = committed.await {
                 earlier.push(next);
                 return (earlier, Input::Failed(e));

@@ -39,6 +39,12 @@ pub struct TurnCommit<'a> {
     /// The driver waits until the commit is durable (else a journal may write it while the driver goes on, as long
     /// as its next commit is written after it: a session log does this before a model request).
     pub wait: bool,
+    /// Everything new since the journal's last commit can be done again on resume: outcomes of calls whose tools
+    /// are idempotent, steering polls. A journal may keep it for its next commit instead of writing it now (a
+    /// session log then writes a call's start together with the previous call's outcome: one write per call; a
+    /// crash in between runs that call again, which its tool says is harmless). Never set when messages were
+    /// injected, a model response arrived or a call that is not idempotent finished since the last commit.
+    pub redoable: bool,
 }
 
 /// A finished `llm` step's answer, as a resumed turn gets it back.

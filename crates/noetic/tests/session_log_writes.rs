@@ -1,0 +1,175 @@
+//! How often a turn writes to its session log (#30: at most one write per tool call): an idempotent tool's
+//! outcome waits for the next call's start (or the step's end) instead of a write of its own before the next model
+//! request, and a crash in between costs only running that call again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore};
+use noetic::model::{ModelRequest, ModelResponse, ScriptedModel};
+use noetic::prelude::*;
+use noetic::testing::RecordingLogStore;
+use noetic::turn::Input;
+use serde_json::{Value, json};
+
+const CALLS: usize = 4;
+
+/// Calls `search` once a round, `CALLS` times one after the other, then answers.
+fn respond(request: &ModelRequest) -> Result<ModelResponse, NoeticError> {
+    let done = request.history.iter().filter(|item| matches!(item, Item::ToolResult(_))).count();
+    Ok(if done < CALLS {
+        ModelResponse::tool_calls([(format!("c{done}").as_str(), "search", json!({"q": done}))])
+    } else {
+        ModelResponse::text("found it")
+    })
+}
+
+fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>, idempotent: bool, runs: &Arc<AtomicUsize>) -> Runtime {
+    let runs = runs.clone();
+    let search = FnTool::builder("search", "Searches.")
+        .handler(move |_, _| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Value::from("src/lib.rs:1")) }
+        })
+        .idempotent(idempotent)
+        .build()
+        .unwrap();
+    Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(search)).log_store(store).build().unwrap()
+}
+
+fn tool_done(entry: &Entry) -> Option<&str> {
+    match entry {
+        Entry::Core { input: Input::ToolDone(result), .. } => Some(&result.call_id),
+        _ => None,
+    }
+}
+
+fn tool_started(entry: &Entry) -> Option<&str> {
+    match entry {
+        Entry::ToolStarted { call_id, .. } => Some(call_id),
+        _ => None,
+    }
+}
+
+fn responses(entries: &[Entry]) -> usize {
+    entries.iter().filter(|e| matches!(e, Entry::Core { input: Input::Response(_), .. })).count()
+}
+
+#[tokio::test]
+async fn an_idempotent_calls_outcome_is_written_with_the_next_calls_start() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let rt = runtime(&ScriptedModel::responder(respond), recording.clone(), true, &runs);
+    let session = rt.open("s").await.unwrap();
+    assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+    let appends = recording.appends();
+    for k in 0..CALLS {
+        let id = format!("c{k}");
+        let outcome = appends.iter().position(|a| a.iter().any(|e| tool_done(e) == Some(&id))).unwrap();
+        let written_with = &appends[outcome];
+        if k + 1 < CALLS {
+            let next = format!("c{}", k + 1);
+            assert!(
+                written_with.iter().any(|e| tool_started(e) == Some(&next)),
+                "{id}'s outcome is written with {next}'s start, not on its own: {written_with:?}"
+            );
+        } else {
+            assert!(
+                written_with.iter().any(|e| matches!(e, Entry::StepFinished { .. })),
+                "the last outcome is written with the step's end: {written_with:?}"
+            );
+        }
+    }
+    let first_start = appends.iter().position(|a| a.iter().any(|e| tool_started(e).is_some())).unwrap();
+    let writes_from_the_first_call = appends.len() - first_start;
+    assert!(
+        writes_from_the_first_call <= CALLS + 1,
+        "{CALLS} calls and the turn's end take at most one write each, not {writes_from_the_first_call}: {appends:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_before_an_idempotent_calls_outcome_was_written_runs_that_call_again_and_nothing_else() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let reference = ScriptedModel::responder(respond);
+    let rt = runtime(&reference, recording.clone(), true, &runs);
+    let session = rt.open("s").await.unwrap();
+    session.send("find it").await.unwrap().await.unwrap();
+    let appends = recording.appends();
+    let total_requests = reference.calls();
+    let mut again = 0;
+    for cut in 1..appends.len() {
+        let prefix: Vec<Entry> = appends[..cut].iter().flatten().cloned().collect();
+        let store = MemoryLogStore::new();
+        store.append("s", Expect::At(0), &prefix).await.unwrap();
+        let model = ScriptedModel::responder(respond);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let next = runtime(&model, Arc::new(store), true, &runs);
+        let session = next.open("s").await.unwrap();
+        let Some(turn) = session.resume().await.unwrap() else { continue };
+        assert_eq!(turn.await.unwrap(), "found it", "cut {cut}");
+        let started = prefix.iter().filter_map(tool_started).count();
+        let finished = prefix.iter().filter_map(tool_done).count();
+        let ran = runs.load(Ordering::SeqCst);
+        // What started and has no outcome in the log runs again (idempotent), then the calls still to come.
+        assert_eq!(ran, CALLS - finished, "cut {cut}: {started} started, {finished} with an outcome, {ran} ran");
+        again += usize::from(started > finished);
+        assert_eq!(model.calls(), total_requests - responses(&prefix), "cut {cut}: the model is asked again");
+        let results = session.history().iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
+        assert_eq!(results, CALLS, "cut {cut}: every call has exactly one result");
+    }
+    assert!(again >= CALLS - 1, "cuts fell between a call's start and its written outcome ({again})");
+}
+
+/// Answers the first request with one `search` call and never answers the second (the process dies during it).
+struct HangsOnTheSecondRequest(AtomicUsize);
+
+impl Model for HangsOnTheSecondRequest {
+    fn call(&self, _request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        match self.0.fetch_add(1, Ordering::SeqCst) {
+            0 => Box::pin(async { Ok(ModelResponse::tool_calls([("c0", "search", json!({"q": 0}))])) }),
+            _ => Box::pin(std::future::pending()),
+        }
+    }
+}
+
+/// The log after a process died while the model worked on the request after one `search` call.
+async fn cut_during_the_second_request(idempotent: bool) -> Vec<Entry> {
+    let store = MemoryLogStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = Arc::new(HangsOnTheSecondRequest(AtomicUsize::new(0)));
+    let tool = FnTool::builder("search", "Searches.")
+        .handler(move |_, _| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Value::from("src/lib.rs:1")) }
+        })
+        .idempotent(idempotent)
+        .build()
+        .unwrap();
+    let rt = Runtime::builder().model(model.clone()).tool(Arc::new(tool)).log_store(Arc::new(store.clone())).build();
+    let session = rt.unwrap().open("s").await.unwrap();
+    let turn = session.send("find it").await.unwrap();
+    noetic::testing::until("the second request", || model.0.load(Ordering::SeqCst) == 2).await.unwrap();
+    // Whatever the writer was handed before the request lands now; then the process is gone.
+    let _ = noetic::testing::until("nothing more is written", || false).await;
+    let entries = store.read("s", 0, usize::MAX).await.unwrap().into_iter().map(|r| r.entry).collect();
+    drop(turn);
+    entries
+}
+
+#[tokio::test]
+async fn a_finished_call_that_is_not_idempotent_is_written_before_the_next_model_request() {
+    let entries = cut_during_the_second_request(false).await;
+    assert!(
+        entries.iter().any(|e| tool_done(e) == Some("c0")),
+        "the outcome of a call that must not run twice is in the log while the model answers: {entries:?}"
+    );
+    let idempotent = cut_during_the_second_request(true).await;
+    assert!(idempotent.iter().any(|e| tool_started(e) == Some("c0")));
+    assert!(
+        !idempotent.iter().any(|e| tool_done(e) == Some("c0")),
+        "an idempotent call's outcome waits for the next write: {idempotent:?}"
+    );
+}
