@@ -110,6 +110,7 @@
 mod entry;
 mod memory;
 mod projection;
+mod recorded;
 mod remote;
 mod seam;
 mod summary;
@@ -121,6 +122,7 @@ pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome
 pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
+pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, request_stop};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
 pub use summary::Summary;
