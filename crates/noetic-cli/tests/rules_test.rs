@@ -131,7 +131,8 @@ fn a_tightened_rule_flips_exactly_the_calls_it_catches_and_exits_1_unless_change
         .collect();
     assert!(flipped == expected, "flipped:\n{}", flipped.join("\n"));
     assert!(
-        out.stdout.contains("1011 decision(s): 911 unchanged, 100 changed (allow→deny 100, deny→allow 0, guide changes 0)"),
+        out.stdout
+            .contains("1011 decision(s): 911 unchanged, 100 changed (allow→deny 100, deny→allow 0, guide changes 0)"),
         "{}",
         out.stdout
     );
@@ -142,8 +143,24 @@ fn a_tightened_rule_flips_exactly_the_calls_it_catches_and_exits_1_unless_change
     assert_eq!(value["changes"].as_array().unwrap().len(), 100);
     let first = &value["changes"][0];
     assert_eq!(
-        (&first["session"], &first["turn"], &first["tool"], &first["args"], &first["old"], &first["new"], &first["rule"]),
-        (&json!("reads"), &json!(1), &json!("read_file"), &json!({"path": "notes/3.key"}), &json!("allow"), &json!("deny"), &json!("no-keys"))
+        (
+            &first["session"],
+            &first["turn"],
+            &first["tool"],
+            &first["args"],
+            &first["old"],
+            &first["new"],
+            &first["rule"]
+        ),
+        (
+            &json!("reads"),
+            &json!(1),
+            &json!("read_file"),
+            &json!({"path": "notes/3.key"}),
+            &json!("allow"),
+            &json!("deny"),
+            &json!("no-keys")
+        )
     );
 }
 
@@ -183,7 +200,11 @@ async fn an_unchanged_llm_rule_costs_no_judge_call_and_a_changed_one_is_judged_o
         "{}",
         unjudged.stdout
     );
-    assert!(unjudged.stdout.contains(&format!("--rejudge would make {judged_reads} judge call(s)")), "{}", unjudged.stdout);
+    assert!(
+        unjudged.stdout.contains(&format!("--rejudge would make {judged_reads} judge call(s)")),
+        "{}",
+        unjudged.stdout
+    );
     assert_eq!(calls(&server).await, 0, "nothing is judged without --rejudge");
 
     let refused = replay(&changed, "db.sqlite", &[&["--rejudge"], flags.as_slice()].concat());
@@ -211,7 +232,8 @@ async fn a_model_turn_rule_is_replayed_from_the_database_against_the_recorded_re
     let out = replay(&answers, "db.sqlite", &[&["--rejudge", "--yes"], flags.as_slice()].concat());
     assert_eq!(out.status.code(), Some(1), "stderr: {}", out.stderr);
     assert_eq!(calls(&server).await, 11, "one judge call per recorded response");
-    let turns: Vec<&str> = out.stdout.lines().filter(|l| l.contains("· model turn: ALLOW → DENY by short-answers")).collect();
+    let turns: Vec<&str> =
+        out.stdout.lines().filter(|l| l.contains("· model turn: ALLOW → DENY by short-answers")).collect();
     assert_eq!(turns.len(), 11, "{}", out.stdout);
     let bodies: Vec<String> = server
         .received_requests()

@@ -128,8 +128,7 @@ async fn the_same_rules_replayed_change_no_decision_and_a_tightened_rule_flips_e
 }
 
 fn careful(prompt: &str) -> SteeringRule {
-    SteeringRule::llm("careful-reads", [Hook::BeforeToolCall], LlmEval::sync(prompt).model("judge"))
-        .for_tools(["read"])
+    SteeringRule::llm("careful-reads", [Hook::BeforeToolCall], LlmEval::sync(prompt).model("judge")).for_tools(["read"])
 }
 
 #[tokio::test]
@@ -140,7 +139,7 @@ async fn an_unchanged_llm_rule_replays_its_recorded_verdicts_and_a_changed_one_i
         let asked = asked.clone();
         ScriptedModel::responder(move |_| {
             let n = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(ModelResponse::text(if n % 7 == 0 { "GUIDE: read less" } else { "ALLOW" }))
+            Ok(ModelResponse::text(if n.is_multiple_of(7) { "GUIDE: read less" } else { "ALLOW" }))
         })
     };
     let store = record(vec![careful("Reads must be careful.")], judge.clone()).await;
@@ -223,7 +222,49 @@ async fn an_unknown_session_is_an_error_naming_the_sessions_there_are() {
 #[test]
 fn a_model_turn_without_its_response_is_not_replayable() {
     let entry = noetic::steering::LedgerEntry::new(LedgerKind::ModelTurn, SteeringAction::Allow);
-    let replayed = replay(&layer(vec![no_secrets(&[])]), [Recorded::new("file", Some(1), &entry)], &Verdicts::default());
+    let replayed =
+        replay(&layer(vec![no_secrets(&[])]), [Recorded::new("file", Some(1), &entry)], &Verdicts::default());
     assert_eq!(replayed.decisions[0].new, Err(Unreplayable::NoResponse));
     assert_eq!(replayed.summary.not_replayable.get("no_response").copied(), Some(1));
+}
+
+#[test]
+fn escalation_counts_guides_per_recorded_turn_as_it_did_live() {
+    let dry =
+        SteeringRule::predicate("dry-run-first", [Hook::BeforeToolCall], |_| SteeringDecision::guide("dry run first"))
+            .escalate_after(1);
+    let mut entry = noetic::steering::LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Guide);
+    entry.tool_name = Some("deploy".into());
+    let recorded = [
+        Recorded::new("s", Some(1), &entry),
+        Recorded::new("s", Some(1), &entry),
+        Recorded::new("s", Some(2), &entry),
+        Recorded::new("t", Some(2), &entry),
+    ];
+    let replayed = replay(&layer(vec![dry]), recorded, &Verdicts::default());
+    let actions: Vec<(SteeringAction, bool)> =
+        replayed.decisions.iter().map(|d| d.new.as_ref().map(|n| (n.action, n.escalated)).unwrap()).collect();
+    assert_eq!(
+        actions,
+        [
+            (SteeringAction::Guide, false),
+            (SteeringAction::Deny, true),
+            (SteeringAction::Guide, false),
+            (SteeringAction::Guide, false)
+        ],
+        "the second guide of a turn escalates; a new turn or session starts from zero"
+    );
+}
+
+#[tokio::test]
+async fn since_leaves_out_decisions_made_before_it() {
+    let store = record(vec![no_secrets(&[])], ScriptedModel::new([])).await;
+    let all = recording(&store).await;
+    let last = all.decisions().last().unwrap().entry.timestamp;
+    let later = last + std::time::Duration::from_secs(1);
+    let filter = RecordingFilter { sessions: vec!["s".into()], since: Some(later) };
+    assert!(Recording::load(&store, &filter).await.unwrap().is_empty());
+    let filter = RecordingFilter { sessions: Vec::new(), since: Some(last) };
+    let recent = Recording::load(&store, &filter).await.unwrap();
+    assert!(!recent.is_empty() && recent.len() < all.len(), "{} of {}", recent.len(), all.len());
 }

@@ -108,7 +108,9 @@ async fn rejudge(
     judge_model: &str,
 ) -> Result<Verdicts, Box<dyn std::error::Error>> {
     let needed = replay.summary.judge_calls_needed;
-    errln!("--rejudge: {needed} judge call(s) to make (new or changed LLM rules; judge model {judge_model} unless a rule names one)");
+    errln!(
+        "--rejudge: {needed} judge call(s) to make (new or changed LLM rules; judge model {judge_model} unless a rule names one)"
+    );
     if !args.yes && !confirmed().await? {
         return Err(format!(
             "nothing was judged: the {needed} judge call(s) were not confirmed; answer y, or pass --yes to make them \
@@ -210,7 +212,7 @@ fn noetic_database(path: &Path) -> Result<(), String> {
              file chat, run or serve keep sessions in (--db), or a ledger file"
         ));
     }
-    let newest = i64::from(noetic_sqlite::LOG_SCHEMA_VERSION);
+    let newest = noetic_sqlite::LOG_SCHEMA_VERSION;
     if version > newest {
         return Err(format!(
             "'{shown}' was written by a newer noetic (schema version {version}; this one reads up to {newest}); \

@@ -236,11 +236,25 @@ impl SteeringLayer {
         let id = |i: usize| self.config().rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
         if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
             let escalated = escalated.contains(i);
-            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures, fault: None, escalated, judges: Vec::new() };
+            return Evaluation {
+                decision: d.clone(),
+                deciders: vec![(id(*i), *ev)],
+                failures,
+                fault: None,
+                escalated,
+                judges: Vec::new(),
+            };
         }
         if decided.is_empty() {
             let decision = SteeringDecision::allow();
-            return Evaluation { decision, deciders: Vec::new(), failures, fault: None, escalated: false, judges: Vec::new() };
+            return Evaluation {
+                decision,
+                deciders: Vec::new(),
+                failures,
+                fault: None,
+                escalated: false,
+                judges: Vec::new(),
+            };
         }
         let names = |action: SteeringAction| {
             decided.iter().filter(move |(_, _, d)| d.action == action).map(|(i, ev, _)| (id(*i), *ev)).collect()
@@ -381,7 +395,10 @@ impl Started {
 /// Keeps a rule's decision if it can change the aggregate or names who decided it (a predicate's allow does
 /// neither); true when it denies, which ends the evaluation.
 #[inline]
-pub(super) fn note(decided: &mut Vec<(usize, Evaluator, SteeringDecision)>, rule: (usize, Evaluator, SteeringDecision)) -> bool {
+pub(super) fn note(
+    decided: &mut Vec<(usize, Evaluator, SteeringDecision)>,
+    rule: (usize, Evaluator, SteeringDecision),
+) -> bool {
     match rule.2.action {
         // A sync judge's allow is kept too: an allow the LLM judges decided names them in the ledger.
         SteeringAction::Allow if rule.1 == Evaluator::LlmSync => {

@@ -36,11 +36,11 @@ pub use judge::{
 };
 pub use layer::{STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
 pub use ledger::{Evaluator, FailureCause, JudgeVerdict, LedgerEntry, LedgerKind, RuleFailure, Shadow};
+pub use rejudge::rejudge;
+pub use replay::replay;
 pub use rules::{
     DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, RuleMode, SteeringConfig, SteeringRule,
 };
-pub use rejudge::rejudge;
-pub use replay::replay;
 pub use verdict::parse_verdict;
 
 pub use crate::decision::{SteeringAction, SteeringDecision};

@@ -366,10 +366,14 @@ impl<'l> Replayer<'l> {
                     continue;
                 }
                 let fingerprint = self.fingerprints.get(i).and_then(Option::as_deref);
-                let same = recorded.iter().find(|v| v.rule_id == rule.id && Some(v.fingerprint.as_str()) == fingerprint);
+                let same =
+                    recorded.iter().find(|v| v.rule_id == rule.id && Some(v.fingerprint.as_str()) == fingerprint);
                 if let Some(verdict) = same {
                     self.summary.verdicts_reused += 1;
-                    (SteeringDecision { action: verdict.action, guidance: verdict.guidance.clone() }, Evaluator::LlmSync)
+                    (
+                        SteeringDecision { action: verdict.action, guidance: verdict.guidance.clone() },
+                        Evaluator::LlmSync,
+                    )
                 } else if let Some(fresh) = self.verdicts.get(index, &rule.id) {
                     self.summary.verdicts_fresh += 1;
                     (fresh.clone(), Evaluator::LlmSync)
