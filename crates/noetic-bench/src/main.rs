@@ -17,6 +17,7 @@ mod pg_log_path;
 #[allow(dead_code)]
 mod probe;
 mod real_path;
+mod replay_path;
 mod sqlite_log_path;
 mod stream_path;
 mod window_path;
@@ -293,7 +294,8 @@ fn main() -> BenchResult<()> {
     // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
-    // (counting tokens, fitting requests into the window).
+    // (counting tokens, fitting requests into the window), `noetic-bench replay` (recorded decisions decided again
+    // with new rules).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
@@ -303,6 +305,7 @@ fn main() -> BenchResult<()> {
         Some("core") => return core_figures(&rt),
         Some("parallel") => return rt.block_on(parallel_tools_figures()),
         Some("window") => return rt.block_on(window_path::figures(report)),
+        Some("replay") => return rt.block_on(replay_path::figures(report)),
         _ => {}
     }
     rt.block_on(async {
@@ -330,6 +333,7 @@ fn main() -> BenchResult<()> {
         })
         .await?;
         report("steering_rules_overhead_us", overhead, "us", "<= 1");
+        replay_path::figures(report).await?;
         parallel_tools_figures().await?;
         report("turn_growth_ratio", measure(3, turn_growth_ratio).await?, "ratio", "<= 1.2");
         report("steer_latency_us", measure(15, probe::steer_latency_us).await?, "us", "<= 50");

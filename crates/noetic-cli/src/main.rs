@@ -152,6 +152,18 @@ enum RulesAction {
         #[arg(long, default_value = "rules.toml")]
         file: std::path::PathBuf,
     },
+    /// Replay recorded decisions through a rules file: every recorded before_tool_call and after_model_call
+    /// decision of a session database (or a --ledger-out file) is decided again; the ones that change are
+    /// printed (session, turn, tool and arguments, old → new action, deciding rule), then a summary. Exit status
+    /// 1 when a decision changes, unless --accept-changes.
+    #[command(
+        after_help = "Predicates run for real. An LLM-judged rule whose definition is unchanged replays the verdict \
+                      recorded with the decision (no judge call); a new or changed one is reported as not judged, \
+                      unless --rejudge (which says how many judge calls it makes, and asks first). Examples:\n  \
+                      noetic rules test rules.toml --against ~/.local/share/noetic/noetic.db\n  noetic rules test \
+                      rules.toml --against ledger.jsonl --json"
+    )]
+    Test(Box<rules::TestArgs>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -190,6 +202,7 @@ fn main() -> std::process::ExitCode {
                 outln!("{}", rules::promote(&file, &rule)?);
                 Ok(())
             }
+            Command::Rules { action: Some(RulesAction::Test(args)), .. } => rules::test(*args).await,
             Command::Rules { file: Some(file), json, action: None } => check_rules(&file, json),
             Command::Rules { file: None, .. } => Err("give the rules file to check: noetic rules FILE".into()),
             Command::Run(args) => {

@@ -60,6 +60,7 @@ mod check;
 mod mcp;
 mod paths;
 mod promote;
+mod replay;
 mod steer;
 #[cfg(test)]
 mod tests;
@@ -67,6 +68,7 @@ mod tests;
 pub use mcp::ToolNames;
 pub use paths::PathRules;
 pub use promote::promote;
+pub use replay::{TestArgs, run as test};
 use steer::{Matcher, steering_rule};
 
 /// One `[[rule]]` table as written.

@@ -18,7 +18,7 @@ use super::escalation::Turn;
 use super::feedback::{self, CarryOver, Feedback, Inner, Late};
 use super::judge::{self, failure_decision};
 use super::layer::SteeringLayer;
-use super::ledger::{self, Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure};
+use super::ledger::{self, Evaluator, FailureCause, JudgeVerdict, LedgerEntry, LedgerKind, RuleFailure};
 use super::rules::{FailurePolicy, HookParams, LlmMode, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, lock};
@@ -27,14 +27,16 @@ use crate::exec::guard;
 use crate::layer::Hook;
 
 /// The outcome of evaluating the rules for one hook call.
-struct Evaluation {
-    decision: SteeringDecision,
-    deciders: Vec<(String, Evaluator)>,
-    failures: Vec<RuleFailure>,
+pub(super) struct Evaluation {
+    pub(super) decision: SteeringDecision,
+    pub(super) deciders: Vec<(String, Evaluator)>,
+    pub(super) failures: Vec<RuleFailure>,
     /// A configuration error that ended evaluation: the hook fails with it.
     fault: Option<ConfigError>,
     /// The decision is a DENY an escalating rule made of a GUIDE.
-    escalated: bool,
+    pub(super) escalated: bool,
+    /// The blocking judges that gave a verdict (or whose failure policy decided), with their fingerprints.
+    judges: Vec<JudgeVerdict>,
 }
 
 impl SteeringLayer {
@@ -54,6 +56,7 @@ impl SteeringLayer {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut failures = Vec::new();
         let mut summary: Option<String> = None;
+        let mut judges = Vec::new();
         for (index, rule) in self.rules_for(&params) {
             let (decision, evaluator) = if let Some(predicate) = &rule.predicate {
                 match guard(&rule.id, "steering predicate", || predicate(&params)) {
@@ -85,17 +88,24 @@ impl SteeringLayer {
                     Ok(v) => v,
                     Err(_) => Err(FailureCause::Timeout),
                 };
-                match verdict {
-                    Ok(d) => (d, Evaluator::LlmSync),
+                let decision = match verdict {
+                    Ok(d) => d,
                     Err(FailureCause::Config { error }) => {
                         return config_failure(evaluator, rule, error, failures);
                     }
                     Err(cause) => {
                         let d = failure_decision(&rule.id, eval.on_failure, &cause);
                         failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
-                        (d, Evaluator::LlmSync)
+                        d
                     }
-                }
+                };
+                judges.push(JudgeVerdict {
+                    rule_id: rule.id.clone(),
+                    fingerprint: rule.fingerprint().unwrap_or_default(),
+                    action: decision.action,
+                    guidance: decision.guidance.clone(),
+                });
+                (decision, Evaluator::LlmSync)
             } else {
                 continue;
             };
@@ -103,13 +113,13 @@ impl SteeringLayer {
                 break;
             }
         }
-        self.aggregate(decided, failures, turn)
+        Evaluation { judges, ..self.aggregate(decided, failures, turn) }
     }
 
     /// [`evaluate`](Self::evaluate) when every rule of the hook is a predicate: the same decisions, with one
     /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
     /// ends the run, exactly as the per-rule guard would.
-    fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
+    pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut running: Option<(usize, &SteeringRule)> = None;
         let (candidates, check_scopes) = self.candidates(params);
@@ -216,7 +226,7 @@ impl SteeringLayer {
     /// The most restrictive decision: the deny if any (it ended evaluation, or an escalating rule made it of a
     /// guide), else the guides with their texts joined and named, else allow — named after the LLM judges that
     /// allowed, if any looked.
-    fn aggregate(
+    pub(super) fn aggregate(
         &self,
         mut decided: Vec<(usize, Evaluator, SteeringDecision)>,
         failures: Vec<RuleFailure>,
@@ -226,11 +236,25 @@ impl SteeringLayer {
         let id = |i: usize| self.config().rules.get(i).map(|r| r.id.clone()).unwrap_or_default();
         if let Some((i, ev, d)) = decided.iter().find(|(_, _, d)| d.action == SteeringAction::Deny) {
             let escalated = escalated.contains(i);
-            return Evaluation { decision: d.clone(), deciders: vec![(id(*i), *ev)], failures, fault: None, escalated };
+            return Evaluation {
+                decision: d.clone(),
+                deciders: vec![(id(*i), *ev)],
+                failures,
+                fault: None,
+                escalated,
+                judges: Vec::new(),
+            };
         }
         if decided.is_empty() {
             let decision = SteeringDecision::allow();
-            return Evaluation { decision, deciders: Vec::new(), failures, fault: None, escalated: false };
+            return Evaluation {
+                decision,
+                deciders: Vec::new(),
+                failures,
+                fault: None,
+                escalated: false,
+                judges: Vec::new(),
+            };
         }
         let names = |action: SteeringAction| {
             decided.iter().filter(move |(_, _, d)| d.action == action).map(|(i, ev, _)| (id(*i), *ev)).collect()
@@ -238,7 +262,7 @@ impl SteeringLayer {
         if decided.iter().all(|(_, _, d)| d.action == SteeringAction::Allow) {
             let deciders = names(SteeringAction::Allow);
             let decision = SteeringDecision::allow();
-            return Evaluation { decision, deciders, failures, fault: None, escalated: false };
+            return Evaluation { decision, deciders, failures, fault: None, escalated: false, judges: Vec::new() };
         }
         let guides = decided.iter().filter(|(_, _, d)| d.action == SteeringAction::Guide);
         let texts: Vec<&str> = guides.filter_map(|(_, _, d)| d.guidance.as_deref()).filter(|g| !g.is_empty()).collect();
@@ -249,6 +273,7 @@ impl SteeringLayer {
             failures,
             fault: None,
             escalated: false,
+            judges: Vec::new(),
         }
     }
 
@@ -337,6 +362,7 @@ impl SteeringLayer {
         }
         entry.failures = evaluation.failures;
         entry.escalated = evaluation.escalated;
+        entry.judges = evaluation.judges;
         entry.duration = started.elapsed(entry.timestamp);
         ledger::trace(&entry, hook_name(&params));
         let result = match evaluation.fault {
@@ -369,7 +395,10 @@ impl Started {
 /// Keeps a rule's decision if it can change the aggregate or names who decided it (a predicate's allow does
 /// neither); true when it denies, which ends the evaluation.
 #[inline]
-fn note(decided: &mut Vec<(usize, Evaluator, SteeringDecision)>, rule: (usize, Evaluator, SteeringDecision)) -> bool {
+pub(super) fn note(
+    decided: &mut Vec<(usize, Evaluator, SteeringDecision)>,
+    rule: (usize, Evaluator, SteeringDecision),
+) -> bool {
     match rule.2.action {
         // A sync judge's allow is kept too: an allow the LLM judges decided names them in the ledger.
         SteeringAction::Allow if rule.1 == Evaluator::LlmSync => {
@@ -411,6 +440,7 @@ fn config_failure(
         failures,
         fault: Some(error),
         escalated: false,
+        judges: Vec::new(),
     }
 }
 

@@ -80,6 +80,22 @@ pub struct Shadow {
     pub live: SteeringAction,
 }
 
+/// The verdict of one LLM judge that ran for a decision, with the fingerprint of the rule's definition
+/// ([`SteeringRule::fingerprint`](super::SteeringRule::fingerprint)): replaying the decision against rules where
+/// the same rule has the same fingerprint reuses this verdict instead of asking the judge again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgeVerdict {
+    /// The rule.
+    pub rule_id: String,
+    /// SHA-256 (hex) of the rule's canonical definition when it judged.
+    pub fingerprint: String,
+    /// What the rule decided (its failure policy's decision when the judge gave no verdict).
+    pub action: SteeringAction,
+    /// The guidance it gave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guidance: Option<String>,
+}
+
 /// One ledger entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerEntry {
@@ -117,6 +133,10 @@ pub struct LedgerEntry {
     /// True when the decision is a DENY that a rule's `escalate_after` made of a GUIDE.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub escalated: bool,
+    /// The blocking LLM judges that ran for this decision, in rule order, each with its rule's fingerprint and
+    /// verdict (what `noetic rules test` replays). Empty when none ran, and in ledgers written before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judges: Vec<JudgeVerdict>,
 }
 
 impl LedgerEntry {
@@ -137,6 +157,7 @@ impl LedgerEntry {
             outcome: None,
             shadow: None,
             escalated: false,
+            judges: Vec::new(),
         }
     }
 

@@ -23,6 +23,8 @@ mod index;
 mod judge;
 mod layer;
 pub mod ledger;
+mod rejudge;
+pub mod replay;
 mod rules;
 mod shadow;
 mod verdict;
@@ -33,7 +35,9 @@ pub use judge::{
     summary as judge_summary, verdict_schema,
 };
 pub use layer::{STEERING_LAYER_ID, SteeringLayer, SteeringState, steering};
-pub use ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure, Shadow};
+pub use ledger::{Evaluator, FailureCause, JudgeVerdict, LedgerEntry, LedgerKind, RuleFailure, Shadow};
+pub use rejudge::rejudge;
+pub use replay::replay;
 pub use rules::{
     DEFAULT_JUDGE_MODEL, FailurePolicy, HookParams, LlmEval, LlmMode, Predicate, RuleMode, SteeringConfig, SteeringRule,
 };

@@ -256,6 +256,43 @@ impl SteeringRule {
         self
     }
 
+    /// For an LLM-judged rule: the SHA-256 (64 hex digits) of the canonical JSON of what its verdict depends on —
+    /// its judge's prompt, model, mode and failure policy, its hooks and its tool filter (hooks and tools sorted).
+    /// The id, name, shadow mode and escalation are left out: they do not change what the judge says. The ledger
+    /// records it with each verdict, so a replay can tell an unchanged rule (reuse the verdict) from a changed
+    /// one. `None` for a predicate, whose code has no canonical form: predicates are run again on replay.
+    ///
+    /// ```
+    /// use noetic::layer::Hook;
+    /// use noetic::steering::{LlmEval, SteeringRule};
+    ///
+    /// let rule = |prompt: &str| SteeringRule::llm("polite", [Hook::AfterModelCall], LlmEval::sync(prompt));
+    /// assert_eq!(rule("Be polite.").fingerprint(), rule("Be polite.").named("another name").fingerprint());
+    /// assert_ne!(rule("Be polite.").fingerprint(), rule("Be very polite.").fingerprint());
+    /// ```
+    pub fn fingerprint(&self) -> Option<String> {
+        let eval = self.llm_eval.as_ref()?;
+        let mut hooks: Vec<Hook> = self.applies_to.clone();
+        hooks.sort_by_key(|h| matches!(h, Hook::AfterModelCall));
+        hooks.dedup();
+        let tools = self.tools.as_ref().map(|tools| {
+            let mut tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+            tools.sort_unstable();
+            tools.dedup();
+            tools
+        });
+        let canonical = serde_json::json!({
+            "evaluator": "llm",
+            "prompt": eval.prompt,
+            "model": eval.model_id(),
+            "mode": eval.mode,
+            "on_failure": eval.on_failure,
+            "hooks": hooks,
+            "tools": tools,
+        });
+        Some(crate::digest::json_sha256(&canonical))
+    }
+
     /// True when the rule applies to `hook`.
     pub fn applies(&self, hook: Hook) -> bool {
         self.applies_to.contains(&hook)

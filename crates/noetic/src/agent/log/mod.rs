@@ -3,9 +3,10 @@
 //! running turn's position, layer state, the event stream's numbers — is a projection of it.
 //!
 //! This module holds the log's format ([`Entry`], [`encode`], [`decode`]), the fold that turns a log into what a
-//! session shows ([`Projection`], [`Summary`]), the async store seam ([`LogStore`], [`Leases`], [`StoreError`]) and
-//! the in-memory store ([`MemoryLogStore`]). `noetic::testing::check_log_store` is the conformance kit every store
-//! runs.
+//! session shows ([`Projection`], [`Summary`]), the async store seam ([`LogStore`], [`Leases`], [`StoreError`]), the
+//! in-memory store ([`MemoryLogStore`]) and the recorded steering decisions of a store, read to be replayed through
+//! new rules ([`Recording`], see [`crate::steering::replay`]). `noetic::testing::check_log_store` is the
+//! conformance kit every store runs.
 //!
 //! # Why one log
 //!
@@ -110,6 +111,7 @@
 mod entry;
 mod memory;
 mod projection;
+mod recorded;
 mod remote;
 mod seam;
 mod summary;
@@ -121,6 +123,7 @@ pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome
 pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
+pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, request_stop};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
 pub use summary::Summary;
