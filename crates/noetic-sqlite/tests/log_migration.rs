@@ -201,3 +201,21 @@ async fn a_new_file_gets_the_log_and_the_old_tables_in_one_step() {
     assert!(store.list().await.unwrap().is_empty());
     assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), LOG_SCHEMA_VERSION);
 }
+
+#[tokio::test]
+async fn another_programs_database_is_refused_and_left_as_it_was() {
+    let db = scratch("foreign").join("notes.db");
+    noetic_sqlite::testing::execute(
+        &db,
+        "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes (text) VALUES ('keep me');",
+    )
+    .unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let error = SqliteLogStore::open(&db).await.err().expect("another program's database is not opened as a store");
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Refused { .. }), "{message}");
+    assert!(message.contains("not a noetic database") && message.contains("notes"), "{message}");
+    assert!(message.contains("nothing was changed"), "{message}");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "the file is byte for byte as it was");
+    assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), 0);
+}

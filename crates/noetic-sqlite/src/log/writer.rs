@@ -147,6 +147,27 @@ struct Writer {
     seen: i64,
 }
 
+/// A file without a noetic schema version that already has tables is another program's database: nothing is
+/// changed in it (not even its journal mode).
+fn refuse_foreign(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let doing = "checking that the file is a noetic database";
+    let sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4";
+    let mut stmt = conn.prepare(sql).map_err(|e| failed(path, doing, e))?;
+    let tables: Vec<String> =
+        stmt.query_map([], |r| r.get(0)).and_then(Iterator::collect).map_err(|e| failed(path, doing, e))?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Refused {
+        message: format!(
+            "session store {}: not a noetic database (it has another program's tables: {}, and no noetic schema \
+             version); give a new file or a noetic database (nothing was changed)",
+            path.display(),
+            tables.join(", ")
+        ),
+    })
+}
+
 fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
@@ -176,6 +197,9 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
                 path.display()
             ),
         });
+    }
+    if version == 0 {
+        refuse_foreign(&conn, path)?;
     }
     let journal = wal(&conn).map_err(|e| failed(path, "switching to WAL", e))?;
     if !journal.eq_ignore_ascii_case("wal") {
