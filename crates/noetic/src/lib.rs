@@ -185,6 +185,7 @@
 //! | 0 | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
 
 pub mod agent;
+pub mod budget;
 pub mod context;
 mod decision;
 pub mod digest;

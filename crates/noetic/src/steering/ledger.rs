@@ -117,6 +117,9 @@ pub struct LedgerEntry {
     /// True when the decision is a DENY that a rule's `escalate_after` made of a GUIDE.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub escalated: bool,
+    /// Set on the entry that records a budget limit reached (the turn ended there and the session paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetReached>,
 }
 
 impl LedgerEntry {
@@ -137,6 +140,7 @@ impl LedgerEntry {
             outcome: None,
             shadow: None,
             escalated: false,
+            budget: None,
         }
     }
 
