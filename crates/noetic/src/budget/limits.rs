@@ -253,6 +253,13 @@ impl Budget {
         self.turn.validate().map_err(|e| e.scoped(Scope::Turn))
     }
 
+    /// A budget read from JSON, `{"session": {"cost": 2.5}, "turn": {"wall_time": "10m"}}` (what the API
+    /// takes): an unknown part or limit, a value that is not a positive number, or a bad duration is a
+    /// [`BudgetError`](super::BudgetError) naming it.
+    pub fn from_json(value: &serde_json::Value) -> Result<Budget, super::BudgetError> {
+        super::parse::budget_from_json(value)
+    }
+
     /// Limits read from names and text values, as configuration gives them (`tokens_in = 1000`, `wall_time =
     /// "10m"`): an unknown name, a value that is not a positive number, or a bad duration is a [`BudgetError`](super::BudgetError).
     pub fn parse_limits<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Result<Limits, super::BudgetError> {

@@ -29,6 +29,18 @@ pub enum BudgetError {
         /// The value given.
         value: String,
     },
+    /// A budget part other than `session` and `turn`.
+    #[error("'{name}' is not a part of a budget; put limits under \"session\" (the whole session) or \"turn\" (each turn)")]
+    UnknownScope {
+        /// The name given.
+        name: String,
+    },
+    /// Limits that are not given as a table of names and values.
+    #[error("the {scope} budget must be an object of limits, such as {{\"tool_calls\": 50, \"wall_time\": \"10m\"}}")]
+    NotATable {
+        /// `session` or `turn`.
+        scope: String,
+    },
     /// A wall time that does not read as a duration.
     #[error(
         "the budget limit {limit} = {value} is not a duration; write a positive number of seconds (600) or a number \
@@ -49,6 +61,7 @@ impl BudgetError {
         match self {
             BudgetError::NotPositive { limit, value } => BudgetError::NotPositive { limit: name(limit), value },
             BudgetError::BadDuration { limit, value } => BudgetError::BadDuration { limit: name(limit), value },
+            BudgetError::UnknownLimit { name: limit } => BudgetError::UnknownLimit { name: name(limit) },
             other => other,
         }
     }
@@ -138,6 +151,26 @@ pub(super) fn limits_from_json<'a>(
         };
         (name.as_str(), text)
     }))
+}
+
+/// A budget from JSON: `{"session": {...}, "turn": {...}}`, each part an object of limits.
+pub(super) fn budget_from_json(value: &Value) -> Result<super::Budget, BudgetError> {
+    let Value::Object(parts) = value else { return Err(BudgetError::NotATable { scope: "whole".to_owned() }) };
+    let mut budget = super::Budget::default();
+    for (name, limits) in parts {
+        let scope = match name.as_str() {
+            "session" => Scope::Session,
+            "turn" => Scope::Turn,
+            _ => return Err(BudgetError::UnknownScope { name: name.clone() }),
+        };
+        let Value::Object(limits) = limits else { return Err(BudgetError::NotATable { scope: name.clone() }) };
+        let limits = limits_from_json(limits.iter()).map_err(|e| e.scoped(scope))?;
+        match scope {
+            Scope::Session => budget.session = limits,
+            Scope::Turn => budget.turn = limits,
+        }
+    }
+    Ok(budget)
 }
 
 #[cfg(test)]
