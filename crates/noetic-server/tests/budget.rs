@@ -31,8 +31,10 @@ async fn a_session_paused_over_its_budget_queues_messages_and_continues_when_the
     ])
     .with_responder(|_| Ok(ModelResponse::text("done").with_usage(usage())));
     let budget = Budget::default().turn(Limits::default().tool_calls(1));
-    let builder =
-        Runtime::builder().model(Arc::new(model.clone())).tool(counter.tool("work", json!("ok")).unwrap()).budget(budget);
+    let builder = Runtime::builder()
+        .model(Arc::new(model.clone()))
+        .tool(counter.tool("work", json!("ok")).unwrap())
+        .budget(budget);
     let s = Running::start(builder, ServerConfig::default(), LONG).await;
     let mut events = s.events("b", 0, false).await;
     s.say("b", "go").await;
@@ -50,7 +52,8 @@ async fn a_session_paused_over_its_budget_queues_messages_and_continues_when_the
     assert!(queued["message"].as_str().unwrap().contains("paused over its budget"), "{queued}");
     assert_eq!(model.calls(), 2, "nothing ran in the paused session");
 
-    let (status, raised) = s.put("/api/sessions/b/budget", json!({ "turn": { "tool_calls": 5, "wall_time": "10m" } })).await;
+    let (status, raised) =
+        s.put("/api/sessions/b/budget", json!({ "turn": { "tool_calls": 5, "wall_time": "10m" } })).await;
     assert_eq!(status, 200, "{raised}");
     assert_eq!((raised["continued"].clone(), raised["paused"].clone()), (json!(true), json!(null)), "{raised}");
     assert_eq!(raised["budget"], json!({ "turn": { "tool_calls": 5, "wall_time": "10m" } }));

@@ -87,8 +87,8 @@ async fn each_kind_of_limit_ends_the_turn_before_the_next_call_and_nothing_more_
         (Limits::default().tokens_in(250), 3, 2, Amount::Count(300)),
         (Limits::default().tokens_out(25), 3, 2, Amount::Count(30)),
         (Limits::default().cost(0.025), 3, 2, Amount::Dollars(0.03)),
-        (Limits::default().tool_calls(2), 3, 2, Amount::Count(3)),
-        (Limits::default().model_calls(3), 3, 3, Amount::Count(4)),
+        (Limits::default().tool_calls(2), 3, 2, Amount::Count(2)),
+        (Limits::default().model_calls(3), 3, 3, Amount::Count(3)),
         (Limits::default().wall_time(Duration::from_secs(600)), 3, 3, Amount::Millis { ms: 720_000 }),
     ];
     for (limits, model_calls, tool_calls, used) in cases {

@@ -368,7 +368,7 @@ pub struct BudgetReached {
     pub limit: Limit,
     /// What it allows.
     pub allowed: Amount,
-    /// What was spent (for calls: what was spent plus the calls about to start).
+    /// What was spent when the turn ended (for calls: those made; the next would have gone past the limit).
     pub used: Amount,
 }
 

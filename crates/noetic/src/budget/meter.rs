@@ -111,7 +111,7 @@ fn over(limits: &Limits, spent: &Spent, next: Limit, n: u64, scope: Scope) -> Op
         let used = spent.get(limit);
         let reached = match (allowed, used) {
             (Amount::Count(allowed), Amount::Count(used)) if matches!(limit, Limit::ToolCalls | Limit::ModelCalls) => {
-                (limit == next && used + n > allowed).then_some(Amount::Count(used + n))
+                (limit == next && used + n > allowed).then_some(Amount::Count(used))
             }
             (Amount::Count(allowed), Amount::Count(used)) => (used >= allowed).then_some(Amount::Count(used)),
             (Amount::Dollars(allowed), Amount::Dollars(used)) => (used >= allowed).then_some(Amount::Dollars(used)),

@@ -30,7 +30,9 @@ pub enum BudgetError {
         value: String,
     },
     /// A budget part other than `session` and `turn`.
-    #[error("'{name}' is not a part of a budget; put limits under \"session\" (the whole session) or \"turn\" (each turn)")]
+    #[error(
+        "'{name}' is not a part of a budget; put limits under \"session\" (the whole session) or \"turn\" (each turn)"
+    )]
     UnknownScope {
         /// The name given.
         name: String,
