@@ -579,11 +579,14 @@ impl Session {
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
         if let Some(reached) = self.live().paused() {
             // Nothing runs over the budget: the message waits for the limit to be raised.
-            let queued = self
-                .steer(message)
-                .await
-                .map_err(|e| SessionError::Unavailable { session: self.key().to_owned(), message: e.to_string() })?;
-            return Err(self.paused_error(&reached, Some(queued)));
+            return Err(match self.steer(message).await {
+                Ok(queued) => self.paused_error(&reached, Some(queued)),
+                Err(e) => SessionError::Paused {
+                    session: self.key().to_owned(),
+                    reason: format!("{reached}; the message was not queued either: {e}"),
+                    queued: None,
+                },
+            });
         }
         if let Some(owner) = self.lease().await? {
             return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
