@@ -14,7 +14,7 @@ use noetic::budget::{Amount, Budget, Limit, Limits, Scope};
 use noetic::model::{ModelResponse, ScriptedModel};
 use noetic::prelude::*;
 use noetic::step::ForkMode;
-use noetic::testing::{EventCollector, transcript};
+use noetic::testing::{EventCollector, Gate, transcript};
 use noetic::tool::FnTool;
 use serde_json::json;
 
@@ -275,4 +275,34 @@ async fn a_zero_or_negative_budget_is_refused_saying_what_to_do() {
     let error = runtime.session("s").set_budget(negative).await.unwrap_err();
     assert!(matches!(&error, SessionError::InvalidBudget { .. }));
     assert!(error.to_string().contains("session.cost = $-1.0000 must be a positive number"), "{error}");
+}
+
+#[tokio::test]
+async fn a_turn_resumed_after_a_crash_counts_what_it_spent_before_the_stop() {
+    let (store, gate, quick) = (MemoryLogStore::new(), Gate::new(), noetic::testing::Counter::new());
+    let budget = Budget::default().turn(Limits::default().tool_calls(2));
+    let tools = |b: RuntimeBuilder, slow: Arc<dyn Tool>| {
+        b.budget(budget).tool(slow).tool(quick.tool("quick", json!("ok")).unwrap())
+    };
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "quick", json!({}))]),
+        ModelResponse::tool_calls([("c2", "slow", json!({}))]),
+    ]);
+    let first = runtime_with(&model, &Counter::new(), &store, |b| tools(b, gate.tool("slow").unwrap()));
+    let _turn = first.session("s").send("go").await.unwrap();
+    gate.started().await;
+    let crashed = store.copy();
+
+    // The resumed turn already started two tool calls: a third would go past its limit.
+    let model = ScriptedModel::new([ModelResponse::tool_calls([("c3", "quick", json!({}))])]);
+    let next = runtime_with(&model, &Counter::new(), &crashed, |b| tools(b, Gate::new().tool("slow").unwrap()));
+    let session = next.open("s").await.unwrap();
+    let error = session.resume().await.unwrap().unwrap().await.unwrap_err();
+    assert!(
+        matches!(&error, NoeticError::BudgetReached { limit, used, .. } if limit == "tool_calls" && used == "2"),
+        "{error}"
+    );
+    assert_eq!((model.calls(), quick.count()), (1, 1), "the third call did not run");
+    assert!(session.budget().paused.is_some());
+    gate.release();
 }
