@@ -49,8 +49,8 @@ pub(crate) async fn get_budget(
 
 /// `PUT /api/sessions/{key}/budget` `{"session": {...}, "turn": {...}}`: sets the session's budget (it replaces the
 /// one it had; a part left out has no limits). A session paused over its budget continues with its queued messages
-/// (`"continued": true, "turn": N`). A zero or negative limit, an unknown limit or a bad duration is 400
-/// `invalid_budget`.
+/// (`"continued": true, "turn": N`). A zero or negative limit, an unknown limit, a bad duration, or (for a paused
+/// session) a budget it has spent already is 400 `invalid_budget`.
 pub(crate) async fn put_budget(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -61,20 +61,19 @@ pub(crate) async fn put_budget(
         .and_then(|b| b.validate().map(|()| b))
         .map_err(|e| ApiError::bad_request("invalid_budget", e.to_string()))?;
     let session = session(&state, &key).await?;
-    let was_paused = session.budget().paused.is_some();
-    session.set_budget(budget).await.map_err(|e| session_error(&key, e))?;
+    let paused = session.budget().paused.is_some() && !state.shutdown.is_cancelled();
+    if !paused {
+        session.set_budget(budget).await.map_err(|e| session_error(&key, e))?;
+        let mut answer = status(&session);
+        answer["continued"] = json!(false);
+        return Ok(Json(answer));
+    }
+    let continued = session.raise_budget(budget).await.map_err(|e| session_error(&key, e))?;
     let mut answer = status(&session);
-    answer["continued"] = json!(false);
-    if was_paused && !state.shutdown.is_cancelled() {
-        match session.continue_session().await {
-            Ok(Some(turn)) => {
-                answer["continued"] = json!(true);
-                answer["turn"] = json!(turn.number());
-                run_turn(&state, session, turn);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(session = %key, error = %e, "the raised session did not continue here"),
-        }
+    answer["continued"] = json!(continued.is_some());
+    if let Some(turn) = continued {
+        answer["turn"] = json!(turn.number());
+        run_turn(&state, session, turn);
     }
     Ok(Json(answer))
 }

@@ -328,8 +328,8 @@ pub enum NoeticError {
     /// session is paused until a person raises the limit (see [`crate::budget`]).
     #[error(
         "the {scope} budget's {limit} limit of {allowed} was reached ({used} used); the session is paused and its \
-         messages wait: raise the limit to continue (Session::raise_budget, /budget in noetic chat, or PUT \
-         /api/sessions/{{key}}/budget)"
+         messages wait: raise the limit to continue (/budget in noetic chat, Raise on the page, PUT \
+         /api/sessions/{{key}}/budget, or Session::raise_budget)"
     )]
     BudgetReached {
         /// `session` or `turn`.

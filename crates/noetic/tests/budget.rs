@@ -153,6 +153,10 @@ async fn a_paused_session_resumes_with_its_queued_messages_once_the_limit_is_rai
     assert!(paused.to_string().contains("the message was queued"), "{paused}");
     assert_eq!(model.calls(), 1);
 
+    let same = Budget::default().session(Limits::default().model_calls(1));
+    let error = session.raise_budget(same).await.map(|_| ()).unwrap_err();
+    assert!(error.to_string().contains("raise the session model_calls limit above 1"), "{error}");
+    assert!(session.budget().paused.is_some(), "a raise that would not let anything run changes nothing");
     let raised = Budget::default().session(Limits::default().model_calls(5));
     let turn = session.raise_budget(raised).await.unwrap().expect("the queued message runs");
     assert_eq!(turn.await.unwrap(), "two");

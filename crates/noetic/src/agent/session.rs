@@ -86,7 +86,7 @@ pub enum SessionError {
     /// raises the limit ([`Session::raise_budget`]).
     #[error(
         "session '{session}' is paused over its budget ({reason}); {} raise the limit to continue \
-         (Session::raise_budget, /budget in noetic chat, or PUT /api/sessions/{{key}}/budget)",
+         (/budget in noetic chat, Raise on the page, PUT /api/sessions/{{key}}/budget, or Session::raise_budget)",
         if queued.is_some() { "the message was queued and runs once the limit is raised;" } else { "nothing runs:" }
     )]
     Paused {

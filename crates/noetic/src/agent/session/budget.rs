@@ -123,8 +123,22 @@ impl Session {
     }
 
     /// Sets the budget ([`Session::set_budget`]) and continues the session with the messages that queued while it
-    /// was paused: the continuation [`Turn`], `None` when none wait.
+    /// was paused: the continuation [`Turn`], `None` when none wait. A budget the session has already spent (its
+    /// session limits reached by what it spent) is [`SessionError::InvalidBudget`] and changes nothing.
     pub async fn raise_budget(&self, budget: Budget) -> Result<Option<Turn>, SessionError> {
+        // A budget the session has spent already would end the continuation at once, its messages unanswered.
+        let spent = self.live().account().spent;
+        if let Err(reached) = Meter::new(budget, spent, Spent::default()).before_model_call() {
+            return Err(SessionError::InvalidBudget {
+                session: self.key().to_owned(),
+                message: format!(
+                    "with this budget {reached} already; raise the {} {} limit above {}",
+                    reached.scope.name(),
+                    reached.limit,
+                    reached.used
+                ),
+            });
+        }
         self.set_budget(budget).await?;
         self.continue_session().await
     }
