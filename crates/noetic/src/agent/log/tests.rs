@@ -261,7 +261,7 @@ fn the_budget_is_projected_from_responses_tool_starts_turn_times_and_budget_entr
     assert_eq!(account.budget, Some(Budget::default().session(Limits::default().cost(2.5))));
     assert_eq!(account.paused, None, "setting a budget ends the pause");
     // A snapshot written before budgets existed reads with nothing spent.
-    let mut old = serde_json::to_value(&Projection::default()).unwrap();
+    let mut old = serde_json::to_value(Projection::default()).unwrap();
     old.as_object_mut().unwrap().remove("budget");
     let bytes = serde_json::to_vec(&json!({"v": ENTRY_VERSION, "projection": old})).unwrap();
     assert_eq!(Projection::decode(&bytes).unwrap().budget, crate::budget::Account::default());
