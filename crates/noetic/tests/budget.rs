@@ -310,3 +310,36 @@ async fn a_turn_resumed_after_a_crash_counts_what_it_spent_before_the_stop() {
     assert!(session.budget().paused.is_some());
     gate.release();
 }
+
+#[tokio::test]
+async fn a_budget_set_by_another_worker_while_a_turn_runs_does_not_stop_that_turn_and_holds_from_the_next() {
+    let (store, gate) = (MemoryLogStore::new(), Gate::new());
+    let worker = |name: &str, model: &ScriptedModel, slow: Arc<dyn Tool>| {
+        Runtime::builder()
+            .model(Arc::new(model.clone()))
+            .tool(slow)
+            .log_store(Arc::new(store.clone()))
+            .worker_id(name)
+            .build()
+            .unwrap()
+    };
+    let model_a = ScriptedModel::new([
+        ModelResponse::tool_calls([("c1", "slow", json!({}))]),
+        ModelResponse::text("done"),
+        ModelResponse::text("never"),
+    ]);
+    let a = worker("a", &model_a, gate.tool("slow").unwrap());
+    let b = worker("b", &ScriptedModel::new([]), Gate::new().tool("slow").unwrap());
+    let on_a = a.open("s").await.unwrap();
+    let turn = on_a.send("go").await.unwrap();
+    gate.started().await;
+    let budget = Budget::default().session(Limits::default().model_calls(2));
+    b.open("s").await.unwrap().set_budget(budget).await.unwrap();
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done", "the running turn was not taken from its worker");
+    on_a.idle().await;
+    assert_eq!(on_a.budget().budget, budget, "the worker running the session heard of the budget");
+    let error = on_a.send("more").await.unwrap().await.unwrap_err();
+    assert!(matches!(&error, NoeticError::BudgetReached { limit, .. } if limit == "model_calls"), "{error}");
+    assert_eq!(model_a.calls(), 2);
+}

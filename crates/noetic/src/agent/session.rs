@@ -236,6 +236,8 @@ impl SessionState {
                         self.queue.remove(*id);
                     }
                 }
+                // Read from the projection (which took it in): the running turn keeps its meter, the next has it.
+                Entry::BudgetSet { .. } => {}
                 _ => others = true,
             }
         }
