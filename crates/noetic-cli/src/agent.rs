@@ -45,6 +45,8 @@ pub struct AgentSpec {
     pub first_round_tool_call: bool,
     /// Idle sessions kept in memory before the least recently used is dropped (it stays in the store).
     pub max_idle_sessions: Option<usize>,
+    /// Every session's budget (noetic.toml's `[budget]`, a workflow's over it).
+    pub budget: noetic::budget::Budget,
 }
 
 /// A built agent.
@@ -98,6 +100,7 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .agent(agent.build().map_err(config_error)?)
         .steering_mode(spec.steering_mode)
+        .budget(spec.budget)
         .capture_content(crate::telemetry::captures_content());
     if let Some(approver) = spec.approver {
         builder = builder.approver(approver);

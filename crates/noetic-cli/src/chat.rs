@@ -93,7 +93,8 @@ pub struct ChatArgs {
 pub const HELP: &str = "Type a message and press Enter. While the agent works, a line you type is steered into the \
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
                     as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
-                    /compact summarises the turns before the last one, /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
+                    /compact summarises the turns before the last one, /budget shows the session's budget and /budget turn.tool_calls=50 \
+                    session.cost=2.5 … raises it (and runs what queued while it was paused), /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
                     (exactly these arguments) for the rest of the chat; always matching \"PATTERN\" approves the \
                     tool's calls the glob covers (run_command's command, a file tool's path); n, no or an empty line declines; any other line declines and goes to the \
                     agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \
@@ -145,6 +146,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         lease_term: args.store.lease,
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
+        budget: defaults.budget,
     })?;
     let stored = store.is_some();
     let session = agent.runtime.open(&name).await?;

@@ -23,6 +23,14 @@
 //! matches = "cargo test*"
 //! ```
 //!
+//! Every session's budget is the `[budget]` table (see [`crate::budget`]):
+//!
+//! ```toml
+//! [budget.turn]
+//! tool_calls = 50
+//! wall_time = "10m"
+//! ```
+//!
 //! The file is `--config FILE`, else `./noetic.toml` when it exists. Every key is overridden by the environment
 //! variable `NOETIC_AGENTS_DEFAULTS_<KEY>` (e.g. `NOETIC_AGENTS_DEFAULTS_STEERING_MODE=all`), and a command-line
 //! flag overrides both.
@@ -61,6 +69,8 @@ struct File {
     /// Calls that run without an approval question.
     #[serde(default)]
     allow: Vec<AllowToml>,
+    /// Every session's budget (see [`crate::budget`]).
+    budget: Option<crate::budget::BudgetToml>,
 }
 
 /// An `[[allow]]` table: calls of `tool` whose command (or path) matches the glob `matches` run without an
@@ -112,6 +122,9 @@ pub struct Defaults {
     /// The `[[allow]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub allow: Vec<AllowToml>,
+    /// The `[budget]` table of the file (not under `[agents.defaults]`): every session's budget.
+    #[serde(skip)]
+    pub budget: noetic::budget::Budget,
     /// `noetic serve`'s AG-UI busy policy: `steer`, `queue`, `reject` or `restart` (checked by [`agui_busy`]).
     pub agui_busy: Option<String>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
@@ -205,7 +218,19 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
                 crate::remembered::compile(&allow.matches)
                     .map_err(|e| format!("{}: [[allow]] number {}: {e}", path.display(), n + 1))?;
             }
+            let budget = match &file.budget {
+                Some(table) => {
+                    let source = crate::source::Source {
+                        name: path.display().to_string(),
+                        format: crate::source::Format::Toml,
+                        text: text.clone(),
+                    };
+                    table.check(&source, &[crate::source::Seg::Key("budget")]).map_err(|e| e.to_string())?
+                }
+                None => noetic::budget::Budget::default(),
+            };
             Defaults {
+                budget,
                 mcp_servers: file.mcp_server,
                 a2a_agents: file.a2a_agent,
                 allow: file.allow,

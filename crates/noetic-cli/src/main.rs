@@ -14,6 +14,7 @@
 mod a2a;
 mod agent;
 mod approve;
+mod budget;
 mod chat;
 mod command;
 mod config;

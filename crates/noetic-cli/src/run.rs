@@ -149,6 +149,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             .concat(),
         first_round_tool_call: args.local,
         max_idle_sessions: None,
+        budget: crate::budget::layered(&defaults.budget, &flow.budget),
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {

@@ -245,6 +245,7 @@ async fn agent_spec(
             .concat(),
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
+            budget: crate::budget::layered(&defaults.budget, &flow.budget),
         };
         return Ok((spec, described, local));
     }
@@ -276,6 +277,7 @@ async fn agent_spec(
         tool_sources,
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),
+        budget: defaults.budget,
     };
     Ok((spec, described, local))
 }

@@ -13,6 +13,9 @@
 //! steering_mode = "one-at-a-time"
 //! timeout = 120                  # seconds: the provider's request timeout and idle limit
 //!
+//! [budget.turn]                  # limits over those of noetic.toml's [budget] (see crate::budget)
+//! tool_calls = 20
+//!
 //! [[scripted.response]]
 //! tool_calls = [{ name = "list_dir", args = { path = "." } }]
 //! [[scripted.response]]
@@ -65,6 +68,7 @@ struct WorkflowFile {
     scripted: Option<ScriptedDef>,
     #[serde(default)]
     mcp_server: Vec<McpServerToml>,
+    budget: Option<crate::budget::BudgetToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +129,8 @@ pub struct Workflow {
     pub workspace: Option<PathBuf>,
     /// MCP servers whose tools join the agent's (added to those of noetic.toml).
     pub mcp_servers: Vec<McpServerToml>,
+    /// The workflow's budget (its limits over those of noetic.toml's `[budget]`).
+    pub budget: noetic::budget::Budget,
     scripted: Option<ScriptedDef>,
 }
 
@@ -159,6 +165,10 @@ pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, S
         .map(provider::parse_timeout)
         .transpose()
         .map_err(|e| source.error_at(&[Seg::Key("timeout")], e))?;
+    let budget = match &file.budget {
+        Some(table) => table.check(&source, &[Seg::Key("budget")])?,
+        None => noetic::budget::Budget::default(),
+    };
     let model = file.model.unwrap_or_else(|| provider::model_id(None));
     if model == SCRIPTED {
         let responses = file.scripted.as_ref().map_or(0, |s| s.response.len());
@@ -190,6 +200,7 @@ pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, S
         timeout,
         workspace: file.workspace.map(|w| dir.join(w)),
         mcp_servers: file.mcp_server,
+        budget,
         scripted: file.scripted,
     })
 }

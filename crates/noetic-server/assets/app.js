@@ -17,6 +17,8 @@ const state = {
   turnSince: null,
   runningOn: null,
   opened: 0,
+  budget: null, // the session's budget, as GET /api/sessions/{key} gave it
+  pausedOn: null, // the limit it is paused over
 };
 
 function readToken() {
@@ -109,6 +111,7 @@ function closeSession() {
   if (state.source) { state.source.close(); state.source = null; }
   state.key = null;
   history.replaceState(null, "", location.pathname);
+  $("budget-paused").hidden = true;
   chat.clearChat();
   side.clearLedger();
   $("timeline").replaceChildren();
@@ -134,6 +137,7 @@ async function loadSession(full) {
   chat.setQueue(data.queued, full || !data.busy);
   $("mode").value = data.steering_mode;
   $("unfinished").hidden = !data.unfinished_turn;
+  showBudget(data.budget);
   setBusy(data.busy, state.busy ? state.turnSince : null);
   if (!data.busy) chat.settleCalls();
   showApprovals(data.pending_approvals);
@@ -167,6 +171,36 @@ async function openSession(key) {
   refreshSessions();
   refreshLedger();
   $("message").focus();
+}
+
+// A session paused over its budget: which limit, and a field to raise it (the rest of its budget stays).
+function showBudget(status) {
+  const paused = status && status.paused;
+  $("budget-paused").hidden = !paused;
+  state.budget = status ? status.budget : null;
+  if (!paused) return;
+  state.pausedOn = paused;
+  $("budget-reason").textContent = paused.message;
+  $("budget-limit-name").textContent = `${paused.scope}.${paused.limit}`;
+  $("budget-limit").value = "";
+  $("budget-limit").placeholder = `more than ${paused.allowed}`;
+}
+
+async function raiseBudget() {
+  const paused = state.pausedOn;
+  const text = $("budget-limit").value.trim();
+  if (!paused || !text) { status("Type the new limit first."); return; }
+  const budget = JSON.parse(JSON.stringify(state.budget || {}));
+  budget[paused.scope] = budget[paused.scope] || {};
+  budget[paused.scope][paused.limit] = /^[0-9.]+$/.test(text) ? Number(text) : text;
+  try {
+    const result = await api("PUT", sessionPath("/budget"), budget);
+    showBudget(result);
+    if (result.continued) setBusy(true);
+    status(result.continued ? "Budget raised: the queued messages run now." : "Budget raised.");
+  } catch (e) {
+    status("The budget was not raised: " + e.message);
+  }
 }
 
 function setBusy(busy, since) {
@@ -286,6 +320,7 @@ async function send(text) {
   try {
     const result = await api("POST", sessionPath("/messages"), { text });
     if (result.routed === "steered") chat.steered(li, result.message_id);
+    else if (result.routed === "paused") { chat.steered(li, result.message_id); status(result.message); }
     else { chat.started(li, result.turn); if (!state.busy) setBusy(true); }
   } catch (e) {
     chat.notSent(li, e.message);
@@ -379,6 +414,7 @@ function init() {
     if (state.busy) { e.preventDefault(); stop(); }
   });
   $("stop").addEventListener("click", stop);
+  $("budget-raise").addEventListener("click", () => raiseBudget());
   $("resume").addEventListener("click", () => api("POST", sessionPath("/resume")).then(() => { $("unfinished").hidden = true; showSessionState(); }).catch((e) => status(e.message)));
   $("mode").addEventListener("change", () => api("PUT", sessionPath("/mode"), { mode: $("mode").value }).catch((e) => status(e.message)));
   confirmTwice($("delete-session"), "Delete", () => { if (state.key) deleteSession(state.key); });

@@ -43,6 +43,7 @@ export function describe(e) {
     case "steering_rejected": return line(e, "deny", "steering refused", e.reason);
     case "steering_injected": return line(e, "queue", "steering injected", `${e.count} message(s) shown to the model`);
     case "tool_skipped": return line(e, "queue", "tool skipped", call, e.reason);
+    case "budget_reached": return line(e, "deny", "budget reached", `${e.scope} ${e.limit}: ${JSON.stringify(e.used)} of ${JSON.stringify(e.allowed)}`);
     case "tool_progress": return line(e, "tool", "progress", call, e.data);
     case "approval_requested": return line(e, "guide", "approval needed", call, e.arguments);
     case "approval_decided": return line(e, e.approved ? "tool" : "deny", e.approved ? "approved" : "rejected", call, e.reason);

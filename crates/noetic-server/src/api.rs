@@ -71,6 +71,8 @@ pub(crate) fn session_error(key: &str, e: SessionError) -> ApiError {
             ApiError::new(StatusCode::CONFLICT, "busy", e.to_string())
         }
         SessionError::Unfinished { .. } => ApiError::new(StatusCode::CONFLICT, "unfinished_turn", e.to_string()),
+        SessionError::Paused { .. } => ApiError::new(StatusCode::CONFLICT, "budget_paused", e.to_string()),
+        SessionError::InvalidBudget { .. } => ApiError::bad_request("invalid_budget", e.to_string()),
         other => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {other}"))
         }
@@ -167,6 +169,8 @@ enum Routing {
     Started { turn: u64 },
     /// A turn was running: the message was queued for it.
     Steered { message_id: String, turn: u64 },
+    /// The session is paused over its budget: the message was queued, and runs once the limit is raised.
+    Paused { message_id: String, message: String },
 }
 
 /// `POST /api/sessions/{key}/messages`: starts a turn or steers the running one, decided atomically.
@@ -195,6 +199,14 @@ pub(crate) async fn post_message(
             let number = turn.number();
             run_turn(&state, session, turn);
             Routing::Started { turn: number }
+        }
+        Routed::Steered(id) if session.budget().paused.is_some() => {
+            let reached = session.budget().paused.map(|p| p.to_string()).unwrap_or_default();
+            let message = format!(
+                "the session is paused over its budget ({reached}); the message was queued and runs once the limit is \
+                 raised (PUT /api/sessions/{key}/budget)"
+            );
+            Routing::Paused { message_id: id.to_string(), message }
         }
         Routed::Steered(id) => {
             let message_id = id.to_string();
@@ -259,6 +271,7 @@ pub(crate) async fn get_session(
         "unfinished_turn": session.unfinished_turn().filter(|_| running_on.is_none()),
         "last_event_seq": session.last_event_seq(),
         "pending_approvals": pending_approvals,
+        "budget": crate::budget::status(&session),
         "history": session.history(),
     })))
 }

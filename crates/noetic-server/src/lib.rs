@@ -23,6 +23,7 @@
 //! | `DELETE /api/sessions/{key}` | deletes an idle session from the store; 409 while a turn runs |
 //! | `POST /api/sessions/{key}/stop`, `/continue`, `/resume` | stop a turn; run the queued messages; finish an unfinished turn |
 //! | `PUT /api/sessions/{key}/mode` `{"mode"}` | `one-at-a-time` or `all` |
+//! | `GET`, `PUT /api/sessions/{key}/budget` `{"session": {…}, "turn": {…}}` | the session's budget, spending and pause; setting it continues a paused session |
 //! | `GET /api/sessions`, `GET /api/sessions/{key}/ledger` | the store's sessions (which run now); the steering ledger |
 //! | `GET /api/approvals`, `POST /api/approvals/{call_id}` `{"approve", "reason"}` | calls waiting for a decision |
 //! | `GET /healthz`, `GET /readyz` | liveness and readiness |
@@ -72,6 +73,7 @@ mod agui;
 mod api;
 mod approvals;
 mod assets;
+mod budget;
 mod compact;
 mod config;
 mod connections;
@@ -158,6 +160,7 @@ impl Server {
             .route("/sessions/{key}/resume", post(api::resume))
             .route("/sessions/{key}/compact", post(compact::compact))
             .route("/sessions/{key}/mode", put(api::set_mode))
+            .route("/sessions/{key}/budget", get(budget::get_budget).put(budget::put_budget))
             .route("/sessions/{key}/ledger", get(api::get_ledger))
             .route("/approvals", get(api::list_approvals))
             .route("/approvals/{call_id}", post(api::decide))

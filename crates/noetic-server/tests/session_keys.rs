@@ -57,5 +57,5 @@ fn the_api_document_states_the_key_grammar() {
             }
         }
     }
-    assert_eq!(keys, 10, "every route with a session key");
+    assert_eq!(keys, 12, "every route with a session key");
 }

@@ -71,6 +71,8 @@ pub enum ConfigCode {
     InvalidMcpServer,
     /// The memory layers' budget minimums add up to more than the model's context window has for a request.
     LayerMinimumsExceedWindow,
+    /// A budget limit is zero or negative.
+    InvalidBudget,
 }
 
 impl ConfigCode {
@@ -101,6 +103,7 @@ impl ConfigCode {
             ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
             ConfigCode::MissingArchive => "MISSING_ARCHIVE",
             ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
+            ConfigCode::InvalidBudget => "INVALID_BUDGET",
             ConfigCode::LayerMinimumsExceedWindow => "LAYER_MINIMUMS_EXCEED_WINDOW",
         }
     }
@@ -321,6 +324,23 @@ pub enum NoeticError {
         /// The value reached.
         actual: f64,
     },
+    /// A session's budget limit was reached: the turn ended at its next model request or tool call, and the
+    /// session is paused until a person raises the limit (see [`crate::budget`]).
+    #[error(
+        "the {scope} budget's {limit} limit of {allowed} was reached ({used} used); the session is paused and its \
+         messages wait: raise the limit to continue (/budget in noetic chat, Raise on the page, PUT \
+         /api/sessions/{{key}}/budget, or Session::raise_budget)"
+    )]
+    BudgetReached {
+        /// `session` or `turn`.
+        scope: String,
+        /// The limit's name (`tool_calls`, `wall_time` …).
+        limit: String,
+        /// What it allows.
+        allowed: String,
+        /// What was spent.
+        used: String,
+    },
     /// A steering rule denied the action.
     #[error("steering denied{}", guidance.as_ref().map(|g| format!(": {g}")).unwrap_or_default())]
     SteeringDenied {
@@ -426,6 +446,7 @@ impl NoeticError {
             NoeticError::ChannelClosed { .. } => "channel_closed",
             NoeticError::Cancelled { .. } => "cancelled",
             NoeticError::BudgetExceeded { .. } => "budget_exceeded",
+            NoeticError::BudgetReached { .. } => "budget_reached",
             NoeticError::SteeringDenied { .. } => "steering_denied",
             NoeticError::Timeout { .. } => "timeout",
             NoeticError::LoopLimitExceeded { .. } => "loop_limit_exceeded",

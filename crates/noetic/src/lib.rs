@@ -181,10 +181,11 @@
 //! | 4 | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
 //! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
 //! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
-//! | 1 | [`model`], `decision`, [`trace`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers |
+//! | 1 | [`model`], `decision`, [`trace`], [`budget`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers · budgets: limits, spending, the turn's meter |
 //! | 0 | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
 
 pub mod agent;
+pub mod budget;
 pub mod context;
 mod decision;
 pub mod digest;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// listed in the same order (a module may import those before it on its line).
 const LAYERS: &[&[&str]] = &[
     &["sync", "time", "error", "digest"],
-    &["model", "decision", "trace"],
+    &["model", "decision", "trace", "budget"],
     &["turn"],
     &["context"],
     &["layer", "tool"],

@@ -97,6 +97,24 @@ impl Chat {
             }
             "/compact" => self.compact().await,
             "/status" => self.print_status(running),
+            "/budget" if rest.is_empty() => self.say(&crate::budget::describe(&self.session.budget())),
+            "/budget" => match crate::budget::parse_command(&self.session.budget().budget, rest) {
+                Err(e) => self.say(&self.style.red(&e)),
+                // Set now; the running turn keeps the budget it started with, the next one has the new.
+                Ok(budget) if running => match self.session.set_budget(budget).await {
+                    Ok(()) => self.say(&self.style.dim("budget set; it holds from the next turn")),
+                    Err(e) => self.say(&self.style.red(&e.to_string())),
+                },
+                Ok(budget) => match self.session.raise_budget(budget).await {
+                    Ok(Some(turn)) => {
+                        self.say(&self.style.dim("budget raised; the queued messages run now"));
+                        self.turn_started = Some(Instant::now());
+                        return Action::Start(turn.into_future());
+                    }
+                    Ok(None) => self.say(&crate::budget::describe(&self.session.budget())),
+                    Err(e) => self.say(&self.style.red(&e.to_string())),
+                },
+            },
             "/help" => self.say(HELP),
             "/steer" if rest.is_empty() => self.say("/steer needs the text to send, e.g. /steer y"),
             "/steer" => {

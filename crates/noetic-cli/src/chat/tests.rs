@@ -47,6 +47,7 @@ fn harness() -> Harness {
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,
+        budget: noetic::budget::Budget::default(),
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, true);

@@ -55,6 +55,7 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,
+        budget: noetic::budget::Budget::default(),
     })
     .unwrap();
     let session = agent.runtime.session("race");

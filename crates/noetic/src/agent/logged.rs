@@ -33,7 +33,13 @@ const RETRIES: usize = 8;
 /// Facts any process may add to a session it does not run (SPEC 6.4): another process's entries of these kinds are
 /// taken in; any other kind means another process runs the session now, and this one stops writing to it.
 fn anyone_may_add(entry: &Entry) -> bool {
-    matches!(entry, Entry::MessageAccepted { .. } | Entry::StopRequested { .. } | Entry::MessagesDropped { .. })
+    matches!(
+        entry,
+        Entry::MessageAccepted { .. }
+            | Entry::StopRequested { .. }
+            | Entry::MessagesDropped { .. }
+            | Entry::BudgetSet { .. }
+    )
 }
 
 /// The answer to an append: the position of its last entry, or why it failed.

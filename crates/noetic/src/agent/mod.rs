@@ -89,6 +89,8 @@ pub(crate) struct RuntimeInner {
     default_mode: SteeringMode,
     default_capacity: usize,
     pub(crate) batch_policy: BatchPolicy,
+    /// The budget sessions without one of their own are held to.
+    pub(crate) default_budget: crate::budget::Budget,
     /// Read-mostly: looking a session up takes the read lock, so lookups never serialise turns; each session's
     /// conversation, queue and settings sit behind locks of their own.
     sessions: RwLock<HashMap<Arc<str>, Arc<session::SessionState>>>,
@@ -159,6 +161,7 @@ pub struct RuntimeBuilder {
     worker: Option<String>,
     lease_term: Option<std::time::Duration>,
     max_idle_sessions: Option<usize>,
+    budget: crate::budget::Budget,
 }
 
 impl RuntimeBuilder {
@@ -291,6 +294,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The budget every session is held to unless it has one of its own ([`Session::set_budget`]): limits on what
+    /// a session, and each of its turns, may spend (see [`crate::budget`]). Reaching one ends the turn at its next
+    /// model request or tool call and pauses the session until a person raises it. Default: no limits. A zero or
+    /// negative limit fails [`RuntimeBuilder::build`].
+    pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
     /// Validates and builds the runtime; a missing model, two tools with one name, or an idle-session limit
     /// without a log store is a [`ConfigError`].
     pub fn build(self) -> Result<Runtime, ConfigError> {
@@ -321,6 +333,13 @@ impl RuntimeBuilder {
         if let Some(duplicate) = self.services.duplicate_tool() {
             return Err(duplicate);
         }
+        if let Err(e) = self.budget.validate() {
+            return Err(ConfigError::new(
+                ConfigCode::InvalidBudget,
+                format!("the runtime's budget is invalid: {e}"),
+                "give every limit a positive value, or leave it out",
+            ));
+        }
         if self.max_idle_sessions.is_some() && self.log_store.is_none() {
             return Err(ConfigError::new(
                 ConfigCode::MissingArchive,
@@ -343,6 +362,7 @@ impl RuntimeBuilder {
             default_mode: self.steering_mode.unwrap_or_default(),
             default_capacity: self.queue_capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY).max(1),
             batch_policy: self.batch_policy,
+            default_budget: self.budget,
             sessions: RwLock::new(HashMap::new()),
             log_hub: self.log_store.clone().map(|store| Arc::new(log_hub::LogHub::new(store))),
             log_store: self.log_store,

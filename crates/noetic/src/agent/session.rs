@@ -31,6 +31,7 @@ use crate::model::{History, Item};
 use crate::turn::TurnJournal;
 use tracing::Instrument;
 
+mod budget;
 mod compact;
 
 /// What [`Session::send_or_steer`] did with a message.
@@ -81,6 +82,29 @@ pub enum SessionError {
         /// Why.
         message: String,
     },
+    /// The session is paused over its budget: the message (if there was one) was queued, and runs once a person
+    /// raises the limit ([`Session::raise_budget`]).
+    #[error(
+        "session '{session}' is paused over its budget ({reason}); {} raise the limit to continue \
+         (/budget in noetic chat, Raise on the page, PUT /api/sessions/{{key}}/budget, or Session::raise_budget)",
+        if queued.is_some() { "the message was queued and runs once the limit is raised;" } else { "nothing runs:" }
+    )]
+    Paused {
+        /// The session key.
+        session: String,
+        /// The limit reached.
+        reason: String,
+        /// The message queued, if one was sent.
+        queued: Option<MessageId>,
+    },
+    /// A budget with a zero or negative limit.
+    #[error("session '{session}': {message}")]
+    InvalidBudget {
+        /// The session key.
+        session: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The session's log could not be read; nothing runs in it until it can be.
     #[error(
         "session '{session}' could not be opened from its log ({message}); check the session store and open it again"
@@ -117,6 +141,8 @@ pub(crate) struct SessionState {
     evicted: AtomicBool,
     /// What a session kept in a session log keeps besides (boxed: a session without a log pays one pointer).
     logged: Option<Box<Logged>>,
+    /// Without a log: the session's budget, what it spent and its pause (with one, the log's projection holds them).
+    account: Mutex<crate::budget::Account>,
 }
 
 impl SessionState {
@@ -140,6 +166,7 @@ impl SessionState {
             last_used: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             logged: None,
+            account: Mutex::default(),
         }
     }
 
@@ -209,6 +236,8 @@ impl SessionState {
                         self.queue.remove(*id);
                     }
                 }
+                // Read from the projection (which took it in): the running turn keeps its meter, the next has it.
+                Entry::BudgetSet { .. } => {}
                 _ => others = true,
             }
         }
@@ -550,6 +579,17 @@ impl Session {
     pub async fn send(&self, message: impl Into<String>) -> Result<Turn, SessionError> {
         let message = message.into();
         self.opened().await.map_err(|message| SessionError::Unavailable { session: self.key().to_owned(), message })?;
+        if let Some(reached) = self.live().paused() {
+            // Nothing runs over the budget: the message waits for the limit to be raised.
+            return Err(match self.steer(message).await {
+                Ok(queued) => self.paused_error(&reached, Some(queued)),
+                Err(e) => SessionError::Paused {
+                    session: self.key().to_owned(),
+                    reason: format!("{reached}; the message was not queued either: {e}"),
+                    queued: None,
+                },
+            });
+        }
         if let Some(owner) = self.lease().await? {
             return Err(SessionError::BusyElsewhere { session: self.key().to_owned(), owner });
         }
@@ -680,6 +720,10 @@ impl Session {
                 // Queue while holding the conversation lock: the turn cannot be released in between, so the
                 // bus's continuation check after the turn sees this message.
                 Conversation::Running { .. } => {
+                    return enqueue(state, conversation, text).map(Routing::Steered);
+                }
+                // Paused over its budget: the message waits for the limit to be raised.
+                Conversation::Idle(_) if state.paused().is_some() => {
                     return enqueue(state, conversation, text).map(Routing::Steered);
                 }
                 Conversation::Idle(_) => match claim(state, conversation) {
@@ -836,6 +880,9 @@ impl Session {
             if matches!(*conversation, Conversation::Running { .. }) {
                 return Err(SessionError::Busy { session: state.key.to_string() });
             }
+            if let Some(reached) = state.paused() {
+                return Err(self.paused_error(&reached, None));
+            }
             // What other processes queued for the idle session is in the queue already (heard through the log).
             if state.queue.len() == 0 {
                 return Ok(None);
@@ -907,6 +954,7 @@ impl Session {
                 }
             }]
         });
+        let meter = state.meter(&self.runtime.default_budget, kind == TurnKind::Resumed);
         let shared = self.runtime.shared.local();
         let ctx = Context::builder()
             .execution_id(execution_id)
@@ -914,7 +962,12 @@ impl Session {
             .history(history)
             .events(sink(state).clone())
             .shared_services(shared.services.clone(), shared.layers.clone())
-            .turn_services(TurnServices { steering: Some(steering.clone()), journal, records })
+            .turn_services(TurnServices {
+                steering: Some(steering.clone()),
+                journal,
+                records,
+                meter: Some(meter.clone()),
+            })
             .cancel_with(&cancel)
             .build();
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
@@ -990,6 +1043,7 @@ impl Session {
                         EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() }
                     }
                 });
+                state.settle_budget(&ctx, &meter, number, logged).await;
                 if let Some(journal) = log_journal.filter(|_| logged) {
                     let outcome = match &result {
                         Ok(answer) => TurnOutcome::Completed { answer: answer.clone() },

@@ -286,6 +286,15 @@ pub enum EventKind {
         /// Why.
         error: NoeticError,
     },
+    /// A budget limit was reached: the turn ends at this checkpoint (no more model requests or tool calls) and the
+    /// session is paused until the limit is raised (see [`crate::budget`]).
+    BudgetReached {
+        /// The session key.
+        session: Arc<str>,
+        /// Which limit, what it allows and what was spent.
+        #[serde(flatten)]
+        reached: crate::budget::BudgetReached,
+    },
 }
 
 /// The kind of a step.

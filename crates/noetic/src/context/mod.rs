@@ -81,6 +81,8 @@ pub(crate) struct TurnServices {
     pub(crate) steering: Option<Arc<dyn Checkpoints>>,
     pub(crate) journal: Option<Arc<dyn TurnJournal>>,
     pub(crate) records: Option<Arc<dyn RecordSink>>,
+    /// What the turn may spend, and what it spent (its whole tree counts towards it).
+    pub(crate) meter: Option<Arc<crate::budget::Meter>>,
 }
 
 /// What steps can call on: the model, the tools in scope and the approver. Shared by a whole execution tree.
@@ -552,6 +554,12 @@ impl Context {
     /// The session turn's own services, if this execution belongs to one.
     fn turn(&self) -> Option<&TurnServices> {
         self.inner.tree().turn.as_deref()
+    }
+
+    /// The budget meter of the session turn this execution belongs to (also for spawned children and fork paths:
+    /// what they spend counts towards the turn's budget).
+    pub(crate) fn meter(&self) -> Option<&Arc<crate::budget::Meter>> {
+        self.turn().and_then(|t| t.meter.as_ref())
     }
 
     /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).

@@ -135,6 +135,11 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
         // A call about to run is journaled before it starts (model requests commit in their own arm, with the
         // steering they inject).
         let action = core.action();
+        // The budget's checkpoint: before a model request or a tool call starts (and is journaled), never after.
+        if let Err(reached) = spend(ctx, &action) {
+            input = Input::Failed(reached.into());
+            continue;
+        }
         if let Some(journal) = journal.as_deref()
             && core.is_at_durable_point()
             && !matches!(action, Action::CallModel { .. })
@@ -337,6 +342,25 @@ async fn finish(
         redoable: false,
     };
     journal.commit(commit).await
+}
+
+/// Asks the turn's budget whether `action` may start (counting the tool calls it starts). Spawned children and
+/// fork paths ask the same meter as their turn, so they cannot spend past it.
+fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
+    let Some(meter) = ctx.meter() else { return Ok(()) };
+    match action {
+        Action::CallModel { .. } => meter.before_model_call(),
+        Action::RunTool(_) => meter.before_tool_calls(1, logs_inputs(ctx)),
+        Action::RunGroup(group) => {
+            meter.before_tool_calls(u64::try_from(group.calls.len()).unwrap_or(u64::MAX), logs_inputs(ctx))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// True when the session log records this execution's model responses and tool starts (a session turn's root).
+fn logs_inputs(ctx: &Context) -> bool {
+    ctx.journal().is_some_and(|j| j.records_inputs())
 }
 
 fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {
@@ -577,6 +601,9 @@ async fn call_model_once<I, O>(
     };
     let response = answer.map_err(|e| with_step_id(e, &s.id))?;
     ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
+    if let Some(meter) = ctx.meter() {
+        meter.model_call(&response.usage, logs_inputs(ctx));
+    }
     if let Some((counted, _, _)) = counted {
         ctx.history().calibration().observe(counted, response.usage.input_tokens);
     }

@@ -145,6 +145,10 @@ pub async fn judge(
             other => FailureCause::JudgeError { message: other.to_string() },
         })?;
         ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
+        // Counted towards the turn's budget; the session log holds no response of it.
+        if let Some(meter) = ctx.meter() {
+            meter.model_call(&response.usage, false);
+        }
         if let Some(decision) = read_verdict(response.text_output()) {
             return Ok(decision);
         }

@@ -137,6 +137,9 @@ pub struct LedgerEntry {
     /// verdict (what `noetic rules test` replays). Empty when none ran, and in ledgers written before it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judges: Vec<JudgeVerdict>,
+    /// Set on the entry that records a budget limit reached (the turn ended there and the session paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetReached>,
 }
 
 impl LedgerEntry {
@@ -158,6 +161,7 @@ impl LedgerEntry {
             shadow: None,
             escalated: false,
             judges: Vec::new(),
+            budget: None,
         }
     }
 

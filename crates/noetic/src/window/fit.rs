@@ -264,6 +264,10 @@ async fn summarise(
     match ctx.run_cancellable(model.call(request)).await {
         Ok(response) => {
             ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
+            // Counted towards the turn's budget; the session log holds no response of it.
+            if let Some(meter) = ctx.meter() {
+                meter.model_call(&response.usage, false);
+            }
             let text = response.text_output().trim();
             Ok((!text.is_empty()).then(|| text.chars().take(max_tokens as usize * 4).collect()))
         }

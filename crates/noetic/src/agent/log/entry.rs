@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::super::{BatchPolicy, MessageId, SteerMessage, SteeringMode};
+use crate::budget::{Budget, BudgetReached, Spent};
 use crate::context::ExecutionId;
 use crate::error::NoeticError;
 use crate::model::Item;
@@ -211,6 +212,29 @@ pub enum Entry {
         /// What is sent in their place.
         summary: Option<String>,
     },
+    /// A budget set for the session (a person, the API, configuration): it holds from here on, and a session
+    /// paused over its budget may continue.
+    BudgetSet {
+        /// The limits.
+        budget: Budget,
+    },
+    /// A budget limit was reached: the turn ended at that checkpoint and the session is paused until a budget is
+    /// set ([`Entry::BudgetSet`]).
+    BudgetReached {
+        /// The turn.
+        turn: u64,
+        /// Which limit, what it allows, what was spent.
+        reached: BudgetReached,
+    },
+    /// What a turn spent that no other entry shows (its spawned children's and fork paths' calls, LLM judges,
+    /// compaction), written with the turn's end; model responses and tool starts the log holds are counted from
+    /// their own entries.
+    BudgetSpent {
+        /// The turn.
+        turn: u64,
+        /// What it spent.
+        spent: Spent,
+    },
     /// A memory layer's state for a scope other than `execution` changed (`None`: deleted).
     LayerState {
         /// Whose state (`thread:<key>`, …).
@@ -236,12 +260,15 @@ impl Entry {
             | Entry::ToolStarted { turn, .. }
             | Entry::ApprovalAsked { turn, .. }
             | Entry::ApprovalDecided { turn, .. }
-            | Entry::TurnEnded { turn, .. } => Some(*turn),
+            | Entry::TurnEnded { turn, .. }
+            | Entry::BudgetReached { turn, .. }
+            | Entry::BudgetSpent { turn, .. } => Some(*turn),
             Entry::Decision { turn, .. } | Entry::Compacted { turn, .. } => *turn,
             Entry::Settings { .. }
             | Entry::MessageAccepted { .. }
             | Entry::MessagesDropped { .. }
             | Entry::StopRequested { .. }
+            | Entry::BudgetSet { .. }
             | Entry::LayerState { .. } => None,
         }
     }

@@ -8,9 +8,11 @@ use serde_json::Value;
 use super::entry::{Entry, Record};
 use super::seam::{LogStore, StoreError};
 use crate::agent::{BatchPolicy, DEFAULT_QUEUE_CAPACITY, SteerMessage, SteeringMode};
+use crate::budget::Account;
 use crate::context::ExecutionId;
 use crate::model::{Folded, Item};
 use crate::steering::LedgerEntry;
+use crate::turn::Input;
 
 /// How many entries one read asks a store for.
 pub(crate) const READ_PAGE: usize = 1000;
@@ -89,6 +91,9 @@ pub struct Projection {
     pub approvals: Vec<AwaitedApproval>,
     /// Memory layers' state by scope, then layer.
     pub layer_states: BTreeMap<String, BTreeMap<String, Value>>,
+    /// The session's budget, what it spent, and whether it is paused over it.
+    #[serde(default)]
+    pub budget: Account,
     /// How much of the conversation requests skip since its last compaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted: Option<Folded>,
@@ -115,6 +120,7 @@ impl Projection {
             Entry::MessagesDropped { ids, .. } => self.queue.retain(|m| !ids.contains(&m.id)),
             Entry::StopRequested { reason } => self.stop_requested = Some(reason.clone()),
             Entry::TurnStarted { turn, execution_id, input } => {
+                self.budget.turn_started(record.at);
                 self.turns = self.turns.max(*turn);
                 self.stop_requested = None;
                 self.open_turn = Some(OpenTurn {
@@ -148,6 +154,7 @@ impl Projection {
             }
             Entry::Decision { entry, .. } => self.ledger.push((**entry).clone()),
             Entry::TurnEnded { turn, .. } => {
+                self.budget.turn_ended(record.at);
                 if self.open_turn.as_ref().is_some_and(|t| t.turn == *turn) {
                     self.open_turn = None;
                     self.stop_requested = None;
@@ -170,11 +177,16 @@ impl Projection {
             Entry::Compacted { upto, summary, .. } => {
                 self.compacted = Some(Folded { upto: *upto, summary: summary.clone() });
             }
-            Entry::TurnResumed { .. }
-            | Entry::StepStarted { .. }
-            | Entry::StepFinished { .. }
-            | Entry::Core { .. }
-            | Entry::ToolStarted { .. } => {}
+            Entry::Core { input: Input::Response(response), .. } => self.budget.model_call(&response.usage),
+            Entry::ToolStarted { .. } => self.budget.tool_call(),
+            Entry::BudgetSet { budget } => {
+                self.budget.budget = Some(*budget);
+                self.budget.paused = None;
+            }
+            Entry::BudgetReached { reached, .. } => self.budget.paused = Some(reached.clone()),
+            Entry::BudgetSpent { spent, .. } => self.budget.add(spent),
+            Entry::TurnResumed { .. } | Entry::StepStarted { .. } | Entry::StepFinished { .. } | Entry::Core { .. } => {
+            }
         }
     }
 

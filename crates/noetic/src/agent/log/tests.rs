@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::agent::{BatchPolicy, SteerMessage, SteeringMode};
+use crate::budget::{Amount, Budget, BudgetReached, Limit, Limits, Scope, Spent};
 use crate::context::ExecutionId;
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
@@ -69,6 +70,17 @@ fn one_of_each() -> (Vec<Entry>, [SteerMessage; 3]) {
         Entry::TurnEnded { turn: 2, outcome: TurnOutcome::Failed { error: NoeticError::cancelled("stopped") } },
         Entry::TurnStarted { turn: 3, execution_id: ExecutionId::new(), input: "again".into() },
         Entry::TurnEnded { turn: 3, outcome: TurnOutcome::Discarded },
+        Entry::BudgetSpent { turn: 3, spent: Spent { model_calls: 2, tokens_in: 40, ..Spent::default() } },
+        Entry::BudgetReached {
+            turn: 3,
+            reached: BudgetReached {
+                scope: Scope::Turn,
+                limit: Limit::WallTime,
+                allowed: Amount::Millis { ms: 600_000 },
+                used: Amount::Millis { ms: 720_000 },
+            },
+        },
+        Entry::BudgetSet { budget: Budget::default().session(Limits::default().cost(2.5)) },
     ];
     (entries, messages)
 }
@@ -223,4 +235,34 @@ fn message_times_survive_the_round_trip() {
     let text = encode(&Entry::MessageAccepted { message: message.clone() }, SystemTime::now()).unwrap();
     let Entry::MessageAccepted { message: back } = decode(1, &text).unwrap().entry else { panic!("a message") };
     assert_eq!(back, message);
+}
+
+#[test]
+fn the_budget_is_projected_from_responses_tool_starts_turn_times_and_budget_entries() {
+    let (entries, _) = one_of_each();
+    let mut projection = Projection::default();
+    let mut reached = None;
+    for (i, entry) in entries.into_iter().enumerate() {
+        if let Entry::BudgetReached { reached: r, .. } = &entry {
+            reached = Some(r.clone());
+        }
+        // Each entry a second after the one before: the turns' wall time is what lies between start and end.
+        let record =
+            Record { pos: i as u64 + 1, at: UNIX_EPOCH + Duration::from_secs(1_800_000_000 + i as u64), entry };
+        projection.apply(&record);
+        if matches!(record.entry, Entry::BudgetReached { .. }) {
+            assert_eq!(projection.budget.paused, reached, "the limit reached pauses the session");
+        }
+    }
+    let account = &projection.budget;
+    // One logged response, one tool start, two calls and 40 tokens of a child's; turns of 18, 2 and 1 seconds.
+    assert_eq!((account.spent.model_calls, account.spent.tool_calls, account.spent.tokens_in), (3, 1, 40));
+    assert_eq!(account.spent.wall_time, Duration::from_secs(21));
+    assert_eq!(account.budget, Some(Budget::default().session(Limits::default().cost(2.5))));
+    assert_eq!(account.paused, None, "setting a budget ends the pause");
+    // A snapshot written before budgets existed reads with nothing spent.
+    let mut old = serde_json::to_value(Projection::default()).unwrap();
+    old.as_object_mut().unwrap().remove("budget");
+    let bytes = serde_json::to_vec(&json!({"v": ENTRY_VERSION, "projection": old})).unwrap();
+    assert_eq!(Projection::decode(&bytes).unwrap().budget, crate::budget::Account::default());
 }
