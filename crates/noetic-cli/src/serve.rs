@@ -245,6 +245,8 @@ async fn agent_spec(
             .concat(),
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
+            ledger_key: args.agent.ledger_key()?,
+            chain_ledger: false,
         };
         return Ok((spec, described, local));
     }
@@ -276,6 +278,8 @@ async fn agent_spec(
         tool_sources,
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),
+        ledger_key: args.agent.ledger_key()?,
+        chain_ledger: false,
     };
     Ok((spec, described, local))
 }

@@ -47,6 +47,8 @@ fn harness() -> Harness {
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,
+        ledger_key: None,
+        chain_ledger: false,
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, true);

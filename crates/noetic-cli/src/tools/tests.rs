@@ -55,6 +55,8 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
         tool_sources: Vec::new(),
         first_round_tool_call: false,
         max_idle_sessions: None,
+        ledger_key: None,
+        chain_ledger: false,
     })
     .unwrap();
     let session = agent.runtime.session("race");

@@ -1,0 +1,59 @@
+//! A session's ledger entries chained as they are appended to its log (see [`crate::steering::chain`]): the
+//! chain follows the log's order because an entry is sealed and handed to the writer under one lock.
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::log::Entry;
+use super::logged::Logged;
+use crate::context::lock;
+use crate::steering::LedgerEntry;
+use crate::steering::chain::{ChainHead, SigningKey, seal};
+
+/// Where this process left a session's chain (`None` until its first entry here).
+#[derive(Default)]
+pub(crate) struct Head(Mutex<Option<ChainHead>>);
+
+/// Appends the ledger entry `json` to `key`'s log as entry `turn`'s decision, chained after the session's last
+/// one and signed with `signer` when `ends_turn` says it is a turn's last entry (or one after the turn ended);
+/// `also` are entries to append with it.
+pub(crate) fn append_decision(
+    logged: &Logged,
+    key: &str,
+    turn: u64,
+    json: &str,
+    signer: Option<&SigningKey>,
+    turn_ended: bool,
+    also: impl FnOnce() -> Vec<Entry>,
+) {
+    let mut object = match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(object)) => object,
+        Ok(_) | Err(_) => {
+            tracing::error!("a ledger entry could not be read back as a JSON object; it is not logged");
+            return;
+        }
+    };
+    let ends_turn = turn_ended || object.get("outcome").is_some_and(|o| !o.is_null());
+    let mut head = lock(&logged.chain.0);
+    // Another process may have appended to the chain since (its entries are in the projection once read).
+    let landed = ChainHead::after(&lock(&logged.projection).ledger);
+    let mut current = match head.take() {
+        Some(mine) if mine.index >= landed.index => mine,
+        _ => landed,
+    };
+    let before = current.clone();
+    seal(&mut object, key, &mut current, signer.filter(|_| ends_turn));
+    let entry = match serde_json::from_value::<LedgerEntry>(Value::Object(object)) {
+        Ok(entry) => entry,
+        Err(e) => {
+            tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
+            *head = Some(before);
+            return;
+        }
+    };
+    let mut entries = vec![Entry::Decision { turn: Some(turn), entry: Box::new(entry) }];
+    entries.extend(also());
+    logged.submit_detached(entries);
+    *head = Some(current);
+}
