@@ -142,7 +142,7 @@ pub fn verify(
             } else {
                 (Tamper::Reordered, format!("it comes after entry {}", want - 1))
             };
-            return Err(broken(index, position, tamper, detail));
+            return Err(broken(want, position, tamper, detail));
         }
         let claimed = entry.get("prev_sha256").and_then(Value::as_str);
         match (&prev, claimed) {
