@@ -169,6 +169,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         }
     }
     let _ = steer_to.set(session.clone());
+    allowed.chain_into(session.clone());
     let mut events = session.subscribe();
     let turn = session.send(args.prompt.clone()).await?;
     let style = Style::detect(args.plain);

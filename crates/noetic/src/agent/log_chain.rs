@@ -15,13 +15,13 @@ use crate::steering::chain::{ChainHead, SigningKey, seal};
 #[derive(Default)]
 pub(crate) struct Head(Mutex<Option<ChainHead>>);
 
-/// Appends the ledger entry `json` to `key`'s log as entry `turn`'s decision, chained after the session's last
+/// Appends the ledger entry `json` to `key`'s log as a decision of `turn` (`None`: outside the steering layer), chained after the session's last
 /// one and signed with `signer` when `ends_turn` says it is a turn's last entry (or one after the turn ended);
 /// `also` are entries to append with it.
 pub(crate) fn append_decision(
     logged: &Logged,
     key: &str,
-    turn: u64,
+    turn: Option<u64>,
     json: &str,
     signer: Option<&SigningKey>,
     turn_ended: bool,
@@ -52,7 +52,7 @@ pub(crate) fn append_decision(
             return;
         }
     };
-    let mut entries = vec![Entry::Decision { turn: Some(turn), entry: Box::new(entry) }];
+    let mut entries = vec![Entry::Decision { turn, entry: Box::new(entry) }];
     entries.extend(also());
     logged.submit_detached(entries);
     *head = Some(current);

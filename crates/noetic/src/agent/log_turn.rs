@@ -281,7 +281,7 @@ impl RecordSink for LogRecords {
         let ended = self.journal.ended.load(Ordering::SeqCst);
         let runtime = self.runtime.upgrade();
         let signer = runtime.as_ref().and_then(|r| r.ledger_key.as_deref());
-        super::log_chain::append_decision(logged, state.key(), self.journal.turn, &entry, signer, ended, || {
+        super::log_chain::append_decision(logged, state.key(), Some(self.journal.turn), &entry, signer, ended, || {
             // A verdict resolving after its turn ended changed what the session's thread carries to its next
             // turn: saved with it, so it survives a restart.
             match runtime.as_ref().filter(|_| ended) {
