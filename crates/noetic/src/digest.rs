@@ -13,46 +13,58 @@ use sha2::{Digest, Sha256};
 /// assert_eq!(noetic::digest::canonical_json(&json!({"b": 1, "a": [true, null]})), r#"{"a":[true,null],"b":1}"#);
 /// ```
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(256);
     write(value, &mut out);
-    out
+    // Only JSON text was written: keys and strings as serde_json escapes them, and ASCII punctuation.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write(value: &Value, out: &mut String) {
+/// Writes `value`'s canonical text to `out` (no intermediate strings: hashing a ledger entry is on each decision's
+/// path).
+fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         Value::Object(fields) => {
-            let mut keys: Vec<&String> = fields.keys().collect();
-            keys.sort_unstable();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut keys: Vec<(&String, &Value)> = fields.iter().collect();
+            keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, field)) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                if let Some(field) = fields.get(key) {
-                    write(field, out);
-                }
+                scalar(key, out);
+                out.push(b':');
+                write(field, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        other => scalar(other, out),
     }
+}
+
+/// A string or scalar as serde_json writes it (writing to a `Vec` cannot fail).
+fn scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// The SHA-256 of `bytes`, as 64 lowercase hex digits.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(64);
+    for b in Sha256::digest(bytes) {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    hex
 }
 
 /// The SHA-256 of the canonical JSON of `value` (see [`canonical_json`]), as 64 lowercase hex digits.
@@ -66,7 +78,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// assert_ne!(a, noetic::digest::json_sha256(&json!({"command": "cargo test ", "cwd": "."})));
 /// ```
 pub fn json_sha256(value: &Value) -> String {
-    sha256_hex(canonical_json(value).as_bytes())
+    let mut out = Vec::with_capacity(512);
+    write(value, &mut out);
+    sha256_hex(&out)
 }
 
 #[cfg(test)]

@@ -3,21 +3,19 @@
 
 use std::sync::Mutex;
 
-use serde_json::Value;
-
 use super::log::Entry;
 use super::logged::Logged;
 use crate::context::lock;
 use crate::steering::LedgerEntry;
-use crate::steering::chain::{ChainHead, SigningKey, seal};
+use crate::steering::chain::{ChainHead, SigningKey, seal_entry};
 
 /// Where this process left a session's chain (`None` until its first entry here).
 #[derive(Default)]
 pub(crate) struct Head(Mutex<Option<ChainHead>>);
 
-/// Appends the ledger entry `json` to `key`'s log as a decision of `turn` (`None`: outside the steering layer), chained after the session's last
-/// one and signed with `signer` when `ends_turn` says it is a turn's last entry (or one after the turn ended);
-/// `also` are entries to append with it.
+/// Appends the ledger entry `json` to `key`'s log as a decision of `turn` (`None`: made outside the steering
+/// layer), chained after the session's last one and signed with `signer` when it is a turn's last entry (it has
+/// the outcome) or `turn_ended`; `also` are entries to append with it.
 pub(crate) fn append_decision(
     logged: &Logged,
     key: &str,
@@ -27,14 +25,14 @@ pub(crate) fn append_decision(
     turn_ended: bool,
     also: impl FnOnce() -> Vec<Entry>,
 ) {
-    let mut object = match serde_json::from_str::<Value>(json) {
-        Ok(Value::Object(object)) => object,
-        Ok(_) | Err(_) => {
-            tracing::error!("a ledger entry could not be read back as a JSON object; it is not logged");
+    let mut entry = match serde_json::from_str::<LedgerEntry>(json) {
+        Ok(entry) => entry,
+        Err(e) => {
+            tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
             return;
         }
     };
-    let ends_turn = turn_ended || object.get("outcome").is_some_and(|o| !o.is_null());
+    let ends_turn = turn_ended || entry.outcome.is_some();
     let mut head = lock(&logged.chain.0);
     // Another process may have appended to the chain since (its entries are in the projection once read).
     let landed = ChainHead::after(&lock(&logged.projection).ledger);
@@ -42,16 +40,9 @@ pub(crate) fn append_decision(
         Some(mine) if mine.index >= landed.index => mine,
         _ => landed,
     };
-    let before = current.clone();
-    seal(&mut object, key, &mut current, signer.filter(|_| ends_turn));
-    let entry = match serde_json::from_value::<LedgerEntry>(Value::Object(object)) {
-        Ok(entry) => entry,
-        Err(e) => {
-            tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
-            *head = Some(before);
-            return;
-        }
-    };
+    if let Err(e) = seal_entry(&mut entry, key, &mut current, signer.filter(|_| ends_turn)) {
+        tracing::error!(error = %e, "a ledger entry could not be hashed; it is logged without its chain");
+    }
     let mut entries = vec![Entry::Decision { turn, entry: Box::new(entry) }];
     entries.extend(also());
     logged.submit_detached(entries);

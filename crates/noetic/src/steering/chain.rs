@@ -85,6 +85,26 @@ pub fn seal(entry: &mut Map<String, Value>, session: &str, head: &mut ChainHead,
     head.sha256 = Some(sha256);
 }
 
+/// [`seal`] on a typed entry: what a session's log does with each decision it appends.
+pub fn seal_entry(
+    entry: &mut LedgerEntry,
+    session: &str,
+    head: &mut ChainHead,
+    key: Option<&SigningKey>,
+) -> Result<(), serde_json::Error> {
+    entry.session_key = Some(session.to_owned());
+    entry.index = Some(head.index);
+    entry.prev_sha256 = head.sha256.clone();
+    entry.sha256 = None;
+    entry.signature = None;
+    let sha256 = crate::digest::json_sha256(&serde_json::to_value(&*entry)?);
+    entry.signature = key.map(|key| hex(&key.sign(sha256.as_bytes()).to_bytes()));
+    entry.sha256 = Some(sha256.clone());
+    head.index += 1;
+    head.sha256 = Some(sha256);
+    Ok(())
+}
+
 /// The SHA-256 of `entry`'s canonical form (its fields but `sha256` and `signature`), as 64 lowercase hex digits.
 pub fn content_sha256(entry: &mut Map<String, Value>) -> String {
     let kept: Vec<(String, Value)> = UNHASHED.iter().filter_map(|field| entry.remove_entry(*field)).collect();
