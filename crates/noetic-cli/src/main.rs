@@ -52,7 +52,8 @@ use crate::output::{errln, outln};
     about,
     after_help = "Examples:\n  noetic demo\n  noetic chat --model openai/gpt-4o-mini --rules rules.toml --workspace .\n  noetic chat \
                   --model llama3.2 --base-url http://localhost:11434/v1\n  noetic run workflow.toml --prompt \"Tidy up\" \
-                  --json\n  noetic ledger ledger.jsonl\n  noetic rules rules.toml"
+                  --json\n  noetic ledger ledger.jsonl\n  noetic ledger verify noetic.db --key ledger.key.pub\n  noetic \
+                  rules rules.toml"
 )]
 struct Cli {
     /// Defaults file for chat, run, serve and sessions (default: ./noetic.toml when present); also accepted
