@@ -124,11 +124,7 @@ fn select(mut all: Ledgers, sessions: &[String], source: &Path) -> Result<Ledger
 
 /// The ledgers of a database or a file.
 async fn read(source: &Path) -> Result<Ledgers, String> {
-    if crate::sessions::is_postgres(source) || is_sqlite(source)? {
-        read_db(source).await
-    } else {
-        read_file(source)
-    }
+    if crate::sessions::is_postgres(source) || is_sqlite(source)? { read_db(source).await } else { read_file(source) }
 }
 
 /// True for an SQLite file (by its header); an error when `path` cannot be read.
@@ -187,7 +183,8 @@ async fn decisions(store: &dyn LogStore, key: &str) -> Result<Chain, Box<dyn std
 /// A JSON-lines ledger: each line one entry, grouped by its `session_key` (entries without one, written before
 /// the chain or without a session log, under "").
 fn read_file(path: &Path) -> Result<Ledgers, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the ledger file '{}': {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read the ledger file '{}': {e}", path.display()))?;
     let mut ledgers = Ledgers::new();
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -71,7 +71,10 @@ pub fn public_key(path: &Path) -> Result<VerifyingKey, String> {
 
 fn read(path: &Path, flag: &str) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| {
-        format!("cannot read the key file '{}' ({flag}): {e}; make a key pair with `noetic ledger keygen`", path.display())
+        format!(
+            "cannot read the key file '{}' ({flag}): {e}; make a key pair with `noetic ledger keygen`",
+            path.display()
+        )
     })?;
     String::from_utf8(bytes).map_err(|_| {
         format!(

@@ -290,7 +290,8 @@ fn main() -> std::process::ExitCode {
 async fn ledger_action(action: LedgerAction) -> Result<(), String> {
     match action {
         LedgerAction::Verify { source, key, sessions, entries } => {
-            let args = audit::VerifyArgs { source: &source, key: key.as_deref(), sessions: &sessions, expected: entries };
+            let args =
+                audit::VerifyArgs { source: &source, key: key.as_deref(), sessions: &sessions, expected: entries };
             audit::verify_command(args).await
         }
         LedgerAction::Export { db, sessions, out } => audit::export_command(&db, &sessions, out.as_deref()).await,

@@ -107,8 +107,12 @@ fn an_exported_ledger_of_two_runs_verifies_and_each_edit_delete_reorder_insert_o
     assert!(lines.iter().enumerate().all(|(i, l)| field(l, "index") == i && field(l, "session_key") == "audit"));
     let (ok, stdout, stderr) = audit.verify("intact.jsonl", &lines);
     assert!(ok, "{stderr}");
-    assert_eq!(stdout.trim(), format!("session \"audit\": {} entries, chain intact, 2 signature(s) checked", lines.len()));
-    let db = run(noetic().args(["ledger", "verify"]).arg(audit.path("db.sqlite")).arg("--key").arg(audit.path("k.pub")));
+    assert_eq!(
+        stdout.trim(),
+        format!("session \"audit\": {} entries, chain intact, 2 signature(s) checked", lines.len())
+    );
+    let db =
+        run(noetic().args(["ledger", "verify"]).arg(audit.path("db.sqlite")).arg("--key").arg(audit.path("k.pub")));
     assert!(db.status.success() && db.stdout == stdout, "the database verifies as its export: {}", db.stderr);
 
     let deny = lines.iter().position(|l| field(l, "action") == "deny").unwrap();
@@ -141,7 +145,11 @@ fn a_signed_ledger_fails_with_a_wrong_key_and_a_wrong_key_file_is_named() {
     let audit = Audit::new();
     let other = audit.path("other");
     assert!(run(noetic().args(["ledger", "keygen", "--out"]).arg(&other)).status.success());
-    let out = run(noetic().args(["ledger", "verify"]).arg(audit.path("ledger.jsonl")).arg("--key").arg(audit.path("other.pub")));
+    let out = run(noetic()
+        .args(["ledger", "verify"])
+        .arg(audit.path("ledger.jsonl"))
+        .arg("--key")
+        .arg(audit.path("other.pub")));
     assert!(!out.status.success());
     assert!(out.stderr.contains("wrong signature — its signature is not this key's"), "{}", out.stderr);
 
@@ -156,7 +164,8 @@ fn a_signed_ledger_fails_with_a_wrong_key_and_a_wrong_key_file_is_named() {
         .args(["--prompt", "x", "--ledger-key"])
         .arg(audit.path("flow.toml")));
     assert!(!not_a_key.status.success());
-    let expected = format!("'{}' is not a noetic ledger signing key: its first line is", audit.path("flow.toml").display());
+    let expected =
+        format!("'{}' is not a noetic ledger signing key: its first line is", audit.path("flow.toml").display());
     assert!(not_a_key.stderr.contains(&expected), "{}", not_a_key.stderr);
     assert!(not_a_key.stderr.contains("noetic ledger keygen"), "says what to do: {}", not_a_key.stderr);
 
@@ -190,7 +199,11 @@ fn a_broken_line_and_an_unreadable_database_are_named_and_the_viewer_still_shows
 
     let view = run(noetic().arg("ledger").arg(audit.path("ledger.jsonl")).arg("--plain"));
     assert!(view.status.success(), "{}", view.stderr);
-    assert!(view.stdout.contains("DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme"), "{}", view.stdout);
+    assert!(
+        view.stdout.contains("DENY    tool delete_file {\"path\":\"README.md\"} by keep-readme"),
+        "{}",
+        view.stdout
+    );
     assert!(view.stdout.contains("turn 2 · started"), "{}", view.stdout);
 }
 
@@ -203,7 +216,13 @@ fn the_ledger_out_file_of_run_carries_the_chain_and_verifies() {
     let flow = dir.path().join("flow.toml");
     std::fs::write(&flow, WORKFLOW).unwrap();
     let ledger = dir.path().join("out.jsonl");
-    let out = run(noetic().arg("run").arg(&flow).args(["--prompt", "tidy", "--workspace"]).arg(&ws).arg("--ledger-out").arg(&ledger));
+    let out = run(noetic()
+        .arg("run")
+        .arg(&flow)
+        .args(["--prompt", "tidy", "--workspace"])
+        .arg(&ws)
+        .arg("--ledger-out")
+        .arg(&ledger));
     assert!(out.status.success(), "{}", out.stderr);
     let text = std::fs::read_to_string(&ledger).unwrap();
     assert!(text.lines().all(|l| field(l, "sha256").is_string()), "{text}");

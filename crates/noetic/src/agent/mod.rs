@@ -21,8 +21,8 @@
 mod bus;
 mod checkpoint;
 pub mod log;
-mod log_events;
 mod log_chain;
+mod log_events;
 mod log_hub;
 mod log_lease;
 mod log_turn;

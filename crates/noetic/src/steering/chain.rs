@@ -125,7 +125,9 @@ pub fn signature_holds(key: &VerifyingKey, sha256: &str, signature: &str) -> boo
 
 /// Why a key file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{file}' is not a noetic ledger {kind} key: {problem}; make a key pair with `noetic ledger keygen --out FILE`")]
+#[error(
+    "'{file}' is not a noetic ledger {kind} key: {problem}; make a key pair with `noetic ledger keygen --out FILE`"
+)]
 pub struct KeyError {
     /// The file (as given).
     pub file: String,
@@ -166,7 +168,8 @@ fn key_bytes(text: &str, header: &str, other: &str, file: &str, kind: &'static s
     match lines.next() {
         Some(first) if first == header => {}
         Some(first) if first == other => {
-            let (is, give) = if kind == "signing" { ("public", "the signing key") } else { ("signing", "its .pub file") };
+            let (is, give) =
+                if kind == "signing" { ("public", "the signing key") } else { ("signing", "its .pub file") };
             return Err(error(format!("it is the {is} key of a pair (give {give})")));
         }
         Some(first) => {
@@ -175,8 +178,11 @@ fn key_bytes(text: &str, header: &str, other: &str, file: &str, kind: &'static s
         }
         None => return Err(error("it is empty".to_owned())),
     }
-    let Some(digits) = lines.next() else { return Err(error("the line with the key's 64 hex digits is missing".into())) };
-    unhex::<32>(digits).ok_or_else(|| error(format!("its second line is not 64 hex digits ({} characters)", digits.len())))
+    let Some(digits) = lines.next() else {
+        return Err(error("the line with the key's 64 hex digits is missing".into()));
+    };
+    unhex::<32>(digits)
+        .ok_or_else(|| error(format!("its second line is not 64 hex digits ({} characters)", digits.len())))
 }
 
 /// Lowercase hex.
@@ -220,16 +226,19 @@ mod tests {
         seal(&mut first, "s", &mut head, None);
         let mut second = json!({"kind": "custom", "action": "allow"}).as_object().cloned().unwrap();
         seal(&mut second, "s", &mut head, Some(&key));
-        let expected = crate::digest::sha256_hex(
-            br#"{"action":"allow","index":0,"kind":"tool_call","session_key":"s"}"#,
-        );
+        let expected =
+            crate::digest::sha256_hex(br#"{"action":"allow","index":0,"kind":"tool_call","session_key":"s"}"#);
         assert_eq!(first["sha256"], json!(expected));
         assert_eq!(second["prev_sha256"], json!(expected));
         assert_eq!(second["index"], json!(1));
         let sha = second["sha256"].as_str().unwrap().to_owned();
         assert_eq!(content_sha256(&mut second), sha);
         assert!(signature_holds(&key.verifying_key(), &sha, second["signature"].as_str().unwrap()));
-        assert!(!signature_holds(&SigningKey::from_bytes(&[8; 32]).verifying_key(), &sha, second["signature"].as_str().unwrap()));
+        assert!(!signature_holds(
+            &SigningKey::from_bytes(&[8; 32]).verifying_key(),
+            &sha,
+            second["signature"].as_str().unwrap()
+        ));
         assert_eq!(head, ChainHead { index: 2, sha256: Some(sha) });
     }
 

@@ -189,7 +189,10 @@ pub fn verify(
             let detail = if unchained == entries.len() {
                 "no entry is chained or signed".to_owned()
             } else {
-                format!("the chain ends with entry {}, which is not signed: the entries after it were cut off (or its turn never ended)", count - 1)
+                format!(
+                    "the chain ends with entry {}, which is not signed: the entries after it were cut off (or its turn never ended)",
+                    count - 1
+                )
             };
             return Err(broken(count, entries.len(), Tamper::Truncated, detail));
         }
