@@ -97,7 +97,7 @@ pub fn seal_entry(
     entry.prev_sha256 = head.sha256.clone();
     entry.sha256 = None;
     entry.signature = None;
-    let sha256 = crate::digest::json_sha256(&serde_json::to_value(&*entry)?);
+    let sha256 = crate::digest::typed_sha256(&*entry)?;
     entry.signature = key.map(|key| hex(&key.sign(sha256.as_bytes()).to_bytes()));
     entry.sha256 = Some(sha256.clone());
     head.index += 1;

@@ -4,6 +4,8 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod typed;
+
 /// The canonical JSON text of `value`: object keys sorted by their UTF-8 bytes, no whitespace, strings and
 /// numbers as `serde_json` writes them.
 ///
@@ -83,6 +85,21 @@ pub fn json_sha256(value: &Value) -> String {
     sha256_hex(&out)
 }
 
+/// The SHA-256 of the canonical JSON of what `value` serialises to — the same as [`json_sha256`] of
+/// `serde_json::to_value(value)`, without building the `Value`.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let args = json!({"cwd": ".", "command": "cargo test"});
+/// assert_eq!(noetic::digest::typed_sha256(&args).unwrap(), noetic::digest::json_sha256(&args));
+/// ```
+pub fn typed_sha256<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    let mut out = Vec::with_capacity(512);
+    typed::write(value, &mut out)?;
+    Ok(sha256_hex(&out))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -95,5 +112,44 @@ mod tests {
         let nested = json!({"z": {"y": 1, "x": "\u{e9}\n"}, "a": [2.5, {"d": 0, "c": -1}]});
         assert_eq!(canonical_json(&nested), r#"{"a":[2.5,{"c":-1,"d":0}],"z":{"x":"é\n","y":1}}"#);
         assert_eq!(json_sha256(&nested), sha256_hex(canonical_json(&nested).as_bytes()));
+    }
+
+    #[test]
+    fn a_typed_value_hashes_as_its_json_value_does() {
+        use crate::layer::Outcome;
+        use crate::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure, Shadow, SteeringAction};
+        let entry = LedgerEntry {
+            tool_name: Some("write \"it\"".into()),
+            tool_args: Some(json!({"z": [1, 2.5, null, {"b": "é\n\u{1}", "a": true}], "\"q\"": -3, "A": {}})),
+            usage: Some(crate::model::Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                cost: Some(0.000_125),
+                ..Default::default()
+            }),
+            guidance: Some("line\tbreak".into()),
+            rule_id: Some("r".into()),
+            evaluator: Some(Evaluator::LlmAsync),
+            failures: vec![
+                RuleFailure { rule_id: "a".into(), cause: FailureCause::Timeout },
+                RuleFailure { rule_id: "b".into(), cause: FailureCause::Unparseable { last_reply: "?".into() } },
+            ],
+            duration: std::time::Duration::from_nanos(1_234_567_890),
+            outcome: Some(Outcome::Success),
+            shadow: Some(Shadow { live: SteeringAction::Deny }),
+            escalated: true,
+            session_key: Some("s".into()),
+            index: Some(u64::MAX),
+            prev_sha256: Some("00".into()),
+            ..LedgerEntry::new(LedgerKind::Custom, SteeringAction::Guide)
+        };
+        let value = serde_json::to_value(&entry).unwrap();
+        let mut typed = Vec::new();
+        typed::write(&entry, &mut typed).unwrap();
+        assert_eq!(String::from_utf8(typed).unwrap(), canonical_json(&value));
+        assert_eq!(typed_sha256(&entry).unwrap(), json_sha256(&value));
+        for odd in [json!(f64::MAX), json!([]), json!({}), json!("\u{7f}\u{2028}"), json!(-0.0)] {
+            assert_eq!(typed_sha256(&odd).unwrap(), json_sha256(&odd), "{odd}");
+        }
     }
 }
