@@ -11,7 +11,7 @@
 //! | `index` | `i` |
 //! | `prev_sha256` | the `sha256` of entry `i - 1`; absent on the chain's first entry |
 //! | `sha256` | SHA-256 of the entry's canonical form, 64 lowercase hex digits |
-//! | `signature` | with a signing key, on a turn's last entry (the one with an `outcome`, and a verdict that resolved after its turn ended): Ed25519 over the 64 ASCII characters of `sha256`, 128 lowercase hex digits |
+//! | `signature` | with a signing key, on a turn's last entry (the one with the `outcome`) and on entries added while no turn runs (a late async verdict, [`Session::record_decision`](crate::agent::Session::record_decision)): Ed25519 over the 64 ASCII characters of `sha256`, 128 lowercase hex digits |
 //!
 //! **The canonical form** is the entry's JSON object as written (every field it has, `session_key`, `index` and
 //! `prev_sha256` included) without its `sha256` and `signature` fields, encoded as
@@ -22,6 +22,11 @@
 //! Entries written before the chain existed have none of these fields. They may only come first: the chain then
 //! starts at the first entry that has them (its index counts the older ones, and it has no `prev_sha256`). Such
 //! entries are reported as "unchained before entry N", not as tampering — nothing protects them.
+//!
+//! A check by hand: drop `sha256` and `signature` from a line of `noetic ledger export`, sort the keys of every
+//! object, print it without spaces and take the SHA-256 of its UTF-8: it is the line's `sha256`, and the next line's
+//! `prev_sha256`. Python's `json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` prints
+//! the same text, except that it writes some floats differently (`1e-05` where serde_json writes `1e-5`).
 //!
 //! **Keys** are files of two lines: a header, then 64 hex digits (the 32-byte Ed25519 secret key, or the public
 //! key): see [`SIGNING_KEY_HEADER`] and [`PUBLIC_KEY_HEADER`]. [`verify`](super::verify) checks a chain.
