@@ -115,41 +115,18 @@ mod tests {
     }
 
     #[test]
-    fn a_typed_value_hashes_as_its_json_value_does() {
-        use crate::layer::Outcome;
-        use crate::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure, Shadow, SteeringAction};
-        let entry = LedgerEntry {
-            tool_name: Some("write \"it\"".into()),
-            tool_args: Some(json!({"z": [1, 2.5, null, {"b": "é\n\u{1}", "a": true}], "\"q\"": -3, "A": {}})),
-            usage: Some(crate::model::Usage {
-                input_tokens: 3,
-                output_tokens: 4,
-                cost: Some(0.000_125),
-                ..Default::default()
-            }),
-            guidance: Some("line\tbreak".into()),
-            rule_id: Some("r".into()),
-            evaluator: Some(Evaluator::LlmAsync),
-            failures: vec![
-                RuleFailure { rule_id: "a".into(), cause: FailureCause::Timeout },
-                RuleFailure { rule_id: "b".into(), cause: FailureCause::Unparseable { last_reply: "?".into() } },
-            ],
-            duration: std::time::Duration::from_nanos(1_234_567_890),
-            outcome: Some(Outcome::Success),
-            shadow: Some(Shadow { live: SteeringAction::Deny }),
-            escalated: true,
-            session_key: Some("s".into()),
-            index: Some(u64::MAX),
-            prev_sha256: Some("00".into()),
-            ..LedgerEntry::new(LedgerKind::Custom, SteeringAction::Guide)
-        };
-        let value = serde_json::to_value(&entry).unwrap();
-        let mut typed = Vec::new();
-        typed::write(&entry, &mut typed).unwrap();
-        assert_eq!(String::from_utf8(typed).unwrap(), canonical_json(&value));
-        assert_eq!(typed_sha256(&entry).unwrap(), json_sha256(&value));
-        for odd in [json!(f64::MAX), json!([]), json!({}), json!("\u{7f}\u{2028}"), json!(-0.0)] {
-            assert_eq!(typed_sha256(&odd).unwrap(), json_sha256(&odd), "{odd}");
+    fn a_serialisable_value_is_written_as_its_json_value_is() {
+        let values = [
+            json!({"z": [1, 2.5, null, {"b": "é\n\u{1}\u{7f}\u{2028}", "a": true}], "\"q\"": -3, "A": {}, "": []}),
+            json!(f64::MAX),
+            json!(-0.0),
+            json!("text"),
+        ];
+        for value in values {
+            let mut typed = Vec::new();
+            assert!(super::typed::write(&value, &mut typed).is_ok());
+            assert_eq!(String::from_utf8(typed).ok(), Some(canonical_json(&value)), "{value}");
+            assert_eq!(typed_sha256(&value).ok(), Some(json_sha256(&value)));
         }
     }
 }

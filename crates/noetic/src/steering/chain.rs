@@ -265,4 +265,38 @@ mod tests {
         let e = parse_signing_key(&format!("{SIGNING_KEY_HEADER}\nabc\n"), "k").unwrap_err();
         assert_eq!(e.problem, "its second line is not 64 hex digits (3 characters)");
     }
+
+    #[test]
+    fn an_entry_hashes_as_its_json_value_does_without_building_the_value() {
+        use crate::digest::{json_sha256, typed_sha256};
+        use crate::layer::Outcome;
+        use crate::steering::{Evaluator, FailureCause, LedgerKind, RuleFailure, Shadow, SteeringAction};
+        let entry = LedgerEntry {
+            tool_name: Some("write \"it\"".into()),
+            tool_args: Some(json!({"z": [1, 2.5, null, {"b": "é\n\u{1}", "a": true}], "\"q\"": -3, "A": {}})),
+            usage: Some(crate::model::Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                cost: Some(0.000_125),
+                ..Default::default()
+            }),
+            guidance: Some("line\tbreak".into()),
+            rule_id: Some("r".into()),
+            evaluator: Some(Evaluator::LlmAsync),
+            failures: vec![
+                RuleFailure { rule_id: "a".into(), cause: FailureCause::Timeout },
+                RuleFailure { rule_id: "b".into(), cause: FailureCause::Unparseable { last_reply: "?".into() } },
+            ],
+            duration: std::time::Duration::from_nanos(1_234_567_890),
+            outcome: Some(Outcome::Success),
+            shadow: Some(Shadow { live: SteeringAction::Deny }),
+            escalated: true,
+            session_key: Some("s".into()),
+            index: Some(u64::MAX),
+            prev_sha256: Some("00".into()),
+            ..LedgerEntry::new(LedgerKind::Custom, SteeringAction::Guide)
+        };
+        let value = serde_json::to_value(&entry).unwrap();
+        assert_eq!(typed_sha256(&entry).unwrap(), json_sha256(&value));
+    }
 }
