@@ -51,7 +51,7 @@ pub async fn verify_command(args: VerifyArgs<'_>) -> Result<(), String> {
         0 => Ok(()),
         n => Err(format!(
             "{n} session(s) of '{}' do not verify (see above): the ledger was changed after it was written",
-            args.source.display()
+            shown(args.source)
         )),
     }
 }
@@ -85,7 +85,7 @@ pub async fn export_command(db: &Path, sessions: &[String], out: Option<&Path>) 
         return Err(format!(
             "'{}' is not a session database (SQLite file or postgres:// URL); a ledger file needs no export: \
              verify it with `noetic ledger verify FILE`",
-            db.display()
+            shown(db)
         ));
     }
     let ledgers = select(read(db).await?, sessions, db)?;
@@ -115,7 +115,7 @@ fn select(mut all: Ledgers, sessions: &[String], source: &Path) -> Result<Ledger
     let mut chosen = Ledgers::new();
     for name in sessions {
         let chain = all.remove(name).ok_or_else(|| {
-            format!("no session '{name}' in '{}'; `noetic sessions --db …` lists a database's", source.display())
+            format!("no session '{name}' in '{}'; `noetic sessions --db …` lists a database's", shown(source))
         })?;
         chosen.insert(name.clone(), chain);
     }
@@ -125,6 +125,19 @@ fn select(mut all: Ledgers, sessions: &[String], source: &Path) -> Result<Ledger
 /// The ledgers of a database or a file.
 async fn read(source: &Path) -> Result<Ledgers, String> {
     if crate::sessions::is_postgres(source) || is_sqlite(source)? { read_db(source).await } else { read_file(source) }
+}
+
+/// How a source is named in messages: a PostgreSQL URL without its password.
+fn shown(source: &Path) -> String {
+    let text = source.display().to_string();
+    if !crate::sessions::is_postgres(source) {
+        return text;
+    }
+    let Some(start) = text.find("://").map(|i| i + 3) else { return text };
+    match (text[start..].find('@'), text[start..].find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!("{}{}", &text[..start + colon], &text[start + at..]),
+        _ => text,
+    }
 }
 
 /// True for an SQLite file (by its header); an error when `path` cannot be read.
@@ -147,7 +160,7 @@ async fn read_db(db: &Path) -> Result<Ledgers, String> {
         format!(
             "cannot read the session database '{}': {e}; check that it is a database noetic wrote (an SQLite file, \
              or a postgres:// URL that is reachable)",
-            db.display()
+            shown(db)
         )
     };
     let store = crate::sessions::open_at(db).await.map_err(|e| unreadable(&e))?.shared();
@@ -207,4 +220,15 @@ fn read_file(path: &Path) -> Result<Ledgers, String> {
         chain.places.push(at);
     }
     Ok(ledgers)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_database_url_is_named_without_its_password() {
+        let shown = |s: &str| super::shown(std::path::Path::new(s));
+        assert_eq!(shown("postgres://ada:secret@db:5432/noetic"), "postgres://ada@db:5432/noetic");
+        assert_eq!(shown("postgresql://db/noetic"), "postgresql://db/noetic");
+        assert_eq!(shown("ledger.jsonl"), "ledger.jsonl");
+    }
 }
