@@ -10,6 +10,7 @@
 
 mod agui_path;
 mod alloc_count;
+mod ledger_path;
 mod mcp_path;
 mod otel_path;
 mod pg_log_path;
@@ -295,7 +296,7 @@ fn main() -> BenchResult<()> {
     // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
     // (counting tokens, fitting requests into the window), `noetic-bench replay` (recorded decisions decided again
-    // with new rules).
+    // with new rules), `noetic-bench ledger` (the ledger's hash chain per decision).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
@@ -306,6 +307,7 @@ fn main() -> BenchResult<()> {
         Some("parallel") => return rt.block_on(parallel_tools_figures()),
         Some("window") => return rt.block_on(window_path::figures(report)),
         Some("replay") => return rt.block_on(replay_path::figures(report)),
+        Some("ledger") => return ledger_path::figures(report),
         _ => {}
     }
     rt.block_on(async {
@@ -348,6 +350,7 @@ fn main() -> BenchResult<()> {
     real_path_figures(&rt)?;
     sqlite_log_path::figures()?;
     rt.block_on(window_path::figures(report))?;
+    ledger_path::figures(report)?;
     pg_log_path::figures()?;
     mcp_figures(&rt)?;
     Ok(())

@@ -47,6 +47,10 @@ pub struct AgentSpec {
     pub max_idle_sessions: Option<usize>,
     /// Every session's budget (noetic.toml's `[budget]`, a workflow's over it).
     pub budget: noetic::budget::Budget,
+    /// Signs each turn's last ledger entry (`--ledger-key`).
+    pub ledger_key: Option<noetic::steering::chain::SigningKey>,
+    /// Chain the ledger even without a store (for `--ledger-out`): the session is then kept in a log in memory.
+    pub chain_ledger: bool,
 }
 
 /// A built agent.
@@ -105,7 +109,15 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
     if let Some(approver) = spec.approver {
         builder = builder.approver(approver);
     }
-    if let Some(store) = spec.store {
+    // The ledger is chained (and signed) in the session log: without a store, one in memory keeps it.
+    let store = spec.store.or_else(|| {
+        (spec.chain_ledger || spec.ledger_key.is_some())
+            .then(|| Arc::new(noetic::agent::log::MemoryLogStore::new()) as Arc<dyn noetic::agent::log::LogStore>)
+    });
+    if let Some(key) = spec.ledger_key {
+        builder = builder.ledger_key(key);
+    }
+    if let Some(store) = store {
         builder = builder.log_store(store).lease_term(spec.lease_term);
         if let Some(n) = spec.max_idle_sessions {
             builder = builder.max_idle_sessions(n);
@@ -141,9 +153,18 @@ pub struct AgentArgs {
     /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
     #[arg(long, value_name = "SECONDS", value_parser = crate::provider::parse_timeout, allow_hyphen_values = true)]
     pub timeout: Option<std::time::Duration>,
+    /// Sign each turn's last ledger entry with this Ed25519 key (from `noetic ledger keygen`), so that `noetic
+    /// ledger verify --key FILE.pub` proves the turn ends were written by its holder.
+    #[arg(long, value_name = "FILE")]
+    pub ledger_key: Option<std::path::PathBuf>,
 }
 
 impl AgentArgs {
+    /// The `--ledger-key` file's key, when one is given.
+    pub fn ledger_key(&self) -> Result<Option<noetic::steering::chain::SigningKey>, String> {
+        self.ledger_key.as_deref().map(crate::ledger_key::signing_key).transpose()
+    }
+
     /// The provider timeout: the flag, else `agents.defaults.timeout`.
     pub fn timeout(&self, defaults: &crate::config::Defaults) -> Result<Option<std::time::Duration>, String> {
         match self.timeout {

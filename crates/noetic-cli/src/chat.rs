@@ -147,6 +147,8 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         first_round_tool_call: args.model.local,
         max_idle_sessions: None,
         budget: defaults.budget,
+        ledger_key: args.agent.ledger_key()?,
+        chain_ledger: args.ledger_out.is_some(),
     })?;
     let stored = store.is_some();
     let session = agent.runtime.open(&name).await?;
@@ -309,7 +311,7 @@ struct Chat {
     ledger: Vec<LedgerEntry>,
     /// Approvals an `[[allow]]` of noetic.toml gave in the running turn, as ledger entries.
     allowed: Vec<LedgerEntry>,
-    ledger_out: Option<PathBuf>,
+    ledger_out: Option<crate::ledger::LedgerOut>,
     /// The running turn's execution.
     execution: Option<ExecutionId>,
     turn_started: Option<Instant>,
@@ -363,6 +365,7 @@ impl Chat {
         ledger_out: Option<PathBuf>,
         terminal: bool,
     ) -> Self {
+        let ledger_out = ledger_out.map(|path| crate::ledger::LedgerOut::new(path, &session));
         Chat {
             about: String::new(),
             turn_usage: noetic::model::Usage::default(),

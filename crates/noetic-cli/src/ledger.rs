@@ -1,4 +1,5 @@
-//! Steering ledgers as JSON lines: written by `chat`/`run` with `--ledger-out FILE`, shown by `noetic ledger`.
+//! Steering ledgers as JSON lines: written by `chat`/`run` with `--ledger-out FILE` (chained: see [`crate::audit`]),
+//! shown by `noetic ledger`.
 
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +23,35 @@ pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {
         text.push('\n');
     }
     file.write_all(text.as_bytes()).map_err(|e| format!("cannot write to the ledger file '{}': {e}", path.display()))
+}
+
+/// A `--ledger-out` file: the session's ledger entries as its log chained them (see `noetic ledger verify`),
+/// appended after each turn — those not written yet, an async verdict that landed after its turn included.
+pub struct LedgerOut {
+    path: std::path::PathBuf,
+    /// The session whose entries were written, and how many of them.
+    session: String,
+    written: usize,
+}
+
+impl LedgerOut {
+    /// A file for `session`'s entries from now on (those it holds already are not written).
+    pub fn new(path: std::path::PathBuf, session: &noetic::agent::Session) -> Self {
+        LedgerOut { path, session: session.key().to_owned(), written: session.ledger().len() }
+    }
+
+    /// Appends the entries of `session` not written yet (all of them for a session other than the last one).
+    pub fn flush(&mut self, session: &noetic::agent::Session) -> Result<(), String> {
+        if session.key() != self.session {
+            self.session = session.key().to_owned();
+            self.written = 0;
+        }
+        let ledger = session.ledger();
+        let new = ledger.get(self.written..).unwrap_or_default();
+        append(&self.path, new)?;
+        self.written = ledger.len();
+        Ok(())
+    }
 }
 
 /// A ledger as a person reads it: the entries of each turn (an execution; its last entry says how it ended)

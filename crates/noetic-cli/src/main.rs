@@ -4,7 +4,8 @@
 //! * `noetic chat` — an interactive agent on a real provider, steerable while it works ([`chat`]).
 //! * `noetic run WORKFLOW --prompt TEXT` — one turn of an agent defined in a file ([`run`], [`workflow`]).
 //! * `noetic serve` — the agent behind an HTTP API and a live web page ([`serve`]).
-//! * `noetic ledger FILE` — a steering ledger written with `--ledger-out` ([`ledger`]).
+//! * `noetic ledger FILE` — a steering ledger written with `--ledger-out` ([`ledger`]); `noetic ledger verify`,
+//!   `export` and `keygen` check its hash chain and signatures ([`audit`], [`ledger_key`]).
 //! * `noetic rules FILE` — checks a rules file ([`rules`]).
 //!
 //! `chat` and `run` share the agent assembly ([`agent`]): the model from [`provider`], the built-in tools
@@ -14,6 +15,7 @@
 mod a2a;
 mod agent;
 mod approve;
+mod audit;
 mod budget;
 mod chat;
 mod command;
@@ -21,6 +23,7 @@ mod config;
 mod demo;
 mod duration;
 mod ledger;
+mod ledger_key;
 mod local;
 mod mcp;
 mod output;
@@ -50,7 +53,8 @@ use crate::output::{errln, outln};
     about,
     after_help = "Examples:\n  noetic demo\n  noetic chat --model openai/gpt-4o-mini --rules rules.toml --workspace .\n  noetic chat \
                   --model llama3.2 --base-url http://localhost:11434/v1\n  noetic run workflow.toml --prompt \"Tidy up\" \
-                  --json\n  noetic ledger ledger.jsonl\n  noetic rules rules.toml"
+                  --json\n  noetic ledger ledger.jsonl\n  noetic ledger verify noetic.db --key ledger.key.pub\n  noetic \
+                  rules rules.toml"
 )]
 struct Cli {
     /// Defaults file for chat, run, serve and sessions (default: ./noetic.toml when present); also accepted
@@ -93,10 +97,13 @@ enum Command {
                             max_rounds, max_iterations, steering_mode, timeout (seconds). Example: crates/noetic-cli/examples/workflow.toml."
     )]
     Run(run::RunArgs),
-    /// Pretty-print a steering ledger written with --ledger-out (JSON lines).
+    /// Pretty-print a steering ledger written with --ledger-out (JSON lines); `verify`, `export` and `keygen`
+    /// check its hash chain and signatures.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Ledger {
         /// The ledger file.
-        file: std::path::PathBuf,
+        #[arg(required = true)]
+        file: Option<std::path::PathBuf>,
         /// No colours, even on a terminal.
         #[arg(long)]
         plain: bool,
@@ -106,6 +113,8 @@ enum Command {
         /// Also show the model answers that passed every rule (left out by default, counted).
         #[arg(long)]
         verbose: bool,
+        #[command(subcommand)]
+        action: Option<LedgerAction>,
     },
     /// Check a rules file (`rules.toml`) and list what each rule does; mistakes are reported with line and column.
     #[command(
@@ -140,6 +149,47 @@ enum Command {
     Serve(serve::ServeArgs),
     /// List, show or delete the sessions kept on disk (what `chat --session NAME` continues).
     Sessions(sessions::SessionsArgs),
+}
+
+/// What `noetic ledger` does besides showing a file.
+#[derive(clap::Subcommand)]
+enum LedgerAction {
+    /// Check each session's hash chain: names the first entry that was edited, removed, reordered or inserted and
+    /// exits non-zero; with --key, also each turn end's signature.
+    #[command(after_help = "Without --key the chain catches accidents and partial edits, not someone who rewrites \
+                            every entry after a change; with --key a rewrite, or a ledger cut off after an unsigned \
+                            entry, fails. A ledger cut off right after a signed turn end is seen only with --entries.")]
+    Verify {
+        /// A session database (SQLite file or postgres:// URL) or a JSON-lines ledger (--ledger-out, export).
+        source: std::path::PathBuf,
+        /// The public key (FILE.pub from `noetic ledger keygen`) whose signatures each turn end must carry.
+        #[arg(long, value_name = "PUB")]
+        key: Option<std::path::PathBuf>,
+        /// Only this session (repeatable; default: all).
+        #[arg(long = "session", value_name = "KEY")]
+        sessions: Vec<String>,
+        /// How many entries each session's chain must hold (to see entries cut off the end).
+        #[arg(long, value_name = "N")]
+        entries: Option<u64>,
+    },
+    /// Write a database's ledgers as JSON lines an auditor verifies without the database (each line carries its
+    /// session key and index).
+    Export {
+        /// The session database: an SQLite file or a postgres:// URL.
+        db: std::path::PathBuf,
+        /// Only this session (repeatable; default: all).
+        #[arg(long = "session", value_name = "KEY")]
+        sessions: Vec<String>,
+        /// Write to FILE instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Make an Ed25519 key pair for --ledger-key: FILE (private, mode 0600) and FILE.pub.
+    Keygen {
+        /// The signing key's file (default: ledger.key); the public key goes to FILE.pub.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// What `noetic rules` does besides checking a file.
@@ -214,9 +264,11 @@ fn main() -> std::process::ExitCode {
                 let defaults = config(&args.config)?;
                 chat::run(args, &defaults).await
             }
-            Command::Ledger { file, plain, json, verbose } => {
+            Command::Ledger { action: Some(action), .. } => ledger_action(action).await.map_err(Into::into),
+            Command::Ledger { file: Some(file), plain, json, verbose, action: None } => {
                 ledger::show(&file, plain, json, verbose).map_err(Into::into)
             }
+            Command::Ledger { file: None, .. } => Err("give the ledger file to show: noetic ledger FILE".into()),
             Command::Serve(args) => {
                 let defaults = config(&args.config)?;
                 serve::run(args, &defaults).await
@@ -246,6 +298,18 @@ fn main() -> std::process::ExitCode {
             errln!("noetic: {}", render::printable(&e.to_string()));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+async fn ledger_action(action: LedgerAction) -> Result<(), String> {
+    match action {
+        LedgerAction::Verify { source, key, sessions, entries } => {
+            let args =
+                audit::VerifyArgs { source: &source, key: key.as_deref(), sessions: &sessions, expected: entries };
+            audit::verify_command(args).await
+        }
+        LedgerAction::Export { db, sessions, out } => audit::export_command(&db, &sessions, out.as_deref()).await,
+        LedgerAction::Keygen { out } => ledger_key::keygen(out.as_deref()),
     }
 }
 

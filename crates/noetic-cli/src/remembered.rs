@@ -33,8 +33,22 @@ pub struct Remembered {
 }
 
 /// The ledger entries of the calls an `[[allow]]` of noetic.toml approved, shared by the approver that gave them and
-/// the command that keeps the ledger.
-pub type AllowLog = Arc<Mutex<Vec<LedgerEntry>>>;
+/// the command that keeps the ledger; also chained into the session's ledger once [`Allowed::chain_into`] named it.
+pub type AllowLog = Arc<Allowed>;
+
+/// What [`AllowLog`] holds.
+#[derive(Default)]
+pub struct Allowed {
+    entries: Mutex<Vec<LedgerEntry>>,
+    session: std::sync::OnceLock<noetic::agent::Session>,
+}
+
+impl Allowed {
+    /// From now on each entry is also added to `session`'s ledger (chained in its log, as the steering layer's).
+    pub fn chain_into(&self, session: noetic::agent::Session) {
+        let _ = self.session.set(session);
+    }
+}
 
 /// The ledger entry for `request`, approved without a question by the `[[allow]]` described as `allow`.
 pub fn allowed_entry(request: &ApprovalRequest, allow: &str) -> LedgerEntry {
@@ -47,14 +61,17 @@ pub fn allowed_entry(request: &ApprovalRequest, allow: &str) -> LedgerEntry {
     }
 }
 
-/// Keeps `entry` in `log` (a poisoned log is still written: it only holds entries).
+/// Keeps `entry` in `log` and the session's ledger (a poisoned log is still written: it only holds entries).
 pub fn record(log: &AllowLog, entry: LedgerEntry) {
-    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
+    if let Some(session) = log.session.get() {
+        session.record_decision(&entry);
+    }
+    log.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
 }
 
 /// Takes the entries `log` holds.
 pub fn take(log: &AllowLog) -> Vec<LedgerEntry> {
-    std::mem::take(&mut *log.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    std::mem::take(&mut *log.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// Characters that chain, substitute or redirect in a shell command.

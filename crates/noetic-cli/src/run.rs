@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// Append the turn's steering ledger to FILE as JSON lines (show it with `noetic ledger FILE`).
     #[arg(long, value_name = "FILE")]
     ledger_out: Option<PathBuf>,
+    /// Sign the turn's last ledger entry with this Ed25519 key (from `noetic ledger keygen`); see `noetic ledger
+    /// verify --key`.
+    #[arg(long, value_name = "FILE")]
+    ledger_key: Option<PathBuf>,
     /// A rules file whose rules apply besides the workflow's own (ids must differ).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
@@ -150,12 +154,15 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         first_round_tool_call: args.local,
         max_idle_sessions: None,
         budget: crate::budget::layered(&defaults.budget, &flow.budget),
+        ledger_key: args.ledger_key.as_deref().map(crate::ledger_key::signing_key).transpose()?,
+        chain_ledger: args.ledger_out.is_some(),
     };
     let agent = agent::build(spec)?;
     let session = match &args.session {
         Some(name) => agent.runtime.open(name).await?,
         None => agent.runtime.open("run").await?,
     };
+    let mut ledger_out = args.ledger_out.clone().map(|path| ledger::LedgerOut::new(path, &session));
     if session.unfinished_turn().is_some() {
         errln!("session {}: finishing the turn a stopped process left before this prompt", session.key());
         if let Some(turn) = session.resume().await? {
@@ -163,6 +170,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         }
     }
     let _ = steer_to.set(session.clone());
+    allowed.chain_into(session.clone());
     let mut events = session.subscribe();
     let turn = session.send(args.prompt.clone()).await?;
     let style = Style::detect(args.plain);
@@ -191,8 +199,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let answer = turn.await;
     let mut entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
     entries.extend(crate::remembered::take(&allowed));
-    if let Some(path) = &args.ledger_out {
-        ledger::append(path, &entries)?;
+    if let Some(file) = &mut ledger_out {
+        file.flush(&session)?;
     }
     match answer {
         Ok(text) if args.json => {

@@ -246,6 +246,8 @@ async fn agent_spec(
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
             budget: crate::budget::layered(&defaults.budget, &flow.budget),
+            ledger_key: args.agent.ledger_key()?,
+            chain_ledger: false,
         };
         return Ok((spec, described, local));
     }
@@ -278,6 +280,8 @@ async fn agent_spec(
         first_round_tool_call: local.is_some(),
         max_idle_sessions: Some(MAX_IDLE_SESSIONS),
         budget: defaults.budget,
+        ledger_key: args.agent.ledger_key()?,
+        chain_ledger: false,
     };
     Ok((spec, described, local))
 }

@@ -67,6 +67,9 @@ async fn an_allow_in_noetic_toml_runs_the_commands_it_covers_without_a_question_
     assert!(results[1].contains("stdin is not a terminal"), "the chained command is not covered: {results:?}");
     let kept = std::fs::read_to_string(&ledger).unwrap();
     assert!(kept.contains("[[allow]] run_command matching \\\"echo *\\\" of noetic.toml"), "{kept}");
+    // The [[allow]] decision is chained with the steering layer's: the file verifies.
+    let verify = common::run(noetic().args(["ledger", "verify"]).arg(&ledger));
+    assert!(verify.status.success(), "{}{}", verify.stdout, verify.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

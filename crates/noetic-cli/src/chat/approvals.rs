@@ -38,7 +38,9 @@ impl Chat {
     /// Approves a call an `[[allow]]` of noetic.toml covers, and keeps the decision in the ledger.
     fn approve_configured(&mut self, pending: Pending, allow: &str) {
         self.say(&self.style.dim(&format!("approved without asking: noetic.toml allows {allow}")));
-        self.allowed.push(crate::remembered::allowed_entry(&pending.request, allow));
+        let entry = crate::remembered::allowed_entry(&pending.request, allow);
+        self.session.record_decision(&entry);
+        self.allowed.push(entry);
         let _ = pending.reply.send(noetic::tool::Approval::Approve);
     }
 

@@ -7,7 +7,6 @@ use noetic::{Event, EventKind, NoeticError};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 use super::{Chat, TurnFuture};
-use crate::ledger;
 use crate::output::out;
 use crate::render::{event_line, printable};
 
@@ -155,8 +154,8 @@ impl Chat {
         if let Some(id) = self.execution.take() {
             let mut entries = self.steering.ledger(id);
             entries.append(&mut self.allowed);
-            if let Some(path) = &self.ledger_out
-                && let Err(e) = ledger::append(path, &entries)
+            if let Some(file) = &mut self.ledger_out
+                && let Err(e) = file.flush(&self.session)
             {
                 self.say(&self.style.red(&e));
             }

@@ -48,6 +48,8 @@ fn harness() -> Harness {
         first_round_tool_call: false,
         max_idle_sessions: None,
         budget: noetic::budget::Budget::default(),
+        ledger_key: None,
+        chain_ledger: false,
     })
     .unwrap();
     let chat = Chat::new(agent.runtime.session("chat"), agent.steering.clone(), Style::detect(true), None, true);

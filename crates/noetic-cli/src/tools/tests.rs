@@ -56,6 +56,8 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
         first_round_tool_call: false,
         max_idle_sessions: None,
         budget: noetic::budget::Budget::default(),
+        ledger_key: None,
+        chain_ledger: false,
     })
     .unwrap();
     let session = agent.runtime.session("race");

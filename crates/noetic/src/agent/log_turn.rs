@@ -15,7 +15,6 @@ use super::session::SessionState;
 use crate::context::{ApprovalRecord, RecordSink, lock};
 use crate::error::NoeticError;
 use crate::model::Item;
-use crate::steering::LedgerEntry;
 use crate::turn::{Finished, Input, Replay, TurnCommit, TurnJournal};
 
 /// What a stopped process's turn left in the log, by step path: finished steps' answers, running steps' inputs.
@@ -292,21 +291,16 @@ impl RecordSink for LogRecords {
     fn ledger_entry(&self, entry: String) {
         let state = &self.journal.state;
         let Some(logged) = state.logged() else { return };
-        let entry = match serde_json::from_str::<LedgerEntry>(&entry) {
-            Ok(entry) => entry,
-            Err(e) => {
-                tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
-                return;
+        let ended = self.journal.ended.load(Ordering::SeqCst);
+        let runtime = self.runtime.upgrade();
+        let signer = runtime.as_ref().and_then(|r| r.ledger_key.as_deref());
+        super::log_chain::append_decision(logged, state.key(), Some(self.journal.turn), &entry, signer, ended, || {
+            // A verdict resolving after its turn ended changed what the session's thread carries to its next
+            // turn: saved with it, so it survives a restart.
+            match runtime.as_ref().filter(|_| ended) {
+                Some(runtime) => super::persist::thread_changes(&runtime.layers, state.key(), &logged.layers),
+                None => Vec::new(),
             }
-        };
-        let mut entries = vec![Entry::Decision { turn: Some(self.journal.turn), entry: Box::new(entry) }];
-        // A verdict resolving after its turn ended changed what the session's thread carries to its next turn:
-        // saved with it, so it survives a restart.
-        if self.journal.ended.load(Ordering::SeqCst)
-            && let Some(runtime) = self.runtime.upgrade()
-        {
-            entries.extend(super::persist::thread_changes(&runtime.layers, state.key(), &logged.layers));
-        }
-        logged.submit_detached(entries);
+        });
     }
 }

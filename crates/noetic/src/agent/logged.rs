@@ -90,6 +90,8 @@ pub(crate) struct Logged {
     pub(crate) held: Mutex<Option<Arc<super::log_lease::LeaseGuard>>>,
     /// What turns others' entries into the events a follower here sees.
     pub(crate) events: Mutex<super::log_events::Events>,
+    /// Where this process left the session's ledger chain (see `log_chain`).
+    pub(crate) chain: super::log_chain::Head,
 }
 
 impl Logged {
@@ -108,6 +110,7 @@ impl Logged {
             running: Arc::default(),
             held: Mutex::new(None),
             events: Mutex::new(super::log_events::Events::new(Arc::from(""))),
+            chain: super::log_chain::Head::default(),
         }
     }
 

@@ -21,6 +21,7 @@
 mod bus;
 mod checkpoint;
 pub mod log;
+mod log_chain;
 mod log_events;
 mod log_hub;
 mod log_lease;
@@ -104,6 +105,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) lease_term: std::time::Duration,
     /// How many idle sessions stay in memory (with a log store); beyond it the least recently used go.
     max_idle_sessions: Option<usize>,
+    /// What signs each turn's last ledger entry ([`RuntimeBuilder::ledger_key`]).
+    pub(crate) ledger_key: Option<Arc<ed25519_dalek::SigningKey>>,
     /// A logical clock: each session use takes the next tick.
     clock: AtomicU64,
     /// What the log store keeps of global layer state (loaded once per runtime).
@@ -162,6 +165,7 @@ pub struct RuntimeBuilder {
     lease_term: Option<std::time::Duration>,
     max_idle_sessions: Option<usize>,
     budget: crate::budget::Budget,
+    ledger_key: Option<Arc<ed25519_dalek::SigningKey>>,
 }
 
 impl RuntimeBuilder {
@@ -303,6 +307,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Signs each turn's last ledger entry with `key` (Ed25519; see [`crate::steering::chain`]), so that
+    /// [`verify`](crate::steering::verify::verify) with its public key proves the key holder wrote the turn ends
+    /// and every entry before them. Needs [`RuntimeBuilder::log_store`]: the chain is kept in the session log.
+    pub fn ledger_key(mut self, key: ed25519_dalek::SigningKey) -> Self {
+        self.ledger_key = Some(Arc::new(key));
+        self
+    }
+
     /// Validates and builds the runtime; a missing model, two tools with one name, or an idle-session limit
     /// without a log store is a [`ConfigError`].
     pub fn build(self) -> Result<Runtime, ConfigError> {
@@ -347,6 +359,13 @@ impl RuntimeBuilder {
                 "add .log_store(...) (MemoryLogStore, or a database's) or drop max_idle_sessions",
             ));
         }
+        if self.ledger_key.is_some() && self.log_store.is_none() {
+            return Err(ConfigError::new(
+                ConfigCode::MissingArchive,
+                "a ledger key is set but the runtime keeps no session log, where the ledger is chained and signed",
+                "add .log_store(...) (MemoryLogStore, or a database's) or drop ledger_key",
+            ));
+        }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
@@ -369,6 +388,7 @@ impl RuntimeBuilder {
             worker: Arc::from(self.worker.unwrap_or_else(default_worker)),
             lease_term: self.lease_term.unwrap_or(DEFAULT_LEASE_TERM).max(std::time::Duration::from_millis(30)),
             max_idle_sessions: self.max_idle_sessions,
+            ledger_key: self.ledger_key,
             clock: AtomicU64::new(0),
             global_layers: persist::Kept::default(),
             global_load: tokio::sync::Mutex::new(()),

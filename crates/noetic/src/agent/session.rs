@@ -525,6 +525,25 @@ impl Session {
         self.live().logged().map(Logged::ledger).unwrap_or_default()
     }
 
+    /// Adds a decision made outside the steering layer (an approval a configuration gave without a question, say)
+    /// to the session's ledger, chained after its last entry (and signed with the runtime's
+    /// [ledger key](super::RuntimeBuilder::ledger_key) when no turn runs: it is then the last entry). Without a
+    /// log store the ledger is the steering layer's, and this does nothing.
+    pub fn record_decision(&self, entry: &crate::steering::LedgerEntry) {
+        let state = self.live();
+        let Some(logged) = state.logged() else { return };
+        let json = match serde_json::to_string(entry) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::error!(error = %e, "a ledger entry could not be serialised; it is not logged");
+                return;
+            }
+        };
+        let idle = !self.is_busy();
+        let signer = self.runtime.ledger_key.as_deref();
+        super::log_chain::append_decision(logged, state.key(), None, &json, signer, idle, Vec::new);
+    }
+
     /// True while a turn runs.
     pub fn is_busy(&self) -> bool {
         self.locked(|_, conversation| matches!(conversation, Conversation::Running { .. }))

@@ -140,6 +140,21 @@ pub struct LedgerEntry {
     /// Set on the entry that records a budget limit reached (the turn ended there and the session paused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetReached>,
+    /// The session whose hash chain the entry is in (see [`chain`](super::chain); absent before the chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    /// The entry's place in its session's chain, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// The `sha256` of the chain's entry before it (absent on the chain's first entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_sha256: Option<String>,
+    /// SHA-256 of the entry's canonical form (see [`chain`](super::chain)), 64 lowercase hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// With a signing key, on a turn's last entry: Ed25519 over `sha256`, 128 lowercase hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 impl LedgerEntry {
@@ -162,6 +177,11 @@ impl LedgerEntry {
             escalated: false,
             judges: Vec::new(),
             budget: None,
+            session_key: None,
+            index: None,
+            prev_sha256: None,
+            sha256: None,
+            signature: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! # let _ = layer;
 //! ```
 
+pub mod chain;
 mod escalation;
 mod feedback;
 mod gate;
@@ -28,6 +29,7 @@ pub mod replay;
 mod rules;
 mod shadow;
 mod verdict;
+pub mod verify;
 
 pub use feedback::{Feedback, MAX_CARRIED_PER_THREAD, MAX_CARRIED_THREADS};
 pub use judge::{
