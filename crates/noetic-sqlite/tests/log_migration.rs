@@ -211,7 +211,7 @@ async fn another_programs_database_is_refused_and_left_as_it_was() {
     )
     .unwrap();
     let before = std::fs::read(&db).unwrap();
-    let error = SqliteLogStore::open(&db).await.err().expect("another program's database is not opened as a store");
+    let error = SqliteLogStore::open(&db).await.expect_err("another program's database is not opened as a store");
     let message = error.to_string();
     assert!(matches!(error, StoreError::Refused { .. }), "{message}");
     assert!(message.contains("not a noetic database") && message.contains("notes"), "{message}");
