@@ -37,12 +37,19 @@ fn call_tools_with(workspace: &Path, rules: Value, flags: &[&str], calls: &[(&st
         .arg(workspace)
         .args(flags));
     assert!(out.status.success(), "stderr: {}", out.stderr);
-    out.stdout
+    // In call order: calls of concurrent tools (read_file, list_dir) may complete in any order.
+    let mut completed: Vec<(usize, bool, String)> = out
+        .stdout
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|e| e["type"] == "tool_call_completed")
-        .map(|e| (e["is_error"].as_bool().unwrap(), e["output"].as_str().unwrap().to_owned()))
-        .collect()
+        .map(|e| {
+            let call: usize = e["call_id"].as_str().unwrap().trim_start_matches('c').parse().unwrap();
+            (call, e["is_error"].as_bool().unwrap(), e["output"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    completed.sort_by_key(|(call, ..)| *call);
+    completed.into_iter().map(|(_, is_error, output)| (is_error, output)).collect()
 }
 
 #[test]

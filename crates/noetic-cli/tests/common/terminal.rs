@@ -41,7 +41,11 @@ impl Terminal {
         line.push("TERM=xterm-256color".to_owned());
         // The shell prints the exit status on the screen: tmux does not always learn it (it may see the terminal
         // close first).
-        line.extend(["sh".to_owned(), "-c".to_owned(), "\"$0\" \"$@\"; echo \"[exit status $?]\"".to_owned()]);
+        line.extend([
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "\"$0\" \"$@\"; s=$?; echo \"[exit status $s]\"; exit $s".to_owned(),
+        ]);
         line.push(cmd.get_program().to_str().unwrap().to_owned());
         line.extend(cmd.get_args().map(|a| a.to_str().unwrap().to_owned()));
         let status = Command::new("tmux")
@@ -141,9 +145,17 @@ impl Terminal {
 
     /// Waits for the program to end; returns its exit status.
     pub fn exit_status(&self) -> i32 {
-        let row = self.wait_for("[exit status ");
-        let status = row.split("[exit status ").nth(1).and_then(|s| s.strip_suffix(']'));
-        status.and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no exit status in {row:?}"))
+        // The shell's line, or tmux's own when the pane closed before tmux read that line (it can lose the last
+        // output of a shell that ends at once); the shell exits with the program's status.
+        const SHELL: &str = "[exit status ";
+        const TMUX: &str = "Pane is dead (status ";
+        let rows =
+            self.wait_until("the exit status", |rows| rows.iter().any(|r| r.contains(SHELL) || r.contains(TMUX)));
+        let status = rows.iter().find_map(|row| match row.split_once(SHELL) {
+            Some((_, rest)) => rest.strip_suffix(']').and_then(|s| s.parse().ok()),
+            None => row.split_once(TMUX).and_then(|(_, rest)| rest.split(',').next()?.parse().ok()),
+        });
+        status.unwrap_or_else(|| panic!("no exit status in {rows:?}"))
     }
 }
 
