@@ -226,3 +226,24 @@ async fn messages_racing_a_turn_that_starts_on_one_worker_never_give_up_its_leas
     gate.release();
     assert_eq!(turns.pop().unwrap().await.unwrap(), "done");
 }
+
+#[tokio::test]
+async fn steering_settings_changed_on_another_worker_while_a_turn_runs_reach_that_turn_without_stopping_it() {
+    let store = MemoryLogStore::new();
+    let gate = Gate::new();
+    let model_a = ScriptedModel::new([call("c1"), ModelResponse::text("done")]);
+    let a = worker("a", &model_a, &store, &gate);
+    let b = worker("b", &ScriptedModel::new([]), &store, &Gate::new());
+    let on_a = a.open("s").await.unwrap();
+    let turn = on_a.send("go").await.unwrap();
+    gate.started().await;
+    let on_b = b.open("s").await.unwrap();
+    on_b.set_steering_mode(noetic::agent::SteeringMode::All).await;
+    noetic::testing::until("A hears of B's settings", || on_a.steering_mode() == noetic::agent::SteeringMode::All)
+        .await
+        .unwrap();
+    gate.release();
+    assert_eq!(turn.await.unwrap(), "done", "the running turn kept writing its log");
+    let answer = on_a.send("again").await;
+    assert!(answer.is_ok(), "A still runs the session: {:?}", answer.err());
+}

@@ -39,6 +39,7 @@ fn anyone_may_add(entry: &Entry) -> bool {
             | Entry::StopRequested { .. }
             | Entry::MessagesDropped { .. }
             | Entry::BudgetSet { .. }
+            | Entry::Settings { .. }
     )
 }
 
@@ -361,7 +362,8 @@ impl Writer {
         for record in records {
             if running && !anyone_may_add(&record.entry) {
                 self.fenced = Some(format!(
-                    "session '{}': another process runs it now (its log has {:?} at {}); this process no longer                      writes to it — open it again",
+                    "session '{}': another process runs it now (its log has {:?} at {}); this process no longer \
+                     writes to it — open it again",
                     self.key,
                     entry_name(&record.entry),
                     record.pos

@@ -238,6 +238,12 @@ impl SessionState {
                 }
                 // Read from the projection (which took it in): the running turn keeps its meter, the next has it.
                 Entry::BudgetSet { .. } => {}
+                // Settings changed elsewhere hold here at once, also for the running turn's next checkpoint.
+                Entry::Settings { mode, capacity, batch_policy } => {
+                    self.settings.set_mode(*mode);
+                    self.settings.set_capacity(*capacity as usize);
+                    self.settings.set_batch_policy(*batch_policy);
+                }
                 _ => others = true,
             }
         }
