@@ -1,7 +1,7 @@
-//! The ledger chain's figures (#31 item 3): what a session's record sink does per decision it appends to the log
-//! — reading back the entry the steering layer wrote — without the chain (as before it) and with it (then sealing
-//! it into the session's chain: its canonical JSON hashed after the last entry's hash), and what signing a turn's
-//! last entry adds.
+//! The ledger chain's figures (#31 item 3): what a session's record sink does per decision it appends to the log —
+//! before the chain, a JSON round trip of the entry the steering layer wrote; now the entry handed over as it is and
+//! sealed into the session's chain (its canonical JSON hashed after the last entry's hash) — what the sealing alone
+//! adds, and what signing a turn's last entry adds.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,7 +15,7 @@ use crate::probe::BenchResult;
 const DECISIONS: usize = 20_000;
 
 /// A tool-call decision as the steering layer hands it to the session's record sink.
-fn decision_json() -> BenchResult<String> {
+fn decision() -> BenchResult<LedgerEntry> {
     let entry = LedgerEntry {
         timestamp: SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_000_000_123),
         tool_name: Some("write_file".into()),
@@ -26,25 +26,36 @@ fn decision_json() -> BenchResult<String> {
         duration: Duration::from_nanos(17_216),
         ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Guide)
     };
-    Ok(serde_json::to_string(&entry)?)
+    Ok(entry)
 }
 
-/// Microseconds per decision: the sink reading the entry back, unchained (the path before the chain).
-fn unchained_us(json: &str) -> BenchResult<f64> {
+/// Microseconds per decision: what the session's record sink did with each decision before the chain — the entry
+/// written as JSON by the steering layer and read back by the sink.
+fn round_trip_us(entry: &LedgerEntry) -> BenchResult<f64> {
     let start = Instant::now();
     for _ in 0..DECISIONS {
-        let entry: LedgerEntry = serde_json::from_str(std::hint::black_box(json))?;
+        let json = serde_json::to_string(std::hint::black_box(entry))?;
+        let entry: LedgerEntry = serde_json::from_str(&json)?;
         std::hint::black_box(entry);
     }
     Ok(start.elapsed().as_secs_f64() * 1e6 / DECISIONS as f64)
 }
 
-/// Microseconds per decision: the sink reading the entry back and sealing it after the last one.
-fn chained_us(json: &str, key: Option<&SigningKey>) -> BenchResult<f64> {
+/// Microseconds per decision: the entry handed over as it is (a copy), unchained.
+fn handed_us(entry: &LedgerEntry) -> f64 {
+    let start = Instant::now();
+    for _ in 0..DECISIONS {
+        std::hint::black_box(std::hint::black_box(entry).clone());
+    }
+    start.elapsed().as_secs_f64() * 1e6 / DECISIONS as f64
+}
+
+/// Microseconds per decision: the entry handed over as it is and sealed after the last one (what the sink does now).
+fn chained_us(entry: &LedgerEntry, key: Option<&SigningKey>) -> BenchResult<f64> {
     let mut head = ChainHead::default();
     let start = Instant::now();
     for _ in 0..DECISIONS {
-        let mut entry: LedgerEntry = serde_json::from_str(std::hint::black_box(json))?;
+        let mut entry = std::hint::black_box(entry).clone();
         seal_entry(&mut entry, "bench", &mut head, key)?;
         std::hint::black_box(entry);
     }
@@ -53,23 +64,23 @@ fn chained_us(json: &str, key: Option<&SigningKey>) -> BenchResult<f64> {
 
 /// The figures, each the median of interleaved repetitions (machine noise hits both sides of a difference alike).
 pub fn figures(report: fn(&str, crate::Stats, &str, &str)) -> BenchResult<()> {
-    let json = decision_json()?;
+    let entry = decision()?;
     let key = SigningKey::from_bytes(&[7; 32]);
     let (mut before, mut after, mut added, mut signed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    unchained_us(&json)?;
-    chained_us(&json, None)?;
+    round_trip_us(&entry)?;
+    chained_us(&entry, None)?;
     for _ in 0..9 {
-        let plain = unchained_us(&json)?;
-        let chained = chained_us(&json, None)?;
-        before.push(plain);
+        before.push(round_trip_us(&entry)?);
+        let handed = handed_us(&entry);
+        let chained = chained_us(&entry, None)?;
         after.push(chained);
-        added.push(chained - plain);
+        added.push(chained - handed);
     }
     for _ in 0..3 {
-        signed.push(chained_us(&json, Some(&key))? - unchained_us(&json)?);
+        signed.push(chained_us(&entry, Some(&key))? - chained_us(&entry, None)?);
     }
-    report("ledger_decision_unchained_us", crate::Stats::of(before, None), "us", "");
-    report("ledger_decision_chained_us", crate::Stats::of(after, None), "us", "");
+    report("ledger_decision_sink_json_round_trip_us", crate::Stats::of(before, None), "us", "");
+    report("ledger_decision_sink_chained_us", crate::Stats::of(after, None), "us", "");
     report("ledger_chain_added_per_decision_us", crate::Stats::of(added, None), "us", "<= 1");
     report("ledger_signed_turn_end_added_us", crate::Stats::of(signed, None), "us", "");
     Ok(())

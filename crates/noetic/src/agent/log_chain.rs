@@ -13,25 +13,18 @@ use crate::steering::chain::{ChainHead, SigningKey, seal_entry};
 #[derive(Default)]
 pub(crate) struct Head(Mutex<Option<ChainHead>>);
 
-/// Appends the ledger entry `json` to `key`'s log as a decision of `turn` (`None`: made outside the steering
+/// Appends the ledger entry `entry` to `key`'s log as a decision of `turn` (`None`: made outside the steering
 /// layer), chained after the session's last one and signed with `signer` when it is a turn's last entry (it has
 /// the outcome) or `turn_ended`; `also` are entries to append with it.
 pub(crate) fn append_decision(
     logged: &Logged,
     key: &str,
     turn: Option<u64>,
-    json: &str,
+    mut entry: LedgerEntry,
     signer: Option<&SigningKey>,
     turn_ended: bool,
     also: impl FnOnce() -> Vec<Entry>,
 ) {
-    let mut entry = match serde_json::from_str::<LedgerEntry>(json) {
-        Ok(entry) => entry,
-        Err(e) => {
-            tracing::error!(error = %e, "a ledger entry could not be read back; it is not logged");
-            return;
-        }
-    };
     let ends_turn = turn_ended || entry.outcome.is_some();
     let mut head = lock(&logged.chain.0);
     // Another process may have appended to the chain since (its entries are in the projection once read).

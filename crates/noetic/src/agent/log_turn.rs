@@ -15,6 +15,7 @@ use super::session::SessionState;
 use crate::context::{ApprovalRecord, RecordSink, lock};
 use crate::error::NoeticError;
 use crate::model::Item;
+use crate::steering::LedgerEntry;
 use crate::turn::{Finished, Input, Replay, TurnCommit, TurnJournal};
 
 /// What a stopped process's turn left in the log, by step path: finished steps' answers, running steps' inputs.
@@ -288,13 +289,17 @@ impl RecordSink for LogRecords {
         logged.submit_detached(vec![entry]);
     }
 
-    fn ledger_entry(&self, entry: String) {
+    fn ledger_entry(&self, entry: Box<dyn std::any::Any + Send>) {
         let state = &self.journal.state;
         let Some(logged) = state.logged() else { return };
+        let Ok(entry) = entry.downcast::<LedgerEntry>() else {
+            tracing::error!(session = %state.key(), "a ledger record that is not a ledger entry was not logged");
+            return;
+        };
         let ended = self.journal.ended.load(Ordering::SeqCst);
         let runtime = self.runtime.upgrade();
         let signer = runtime.as_ref().and_then(|r| r.ledger_key.as_deref());
-        super::log_chain::append_decision(logged, state.key(), Some(self.journal.turn), &entry, signer, ended, || {
+        super::log_chain::append_decision(logged, state.key(), Some(self.journal.turn), *entry, signer, ended, || {
             // A verdict resolving after its turn ended changed what the session's thread carries to its next
             // turn: saved with it, so it survives a restart.
             match runtime.as_ref().filter(|_| ended) {

@@ -538,16 +538,9 @@ impl Session {
     pub fn record_decision(&self, entry: &crate::steering::LedgerEntry) {
         let state = self.live();
         let Some(logged) = state.logged() else { return };
-        let json = match serde_json::to_string(entry) {
-            Ok(json) => json,
-            Err(e) => {
-                tracing::error!(error = %e, "a ledger entry could not be serialised; it is not logged");
-                return;
-            }
-        };
         let idle = !self.is_busy();
         let signer = self.runtime.ledger_key.as_deref();
-        super::log_chain::append_decision(logged, state.key(), None, &json, signer, idle, Vec::new);
+        super::log_chain::append_decision(logged, state.key(), None, entry.clone(), signer, idle, Vec::new);
     }
 
     /// True while a turn runs.

@@ -5,11 +5,12 @@ use super::Context;
 
 pub use crate::turn::SKIPPED_RESULT;
 
-/// Where lasting records of an execution go — the steering ledger's entries, as JSON — so that they outlive the
-/// process (a session log keeps them; see `agent::log`).
+/// Where lasting records of an execution go — the steering ledger's entries — so that they outlive the process (a
+/// session log keeps them; see `agent::log`).
 pub trait RecordSink: Send + Sync {
-    /// Keeps one ledger entry.
-    fn ledger_entry(&self, entry: String);
+    /// Keeps one ledger entry: a `steering::LedgerEntry`, handed over as it is (the context, below the steering
+    /// layer, does not name its type; a JSON round trip cost more than the rest of the record).
+    fn ledger_entry(&self, entry: Box<dyn std::any::Any + Send>);
 
     /// Keeps that a call waits for a person's decision, or how it was decided (default: kept nowhere).
     fn approval(&self, _approval: ApprovalRecord<'_>) {}

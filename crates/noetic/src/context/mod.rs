@@ -521,14 +521,11 @@ impl Context {
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
-    pub(crate) fn record_ledger(&self, entry: &impl serde::Serialize) {
+    pub(crate) fn record_ledger<T: Clone + Send + 'static>(&self, entry: &T) {
         if let Some(records) =
             self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
         {
-            match serde_json::to_string(entry) {
-                Ok(json) => records.ledger_entry(json),
-                Err(e) => tracing::error!(error = %e, "a ledger entry could not be serialised; it is not stored"),
-            }
+            records.ledger_entry(Box::new(entry.clone()));
         }
     }
 
