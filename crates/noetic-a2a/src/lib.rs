@@ -120,6 +120,7 @@ impl A2aAgentConfig {
 pub struct A2aAgent {
     card: Card,
     tools: ToolSet,
+    prefix: String,
 }
 
 impl std::fmt::Debug for A2aAgent {
@@ -180,12 +181,17 @@ impl A2aAgent {
             tools.push(Arc::new(tool));
         }
         let tools = ToolSet::new(tools).map_err(|e| A2aError::Card { url: card_url.clone(), reason: e.to_string() })?;
-        Ok(A2aAgent { card, tools })
+        Ok(A2aAgent { card, tools, prefix })
     }
 
     /// The card, as read.
     pub fn card(&self) -> &Card {
         &self.card
+    }
+
+    /// The prefix of its tools' names (`<prefix>__<skill>`, or the prefix alone for a card without skills).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 

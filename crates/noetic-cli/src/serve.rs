@@ -211,7 +211,7 @@ async fn agent_spec(
     store: Arc<dyn LogStore>,
 ) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
     if let Some(path) = &args.workflow {
-        let mut flow = workflow::load(path, &defaults.mcp_servers)?;
+        let mut flow = workflow::load(path, &defaults.mcp_servers, &defaults.a2a_agents)?;
         if let Some(model) = &args.model.model {
             flow.model = model.clone();
         }
@@ -238,11 +238,7 @@ async fn agent_spec(
             approver: Some(approvals.approver()),
             store: Some(store),
             lease_term: args.store.lease,
-            tool_sources: [
-                crate::mcp::start(&servers, &flow.rules).await?,
-                crate::a2a::start(&defaults.a2a_agents).await?,
-            ]
-            .concat(),
+            tool_sources: crate::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
             budget: crate::budget::layered(&defaults.budget, &flow.budget),
@@ -254,9 +250,7 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources =
-        [crate::mcp::start(&defaults.mcp_servers, &rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
-            .concat();
+    let tool_sources = crate::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?;
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",

@@ -135,14 +135,18 @@ pub struct Workflow {
 }
 
 /// Reads and checks a workflow file; its rules may name the tools of its own `[[mcp_server]]` tables and of
-/// `config_servers` (noetic.toml's), checked when the servers start (see [`crate::mcp::start`]).
-pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, SourceError> {
+/// `config_servers` (noetic.toml's) and of `a2a_agents`, checked when they start (see [`crate::mcp::start`]).
+pub fn load(
+    path: &Path,
+    config_servers: &[McpServerToml],
+    a2a_agents: &[crate::a2a::A2aAgentToml],
+) -> Result<Workflow, SourceError> {
     let source = Source::read(path)?;
     let file: WorkflowFile = source.parse()?;
     for (i, server) in file.mcp_server.iter().enumerate() {
         server.config().map_err(|e| source.error_at(&[Seg::Key("mcp_server"), Seg::Index(i)], e))?;
     }
-    let names = crate::mcp::tool_names(config_servers.iter().chain(&file.mcp_server));
+    let names = crate::a2a::tool_names(config_servers.iter().chain(&file.mcp_server), a2a_agents);
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut rules = RuleSet::default();
     if let Some(rules_file) = &file.rules_file {
