@@ -19,10 +19,13 @@
 //!   it steers the turn by default. Every run says what became of its input in the `X-Noetic-Routed` header and
 //!   in its first `CUSTOM` event, `noetic.run_routed`: `started`, `steered`, `queued`, `restarted`, `attached` (no
 //!   new message: the run streams the running turn) or `idle`.
+//! * **A thread paused over its budget** queues a run's messages and ends the run with `RUN_ERROR`
+//!   `budget_paused`, after `noetic.run_routed` `paused` naming the limit (see [`budget`]).
 //! * **Errors in the input** (not a `RunAgentInput`, a bad `threadId`, an empty or too long message, a resume
 //!   without an answer) are a stream with one `RUN_ERROR` whose `code` is the API's error code; a missing token,
 //!   a foreign `Host` or a cross-site request are refused with the API's HTTP errors before any run.
 
+mod budget;
 mod input;
 mod policy;
 mod stream;
@@ -249,6 +252,11 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
                 unanswered.join(", ")
             ),
         ));
+    }
+    if !texts.is_empty()
+        && let Some(reached) = session.budget().paused
+    {
+        return budget::paused(state, run, &thread, texts, &reached).await;
     }
     let busy = session.is_busy();
     if busy && !texts.is_empty() && state.config.agui_busy == BusyPolicy::Reject {
