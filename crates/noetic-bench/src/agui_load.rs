@@ -83,7 +83,10 @@ pub(crate) async fn load(threads: usize, per_thread: usize) -> BenchResult<()> {
     times.sort();
     let runs = threads * per_thread;
     let events = *seen.events.lock().map_err(|_| "a client panicked")?;
-    println!("{}", json!({ "name": "agui_concurrent_runs", "value": threads, "unit": "runs", "runs_per_thread": per_thread }));
+    println!(
+        "{}",
+        json!({ "name": "agui_concurrent_runs", "value": threads, "unit": "runs", "runs_per_thread": per_thread })
+    );
     println!(
         "{}",
         json!({ "name": "agui_runs_per_s", "value": (runs as f64 / elapsed.as_secs_f64()).round(), "unit": "runs/s", "runs": runs, "elapsed_s": (elapsed.as_secs_f64() * 100.0).round() / 100.0 })

@@ -27,6 +27,8 @@ pub(crate) struct Run {
     pub(crate) session: Session,
     pub(crate) thread_id: String,
     pub(crate) run_id: String,
+    /// The state the client was last sent (its snapshot plus the deltas since), which the next delta is from.
+    sent: std::sync::Mutex<Option<Value>>,
 }
 
 /// How a run ends.
@@ -74,6 +76,10 @@ pub(crate) fn waiting(state: &AppState, session: &Session) -> Vec<(String, Pendi
 }
 
 impl Run {
+    pub(crate) fn new(state: Arc<AppState>, session: Session, thread_id: String, run_id: String) -> Run {
+        Run { state, session, thread_id, run_id, sent: std::sync::Mutex::new(None) }
+    }
+
     /// `RUN_STARTED`.
     pub(crate) fn started(&self) -> Value {
         agui_event(
@@ -101,25 +107,51 @@ impl Run {
         }
     }
 
-    /// `STATE_SNAPSHOT` of what the page shows of the session: whether a turn runs, the queue, pending approvals.
+    /// `STATE_SNAPSHOT` of what the page shows of the session (see [`Run::state`]); the run's deltas start from it.
     pub(crate) async fn snapshot(&self) -> Value {
+        let state = self.state().await;
+        *self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state.clone());
+        agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state }))
+    }
+
+    /// What changed in the state since the client was last sent it: a `STATE_DELTA` (JSON Patch) when that is
+    /// smaller than a `STATE_SNAPSHOT`, else the snapshot; `None` when nothing changed.
+    pub(crate) async fn state_update(&self) -> Option<Value> {
+        let state = self.state().await;
+        let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let update = match sent.as_ref() {
+            Some(before) => {
+                let delta = super::patch::diff(before, &state);
+                if delta.is_empty() {
+                    None
+                } else if Value::Array(delta.clone()).to_string().len() < state.to_string().len() {
+                    Some(agui_event("STATE_DELTA", SystemTime::now(), json!({ "delta": delta })))
+                } else {
+                    Some(agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state.clone() })))
+                }
+            }
+            None => Some(agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state.clone() }))),
+        };
+        *sent = Some(state);
+        update
+    }
+
+    /// What the page shows of the session: whether a turn runs, the queue, pending approvals, the budget limit it
+    /// is paused over.
+    async fn state(&self) -> Value {
         let session = &self.session;
         let queued: Vec<Value> =
             session.queued_messages().into_iter().map(|m| json!({ "id": m.id.to_string(), "text": m.text })).collect();
         let approvals = self.state.approvals.listed(Some(session.key())).await;
-        agui_event(
-            "STATE_SNAPSHOT",
-            SystemTime::now(),
-            json!({ "snapshot": {
+        json!({
                 "session": session.key(),
                 "busy": session.is_busy(),
                 "turns": session.turns(),
                 "steering_mode": session.steering_mode().as_str(),
                 "queued": queued,
                 "pending_approvals": approvals,
-                "paused": crate::budget::status(session)["paused"],
-            }}),
-        )
+            "paused": crate::budget::status(session)["paused"],
+        })
     }
 
     /// The ending of a run the session's approvals interrupt: every call waiting now, plus `requested` (a call
@@ -217,7 +249,10 @@ impl Run {
                 | EventKind::ApprovalDecided { .. } => changed = true,
                 _ => {}
             }
-            if changed && tx.send(self.snapshot().await).await.is_err() {
+            if changed
+                && let Some(update) = self.state_update().await
+                && tx.send(update).await.is_err()
+            {
                 return End::Gone;
             }
         }
