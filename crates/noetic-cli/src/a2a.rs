@@ -72,3 +72,48 @@ pub async fn start_with_mcp(
 pub fn tool_names<'a>(servers: impl IntoIterator<Item = &'a McpServerToml>, agents: &[A2aAgentToml]) -> ToolNames {
     crate::mcp::tool_names(servers).with_a2a_agents(agents.iter().map(|a| a.name.clone()))
 }
+
+/// One `[[skill]]` table of a workflow: something callers may ask the agent to do, listed on the A2A agent card
+/// `noetic serve` publishes (a calling noetic agent offers it as the tool `<agent>__<id>`).
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SkillToml {
+    /// A stable id: letters, digits, `-` and `_`.
+    pub id: String,
+    /// A short name (default: the id).
+    pub name: Option<String>,
+    /// What the skill does, for the calling agent's model.
+    pub description: String,
+    /// Keywords.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Example requests.
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+/// What is wrong with the `[[skill]]` tables, if anything: an id that is empty, not a tool name part, or given
+/// twice, or an empty description.
+pub fn check_skills(skills: &[SkillToml]) -> Option<(usize, String)> {
+    for (i, skill) in skills.iter().enumerate() {
+        if skill.id.is_empty() || !skill.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Some((
+                i,
+                format!(
+                    "skill id '{}' must be letters, digits, '-' and '_' (it names the tool a calling agent gets)",
+                    skill.id
+                ),
+            ));
+        }
+        if skills[..i].iter().any(|s| s.id == skill.id) {
+            return Some((i, format!("skill id '{}' is given twice; give each skill its own id", skill.id)));
+        }
+        if skill.description.trim().is_empty() {
+            return Some((
+                i,
+                format!("skill '{}' needs a description (what it does, for the caller's model)", skill.id),
+            ));
+        }
+    }
+    None
+}

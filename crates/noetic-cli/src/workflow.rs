@@ -69,6 +69,10 @@ struct WorkflowFile {
     #[serde(default)]
     mcp_server: Vec<McpServerToml>,
     budget: Option<crate::budget::BudgetToml>,
+    /// What the agent does (the A2A agent card's description).
+    description: Option<String>,
+    #[serde(default)]
+    skill: Vec<crate::a2a::SkillToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +135,10 @@ pub struct Workflow {
     pub mcp_servers: Vec<McpServerToml>,
     /// The workflow's budget (its limits over those of noetic.toml's `[budget]`).
     pub budget: noetic::budget::Budget,
+    /// What the agent does, for the A2A agent card (`description`).
+    pub description: Option<String>,
+    /// The skills the A2A agent card lists (`[[skill]]` tables).
+    pub skills: Vec<crate::a2a::SkillToml>,
     scripted: Option<ScriptedDef>,
 }
 
@@ -191,6 +199,9 @@ pub fn load(
             "a scripted response needs text, tool_calls or both",
         ));
     }
+    if let Some((i, message)) = crate::a2a::check_skills(&file.skill) {
+        return Err(source.error_at(&[Seg::Key("skill"), Seg::Index(i)], message));
+    }
     Ok(Workflow {
         instructions: file.instructions,
         model,
@@ -205,6 +216,8 @@ pub fn load(
         workspace: file.workspace.map(|w| dir.join(w)),
         mcp_servers: file.mcp_server,
         budget,
+        description: file.description,
+        skills: file.skill,
         scripted: file.scripted,
     })
 }
