@@ -59,8 +59,12 @@ pub async fn start_with_mcp(
     rules: &RuleSet,
 ) -> Result<Vec<Arc<dyn ToolSource>>, String> {
     let mut connected: Vec<(String, Arc<dyn ToolSource>)> = Vec::with_capacity(agents.len());
+    let approvals = rules.approval_tools();
     for agent in agents {
-        let agent = A2aAgent::connect_with(agent.config()?).await.map_err(|e| format!("[[a2a_agent]] {e}"))?;
+        let mut config = agent.config()?;
+        // Calls of the tools `require_approval` rules name wait for the approver, as MCP servers' do.
+        config.approval_tools.clone_from(&approvals);
+        let agent = A2aAgent::connect_with(config).await.map_err(|e| format!("[[a2a_agent]] {e}"))?;
         connected.push((agent.prefix().to_owned(), Arc::new(agent)));
     }
     let mut sources = crate::mcp::start(servers, rules, &connected).await?;

@@ -178,3 +178,17 @@ fn a_rule_naming_a_misspelt_a2a_tool_is_refused_naming_the_tools_there_are() {
     assert!(out.stderr.contains("list_dir"), "the error names the built-in tools: {}", out.stderr);
     assert!(!out.stdout.contains("tool_call_completed"), "no call ran: {}", out.stdout);
 }
+
+#[test]
+fn a_require_approval_rule_on_an_a2a_agents_tool_makes_its_call_wait_for_approval() {
+    let out = run_with_rules("[[rule]]\nid = \"ask-helper\"\nrequire_approval = \"helper__chat\"\n");
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_completed" && e["call_id"] == "a1")
+        .unwrap_or_else(|| panic!("no result of a1: {}", out.stdout));
+    assert_eq!(done["is_error"], true, "no one approved it in a run without a terminal: {done}");
+    let output = done["output"].as_str().unwrap();
+    assert!(output.contains("'helper__chat' needs the user's approval"), "{output}");
+}
