@@ -73,7 +73,7 @@ fn an_agui_run_to_a_thread_paused_over_its_budget_is_queued_and_ends_with_run_er
         return;
     };
     let seen = client_test(&dir, "NOETIC_AGUI_CLIENT_DIR", "agui/agui_budget.mjs");
-    assert_eq!(seen["firstEnd"]["type"], "RUN_ERROR", "{seen}");
+    assert_eq!(seen["firstEnd"]["type"], "RUN_ERROR", "the turn that reached the budget: {seen}");
     assert_eq!(seen["firstEnd"]["code"], "budget_reached", "{seen}");
     assert_eq!(
         seen["second"],

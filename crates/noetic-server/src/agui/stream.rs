@@ -18,6 +18,9 @@ use super::translate::{Translator, agui_event, custom};
 use crate::AppState;
 use crate::approvals::PendingApproval;
 
+/// The longest a run whose turn ended waits for the follower to hand out that turn's last events.
+const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a run's events go: the response body. A send fails when the client went away.
 pub(crate) type Tx = mpsc::Sender<Value>;
 
@@ -185,7 +188,11 @@ impl Run {
         // The end of the last turn, while a turn continuing it may still start (an idle session's is past; the
         // events before it that the follower holds still come first).
         let mut ended: Option<End> = (!self.session.is_busy()).then_some(End::Finished(None));
+        // The newest event handed out: a turn that ended before the run began following it ends the run only once
+        // its events (read back from the session's log, which takes a moment) have been streamed.
+        let mut seen = replayed_to;
         loop {
+            let caught_up = seen >= self.session.last_event_seq();
             let next = tokio::select! {
                 biased;
                 () = self.state.shutdown.cancelled() => {
@@ -193,13 +200,18 @@ impl Run {
                 }
                 () = tx.closed() => return End::Gone,
                 next = follower.next() => next,
-                () = self.state.running.released(&key, chain), if ended.is_some() => {
+                () = self.state.running.released(&key, chain), if ended.is_some() && caught_up => {
+                    return ended.unwrap_or(End::Finished(None));
+                }
+                // Events the follower never hands out (the log no longer holds them) do not hold the run open.
+                () = tokio::time::sleep(CATCH_UP_LIMIT), if ended.is_some() && !caught_up => {
                     return ended.unwrap_or(End::Finished(None));
                 }
             };
             let event = match next {
                 Some(Followed::Event(event)) => event,
                 Some(Followed::Gap { from, to }) => {
+                    seen = seen.max(to);
                     let gap = custom("events_missed", SystemTime::now(), json!({ "from": from, "to": to }));
                     if tx.send(gap).await.is_err() {
                         return End::Gone;
@@ -214,6 +226,7 @@ impl Run {
             {
                 return ended.unwrap_or(End::Finished(None));
             }
+            seen = seen.max(event.seq);
             self.state.threads.advance(&self.thread_id, event.seq);
             let history = || last_answer(&self.session.history());
             for out in translator.translate(&event, &history) {
