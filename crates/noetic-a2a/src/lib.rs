@@ -92,6 +92,9 @@ pub struct A2aAgentConfig {
     pub timeout: Duration,
     /// Whether each call waits for our approver's decision first.
     pub require_approval: bool,
+    /// Tools (by their full names, `<prefix>__<skill>`) whose calls wait for our approver's decision first, when
+    /// not all do (a rule's `require_approval`).
+    pub approval_tools: std::collections::BTreeSet<String>,
 }
 
 impl A2aAgentConfig {
@@ -103,6 +106,7 @@ impl A2aAgentConfig {
             headers: BTreeMap::new(),
             timeout: DEFAULT_TIMEOUT,
             require_approval: false,
+            approval_tools: std::collections::BTreeSet::new(),
         }
     }
 
@@ -120,6 +124,7 @@ impl A2aAgentConfig {
 pub struct A2aAgent {
     card: Card,
     tools: ToolSet,
+    prefix: String,
 }
 
 impl std::fmt::Debug for A2aAgent {
@@ -160,6 +165,7 @@ impl A2aAgent {
                 None => prefix.clone(),
             };
             let description = describe(&card, skill);
+            let needs_approval = config.require_approval || config.approval_tools.contains(&name);
             let (client, skill_id, tool_name) = (client.clone(), skill.map(|s| s.id.clone()), name.clone());
             let tool = FnTool::builder(name, description)
                 .input_schema(json!({
@@ -170,7 +176,7 @@ impl A2aAgent {
                     },
                     "required": ["message"],
                 }))
-                .needs_approval(config.require_approval)
+                .needs_approval(needs_approval)
                 .handler(move |args, tcx| {
                     let (client, skill_id, tool_name) = (client.clone(), skill_id.clone(), tool_name.clone());
                     async move { call::run(client, &tool_name, skill_id.as_deref(), &args, &tcx).await }
@@ -180,12 +186,17 @@ impl A2aAgent {
             tools.push(Arc::new(tool));
         }
         let tools = ToolSet::new(tools).map_err(|e| A2aError::Card { url: card_url.clone(), reason: e.to_string() })?;
-        Ok(A2aAgent { card, tools })
+        Ok(A2aAgent { card, tools, prefix })
     }
 
     /// The card, as read.
     pub fn card(&self) -> &Card {
         &self.card
+    }
+
+    /// The prefix of its tools' names (`<prefix>__<skill>`, or the prefix alone for a card without skills).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 

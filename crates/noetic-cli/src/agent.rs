@@ -174,11 +174,11 @@ impl AgentArgs {
     }
 
     /// The rules of the flag's file, else of noetic.toml's `rules`, else none. They may name tools of
-    /// noetic.toml's MCP servers (checked when the servers start).
+    /// noetic.toml's MCP servers and A2A agents (checked when they start).
     pub fn rules(&self, defaults: &crate::config::Defaults) -> Result<RuleSet, Box<dyn std::error::Error>> {
         match self.rules.as_ref().or(defaults.rules.as_ref()) {
             Some(path) => {
-                let names = crate::mcp::tool_names(&defaults.mcp_servers);
+                let names = crate::a2a::tool_names(&defaults.mcp_servers, &defaults.a2a_agents);
                 Ok(crate::rules::load(&crate::source::Source::read(path)?, &names)?)
             }
             None => Ok(RuleSet::default()),

@@ -131,11 +131,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         model_id: model_id.clone(),
         instructions: args.agent.instructions(defaults, None),
         tools: None,
-        tool_sources: [
-            crate::mcp::start(&defaults.mcp_servers, &rules).await?,
-            crate::a2a::start(&defaults.a2a_agents).await?,
-        ]
-        .concat(),
+        tool_sources: crate::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?,
         rules,
         workspace: workspace.clone(),
         max_rounds: None,

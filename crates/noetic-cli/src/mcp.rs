@@ -90,10 +90,15 @@ pub fn tool_names<'a>(servers: impl IntoIterator<Item = &'a McpServerToml>) -> T
 }
 
 /// Starts every configured server (the first that does not start is an error naming it and its stderr tail),
-/// then checks the MCP tools `rules` name against the tools the servers list: a name none offers is an error.
+/// then checks the MCP and A2A tools `rules` name against the tools the servers list and `agents` (the started
+/// A2A agents, with their tool prefixes) offer: a name none offers is an error.
 /// Calls of tools `require_approval` rules name wait for the approver. When a server's tool list changes later,
 /// the names are checked again and a rule whose tool is gone (or back) is reported on stderr.
-pub async fn start(servers: &[McpServerToml], rules: &RuleSet) -> Result<Vec<Arc<dyn ToolSource>>, String> {
+pub async fn start(
+    servers: &[McpServerToml],
+    rules: &RuleSet,
+    agents: &[(String, Arc<dyn ToolSource>)],
+) -> Result<Vec<Arc<dyn ToolSource>>, String> {
     let approvals = rules.approval_tools();
     let mut started: Vec<Arc<McpServer>> = Vec::with_capacity(servers.len());
     for server in servers {
@@ -102,11 +107,16 @@ pub async fn start(servers: &[McpServerToml], rules: &RuleSet) -> Result<Vec<Arc
         let running = McpServer::start(config).await.map_err(|e| format!("MCP server '{}': {e}", server.name))?;
         started.push(Arc::new(running));
     }
-    let offered: Vec<ToolSet> = started.iter().map(|s| s.snapshot()).collect();
-    rules.check_mcp_tools(&offered).map_err(|e| e.to_string())?;
+    let prefixes: Vec<String> = agents.iter().map(|(prefix, _)| prefix.clone()).collect();
+    let sources: Vec<Arc<dyn ToolSource>> = started
+        .iter()
+        .map(|s| s.clone() as Arc<dyn ToolSource>)
+        .chain(agents.iter().map(|(_, source)| source.clone()))
+        .collect();
+    let offered: Vec<ToolSet> = sources.iter().map(|s| s.snapshot()).collect();
+    rules.check_tools(&offered, &prefixes).map_err(|e| e.to_string())?;
     if rules.names_mcp_tools() {
-        let sources: Vec<Arc<dyn ToolSource>> = started.iter().map(|s| s.clone() as Arc<dyn ToolSource>).collect();
-        let watch = Arc::new(Recheck::new(&sources, rules.clone()));
+        let watch = Arc::new(Recheck::new(&sources, rules.clone(), prefixes));
         for server in &started {
             let (mut listings, watch) = (server.watch_listings(), watch.clone());
             tokio::spawn(async move {
@@ -126,20 +136,22 @@ pub async fn start(servers: &[McpServerToml], rules: &RuleSet) -> Result<Vec<Arc
 struct Recheck {
     sources: Vec<Weak<dyn ToolSource>>,
     rules: RuleSet,
+    /// The A2A agents' tool prefixes.
+    agents: Vec<String>,
     /// The names found missing at the last check, so each change is reported once.
     missing: Mutex<BTreeSet<String>>,
 }
 
 impl Recheck {
-    fn new(sources: &[Arc<dyn ToolSource>], rules: RuleSet) -> Self {
-        Recheck { sources: sources.iter().map(Arc::downgrade).collect(), rules, missing: Mutex::default() }
+    fn new(sources: &[Arc<dyn ToolSource>], rules: RuleSet, agents: Vec<String>) -> Self {
+        Recheck { sources: sources.iter().map(Arc::downgrade).collect(), rules, agents, missing: Mutex::default() }
     }
 
     /// What changed since the last check, as lines to report: a rule whose tool is gone (it guards nothing
     /// until the tool comes back, and a call of a tool that is not offered cannot run), a tool that is back.
     fn changes(&self) -> Vec<String> {
         let offered: Vec<ToolSet> = self.sources.iter().filter_map(Weak::upgrade).map(|s| s.snapshot()).collect();
-        let now = self.rules.missing_mcp_tools(&offered);
+        let now = self.rules.missing_tools(&offered, &self.agents);
         let mut before = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
         let mut lines: Vec<String> = now
             .iter()
@@ -187,7 +199,7 @@ mod tests {
         .unwrap();
         let server = Arc::new(DynamicTools::new());
         server.replace([tool("srv__x"), tool("srv__y")]).unwrap();
-        let recheck = Recheck::new(&[server.clone() as Arc<dyn ToolSource>], rules);
+        let recheck = Recheck::new(&[server.clone() as Arc<dyn ToolSource>], rules, Vec::new());
         assert!(recheck.changes().is_empty(), "every name matches");
         server.replace([tool("srv__y")]).unwrap();
         assert_eq!(

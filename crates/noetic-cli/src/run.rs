@@ -88,13 +88,16 @@ pub struct RunArgs {
 
 /// Runs the workflow once.
 pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<(), Box<dyn std::error::Error>> {
-    let mut flow = workflow::load(&args.workflow, &defaults.mcp_servers)?;
+    let mut flow = workflow::load(&args.workflow, &defaults.mcp_servers, &defaults.a2a_agents)?;
     if let Some(model) = &args.model {
         flow.model = model.clone();
     }
     let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
     if let Some(path) = &args.rules {
-        let extra = crate::rules::load(&crate::source::Source::read(path)?, &crate::mcp::tool_names(&servers))?;
+        let extra = crate::rules::load(
+            &crate::source::Source::read(path)?,
+            &crate::a2a::tool_names(&servers, &defaults.a2a_agents),
+        )?;
         flow.rules.extend(extra).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(mode) = args.mode {
@@ -149,8 +152,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             None => None,
         },
         lease_term: crate::sessions::StoreArgs::default().lease,
-        tool_sources: [crate::mcp::start(&servers, &flow.rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
-            .concat(),
+        tool_sources: crate::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
         first_round_tool_call: args.local,
         max_idle_sessions: None,
         budget: crate::budget::layered(&defaults.budget, &flow.budget),

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use noetic::agent::log::{LogStore, MemoryLogStore};
 use noetic_server::{
-    ALLOWED_HOSTS_ENV, AllowedHost, Approvals, MAX_CONNECTIONS_LIMIT, Server, ServerConfig, TOKEN_ENV, check_bind,
+    ALLOWED_HOSTS_ENV, AgentSkill, AllowedHost, Approvals, MAX_CONNECTIONS_LIMIT, Server, ServerConfig, TOKEN_ENV,
+    check_bind,
 };
 
 use crate::agent::{self, AgentSpec};
@@ -108,7 +109,7 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         Some(store) => store.shared(),
         None => Arc::new(MemoryLogStore::default()),
     };
-    let (spec, described, _local_server) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
+    let (spec, described, _local_server, card) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
     // The page shows a file write's diff with its approval, as the terminal chat does.
     let workspace = spec.workspace.clone();
     let approvals = approvals.with_preview(Arc::new(move |request| crate::approve::preview(request, &workspace)));
@@ -130,6 +131,8 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
         idle_timeout: args.idle_timeout,
         agent_name: agent_name(args.workflow.as_deref()),
         agui_busy,
+        agent_description: card.description,
+        skills: card.skills,
         ..ServerConfig::default()
     };
     let config_name = config.agent_name.clone();
@@ -144,6 +147,27 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     server.serve(listener, shutdown_signal()).await?;
     errln!("noetic serve: stopped");
     Ok(())
+}
+
+/// What the A2A agent card says of the served agent: the workflow's `description` and `[[skill]]` tables.
+#[derive(Default)]
+struct Card {
+    description: String,
+    skills: Vec<AgentSkill>,
+}
+
+/// The workflow's `[[skill]]` tables as the card's skills.
+fn skills(tables: &[crate::a2a::SkillToml]) -> Vec<AgentSkill> {
+    tables
+        .iter()
+        .map(|s| AgentSkill {
+            id: s.id.clone(),
+            name: s.name.clone().unwrap_or_else(|| s.id.clone()),
+            description: s.description.clone(),
+            tags: s.tags.clone(),
+            examples: s.examples.clone(),
+        })
+        .collect()
 }
 
 /// The agent's name on the AG-UI endpoint: the workflow file's stem, or `chat` for the chat agent.
@@ -209,9 +233,9 @@ async fn agent_spec(
     timeout: Option<Duration>,
     approvals: Approvals,
     store: Arc<dyn LogStore>,
-) -> Result<(AgentSpec, String, Option<local::LocalServer>), Box<dyn std::error::Error>> {
+) -> Result<(AgentSpec, String, Option<local::LocalServer>, Card), Box<dyn std::error::Error>> {
     if let Some(path) = &args.workflow {
-        let mut flow = workflow::load(path, &defaults.mcp_servers)?;
+        let mut flow = workflow::load(path, &defaults.mcp_servers, &defaults.a2a_agents)?;
         if let Some(model) = &args.model.model {
             flow.model = model.clone();
         }
@@ -238,25 +262,20 @@ async fn agent_spec(
             approver: Some(approvals.approver()),
             store: Some(store),
             lease_term: args.store.lease,
-            tool_sources: [
-                crate::mcp::start(&servers, &flow.rules).await?,
-                crate::a2a::start(&defaults.a2a_agents).await?,
-            ]
-            .concat(),
+            tool_sources: crate::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
             budget: crate::budget::layered(&defaults.budget, &flow.budget),
             ledger_key: args.agent.ledger_key()?,
             chain_ledger: false,
         };
-        return Ok((spec, described, local));
+        let card = Card { description: flow.description.clone().unwrap_or_default(), skills: skills(&flow.skills) };
+        return Ok((spec, described, local, card));
     }
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources =
-        [crate::mcp::start(&defaults.mcp_servers, &rules).await?, crate::a2a::start(&defaults.a2a_agents).await?]
-            .concat();
+    let tool_sources = crate::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?;
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",
@@ -283,7 +302,7 @@ async fn agent_spec(
         ledger_key: args.agent.ledger_key()?,
         chain_ledger: false,
     };
-    Ok((spec, described, local))
+    Ok((spec, described, local, Card::default()))
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

@@ -69,6 +69,10 @@ struct WorkflowFile {
     #[serde(default)]
     mcp_server: Vec<McpServerToml>,
     budget: Option<crate::budget::BudgetToml>,
+    /// What the agent does (the A2A agent card's description).
+    description: Option<String>,
+    #[serde(default)]
+    skill: Vec<crate::a2a::SkillToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,18 +135,26 @@ pub struct Workflow {
     pub mcp_servers: Vec<McpServerToml>,
     /// The workflow's budget (its limits over those of noetic.toml's `[budget]`).
     pub budget: noetic::budget::Budget,
+    /// What the agent does, for the A2A agent card (`description`).
+    pub description: Option<String>,
+    /// The skills the A2A agent card lists (`[[skill]]` tables).
+    pub skills: Vec<crate::a2a::SkillToml>,
     scripted: Option<ScriptedDef>,
 }
 
 /// Reads and checks a workflow file; its rules may name the tools of its own `[[mcp_server]]` tables and of
-/// `config_servers` (noetic.toml's), checked when the servers start (see [`crate::mcp::start`]).
-pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, SourceError> {
+/// `config_servers` (noetic.toml's) and of `a2a_agents`, checked when they start (see [`crate::mcp::start`]).
+pub fn load(
+    path: &Path,
+    config_servers: &[McpServerToml],
+    a2a_agents: &[crate::a2a::A2aAgentToml],
+) -> Result<Workflow, SourceError> {
     let source = Source::read(path)?;
     let file: WorkflowFile = source.parse()?;
     for (i, server) in file.mcp_server.iter().enumerate() {
         server.config().map_err(|e| source.error_at(&[Seg::Key("mcp_server"), Seg::Index(i)], e))?;
     }
-    let names = crate::mcp::tool_names(config_servers.iter().chain(&file.mcp_server));
+    let names = crate::a2a::tool_names(config_servers.iter().chain(&file.mcp_server), a2a_agents);
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut rules = RuleSet::default();
     if let Some(rules_file) = &file.rules_file {
@@ -187,6 +199,9 @@ pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, S
             "a scripted response needs text, tool_calls or both",
         ));
     }
+    if let Some((i, message)) = crate::a2a::check_skills(&file.skill) {
+        return Err(source.error_at(&[Seg::Key("skill"), Seg::Index(i)], message));
+    }
     Ok(Workflow {
         instructions: file.instructions,
         model,
@@ -201,6 +216,8 @@ pub fn load(path: &Path, config_servers: &[McpServerToml]) -> Result<Workflow, S
         workspace: file.workspace.map(|w| dir.join(w)),
         mcp_servers: file.mcp_server,
         budget,
+        description: file.description,
+        skills: file.skill,
         scripted: file.scripted,
     })
 }

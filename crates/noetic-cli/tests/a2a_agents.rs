@@ -122,3 +122,73 @@ fn an_a2a_agent_table_with_a_url_that_is_not_http_is_an_error_naming_it() {
         out.stderr
     );
 }
+
+/// A workflow of `rules` (inline `[[rule]]` tables) calling `helper__chat` of a second `noetic serve` configured as
+/// `[[a2a_agent]]` named `helper`: its output and stderr.
+fn run_with_rules(rules: &str) -> common::Output {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::create_dir(root.join("ws")).unwrap();
+    let helper_flow = root.join("helper.toml");
+    std::fs::write(&helper_flow, "model = \"scripted\"\n[scripted]\nper_conversation = true\n[[scripted.response]]\ntext = \"The answer is 42.\"\n").unwrap();
+    let helper = Served::spawn(workflow_command(&helper_flow, &root.join("ws"), &root.join("helper.db"), &[]));
+    let config = root.join("noetic.toml");
+    std::fs::write(&config, format!("[[a2a_agent]]\nurl = {:?}\nname = \"helper\"\n", helper.base)).unwrap();
+    let flow = root.join("flow.toml");
+    std::fs::write(
+        &flow,
+        format!(
+            "model = \"scripted\"\ntools = [\"list_dir\"]\n[[scripted.response]]\ntool_calls = [\
+             {{ id = \"a1\", name = \"helper__chat\", args = {{ message = \"What is the answer?\" }} }}]\n\
+             [[scripted.response]]\ntext = \"Done.\"\n\n{rules}"
+        ),
+    )
+    .unwrap();
+    let out = run(noetic()
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .arg(&flow)
+        .args(["--prompt", "Ask the other agent", "--json", "--workspace"])
+        .arg(root.join("ws")));
+    helper.terminate();
+    out
+}
+
+#[test]
+fn a_rule_denying_an_a2a_agents_tool_blocks_its_call() {
+    let out = run_with_rules("[[rule]]\nid = \"no-helper\"\ndeny_tool = \"helper__chat\"\n");
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_completed" && e["call_id"] == "a1")
+        .unwrap_or_else(|| panic!("no result of a1: {}", out.stdout));
+    assert_eq!(done["is_error"], true, "{done}");
+    let output = done["output"].as_str().unwrap();
+    assert!(output.contains("The tool 'helper__chat' is not allowed here."), "{output}");
+}
+
+#[test]
+fn a_rule_naming_a_misspelt_a2a_tool_is_refused_naming_the_tools_there_are() {
+    let out = run_with_rules("[[rule]]\nid = \"no-helper\"\ndeny_tool = \"helper__chta\"\n");
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("rule 'no-helper': there is no tool 'helper__chta'"), "{}", out.stderr);
+    assert!(out.stderr.contains("helper__chat"), "the error names the agent's tools: {}", out.stderr);
+    assert!(out.stderr.contains("list_dir"), "the error names the built-in tools: {}", out.stderr);
+    assert!(!out.stdout.contains("tool_call_completed"), "no call ran: {}", out.stdout);
+}
+
+#[test]
+fn a_require_approval_rule_on_an_a2a_agents_tool_makes_its_call_wait_for_approval() {
+    let out = run_with_rules("[[rule]]\nid = \"ask-helper\"\nrequire_approval = \"helper__chat\"\n");
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_completed" && e["call_id"] == "a1")
+        .unwrap_or_else(|| panic!("no result of a1: {}", out.stdout));
+    assert_eq!(done["is_error"], true, "no one approved it in a run without a terminal: {done}");
+    let output = done["output"].as_str().unwrap();
+    assert!(output.contains("'helper__chat' needs the user's approval"), "{output}");
+}

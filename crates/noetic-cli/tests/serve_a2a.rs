@@ -129,3 +129,69 @@ fn an_a2a_client_streams_a_task_answers_its_approvals_steers_it_cancels_another_
     let (status, stderr) = served.terminate();
     assert!(status.success(), "{stderr}");
 }
+
+#[test]
+fn the_agent_card_lists_the_workflows_skills_with_their_names_and_descriptions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let workspace = tmp.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let flow = tmp.path().join("reviewer.toml");
+    std::fs::write(
+        &flow,
+        "model = \"scripted\"\ndescription = \"Reviews code and writes release notes.\"\n\
+         [[scripted.response]]\ntext = \"ok\"\n\n\
+         [[skill]]\nid = \"review-code\"\nname = \"Review code\"\ndescription = \"Reviews a diff and lists the problems.\"\n\
+         tags = [\"code\", \"review\"]\nexamples = [\"Review the last commit\"]\n\n\
+         [[skill]]\nid = \"release-notes\"\ndescription = \"Writes release notes from the commits since a tag.\"\n",
+    )
+    .unwrap();
+    let served = Served::spawn(common::served::workflow_command(&flow, &workspace, &tmp.path().join("noetic.db"), &[]));
+    let request = format!(
+        "GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        served.authority()
+    );
+    let card = raw(served.authority(), &request).expect("no answer");
+    served.terminate();
+    assert_eq!(card.status, 200, "{:?}", card.body);
+    assert_eq!(card.body["name"], "reviewer");
+    assert_eq!(card.body["description"], "Reviews code and writes release notes.");
+    let skills: Vec<Value> = card.body["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!([s["id"], s["name"], s["description"], s["tags"], s["examples"]]))
+        .collect();
+    assert_eq!(
+        skills,
+        [
+            json!([
+                "review-code",
+                "Review code",
+                "Reviews a diff and lists the problems.",
+                ["code", "review"],
+                ["Review the last commit"]
+            ]),
+            json!(["release-notes", "release-notes", "Writes release notes from the commits since a tag.", [], null]),
+        ]
+    );
+}
+
+#[test]
+fn a_workflow_skill_without_a_description_or_with_a_repeated_id_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (skills, says) in [
+        ("[[skill]]\nid = \"a\"\ndescription = \"\"\n", "skill 'a' needs a description"),
+        (
+            "[[skill]]\nid = \"a\"\ndescription = \"x\"\n[[skill]]\nid = \"a\"\ndescription = \"y\"\n",
+            "skill id 'a' is given twice",
+        ),
+        ("[[skill]]\nid = \"a b\"\ndescription = \"x\"\n", "skill id 'a b' must be letters"),
+    ] {
+        let flow = tmp.path().join("flow.toml");
+        std::fs::write(&flow, format!("model = \"scripted\"\n[[scripted.response]]\ntext = \"ok\"\n\n{skills}"))
+            .unwrap();
+        let out = common::run(common::noetic().arg("run").arg(&flow).args(["--prompt", "hi", "--no-store"]));
+        assert!(!out.status.success(), "{skills}");
+        assert!(out.stderr.contains(says), "{skills}: {}", out.stderr);
+    }
+}

@@ -71,11 +71,11 @@ fn an_agui_client_runs_a_turn_answers_its_approval_interrupts_and_steers_it_mid_
     // New input while the interrupt is open is refused.
     assert_eq!(seen["blocked"], "interrupts_pending");
 
-    // The steering run says it steered, and ends at once.
-    assert_eq!(
-        names(&seen["steer"]),
-        ["RUN_STARTED", "CUSTOM:noetic.run_routed", "STATE_SNAPSHOT", "STATE_SNAPSHOT", "RUN_FINISHED"]
-    );
+    // The steering run says it steered, and ends at once (with a delta if the state changed meanwhile).
+    let steer = names(&seen["steer"]);
+    assert_eq!(&steer[..3], ["RUN_STARTED", "CUSTOM:noetic.run_routed", "STATE_SNAPSHOT"], "{steer:?}");
+    assert_eq!(steer.last(), Some(&"RUN_FINISHED"), "{steer:?}");
+    assert!(steer[3..steer.len() - 1].iter().all(|k| *k == "STATE_DELTA"), "{steer:?}");
     // The resumed run: the approved command ran, the rest of the batch was skipped for the steering message, which
     // the model read and answered with a write that needs approval (the next interrupt).
     let resumed = names(&seen["resumed"]);
@@ -101,5 +101,9 @@ fn an_agui_client_runs_a_turn_answers_its_approval_interrupts_and_steers_it_mid_
     assert_eq!(seen["badBody"], json!({ "status": 200, "events": ["RUN_ERROR"], "code": "invalid_run_input" }));
     assert_eq!(seen["unknownAgent"], 404);
     assert!(seen["checked"].as_u64().unwrap() > 40, "{seen}");
+    // After a run's first snapshot, its state changes come as JSON Patch deltas; applied by the client, they give
+    // the state a fresh snapshot gives.
+    assert!(seen["deltas"].as_u64().unwrap() > 0, "{seen}");
+    assert_eq!(seen["deltasMatchSnapshot"], true);
     assert_eq!(seen["warnings"], json!([]), "the client stripped or doubted something we sent");
 }

@@ -58,7 +58,8 @@ pub struct ServerConfig {
     pub agui_busy: BusyPolicy,
     /// What the A2A agent card says the agent does (`description`); empty: a sentence naming the agent.
     pub agent_description: String,
-    /// The skills the A2A agent card lists; none: one skill, talking to the agent.
+    /// The skills the A2A agent card lists; none: one skill (id `chat`), talking to the agent, named after it and
+    /// described by [`ServerConfig::agent_description`].
     pub skills: Vec<AgentSkill>,
 }
 
@@ -73,6 +74,8 @@ pub struct AgentSkill {
     pub description: String,
     /// Keywords.
     pub tags: Vec<String>,
+    /// Example requests.
+    pub examples: Vec<String>,
 }
 
 impl Default for ServerConfig {

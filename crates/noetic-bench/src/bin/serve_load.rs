@@ -3,9 +3,11 @@
 //! the time from a steer request to the message being in the next model request (p50/p99), and memory.
 //!
 //!   cargo run --profile profiling -p noetic-bench --bin serve_load [SESSIONS] [TURNS_PER_SESSION]   (default 1000 × 3)
+//!   cargo run --profile profiling -p noetic-bench --bin serve_load agui [RUNS] [RUNS_PER_THREAD]   (default 1000 × 1)
 //!
 //! The model is scripted (no network), the tool waits until the client's steer was accepted, so every turn
 //! exercises claim, SSE, a steer into a running tool batch, the skip of the rest of the batch and injection.
+//! The `agui` mode runs that many AG-UI runs at once instead (see `agui_load.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,9 @@ use tokio::sync::Notify;
 #[path = "../probe.rs"]
 #[allow(dead_code)]
 mod probe;
+
+#[path = "../agui_load.rs"]
+mod agui_load;
 
 use probe::rss_mib;
 
@@ -50,7 +55,14 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 fn main() -> BenchResult<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("agui") {
+        args.next();
+        let runs: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
+        let per_thread: usize = args.next().map_or(Ok(1), |a| a.parse())?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        return rt.block_on(agui_load::load(runs, per_thread));
+    }
     let sessions: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
     let turns: usize = args.next().map_or(Ok(3), |a| a.parse())?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -1,6 +1,7 @@
-//! Rules naming tools of MCP servers (`files__write_file`): accepted while the rules are read when the name
-//! starts with a configured server's prefix, then checked against the tools the servers list once they have
-//! started — a name no server offers is an error then, as a misspelt built-in is at once (fail closed).
+//! Rules naming tools of MCP servers (`files__write_file`) and of A2A agents (`helper__chat`): accepted while the
+//! rules are read when the name starts with a configured server's or agent's prefix, then checked against the
+//! tools the servers list and the agents' cards once they have started — a name none offers is an error then, as
+//! a misspelt built-in is at once (fail closed).
 
 use noetic::tool::ToolSet;
 
@@ -14,39 +15,62 @@ pub struct ToolNames {
     /// The configured servers' names; `None` to take any `<server>__<tool>` name on trust (the `rules` command,
     /// which starts no server: `chat`, `run` and `serve` check it when they start theirs).
     servers: Option<Vec<String>>,
+    /// The configured A2A agents' tool prefixes (`<name>__<skill>`, or `<name>` alone).
+    agents: Vec<String>,
+    /// An `[[a2a_agent]]` without a `name`: its prefix is its card's name, known once it is read, so any name
+    /// is taken on trust until then.
+    unnamed_agent: bool,
 }
 
 impl ToolNames {
     /// Built-in tools only (no MCP server is configured).
     #[cfg(test)]
     pub fn built_in() -> Self {
-        ToolNames { servers: Some(Vec::new()) }
+        ToolNames { servers: Some(Vec::new()), agents: Vec::new(), unnamed_agent: false }
     }
 
     /// Built-in tools, and tools of the servers named `servers`.
     pub fn with_servers(servers: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        ToolNames { servers: Some(servers.into_iter().map(Into::into).collect()) }
+        ToolNames {
+            servers: Some(servers.into_iter().map(Into::into).collect()),
+            agents: Vec::new(),
+            unnamed_agent: false,
+        }
     }
 
     /// Built-in tools, and tools of any server (for checking a rules file on its own).
     pub fn any_server() -> Self {
-        ToolNames { servers: None }
+        ToolNames { servers: None, agents: Vec::new(), unnamed_agent: false }
     }
 
-    /// `Ok(false)` for a built-in tool, `Ok(true)` for a tool of an MCP server (checked when the servers have
-    /// started), or what is wrong with the name.
+    /// These names, and the tools of the A2A agents named `agents` (`None` for an agent whose name is its card's).
+    pub fn with_a2a_agents(mut self, agents: impl IntoIterator<Item = Option<String>>) -> Self {
+        for agent in agents {
+            match agent {
+                Some(name) => self.agents.push(name),
+                None => self.unnamed_agent = true,
+            }
+        }
+        self
+    }
+
+    /// `Ok(false)` for a built-in tool, `Ok(true)` for a tool of an MCP server or an A2A agent (checked when they
+    /// have started), or what is wrong with the name.
     pub(super) fn check(&self, tool: &str) -> Result<bool, String> {
         if crate::tools::BUILT_IN.contains(&tool) {
             return Ok(false);
         }
-        let mcp = match &self.servers {
-            Some(servers) => servers.iter().any(|s| server_part(tool, s).is_some()),
-            None => tool.split_once(noetic_mcp::NAME_SEPARATOR).is_some_and(|(server, rest)| {
-                !server.is_empty()
-                    && !rest.is_empty()
-                    && server.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            }),
-        };
+        let agent =
+            self.unnamed_agent || self.agents.iter().any(|a| tool == a.as_str() || server_part(tool, a).is_some());
+        let mcp = agent
+            || match &self.servers {
+                Some(servers) => servers.iter().any(|s| server_part(tool, s).is_some()),
+                None => tool.split_once(noetic_mcp::NAME_SEPARATOR).is_some_and(|(server, rest)| {
+                    !server.is_empty()
+                        && !rest.is_empty()
+                        && server.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                }),
+            };
         if mcp {
             return Ok(true);
         }
@@ -54,6 +78,10 @@ impl ToolNames {
         if let Some(servers) = self.servers.as_ref().filter(|s| !s.is_empty()) {
             let prefixes: Vec<String> = servers.iter().map(|s| format!("{s}__<tool>")).collect();
             message.push_str(&format!(", and those of the configured MCP servers: {}", prefixes.join(", ")));
+        }
+        if !self.agents.is_empty() {
+            let prefixes: Vec<String> = self.agents.iter().map(|a| format!("{a}__<skill>")).collect();
+            message.push_str(&format!(", and those of the configured A2A agents: {}", prefixes.join(", ")));
         }
         Err(message)
     }
@@ -88,7 +116,14 @@ pub(crate) struct Missing {
 impl RuleSet {
     /// The MCP tools (and `deny_arg` arguments) the rules name that none of `offered` (the started servers'
     /// tool lists) has, each with an error naming the rule and the tools its server offers.
+    #[cfg(test)]
     pub fn missing_mcp_tools(&self, offered: &[ToolSet]) -> Vec<Missing> {
+        self.missing_tools(offered, &[])
+    }
+
+    /// Like [`RuleSet::missing_mcp_tools`], where `agents` are the started A2A agents' tool prefixes: a name with
+    /// one of them is said to be the agent's, and a name with no source's prefix is told every tool there is.
+    pub fn missing_tools(&self, offered: &[ToolSet], agents: &[String]) -> Vec<Missing> {
         let mut missing = Vec::new();
         for rule in &self.rules {
             for name in &rule.mcp_names {
@@ -98,7 +133,7 @@ impl RuleSet {
                         "rule '{}': there is no tool '{}': {}",
                         rule.id,
                         name.tool,
-                        offered_by_its_server(&name.tool, offered)
+                        offered_by_its_source(&name.tool, offered, agents)
                     )),
                     Some(tool) => name.arg.as_ref().and_then(|arg| {
                         let properties = tool.input_schema().json().get("properties")?.as_object()?;
@@ -130,8 +165,15 @@ impl RuleSet {
 
     /// Checks the MCP tools the rules name against the started servers' tools (see
     /// [`RuleSet::missing_mcp_tools`]); the first missing one is the error.
+    #[cfg(test)]
     pub fn check_mcp_tools(&self, offered: &[ToolSet]) -> Result<(), SourceError> {
-        match self.missing_mcp_tools(offered).into_iter().next() {
+        self.check_tools(offered, &[])
+    }
+
+    /// Checks the MCP and A2A tools the rules name against the started sources' tools (see
+    /// [`RuleSet::missing_tools`]); the first missing one is the error.
+    pub fn check_tools(&self, offered: &[ToolSet], agents: &[String]) -> Result<(), SourceError> {
+        match self.missing_tools(offered, agents).into_iter().next() {
             Some(missing) => Err(missing.error),
             None => Ok(()),
         }
@@ -143,11 +185,24 @@ impl RuleSet {
     }
 }
 
-/// What the server whose prefix `tool` has offers, in words.
-fn offered_by_its_server(tool: &str, offered: &[ToolSet]) -> String {
+/// What the server or agent whose prefix `tool` has offers, in words; every tool there is when `tool` has the
+/// prefix of neither (a name taken on trust while an A2A agent's prefix was not known).
+fn offered_by_its_source(tool: &str, offered: &[ToolSet], agents: &[String]) -> String {
     let server = tool.split_once(noetic_mcp::NAME_SEPARATOR).map_or(tool, |(server, _)| server);
-    let tools: Vec<&str> =
-        offered.iter().flat_map(|set| set.names()).filter(|name| server_part(name, server).is_some()).collect();
+    let of_prefix = |name: &&str| server_part(name, server).is_some() || *name == server;
+    let tools: Vec<&str> = offered.iter().flat_map(|set| set.names()).filter(of_prefix).collect();
+    if agents.iter().any(|a| a == server) {
+        return format!(
+            "A2A agent '{server}' offers {}; the built-in tools are {}",
+            tools.join(", "),
+            crate::tools::BUILT_IN.join(", ")
+        );
+    }
+    if !agents.is_empty() && tools.is_empty() {
+        let all: Vec<&str> =
+            crate::tools::BUILT_IN.iter().copied().chain(offered.iter().flat_map(|set| set.names())).collect();
+        return format!("the tools are {}", all.join(", "));
+    }
     if tools.is_empty() {
         format!("MCP server '{server}' offers no tools")
     } else {

@@ -10,6 +10,7 @@
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
+import { isDeepStrictEqual } from "node:util";
 
 const require = createRequire(path.join(process.env.NOETIC_AGUI_CLIENT_DIR, "node_modules", "x.js"));
 const { HttpAgent } = require("@ag-ui/client");
@@ -33,6 +34,7 @@ function expect(cond, why) {
 }
 
 let checked = 0;
+let deltas = 0;
 /** Runs `agent` with `params`; every event is checked against the protocol's schema. */
 async function run(agent, params = {}, onEvent = () => {}) {
   const events = [];
@@ -43,6 +45,7 @@ async function run(agent, params = {}, onEvent = () => {}) {
         const parsed = EventSchemas.safeParse(event);
         if (!parsed.success) fail(`event ${JSON.stringify(event)} is not valid AG-UI: ${JSON.stringify(parsed.error.issues)}`);
         checked += 1;
+        if (event.type === "STATE_DELTA") deltas += 1;
         events.push(event);
         if (process.env.AGUI_TRACE) process.stderr.write(`${event.type} ${event.name || ""}\n`);
         onEvent(event);
@@ -114,13 +117,18 @@ seen.finishedText = finished.events.filter((e) => e.type === "TEXT_MESSAGE_CONTE
 const finishedEnd = last(finished.events);
 expect(finishedEnd.type === "RUN_FINISHED" && !finishedEnd.outcome, `the last run did not finish: ${JSON.stringify(finishedEnd)}`);
 expect(main.pendingInterrupts.length === 0, "interrupts left after the last run");
-const snapshot = [...finished.events].reverse().find((e) => e.type === "STATE_SNAPSHOT");
-seen.finalState = { busy: snapshot.snapshot.busy, queued: snapshot.snapshot.queued.length, approvals: snapshot.snapshot.pending_approvals.length };
+// The client's state is the run's first snapshot with every delta since applied (by the client, with JSON Patch).
+const state = main.state;
+seen.finalState = { busy: state.busy, queued: state.queued.length, approvals: state.pending_approvals.length };
 
 // 5. The same resume again is a no-op, not an error.
 const again = await run(agent(), { resume: [answer] });
 seen.again = kinds(again.events);
 expect(!again.error && last(again.events).type === "RUN_FINISHED", `a repeated resume failed: ${JSON.stringify(again)}`);
+// The state the deltas built is the state a fresh snapshot (the first event of that run) gives.
+const fresh = again.events.find((e) => e.type === "STATE_SNAPSHOT").snapshot;
+expect(isDeepStrictEqual(state, fresh), `the deltas built ${JSON.stringify(state)}, a fresh snapshot says ${JSON.stringify(fresh)}`);
+seen.deltasMatchSnapshot = true;
 
 // 6. Bad input gets RUN_ERROR with the API's error code.
 const badThread = await run(new HttpAgent({ url, threadId: "not a key!", initialMessages: [{ id: "x", role: "user", content: "hi" }] }));
@@ -137,5 +145,6 @@ const unknown = await fetch(`${base}/ag-ui/nobody`, { method: "POST", headers: {
 seen.unknownAgent = unknown.status;
 
 seen.checked = checked;
+seen.deltas = deltas;
 seen.warnings = warnings;
 console.log(JSON.stringify(seen));

@@ -28,6 +28,7 @@ pub(crate) fn card(config: &ServerConfig, headers: &HeaderMap) -> Value {
             name: config.agent_name.clone(),
             description: description.clone(),
             tags: vec!["chat".into()],
+            examples: Vec::new(),
         })]
     } else {
         config.skills.iter().map(skill).collect()
@@ -73,12 +74,16 @@ pub(crate) fn card(config: &ServerConfig, headers: &HeaderMap) -> Value {
 }
 
 fn skill(skill: &AgentSkill) -> Value {
-    json!({
+    let mut value = json!({
         "id": skill.id,
         "name": skill.name,
         "description": skill.description,
         "tags": skill.tags,
         "inputModes": ["text/plain"],
         "outputModes": ["text/plain"],
-    })
+    });
+    if let (false, Value::Object(fields)) = (skill.examples.is_empty(), &mut value) {
+        fields.insert("examples".into(), json!(skill.examples));
+    }
+    value
 }

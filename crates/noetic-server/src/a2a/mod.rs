@@ -101,6 +101,9 @@ enum Routing {
     Steered(String),
     /// It decided the approvals the task waited on.
     Decided,
+    /// The session is paused over its budget: it was queued (its id), and runs as the next task once the limit is
+    /// raised (the limit reached).
+    Paused(String, Value),
 }
 
 impl Routing {
@@ -109,6 +112,7 @@ impl Routing {
             Routing::Started => json!({ "routed": "started" }),
             Routing::Steered(id) => json!({ "routed": "steered", "messageId": id, "extension": STEERING_EXTENSION }),
             Routing::Decided => json!({ "routed": "decided" }),
+            Routing::Paused(id, budget) => json!({ "routed": "paused", "messageId": id, "budget": budget }),
         }
     }
 }
@@ -225,6 +229,22 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
         )),
         _ => {
             let text = incoming.said()?.to_owned();
+            if session.budget().paused.is_some() {
+                // Nothing runs over the budget: the message waits as the task the next turn will be.
+                return match session.send_or_steer(text).await.map_err(|e| RpcError::from_api(&steer_error(e)))? {
+                    Routed::Steered(message) => {
+                        let budget = crate::budget::status(&session)["paused"].clone();
+                        let next = session.turns() + 1;
+                        Ok(sent(next, Routing::Paused(message.to_string(), budget), follower, session))
+                    }
+                    // The limit was raised meanwhile: the message started a turn like any other.
+                    Routed::Started(turn) => {
+                        let number = turn.number();
+                        run_turn(state, session.clone(), turn);
+                        Ok(sent(number, Routing::Started, follower, session))
+                    }
+                };
+            }
             let (turn, routing) =
                 match session.send_or_steer(text).await.map_err(|e| RpcError::from_api(&steer_error(e)))? {
                     Routed::Started(turn) => {
@@ -247,7 +267,7 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
 async fn send_message(state: &Arc<AppState>, params: &Value) -> Result<Value, RpcError> {
     let sent = route(state, params).await?;
     let metadata = sent.routing.metadata();
-    if sent.return_immediately || matches!(sent.routing, Routing::Steered(_)) {
+    if sent.return_immediately || matches!(sent.routing, Routing::Steered(_) | Routing::Paused(..)) {
         let view = task::view(state, &sent.follow.session, sent.follow.id.turn).await;
         let view = view.ok_or_else(|| RpcError::task_not_found(&sent.follow.id.to_string()))?;
         return Ok(json!({ "task": view.task(Some(metadata)) }));
@@ -292,6 +312,12 @@ async fn send_streaming(state: &Arc<AppState>, request: &Request) -> Response {
         || json!({ "id": sent.follow.id.to_string(), "contextId": sent.follow.id.key, "status": { "state": "TASK_STATE_WORKING" } }),
         |v| v.task(Some(sent.routing.metadata())),
     );
+    if matches!(sent.routing, Routing::Paused(..)) {
+        // The stream of a task waiting for its budget is the task: it runs when a person raises the limit.
+        let (tx, rx) = mpsc::channel::<Value>(1);
+        let _ = tx.try_send(json!({ "task": first }));
+        return sse(request.id.clone(), rx);
+    }
     stream_task(request.id.clone(), sent.follow, sent.follower, sent.replayed_to, first)
 }
 
@@ -318,6 +344,12 @@ async fn cancel_task(state: &Arc<AppState>, params: &Value) -> Result<Value, Rpc
     if view.state.is_terminal() {
         return Err(RpcError::not_cancelable(&view.id.to_string(), view.state.wire()));
     }
+    if view.state == TaskState::Submitted {
+        // Messages queued over the budget: dropping them cancels the task they would have run as.
+        session.stop("canceled by the A2A client").await;
+        let note = Some("canceled by the A2A client: the queued messages were dropped".to_owned());
+        return Ok(task::View { state: TaskState::Canceled, note, ..view }.task(None));
+    }
     let replayed_to = session.last_event_seq();
     let follower = session.follow(replayed_to);
     session.stop("canceled by the A2A client").await;
@@ -342,7 +374,7 @@ async fn subscribe(state: &Arc<AppState>, request: &Request) -> Response {
         return Json(rpc::error(&request.id, &e)).into_response();
     }
     let first = view.task(None);
-    if view.state == TaskState::InputRequired {
+    if matches!(view.state, TaskState::InputRequired | TaskState::Submitted) {
         // The stream of a task waiting for input is the task: it goes on when the input comes.
         let (tx, rx) = mpsc::channel::<Value>(1);
         let _ = tx.try_send(json!({ "task": first }));

@@ -39,6 +39,8 @@ impl std::fmt::Display for TaskId {
 /// A task's state, as A2A names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
+    /// A message queued on a session paused over its budget: the turn it starts once the limit is raised.
+    Submitted,
     Working,
     InputRequired,
     Completed,
@@ -49,6 +51,7 @@ pub(crate) enum State {
 impl State {
     pub(crate) fn wire(self) -> &'static str {
         match self {
+            State::Submitted => "TASK_STATE_SUBMITTED",
             State::Working => "TASK_STATE_WORKING",
             State::InputRequired => "TASK_STATE_INPUT_REQUIRED",
             State::Completed => "TASK_STATE_COMPLETED",
@@ -82,6 +85,13 @@ const SCAN_LIMIT: Duration = Duration::from_secs(10);
 /// How `turn` of `session` stands; `None` when the session never started it.
 pub(crate) async fn view(state: &AppState, session: &Session, turn: u64) -> Option<View> {
     let id = TaskId { key: session.key().to_owned(), turn };
+    if turn == session.turns() + 1
+        && !session.queued_messages().is_empty()
+        && let Some(reached) = session.budget().paused
+    {
+        let note = Some(paused_note(session.key(), &reached));
+        return Some(View { id, state: State::Submitted, note, waiting: Vec::new(), answer: None });
+    }
     if turn == 0 || turn > session.turns() {
         return None;
     }
@@ -153,6 +163,13 @@ pub(crate) fn last_answer(history: &[Item]) -> Option<String> {
         Item::Message { role: Role::Assistant, content } if !content.is_empty() => Some(content.clone()),
         _ => None,
     })
+}
+
+/// What a task queued on a session paused over its budget says: why it waits and how it continues.
+pub(crate) fn paused_note(key: &str, reached: &noetic::budget::BudgetReached) -> String {
+    format!(
+        "The session is paused over its budget ({reached}). The message was queued: it runs as this task once a          person raises the limit (PUT /api/sessions/{key}/budget on this server, Raise on its page, or /budget in          noetic chat). GetTask or SubscribeToTask follows it."
+    )
 }
 
 /// What an input-required task asks of the client.

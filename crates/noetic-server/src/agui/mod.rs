@@ -7,7 +7,8 @@
 //!   so of `messages` it takes only the user messages at the end that the thread has not taken before (by id):
 //!   sending the same input twice says nothing twice.
 //! * **A run streams a turn**: `RUN_STARTED`, the model's text (`TEXT_MESSAGE_*`), tool calls (`TOOL_CALL_*`, with
-//!   `TOOL_CALL_RESULT`), `STATE_SNAPSHOT`s of what the page shows (`busy`, `queued`, `pending_approvals`, …),
+//!   `TOOL_CALL_RESULT`), a `STATE_SNAPSHOT` of what the page shows (`busy`, `queued`, `pending_approvals`,
+//!   `paused`, …) first, then its changes as `STATE_DELTA` (JSON Patch) where that is smaller than a snapshot,
 //!   `CUSTOM` events named `noetic.*` for steering decisions, queued and injected messages and skipped calls, and
 //!   `RUN_FINISHED` (outcome `cancelled` for a stopped turn) or `RUN_ERROR` whose `code` is our error kind.
 //! * **Approvals are interrupts.** A call that needs approval ends the run with the `interrupt` outcome (reason
@@ -19,11 +20,15 @@
 //!   it steers the turn by default. Every run says what became of its input in the `X-Noetic-Routed` header and
 //!   in its first `CUSTOM` event, `noetic.run_routed`: `started`, `steered`, `queued`, `restarted`, `attached` (no
 //!   new message: the run streams the running turn) or `idle`.
+//! * **A thread paused over its budget** queues a run's messages and ends the run with `RUN_ERROR`
+//!   `budget_paused`, after `noetic.run_routed` `paused` naming the limit (see [`budget`]).
 //! * **Errors in the input** (not a `RunAgentInput`, a bad `threadId`, an empty or too long message, a resume
 //!   without an answer) are a stream with one `RUN_ERROR` whose `code` is the API's error code; a missing token,
 //!   a foreign `Host` or a cross-site request are refused with the API's HTTP errors before any run.
 
+mod budget;
 mod input;
+mod patch;
 mod policy;
 mod stream;
 mod threads;
@@ -177,7 +182,10 @@ async fn finish(run: &Run, end: End, tx: &Tx) {
     if matches!(end, End::Gone) {
         return;
     }
-    if matches!(end, End::Finished(_)) && tx.send(run.snapshot().await).await.is_err() {
+    if matches!(end, End::Finished(_))
+        && let Some(update) = run.state_update().await
+        && tx.send(update).await.is_err()
+    {
         return;
     }
     if let Some(event) = run.end_event(&end) {
@@ -206,8 +214,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
     let thread = input.thread_id.clone();
     let session = crate::api::session(state, &thread).await?;
     let texts = input.new_user_texts(|id| state.threads.accepted(&thread, id), state.config.max_message_chars)?;
-    let run =
-        Run { state: state.clone(), session: session.clone(), thread_id: thread.clone(), run_id: input.run_id.clone() };
+    let run = Run::new(state.clone(), session.clone(), thread.clone(), input.run_id.clone());
 
     // Interrupts: every open one must be answered before new input; an answer to one that was open is a no-op.
     let open = waiting(state, &session);
@@ -249,6 +256,11 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
                 unanswered.join(", ")
             ),
         ));
+    }
+    if !texts.is_empty()
+        && let Some(reached) = session.budget().paused
+    {
+        return budget::paused(state, run, &thread, texts, &reached).await;
     }
     let busy = session.is_busy();
     if busy && !texts.is_empty() && state.config.agui_busy == BusyPolicy::Reject {

@@ -18,6 +18,9 @@ use super::translate::{Translator, agui_event, custom};
 use crate::AppState;
 use crate::approvals::PendingApproval;
 
+/// The longest a run whose turn ended waits for the follower to hand out that turn's last events.
+const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a run's events go: the response body. A send fails when the client went away.
 pub(crate) type Tx = mpsc::Sender<Value>;
 
@@ -27,6 +30,8 @@ pub(crate) struct Run {
     pub(crate) session: Session,
     pub(crate) thread_id: String,
     pub(crate) run_id: String,
+    /// The state the client was last sent (its snapshot plus the deltas since), which the next delta is from.
+    sent: std::sync::Mutex<Option<Value>>,
 }
 
 /// How a run ends.
@@ -74,6 +79,10 @@ pub(crate) fn waiting(state: &AppState, session: &Session) -> Vec<(String, Pendi
 }
 
 impl Run {
+    pub(crate) fn new(state: Arc<AppState>, session: Session, thread_id: String, run_id: String) -> Run {
+        Run { state, session, thread_id, run_id, sent: std::sync::Mutex::new(None) }
+    }
+
     /// `RUN_STARTED`.
     pub(crate) fn started(&self) -> Value {
         agui_event(
@@ -101,24 +110,51 @@ impl Run {
         }
     }
 
-    /// `STATE_SNAPSHOT` of what the page shows of the session: whether a turn runs, the queue, pending approvals.
+    /// `STATE_SNAPSHOT` of what the page shows of the session (see [`Run::state`]); the run's deltas start from it.
     pub(crate) async fn snapshot(&self) -> Value {
+        let state = self.state().await;
+        *self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state.clone());
+        agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state }))
+    }
+
+    /// What changed in the state since the client was last sent it: a `STATE_DELTA` (JSON Patch) when that is
+    /// smaller than a `STATE_SNAPSHOT`, else the snapshot; `None` when nothing changed.
+    pub(crate) async fn state_update(&self) -> Option<Value> {
+        let state = self.state().await;
+        let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let update = match sent.as_ref() {
+            Some(before) => {
+                let delta = super::patch::diff(before, &state);
+                if delta.is_empty() {
+                    None
+                } else if Value::Array(delta.clone()).to_string().len() < state.to_string().len() {
+                    Some(agui_event("STATE_DELTA", SystemTime::now(), json!({ "delta": delta })))
+                } else {
+                    Some(agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state.clone() })))
+                }
+            }
+            None => Some(agui_event("STATE_SNAPSHOT", SystemTime::now(), json!({ "snapshot": state.clone() }))),
+        };
+        *sent = Some(state);
+        update
+    }
+
+    /// What the page shows of the session: whether a turn runs, the queue, pending approvals, the budget limit it
+    /// is paused over.
+    async fn state(&self) -> Value {
         let session = &self.session;
         let queued: Vec<Value> =
             session.queued_messages().into_iter().map(|m| json!({ "id": m.id.to_string(), "text": m.text })).collect();
         let approvals = self.state.approvals.listed(Some(session.key())).await;
-        agui_event(
-            "STATE_SNAPSHOT",
-            SystemTime::now(),
-            json!({ "snapshot": {
+        json!({
                 "session": session.key(),
                 "busy": session.is_busy(),
                 "turns": session.turns(),
                 "steering_mode": session.steering_mode().as_str(),
                 "queued": queued,
                 "pending_approvals": approvals,
-            }}),
-        )
+            "paused": crate::budget::status(session)["paused"],
+        })
     }
 
     /// The ending of a run the session's approvals interrupt: every call waiting now, plus `requested` (a call
@@ -152,7 +188,11 @@ impl Run {
         // The end of the last turn, while a turn continuing it may still start (an idle session's is past; the
         // events before it that the follower holds still come first).
         let mut ended: Option<End> = (!self.session.is_busy()).then_some(End::Finished(None));
+        // The newest event handed out: a turn that ended before the run began following it ends the run only once
+        // its events (read back from the session's log, which takes a moment) have been streamed.
+        let mut seen = replayed_to;
         loop {
+            let caught_up = seen >= self.session.last_event_seq();
             let next = tokio::select! {
                 biased;
                 () = self.state.shutdown.cancelled() => {
@@ -160,13 +200,18 @@ impl Run {
                 }
                 () = tx.closed() => return End::Gone,
                 next = follower.next() => next,
-                () = self.state.running.released(&key, chain), if ended.is_some() => {
+                () = self.state.running.released(&key, chain), if ended.is_some() && caught_up => {
+                    return ended.unwrap_or(End::Finished(None));
+                }
+                // Events the follower never hands out (the log no longer holds them) do not hold the run open.
+                () = tokio::time::sleep(CATCH_UP_LIMIT), if ended.is_some() && !caught_up => {
                     return ended.unwrap_or(End::Finished(None));
                 }
             };
             let event = match next {
                 Some(Followed::Event(event)) => event,
                 Some(Followed::Gap { from, to }) => {
+                    seen = seen.max(to);
                     let gap = custom("events_missed", SystemTime::now(), json!({ "from": from, "to": to }));
                     if tx.send(gap).await.is_err() {
                         return End::Gone;
@@ -181,6 +226,7 @@ impl Run {
             {
                 return ended.unwrap_or(End::Finished(None));
             }
+            seen = seen.max(event.seq);
             self.state.threads.advance(&self.thread_id, event.seq);
             let history = || last_answer(&self.session.history());
             for out in translator.translate(&event, &history) {
@@ -216,7 +262,10 @@ impl Run {
                 | EventKind::ApprovalDecided { .. } => changed = true,
                 _ => {}
             }
-            if changed && tx.send(self.snapshot().await).await.is_err() {
+            if changed
+                && let Some(update) = self.state_update().await
+                && tx.send(update).await.is_err()
+            {
                 return End::Gone;
             }
         }
