@@ -12,13 +12,32 @@ pub fn rfc3339(at: SystemTime) -> String {
     let secs = since.as_secs();
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_millis()
-    )
+    if !(0..=9999).contains(&y) {
+        return format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rest / 3600,
+            rest % 3600 / 60,
+            rest % 60,
+            since.subsec_millis()
+        );
+    }
+    // Written digit by digit (each ledger entry's time is formatted when it is hashed and stored).
+    let mut text = String::with_capacity(24);
+    let mut digits = |value: u64, width: u32, then: char| {
+        for place in (0..width).rev() {
+            let digit = value / 10u64.pow(place) % 10;
+            text.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+        }
+        text.push(then);
+    };
+    digits(u64::try_from(y).unwrap_or(0), 4, '-');
+    digits(u64::from(m), 2, '-');
+    digits(u64::from(d), 2, 'T');
+    digits(rest / 3600, 2, ':');
+    digits(rest % 3600 / 60, 2, ':');
+    digits(rest % 60, 2, '.');
+    digits(u64::from(since.subsec_millis()), 3, 'Z');
+    text
 }
 
 /// Parses what [`rfc3339`] writes (any fraction length, `Z` or a numeric offset).
@@ -124,6 +143,9 @@ mod tests {
         assert_eq!(parse_rfc3339("2026-11-25T18:30:05.123Z"), Some(at));
         assert_eq!(parse_rfc3339("2026-11-25T19:30:05.123+01:00"), Some(at));
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::new(253_402_300_799, 999_000_000)), "9999-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(253_402_300_800)), "10000-01-01T00:00:00.000Z");
         for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-25T18:56:45", "2026-11-25T18:56:45.1Zjunk"] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }

@@ -52,9 +52,45 @@ impl Key {
     }
 }
 
+/// A thread's spare buffers of finished objects: sealing a ledger entry writes several objects per decision, and
+/// taking their buffers from here spares an allocation and a free for each.
+struct Spare {
+    scratch: Vec<Vec<u8>>,
+    fields: Vec<Vec<(Key, Range<usize>)>>,
+}
+
+/// How many spare buffers of each kind a thread keeps (deeper nesting allocates as before).
+const SPARES: usize = 8;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Spare> =
+        const { std::cell::RefCell::new(Spare { scratch: Vec::new(), fields: Vec::new() }) };
+}
+
 impl<'a> Object<'a> {
     fn new(out: &'a mut Vec<u8>, close: &'static [u8]) -> Self {
-        Object { out, scratch: Vec::new(), fields: Vec::new(), key: None, close }
+        let (scratch, fields) = SPARE
+            .try_with(|spare| {
+                let mut spare = spare.borrow_mut();
+                (spare.scratch.pop().unwrap_or_default(), spare.fields.pop().unwrap_or_default())
+            })
+            .unwrap_or_default();
+        Object { out, scratch, fields, key: None, close }
+    }
+
+    /// Gives the buffers back for the next object (emptied, their capacity kept).
+    fn recycle(mut scratch: Vec<u8>, mut fields: Vec<(Key, Range<usize>)>) {
+        scratch.clear();
+        fields.clear();
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.scratch.len() < SPARES && scratch.capacity() <= 64 * 1024 {
+                spare.scratch.push(scratch);
+            }
+            if spare.fields.len() < SPARES {
+                spare.fields.push(fields);
+            }
+        });
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, key: Key, value: &T) -> Result<(), Error> {
@@ -77,6 +113,7 @@ impl<'a> Object<'a> {
         }
         self.out.push(b'}');
         self.out.extend_from_slice(self.close);
+        Object::recycle(self.scratch, self.fields);
         Ok(())
     }
 }
@@ -256,8 +293,10 @@ impl ser::SerializeMap for Object<'_> {
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
         // A `Value`'s keys are text: a string key as it is, another (a number) as serde_json writes it.
-        let written = serde_json::to_string(key)?;
-        self.key = Some(serde_json::from_str::<String>(&written).unwrap_or(written));
+        self.key = Some(match serde_json::to_value(key)? {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        });
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
