@@ -76,6 +76,12 @@ impl Running {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self.auth(self.client.patch(self.url(path)).json(&body)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
     /// A DELETE, marked as the page marks it (`X-Noetic-Request: 1`).
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         let request = self.client.delete(self.url(path)).header("X-Noetic-Request", "1");
