@@ -29,7 +29,7 @@ pub(crate) async fn rename(
         ));
     };
     let store = store(&state)?.clone();
-    if store.read(&key, 0, 1).await.map_err(unavailable)?.is_empty() {
+    if store.last(&key).await.map_err(unavailable)? == 0 {
         return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to rename")));
     }
     let session = session(&state, &key).await?;
