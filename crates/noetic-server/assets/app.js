@@ -274,7 +274,8 @@ function connect() {
   source.addEventListener("gap", (message) => {
     const gap = JSON.parse(message.data);
     side.gapLine(gap);
-    state.lastSeq = Math.max(state.lastSeq, gap.to);
+    // The durable events of the gap follow it, read back from the session log (numbered inside it): not skipped.
+    state.lastSeq = Math.max(state.lastSeq, gap.from - 1);
     loadSession(true).catch(() => {});
   });
 }
