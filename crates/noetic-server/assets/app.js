@@ -1,6 +1,6 @@
 // The noetic page: talk to, watch and steer one session at a time. Everything the agent or the model wrote is
 // shown through text nodes (markdown is built node by node), never parsed as HTML.
-import { $, el, elapsed, errorText, isCancelled, learnClock, serverNow } from "/dom.js";
+import { $, el, elapsed, errorText, isCancelled, learnClock, rootKind, serverNow } from "/dom.js";
 import { updateDeadline } from "/approval.js";
 import * as chat from "/chat.js";
 import * as side from "/side.js";
@@ -290,6 +290,8 @@ function onEvent(event) {
 
 function showFailure(e) {
   if (isCancelled(e.error)) chat.failure("Stopped: the turn was cancelled before it finished.", "note");
+  // A budget reached pauses the session: not a failure of the agent.
+  else if (rootKind(e.error) === "budget_reached") chat.failure(errorText(e.error, e.error_text), "paused");
   else chat.failure(errorText(e.error, e.error_text), "error");
 }
 
