@@ -35,7 +35,11 @@ fn a_compaction_shows_in_the_timeline_live_after_a_reload_and_after_a_restart() 
     let serve = || Served::spawn(workflow_command(&workflow, dir.path(), &db, &[]));
     let seen = page_test(&browser_dir, serve(), "compact_page.mjs", &[&shots, Path::new("compact")]);
     eprintln!("screenshots: {}", shots.display());
-    assert_eq!((seen["compacted"]["folded"].clone(), seen["compacted"]["upto"].clone()), (json!(2), json!(2)), "{seen}");
+    assert_eq!(
+        (seen["compacted"]["folded"].clone(), seen["compacted"]["upto"].clone()),
+        (json!(2), json!(2)),
+        "{seen}"
+    );
     let live = seen["live"].as_str().unwrap();
     assert!(live.contains("context compacted") && live.contains("2 earlier item(s) replaced by a summary"), "{live}");
     assert!(live.contains(" tokens · the conversation keeps them"), "live, the tokens are known: {live}");

@@ -19,7 +19,8 @@ per_conversation = true
 text = "Hello there."
 "#;
 
-const XSS_TITLE: &str = r#"<img src=x onerror="window.__xss='img'"><script>window.__xss='script'</script> **Q3** notes"#;
+const XSS_TITLE: &str =
+    r#"<img src=x onerror="window.__xss='img'"><script>window.__xss='script'</script> **Q3** notes"#;
 
 #[test]
 fn a_session_renamed_on_the_page_shows_its_title_as_text_in_the_list_and_the_bar_at_1400_and_390_px() {
@@ -37,7 +38,8 @@ fn a_session_renamed_on_the_page_shows_its_title_as_text_in_the_list_and_the_bar
     assert!(seen["status"].as_str().unwrap().starts_with("Session rename-1 is now titled"), "{seen}");
     assert_eq!(seen["afterEscape"], markup, "Esc kept the old title");
     assert_eq!(seen["focusAfterEscape"], "rename-session", "Esc gives the focus back");
-    let titled = json!({ "list": "Release notes", "listKey": "rename-1", "bar": "Release notes", "elements": 0, "xss": null });
+    let titled =
+        json!({ "list": "Release notes", "listKey": "rename-1", "bar": "Release notes", "elements": 0, "xss": null });
     assert_eq!(seen["afterKeyboard"], titled);
     let refused = seen["refused"].as_str().unwrap();
     assert!(refused.starts_with("Not renamed:") && refused.contains("control character U+0007"), "{refused}");

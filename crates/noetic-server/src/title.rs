@@ -23,10 +23,7 @@ pub(crate) async fn rename(
     let Json(body) = body?;
     check_key(&key)?;
     let Some(title) = body.get("title").and_then(Value::as_str) else {
-        return Err(ApiError::bad_request(
-            "invalid_title",
-            r#"send the new title as a string: {"title": "…"}"#,
-        ));
+        return Err(ApiError::bad_request("invalid_title", r#"send the new title as a string: {"title": "…"}"#));
     };
     let store = store(&state)?.clone();
     if store.last(&key).await.map_err(unavailable)? == 0 {

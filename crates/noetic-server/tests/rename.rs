@@ -20,10 +20,8 @@ const LONG: Duration = Duration::from_secs(300);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_renamed_through_the_api_while_its_turn_runs_shows_its_title_and_the_turn_finishes() {
     let gate = Gate::new();
-    let model = ScriptedModel::new([
-        ModelResponse::tool_calls([("c1", "slow", json!({}))]),
-        ModelResponse::text("done"),
-    ]);
+    let model =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))]), ModelResponse::text("done")]);
     let builder = Runtime::builder().model(Arc::new(model)).tool(gate.tool("slow").unwrap());
     let s = Running::start(builder, ServerConfig::default(), LONG).await;
     let mut events = s.events("k", 0, false).await;

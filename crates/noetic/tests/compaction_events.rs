@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use noetic::NoeticError;
 use noetic::agent::log::MemoryLogStore;
 use noetic::context::{EventKind, Followed};
 use noetic::model::{Item, ModelRequest, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
-use noetic::NoeticError;
 
 /// Answers every message; a summary request gets "SUMMARY".
 fn answering(request: &ModelRequest) -> Result<ModelResponse, NoeticError> {

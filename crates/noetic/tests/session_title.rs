@@ -46,12 +46,9 @@ async fn a_title_that_is_empty_too_long_or_holds_control_characters_is_refused_a
     let session = worker("a", &ScriptedModel::new([]), &store, &Gate::new()).open("s").await.unwrap();
     session.set_title("kept").await.unwrap();
     let long = "x".repeat(MAX_TITLE_CHARS + 1);
-    for (title, says) in [
-        ("   ", "empty"),
-        (long.as_str(), "at most 120"),
-        ("two\nlines", "U+000A"),
-        ("\u{1b}[31mred", "U+001B"),
-    ] {
+    for (title, says) in
+        [("   ", "empty"), (long.as_str(), "at most 120"), ("two\nlines", "U+000A"), ("\u{1b}[31mred", "U+001B")]
+    {
         match session.set_title(title).await {
             Err(e @ SessionError::InvalidTitle { .. }) => assert!(e.to_string().contains(says), "{e}"),
             other => panic!("{title:?} must be refused: {other:?}"),
@@ -73,10 +70,8 @@ async fn a_session_without_a_log_keeps_its_title_in_memory() {
 async fn renaming_a_session_on_another_worker_while_a_turn_runs_does_not_stop_or_fence_that_turn() {
     let store = MemoryLogStore::new();
     let gate = Gate::new();
-    let model_a = ScriptedModel::new([
-        ModelResponse::tool_calls([("c1", "slow", json!({}))]),
-        ModelResponse::text("done"),
-    ]);
+    let model_a =
+        ScriptedModel::new([ModelResponse::tool_calls([("c1", "slow", json!({}))]), ModelResponse::text("done")]);
     let a = worker("a", &model_a, &store, &gate);
     let b = worker("b", &ScriptedModel::new([]), &store, &Gate::new());
     let on_a = a.open("s").await.unwrap();

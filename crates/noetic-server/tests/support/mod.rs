@@ -251,8 +251,18 @@ pub async fn raw(addr: SocketAddr, request: &str) -> Raw {
 }
 
 /// The page's files and the API document, as the server serves them.
-pub const PAGE_FILES: &[&str] =
-    &["/", "/app.css", "/app.js", "/dom.js", "/markdown.js", "/approval.js", "/chat.js", "/side.js", "/rename.js", "/openapi.json"];
+pub const PAGE_FILES: &[&str] = &[
+    "/",
+    "/app.css",
+    "/app.js",
+    "/dom.js",
+    "/markdown.js",
+    "/approval.js",
+    "/chat.js",
+    "/side.js",
+    "/rename.js",
+    "/openapi.json",
+];
 
 /// Every route the server has: the documented API (from its OpenAPI document, path parameters filled in) and the
 /// page's files, as `(method, path)`.
