@@ -5,6 +5,7 @@ import { updateDeadline } from "/approval.js";
 import * as chat from "/chat.js";
 import * as side from "/side.js";
 import { editTitle, nameParts } from "/rename.js";
+import { confirmTwice, sessionItem } from "/sessions.js";
 
 const WIDE = window.matchMedia("(min-width: 1100px)");
 const state = {
@@ -58,16 +59,6 @@ function status(text) { $("status-line").textContent = text; }
 
 // ---- sessions ----
 
-function confirmTwice(button, label, act) {
-  button.addEventListener("click", (e) => {
-    e.stopPropagation();
-    if (button.dataset.confirm === "1") { button.dataset.confirm = ""; button.textContent = label; act(); return; }
-    button.dataset.confirm = "1";
-    button.textContent = "Delete? Click again";
-    setTimeout(() => { button.dataset.confirm = ""; button.textContent = label; }, 4000);
-  });
-}
-
 async function refreshSessions() {
   const list = $("sessions");
   // A title being typed is not thrown away by a refresh; saving it refreshes the list.
@@ -76,28 +67,11 @@ async function refreshSessions() {
     const data = await api("GET", "/api/sessions");
     list.replaceChildren();
     for (const s of data.sessions) {
-      const li = el("li");
-      li.dataset.key = s.key;
-      const open = el("button", "session-open");
-      open.type = "button";
-      open.appendChild(el("span", "session-key", "")).append(...nameParts(s.key, s.title));
-      const what = s.running ? `running${s.running_on ? " on " + s.running_on : ""}` : s.unfinished ? "unfinished" : "";
-      const meta = [`${s.turns} turn${s.turns === 1 ? "" : "s"}`, what, s.queued ? `${s.queued} queued` : ""].filter(Boolean).join(" · ");
-      open.appendChild(el("span", `meta${s.running ? " running" : s.unfinished ? " unfinished" : ""}`, meta));
-      open.addEventListener("click", () => openSession(s.key));
-      const remove = el("button", "session-delete", "Delete");
-      remove.type = "button";
-      remove.setAttribute("aria-label", `Delete session ${s.key}`);
-      confirmTwice(remove, "Delete", () => deleteSession(s.key));
-      const rename = el("button", "session-rename", "Rename");
-      rename.type = "button";
-      rename.setAttribute("aria-label", `Rename session ${s.key}`);
-      rename.addEventListener("click", (e) => { e.stopPropagation(); editTitle(li, open, s.key, s.title, (t) => renameSession(s.key, t), rename); });
-      if (s.key === state.key) li.setAttribute("aria-current", "true");
-      const actions = el("div", "session-actions");
-      actions.append(rename, remove);
-      li.append(open, actions);
-      list.appendChild(li);
+      list.appendChild(sessionItem(s, s.key === state.key, {
+        open: () => openSession(s.key),
+        remove: () => deleteSession(s.key),
+        rename: (title) => renameSession(s.key, title),
+      }));
     }
     if (data.sessions.length === 0) list.appendChild(el("li", "empty", "No session yet: name one above."));
   } catch (e) {

@@ -261,6 +261,7 @@ pub const PAGE_FILES: &[&str] = &[
     "/chat.js",
     "/side.js",
     "/rename.js",
+    "/sessions.js",
     "/openapi.json",
 ];
 
