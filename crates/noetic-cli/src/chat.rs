@@ -94,7 +94,7 @@ pub const HELP: &str = "Type a message and press Enter. While the agent works, a
                     running turn. Commands: /stop cancels the turn, /mode all|one-at-a-time, /steer TEXT sends TEXT \
                     as a message even when it is a bare y, n or a, /ledger shows the steering decisions, /status, \
                     /compact summarises the turns before the last one, /budget shows the session's budget and /budget turn.tool_calls=50 \
-                    session.cost=2.5 … raises it (and runs what queued while it was paused), /model NAME switches the model (same provider), /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
+                    session.cost=2.5 … raises it (and runs what queued while it was paused), /model NAME switches the model (same provider), /rename TITLE titles the session, /clear starts a new session, /help, /quit. At an approval question: y or yes approves; a or always approves the same call \
                     (exactly these arguments) for the rest of the chat; always matching \"PATTERN\" approves the \
                     tool's calls the glob covers (run_command's command, a file tool's path); n, no or an empty line declines; any other line declines and goes to the \
                     agent as a message. While a turn runs and no question waits, a bare y, n or a is not sent (it \

@@ -1,13 +1,13 @@
 //! Where sessions are kept: an SQLite file (`--db FILE`, `db` in noetic.toml, the user's data directory) or a
 //! PostgreSQL database several workers share (`--db postgres://…`), and the `noetic sessions` command (list, show,
-//! rm, steer, stop).
+//! rm, rename, steer, stop).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use noetic::agent::log::{LogStore, Projection, SessionLine, StoreError, queue_message, request_stop};
+use noetic::agent::log::{LogStore, Projection, SessionLine, StoreError, queue_message, rename, request_stop};
 use noetic::model::Item;
 use noetic_postgres::PgLogStore;
 use noetic_sqlite::SqliteLogStore;
@@ -174,6 +174,13 @@ enum SessionsCommand {
         /// The session.
         key: String,
     },
+    /// Give a session a title (shown in lists and on the page; its key stays its key), also while a turn runs.
+    Rename {
+        /// The session.
+        key: String,
+        /// The title: one line, at most 120 characters.
+        title: String,
+    },
     /// Queue a steering message for a session, also one another process (a chat, `noetic serve`) is running:
     /// that process shows it to the model at its next checkpoint.
     Steer {
@@ -192,7 +199,7 @@ enum SessionsCommand {
 /// Runs `noetic sessions`.
 pub async fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn std::error::Error>> {
     let path = db_path(&StoreArgs { db: args.db, ..StoreArgs::default() }, defaults)?;
-    let writes = matches!(args.command, Some(SessionsCommand::Steer { .. }));
+    let writes = matches!(args.command, Some(SessionsCommand::Steer { .. } | SessionsCommand::Rename { .. }));
     if writes {
         named_folder_exists(&path)?;
     }
@@ -219,6 +226,10 @@ pub async fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn 
             queue_message(store.as_ref(), &key, &message).await?;
             outln!("queued for session {} (message {})", render::visible(&key), message.id);
         }
+        SessionsCommand::Rename { key, title } => match rename(store.as_ref(), &key, &title).await? {
+            Some(title) => outln!("session {} is now titled {}", render::visible(&key), render::visible(&title)),
+            None => return Err(missing(&key).into()),
+        },
         SessionsCommand::Stop { key } => {
             if !request_stop(store.as_ref(), &key, "stopped with noetic sessions stop").await? {
                 return Err(missing(&key).into());
@@ -250,7 +261,13 @@ pub async fn run(args: SessionsArgs, defaults: &Defaults) -> Result<(), Box<dyn 
 
 /// `noetic sessions show`: the transcript, the queue, a turn left open, the ledger.
 fn show(key: &str, session: &Projection) {
-    outln!("session {} — {} turn(s), {} item(s)", render::visible(key), session.turns, session.conversation.len());
+    let title = session.title.as_deref().map(|t| format!(" “{}”", render::visible(t))).unwrap_or_default();
+    outln!(
+        "session {}{title} — {} turn(s), {} item(s)",
+        render::visible(key),
+        session.turns,
+        session.conversation.len()
+    );
     for item in &session.conversation {
         outln!("  {}", transcript_line(item));
     }
@@ -281,19 +298,40 @@ fn list(sessions: &[SessionLine], path: &str) {
         outln!("no sessions in {path}");
         return;
     }
-    outln!("{:<34} {:>5} {:>6} {:>6}  {:<10}  last activity", "session", "turns", "items", "queued", "unfinished");
+    outln!(
+        "{:<34} {:<TITLE_WIDTH$} {:>5} {:>6} {:>6}  {:<10}  last activity",
+        "session",
+        "title",
+        "turns",
+        "items",
+        "queued",
+        "unfinished"
+    );
     let now = SystemTime::now();
     for s in sessions {
         let ago = now.duration_since(s.updated_at).map_or(0, |d| d.as_secs());
         outln!(
-            "{:<34} {:>5} {:>6} {:>6}  {:<10}  {}",
+            "{:<34} {:<TITLE_WIDTH$} {:>5} {:>6} {:>6}  {:<10}  {}",
             render::visible(&s.key),
+            clipped(s.summary.title.as_deref().unwrap_or("-")),
             s.summary.turns,
             s.summary.items,
             s.summary.queued,
             if s.summary.open_turn.is_some() { "yes" } else { "no" },
             describe_age(ago)
         );
+    }
+}
+
+/// How wide the list's title column is.
+const TITLE_WIDTH: usize = 28;
+
+/// A title as the list shows it: printable, cut with an ellipsis to fit its column.
+fn clipped(title: &str) -> String {
+    let title = render::visible(title);
+    match title.chars().count() > TITLE_WIDTH {
+        true => format!("{}…", title.chars().take(TITLE_WIDTH - 1).collect::<String>()),
+        false => title,
     }
 }
 

@@ -295,7 +295,7 @@ async fn a_named_session_continues_across_two_chat_runs_and_noetic_sessions_list
     assert!(listed.status.success(), "{}", listed.stderr);
     let row = listed.stdout.lines().find(|l| l.starts_with("ada ")).unwrap_or_else(|| panic!("{}", listed.stdout));
     let columns: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(&columns[..5], ["ada", "2", "4", "0", "no"], "{row}");
+    assert_eq!(&columns[..6], ["ada", "-", "2", "4", "0", "no"], "{row}");
     let shown = run(noetic().args(["sessions", "show", "ada", "--db", &db_arg]));
     assert!(shown.stdout.contains("User: What is my name?") && shown.stdout.contains("Assistant: You told me: Ada."));
     assert!(shown.stdout.contains("steering ledger ("), "{}", shown.stdout);

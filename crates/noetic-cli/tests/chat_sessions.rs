@@ -88,10 +88,13 @@ async fn resume_offers_the_recent_sessions_by_number_and_continues_the_one_picke
     let (ws, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     chat_once(&server, ws.path(), data.path(), &["--session", "older"], &["about the older one"]).await;
     chat_once(&server, ws.path(), data.path(), &["--session", "newer"], &["about the newer one"]).await;
+    let db = data.path().join("noetic/noetic.db");
+    let renamed = common::run(noetic().arg("sessions").arg("--db").arg(&db).args(["rename", "newer", "The newer one"]));
+    assert!(renamed.status.success(), "{}", renamed.stderr);
     let mut driven = chat(&server, ws.path(), data.path(), &["--resume"]);
     let out = drive(move || {
         driven.wait_for("recent sessions in ");
-        driven.wait_for("1. newer  (1 turn(s), ");
+        driven.wait_for("1. newer “The newer one”  (1 turn(s), ");
         driven.wait_for("2. older  (1 turn(s), ");
         driven.send("7");
         driven.send("2");

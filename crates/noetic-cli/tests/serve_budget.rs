@@ -40,5 +40,8 @@ fn a_session_paused_over_its_budget_shows_the_limit_and_the_page_raises_it_and_r
     assert!(seen["reason"].as_str().unwrap().contains("tool_calls limit of 1 was reached (1 used)"), "{seen}");
     assert!(seen["queuedStatus"].as_str().unwrap().contains("the message was queued"), "{seen}");
     assert_eq!(seen["bannerHidden"], true);
+    assert_eq!(seen["chatSays"], "Paused over its budget: ", "the conversation says paused, not failed");
+    assert_eq!(seen["chatFailures"], 0);
+    assert_eq!(seen["bannerFits390"], true, "the banner fits a 390 px phone");
     assert_eq!(seen["consoleErrors"], json!([]), "the page logged no error");
 }

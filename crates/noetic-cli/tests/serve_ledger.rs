@@ -68,6 +68,7 @@ fn the_ledger_table_marks_shadow_rows_beside_the_live_ones_and_counts_the_disagr
         ]
     );
     assert_eq!(seen["summary"], "Shadow rules: 2 decision(s), 1 disagree(s) with the live decision.");
+    assert_eq!(seen["phoneRowsFit"], true, "on a 390 px phone each row and its rule fit the width");
     assert_eq!(seen["summaryVisible"], true);
     assert!(seen["marked"].as_str().is_some_and(|s| s.contains("inset")), "{}", seen["marked"]);
     assert_eq!(seen["consoleErrors"], json!([]), "the page logged no error");

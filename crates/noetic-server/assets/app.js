@@ -1,9 +1,11 @@
 // The noetic page: talk to, watch and steer one session at a time. Everything the agent or the model wrote is
 // shown through text nodes (markdown is built node by node), never parsed as HTML.
-import { $, el, elapsed, errorText, isCancelled, learnClock, serverNow } from "/dom.js";
+import { $, el, elapsed, errorText, isCancelled, learnClock, rootKind, serverNow } from "/dom.js";
 import { updateDeadline } from "/approval.js";
 import * as chat from "/chat.js";
 import * as side from "/side.js";
+import { editTitle, nameParts } from "/rename.js";
+import { confirmTwice, sessionItem } from "/sessions.js";
 
 const WIDE = window.matchMedia("(min-width: 1100px)");
 const state = {
@@ -17,6 +19,7 @@ const state = {
   turnSince: null,
   runningOn: null,
   opened: 0,
+  title: null, // the open session's title
   budget: null, // the session's budget, as GET /api/sessions/{key} gave it
   pausedOn: null, // the limit it is paused over
 };
@@ -56,38 +59,19 @@ function status(text) { $("status-line").textContent = text; }
 
 // ---- sessions ----
 
-function confirmTwice(button, label, act) {
-  button.addEventListener("click", (e) => {
-    e.stopPropagation();
-    if (button.dataset.confirm === "1") { button.dataset.confirm = ""; button.textContent = label; act(); return; }
-    button.dataset.confirm = "1";
-    button.textContent = "Delete? Click again";
-    setTimeout(() => { button.dataset.confirm = ""; button.textContent = label; }, 4000);
-  });
-}
-
 async function refreshSessions() {
   const list = $("sessions");
+  // A title being typed is not thrown away by a refresh; saving it refreshes the list.
+  if (list.querySelector("form.rename")) return;
   try {
     const data = await api("GET", "/api/sessions");
     list.replaceChildren();
     for (const s of data.sessions) {
-      const li = el("li");
-      li.dataset.key = s.key;
-      const open = el("button", "session-open");
-      open.type = "button";
-      open.appendChild(el("span", "session-key", s.key));
-      const what = s.running ? `running${s.running_on ? " on " + s.running_on : ""}` : s.unfinished ? "unfinished" : "";
-      const meta = [`${s.turns} turn${s.turns === 1 ? "" : "s"}`, what, s.queued ? `${s.queued} queued` : ""].filter(Boolean).join(" · ");
-      open.appendChild(el("span", `meta${s.running ? " running" : s.unfinished ? " unfinished" : ""}`, meta));
-      open.addEventListener("click", () => openSession(s.key));
-      const remove = el("button", "session-delete", "Delete");
-      remove.type = "button";
-      remove.setAttribute("aria-label", `Delete session ${s.key}`);
-      confirmTwice(remove, "Delete", () => deleteSession(s.key));
-      if (s.key === state.key) li.setAttribute("aria-current", "true");
-      li.append(open, remove);
-      list.appendChild(li);
+      list.appendChild(sessionItem(s, s.key === state.key, {
+        open: () => openSession(s.key),
+        remove: () => deleteSession(s.key),
+        rename: (title) => renameSession(s.key, title),
+      }));
     }
     if (data.sessions.length === 0) list.appendChild(el("li", "empty", "No session yet: name one above."));
   } catch (e) {
@@ -107,6 +91,22 @@ async function deleteSession(key) {
   refreshSessions();
 }
 
+async function renameSession(key, title) {
+  const result = await api("PATCH", `/api/sessions/${encodeURIComponent(key)}`, { title });
+  if (key === state.key) showTitle(result.title);
+  status(`Session ${key} is now titled “${result.title}”.`);
+  refreshSessions();
+}
+
+// The open session's name in the session bar: its title (its key beside it), or its key.
+function showTitle(title) {
+  state.title = title || null;
+  const shown = $("session-title");
+  if (!state.key) { shown.textContent = "no session open"; shown.title = ""; return; }
+  shown.replaceChildren(...nameParts(state.key, state.title));
+  shown.title = state.title ? `${state.title} (session ${state.key})` : state.key;
+}
+
 function closeSession() {
   if (state.source) { state.source.close(); state.source = null; }
   state.key = null;
@@ -115,8 +115,8 @@ function closeSession() {
   chat.clearChat();
   side.clearLedger();
   $("timeline").replaceChildren();
-  $("session-title").textContent = "no session open";
-  for (const id of ["message", "send", "mode", "delete-session"]) $(id).disabled = true;
+  showTitle(null);
+  for (const id of ["message", "send", "mode", "delete-session", "rename-session"]) $(id).disabled = true;
   $("connection").textContent = "not connected";
   $("connection").dataset.state = "idle";
   setBusy(false);
@@ -132,6 +132,7 @@ async function loadSession(full) {
   if (key !== state.key) throw new Left();
   state.turns = data.turns;
   state.runningOn = data.running_on || null;
+  showTitle(data.title);
   chat.pinFailures(data.history.length);
   if (full || chat.needsHistory(data.queued)) chat.renderHistory(data.history);
   chat.setQueue(data.queued, full || !data.busy);
@@ -151,11 +152,11 @@ async function openSession(key) {
   drawer("none");
   state.key = key;
   history.replaceState(null, "", "#session=" + encodeURIComponent(key));
-  $("session-title").textContent = key;
+  showTitle(null);
   $("timeline").replaceChildren();
   side.clearLedger();
   chat.clearChat();
-  for (const id of ["message", "send", "mode", "delete-session"]) $(id).disabled = false;
+  for (const id of ["message", "send", "mode", "delete-session", "rename-session"]) $(id).disabled = false;
   state.lastSeq = 0;
   state.busy = false;
   state.turnSince = null;
@@ -247,7 +248,8 @@ function connect() {
   source.addEventListener("gap", (message) => {
     const gap = JSON.parse(message.data);
     side.gapLine(gap);
-    state.lastSeq = Math.max(state.lastSeq, gap.to);
+    // The durable events of the gap follow it, read back from the session log (numbered inside it): not skipped.
+    state.lastSeq = Math.max(state.lastSeq, gap.from - 1);
     loadSession(true).catch(() => {});
   });
 }
@@ -262,6 +264,8 @@ function onEvent(event) {
 
 function showFailure(e) {
   if (isCancelled(e.error)) chat.failure("Stopped: the turn was cancelled before it finished.", "note");
+  // A budget reached pauses the session: not a failure of the agent.
+  else if (rootKind(e.error) === "budget_reached") chat.failure(errorText(e.error, e.error_text), "paused");
   else chat.failure(errorText(e.error, e.error_text), "error");
 }
 
@@ -418,6 +422,10 @@ function init() {
   $("resume").addEventListener("click", () => api("POST", sessionPath("/resume")).then(() => { $("unfinished").hidden = true; showSessionState(); }).catch((e) => status(e.message)));
   $("mode").addEventListener("change", () => api("PUT", sessionPath("/mode"), { mode: $("mode").value }).catch((e) => status(e.message)));
   confirmTwice($("delete-session"), "Delete", () => { if (state.key) deleteSession(state.key); });
+  $("rename-session").addEventListener("click", () => {
+    const key = state.key;
+    if (key) editTitle($("session-bar"), $("session-title"), key, state.title, (t) => renameSession(key, t), $("rename-session"));
+  });
   setInterval(() => {
     for (const li of chat.runningTools()) chat.tick(li);
     for (const node of document.querySelectorAll(".deadline")) updateDeadline(node);

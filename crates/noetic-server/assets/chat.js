@@ -63,9 +63,9 @@ export function assistantMessage(text) {
 }
 
 export function note(text, kind) {
-  const li = el("li", kind === "error" ? "turn-error" : "note");
-  if (kind === "error") {
-    li.appendChild(el("strong", null, "The turn failed: "));
+  const li = el("li", kind === "error" ? "turn-error" : kind === "paused" ? "turn-paused" : "note");
+  if (kind === "error" || kind === "paused") {
+    li.appendChild(el("strong", null, kind === "error" ? "The turn failed: " : "Paused over its budget: "));
     li.appendChild(el("span", null, text));
   } else {
     li.textContent = text;

@@ -53,10 +53,15 @@ export function errorText(error, text) {
   return error.message || error.guidance || error.reason || JSON.stringify(error);
 }
 
-export function isCancelled(error) {
+// The kind of the error under the steps that passed it up (`cancelled`, `budget_reached`, …).
+export function rootKind(error) {
   let e = error;
   while (e && e.kind === "step_failed") e = e.cause;
-  return Boolean(e && e.kind === "cancelled");
+  return e ? e.kind : undefined;
+}
+
+export function isCancelled(error) {
+  return rootKind(error) === "cancelled";
 }
 
 // The arguments a model wrote, parsed when they are JSON (else the text as it is).

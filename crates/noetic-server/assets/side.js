@@ -43,6 +43,12 @@ export function describe(e) {
     case "steering_rejected": return line(e, "deny", "steering refused", e.reason);
     case "steering_injected": return line(e, "queue", "steering injected", `${e.count} message(s) shown to the model`);
     case "tool_skipped": return line(e, "queue", "tool skipped", call, e.reason);
+    case "context_compacted": {
+      // Replayed from the log after a restart, a compaction's tokens are not known (they read 0).
+      const tokens = e.tokens_before ? ` · ${e.tokens_before} → ${e.tokens_after} tokens` : "";
+      const how = e.summarized ? "replaced by a summary" : "left out of requests";
+      return line(e, "model", "context compacted", `${e.folded} earlier item(s) ${how}${tokens} · the conversation keeps them`);
+    }
     case "budget_reached": return line(e, "deny", "budget reached", `${e.scope} ${e.limit}: ${JSON.stringify(e.used)} of ${JSON.stringify(e.allowed)}`);
     case "tool_progress": return line(e, "tool", "progress", call, e.data);
     case "approval_requested": return line(e, "guide", "approval needed", call, e.arguments);

@@ -73,6 +73,7 @@ pub(crate) fn session_error(key: &str, e: SessionError) -> ApiError {
         SessionError::Unfinished { .. } => ApiError::new(StatusCode::CONFLICT, "unfinished_turn", e.to_string()),
         SessionError::Paused { .. } => ApiError::new(StatusCode::CONFLICT, "budget_paused", e.to_string()),
         SessionError::InvalidBudget { .. } => ApiError::bad_request("invalid_budget", e.to_string()),
+        SessionError::InvalidTitle { .. } => ApiError::bad_request("invalid_title", e.to_string()),
         other => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {other}"))
         }
@@ -261,6 +262,7 @@ pub(crate) async fn get_session(
     let pending_approvals = state.approvals.listed(Some(&key)).await;
     Ok(Json(json!({
         "key": key,
+        "title": session.title(),
         "busy": session.is_busy() || running_on.is_some(),
         "running_on": running_on,
         "turns": session.turns(),

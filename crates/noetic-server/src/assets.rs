@@ -18,6 +18,8 @@ const FILES: &[(&str, &str, &str)] = &[
     ("/approval.js", JS, include_str!("../assets/approval.js")),
     ("/chat.js", JS, include_str!("../assets/chat.js")),
     ("/side.js", JS, include_str!("../assets/side.js")),
+    ("/rename.js", JS, include_str!("../assets/rename.js")),
+    ("/sessions.js", JS, include_str!("../assets/sessions.js")),
     ("/openapi.json", "application/json", include_str!("../assets/openapi.json")),
 ];
 

@@ -21,6 +21,7 @@
 //! | `GET /api/sessions/{key}/events?after=N` | server-sent events, resumable with `Last-Event-ID`; a `gap` event for what the log dropped |
 //! | `GET /api/sessions/{key}` | history, queued messages, busy, unfinished turn, pending approvals |
 //! | `DELETE /api/sessions/{key}` | deletes an idle session from the store; 409 while a turn runs |
+//! | `PATCH /api/sessions/{key}` `{"title"}` | renames a session (also while a turn runs); 400 `invalid_title` |
 //! | `POST /api/sessions/{key}/stop`, `/continue`, `/resume` | stop a turn; run the queued messages; finish an unfinished turn |
 //! | `PUT /api/sessions/{key}/mode` `{"mode"}` | `one-at-a-time` or `all` |
 //! | `GET`, `PUT /api/sessions/{key}/budget` `{"session": {…}, "turn": {…}}` | the session's budget, spending and pause; setting it continues a paused session |
@@ -81,6 +82,7 @@ mod cross_site;
 mod error;
 mod host;
 mod sessions;
+mod title;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -152,7 +154,7 @@ impl Server {
     pub fn router(&self) -> Router {
         let api = Router::new()
             .route("/sessions", get(sessions::list_sessions))
-            .route("/sessions/{key}", get(api::get_session).delete(sessions::delete_session))
+            .route("/sessions/{key}", get(api::get_session).delete(sessions::delete_session).patch(title::rename))
             .route("/sessions/{key}/messages", post(api::post_message))
             .route("/sessions/{key}/events", get(api::events))
             .route("/sessions/{key}/stop", post(api::stop))

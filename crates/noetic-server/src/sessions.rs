@@ -104,6 +104,8 @@ pub(crate) fn unavailable(e: impl std::fmt::Display) -> ApiError {
 #[derive(Serialize)]
 struct SessionLine {
     key: String,
+    /// Its title, if it was given one (untrusted text).
+    title: Option<String>,
     turns: u64,
     items: u64,
     queued: u64,
@@ -151,6 +153,7 @@ async fn line(
         items: session.summary.items,
         queued: session.summary.queued,
         updated_at: session.updated_at,
+        title: session.summary.title,
         key: session.key,
     })
 }

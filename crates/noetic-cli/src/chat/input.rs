@@ -92,6 +92,23 @@ impl Chat {
             }
             "/clear" => return Action::Clear,
             "/ledger" => self.print_ledger(),
+            "/rename" if rest.is_empty() => match self.session.title() {
+                Some(title) => self.say(&format!("title: {}; /rename TITLE changes it", render::printable(&title))),
+                None => self.say("this session has no title; /rename TITLE gives it one"),
+            },
+            // Allowed while a turn runs: the title is a fact any process may add to the log.
+            "/rename" => match self.session.set_title(rest).await {
+                Ok(()) => {
+                    let title = self.session.title().unwrap_or_default();
+                    let note = format!(
+                        "session {} is now titled {}",
+                        render::printable(self.session.key()),
+                        render::printable(&title)
+                    );
+                    self.say(&self.style.dim(&note));
+                }
+                Err(e) => self.say(&self.style.red(&e.to_string())),
+            },
             "/compact" if running => {
                 self.say("a turn is running; /compact between turns (a turn compacts by itself when it must)")
             }

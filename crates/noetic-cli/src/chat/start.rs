@@ -92,8 +92,9 @@ pub async fn pick_session(store: &Store) -> Result<Option<String>, String> {
     for (n, s) in sessions.iter().enumerate() {
         let ago = now.duration_since(s.updated_at).map_or(0, |d| d.as_secs());
         let unfinished = if s.summary.open_turn.is_some() { ", a turn left unfinished" } else { "" };
+        let title = s.summary.title.as_deref().map(|t| format!(" “{}”", printable(t))).unwrap_or_default();
         outln!(
-            "  {}. {}  ({} turn(s), {}{unfinished})",
+            "  {}. {}{title}  ({} turn(s), {}{unfinished})",
             n + 1,
             printable(&s.key),
             s.summary.turns,

@@ -48,7 +48,18 @@ try {
   await page.locator("#session-state[data-state=idle]").waitFor();
   seen.reason = await page.locator("#budget-reason").textContent();
   seen.limitName = await page.locator("#budget-limit-name").textContent();
+  await page.locator("#chat li.turn-paused").waitFor();
+  seen.chatSays = await page.locator("#chat li.turn-paused strong").textContent();
+  seen.chatFailures = await page.locator("#chat li.turn-error").count();
   await shot("paused-over-its-budget");
+  // A phone: the banner, its field and its button fit the width.
+  await page.setViewportSize({ width: 390, height: 844 });
+  seen.bannerFits390 = await page.evaluate(() => {
+    const fits = (id) => { const r = document.getElementById(id).getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; };
+    return ["budget-paused", "budget-limit", "budget-raise", "send"].every(fits) && document.documentElement.scrollWidth <= window.innerWidth;
+  });
+  await shot("paused-over-its-budget-390px");
+  await page.setViewportSize({ width: 1400, height: 900 });
 
   await page.fill("#message", "and now?");
   await page.press("#message", "Enter");

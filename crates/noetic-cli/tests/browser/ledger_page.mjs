@@ -61,6 +61,17 @@ try {
   seen.marked = await page.locator("#ledger-rows tr.shadow.disagrees td").first().evaluate((td) => getComputedStyle(td).boxShadow);
   await shot("ledger-with-shadow-rows");
 
+  // A phone: the ledger in the activity drawer, each decision a card whose rule and call fit the width.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.click("#toggle-side");
+  await page.locator("#side-pane").waitFor({ state: "visible" });
+  seen.phoneRowsFit = await page.locator("#ledger-rows tr.rule-row").evaluateAll((trs) => trs.every((tr) => {
+    const r = tr.getBoundingClientRect();
+    const rule = tr.querySelector("td.rule .rule-id").getBoundingClientRect();
+    return r.left >= 0 && r.right <= window.innerWidth && rule.width > 40;
+  }));
+  await shot("ledger-390px");
+
   seen.consoleErrors = consoleErrors;
   console.log(JSON.stringify(seen));
   await browser.close();

@@ -76,6 +76,12 @@ impl Running {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self.auth(self.client.patch(self.url(path)).json(&body)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
     /// A DELETE, marked as the page marks it (`X-Noetic-Request: 1`).
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         let request = self.client.delete(self.url(path)).header("X-Noetic-Request", "1");
@@ -245,8 +251,19 @@ pub async fn raw(addr: SocketAddr, request: &str) -> Raw {
 }
 
 /// The page's files and the API document, as the server serves them.
-pub const PAGE_FILES: &[&str] =
-    &["/", "/app.css", "/app.js", "/dom.js", "/markdown.js", "/approval.js", "/chat.js", "/side.js", "/openapi.json"];
+pub const PAGE_FILES: &[&str] = &[
+    "/",
+    "/app.css",
+    "/app.js",
+    "/dom.js",
+    "/markdown.js",
+    "/approval.js",
+    "/chat.js",
+    "/side.js",
+    "/rename.js",
+    "/sessions.js",
+    "/openapi.json",
+];
 
 /// Every route the server has: the documented API (from its OpenAPI document, path parameters filled in) and the
 /// page's files, as `(method, path)`.

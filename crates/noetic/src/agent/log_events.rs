@@ -1,7 +1,9 @@
 //! A session log's durable events: what a follower gets back from the log for events its process never held (a
 //! restart, another worker, a follower that fell too far behind). Each entry that a live event reported becomes
 //! that event again, numbered by its position (`pos << POSITION_SHIFT`): a turn's start and end, steering queued and
-//! injected, a tool call's start and outcome, a model response.
+//! injected, a tool call's start and outcome, a model response, a compaction (how many items it folded — counted
+//! from the compaction before it in what was read, else from the start — but not its tokens, which the log does
+//! not keep: they read 0).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,11 +53,13 @@ pub(crate) struct Events {
     calls: HashMap<(u64, String), (String, String)>,
     /// Responses per step path so far (the round of the next).
     rounds: HashMap<String, u32>,
+    /// Items no longer sent after the last compaction read.
+    compacted_upto: usize,
 }
 
 impl Events {
     pub(crate) fn new(session: Arc<str>) -> Self {
-        Events { session, turns: HashMap::new(), calls: HashMap::new(), rounds: HashMap::new() }
+        Events { session, turns: HashMap::new(), calls: HashMap::new(), rounds: HashMap::new(), compacted_upto: 0 }
     }
 
     /// The event `record` reported, if it reported one.
@@ -130,6 +134,18 @@ impl Events {
                     error: NoeticError::other("the turn a stopped process left was discarded"),
                 },
             },
+            Entry::Compacted { upto, summary, .. } => {
+                let folded = upto.saturating_sub(self.compacted_upto);
+                self.compacted_upto = *upto;
+                EventKind::ContextCompacted {
+                    step_id: Arc::from(""),
+                    folded,
+                    upto: *upto,
+                    tokens_before: 0,
+                    tokens_after: 0,
+                    summarized: summary.is_some(),
+                }
+            }
             _ => return None,
         })
     }

@@ -40,6 +40,7 @@ fn anyone_may_add(entry: &Entry) -> bool {
             | Entry::MessagesDropped { .. }
             | Entry::BudgetSet { .. }
             | Entry::Settings { .. }
+            | Entry::Titled { .. }
     )
 }
 

@@ -44,7 +44,7 @@ pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use log_lease::DEFAULT_LEASE_TERM;
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
 pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
-pub use session::{Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn};
+pub use session::{MAX_TITLE_CHARS, Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn, check_title};
 
 /// A unit enum setting's serde name (`one-at-a-time`, `skip-remaining` …), as a store keeps it in a text column.
 pub fn setting_text<T: serde::Serialize>(value: &T) -> String {

@@ -33,6 +33,9 @@ use tracing::Instrument;
 
 mod budget;
 mod compact;
+mod title;
+
+pub use title::{MAX_TITLE_CHARS, check_title};
 
 /// What [`Session::send_or_steer`] did with a message.
 pub enum Routed {
@@ -105,6 +108,14 @@ pub enum SessionError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// A title that is empty, too long or holds control characters ([`Session::set_title`]).
+    #[error("session '{session}': {message}")]
+    InvalidTitle {
+        /// The session key.
+        session: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The session's log could not be read; nothing runs in it until it can be.
     #[error(
         "session '{session}' could not be opened from its log ({message}); check the session store and open it again"
@@ -143,6 +154,8 @@ pub(crate) struct SessionState {
     logged: Option<Box<Logged>>,
     /// Without a log: the session's budget, what it spent and its pause (with one, the log's projection holds them).
     account: Mutex<crate::budget::Account>,
+    /// Without a log: the session's title (with one, the log's projection holds it).
+    title: Mutex<Option<String>>,
 }
 
 impl SessionState {
@@ -167,6 +180,7 @@ impl SessionState {
             evicted: AtomicBool::new(false),
             logged: None,
             account: Mutex::default(),
+            title: Mutex::default(),
         }
     }
 
@@ -237,7 +251,7 @@ impl SessionState {
                     }
                 }
                 // Read from the projection (which took it in): the running turn keeps its meter, the next has it.
-                Entry::BudgetSet { .. } => {}
+                Entry::BudgetSet { .. } | Entry::Titled { .. } => {}
                 // Settings changed elsewhere hold here at once, also for the running turn's next checkpoint.
                 Entry::Settings { mode, capacity, batch_policy } => {
                     self.settings.set_mode(*mode);

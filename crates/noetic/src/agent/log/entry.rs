@@ -235,6 +235,13 @@ pub enum Entry {
         /// What it spent.
         spent: Spent,
     },
+    /// The session was given a title people know it by (its key stays its key): the last one holds. Any process
+    /// may add it, also while another runs a turn.
+    Titled {
+        /// The title (checked when set: not empty, at most [`MAX_TITLE_CHARS`](crate::agent::MAX_TITLE_CHARS)
+        /// characters, no control characters).
+        title: String,
+    },
     /// A memory layer's state for a scope other than `execution` changed (`None`: deleted).
     LayerState {
         /// Whose state (`thread:<key>`, …).
@@ -269,6 +276,7 @@ impl Entry {
             | Entry::MessagesDropped { .. }
             | Entry::StopRequested { .. }
             | Entry::BudgetSet { .. }
+            | Entry::Titled { .. }
             | Entry::LayerState { .. } => None,
         }
     }

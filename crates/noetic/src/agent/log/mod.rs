@@ -34,6 +34,7 @@
 //! | [`Entry::Decision`] | a steering rule decides (also an async verdict after its turn) | the ledger |
 //! | [`Entry::LayerState`] | a layer's non-execution state changed | layer state |
 //! | [`Entry::Compacted`] | the conversation was compacted to fit the model's window | what requests skip |
+//! | [`Entry::Titled`] | someone renames the session (any process, also during another's turn) | title |
 //!
 //! Entries that belong to a turn carry its number; those of a step carry its [`StepPath`] (the step ids from the
 //! agent down, each with its occurrence), so two `llm` steps of one turn (plan, then act) and two turns reusing a
@@ -124,6 +125,6 @@ pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
 pub use recorded::{Recording, RecordingError, RecordingFilter};
-pub use remote::{queue_message, request_stop};
+pub use remote::{queue_message, rename, request_stop};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
 pub use summary::Summary;

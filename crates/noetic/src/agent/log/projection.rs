@@ -97,6 +97,9 @@ pub struct Projection {
     /// How much of the conversation requests skip since its last compaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted: Option<Folded>,
+    /// The session's title ([`Entry::Titled`]), if it was given one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 impl Projection {
@@ -185,6 +188,7 @@ impl Projection {
             }
             Entry::BudgetReached { reached, .. } => self.budget.paused = Some(reached.clone()),
             Entry::BudgetSpent { spent, .. } => self.budget.add(spent),
+            Entry::Titled { title } => self.title = Some(title.clone()),
             Entry::TurnResumed { .. } | Entry::StepStarted { .. } | Entry::StepFinished { .. } | Entry::Core { .. } => {
             }
         }

@@ -17,6 +17,9 @@ pub struct Summary {
     pub queued: u64,
     /// A turn started and has not ended (running, or left by a stopped process).
     pub open_turn: Option<u64>,
+    /// The session's title, if it was given one ([`Entry::Titled`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// The queued messages' ids (to count removals exactly once).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     waiting: BTreeSet<MessageId>,
@@ -47,6 +50,7 @@ impl Summary {
             }
             Entry::Appended { items, .. } => self.items += items.len() as u64,
             Entry::TurnEnded { turn, .. } if self.open_turn == Some(*turn) => self.open_turn = None,
+            Entry::Titled { title } => self.title = Some(title.clone()),
             _ => {}
         }
         self.queued = self.waiting.len() as u64;

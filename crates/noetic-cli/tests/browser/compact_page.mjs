@@ -1,0 +1,87 @@
+// A compaction on the page (#33): the timeline shows a `context_compacted` line saying how much was folded, also
+// after a reload and (mode "restarted") after the server restarted, when it comes back from the session log. Run
+// by tests/serve_compact.rs:
+//
+//   node compact_page.mjs BASE_URL SCREENSHOT_DIR compact|restarted
+//
+// Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.NOETIC_BROWSER_DIR, "node_modules", "x.js"));
+const { chromium } = require("playwright-core");
+
+const [base, shots, mode] = process.argv.slice(2);
+const STEP_TIMEOUT = 60_000;
+fs.mkdirSync(shots, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
+page.setDefaultTimeout(STEP_TIMEOUT);
+await page.emulateMedia({ reducedMotion: "reduce" });
+const seen = { steps: [] };
+const consoleErrors = [];
+page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+let step = 0;
+
+async function shot(name) {
+  step += 1;
+  const file = path.join(shots, `${mode}-${String(step).padStart(2, "0")}-${page.viewportSize().width}px-${name}.png`);
+  await page.screenshot({ path: file });
+  seen.steps.push(file);
+}
+
+const compactedLine = () => page.locator("#timeline li[data-type=context_compacted]");
+
+try {
+  if (mode === "compact") {
+    await page.goto(`${base}/`);
+    await page.fill("#new-session-key", "compact-1");
+    await page.press("#new-session-key", "Enter");
+    await page.locator("#connection[data-state=live]").waitFor();
+    for (const [said, answer] of [["first", "First answer."], ["second", "Second answer."]]) {
+      await page.fill("#message", said);
+      await page.press("#message", "Enter");
+      await page.locator("#chat li.assistant", { hasText: answer }).waitFor();
+      await page.locator("#session-state[data-state=idle]").waitFor();
+    }
+    seen.compacted = await page.evaluate(async () => {
+      const r = await fetch("/api/sessions/compact-1/compact", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+      return r.json();
+    });
+    await compactedLine().waitFor();
+    seen.live = await compactedLine().textContent();
+    await shot("compacted-live");
+    await page.reload();
+    await page.locator("#connection[data-state=live]").waitFor();
+    await compactedLine().waitFor();
+    seen.afterReload = await compactedLine().textContent();
+    seen.chatAfterReload = await page.locator("#chat li.assistant").count();
+  } else {
+    await page.goto(`${base}/#session=compact-1`);
+    await page.locator("#connection[data-state=live]").waitFor();
+    await compactedLine().waitFor();
+    seen.afterRestart = await compactedLine().textContent();
+    await shot("compacted-after-restart");
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.click("#toggle-side");
+    await page.locator("#side-pane").waitFor({ state: "visible" });
+    await shot("compacted-activity-pane");
+  }
+  seen.consoleErrors = consoleErrors;
+  console.log(JSON.stringify(seen));
+  await browser.close();
+} catch (e) {
+  try { await shot("failed"); } catch (_) { /* the page may be gone */ }
+  console.error(`page step ${step + 1} failed: ${e.message}`);
+  console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
+  console.log(JSON.stringify(seen));
+  await browser.close();
+  process.exit(1);
+}

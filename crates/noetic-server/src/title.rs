@@ -1,0 +1,35 @@
+//! `PATCH /api/sessions/{key}` `{"title": "…"}`: renames a session (its key stays its key). A title is untrusted
+//! text: the library checks it ([`noetic::agent::check_title`]) and the page shows it as text.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::api::{check_key, session, session_error};
+use crate::error::ApiError;
+use crate::sessions::{store, unavailable};
+
+/// Sets the session's title; 404 for a session the store does not hold (a rename creates nothing), 400
+/// `invalid_title` for a body without a string `title` or a title the library refuses. Allowed while a turn runs.
+pub(crate) async fn rename(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body?;
+    check_key(&key)?;
+    let Some(title) = body.get("title").and_then(Value::as_str) else {
+        return Err(ApiError::bad_request("invalid_title", r#"send the new title as a string: {"title": "…"}"#));
+    };
+    let store = store(&state)?.clone();
+    if store.last(&key).await.map_err(unavailable)? == 0 {
+        return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to rename")));
+    }
+    let session = session(&state, &key).await?;
+    session.set_title(title).await.map_err(|e| session_error(&key, e))?;
+    Ok(Json(json!({ "key": key, "title": session.title() })))
+}
