@@ -325,7 +325,7 @@ pub enum NoeticError {
         actual: f64,
     },
     /// A session's budget limit was reached: the turn ended at its next model request or tool call, and the
-    /// session is paused until a person raises the limit (see [`crate::budget`]).
+    /// session is paused until a person raises the limit (see the `budget` module).
     #[error(
         "the {scope} budget's {limit} limit of {allowed} was reached ({used} used); the session is paused and its \
          messages wait: raise the limit to continue (/budget in noetic chat, Raise on the page, PUT \

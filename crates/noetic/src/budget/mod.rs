@@ -30,7 +30,7 @@ pub use parse::{BudgetError, parse_duration};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
-/// A session's budget as [`Session::budget`](crate::agent::Session::budget) shows it.
+/// A session's budget as `Session::budget` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetStatus {
     /// The limits that hold (the session's own, else the runtime's default).

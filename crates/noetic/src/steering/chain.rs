@@ -3,7 +3,7 @@
 //! # The chain (version 1)
 //!
 //! A session's ledger entries form one chain, in the order its log holds them. Entry `i` (counted from 0 among
-//! the session's [`Entry::Decision`](crate::agent::log::Entry::Decision)s) carries these fields:
+//! the session log's `Entry::Decision` entries) carries these fields:
 //!
 //! | field | value |
 //! |---|---|
@@ -11,7 +11,7 @@
 //! | `index` | `i` |
 //! | `prev_sha256` | the `sha256` of entry `i - 1`; absent on the chain's first entry |
 //! | `sha256` | SHA-256 of the entry's canonical form, 64 lowercase hex digits |
-//! | `signature` | with a signing key, on a turn's last entry (the one with the `outcome`) and on entries added while no turn runs (a late async verdict, [`Session::record_decision`](crate::agent::Session::record_decision)): Ed25519 over the 64 ASCII characters of `sha256`, 128 lowercase hex digits |
+//! | `signature` | with a signing key, on a turn's last entry (the one with the `outcome`) and on entries added while no turn runs (a late async verdict, `Session::record_decision`): Ed25519 over the 64 ASCII characters of `sha256`, 128 lowercase hex digits |
 //!
 //! **The canonical form** is the entry's JSON object as written (every field it has, `session_key`, `index` and
 //! `prev_sha256` included) without its `sha256` and `signature` fields, encoded as
