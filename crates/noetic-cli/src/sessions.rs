@@ -280,11 +280,41 @@ fn show(key: &str, session: &Projection) {
             render::visible(key)
         );
     }
+    for line in budget_lines(key, &session.budget) {
+        outln!("  {line}");
+    }
     outln!("  steering ledger ({} decision(s)):", session.ledger.len());
     let style = render::Style::detect(true);
     for line in crate::ledger::view(&style, &session.ledger, true, "") {
         outln!("  {line}");
     }
+}
+
+/// What `sessions show` says of a session's budget: the limits set for it (else that the process's default holds,
+/// which the log does not know), what it spent, and the limit it is paused over with how to raise it.
+fn budget_lines(key: &str, account: &noetic::budget::Account) -> Vec<String> {
+    let mut lines = Vec::new();
+    let status =
+        noetic::budget::BudgetStatus { budget: account.budget.unwrap_or_default(), spent: account.spent, paused: None };
+    let described = crate::budget::describe(&status);
+    let mut described = described.lines();
+    let limits = described.next().unwrap_or_default();
+    lines.push(match account.budget {
+        Some(_) => limits.to_owned(),
+        None => "budget — none set for this session (the default of the process that runs it holds)".to_owned(),
+    });
+    lines.extend(described.map(str::to_owned));
+    if let Some(reached) = &account.paused {
+        lines.push(format!(
+            "paused: {reached}; its messages queue until the limit is raised: /budget {}.{}=MORE in `noetic chat \
+             --session {}`, Raise on `noetic serve`'s page, or PUT /api/sessions/{}/budget",
+            reached.scope.name(),
+            reached.limit,
+            render::visible(key),
+            render::visible(key)
+        ));
+    }
+    lines
 }
 
 /// One transcript entry, with model-written text made printable: its line breaks are real (indented under the

@@ -75,3 +75,31 @@ fn a_bad_budget_in_noetic_toml_or_a_workflow_is_an_error_naming_the_file_and_lin
     let out = run_flow(dir.path(), &unknown, "");
     assert!(out.stderr.contains("'tool_call' is not a budget limit; use one of"), "{}", out.stderr);
 }
+
+#[test]
+fn sessions_show_says_what_a_session_spent_and_the_limit_it_is_paused_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("noetic.db");
+    let limited = flow(dir.path(), "[budget.turn]\ntool_calls = 2\n");
+    std::fs::write(dir.path().join("noetic.toml"), "").unwrap();
+    let out = run(noetic()
+        .arg("--config")
+        .arg(dir.path().join("noetic.toml"))
+        .arg("run")
+        .arg(&limited)
+        .args(["--prompt", "look", "--session", "audit", "--db"])
+        .arg(&db)
+        .arg("--workspace")
+        .arg(dir.path()));
+    assert!(!out.status.success(), "the run went past its budget: {}", out.stdout);
+    let shown = run(noetic().args(["sessions", "show", "audit", "--db"]).arg(&db));
+    assert!(shown.status.success(), "{}", shown.stderr);
+    assert!(shown.stdout.contains("none set for this session"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("2 tool calls, 3 model calls"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("paused: the turn budget's tool_calls limit of 2 was reached (2 used)"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("/budget turn.tool_calls=MORE in `noetic chat --session audit`"), "{}", shown.stdout);
+}
