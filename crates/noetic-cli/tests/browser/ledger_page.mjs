@@ -5,29 +5,18 @@
 //   node ledger_page.mjs BASE_URL SCREENSHOT_DIR
 //
 // Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 
-const require = createRequire(path.join(process.env.NOETIC_BROWSER_DIR, "node_modules", "x.js"));
-const { chromium } = require("playwright-core");
+import { launch, openPage } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
-const STEP_TIMEOUT = 60_000;
 fs.mkdirSync(shots, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
-page.setDefaultTimeout(STEP_TIMEOUT);
-await page.emulateMedia({ reducedMotion: "reduce" });
-const seen = { steps: [] };
+const browser = await launch();
 const consoleErrors = [];
-page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
-page.on("pageerror", (e) => consoleErrors.push(String(e)));
+const page = await openPage(browser, consoleErrors);
+const seen = { steps: [] };
 let step = 0;
 
 async function shot(name) {

@@ -5,34 +5,19 @@
 //   node rename_page.mjs BASE_URL SCREENSHOT_DIR
 //
 // Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 
-const require = createRequire(path.join(process.env.NOETIC_BROWSER_DIR, "node_modules", "x.js"));
-const { chromium } = require("playwright-core");
+import { launch, openPage } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
-const STEP_TIMEOUT = 60_000;
 const XSS = `<img src=x onerror="window.__xss='img'"><script>window.__xss='script'</script> **Q3** notes`;
 fs.mkdirSync(shots, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
-let page = await context.newPage();
-const seen = { steps: [] };
+const browser = await launch();
 const consoleErrors = [];
-function watch(p) {
-  p.setDefaultTimeout(STEP_TIMEOUT);
-  p.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
-  p.on("pageerror", (e) => consoleErrors.push(String(e)));
-}
-watch(page);
-await page.emulateMedia({ reducedMotion: "reduce" });
+let page = await openPage(browser, consoleErrors);
+const seen = { steps: [] };
 let step = 0;
 
 async function shot(name) {
@@ -101,9 +86,7 @@ try {
   await shot("titled-1400");
 
   // A phone: the bar and the list show the title; the list is in the drawer.
-  page = await (await browser.newContext({ viewport: { width: 390, height: 844 } })).newPage();
-  watch(page);
-  await page.emulateMedia({ reducedMotion: "reduce" });
+  page = await openPage(browser, consoleErrors, { width: 390, height: 844 });
   await page.goto(`${base}/#session=rename-1`);
   await page.locator("#connection[data-state=live]").waitFor();
   await page.locator("#session-title .session-name", { hasText: "Release notes" }).waitFor();

@@ -1,0 +1,35 @@
+// What the page scripts share: Chromium (from NOETIC_BROWSER_DIR's playwright-core, the executable from CHROMIUM or
+// /usr/bin/chromium), headless and quiet, and a page that waits up to a minute per step, prefers reduced motion and
+// records every console error and uncaught exception in `consoleErrors`.
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.NOETIC_BROWSER_DIR, "node_modules", "x.js"));
+const { chromium } = require("playwright-core");
+
+/** How long one step may wait. */
+export const STEP_TIMEOUT = 60_000;
+
+/** Chromium, headless, with nothing of its own on the network. */
+export function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+}
+
+/** Sets `page`'s step timeout and records its console errors and uncaught exceptions in `consoleErrors`. */
+export function watch(page, consoleErrors) {
+  page.setDefaultTimeout(STEP_TIMEOUT);
+  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+}
+
+/** A new page of `browser` at `viewport`, watched (see `watch`), with reduced motion. */
+export async function openPage(browser, consoleErrors, viewport = { width: 1400, height: 900 }) {
+  const page = await (await browser.newContext({ viewport })).newPage();
+  watch(page, consoleErrors);
+  await page.emulateMedia({ reducedMotion: "reduce" });
+  return page;
+}
