@@ -65,14 +65,7 @@ pub(crate) async fn load(threads: usize, per_thread: usize) -> BenchResult<()> {
     });
     let results = futures::future::join_all(clients).await;
     let elapsed = started.elapsed();
-    let failures: Vec<String> = results
-        .into_iter()
-        .filter_map(|r| match r {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.to_string()),
-        })
-        .collect();
+    let failures = super::failures(results);
     let (rss, peak) = rss_mib();
     server.shutdown();
     let _ = serving.await;

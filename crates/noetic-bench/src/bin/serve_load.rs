@@ -54,6 +54,18 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
+/// Why each of the load's tasks failed (it returned an error or panicked), in task order; empty when none did.
+fn failures<E: std::fmt::Display>(results: Vec<Result<Result<(), E>, tokio::task::JoinError>>) -> Vec<String> {
+    results
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect()
+}
+
 fn main() -> BenchResult<()> {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("agui") {
@@ -135,14 +147,7 @@ async fn load(sessions: usize, turns: usize) -> BenchResult<()> {
     });
     let results = futures::future::join_all(drivers).await;
     let elapsed = started.elapsed();
-    let failures: Vec<String> = results
-        .into_iter()
-        .filter_map(|r| match r {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.to_string()),
-        })
-        .collect();
+    let failures = failures(results);
     let (rss, peak) = rss_mib();
     server.shutdown();
     let _ = serving.await;
