@@ -8,7 +8,7 @@
 import fs from "node:fs";
 import path from "node:path";
 
-import { launch, openPage } from "./harness.mjs";
+import { launch, openPage, openSession } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
 fs.mkdirSync(shots, { recursive: true });
@@ -27,10 +27,7 @@ async function shot(name) {
 }
 
 try {
-  await page.goto(`${base}/`);
-  await page.fill("#new-session-key", "budget-1");
-  await page.press("#new-session-key", "Enter");
-  await page.locator("#connection[data-state=live]").waitFor();
+  await openSession(page, base, "budget-1");
   await page.fill("#message", "look around");
   await page.press("#message", "Enter");
   await page.locator("#budget-paused").waitFor({ state: "visible" });

@@ -8,7 +8,7 @@
 import fs from "node:fs";
 import path from "node:path";
 
-import { launch, openPage } from "./harness.mjs";
+import { launch, openPage, openSession } from "./harness.mjs";
 
 const [base, shots, mode] = process.argv.slice(2);
 fs.mkdirSync(shots, { recursive: true });
@@ -30,10 +30,7 @@ const compactedLine = () => page.locator("#timeline li[data-type=context_compact
 
 try {
   if (mode === "compact") {
-    await page.goto(`${base}/`);
-    await page.fill("#new-session-key", "compact-1");
-    await page.press("#new-session-key", "Enter");
-    await page.locator("#connection[data-state=live]").waitFor();
+    await openSession(page, base, "compact-1");
     for (const [said, answer] of [["first", "First answer."], ["second", "Second answer."]]) {
       await page.fill("#message", said);
       await page.press("#message", "Enter");

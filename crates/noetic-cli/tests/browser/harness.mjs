@@ -33,3 +33,11 @@ export async function openPage(browser, consoleErrors, viewport = { width: 1400,
   await page.emulateMedia({ reducedMotion: "reduce" });
   return page;
 }
+
+/** Opens the page at `base` and a session `key` from its session list; resolves once its events are live. */
+export async function openSession(page, base, key) {
+  await page.goto(`${base}/`);
+  await page.fill("#new-session-key", key);
+  await page.press("#new-session-key", "Enter");
+  await page.locator("#connection[data-state=live]").waitFor();
+}

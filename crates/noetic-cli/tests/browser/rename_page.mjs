@@ -8,7 +8,7 @@
 import fs from "node:fs";
 import path from "node:path";
 
-import { launch, openPage } from "./harness.mjs";
+import { launch, openPage, openSession } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
 const XSS = `<img src=x onerror="window.__xss='img'"><script>window.__xss='script'</script> **Q3** notes`;
@@ -37,10 +37,7 @@ const shown = () => page.evaluate(() => ({
 }));
 
 try {
-  await page.goto(`${base}/`);
-  await page.fill("#new-session-key", "rename-1");
-  await page.press("#new-session-key", "Enter");
-  await page.locator("#connection[data-state=live]").waitFor();
+  await openSession(page, base, "rename-1");
   await page.fill("#message", "hello");
   await page.press("#message", "Enter");
   await page.locator("#chat li.assistant", { hasText: "Hello there." }).waitFor();
