@@ -164,65 +164,41 @@
 //! Errors come in two kinds: [`NoeticError`] while steps run, [`ConfigError`] (with a stable code) when a step is
 //! built wrongly.
 //!
-//! ## How the crate is layered
+//! ## How the crates are layered
 //!
-//! Modules form layers and import only from layers below their own (a test, `tests/module_layers.rs`, fails on an
-//! upward import). Where a low module needs behaviour from a high one, it defines a small trait that the high one
-//! implements — [`context::Checkpoints`] (the steering queue's checkpoints, implemented by the agent layer) is one.
+//! This crate is a facade: the modules below live in four crates, which a program may also add one at a time —
+//! `noetic-core` (items, the `Model` trait, errors, budgets: what a provider needs), `noetic-steps` (the step
+//! algebra and its interpreter), `noetic-steering` (the steering layer) and `noetic-runtime` (sessions, the session
+//! log). Each module keeps its path here (`noetic::model::Item`, `noetic::agent::Runtime`).
 //!
-//! | layer | modules | what it holds |
-//! |---|---|---|
-//! | 10 | `testing` | the test kit |
-//! | 9 | [`agent`] | runtime, sessions, turns, bus, steering queue, session archive |
-//! | 8 | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
-//! | 7 | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
-//! | 6 | [`step`] | the step enum and builders, `until` predicates |
-//! | 5 | [`window`] | the context window: counting, the allocation rule, compaction |
-//! | 4 | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
-//! | 3 | [`context`] | ids, cancellation, the item log, events and their log, channels |
-//! | 2 | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
-//! | 1 | [`model`], `decision`, [`trace`], [`budget`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers · budgets: limits, spending, the turn's meter |
-//! | 0 | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
+//! Modules form layers and import only from layers below their own, and a crate depends only on crates below it
+//! (a test, `tests/module_layers.rs`, fails on either). Where a low module needs behaviour from a high one, it
+//! defines a small trait that the high one implements — [`context::Checkpoints`] (the steering queue's checkpoints,
+//! implemented by the agent layer) is one.
+//!
+//! | layer | crate | modules | what it holds |
+//! |---|---|---|---|
+//! | 10 | `noetic` | `testing` | the test kit |
+//! | 9 | `noetic-runtime` | [`agent`] | runtime, sessions, turns, bus, steering queue, the session log and its store seam |
+//! | 8 | `noetic-steering` | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
+//! | 7 | `noetic-steps` | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
+//! | 6 | `noetic-steps` | [`step`] | the step enum and builders, `until` predicates |
+//! | 5 | `noetic-steps` | [`window`] | the context window: counting, the allocation rule, compaction |
+//! | 4 | `noetic-steps` | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
+//! | 3 | `noetic-steps` | [`context`] | ids, cancellation, the item log, events and their log, channels |
+//! | 2 | `noetic-steps` | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
+//! | 1 | `noetic-core` | [`model`], `decision`, [`trace`], [`budget`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers · budgets: limits, spending, the turn's meter |
+//! | 0 | `noetic-core` | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
 
-pub mod agent;
-pub mod budget;
-pub mod context;
-mod decision;
-pub mod digest;
-pub mod error;
-pub mod exec;
-pub mod layer;
-pub mod model;
-pub mod steering;
-pub mod step;
-mod sync;
+pub use noetic_core::{budget, digest, error, model, time, trace};
+pub use noetic_runtime::agent;
+pub use noetic_steering::steering;
+pub use noetic_steps::{context, exec, layer, step, tool, turn, window};
 pub mod testing;
-pub mod time;
-pub mod tool;
-pub mod trace;
-pub mod turn;
-pub mod window;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};
-pub use exec::execute;
-
-/// Runs `step` as a whole execution: initialises the layers in scope, executes, then runs `on_complete` with the
-/// outcome and `dispose` on every layer — whatever the outcome. Use it for root executions; [`execute`] runs a step
-/// inside an execution that is already going.
-pub async fn run<I: Send + 'static, O: Send + 'static>(
-    step: &Step<I, O>,
-    input: I,
-    ctx: &Context,
-) -> Result<O, NoeticError> {
-    let result = match layer::lifecycle::init(ctx).await {
-        Ok(()) => exec::guard_async(step.id(), "step", exec::execute_in(step, input, ctx)).await,
-        Err(e) => Err(e),
-    };
-    // A layer that panicked while completing turns a success into an error naming it.
-    let completed = layer::lifecycle::complete(ctx, layer::Outcome::of(&result)).await;
-    result.and_then(|v| completed.map(|()| v))
-}
+pub use noetic_steps::{execute, run};
 pub use step::{Step, StepKind, until};
 
 /// Everything most programs need, in one import.

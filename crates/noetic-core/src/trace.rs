@@ -42,12 +42,12 @@ use crate::model::{FinishReason, ToolErrorKind};
 /// True when some subscriber may want the runtime's spans: a global level check, one atomic load. When false the
 /// runtime takes the paths it took before traces existed (no span, no wrapper around a future).
 #[inline]
-pub(crate) fn on() -> bool {
+pub fn on() -> bool {
     tracing::level_filters::LevelFilter::current() >= tracing::Level::INFO
 }
 
 /// Marks `span` failed with `kind` (the `error.type`) and a message.
-pub(crate) fn fail(span: &Span, kind: &str, message: &dyn std::fmt::Display) {
+pub fn fail(span: &Span, kind: &str, message: &dyn std::fmt::Display) {
     if span.is_disabled() {
         return;
     }
@@ -57,12 +57,12 @@ pub(crate) fn fail(span: &Span, kind: &str, message: &dyn std::fmt::Display) {
 }
 
 /// Marks `span` failed with a runtime error.
-pub(crate) fn fail_with(span: &Span, error: &NoeticError) {
+pub fn fail_with(span: &Span, error: &NoeticError) {
     fail(span, error.kind(), error);
 }
 
 /// The name of a steering action (its serialised form).
-pub(crate) fn action(action: SteeringAction) -> &'static str {
+pub fn action(action: SteeringAction) -> &'static str {
     match action {
         SteeringAction::Allow => "allow",
         SteeringAction::Guide => "guide",
@@ -71,7 +71,7 @@ pub(crate) fn action(action: SteeringAction) -> &'static str {
 }
 
 /// The convention's name of a finish reason.
-pub(crate) fn finish_reason(reason: &FinishReason) -> &str {
+pub fn finish_reason(reason: &FinishReason) -> &str {
     match reason {
         FinishReason::Stop => "stop",
         FinishReason::ToolCalls => "tool_calls",
@@ -82,7 +82,7 @@ pub(crate) fn finish_reason(reason: &FinishReason) -> &str {
 }
 
 /// The snake_case name of a tool error kind (its serialised form).
-pub(crate) fn tool_error_kind(kind: ToolErrorKind) -> &'static str {
+pub fn tool_error_kind(kind: ToolErrorKind) -> &'static str {
     match kind {
         ToolErrorKind::InvalidArguments => "invalid_arguments",
         ToolErrorKind::NotFound => "not_found",

@@ -57,7 +57,7 @@ struct Sequence {
 /// and an id costs one clock read and a few arithmetic steps (a fork makes one per path). Within a millisecond
 /// a thread's ids count up from a random start; with 74 random bits per thread and millisecond, ids of different
 /// threads and processes do not meet.
-pub(crate) fn new_v7() -> Uuid {
+pub fn new_v7() -> Uuid {
     thread_local! {
         static SEQUENCE: Cell<Sequence> = const { Cell::new(Sequence { millis: 0, rand_a: 0, counter: 0, rng: 0 }) };
     }

@@ -99,7 +99,7 @@ impl ToolSet {
 
     /// The same tools in a set with reference counts of its own (the set, its index and its specs are copied; the
     /// tools are shared): a runtime's per-thread copy, whose clones and specs other threads do not write.
-    pub(crate) fn replica(&self) -> ToolSet {
+    pub fn replica(&self) -> ToolSet {
         let specs = OnceLock::new();
         let _ = specs.set(self.specs().iter().cloned().collect::<Vec<_>>().into());
         ToolSet {
@@ -216,7 +216,7 @@ impl ToolSource for DynamicTools {
 
 /// The tools in scope of an execution tree: a fixed set and any number of sources, merged per request.
 #[derive(Clone, Default)]
-pub(crate) struct Tools {
+pub struct Tools {
     pub(crate) fixed: ToolSet,
     pub(crate) sources: Vec<Arc<dyn ToolSource>>,
     /// Two fixed tools were given one name (the first is kept).
@@ -235,7 +235,7 @@ impl Tools {
     }
 
     /// A copy whose fixed set has reference counts of its own ([`ToolSet::replica`]).
-    pub(crate) fn replica(&self) -> Tools {
+    pub fn replica(&self) -> Tools {
         Tools { fixed: self.fixed.replica(), ..self.clone() }
     }
 }

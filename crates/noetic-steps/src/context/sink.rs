@@ -169,7 +169,7 @@ impl EventSink {
 
     /// Like [`EventSink::with_log`], but the channel and the log open at the first subscription: until then
     /// emitting costs one check and nothing is recorded.
-    pub(crate) fn dormant_with_log(capacity: usize, log_capacity: usize) -> Self {
+    pub fn dormant_with_log(capacity: usize, log_capacity: usize) -> Self {
         Self::make(capacity, Some(log_capacity), false)
     }
 
@@ -177,7 +177,7 @@ impl EventSink {
     /// while the log ends at `p` get numbers from `p << `[`POSITION_SHIFT`], so numbers never repeat or go back
     /// across processes, and a follower that asks for events this sink never held gets the durable ones from the
     /// log (`positions.backfill`) before an explicit gap for the rest.
-    pub(crate) fn numbered_by_position(capacity: usize, log_capacity: usize, positions: Positions) -> Self {
+    pub fn numbered_by_position(capacity: usize, log_capacity: usize, positions: Positions) -> Self {
         let mut sink = Self::make(capacity, Some(log_capacity), false);
         if let Some(core) = sink.core.as_mut().and_then(Arc::get_mut) {
             core.positions = Some(positions);
@@ -247,7 +247,7 @@ impl EventSink {
 
     /// Emits an event another process reported (rebuilt from a session log, numbered by its entry): numbered as it
     /// is unless that would go back, then as the next number.
-    pub(crate) fn emit_numbered(&self, mut event: Event) {
+    pub fn emit_numbered(&self, mut event: Event) {
         let Some(core) = &self.core else { return };
         let Some(live) = core.live.get() else { return };
         let Some(log) = &live.log else { return };
@@ -334,7 +334,7 @@ pub struct EventFollower {
 
 impl EventFollower {
     /// A follower with nothing to read: `next` answers `None` at once.
-    pub(crate) fn ended() -> Self {
+    pub fn ended() -> Self {
         let core = SinkCore {
             capacity: 1,
             log_capacity: None,

@@ -27,12 +27,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 use cancel::Cancel;
-pub(crate) use carried::Carried;
+#[doc(hidden)]
+pub use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
 pub use ids::ExecutionId;
-pub(crate) use ids::new_v7;
+pub use ids::new_v7;
 pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
 
 use crate::error::NoeticError;
@@ -77,12 +78,16 @@ struct Tree {
 /// What a session turn adds to its runtime's [`Services`]: its steering, journal and records. They are made per
 /// turn, while the model, tools and approver stay in the runtime's copy, so a turn clones one reference count of
 /// its thread instead of one per service that every thread shares.
-pub(crate) struct TurnServices {
-    pub(crate) steering: Option<Arc<dyn Checkpoints>>,
-    pub(crate) journal: Option<Arc<dyn TurnJournal>>,
-    pub(crate) records: Option<Arc<dyn RecordSink>>,
+#[doc(hidden)]
+pub struct TurnServices {
+    /// The turn's live steering (its checkpoints).
+    pub steering: Option<Arc<dyn Checkpoints>>,
+    /// Where the turn's position is journalled.
+    pub journal: Option<Arc<dyn TurnJournal>>,
+    /// Where the turn's durable facts are recorded.
+    pub records: Option<Arc<dyn RecordSink>>,
     /// What the turn may spend, and what it spent (its whole tree counts towards it).
-    pub(crate) meter: Option<Arc<crate::budget::Meter>>,
+    pub meter: Option<Arc<crate::budget::Meter>>,
 }
 
 /// What steps can call on: the model, the tools in scope and the approver. Shared by a whole execution tree.
@@ -149,7 +154,7 @@ impl Inner {
     }
 }
 
-pub(crate) use crate::sync::lock;
+pub use crate::sync::lock;
 
 /// The handle steps receive. Clone it freely; clones share everything.
 #[derive(Clone)]
@@ -258,14 +263,14 @@ impl ContextBuilder {
 
     /// A runtime's services and layers, as they are (shared, not copied): what `services`, `model`, `approver`,
     /// `capture_content`, `tools` and `layers` set is not used then.
-    pub(crate) fn shared_services(mut self, services: Arc<Padded<Services>>, layers: Carried) -> Self {
+    pub fn shared_services(mut self, services: Arc<Padded<Services>>, layers: Carried) -> Self {
         self.shared = Some(services);
         self.layers = layers;
         self
     }
 
     /// A session turn's steering, journal and records.
-    pub(crate) fn turn_services(mut self, turn: TurnServices) -> Self {
+    pub fn turn_services(mut self, turn: TurnServices) -> Self {
         self.turn = Some(Arc::new(turn));
         self
     }
@@ -431,17 +436,17 @@ impl Context {
 
     /// Appends an item to the conversation.
     pub fn push_item(&self, item: Item) {
-        Arc::make_mut(&mut lock(&self.inner.items)).items.push(item);
+        Arc::make_mut(&mut lock(&self.inner.items)).items_mut().push(item);
     }
 
     /// Appends items to the conversation.
     pub fn extend_items(&self, items: impl IntoIterator<Item = Item>) {
-        Arc::make_mut(&mut lock(&self.inner.items)).items.extend(items);
+        Arc::make_mut(&mut lock(&self.inner.items)).items_mut().extend(items);
     }
 
     /// A copy of the conversation.
     pub fn items(&self) -> Vec<Item> {
-        lock(&self.inner.items).items.clone()
+        lock(&self.inner.items).items().to_vec()
     }
 
     /// A snapshot of the conversation, taken in constant time. The log is copy-on-write: the next append copies
@@ -452,17 +457,17 @@ impl Context {
 
     /// Records how much of the conversation requests skip since it was compacted (the items stay).
     pub fn set_folded(&self, folded: Option<crate::model::Folded>) {
-        Arc::make_mut(&mut lock(&self.inner.items)).folded = folded.map(Arc::new);
+        Arc::make_mut(&mut lock(&self.inner.items)).set_folded(folded.map(Arc::new));
     }
 
     /// Number of items in the conversation.
     pub fn item_count(&self) -> usize {
-        lock(&self.inner.items).items.len()
+        lock(&self.inner.items).items().len()
     }
 
     /// Reads the conversation without copying it.
     pub fn with_items<R>(&self, f: impl FnOnce(&[Item]) -> R) -> R {
-        f(&lock(&self.inner.items).items)
+        f(lock(&self.inner.items).items())
     }
 
     /// Token usage accumulated in this context (including spawned children that succeeded).
@@ -509,7 +514,7 @@ impl Context {
 
     /// True for a root context (a session turn's, or one built by [`ContextBuilder`]); false for a spawned child's
     /// or a fork path's.
-    pub(crate) fn is_root(&self) -> bool {
+    pub fn is_root(&self) -> bool {
         matches!(self.inner.origin, Origin::Root(_))
     }
 
@@ -521,7 +526,7 @@ impl Context {
     }
 
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
-    pub(crate) fn record_ledger<T: Clone + Send + 'static>(&self, entry: &T) {
+    pub fn record_ledger<T: Clone + Send + 'static>(&self, entry: &T) {
         if let Some(records) =
             self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
         {
@@ -555,7 +560,7 @@ impl Context {
 
     /// The budget meter of the session turn this execution belongs to (also for spawned children and fork paths:
     /// what they spend counts towards the turn's budget).
-    pub(crate) fn meter(&self) -> Option<&Arc<crate::budget::Meter>> {
+    pub fn meter(&self) -> Option<&Arc<crate::budget::Meter>> {
         self.turn().and_then(|t| t.meter.as_ref())
     }
 

@@ -21,10 +21,10 @@ use serde_json::Value;
 
 pub use crate::context::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use memory::{TOOL_MEMORY_SLOT, ToolMemory, ToolMemoryLayer, tool_memory_layers};
-pub(crate) use memory::{add_tool_memory_layers, add_tool_memory_to};
+pub use memory::{add_tool_memory_layers, add_tool_memory_to};
 pub use output::ToolOutput;
 pub use schema::Schema;
-pub(crate) use set::Tools;
+pub use set::Tools;
 pub use set::{DynamicTools, ToolSet, ToolSource};
 pub use typed::{TypedTool, tool_fn};
 
@@ -400,7 +400,7 @@ impl Services {
 
     /// These services with a tool scope of their own: a runtime's per-thread copy (see `sync::Spread`). It always
     /// has a scope, even without tools, so no request falls back to the empty set every thread shares.
-    pub(crate) fn replica(&self) -> Services {
+    pub fn replica(&self) -> Services {
         let tools = self.tool_scope().cloned().unwrap_or_default().replica();
         Services { tools: Carried::new(tools), ..self.clone() }
     }
@@ -434,7 +434,7 @@ impl Services {
     }
 
     /// The fixed tools (their declared memory becomes layers).
-    pub(crate) fn fixed_tools(&self) -> ToolSet {
+    pub fn fixed_tools(&self) -> ToolSet {
         self.tool_scope().map(|s| s.fixed.clone()).unwrap_or_default()
     }
 }

@@ -8,22 +8,22 @@ use crate::sync::Padded;
 /// A value a higher module keeps in the context (the memory layers in scope are one): opaque here, set and read
 /// back — typed — by the module that owns it, so the context imports nothing from above.
 #[derive(Clone, Default)]
-pub(crate) struct Carried(Option<Arc<dyn Any + Send + Sync>>);
+pub struct Carried(Option<Arc<dyn Any + Send + Sync>>);
 
 impl Carried {
     /// Carries `value`.
-    pub(crate) fn new<T: Any + Send + Sync>(value: T) -> Self {
+    pub fn new<T: Any + Send + Sync>(value: T) -> Self {
         Carried(Some(Arc::new(value)))
     }
 
     /// Carries `value` alone on its cache lines ([`Padded`]): for the runtime's per-thread copies, whose reference
     /// counts different threads write at once.
-    pub(crate) fn padded<T: Any + Send + Sync>(value: T) -> Self {
+    pub fn padded<T: Any + Send + Sync>(value: T) -> Self {
         Carried(Some(Arc::new(Padded(value))))
     }
 
     /// The value, if one of type `T` is carried.
-    pub(crate) fn get<T: Any>(&self) -> Option<&T> {
+    pub fn get<T: Any>(&self) -> Option<&T> {
         let value = self.0.as_deref()?;
         value.downcast_ref::<T>().or_else(|| value.downcast_ref::<Padded<T>>().map(|p| &p.0))
     }

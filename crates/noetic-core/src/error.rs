@@ -492,7 +492,7 @@ mod duration_ms {
 }
 
 /// The text of a panic's payload (`&str` or `String`; anything else is named as such).
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -503,12 +503,12 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
-pub(crate) fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
+pub fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
 }
 
 /// Awaits user code, turning a panic into an error.
-pub(crate) async fn guard_async<T>(
+pub async fn guard_async<T>(
     step_id: &str,
     what: &str,
     fut: impl Future<Output = Result<T, NoeticError>>,
@@ -520,7 +520,7 @@ pub(crate) async fn guard_async<T>(
 }
 
 /// The error a panic of user code becomes: which code, of which step, and the panic message.
-pub(crate) fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
+pub fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
     NoeticError::other(format!(
         "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
         panic_message(payload)

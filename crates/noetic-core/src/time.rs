@@ -109,12 +109,12 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// Serialises a `SystemTime` as RFC 3339 (`#[serde(serialize_with = "crate::time::serialize")]`).
-pub(crate) fn serialize<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+pub fn serialize<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&rfc3339(*at))
 }
 
 /// Reads RFC 3339, or serde's default `{"secs_since_epoch", "nanos_since_epoch"}`.
-pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Either {

@@ -60,7 +60,8 @@ impl RetryPolicy {
         self.initial_delay.checked_mul(factor).unwrap_or(cap).min(cap)
     }
 
-    pub(crate) fn validate(&self, step_id: &str) -> Result<(), ConfigError> {
+    /// Checks the policy: it must allow at least one attempt. `step_id` names the step in the error.
+    pub fn validate(&self, step_id: &str) -> Result<(), ConfigError> {
         if self.max_attempts < 1 {
             return Err(ConfigError::new(
                 ConfigCode::InvalidRetryPolicy,

@@ -7,6 +7,7 @@ mod content;
 mod interface;
 mod limits;
 mod params;
+mod refusal;
 mod retry;
 mod scripted;
 mod tokens;
@@ -20,6 +21,7 @@ pub use content::{ContentBlock, ImageSource, blocks_text};
 pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelResponse, StreamDelta, ToolSpec, replay};
 pub use limits::{ContextWindow, known_window};
 pub use params::{ModelParams, ToolChoice};
+pub use refusal::context_refusal;
 pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy};
 pub use scripted::{HeldCall, ScriptedModel};
 pub use tokens::{
@@ -177,7 +179,7 @@ impl ToolResult {
 /// histories with the same id agree on every item both hold: a provider may reuse what it encoded of the shorter
 /// one for the longer one ([`History::log_id`]).
 #[derive(Debug)]
-pub(crate) struct Log {
+pub struct Log {
     pub(crate) id: u64,
     pub(crate) items: Vec<Item>,
     /// The oldest items as they are sent since the conversation was last compacted.
@@ -189,8 +191,24 @@ pub(crate) struct Log {
 }
 
 impl Log {
-    pub(crate) fn new(items: Vec<Item>) -> Self {
+    /// A new sequence holding `items`.
+    pub fn new(items: Vec<Item>) -> Self {
         Log { id: next_log_id(), items, folded: None, calibration: Calibration::default(), tally: Tally::default() }
+    }
+
+    /// The items.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// The items, to append to in place (only at the end: the log's id promises earlier items never change).
+    pub fn items_mut(&mut self) -> &mut Vec<Item> {
+        &mut self.items
+    }
+
+    /// Records how much of the conversation requests skip since it was compacted.
+    pub fn set_folded(&mut self, folded: Option<Arc<Folded>>) {
+        self.folded = folded;
     }
 }
 
@@ -264,7 +282,7 @@ pub enum ToolErrorKind {
 
 /// An immutable snapshot of a conversation, cheap to clone (it shares the items).
 #[derive(Debug, Clone)]
-pub struct History(pub(crate) Arc<Log>);
+pub struct History(pub Arc<Log>);
 
 impl Default for History {
     fn default() -> Self {

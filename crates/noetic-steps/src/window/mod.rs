@@ -41,9 +41,9 @@
 
 mod compact;
 mod fit;
-mod refusal;
 
 pub use crate::layer::{Allotter, check_minimums};
+pub use crate::model::context_refusal;
 pub use crate::model::{
     Calibration, ContextWindow, Estimate, Folded, Tally, TokenCounter, item_tokens, items_tokens, known_window,
     request_tokens, tools_tokens,
@@ -51,4 +51,3 @@ pub use crate::model::{
 pub use compact::{Compaction, cut_points, folded_item, summary_request, turn_start, turn_starts};
 pub use fit::{Compacted, compact_now};
 pub(crate) use fit::{Fitted, StepWindow, fit};
-pub use refusal::context_refusal;

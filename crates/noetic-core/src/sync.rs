@@ -4,14 +4,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: the runtime's locks guard plain data
 /// whose invariants hold between statements, and a panic elsewhere must not take every later caller down too.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A value alone on its cache lines (128 bytes: two lines, for CPUs that fetch lines in pairs). Behind an `Arc`,
 /// the reference count then shares its line with nothing another thread writes or reads.
 #[repr(align(128))]
-pub(crate) struct Padded<T: ?Sized>(pub(crate) T);
+pub struct Padded<T: ?Sized>(pub T);
 
 impl<T: ?Sized> std::ops::Deref for Padded<T> {
     type Target = T;
@@ -24,7 +24,7 @@ impl<T: ?Sized> std::ops::Deref for Padded<T> {
 /// Copies of a value that every turn clones (an `Arc`, or something holding some): one per group of threads, so
 /// threads cloning it at once write different reference counts instead of all bouncing one cache line between
 /// cores. Each thread always gets the same copy, made the first time a thread of its group asks.
-pub(crate) struct Spread<T> {
+pub struct Spread<T> {
     copies: Box<[OnceLock<T>]>,
     make: Box<dyn Fn() -> T + Send + Sync>,
 }
@@ -32,14 +32,14 @@ pub(crate) struct Spread<T> {
 impl<T> Spread<T> {
     /// `make` is called once per copy, when a thread first needs it; each call must give a value with reference
     /// counts of its own (a deep copy).
-    pub(crate) fn new(make: impl Fn() -> T + Send + Sync + 'static) -> Self {
+    pub fn new(make: impl Fn() -> T + Send + Sync + 'static) -> Self {
         // Twice the cores, so the runtime's workers and the few other threads that run turns rarely share one.
         let copies = (cores() * 2).clamp(2, 64);
         Spread { copies: std::iter::repeat_with(OnceLock::new).take(copies).collect(), make: Box::new(make) }
     }
 
     /// This thread's copy.
-    pub(crate) fn local(&self) -> &T {
+    pub fn local(&self) -> &T {
         self.copies[thread_slot() % self.copies.len()].get_or_init(|| (self.make)())
     }
 

@@ -157,7 +157,7 @@ pub fn tool_memory_layers(tools: &[Arc<dyn Tool>]) -> Vec<Arc<dyn MemoryLayer>> 
 /// memory (the common case, on every turn).
 /// The same, for the layers a context builder carries (a `LayerStack`); nothing changes when no tool declares
 /// memory.
-pub(crate) fn add_tool_memory_to(carried: &mut Carried, tools: &[Arc<dyn Tool>]) {
+pub fn add_tool_memory_to(carried: &mut Carried, tools: &[Arc<dyn Tool>]) {
     if tools.iter().all(|t| t.memory().is_none()) {
         return;
     }
@@ -166,7 +166,8 @@ pub(crate) fn add_tool_memory_to(carried: &mut Carried, tools: &[Arc<dyn Tool>])
     *carried = Carried::new(LayerStack::new(layers));
 }
 
-pub(crate) fn add_tool_memory_layers(layers: &mut Vec<Arc<dyn MemoryLayer>>, tools: &[Arc<dyn Tool>]) {
+/// Adds the memory layers `tools` declare (each tool with a memory) to `layers`.
+pub fn add_tool_memory_layers(layers: &mut Vec<Arc<dyn MemoryLayer>>, tools: &[Arc<dyn Tool>]) {
     for tool in tools {
         let Some(memory) = tool.memory() else { continue };
         let id = memory.id.as_deref().unwrap_or(tool.name());

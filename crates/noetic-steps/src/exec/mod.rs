@@ -162,7 +162,7 @@ async fn dispatch<I: Send + 'static, O: Send + 'static>(
     result
 }
 
-pub(crate) use crate::error::{guard, guard_async};
+pub use crate::error::{guard, guard_async};
 
 /// Wraps an error from user code as a failure of `step_id` (cancellation passes through unchanged).
 pub(crate) fn step_failed(step_id: &str, cause: NoeticError, retries_exhausted: bool) -> NoeticError {
