@@ -8,6 +8,7 @@ mod branch;
 mod every;
 mod fork;
 mod llm;
+mod llm_model;
 mod loop_;
 mod provide;
 mod run;

@@ -7,6 +7,9 @@
 //! `Serialize + Deserialize`: it is what a durable store journals while a turn runs and what a resumed turn starts
 //! from.
 //!
+//! (Over the house's ~500 lines, knowingly: the transitions below are one state machine, read top to bottom; its
+//! parallel groups and its types already live in `batch.rs` and beside.)
+//!
 //! The decisions it owns (SPEC 3.5 and 4):
 //! - the round limit, raised by pending steering up to one queue's worth (`max_rounds + capacity`);
 //! - the checkpoints: at turn start, after every tool outcome, after an answer without tool calls;

@@ -5,9 +5,6 @@
 //! * [`ConfigError`] — the program was put together wrongly (an empty step id, a fork without a merge function,
 //!   a negative interval …). Builders return it before anything runs; it carries a stable [`ConfigCode`].
 
-use std::panic::AssertUnwindSafe;
-
-use futures::FutureExt;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -15,126 +12,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Stable identifiers of configuration mistakes. `code.as_str()` is the `SCREAMING_SNAKE_CASE` form used in
-/// serialised errors and documentation; it never changes between releases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum ConfigCode {
-    /// A step or rule id is empty or whitespace.
-    EmptyStepId,
-    /// A tool's name is empty or whitespace.
-    EmptyToolName,
-    /// A step or tool has no function to execute.
-    MissingExecuteFunction,
-    /// An `llm` step names no model.
-    MissingModel,
-    /// A `fork` in `All` or `Settle` mode has no merge function.
-    MissingMergeFunction,
-    /// A `fork` has no path factory.
-    MissingPaths,
-    /// A `loop` has no body steps.
-    MissingLoopBody,
-    /// A `loop` has no `until` predicate.
-    MissingUntilPredicate,
-    /// A `provide` step provides no memory layers.
-    MissingContextLayers,
-    /// An `every` interval is invalid.
-    InvalidIntervalMs,
-    /// An `every` jitter is invalid.
-    InvalidJitter,
-    /// A `fork` concurrency limit is below 1.
-    InvalidConcurrency,
-    /// A retry policy has `max_attempts` below 1.
-    InvalidRetryPolicy,
-    /// A loop's `max_iterations` is below 1.
-    InvalidMaxIterations,
-    /// A queue channel's capacity is below 1.
-    InvalidChannelCapacity,
-    /// A spawn timeout is zero.
-    InvalidTimeout,
-    /// A tool's JSON Schema does not compile.
-    InvalidSchema,
-    /// A steering rule is malformed (duplicate id, no hook, neither or both of predicate and judge).
-    InvalidRule,
-    /// An LLM-evaluated steering rule needs a model caller and none is configured.
-    MissingCallModel,
-    /// No model is configured for a step that needs one.
-    NoModelProvider,
-    /// A steering mode is neither `one-at-a-time` nor `all`.
-    InvalidSteeringMode,
-    /// Two tools in one scope have the same name.
-    DuplicateToolName,
-    /// Evicting sessions was asked for, but the runtime keeps no session log to keep them in.
-    MissingArchive,
-    /// An MCP server's configuration is unusable (its name cannot prefix tool names, it has no command).
-    InvalidMcpServer,
-    /// The memory layers' budget minimums add up to more than the model's context window has for a request.
-    LayerMinimumsExceedWindow,
-    /// A budget limit is zero or negative.
-    InvalidBudget,
-}
+mod config;
+mod panic;
 
-impl ConfigCode {
-    /// The stable `SCREAMING_SNAKE_CASE` name of the code.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConfigCode::EmptyStepId => "EMPTY_STEP_ID",
-            ConfigCode::EmptyToolName => "EMPTY_TOOL_NAME",
-            ConfigCode::MissingExecuteFunction => "MISSING_EXECUTE_FUNCTION",
-            ConfigCode::MissingModel => "MISSING_MODEL",
-            ConfigCode::MissingMergeFunction => "MISSING_MERGE_FUNCTION",
-            ConfigCode::MissingPaths => "MISSING_PATHS",
-            ConfigCode::MissingLoopBody => "MISSING_LOOP_BODY",
-            ConfigCode::MissingUntilPredicate => "MISSING_UNTIL_PREDICATE",
-            ConfigCode::MissingContextLayers => "MISSING_CONTEXT_LAYERS",
-            ConfigCode::InvalidIntervalMs => "INVALID_INTERVAL_MS",
-            ConfigCode::InvalidJitter => "INVALID_JITTER",
-            ConfigCode::InvalidConcurrency => "INVALID_CONCURRENCY",
-            ConfigCode::InvalidRetryPolicy => "INVALID_RETRY_POLICY",
-            ConfigCode::InvalidMaxIterations => "INVALID_MAX_ITERATIONS",
-            ConfigCode::InvalidChannelCapacity => "INVALID_CHANNEL_CAPACITY",
-            ConfigCode::InvalidTimeout => "INVALID_TIMEOUT",
-            ConfigCode::InvalidSchema => "INVALID_SCHEMA",
-            ConfigCode::InvalidRule => "INVALID_RULE",
-            ConfigCode::MissingCallModel => "MISSING_CALL_MODEL",
-            ConfigCode::NoModelProvider => "NO_MODEL_PROVIDER",
-            ConfigCode::InvalidSteeringMode => "INVALID_STEERING_MODE",
-            ConfigCode::DuplicateToolName => "DUPLICATE_TOOL_NAME",
-            ConfigCode::MissingArchive => "MISSING_ARCHIVE",
-            ConfigCode::InvalidMcpServer => "INVALID_MCP_SERVER",
-            ConfigCode::InvalidBudget => "INVALID_BUDGET",
-            ConfigCode::LayerMinimumsExceedWindow => "LAYER_MINIMUMS_EXCEED_WINDOW",
-        }
-    }
-}
-
-impl fmt::Display for ConfigCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A configuration mistake, found when the program is assembled rather than while it runs.
-///
-/// `message` says what is wrong, `hint` says how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{code}: {message} (hint: {hint})")]
-pub struct ConfigError {
-    /// Stable code, e.g. `EMPTY_STEP_ID`.
-    pub code: ConfigCode,
-    /// What is wrong.
-    pub message: String,
-    /// What to do about it.
-    pub hint: String,
-}
-
-impl ConfigError {
-    /// Creates a configuration error.
-    pub fn new(code: ConfigCode, message: impl Into<String>, hint: impl Into<String>) -> Self {
-        ConfigError { code, message: message.into(), hint: hint.into() }
-    }
-}
+pub use config::{ConfigCode, ConfigError};
+pub use panic::{guard, guard_async, panic_message, panicked};
 
 /// A successful path's value inside [`NoeticError::ForkPartial`]. Values are kept type-erased so the error type
 /// stays non-generic; read one back with [`PathValue::downcast_ref`]. Serialisation skips the value.
@@ -489,42 +371,6 @@ mod duration_ms {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_millis)
     }
-}
-
-/// The text of a panic's payload (`&str` or `String`; anything else is named as such).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
-    }
-}
-
-/// Runs user code that must not take the runtime down: a panic becomes an error naming the step and the callback.
-pub fn guard<T>(step_id: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, NoeticError> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panicked(step_id, what, &*p))
-}
-
-/// Awaits user code, turning a panic into an error.
-pub async fn guard_async<T>(
-    step_id: &str,
-    what: &str,
-    fut: impl Future<Output = Result<T, NoeticError>>,
-) -> Result<T, NoeticError> {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(r) => r,
-        Err(p) => Err(panicked(step_id, what, &*p)),
-    }
-}
-
-/// The error a panic of user code becomes: which code, of which step, and the panic message.
-pub fn panicked(step_id: &str, what: &str, payload: &(dyn Any + Send)) -> NoeticError {
-    NoeticError::other(format!(
-        "the {what} of step '{step_id}' panicked: {}; fix the code so it returns an error instead",
-        panic_message(payload)
-    ))
 }
 
 #[cfg(test)]
