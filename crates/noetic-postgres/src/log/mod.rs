@@ -80,10 +80,8 @@
 //! session and the row, and nothing is written. The old tables stay as they were, unused. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
-mod batch;
 mod convert;
 mod errors;
-mod fast;
 mod listen;
 mod migrate;
 mod queries;
@@ -98,7 +96,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -292,15 +290,7 @@ impl PgLogStore {
             });
         }
         let at = SystemTime::now();
-        let encoded = entries
-            .iter()
-            .enumerate()
-            .map(|(i, entry)| {
-                encode(entry, at).map_err(|e| StoreError::Refused {
-                    message: format!("session '{key}': entry {} of the append cannot be encoded: {e}", i + 1),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let encoded = encode_append(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
         let request = writer::Request { key: key.to_owned(), expect, entries: entries.to_vec(), encoded, reply };
         let stopped = || {

@@ -1,5 +1,5 @@
 //! Group commit: the store object's one writer task takes every queued append request and writes them in one
-//! transaction (see the [module docs](super)). [`super::batch`] is that transaction; [`super::fast`] the one round
+//! transaction (see the [module docs](super)). [`batch`] is that transaction; [`fast`] the one round
 //! trip of a writer continuing a session it wrote last.
 
 use std::collections::HashMap;
@@ -11,7 +11,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Counters;
 use super::errors::{DbFailure, Shared};
-use super::{batch, fast};
+mod batch;
+mod fast;
 
 /// How many sessions the writer remembers (where their logs end as it last wrote or read them); past it, it forgets
 /// them all and learns again.

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::replies::{BusReplies, DEFAULT_REPLY_CAPACITY, ReplySender, reply_buffer};
+use super::replies::{BusReplies, BusReply, DEFAULT_REPLY_CAPACITY, ReplySender, reply_buffer};
 use super::session::Routed;
 use super::{MessageId, Runtime, Session, SteerError, Turn};
 use crate::error::NoeticError;
@@ -74,25 +74,6 @@ pub enum Delivery {
         /// Whether a turn was cancelled.
         cancelled: bool,
     },
-}
-
-/// The outcome of one turn the bus ran.
-#[derive(Debug, Clone)]
-pub struct BusReply {
-    /// The session.
-    pub session: String,
-    /// True for a continuation turn (messages that arrived after the previous turn's last checkpoint).
-    pub continuation: bool,
-    /// The agent's answer, or why there is none.
-    pub result: Result<String, NoeticError>,
-    /// Replies dropped just before this one because the reply buffer was full (nobody read them in time).
-    pub dropped_before: u64,
-}
-
-impl BusReply {
-    fn new(session: &str, continuation: bool, result: Result<String, NoeticError>) -> Self {
-        BusReply { session: session.to_owned(), continuation, result, dropped_before: 0 }
-    }
 }
 
 /// A session claimed by a turn still waiting for a free slot.

@@ -1,17 +1,11 @@
 //! A session's ledger entries chained as they are appended to its log (see [`crate::steering::chain`]): the
 //! chain follows the log's order because an entry is sealed and handed to the writer under one lock.
 
-use std::sync::Mutex;
-
 use super::log::Entry;
 use super::logged::Logged;
 use crate::context::lock;
 use crate::steering::LedgerEntry;
 use crate::steering::chain::{ChainHead, SigningKey, seal_entry};
-
-/// Where this process left a session's chain (`None` until its first entry here).
-#[derive(Default)]
-pub(crate) struct Head(Mutex<Option<ChainHead>>);
 
 /// Appends the ledger entry `entry` to `key`'s log as a decision of `turn` (`None`: made outside the steering
 /// layer), chained after the session's last one and signed with `signer` when it is a turn's last entry (it has

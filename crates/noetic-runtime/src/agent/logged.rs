@@ -93,7 +93,7 @@ pub(crate) struct Logged {
     /// What turns others' entries into the events a follower here sees.
     pub(crate) events: Mutex<super::log_events::Events>,
     /// Where this process left the session's ledger chain (see `log_chain`).
-    pub(crate) chain: super::log_chain::Head,
+    pub(crate) chain: Head,
 }
 
 impl Logged {
@@ -112,7 +112,7 @@ impl Logged {
             running: Arc::default(),
             held: Mutex::new(None),
             events: Mutex::new(super::log_events::Events::new(Arc::from(""))),
-            chain: super::log_chain::Head::default(),
+            chain: Head::default(),
         }
     }
 
@@ -484,3 +484,7 @@ impl Writer {
         }
     }
 }
+
+/// Where this process left a session's ledger chain (`None` until its first entry here); `log_chain` extends it.
+#[derive(Default)]
+pub(crate) struct Head(pub(crate) Mutex<Option<crate::steering::chain::ChainHead>>);

@@ -26,7 +26,6 @@ mod log_chain;
 mod log_events;
 mod log_hub;
 mod log_lease;
-mod log_turn;
 mod logged;
 mod persist;
 mod queue;
@@ -38,14 +37,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 pub use builder::{RuntimeBuilder, default_agent};
-pub use bus::{
-    BusReply, DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber,
-};
+pub use bus::{DEFAULT_TRANSCRIPTION_TIMEOUT, Delivery, InboundMessage, MessageBus, STOP_COMMAND, Transcriber};
 pub(crate) use checkpoint::SessionSettings;
 pub use checkpoint::{BatchPolicy, SKIPPED_RESULT, TurnSteering};
 pub use log_lease::DEFAULT_LEASE_TERM;
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MessageId, SteerError, SteerMessage, SteeringMode, SteeringQueue};
-pub use replies::{BusReplies, DEFAULT_REPLY_CAPACITY, TryRecvError};
+pub use replies::{BusReplies, BusReply, DEFAULT_REPLY_CAPACITY, TryRecvError};
 pub use session::{MAX_TITLE_CHARS, Routed, SESSION_EVENT_LOG_CAPACITY, Session, SessionError, Turn, check_title};
 
 /// A unit enum setting's serde name (`one-at-a-time`, `skip-remaining` …), as a store keeps it in a text column.

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::bus::BusReply;
 use crate::context::lock;
+use crate::error::NoeticError;
 
 /// How many replies a bus keeps for its reader by default.
 pub const DEFAULT_REPLY_CAPACITY: usize = 1024;
@@ -144,5 +144,24 @@ impl BusReplies {
     /// The most replies kept at once.
     pub fn capacity(&self) -> usize {
         self.shared.capacity
+    }
+}
+
+/// The outcome of one turn the bus ran.
+#[derive(Debug, Clone)]
+pub struct BusReply {
+    /// The session.
+    pub session: String,
+    /// True for a continuation turn (messages that arrived after the previous turn's last checkpoint).
+    pub continuation: bool,
+    /// The agent's answer, or why there is none.
+    pub result: Result<String, NoeticError>,
+    /// Replies dropped just before this one because the reply buffer was full (nobody read them in time).
+    pub dropped_before: u64,
+}
+
+impl BusReply {
+    pub(crate) fn new(session: &str, continuation: bool, result: Result<String, NoeticError>) -> Self {
+        BusReply { session: session.to_owned(), continuation, result, dropped_before: 0 }
     }
 }

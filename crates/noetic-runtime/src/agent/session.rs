@@ -16,7 +16,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::log::{Entry, LogStore, Projection, TurnOutcome};
-use super::log_turn::{LogJournal, LogRecords, ReplayIndex};
 use super::logged::{Logged, Receipt, settled};
 use super::queue::{MessageId, SessionQueue};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
@@ -31,12 +30,15 @@ use tracing::Instrument;
 
 mod budget;
 mod compact;
+mod journal;
+mod lease;
 mod messages;
 mod resume;
 mod state;
 mod title;
 mod turn;
 
+use journal::{LogJournal, LogRecords, ReplayIndex};
 use messages::*;
 pub(crate) use state::SessionState;
 use state::*;

@@ -73,7 +73,7 @@ use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use noetic::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
 };
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
@@ -221,15 +221,7 @@ impl LogStore for SqliteLogStore {
             }
             // Encoding is done here, on the callers' threads, so the single writer only writes.
             let at = SystemTime::now();
-            let encoded = entries
-                .iter()
-                .enumerate()
-                .map(|(i, entry)| {
-                    encode(entry, at).map_err(|e| StoreError::Refused {
-                        message: format!("session '{key}': entry {} of the append cannot be stored: {e}", i + 1),
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let encoded = encode_append(key, entries, at)?;
             let (key, entries) = (key.to_owned(), entries.to_vec());
             self.ask(|reply| Request::Append { key, expect, entries, encoded, at, reply }).await
         })

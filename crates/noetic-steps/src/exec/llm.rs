@@ -11,17 +11,16 @@ use std::sync::Arc;
 
 use tracing::{Instrument, Span};
 
+use super::durable::{commit, finish, logs_inputs, poll, while_durable};
 use super::llm_model::{call_model, chat_span, traced_model_call};
 use super::tool_group::{GroupEnv, run_group};
-use crate::context::{Checkpoints, Context, EventKind};
+use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
-use crate::model::{Item, StepMeta, ToolCall, ToolSpec};
+use crate::model::{Item, StepMeta, ToolSpec};
 use crate::step::StepLlm;
 use crate::tool::call::{run_tool_call, traced_tool_call};
-use crate::turn::{
-    Action, Effect, Finished, Input, Polled, Replay, TurnCommit, TurnCore, TurnJournal, interrupted_result,
-};
+use crate::turn::{Action, Effect, Finished, Input, Replay, TurnCore, interrupted_result};
 
 /// Runs a tool call (awaits it), in its span when a subscriber may want one — without one, exactly as before traces
 /// existed. A macro, not a function, so the untraced call is not wrapped in another future.
@@ -33,19 +32,6 @@ macro_rules! tool_call {
             run_tool_call($ctx, $step, $tools, $call, $allow).await.map(|(result, _)| result)
         }
     };
-}
-
-/// Names the step in errors the model layer raised without knowing it.
-pub(super) fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
-    match error {
-        NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
-            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms, message }
-        }
-        NoeticError::ContextLengthExceeded { step_id, message, requested, limit } if step_id.is_empty() => {
-            NoeticError::ContextLengthExceeded { step_id: id.to_owned(), message, requested, limit }
-        }
-        other => other,
-    }
 }
 
 /// Parses the final answer into the step's output type, validating it against the output schema first.
@@ -284,65 +270,6 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
     }
 }
 
-/// Commits what is new in the conversation since the journal's last commit, the injected message ids and the
-/// core (`None`: the step ended).
-pub(super) async fn commit(
-    ctx: &Context,
-    journal: &dyn TurnJournal,
-    (step_id, path): (&str, &str),
-    core: Option<&TurnCore>,
-    injected: Vec<String>,
-    (starts, wait, redoable): (&[ToolCall], bool, bool),
-) -> Result<(), NoeticError> {
-    let first = journal.persisted();
-    let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit = TurnCommit { step_id, path, first, items, injected, core, finished: None, starts, wait, redoable };
-    journal.commit(commit).await
-}
-
-/// Runs `work` (the review of a response, the layers storing the answer). When it does not finish at once and the
-/// journal records inputs, the response it works on is committed while it runs: a crash during a slow review (an
-/// LLM judge) never asks the model for that response again, and a quick one adds no write of its own.
-async fn while_durable<T>(
-    ctx: &Context,
-    (journal, at, core): (Option<&dyn TurnJournal>, (&str, &str), &TurnCore),
-    work: impl std::future::Future<Output = T>,
-) -> Result<T, NoeticError> {
-    let Some(journal) = journal.filter(|j| j.records_inputs()) else { return Ok(work.await) };
-    let mut work = std::pin::pin!(work);
-    if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
-        return Ok(done);
-    }
-    let (done, committed) = futures::join!(work, commit(ctx, journal, at, Some(core), Vec::new(), (&[], true, false)));
-    committed.map(|()| done)
-}
-
-/// Commits the end of the step's run: its answer when it finished (`None`: it failed). Handed over without
-/// waiting: what comes next (the next step's first write, the turn's end) is written after it, often in the same
-/// transaction.
-async fn finish(
-    ctx: &Context,
-    journal: &dyn TurnJournal,
-    (step_id, path): (&str, &str),
-    finished: Option<Finished>,
-) -> Result<(), NoeticError> {
-    let first = journal.persisted();
-    let items = ctx.with_items(|items| items.get(first..).map(<[Item]>::to_vec).unwrap_or_default());
-    let commit = TurnCommit {
-        step_id,
-        path,
-        first,
-        items,
-        injected: Vec::new(),
-        core: None,
-        finished,
-        starts: &[],
-        wait: false,
-        redoable: false,
-    };
-    journal.commit(commit).await
-}
-
 /// Asks the turn's budget whether `action` may start (counting the tool calls it starts). Spawned children and
 /// fork paths ask the same meter as their turn, so they cannot spend past it.
 fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
@@ -357,27 +284,8 @@ fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::Budget
     }
 }
 
-/// True when the session log records this execution's model responses and tool starts (a session turn's root).
-pub(super) fn logs_inputs(ctx: &Context) -> bool {
-    ctx.journal().is_some_and(|j| j.records_inputs())
-}
-
 fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> Input {
     result.map_or_else(Input::Failed, ok)
-}
-
-/// Performs a checkpoint. Without steering (a child execution, a plain context) nothing is ever pending.
-pub(super) fn poll(steering: Option<&dyn Checkpoints>, turn_start: bool) -> Input {
-    let Some(ts) = steering else {
-        return Input::Polled(Polled { pending: false, capacity: 0, skip_rest: true });
-    };
-    let pending = if turn_start {
-        ts.poll_at_turn_start();
-        ts.has_pending()
-    } else {
-        ts.poll()
-    };
-    Input::Polled(Polled { pending, capacity: ts.capacity(), skip_rest: ts.skips_rest_of_batch() })
 }
 
 /// Applies one effect of the core: appends items, emits the events.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::llm::{logs_inputs, with_step_id};
+use super::durable::logs_inputs;
 use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::layer::lifecycle;
@@ -240,4 +240,17 @@ pub(super) async fn collect_stream(
         raw: None,
         retryable: true,
     })
+}
+
+/// Names the step in errors the model layer raised without knowing it.
+fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
+    match error {
+        NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
+            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms, message }
+        }
+        NoeticError::ContextLengthExceeded { step_id, message, requested, limit } if step_id.is_empty() => {
+            NoeticError::ContextLengthExceeded { step_id: id.to_owned(), message, requested, limit }
+        }
+        other => other,
+    }
 }

@@ -5,6 +5,7 @@
 //! [`execute`] again; the recursion goes through a boxed future.
 
 mod branch;
+mod durable;
 mod every;
 mod fork;
 mod llm;

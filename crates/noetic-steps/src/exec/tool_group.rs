@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{Instrument, Span};
 
-use super::llm::{commit, poll};
+use super::durable::{commit, poll};
 use crate::context::{Checkpoints, Context, EventKind};
 use crate::error::NoeticError;
 use crate::model::ToolErrorKind;

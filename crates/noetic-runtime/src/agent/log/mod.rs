@@ -120,7 +120,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode};
+pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode, encode_append};
 pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};

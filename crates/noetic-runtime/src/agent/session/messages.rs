@@ -37,18 +37,18 @@ impl Session {
     /// starts next), or names the worker that holds it. `None` when this process may go on.
     pub(super) async fn lease(&self) -> Result<Option<String>, SessionError> {
         let state = self.live().into_owned();
-        let hold = crate::agent::log_lease::hold(&state, &self.runtime.worker, self.runtime.lease_term)
+        let hold = super::lease::hold(&state, &self.runtime.worker, self.runtime.lease_term)
             .await
             .map_err(|message| SessionError::Store { session: self.key().to_owned(), message })?;
         match hold {
-            crate::agent::log_lease::Hold::Free => Ok(None),
-            crate::agent::log_lease::Hold::Held(guard) => {
+            super::lease::Hold::Free => Ok(None),
+            super::lease::Hold::Held(guard) => {
                 if let Some(logged) = state.logged() {
                     *lock(&logged.held) = Some(guard);
                 }
                 Ok(None)
             }
-            crate::agent::log_lease::Hold::Elsewhere(owner) => Ok(Some(owner)),
+            super::lease::Hold::Elsewhere(owner) => Ok(Some(owner)),
         }
     }
 
@@ -127,7 +127,7 @@ impl Session {
         }
         let state = self.live().into_owned();
         let message = SteerMessage::new(text);
-        crate::agent::log_lease::tell_holder(&state, &[Entry::MessageAccepted { message: message.clone() }])
+        super::lease::tell_holder(&state, &[Entry::MessageAccepted { message: message.clone() }])
             .await
             .map_err(|e| SteerError::Store { session: state.key.to_string(), message: e })?;
         if let Some(sink) = state.events.get() {
@@ -207,7 +207,7 @@ impl Session {
                 Entry::StopRequested { reason: reason.to_owned() },
                 Entry::MessagesDropped { ids: Vec::new(), reason: reason.to_owned() },
             ];
-            match crate::agent::log_lease::tell_holder(&state, &entries).await {
+            match super::lease::tell_holder(&state, &entries).await {
                 Ok(()) => return (stopped.0, true),
                 Err(e) => tracing::error!(session = %state.key, error = %e, "could not stop a turn running elsewhere"),
             }

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use noetic::agent::log::{Expect, StoreError, Summary};
 use tokio_postgres::types::ToSql;
 
-use super::errors::{DbFailure, connection_lost};
-use super::writer::{Answers, Failed, Known, Request, Writer, abandon};
+use super::super::errors::{DbFailure, connection_lost};
+use super::{Answers, Failed, Known, Request, Writer, abandon};
 
 /// Creates the summary rows of sessions that have none and locks every one, in the order given (sorted keys, so
 /// that two writers never wait for each other in a cycle); answers where each log ends.

@@ -1,7 +1,7 @@
 //! One round trip for the common append: a batch of one session's appends that continue where this writer last
 //! saw the session committed. The writer folds the summary from what it remembers and writes with the append
 //! counter it remembers as the fence (any append by anyone since changes it); when another wrote meanwhile the
-//! statement writes nothing, and the batch transaction ([`super::batch`]) does it instead.
+//! statement writes nothing, and the batch transaction ([`super::batch`], beside it) does it instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use noetic::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
-use super::errors::DbFailure;
-use super::writer::{Failed, Known, Request, Writer, abandon};
+use super::super::errors::DbFailure;
+use super::{Failed, Known, Request, Writer, abandon};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
 /// entries and announces the new end; answers the new append counter, or nothing when the row had changed.

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use futures::future::BoxFuture;
 
-use super::RuntimeInner;
-use super::log::{Entry, Record, StepPath};
-use super::logged::settled;
-use super::session::SessionState;
+use crate::agent::RuntimeInner;
+use crate::agent::log::{Entry, Record, StepPath};
+use crate::agent::logged::settled;
+use crate::agent::session::SessionState;
 use crate::context::{ApprovalRecord, RecordSink, lock};
 use crate::error::NoeticError;
 use crate::model::Item;
@@ -76,11 +76,11 @@ pub(crate) struct LogJournal {
     ended: AtomicBool,
     /// A commit handed to the writer without waiting (before a model request): the next one is written after it
     /// only if it landed, so the turn's entries are never written with a hole in them.
-    written: Mutex<Option<(super::logged::Receipt, usize)>>,
+    written: Mutex<Option<(crate::agent::logged::Receipt, usize)>>,
     /// Where the conversation's durable part ended before that commit (what it goes back to if it failed).
     before: std::sync::atomic::AtomicUsize,
     /// The turn's writes, refused after one fails.
-    chain: super::logged::Chain,
+    chain: crate::agent::logged::Chain,
 }
 
 impl LogJournal {
@@ -126,7 +126,7 @@ impl LogJournal {
             entries.push(Entry::Appended { turn, items: plain.to_vec() });
         }
         if shown > 0 {
-            let ids = commit.injected.iter().filter_map(|id| super::MessageId::parse(id)).collect();
+            let ids = commit.injected.iter().filter_map(|id| crate::agent::MessageId::parse(id)).collect();
             entries.push(Entry::Injected { turn, ids });
         }
         entries.append(&mut lock(&self.pending));
@@ -150,7 +150,7 @@ impl LogJournal {
         &self,
         ctx: &crate::context::Context,
         layers: Vec<Entry>,
-        outcome: super::log::TurnOutcome,
+        outcome: crate::agent::log::TurnOutcome,
     ) -> Result<(), String> {
         let Some(logged) = self.state.logged() else { return Ok(()) };
         // A write handed over before (the step's end) is not waited for first: the writer keeps the order, refuses
@@ -299,13 +299,23 @@ impl RecordSink for LogRecords {
         let ended = self.journal.ended.load(Ordering::SeqCst);
         let runtime = self.runtime.upgrade();
         let signer = runtime.as_ref().and_then(|r| r.ledger_key.as_deref());
-        super::log_chain::append_decision(logged, state.key(), Some(self.journal.turn), *entry, signer, ended, || {
-            // A verdict resolving after its turn ended changed what the session's thread carries to its next
-            // turn: saved with it, so it survives a restart.
-            match runtime.as_ref().filter(|_| ended) {
-                Some(runtime) => super::persist::thread_changes(&runtime.layers, state.key(), &logged.layers),
-                None => Vec::new(),
-            }
-        });
+        crate::agent::log_chain::append_decision(
+            logged,
+            state.key(),
+            Some(self.journal.turn),
+            *entry,
+            signer,
+            ended,
+            || {
+                // A verdict resolving after its turn ended changed what the session's thread carries to its next
+                // turn: saved with it, so it survives a restart.
+                match runtime.as_ref().filter(|_| ended) {
+                    Some(runtime) => {
+                        crate::agent::persist::thread_changes(&runtime.layers, state.key(), &logged.layers)
+                    }
+                    None => Vec::new(),
+                }
+            },
+        );
     }
 }
