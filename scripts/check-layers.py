@@ -6,7 +6,9 @@ Usage: scripts/check-layers.py CRATE_DIR...   (e.g. crates/noetic-cli crates/noe
 For every crate root (src/lib.rs, src/main.rs, src/bin/*.rs) it follows the `mod NAME;` declarations to map each
 file to its module path, then reads every `crate::…` and `super::…` path in the code (comments and string literals
 skipped; `use crate::{a::B, c::{d, e}}` groups expanded) as an edge from the file to the file of the deepest module
-the path names. A strongly connected set of two or more files is a circle: the script prints each one with the
+the path names. A parent module's use of its own children by bare name (`mod chat;` then `chat::run()`) is
+the module tree rather than an import and is not counted, so a child may name its parent with `super::`. A strongly
+connected set of two or more files is a circle: the script prints each one with the
 imports that close it and exits 1. Break a circle by moving the shared piece down into its own file (or defining a
 small trait low and implementing it high).
 
@@ -277,6 +279,7 @@ def main(argv):
                     if target in members:
                         print(f"  {file} -> {target} ({shown})")
     if failed:
+        sys.stdout.flush()
         print("check-layers: break each circle by moving the shared piece down into its own file, or by a small "
               "trait defined low and implemented high", file=sys.stderr)
         return 1
