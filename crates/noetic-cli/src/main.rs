@@ -1,45 +1,33 @@
-//! The `noetic` command.
+//! The `noetic` command. One directory per command, and the pieces they share:
 //!
 //! * `noetic demo` — the three capabilities on the scripted model, no key needed ([`demo`]).
 //! * `noetic chat` — an interactive agent on a real provider, steerable while it works ([`chat`]).
-//! * `noetic run WORKFLOW --prompt TEXT` — one turn of an agent defined in a file ([`run`], [`workflow`]).
+//! * `noetic run WORKFLOW --prompt TEXT` — one turn of an agent defined in a file ([`run`], [`run::workflow`]).
 //! * `noetic serve` — the agent behind an HTTP API and a live web page ([`serve`]).
+//! * `noetic sessions` — the sessions a store holds ([`sessions`]).
 //! * `noetic ledger FILE` — a steering ledger written with `--ledger-out` ([`ledger`]); `noetic ledger verify`,
-//!   `export` and `keygen` check its hash chain and signatures ([`audit`], [`ledger_key`]).
+//!   `export` and `keygen` check its hash chain and signatures ([`ledger::audit`], [`ledger::key`]).
 //! * `noetic rules FILE` — checks a rules file ([`rules`]).
 //!
-//! `chat` and `run` share the agent assembly ([`agent`]): the model from [`provider`], the built-in tools
-//! confined to a [`workspace`] ([`tools`], [`command`]), the rules as a steering layer, and approvals asked at
-//! the terminal ([`approve`]). With `--local` they use the offline model instead ([`local`]).
+//! Shared: `chat`, `run` and `serve` assemble their agent in [`agent`]: the model from [`provider`] (the offline
+//! one from [`provider::local`] with `--local`), the built-in tools confined to a workspace
+//! ([`agent::tools`], [`agent::workspace`], [`agent::command`]), MCP servers and A2A agents, the rules as a
+//! steering layer, and approvals asked at the terminal ([`agent::approve`]). [`config`] reads `noetic.toml` and
+//! the other files; [`output`] writes to the terminal (plain lines, rendered markdown, the chat's screen);
+//! [`telemetry`] exports traces.
 
-mod a2a;
 mod agent;
-mod approve;
-mod audit;
-mod budget;
 mod chat;
-mod command;
 mod config;
 mod demo;
-mod duration;
 mod ledger;
-mod ledger_key;
-mod local;
-mod mcp;
 mod output;
 mod provider;
-mod remembered;
-mod render;
 mod rules;
 mod run;
-mod screen;
 mod serve;
 mod sessions;
-mod source;
 mod telemetry;
-mod tools;
-mod workflow;
-mod workspace;
 
 use clap::{Parser, Subcommand};
 
@@ -295,7 +283,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // An error may quote a provider's or a model's text.
-            errln!("noetic: {}", render::printable(&e.to_string()));
+            errln!("noetic: {}", output::render::printable(&e.to_string()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -304,18 +292,24 @@ fn main() -> std::process::ExitCode {
 async fn ledger_action(action: LedgerAction) -> Result<(), String> {
     match action {
         LedgerAction::Verify { source, key, sessions, entries } => {
-            let args =
-                audit::VerifyArgs { source: &source, key: key.as_deref(), sessions: &sessions, expected: entries };
-            audit::verify_command(args).await
+            let args = ledger::audit::VerifyArgs {
+                source: &source,
+                key: key.as_deref(),
+                sessions: &sessions,
+                expected: entries,
+            };
+            ledger::audit::verify_command(args).await
         }
-        LedgerAction::Export { db, sessions, out } => audit::export_command(&db, &sessions, out.as_deref()).await,
-        LedgerAction::Keygen { out } => ledger_key::keygen(out.as_deref()),
+        LedgerAction::Export { db, sessions, out } => {
+            ledger::audit::export_command(&db, &sessions, out.as_deref()).await
+        }
+        LedgerAction::Keygen { out } => ledger::key::keygen(out.as_deref()),
     }
 }
 
 fn check_rules(file: &std::path::Path, json: bool) -> Result<(), Box<dyn std::error::Error>> {
     // No server is started here: a `<server>__<tool>` name is checked when chat, run or serve start theirs.
-    let set = rules::load(&source::Source::read(file)?, &rules::ToolNames::any_server())?;
+    let set = rules::load(&config::source::Source::read(file)?, &rules::ToolNames::any_server())?;
     if json {
         let rules: Vec<serde_json::Value> = set
             .ids()

@@ -151,16 +151,16 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StderrLog {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 let text = format!("{value:?}");
                 if field.name() == "message" {
-                    self.0.insert_str(0, &crate::render::visible(&text));
+                    self.0.insert_str(0, &crate::output::render::visible(&text));
                 } else {
-                    self.0.push_str(&format!(" {}={}", field.name(), crate::render::visible(&text)));
+                    self.0.push_str(&format!(" {}={}", field.name(), crate::output::render::visible(&text)));
                 }
             }
             fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
                 if field.name() == "message" {
-                    self.0.insert_str(0, &crate::render::visible(value));
+                    self.0.insert_str(0, &crate::output::render::visible(value));
                 } else {
-                    self.0.push_str(&format!(" {}={}", field.name(), crate::render::visible(value)));
+                    self.0.push_str(&format!(" {}={}", field.name(), crate::output::render::visible(value)));
                 }
             }
         }

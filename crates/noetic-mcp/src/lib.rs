@@ -42,6 +42,7 @@ mod error;
 mod result;
 mod scan;
 mod server;
+mod shared;
 mod stdio;
 mod tool;
 

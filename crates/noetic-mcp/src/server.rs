@@ -5,9 +5,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use noetic::tool::{DynamicTools, Tool, ToolContext, ToolSet, ToolSource};
+use noetic::tool::{DynamicTools, Tool, ToolSet, ToolSource};
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ProgressNotificationParam, ProgressToken, ServerNotification};
+use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ServerNotification};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::error::McpError;
+use crate::shared::{Progress, Shared};
 use crate::stdio::ChildTransport;
 use crate::tool::McpTool;
 
@@ -28,91 +29,32 @@ const STDERR_LINE_CHARS: usize = 400;
 /// The first and the longest wait before restarting a server that exited.
 const RESTART_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
 
-/// What the server handle, its tools and its supervisor share.
-pub(crate) struct Shared {
-    pub(crate) config: McpServerConfig,
-    peer: RwLock<Option<Peer<RoleClient>>>,
-    tools: DynamicTools,
-    pub(crate) progress: Progress,
-    /// Connections made so far (1 after the start, +1 per restart).
-    connections: watch::Sender<u64>,
-    /// Tool listings taken so far (1 after the start, +1 per change or restart).
-    listings: watch::Sender<u64>,
-}
-
-impl Shared {
-    /// The connected server, if it is connected.
-    pub(crate) fn peer(&self) -> Option<Peer<RoleClient>> {
-        self.peer.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    fn set_peer(&self, peer: Option<Peer<RoleClient>>) {
-        *self.peer.write().unwrap_or_else(PoisonError::into_inner) = peer;
-    }
-
-    /// Lists the server's tools and offers them from now on.
-    async fn refresh(self: &Arc<Self>, peer: &Peer<RoleClient>) -> Result<usize, McpError> {
-        let name = &self.config.name;
-        let listed = tokio::time::timeout(self.config.timeout, peer.list_all_tools())
-            .await
-            .map_err(|_| McpError::ListTools {
-                server: name.clone(),
-                reason: format!("no answer within {} s", self.config.timeout.as_secs_f64()),
-            })?
-            .map_err(|e| McpError::ListTools { server: name.clone(), reason: e.to_string() })?;
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
-        let mut names = HashSet::new();
-        for tool in &listed {
-            let json = serde_json::to_value(tool).unwrap_or_default();
-            match McpTool::from_listed(self, &json) {
-                Ok(tool) if names.insert(tool.name().to_owned()) => tools.push(Arc::new(tool)),
-                Ok(tool) => {
-                    tracing::warn!(server = %name, tool = tool.remote_name(), "two tools map to one name; the later is left out")
-                }
-                Err(reason) => tracing::warn!(server = %name, "a tool is left out: {reason}"),
+/// Lists the server's tools and offers them from now on.
+async fn refresh(shared: &Arc<Shared>, peer: &Peer<RoleClient>) -> Result<usize, McpError> {
+    let name = &shared.config.name;
+    let listed = tokio::time::timeout(shared.config.timeout, peer.list_all_tools())
+        .await
+        .map_err(|_| McpError::ListTools {
+            server: name.clone(),
+            reason: format!("no answer within {} s", shared.config.timeout.as_secs_f64()),
+        })?
+        .map_err(|e| McpError::ListTools { server: name.clone(), reason: e.to_string() })?;
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+    let mut names = HashSet::new();
+    for tool in &listed {
+        let json = serde_json::to_value(tool).unwrap_or_default();
+        match McpTool::from_listed(shared, &json) {
+            Ok(tool) if names.insert(tool.name().to_owned()) => tools.push(Arc::new(tool)),
+            Ok(tool) => {
+                tracing::warn!(server = %name, tool = tool.remote_name(), "two tools map to one name; the later is left out")
             }
-        }
-        let count = tools.len();
-        self.tools.replace(tools).map_err(|e| McpError::ListTools { server: name.clone(), reason: e.message })?;
-        self.listings.send_modify(|n| *n += 1);
-        Ok(count)
-    }
-}
-
-/// Calls waiting for progress notifications, by progress token.
-#[derive(Default)]
-pub(crate) struct Progress {
-    calls: Mutex<HashMap<ProgressToken, ToolContext>>,
-}
-
-/// Registered progress of one call; dropping it stops forwarding.
-pub(crate) struct ProgressGuard<'a> {
-    progress: &'a Progress,
-    token: ProgressToken,
-}
-
-impl Drop for ProgressGuard<'_> {
-    fn drop(&mut self) {
-        self.progress.calls.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.token);
-    }
-}
-
-impl Progress {
-    /// Forwards the progress notifications carrying `token` to `tcx` until the guard is dropped.
-    pub(crate) fn register(&self, token: &ProgressToken, tcx: ToolContext) -> ProgressGuard<'_> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).insert(token.clone(), tcx);
-        ProgressGuard { progress: self, token: token.clone() }
-    }
-
-    /// Emits a progress notification as the `tool_progress` event of the call it belongs to.
-    fn forward(&self, params: &ProgressNotificationParam) {
-        let tcx = self.calls.lock().unwrap_or_else(PoisonError::into_inner).get(&params.progress_token).cloned();
-        if let Some(tcx) = tcx {
-            let data =
-                serde_json::json!({"progress": params.progress, "total": params.total, "message": params.message});
-            let _ = tcx.progress(data);
+            Err(reason) => tracing::warn!(server = %name, "a tool is left out: {reason}"),
         }
     }
+    let count = tools.len();
+    shared.tools.replace(tools).map_err(|e| McpError::ListTools { server: name.clone(), reason: e.message })?;
+    shared.listings.send_modify(|n| *n += 1);
+    Ok(count)
 }
 
 /// Receives the server's notifications.
@@ -125,7 +67,7 @@ impl ClientHandler for Handler {
         let Some(shared) = self.shared.upgrade() else { return };
         // Listed on a task of its own: the connection keeps reading messages meanwhile.
         tokio::spawn(async move {
-            if let Err(e) = shared.refresh(&context.peer).await {
+            if let Err(e) = refresh(&shared, &context.peer).await {
                 tracing::warn!("after a tool-list change: {e}");
             }
         });
@@ -289,7 +231,7 @@ impl McpServer {
         });
         let (running, tail) = connect(&shared).await?;
         let peer = running.peer().clone();
-        if let Err(e) = shared.refresh(&peer).await {
+        if let Err(e) = refresh(&shared, &peer).await {
             let _ = running.cancel().await;
             return Err(e);
         }
@@ -332,7 +274,7 @@ impl McpServer {
             server: self.shared.config.name.clone(),
             reason: "the server is not connected".to_owned(),
         })?;
-        self.shared.refresh(&peer).await
+        refresh(&self.shared, &peer).await
     }
 
     /// Stops the server (its tools' calls fail from then on).
@@ -381,7 +323,7 @@ async fn supervise(shared: Arc<Shared>, mut running: Running, mut tail: StderrTa
             match connect(&shared).await {
                 Ok((next, next_tail)) => {
                     let peer = next.peer().clone();
-                    match shared.refresh(&peer).await {
+                    match refresh(&shared, &peer).await {
                         Ok(_) => {
                             shared.set_peer(Some(peer));
                             shared.connections.send_modify(|n| *n += 1);

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::config::tool_name;
 use crate::result::limit;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::stdio::{MESSAGE_TOO_LARGE, too_large_data};
 
 /// A tool of an MCP server. Its name is `server__tool`; the arguments the runtime validated against its input

@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -11,151 +11,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use noetic::agent::{Routed, Session, SessionError, SteerError, SteeringMode, Turn};
+use noetic::agent::{Routed, Session, SessionError, SteeringMode, Turn};
 use noetic::context::{Event, EventKind, Followed};
 use noetic::tool::Approval;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::approvals::DecideError;
 use crate::error::ApiError;
+use crate::millis::unix_millis;
+use crate::open::{session, session_error, shutting_down, steer_error};
 use crate::sessions::store;
-
-/// The longest session key the API accepts.
-pub const MAX_KEY_LEN: usize = 128;
-
-/// Serialises a time as milliseconds since the Unix epoch (what a browser's `new Date(ms)` takes).
-pub(crate) fn unix_millis<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(millis(*at))
-}
-
-fn millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, millis_of)
-}
-
-/// A duration in whole milliseconds.
-pub(crate) fn millis_of(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Session keys are short and plain, so they are safe in URLs, logs and the page; a key made only of dots is
-/// refused because a browser (or curl) drops `.` and `..` path segments, so that session could not be reached.
-pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
-    let ok = !key.is_empty()
-        && key.len() <= MAX_KEY_LEN
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && !key.bytes().all(|b| b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(
-            "invalid_session_key",
-            format!(
-                "a session key is 1 to {MAX_KEY_LEN} characters of A-Z, a-z, 0-9, '-', '_' and '.', and not only dots"
-            ),
-        ))
-    }
-}
-
-pub(crate) async fn session(state: &AppState, key: &str) -> Result<Session, ApiError> {
-    check_key(key)?;
-    state.runtime.open(key).await.map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {e}"))
-    })
-}
-
-pub(crate) fn session_error(key: &str, e: SessionError) -> ApiError {
-    match e {
-        SessionError::Busy { .. } | SessionError::BusyElsewhere { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "busy", e.to_string())
-        }
-        SessionError::Unfinished { .. } => ApiError::new(StatusCode::CONFLICT, "unfinished_turn", e.to_string()),
-        SessionError::Paused { .. } => ApiError::new(StatusCode::CONFLICT, "budget_paused", e.to_string()),
-        SessionError::InvalidBudget { .. } => ApiError::bad_request("invalid_budget", e.to_string()),
-        SessionError::InvalidTitle { .. } => ApiError::bad_request("invalid_title", e.to_string()),
-        other => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "session_unavailable", format!("session '{key}': {other}"))
-        }
-    }
-}
-
-pub(crate) fn steer_error(e: SteerError) -> ApiError {
-    match e {
-        SteerError::QueueFull { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", e.to_string()),
-        SteerError::Empty => ApiError::bad_request("empty_message", e.to_string()),
-        other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", other.to_string()),
-    }
-}
-
-/// Runs a started turn and then, before letting go of the session, turns for messages that arrived after its
-/// last checkpoint, so no message is left in the queue of an idle session.
-pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
-    let running = state.running.start(session.key());
-    state.turns.spawn(async move {
-        let _running = running;
-        let mut turn = turn;
-        loop {
-            // The outcome is in the session's events and history; nothing more to do with it here.
-            let _ = turn.await;
-            match session.continue_session().await {
-                Ok(Some(next)) => turn = next,
-                Ok(None) | Err(_) => return,
-            }
-        }
-    });
-}
-
-/// Every `every`, resumes the turns dead workers left and runs messages nobody took (SPEC 6: a turn whose
-/// worker's lease ran out, or whose process is gone). Several workers may try the same session: its lease lets
-/// exactly one resume it.
-pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) {
-    let Some(store) = state.runtime.log_store().cloned() else { return };
-    let mut interval = tokio::time::interval(every);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        interval.tick().await;
-        if state.shutdown.is_cancelled() {
-            return;
-        }
-        let listed = match store.list().await {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not look for turns left by dead workers");
-                continue;
-            }
-        };
-        for line in listed {
-            let waiting = line.summary.open_turn.is_some() || line.summary.queued > 0;
-            if !waiting || state.running.contains(&line.key) {
-                continue;
-            }
-            if let Some(leases) = store.leases()
-                && !matches!(leases.holder(&line.key).await, Ok(None))
-            {
-                continue;
-            }
-            take_over_one(&state, &line.key).await;
-        }
-    }
-}
-
-/// Resumes `key`'s unfinished turn, else runs the messages waiting in its queue.
-async fn take_over_one(state: &Arc<AppState>, key: &str) {
-    let Ok(session) = state.runtime.open(key).await else { return };
-    let started = match session.resume().await {
-        Ok(None) => session.continue_session().await,
-        other => other,
-    };
-    match started {
-        Ok(Some(turn)) => {
-            tracing::info!(session = %key, turn = turn.number(), "took over a session no live worker runs");
-            run_turn(state, session, turn);
-        }
-        Ok(None) => {}
-        Err(e) => tracing::debug!(session = %key, error = %e, "not taken over (another worker may have it)"),
-    }
-}
+use crate::turns::{resume_for_message, run_turn};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -220,23 +88,6 @@ pub(crate) async fn post_message(
         }
     };
     Ok((StatusCode::ACCEPTED, Json(routing)).into_response())
-}
-
-/// Resumes the unfinished turn of `session`, which a message just queued for (another worker may have taken it
-/// first: then the message reaches it there).
-pub(crate) async fn resume_for_message(state: &AppState, session: &Session, key: &str) {
-    match session.resume().await {
-        Ok(Some(turn)) => {
-            tracing::info!(session = %key, turn = turn.number(), "resumed a turn a stopped process left, for a new message");
-            run_turn(state, session.clone(), turn);
-        }
-        Ok(None) => {}
-        Err(e) => tracing::debug!(session = %key, error = %e, "not resumed here (another worker may have it)"),
-    }
-}
-
-fn shutting_down() -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down; try another worker")
 }
 
 #[derive(Serialize)]

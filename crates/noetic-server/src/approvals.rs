@@ -29,10 +29,10 @@ pub struct PendingApproval {
     /// decision, so the decision cannot reach a call with other arguments (see [`Approvals::decide_shown`]).
     pub arguments_sha256: String,
     /// When the call started waiting.
-    #[serde(serialize_with = "crate::api::unix_millis")]
+    #[serde(serialize_with = "crate::millis::unix_millis")]
     pub requested_at: SystemTime,
     /// When it is rejected if nobody decides.
-    #[serde(serialize_with = "crate::api::unix_millis")]
+    #[serde(serialize_with = "crate::millis::unix_millis")]
     pub expires_at: SystemTime,
     /// What the call would change (a diff for a file write), when the server has a [`Preview`] for it; made when
     /// the call is listed, so it shows the files as they are then. Built from untrusted arguments: escape it.
@@ -138,7 +138,7 @@ impl Approvals {
                 let left = pending.expires_at.duration_since(now).unwrap_or_default();
                 let mut value = serde_json::to_value(&pending).unwrap_or(Value::Null);
                 if let Value::Object(fields) = &mut value {
-                    fields.insert("expires_in_ms".into(), crate::api::millis_of(left).into());
+                    fields.insert("expires_in_ms".into(), crate::millis::millis_of(left).into());
                 }
                 value
             })

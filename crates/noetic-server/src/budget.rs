@@ -11,8 +11,9 @@ use noetic::budget::Budget;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{run_turn, session, session_error};
 use crate::error::ApiError;
+use crate::open::{session, session_error};
+use crate::turns::run_turn;
 
 /// The session's budget as the API shows it: `{"budget": {"session": {...}, "turn": {...}}, "spent": {...},
 /// "paused": {"scope", "limit", "allowed", "used"} | null}`.

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::session;
 use crate::error::ApiError;
+use crate::open::session;
 
 /// The optional body: the model id that writes the summary (default: the runtime's).
 #[derive(Debug, Default, Deserialize)]

@@ -1,13 +1,11 @@
 //! How the server behaves ([`ServerConfig`]), the host names it answers besides its own ([`AllowedHost`]), and
 //! the check that keeps a server without a token on loopback ([`check_bind`]).
 
-use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::time::Duration;
 
-use crate::agui::BusyPolicy;
-use crate::host::Authority;
+use crate::agui::policy::BusyPolicy;
+use crate::authority::AllowedHost;
 
 /// The environment variable `noetic serve` reads the access token from.
 pub const TOKEN_ENV: &str = "NOETIC_SERVER_TOKEN";
@@ -130,66 +128,5 @@ pub fn check_bind(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> 
             "refusing to serve on {addr} without an access token: anyone who can reach that address could drive the \
              agent and its tools. Set {TOKEN_ENV} (or --token), or bind to 127.0.0.1"
         ))
-    }
-}
-
-/// A host the server answers besides its own (`--allowed-host`): `name` answers that name on any port (behind a
-/// proxy the port is often the proxy's), `name:port` on that port only. Names are compared without regard to case;
-/// IP addresses are written as in a URL (`192.0.2.7`, `[2001:db8::7]`).
-///
-/// ```
-/// use noetic_server::AllowedHost;
-/// let host: AllowedHost = "Noetic.Example.com:8443".parse().unwrap();
-/// assert_eq!((host.name(), host.port()), ("noetic.example.com", Some(8443)));
-/// assert!("https://noetic.example.com/".parse::<AllowedHost>().unwrap_err().contains("without a scheme"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    name: String,
-    port: Option<u16>,
-}
-
-impl AllowedHost {
-    /// The name (lower case; an IPv6 address in brackets).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The port, when only that one is allowed.
-    pub fn port(&self) -> Option<u16> {
-        self.port
-    }
-
-    /// True when this entry allows `name` on `port` (the port the request or origin names, or its default).
-    pub(crate) fn allows(&self, name: &str, port: u16) -> bool {
-        self.name == name && self.port.is_none_or(|p| p == port)
-    }
-}
-
-impl FromStr for AllowedHost {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let shown = s.escape_debug();
-        if s.contains("://") {
-            return Err(format!("allowed host '{shown}': write it without a scheme or path, as HOST or HOST:PORT"));
-        }
-        match Authority::parse(s) {
-            Some(a) => Ok(AllowedHost { name: a.name, port: a.port }),
-            _ => Err(format!(
-                "allowed host '{shown}' is not a host name: write it as HOST or HOST:PORT (e.g. noetic.example.com, \
-                 192.0.2.7:8080 or [2001:db8::7]:8080)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for AllowedHost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.port {
-            Some(port) => write!(f, "{}:{port}", self.name),
-            None => f.write_str(&self.name),
-        }
     }
 }

@@ -27,9 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 
+use crate::authority::LocalAddr;
 use crate::config::ServerConfig;
-use crate::host::LocalAddr;
-pub(crate) use watch::BodyTimedOut;
 use watch::{Deadlined, InFlight, Slot, Tracked, Watched};
 
 /// The timeouts and the cap, from [`ServerConfig`].

@@ -19,9 +19,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
-use crate::config::AllowedHost;
+use crate::authority::{AllowedHost, Authority};
 use crate::error::ApiError;
-use crate::host::Authority;
 
 /// The header that marks a request as sent on purpose (any value; `X-Noetic-Request: 1`): the routes that take no
 /// body need it or `Content-Type: application/json`.

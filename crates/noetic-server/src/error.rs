@@ -1,12 +1,12 @@
 //! The API's errors: every failure is a JSON body `{"error": {"code", "message"}}` with a fitting status.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-
-use crate::connections::BodyTimedOut;
 
 /// An API error: a status, a stable code a program can match, and a message that says what to do.
 #[derive(Debug)]
@@ -101,3 +101,19 @@ impl From<QueryRejection> for ApiError {
         ApiError::bad_request("invalid_query", format!("the query string is not valid: {}", rejection.body_text()))
     }
 }
+
+/// A request body did not arrive within the body-read timeout (the handler's extractor answers 408).
+#[derive(Debug)]
+pub(crate) struct BodyTimedOut(pub(crate) Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive within {} ms of its head; send it faster or in a smaller request",
+            self.0.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}

@@ -8,7 +8,7 @@
 //! The health checks answer any `Host`: they change nothing and tell nothing but "up", and load balancers and
 //! orchestrators probe them by whatever name or address they know.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -17,68 +17,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
-use crate::config::AllowedHost;
+use crate::authority::{Authority, LocalAddr, is_allowed};
 use crate::error::ApiError;
-
-/// The address a request's connection came in on (set by the server's accept loop; absent when the router is
-/// embedded in another server, where then any port is accepted with the server's own names).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalAddr(pub(crate) SocketAddr);
-
-/// A host and an optional port, as in `Host` or an origin.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Authority {
-    /// Lower case; an IPv6 address in brackets, written canonically.
-    pub(crate) name: String,
-    pub(crate) port: Option<u16>,
-}
-
-impl Authority {
-    /// `name`, `name:port`, `[v6]` or `[v6]:port`; `None` for anything else (user info, a path, odd characters).
-    pub(crate) fn parse(s: &str) -> Option<Authority> {
-        if let Some(rest) = s.strip_prefix('[') {
-            let (inside, after) = rest.split_once(']')?;
-            let ip: Ipv6Addr = inside.parse().ok()?;
-            let port = if after.is_empty() { None } else { Some(parse_port(after.strip_prefix(':')?)?) };
-            return Some(Authority { name: format!("[{ip}]"), port });
-        }
-        let (name, port) = match s.split_once(':') {
-            Some((name, port)) => (name, Some(parse_port(port)?)),
-            None => (s, None),
-        };
-        let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
-        if name.is_empty() || name.len() > 253 || !name.bytes().all(plain) {
-            return None;
-        }
-        Some(Authority { name: name.to_ascii_lowercase(), port })
-    }
-
-    /// The IP address the name is, if it is one (IPv4-mapped IPv6 as IPv4).
-    fn ip(&self) -> Option<IpAddr> {
-        let bare = self.name.strip_prefix('[').and_then(|n| n.strip_suffix(']')).unwrap_or(&self.name);
-        bare.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
-    }
-
-    /// True when this names the server reached at `local`: `localhost`, a loopback address or `local`'s address,
-    /// with `local`'s port (80 when none is written). Without `local`, any port.
-    fn is_own(&self, local: Option<SocketAddr>) -> bool {
-        let own_name = self.name == "localhost"
-            || self.ip().is_some_and(|ip| ip.is_loopback() || local.is_some_and(|l| l.ip().to_canonical() == ip));
-        own_name && local.is_none_or(|l| self.port.unwrap_or(80) == l.port())
-    }
-}
-
-fn parse_port(p: &str) -> Option<u16> {
-    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    p.parse().ok()
-}
-
-/// True when `host` is the server's own name for a connection to `local`, or an allowed host.
-pub(crate) fn is_allowed(host: &Authority, local: Option<SocketAddr>, allowed: &[AllowedHost]) -> bool {
-    host.is_own(local) || allowed.iter().any(|a| a.allows(&host.name, host.port.unwrap_or(80)))
-}
 
 /// Answers a request that names another host with 403 `host_not_allowed` (the health checks excepted).
 pub(crate) async fn check_host(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {

@@ -74,6 +74,7 @@ mod agui;
 mod api;
 mod approvals;
 mod assets;
+mod authority;
 mod budget;
 mod compact;
 mod config;
@@ -81,8 +82,11 @@ mod connections;
 mod cross_site;
 mod error;
 mod host;
+mod millis;
+mod open;
 mod sessions;
 mod title;
+mod turns;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -94,19 +98,20 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use noetic::agent::Runtime;
+use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use a2a::STEERING_EXTENSION;
 pub use agui::{BusyPolicy, ROUTED_HEADER};
-pub use api::MAX_KEY_LEN;
 pub use approvals::{Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, PendingApproval, Preview};
-pub use config::{
-    ALLOWED_HOSTS_ENV, AgentSkill, AllowedHost, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind,
-};
+pub use authority::AllowedHost;
+pub use config::{ALLOWED_HOSTS_ENV, AgentSkill, MAX_CONNECTIONS_LIMIT, ServerConfig, TOKEN_ENV, check_bind};
 pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
+pub use open::MAX_KEY_LEN;
 
 /// What the handlers share.
 pub(crate) struct AppState {
@@ -186,7 +191,16 @@ impl Server {
             .layer(DefaultBodyLimit::max(self.state.config.max_body_bytes))
             .layer(middleware::from_fn_with_state(self.state.clone(), cross_site::refuse_cross_site))
             .layer(middleware::from_fn_with_state(self.state.clone(), host::check_host))
-            .layer(middleware::from_fn(security_headers))
+            // Every response: no sniffing, no framing, and the page may load only its own scripts and styles.
+            .layer(SetResponseHeaderLayer::overriding(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
+            .layer(SetResponseHeaderLayer::overriding(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
+            ))
             .with_state(self.state.clone())
     }
 
@@ -213,7 +227,7 @@ impl Server {
             }
         };
         let signal = tokio::spawn(signal);
-        let takeover = state.config.takeover_every.map(|every| tokio::spawn(api::take_over(state.clone(), every)));
+        let takeover = state.config.takeover_every.map(|every| tokio::spawn(turns::take_over(state.clone(), every)));
         let limits = connections::Limits::of(&state.config);
         let served = connections::serve(listener, app, limits, stop.clone(), state.config.shutdown_grace).await;
         stop.cancel();
@@ -248,11 +262,6 @@ impl Server {
     }
 }
 
-/// Compares in time independent of where the first difference is.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn query_token(request: &Request) -> Option<&str> {
     request.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("access_token="))
 }
@@ -266,7 +275,8 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     let given = bearer.or_else(|| query_token(&request));
-    if given.is_some_and(|g| same_secret(g.trim().as_bytes(), token.as_bytes())) {
+    // In time independent of where the first difference is.
+    if given.is_some_and(|g| bool::from(g.trim().as_bytes().ct_eq(token.as_bytes()))) {
         next.run(request).await
     } else {
         let mut response = ApiError::new(
@@ -278,17 +288,4 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         response
     }
-}
-
-/// Every response: no sniffing, no framing, and the page may load only its own scripts and styles.
-async fn security_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
-    );
-    response
 }

@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::AppState;
-use crate::api::{check_key, unix_millis};
 use crate::error::ApiError;
+use crate::millis::unix_millis;
+use crate::open::check_key;
 
 /// The sessions whose turns this server runs now (a turn and the turns that continue it), so the list can tell a
 /// running turn from one a stopped process left: the log shows an open turn in both. Each unbroken run of turns of a

@@ -9,8 +9,8 @@ use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{check_key, session, session_error};
 use crate::error::ApiError;
+use crate::open::{check_key, session, session_error};
 use crate::sessions::{store, unavailable};
 
 /// Sets the session's title; 404 for a session the store does not hold (a rename creates nothing), 400

@@ -1,11 +1,11 @@
 //! The chat's approval questions: asked one at a time, answered by a typed line.
 
 use super::Chat;
-use crate::approve::{self, Pending};
+use crate::agent::approve::{self, Pending};
 
 impl Chat {
     /// Queues a question, showing it when no other is open; declines at once when nobody is left to answer, and
-    /// approves at once a call an "always" answer covers (see [`crate::remembered`]).
+    /// approves at once a call an "always" answer covers (see [`crate::agent::remembered`]).
     pub(super) fn ask(&mut self, pending: Pending) {
         if let Some(allow) = self.always.configured_covering(&pending.request) {
             return self.approve_configured(pending, &allow);
@@ -38,7 +38,7 @@ impl Chat {
     /// Approves a call an `[[allow]]` of noetic.toml covers, and keeps the decision in the ledger.
     fn approve_configured(&mut self, pending: Pending, allow: &str) {
         self.say(&self.style.dim(&format!("approved without asking: noetic.toml allows {allow}")));
-        let entry = crate::remembered::allowed_entry(&pending.request, allow);
+        let entry = crate::agent::remembered::allowed_entry(&pending.request, allow);
         self.session.record_decision(&entry);
         self.allowed.push(entry);
         let _ = pending.reply.send(noetic::tool::Approval::Approve);

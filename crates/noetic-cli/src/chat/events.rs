@@ -8,7 +8,7 @@ use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 use super::{Chat, TurnFuture};
 use crate::output::out;
-use crate::render::{event_line, printable};
+use crate::output::render::{event_line, printable};
 
 /// A turn's token use, as the turn's last line ends with it, and its cost when the provider reported one.
 fn tokens(usage: &noetic::model::Usage) -> String {
@@ -146,7 +146,7 @@ impl Chat {
             && !answer.is_empty()
         {
             let shown = match self.screen {
-                Some(_) => crate::render::markdown::render(self.style, answer),
+                Some(_) => crate::output::render::markdown::render(self.style, answer),
                 None => printable(answer),
             };
             self.say(&shown);

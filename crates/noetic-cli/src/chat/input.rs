@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use noetic::agent::SteeringMode;
 
 use super::{Action, Chat, HELP, TurnFuture};
-use crate::approve;
-use crate::render;
+use crate::agent::approve;
+use crate::output::render;
 
 impl Chat {
     /// Routes a typed line: an answer to the open approval question, a command, or a message.
@@ -114,8 +114,8 @@ impl Chat {
             }
             "/compact" => self.compact().await,
             "/status" => self.print_status(running),
-            "/budget" if rest.is_empty() => self.say(&crate::budget::describe(&self.session.budget())),
-            "/budget" => match crate::budget::parse_command(&self.session.budget().budget, rest) {
+            "/budget" if rest.is_empty() => self.say(&crate::config::budget::describe(&self.session.budget())),
+            "/budget" => match crate::config::budget::parse_command(&self.session.budget().budget, rest) {
                 Err(e) => self.say(&self.style.red(&e)),
                 // Set now; the running turn keeps the budget it started with, the next one has the new.
                 Ok(budget) if running => match self.session.set_budget(budget).await {
@@ -128,7 +128,7 @@ impl Chat {
                         self.turn_started = Some(Instant::now());
                         return Action::Start(turn.into_future());
                     }
-                    Ok(None) => self.say(&crate::budget::describe(&self.session.budget())),
+                    Ok(None) => self.say(&crate::config::budget::describe(&self.session.budget())),
                     Err(e) => self.say(&self.style.red(&e.to_string())),
                 },
             },

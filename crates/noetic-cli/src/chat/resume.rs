@@ -5,7 +5,7 @@ use noetic::model::{Item, ToolCall};
 use noetic::turn::INTERRUPTED_RESULT;
 
 use super::Chat;
-use crate::render::{printable, short_id, shorten};
+use crate::output::render::{printable, short_id, shorten};
 
 /// The calls of `history` that got the interrupted result, in order.
 pub(super) fn interrupted(history: &[Item]) -> Vec<&ToolCall> {

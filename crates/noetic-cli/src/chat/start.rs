@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use noetic::model::{Item, Role};
 
+use crate::output::render::{Style, markdown, printable, short_id, shorten};
 use crate::output::{out, outln};
-use crate::render::{Style, markdown, printable, short_id, shorten};
 use crate::sessions::Store;
 
 /// Turns of a reopened session shown when `--history` is not given.
@@ -62,17 +62,19 @@ fn is_user(item: &Item) -> bool {
 pub async fn refuse_if_held(store: &Store, key: &str) -> Result<(), String> {
     let shared = store.shared();
     let Some(leases) = shared.leases() else { return Ok(()) };
-    let holder =
-        leases.holder(key).await.map_err(|e| format!("cannot open session {}: {e}", crate::render::visible(key)))?;
+    let holder = leases
+        .holder(key)
+        .await
+        .map_err(|e| format!("cannot open session {}: {e}", crate::output::render::visible(key)))?;
     match holder {
         None => Ok(()),
         Some(holder) => Err(format!(
             "cannot open session {}: a turn of it runs in {} now. Wait for it to end (or stop it with `noetic \
              sessions stop {}`), steer it with `noetic sessions steer {} TEXT`, or start a new session with `noetic chat`",
-            crate::render::visible(key),
-            crate::render::visible(&holder),
-            crate::render::visible(key),
-            crate::render::visible(key)
+            crate::output::render::visible(key),
+            crate::output::render::visible(&holder),
+            crate::output::render::visible(key),
+            crate::output::render::visible(key)
         )),
     }
 }

@@ -1,7 +1,7 @@
 //! The chat's `/ledger` and `/status` reports.
 
 use super::Chat;
-use crate::render::{self, printable};
+use crate::output::render::{self, printable};
 
 impl Chat {
     /// Prints the steering decisions of the finished turns and of the running one.

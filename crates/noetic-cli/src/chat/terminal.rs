@@ -2,7 +2,7 @@
 //! typed line will do.
 
 use super::{Action, Chat};
-use crate::screen::Input;
+use crate::output::screen::Input;
 
 impl Chat {
     /// Handles what was typed at the input line. A line is echoed as the user's, then handled as a piped line
@@ -14,7 +14,7 @@ impl Chat {
             Input::Line(line) => {
                 let text = line.trim();
                 if !text.is_empty() {
-                    let echo = self.style.cyan(&format!("you   {}", crate::render::printable(text)));
+                    let echo = self.style.cyan(&format!("you   {}", crate::output::render::printable(text)));
                     self.say(&echo);
                 }
                 self.on_line(&line, running).await

@@ -1,13 +1,13 @@
 //! The chat's line handling while an approval question waits, on the scripted model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use noetic::agent::SKIPPED_RESULT;
+use noetic::agent::{SKIPPED_RESULT, SteeringMode};
 use noetic::model::{Item, ModelResponse, Role, ScriptedModel, ToolResult};
 use serde_json::json;
 
 use super::*;
+use crate::agent::workspace::Workspace;
 use crate::rules::RuleSet;
-use crate::workspace::Workspace;
 
 const TASK: &str = "Clean up the build folder.";
 const CORRECTION: &str = "wait, don't run commands at all";

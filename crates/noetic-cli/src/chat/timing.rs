@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Chat;
-use crate::render::{printable, short_id};
+use crate::output::render::{printable, short_id};
 
 /// The spinner's frames, one a tick.
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];

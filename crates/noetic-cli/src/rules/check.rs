@@ -8,8 +8,8 @@ use regex::Regex;
 use super::mcp::{McpName, ToolNames};
 use super::steer::Matcher;
 use super::{Kind, ModeDef, Rule, RuleDef};
-use crate::source::{Seg, Source, SourceError};
-use crate::tools;
+use crate::agent::tools;
+use crate::config::source::{Seg, Source, SourceError};
 
 /// Checks rule number `index` of `source` against the tools a rule may name (`known`).
 pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNames) -> Result<Rule, SourceError> {

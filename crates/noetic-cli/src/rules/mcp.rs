@@ -6,7 +6,7 @@
 use noetic::tool::ToolSet;
 
 use super::RuleSet;
-use crate::source::SourceError;
+use crate::config::source::SourceError;
 
 /// The tools a rule may name while the rules are read: the built-in tools, and the tools of the MCP servers
 /// configured for the command, whose names (`<server>__<tool>`) are only known once the servers list them.
@@ -57,7 +57,7 @@ impl ToolNames {
     /// `Ok(false)` for a built-in tool, `Ok(true)` for a tool of an MCP server or an A2A agent (checked when they
     /// have started), or what is wrong with the name.
     pub(super) fn check(&self, tool: &str) -> Result<bool, String> {
-        if crate::tools::BUILT_IN.contains(&tool) {
+        if crate::agent::tools::BUILT_IN.contains(&tool) {
             return Ok(false);
         }
         let agent =
@@ -74,7 +74,8 @@ impl ToolNames {
         if mcp {
             return Ok(true);
         }
-        let mut message = format!("there is no tool '{tool}'; the tools are {}", crate::tools::BUILT_IN.join(", "));
+        let mut message =
+            format!("there is no tool '{tool}'; the tools are {}", crate::agent::tools::BUILT_IN.join(", "));
         if let Some(servers) = self.servers.as_ref().filter(|s| !s.is_empty()) {
             let prefixes: Vec<String> = servers.iter().map(|s| format!("{s}__<tool>")).collect();
             message.push_str(&format!(", and those of the configured MCP servers: {}", prefixes.join(", ")));
@@ -195,12 +196,12 @@ fn offered_by_its_source(tool: &str, offered: &[ToolSet], agents: &[String]) -> 
         return format!(
             "A2A agent '{server}' offers {}; the built-in tools are {}",
             tools.join(", "),
-            crate::tools::BUILT_IN.join(", ")
+            crate::agent::tools::BUILT_IN.join(", ")
         );
     }
     if !agents.is_empty() && tools.is_empty() {
         let all: Vec<&str> =
-            crate::tools::BUILT_IN.iter().copied().chain(offered.iter().flat_map(|set| set.names())).collect();
+            crate::agent::tools::BUILT_IN.iter().copied().chain(offered.iter().flat_map(|set| set.names())).collect();
         return format!("the tools are {}", all.join(", "));
     }
     if tools.is_empty() {

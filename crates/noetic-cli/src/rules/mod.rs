@@ -53,8 +53,8 @@ use noetic::layer::Hook;
 use noetic::steering::{FailurePolicy, LlmMode, SteeringAction, SteeringRule};
 use serde::Deserialize;
 
-use crate::source::{Seg, Source, SourceError};
-use crate::workspace::Workspace;
+use crate::agent::workspace::Workspace;
+use crate::config::source::{Seg, Source, SourceError};
 
 mod check;
 mod mcp;

@@ -9,7 +9,7 @@ use noetic::steering::{SteeringAction, SteeringDecision};
 
 use super::steer::{Matcher, arg_decision};
 use super::{Kind, RuleSet};
-use crate::tools;
+use crate::agent::tools;
 
 /// The `deny_arg` rules of a rule set that match the `path` of a built-in file tool.
 #[derive(Debug, Clone, Default)]

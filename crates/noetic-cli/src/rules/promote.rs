@@ -6,7 +6,7 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Value};
 
 use super::ToolNames;
-use crate::source::Source;
+use crate::config::source::Source;
 
 /// Makes the shadow rule `id` of the TOML rules file `path` live; what it did, for the user.
 pub fn promote(path: &Path, id: &str) -> Result<String, Box<dyn std::error::Error>> {

@@ -11,10 +11,10 @@ use noetic::steering::replay::{Recorded, Replay, Replayed, Verdicts};
 use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction, SteeringConfig, SteeringLayer, steering};
 
 use super::ToolNames;
+use crate::agent::workspace::Workspace;
+use crate::config::source::Source;
+use crate::output::render::printable;
 use crate::output::{errln, outln};
-use crate::render::printable;
-use crate::source::Source;
-use crate::workspace::Workspace;
 
 /// The flags of `noetic rules test`.
 #[derive(clap::Args, Debug)]
@@ -66,7 +66,7 @@ pub async fn run(args: TestArgs) -> Result<(), Box<dyn std::error::Error>> {
     // LLM rules without a `model` are judged by the agent's model, as chat and run do: its id is in their
     // fingerprint, so give the --model the sessions were recorded with.
     let judge_model = if args.model.local {
-        crate::local::LOCAL_MODEL_ID.to_owned()
+        crate::provider::local::LOCAL_MODEL_ID.to_owned()
     } else {
         crate::provider::model_id(args.model.model.as_deref())
     };

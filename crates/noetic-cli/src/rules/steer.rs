@@ -8,8 +8,8 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::{Kind, Rule};
-use crate::tools;
-use crate::workspace::Workspace;
+use crate::agent::tools;
+use crate::agent::workspace::Workspace;
 
 /// How an argument is matched.
 #[derive(Debug, Clone)]

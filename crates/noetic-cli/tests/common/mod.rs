@@ -10,6 +10,7 @@ use std::time::Duration;
 pub mod served;
 pub mod streaming;
 pub mod terminal;
+pub mod workers;
 
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;

@@ -45,8 +45,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::AppState;
-use crate::api::{check_key, resume_for_message, run_turn, steer_error};
 use crate::error::ApiError;
+use crate::open::{check_key, steer_error};
+use crate::turns::{resume_for_message, run_turn};
 use message::Incoming;
 use rpc::{Request, RpcError};
 use stream::Follow;
@@ -130,7 +131,7 @@ async fn the_session(state: &AppState, key: &str) -> Result<Session, RpcError> {
     if state.shutdown.is_cancelled() {
         return Err(RpcError::internal("shutting_down", "the server is shutting down; try another worker"));
     }
-    crate::api::session(state, key).await.map_err(|e| RpcError::from_api(&e))
+    crate::open::session(state, key).await.map_err(|e| RpcError::from_api(&e))
 }
 
 /// Reads a message and starts, steers or answers its task.
@@ -154,7 +155,7 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
                     "invalid_context_id",
                     format!(
                         "a contextId is 1 to {} characters of A-Z, a-z, 0-9, '-', '_' and '.', and not only dots",
-                        crate::MAX_KEY_LEN
+                        crate::open::MAX_KEY_LEN
                     ),
                 )
             })?;

@@ -25,7 +25,7 @@ impl TaskId {
     pub(crate) fn parse(id: &str) -> Option<TaskId> {
         let (key, turn) = id.rsplit_once(':')?;
         let turn = turn.parse().ok().filter(|t| *t > 0)?;
-        crate::api::check_key(key).ok()?;
+        crate::open::check_key(key).ok()?;
         Some(TaskId { key: key.to_owned(), turn })
     }
 }

@@ -14,8 +14,8 @@ use serde_json::json;
 use super::Plan;
 use super::stream::{End, Run};
 use crate::AppState;
-use crate::api::steer_error;
 use crate::error::ApiError;
+use crate::open::steer_error;
 
 /// The error code of a run whose thread is paused over its budget.
 pub(crate) const BUDGET_PAUSED: &str = "budget_paused";
@@ -34,7 +34,7 @@ pub(super) async fn paused(
         match session.send_or_steer(text).await.map_err(steer_error)? {
             Routed::Steered(message) => ids.push(message.to_string()),
             // The limit was raised meanwhile: the message started a turn like any other.
-            Routed::Started(turn) => crate::api::run_turn(state, session.clone(), turn),
+            Routed::Started(turn) => crate::turns::run_turn(state, session.clone(), turn),
         }
         state.threads.accept(thread, &id);
     }

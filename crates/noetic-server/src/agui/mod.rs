@@ -29,7 +29,7 @@
 mod budget;
 mod input;
 mod patch;
-mod policy;
+pub(crate) mod policy;
 mod stream;
 mod threads;
 mod translate;
@@ -53,8 +53,9 @@ pub use policy::BusyPolicy;
 pub(crate) use threads::Threads;
 
 use crate::AppState;
-use crate::api::{check_key, resume_for_message, run_turn, steer_error};
 use crate::error::ApiError;
+use crate::open::{check_key, steer_error};
+use crate::turns::{resume_for_message, run_turn};
 use input::{Answer, RunInput};
 use stream::{End, Run, Tx, waiting};
 use translate::custom;
@@ -200,7 +201,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
             "invalid_thread_id",
             format!(
                 "a threadId is 1 to {} characters of A-Z, a-z, 0-9, '-', '_' and '.', and not only dots",
-                crate::MAX_KEY_LEN
+                crate::open::MAX_KEY_LEN
             ),
         )
     })?;
@@ -212,7 +213,7 @@ async fn plan(state: &Arc<AppState>, input: RunInput) -> Result<Plan, ApiError> 
         ));
     }
     let thread = input.thread_id.clone();
-    let session = crate::api::session(state, &thread).await?;
+    let session = crate::open::session(state, &thread).await?;
     let texts = input.new_user_texts(|id| state.threads.accepted(&thread, id), state.config.max_message_chars)?;
     let run = Run::new(state.clone(), session.clone(), thread.clone(), input.run_id.clone());
 

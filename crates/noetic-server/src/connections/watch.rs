@@ -21,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::Limits;
+use crate::error::BodyTimedOut;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -190,22 +191,6 @@ impl AsyncWrite for Watched {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
-
-/// A request body did not arrive within the body-read timeout (the handler's extractor answers 408).
-#[derive(Debug)]
-pub(crate) struct BodyTimedOut(pub(crate) Duration);
-
-impl std::fmt::Display for BodyTimedOut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the request body did not arrive within {} ms of its head; send it faster or in a smaller request",
-            self.0.as_millis()
-        )
-    }
-}
-
-impl std::error::Error for BodyTimedOut {}
 
 /// A request body that must arrive within the body-read timeout of its head.
 pub(super) struct Deadlined {

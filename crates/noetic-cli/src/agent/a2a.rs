@@ -8,7 +8,7 @@ use noetic::tool::ToolSource;
 use noetic_a2a::{A2aAgent, A2aAgentConfig};
 use serde::Deserialize;
 
-use crate::mcp::McpServerToml;
+use crate::agent::mcp::McpServerToml;
 use crate::rules::{RuleSet, ToolNames};
 
 /// One `[[a2a_agent]]` table: `url` (the agent's base URL or its card's), optional `name` (the tools' prefix;
@@ -24,8 +24,8 @@ pub struct A2aAgentToml {
     /// HTTP headers for every request.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Seconds a call may take, as written (checked by [`crate::duration`]).
-    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    /// Seconds a call may take, as written (checked by [`crate::config::duration`]).
+    #[serde(default, deserialize_with = "crate::config::source::number_or_text")]
     pub timeout: Option<String>,
     /// Whether each call waits for the user's approval.
     #[serde(default)]
@@ -44,7 +44,7 @@ impl A2aAgentToml {
         config.require_approval = self.require_approval;
         if let Some(text) = &self.timeout {
             let key = format!("timeout of [[a2a_agent]] '{}'", self.url);
-            config.timeout = crate::duration::parse(&key, text, crate::duration::TIMEOUT)?;
+            config.timeout = crate::config::duration::parse(&key, text, crate::config::duration::TIMEOUT)?;
         }
         Ok(config)
     }
@@ -52,7 +52,7 @@ impl A2aAgentToml {
 
 /// The agent's tool sources: connects every configured A2A agent (reads its card; the first that cannot be
 /// reached is an error naming it), starts the MCP servers, and checks the tools `rules` name against all of them
-/// (see [`crate::mcp::start`]). The MCP servers' tools come first.
+/// (see [`crate::agent::mcp::start`]). The MCP servers' tools come first.
 pub async fn start_with_mcp(
     servers: &[McpServerToml],
     agents: &[A2aAgentToml],
@@ -67,14 +67,14 @@ pub async fn start_with_mcp(
         let agent = A2aAgent::connect_with(config).await.map_err(|e| format!("[[a2a_agent]] {e}"))?;
         connected.push((agent.prefix().to_owned(), Arc::new(agent)));
     }
-    let mut sources = crate::mcp::start(servers, rules, &connected).await?;
+    let mut sources = crate::agent::mcp::start(servers, rules, &connected).await?;
     sources.extend(connected.into_iter().map(|(_, source)| source));
     Ok(sources)
 }
 
 /// The tools rules may name when these MCP servers and A2A agents are configured.
 pub fn tool_names<'a>(servers: impl IntoIterator<Item = &'a McpServerToml>, agents: &[A2aAgentToml]) -> ToolNames {
-    crate::mcp::tool_names(servers).with_a2a_agents(agents.iter().map(|a| a.name.clone()))
+    crate::agent::mcp::tool_names(servers).with_a2a_agents(agents.iter().map(|a| a.name.clone()))
 }
 
 /// One `[[skill]]` table of a workflow: something callers may ask the agent to do, listed on the A2A agent card

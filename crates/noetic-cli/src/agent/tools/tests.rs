@@ -11,8 +11,8 @@ use noetic::model::{Item, ModelResponse, ScriptedModel};
 
 use super::*;
 use crate::agent::{self, AgentSpec};
+use crate::config::source::Source;
 use crate::rules::{self, RuleSet};
-use crate::source::Source;
 
 /// Calls per race: enough for a window of a few percent to be hit many times.
 const CALLS: usize = 10_000;

@@ -35,7 +35,7 @@ pub struct VerifyArgs<'a> {
 
 /// Checks every session's chain; prints one line per session and fails when one is broken.
 pub async fn verify_command(args: VerifyArgs<'_>) -> Result<(), String> {
-    let key = args.key.map(crate::ledger_key::public_key).transpose()?;
+    let key = args.key.map(crate::ledger::key::public_key).transpose()?;
     let ledgers = select(read(args.source).await?, args.sessions, args.source)?;
     let mut broken = 0;
     for (session, mut chain) in ledgers {

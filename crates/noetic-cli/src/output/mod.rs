@@ -5,6 +5,9 @@
 //! failed write marks the output closed and wakes `main`, which drops the running command (so its destructors
 //! run: a local model server it started is stopped) and exits with [`CLOSED_STATUS`]; later writes are dropped.
 
+pub(crate) mod render;
+pub(crate) mod screen;
+
 use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;

@@ -1,6 +1,8 @@
 //! Choosing and configuring the model provider: OpenAI-compatible chat completions or Anthropic Messages, keys
 //! from the environment.
 
+pub(crate) mod local;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +17,6 @@ pub const DEFAULT_MODEL: &str = noetic::agent::DEFAULT_MODEL;
 pub const MODEL_ENV: &str = "NOETIC_MODEL";
 /// The provider's request timeout when neither `--timeout`, the workflow nor `noetic.toml` sets one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// A timeout given in seconds (`120`, `2.5`): more than 0, at most a day ([`crate::duration::TIMEOUT`]).
-/// Anything else is an error naming the value, so a typo never turns the limit off.
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
-    crate::duration::parse("timeout", text, crate::duration::TIMEOUT)
-}
 
 /// Which API the model is reached through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -140,26 +136,6 @@ mod tests {
     }
 
     #[test]
-    fn a_timeout_is_a_positive_number_of_seconds_and_a_bad_one_is_an_error_naming_it() {
-        assert_eq!(parse_timeout("120"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_timeout(" 2.5 "), Ok(Duration::from_millis(2500)));
-        for (bad, why) in [
-            ("0", "more than 0"),
-            ("-5", "more than 0"),
-            ("0.0", "more than 0"),
-            ("abc", "not a number"),
-            ("", "not a number"),
-            ("10s", "not a number"),
-            ("NaN", "not a number"),
-            ("inf", "more than 86400"),
-            ("1e30", "more than 86400"),
-        ] {
-            let error = parse_timeout(bad).err().unwrap_or_default();
-            assert!(error.starts_with(&format!("'{bad}' is not a valid timeout: ")) && error.contains(why), "{error}");
-        }
-    }
-
-    #[test]
     fn the_provider_follows_the_model_id() {
         assert_eq!(Provider::guess("anthropic/claude-sonnet-4-5"), Provider::Anthropic);
         assert_eq!(Provider::guess("claude-3-5-haiku-latest"), Provider::Anthropic);
@@ -198,7 +174,7 @@ pub struct Resolved {
     /// The client.
     pub model: Arc<dyn Model>,
     /// The offline model's server when this command started it (dropping it stops the server).
-    pub local_server: Option<crate::local::LocalServer>,
+    pub local_server: Option<local::LocalServer>,
 }
 
 impl ModelArgs {
@@ -209,11 +185,11 @@ impl ModelArgs {
         timeout: Option<Duration>,
     ) -> Result<Resolved, String> {
         if self.local {
-            let server = crate::local::ensure(|line| crate::output::errln!("{line}")).await?;
+            let server = local::ensure(|line| crate::output::errln!("{line}")).await?;
             let described = format!("local, {}", server.base_url());
             let model = server.model(timeout)?;
             return Ok(Resolved {
-                model_id: crate::local::LOCAL_MODEL_ID.to_owned(),
+                model_id: local::LOCAL_MODEL_ID.to_owned(),
                 described,
                 model,
                 local_server: Some(server),

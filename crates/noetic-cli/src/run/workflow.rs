@@ -13,7 +13,7 @@
 //! steering_mode = "one-at-a-time"
 //! timeout = 120                  # seconds: the provider's request timeout and idle limit
 //!
-//! [budget.turn]                  # limits over those of noetic.toml's [budget] (see crate::budget)
+//! [budget.turn]                  # limits over those of noetic.toml's [budget] (see crate::config::budget)
 //! tool_calls = 20
 //!
 //! [[scripted.response]]
@@ -40,10 +40,10 @@ use noetic::steering::ANSWER_FORMAT;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::mcp::McpServerToml;
+use crate::agent::mcp::McpServerToml;
+use crate::config::source::{Seg, Source, SourceError};
 use crate::provider::{self, Provider};
 use crate::rules::{self, RuleDef, RuleSet};
-use crate::source::{Seg, Source, SourceError};
 
 /// The model id that selects the scripted model.
 pub const SCRIPTED: &str = "scripted";
@@ -62,17 +62,17 @@ struct WorkflowFile {
     max_rounds: Option<u32>,
     max_iterations: Option<u32>,
     steering_mode: Option<SteeringMode>,
-    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    #[serde(default, deserialize_with = "crate::config::source::number_or_text")]
     timeout: Option<String>,
     workspace: Option<PathBuf>,
     scripted: Option<ScriptedDef>,
     #[serde(default)]
     mcp_server: Vec<McpServerToml>,
-    budget: Option<crate::budget::BudgetToml>,
+    budget: Option<crate::config::budget::BudgetToml>,
     /// What the agent does (the A2A agent card's description).
     description: Option<String>,
     #[serde(default)]
-    skill: Vec<crate::a2a::SkillToml>,
+    skill: Vec<crate::agent::a2a::SkillToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,23 +138,23 @@ pub struct Workflow {
     /// What the agent does, for the A2A agent card (`description`).
     pub description: Option<String>,
     /// The skills the A2A agent card lists (`[[skill]]` tables).
-    pub skills: Vec<crate::a2a::SkillToml>,
+    pub skills: Vec<crate::agent::a2a::SkillToml>,
     scripted: Option<ScriptedDef>,
 }
 
 /// Reads and checks a workflow file; its rules may name the tools of its own `[[mcp_server]]` tables and of
-/// `config_servers` (noetic.toml's) and of `a2a_agents`, checked when they start (see [`crate::mcp::start`]).
+/// `config_servers` (noetic.toml's) and of `a2a_agents`, checked when they start (see [`crate::agent::mcp::start`]).
 pub fn load(
     path: &Path,
     config_servers: &[McpServerToml],
-    a2a_agents: &[crate::a2a::A2aAgentToml],
+    a2a_agents: &[crate::agent::a2a::A2aAgentToml],
 ) -> Result<Workflow, SourceError> {
     let source = Source::read(path)?;
     let file: WorkflowFile = source.parse()?;
     for (i, server) in file.mcp_server.iter().enumerate() {
         server.config().map_err(|e| source.error_at(&[Seg::Key("mcp_server"), Seg::Index(i)], e))?;
     }
-    let names = crate::a2a::tool_names(config_servers.iter().chain(&file.mcp_server), a2a_agents);
+    let names = crate::agent::a2a::tool_names(config_servers.iter().chain(&file.mcp_server), a2a_agents);
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut rules = RuleSet::default();
     if let Some(rules_file) = &file.rules_file {
@@ -164,17 +164,17 @@ pub fn load(
     let inline = rules::compile(&source, file.rule, &names)?;
     rules.extend(inline).map_err(|e| source.error_at(&[Seg::Key("rule")], e))?;
     if let Some(names) = &file.tools
-        && let Some(bad) = names.iter().find(|n| !crate::tools::BUILT_IN.contains(&n.as_str()))
+        && let Some(bad) = names.iter().find(|n| !crate::agent::tools::BUILT_IN.contains(&n.as_str()))
     {
         return Err(source.error_at(
             &[Seg::Key("tools")],
-            format!("there is no built-in tool '{bad}'; choose from {}", crate::tools::BUILT_IN.join(", ")),
+            format!("there is no built-in tool '{bad}'; choose from {}", crate::agent::tools::BUILT_IN.join(", ")),
         ));
     }
     let timeout = file
         .timeout
         .as_deref()
-        .map(provider::parse_timeout)
+        .map(crate::config::duration::parse_timeout)
         .transpose()
         .map_err(|e| source.error_at(&[Seg::Key("timeout")], e))?;
     let budget = match &file.budget {
@@ -199,7 +199,7 @@ pub fn load(
             "a scripted response needs text, tool_calls or both",
         ));
     }
-    if let Some((i, message)) = crate::a2a::check_skills(&file.skill) {
+    if let Some((i, message)) = crate::agent::a2a::check_skills(&file.skill) {
         return Err(source.error_at(&[Seg::Key("skill"), Seg::Index(i)], message));
     }
     Ok(Workflow {

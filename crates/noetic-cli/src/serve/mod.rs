@@ -28,7 +28,8 @@ use crate::agent::{self, AgentSpec};
 use crate::config::Defaults;
 use crate::output::{errln, outln};
 use crate::provider;
-use crate::{local, workflow};
+use crate::provider::local;
+use crate::run::workflow;
 
 /// Idle sessions a server keeps in memory; the least recently used beyond this are dropped (they stay in the
 /// store and come back on their next request), so clients touching many sessions cannot grow memory without bound.
@@ -90,7 +91,7 @@ pub struct ServeArgs {
 }
 
 fn approval_timeout(text: &str) -> Result<Duration, String> {
-    crate::duration::parse("--approval-timeout", text, crate::duration::TIMEOUT)
+    crate::config::duration::parse("--approval-timeout", text, crate::config::duration::TIMEOUT)
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -112,7 +113,8 @@ pub async fn run(args: ServeArgs, defaults: &Defaults) -> Result<(), Box<dyn std
     let (spec, described, _local_server, card) = agent_spec(&args, defaults, timeout, approvals.clone(), store).await?;
     // The page shows a file write's diff with its approval, as the terminal chat does.
     let workspace = spec.workspace.clone();
-    let approvals = approvals.with_preview(Arc::new(move |request| crate::approve::preview(request, &workspace)));
+    let approvals =
+        approvals.with_preview(Arc::new(move |request| crate::agent::approve::preview(request, &workspace)));
     let agent = agent::build(spec)?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
@@ -157,7 +159,7 @@ struct Card {
 }
 
 /// The workflow's `[[skill]]` tables as the card's skills.
-fn skills(tables: &[crate::a2a::SkillToml]) -> Vec<AgentSkill> {
+fn skills(tables: &[crate::agent::a2a::SkillToml]) -> Vec<AgentSkill> {
     tables
         .iter()
         .map(|s| AgentSkill {
@@ -214,15 +216,15 @@ fn connection_cap(flag: Option<usize>) -> Result<usize, String> {
 
 /// Seconds for a connection timeout, 0.05 to 3600.
 /// Connection timeouts: from 0.05 s to an hour.
-const CONNECTION_TIMEOUT: crate::duration::Range =
-    crate::duration::Range { min: 0.05, min_allowed: true, max: 3600.0, example: "10" };
+const CONNECTION_TIMEOUT: crate::config::duration::Range =
+    crate::config::duration::Range { min: 0.05, min_allowed: true, max: 3600.0, example: "10" };
 
 fn header_read_timeout(text: &str) -> Result<Duration, String> {
-    crate::duration::parse("--header-read-timeout", text, CONNECTION_TIMEOUT)
+    crate::config::duration::parse("--header-read-timeout", text, CONNECTION_TIMEOUT)
 }
 
 fn idle_timeout(text: &str) -> Result<Duration, String> {
-    crate::duration::parse("--idle-timeout", text, CONNECTION_TIMEOUT)
+    crate::config::duration::parse("--idle-timeout", text, CONNECTION_TIMEOUT)
 }
 
 /// The agent: from the workflow file when given, else as `chat` builds it. Also says what it is, and keeps a
@@ -262,10 +264,10 @@ async fn agent_spec(
             approver: Some(approvals.approver()),
             store: Some(store),
             lease_term: args.store.lease,
-            tool_sources: crate::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
+            tool_sources: crate::agent::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
             first_round_tool_call: local.is_some(),
             max_idle_sessions: Some(MAX_IDLE_SESSIONS),
-            budget: crate::budget::layered(&defaults.budget, &flow.budget),
+            budget: crate::config::budget::layered(&defaults.budget, &flow.budget),
             ledger_key: args.agent.ledger_key()?,
             chain_ledger: false,
         };
@@ -275,7 +277,7 @@ async fn agent_spec(
     let provider::Resolved { model_id, described: provider_name, model, local_server: local } =
         args.model.resolve(defaults, timeout).await?;
     let rules = args.agent.rules(defaults)?;
-    let tool_sources = crate::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?;
+    let tool_sources = crate::agent::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?;
     let workspace = args.agent.workspace(defaults, None)?;
     let described = format!(
         "model {model_id} ({provider_name}), {} rule(s), workspace {}",

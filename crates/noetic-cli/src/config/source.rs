@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::Path;
 
+use serde::{Deserialize, Deserializer};
 use toml::de::{DeTable, DeValue};
 
 /// A step on the way to a value inside a document: a table key or an array index.
@@ -154,6 +155,22 @@ fn json_path(path: &[Seg<'_>]) -> String {
         }
     }
     out
+}
+
+/// A number (`120`, `2.5`) or a string, kept as text so a bad value can be quoted back as written.
+pub(crate) fn number_or_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(i64),
+        Float(f64),
+        Text(String),
+    }
+    Ok(Some(match Raw::deserialize(deserializer)? {
+        Raw::Int(n) => n.to_string(),
+        Raw::Float(x) => x.to_string(),
+        Raw::Text(t) => t,
+    }))
 }
 
 #[cfg(test)]

@@ -66,6 +66,12 @@ fn invalid(key: &str, text: &str, why: &str, range: Range) -> String {
     )
 }
 
+/// A timeout given in seconds (`120`, `2.5`): more than 0, at most a day ([`TIMEOUT`]).
+/// Anything else is an error naming the value, so a typo never turns the limit off.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    parse("timeout", text, TIMEOUT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +116,25 @@ mod tests {
             error,
             "'0.2' is not a valid --lease: it must be at least 0.3; give a number of seconds from 0.3 to 3600, e.g. 15"
         );
+    }
+
+    #[test]
+    fn a_timeout_is_a_positive_number_of_seconds_and_a_bad_one_is_an_error_naming_it() {
+        assert_eq!(parse_timeout("120"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_timeout(" 2.5 "), Ok(Duration::from_millis(2500)));
+        for (bad, why) in [
+            ("0", "more than 0"),
+            ("-5", "more than 0"),
+            ("0.0", "more than 0"),
+            ("abc", "not a number"),
+            ("", "not a number"),
+            ("10s", "not a number"),
+            ("NaN", "not a number"),
+            ("inf", "more than 86400"),
+            ("1e30", "more than 86400"),
+        ] {
+            let error = parse_timeout(bad).err().unwrap_or_default();
+            assert!(error.starts_with(&format!("'{bad}' is not a valid timeout: ")) && error.contains(why), "{error}");
+        }
     }
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use noetic::budget::{Budget, Limits};
 use serde::{Deserialize, Deserializer};
 
-use crate::source::{Seg, Source, SourceError};
+use crate::config::source::{Seg, Source, SourceError};
 
 /// A `[budget]` table as written: its limits kept as text, checked by [`BudgetToml::check`] so that an error can
 /// point at the line of the bad one.
@@ -39,7 +39,7 @@ struct Text(String);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        crate::config::number_or_text(deserializer).map(|t| Text(t.unwrap_or_default()))
+        crate::config::source::number_or_text(deserializer).map(|t| Text(t.unwrap_or_default()))
     }
 }
 

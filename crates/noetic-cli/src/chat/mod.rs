@@ -11,7 +11,7 @@
 //!
 //! While an approval question waits, `y`/`yes` approves, `a`/`always` approves this call and the same call with
 //! exactly these arguments later in this chat, `always matching "PATTERN"` this call and every later call of the
-//! tool the pattern covers (see [`crate::remembered`]), `n`/`no` or an empty line declines, a command runs (and the question stays open,
+//! tool the pattern covers (see [`crate::agent::remembered`]), `n`/`no` or an empty line declines, a command runs (and the question stays open,
 //! except after `/stop` and `/quit`, which decline), and any other line declines the call and is steered into
 //! the turn, so it is not lost and the rest of the batch is skipped. A `write_file` question first shows the
 //! diff the call would make.
@@ -27,39 +27,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use noetic::agent::{Session, SteeringMode};
+use noetic::agent::Session;
 use noetic::steering::{LedgerEntry, SteeringLayer};
 use noetic::{ExecutionId, NoeticError};
 use tokio::sync::mpsc;
 
+use crate::agent::approve::{self, Pending};
+use crate::agent::workspace::Workspace;
 use crate::agent::{self, AgentSpec};
-use crate::approve::{self, Pending};
 use crate::config::Defaults;
+use crate::output::render::{self, Style};
+use crate::output::screen::Screen;
 use crate::output::{out, outln};
 use crate::provider;
-use crate::render::{self, Style};
-use crate::screen::Screen;
-use crate::workspace::Workspace;
 
 type TurnFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, NoeticError>> + Send>>;
-
-/// The steering queue's mode, as typed.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum ModeArg {
-    /// A checkpoint takes every queued message.
-    All,
-    /// A checkpoint takes one message (the default).
-    OneAtATime,
-}
-
-impl From<ModeArg> for SteeringMode {
-    fn from(mode: ModeArg) -> Self {
-        match mode {
-            ModeArg::All => SteeringMode::All,
-            ModeArg::OneAtATime => SteeringMode::OneAtATime,
-        }
-    }
-}
 
 /// Arguments of `noetic chat`.
 #[derive(clap::Args)]
@@ -131,7 +113,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
         model_id: model_id.clone(),
         instructions: args.agent.instructions(defaults, None),
         tools: None,
-        tool_sources: crate::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?,
+        tool_sources: crate::agent::a2a::start_with_mcp(&defaults.mcp_servers, &defaults.a2a_agents, &rules).await?,
         rules,
         workspace: workspace.clone(),
         max_rounds: None,
@@ -188,7 +170,7 @@ pub async fn run(mut args: ChatArgs, defaults: &Defaults) -> Result<(), Box<dyn 
     chat.workspace = Some(workspace.clone());
     chat.model = Some(choice);
     chat.stored = stored;
-    chat.always = crate::remembered::Remembered::configured(&defaults.allow)?;
+    chat.always = crate::agent::remembered::Remembered::configured(&defaults.allow)?;
     let full_screen = terminal && !args.plain && std::io::stdout().is_terminal();
     // At a terminal the screen reads the keys; `_no_lines` keeps the line channel open (and silent) meanwhile.
     let (mut keys, mut lines, _no_lines) = match full_screen.then(|| Screen::open("> ")).flatten() {
@@ -348,7 +330,7 @@ struct Chat {
     /// Where the tools work, for the diff a `write_file` question shows.
     workspace: Option<Workspace>,
     /// The calls the user answered "always" for: they run without a question.
-    always: crate::remembered::Remembered,
+    always: crate::agent::remembered::Remembered,
     /// Ctrl-C was pressed once at an idle prompt: a second one quits.
     interrupt_armed: bool,
 }

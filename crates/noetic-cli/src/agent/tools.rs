@@ -10,9 +10,9 @@ use noetic::steering::SteeringAction;
 use noetic::tool::{FnTool, Tool, ToolError};
 use serde_json::{Value, json};
 
-use crate::command;
+use crate::agent::command;
+use crate::agent::workspace::{Failure, Located, Workspace};
 use crate::rules::PathRules;
-use crate::workspace::{Failure, Located, Workspace};
 
 /// The names of the built-in tools.
 pub const BUILT_IN: [&str; 5] = ["read_file", "write_file", "list_dir", "delete_file", "run_command"];

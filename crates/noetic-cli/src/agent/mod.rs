@@ -1,5 +1,13 @@
 //! Assembling the agent `chat` and `run` drive: a model, the workspace tools, the rules as a steering layer.
 
+pub(crate) mod a2a;
+pub(crate) mod approve;
+pub(crate) mod command;
+pub(crate) mod mcp;
+pub(crate) mod remembered;
+pub(crate) mod tools;
+pub(crate) mod workspace;
+
 use std::sync::Arc;
 
 use noetic::agent::{Runtime, SteeringMode};
@@ -10,8 +18,25 @@ use noetic::step::{Step, until};
 use noetic::tool::Approver;
 
 use crate::rules::RuleSet;
-use crate::tools;
-use crate::workspace::Workspace;
+use workspace::Workspace;
+
+/// The steering queue's mode, as typed.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ModeArg {
+    /// A checkpoint takes every queued message.
+    All,
+    /// A checkpoint takes one message (the default).
+    OneAtATime,
+}
+
+impl From<ModeArg> for SteeringMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::All => SteeringMode::All,
+            ModeArg::OneAtATime => SteeringMode::OneAtATime,
+        }
+    }
+}
 
 /// What the agent is made of.
 pub struct AgentSpec {
@@ -141,17 +166,17 @@ pub struct AgentArgs {
     /// Whether read_file reads a file that has more than one name (a hard link), whose other names may be outside
     /// the workspace or protected by a rule (default: refuse). write_file never writes through one.
     #[arg(long, value_enum, value_name = "POLICY")]
-    pub hard_links: Option<crate::workspace::HardLinks>,
+    pub hard_links: Option<workspace::HardLinks>,
     /// How many queued steering messages reach the model at a checkpoint (default: one-at-a-time, or
     /// $NOETIC_AGENTS_DEFAULTS_STEERING_MODE); each session can change its own.
     #[arg(long, value_enum)]
-    pub mode: Option<crate::chat::ModeArg>,
+    pub mode: Option<ModeArg>,
     /// System instructions (default: a careful assistant for the workspace).
     #[arg(long)]
     pub instructions: Option<String>,
     /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
     /// stalled start is retried: 3 attempts in all). Default: agents.defaults.timeout, else 120 (300 with --local).
-    #[arg(long, value_name = "SECONDS", value_parser = crate::provider::parse_timeout, allow_hyphen_values = true)]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::config::duration::parse_timeout, allow_hyphen_values = true)]
     pub timeout: Option<std::time::Duration>,
     /// Sign each turn's last ledger entry with this Ed25519 key (from `noetic ledger keygen`), so that `noetic
     /// ledger verify --key FILE.pub` proves the turn ends were written by its holder.
@@ -162,7 +187,7 @@ pub struct AgentArgs {
 impl AgentArgs {
     /// The `--ledger-key` file's key, when one is given.
     pub fn ledger_key(&self) -> Result<Option<noetic::steering::chain::SigningKey>, String> {
-        self.ledger_key.as_deref().map(crate::ledger_key::signing_key).transpose()
+        self.ledger_key.as_deref().map(crate::ledger::key::signing_key).transpose()
     }
 
     /// The provider timeout: the flag, else `agents.defaults.timeout`.
@@ -178,8 +203,8 @@ impl AgentArgs {
     pub fn rules(&self, defaults: &crate::config::Defaults) -> Result<RuleSet, Box<dyn std::error::Error>> {
         match self.rules.as_ref().or(defaults.rules.as_ref()) {
             Some(path) => {
-                let names = crate::a2a::tool_names(&defaults.mcp_servers, &defaults.a2a_agents);
-                Ok(crate::rules::load(&crate::source::Source::read(path)?, &names)?)
+                let names = a2a::tool_names(&defaults.mcp_servers, &defaults.a2a_agents);
+                Ok(crate::rules::load(&crate::config::source::Source::read(path)?, &names)?)
             }
             None => Ok(RuleSet::default()),
         }

@@ -14,8 +14,20 @@ use std::sync::{Arc, Mutex};
 use globset::{GlobBuilder, GlobMatcher};
 use noetic::steering::{LedgerEntry, LedgerKind, SteeringAction};
 use noetic::tool::ApprovalRequest;
+use serde::Deserialize;
 
-use crate::render::visible;
+use crate::output::render::visible;
+
+/// An `[[allow]]` table: calls of `tool` whose command (or path) matches the glob `matches` run without an
+/// approval question, in every chat and run that reads this file.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AllowToml {
+    /// The tool (`run_command`, `write_file`, a tool a `require_approval` rule names).
+    pub tool: String,
+    /// The glob (`*` any text, `?` one character).
+    pub matches: String,
+}
 
 /// One remembered approval.
 #[derive(Debug, Clone)]
@@ -122,7 +134,7 @@ impl Grant {
 impl Remembered {
     /// The `[[allow]]` tables of noetic.toml, remembered from the start (their patterns were checked when the
     /// file was read; one that does not compile is an error here too).
-    pub fn configured(allow: &[crate::config::AllowToml]) -> Result<Self, String> {
+    pub fn configured(allow: &[AllowToml]) -> Result<Self, String> {
         let grants = allow
             .iter()
             .map(|a| {
@@ -214,7 +226,7 @@ mod tests {
 
     #[test]
     fn an_allow_of_the_configuration_covers_what_its_pattern_does_and_says_where_it_comes_from() {
-        let allow = [crate::config::AllowToml { tool: "run_command".into(), matches: "cargo test*".into() }];
+        let allow = [AllowToml { tool: "run_command".into(), matches: "cargo test*".into() }];
         let mut remembered = Remembered::configured(&allow).unwrap();
         assert_eq!(
             remembered.configured_covering(&command("cargo test -p noetic")).as_deref(),

@@ -33,8 +33,8 @@ pub struct McpServerToml {
     /// HTTP headers for it.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Seconds a call may take (default 60), as written (checked by [`crate::duration`]).
-    #[serde(default, deserialize_with = "crate::config::number_or_text")]
+    /// Seconds a call may take (default 60), as written (checked by [`crate::config::duration`]).
+    #[serde(default, deserialize_with = "crate::config::source::number_or_text")]
     pub timeout: Option<String>,
     /// The most bytes of a call's result the model reads (default 64 KiB); the rest is cut with a note.
     pub max_result_bytes: Option<u64>,
@@ -65,7 +65,7 @@ impl McpServerToml {
         };
         if let Some(text) = &self.timeout {
             let key = format!("timeout of [[mcp_server]] '{}'", self.name);
-            config = config.timeout(crate::duration::parse(&key, text, crate::duration::TIMEOUT)?);
+            config = config.timeout(crate::config::duration::parse(&key, text, crate::config::duration::TIMEOUT)?);
         }
         if let Some(bytes) = self.max_result_bytes {
             let most = noetic_mcp::MAX_MESSAGE_BYTES;
@@ -179,7 +179,7 @@ mod tests {
     use noetic::tool::{DynamicTools, FnTool, Tool};
 
     use super::*;
-    use crate::source::Source;
+    use crate::config::source::Source;
 
     fn tool(name: &str) -> Arc<dyn Tool> {
         Arc::new(

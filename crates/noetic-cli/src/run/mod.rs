@@ -5,6 +5,8 @@
 //! (or `{"type":"error","message":...}`), with the turn's `"cost"` in US dollars when the provider reported one.
 //! Rounds count from 1 there, as on the progress lines.
 
+pub(crate) mod workflow;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -13,11 +15,13 @@ use noetic::EventKind;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::agent::approve;
+use crate::agent::workspace::Workspace;
 use crate::agent::{self, AgentSpec};
+use crate::output::render::{Style, event_line, printable};
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line, printable};
-use crate::workspace::Workspace;
-use crate::{approve, ledger, local, provider, workflow};
+use crate::provider::local;
+use crate::{ledger, provider};
 
 /// Arguments of `noetic run`.
 #[derive(clap::Args)]
@@ -45,7 +49,7 @@ pub struct RunArgs {
     /// How many queued steering messages reach the model at a checkpoint (overrides the workflow's
     /// `steering_mode`).
     #[arg(long, value_enum)]
-    mode: Option<crate::chat::ModeArg>,
+    mode: Option<crate::agent::ModeArg>,
     /// System instructions (override the workflow's `instructions`).
     #[arg(long)]
     instructions: Option<String>,
@@ -55,7 +59,7 @@ pub struct RunArgs {
     /// Whether read_file reads a file that has more than one name (a hard link), whose other names may be outside
     /// the workspace or protected by a rule (default: refuse). write_file never writes through one.
     #[arg(long, value_enum, value_name = "POLICY")]
-    hard_links: Option<crate::workspace::HardLinks>,
+    hard_links: Option<crate::agent::workspace::HardLinks>,
     /// The model id (overrides the workflow's `model`).
     #[arg(long)]
     model: Option<String>,
@@ -69,7 +73,7 @@ pub struct RunArgs {
     /// Seconds a provider request may take to start answering, and the longest silence inside an answer (a
     /// stalled start is retried: 3 attempts in all). Overrides the workflow's `timeout` and
     /// `agents.defaults.timeout`; default 120 (300 with --local).
-    #[arg(long, value_name = "SECONDS", value_parser = provider::parse_timeout, allow_hyphen_values = true)]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::config::duration::parse_timeout, allow_hyphen_values = true)]
     timeout: Option<Duration>,
     /// No colours on the progress lines.
     #[arg(long)]
@@ -95,8 +99,8 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     let servers: Vec<_> = defaults.mcp_servers.iter().chain(&flow.mcp_servers).cloned().collect();
     if let Some(path) = &args.rules {
         let extra = crate::rules::load(
-            &crate::source::Source::read(path)?,
-            &crate::a2a::tool_names(&servers, &defaults.a2a_agents),
+            &crate::config::source::Source::read(path)?,
+            &crate::agent::a2a::tool_names(&servers, &defaults.a2a_agents),
         )?;
         flow.rules.extend(extra).map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -120,7 +124,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         (flow.model_client(args.base_url.as_deref(), timeout.unwrap_or(provider::DEFAULT_TIMEOUT))?, None)
     };
     // What `[[allow]]` approved without a question, for the ledger.
-    let allowed = crate::remembered::AllowLog::default();
+    let allowed = crate::agent::remembered::AllowLog::default();
     // A line typed at an approval question that is not an answer is steered into the session, set once it exists.
     let steer_to = Arc::new(OnceLock::new());
     let workspace = Workspace::open(&dir)?.with_hard_links(args.hard_links.unwrap_or_default());
@@ -137,7 +141,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
         approver: Some(approve::at_terminal(
             steer_to.clone(),
             workspace,
-            crate::remembered::Remembered::configured(&defaults.allow)?,
+            crate::agent::remembered::Remembered::configured(&defaults.allow)?,
             allowed.clone(),
         )),
         store: match &args.session {
@@ -152,11 +156,11 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
             None => None,
         },
         lease_term: crate::sessions::StoreArgs::default().lease,
-        tool_sources: crate::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
+        tool_sources: crate::agent::a2a::start_with_mcp(&servers, &defaults.a2a_agents, &flow.rules).await?,
         first_round_tool_call: args.local,
         max_idle_sessions: None,
-        budget: crate::budget::layered(&defaults.budget, &flow.budget),
-        ledger_key: args.ledger_key.as_deref().map(crate::ledger_key::signing_key).transpose()?,
+        budget: crate::config::budget::layered(&defaults.budget, &flow.budget),
+        ledger_key: args.ledger_key.as_deref().map(crate::ledger::key::signing_key).transpose()?,
         chain_ledger: args.ledger_out.is_some(),
     };
     let agent = agent::build(spec)?;
@@ -200,7 +204,7 @@ pub async fn run(args: RunArgs, defaults: &crate::config::Defaults) -> Result<()
     }
     let answer = turn.await;
     let mut entries = execution.map(|id| agent.steering.ledger(id)).unwrap_or_default();
-    entries.extend(crate::remembered::take(&allowed));
+    entries.extend(crate::agent::remembered::take(&allowed));
     if let Some(file) = &mut ledger_out {
         file.flush(&session)?;
     }

@@ -1,13 +1,16 @@
-//! Steering ledgers as JSON lines: written by `chat`/`run` with `--ledger-out FILE` (chained: see [`crate::audit`]),
+//! Steering ledgers as JSON lines: written by `chat`/`run` with `--ledger-out FILE` (chained: see [`audit`]),
 //! shown by `noetic ledger`.
+
+pub(crate) mod audit;
+pub(crate) mod key;
 
 use std::io::Write;
 use std::path::Path;
 
 use noetic::steering::LedgerEntry;
 
+use crate::output::render::{Style, is_routine, ledger_line, routine_left_out};
 use crate::output::{errln, outln};
-use crate::render::{Style, is_routine, ledger_line, routine_left_out};
 
 /// Appends entries to `path`, one JSON object a line (the file is created if needed).
 pub fn append(path: &Path, entries: &[LedgerEntry]) -> Result<(), String> {

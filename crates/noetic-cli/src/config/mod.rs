@@ -14,7 +14,7 @@
 //! agui_busy = "steer"               # serve: a new AG-UI message while a turn runs: steer, queue, reject, restart
 //! ```
 //!
-//! Calls that need approval can be allowed for good, by pattern (see [`crate::remembered`] for what a pattern
+//! Calls that need approval can be allowed for good, by pattern (see [`crate::agent::remembered`] for what a pattern
 //! matches and why a chained command never is):
 //!
 //! ```toml
@@ -23,7 +23,7 @@
 //! matches = "cargo test*"
 //! ```
 //!
-//! Every session's budget is the `[budget]` table (see [`crate::budget`]):
+//! Every session's budget is the `[budget]` table (see [`budget`]):
 //!
 //! ```toml
 //! [budget.turn]
@@ -35,11 +35,17 @@
 //! variable `NOETIC_AGENTS_DEFAULTS_<KEY>` (e.g. `NOETIC_AGENTS_DEFAULTS_STEERING_MODE=all`), and a command-line
 //! flag overrides both.
 
+pub(crate) mod budget;
+pub(crate) mod duration;
+pub(crate) mod source;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use noetic::agent::SteeringMode;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+
+use crate::agent::remembered::AllowToml;
 
 /// `--config FILE`, on the commands that read noetic.toml (chat, run, serve, sessions).
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -62,26 +68,15 @@ struct File {
     agents: Agents,
     /// MCP servers whose tools join the agent's.
     #[serde(default)]
-    mcp_server: Vec<crate::mcp::McpServerToml>,
+    mcp_server: Vec<crate::agent::mcp::McpServerToml>,
     /// Agents reached over A2A whose skills join the agent's tools.
     #[serde(default)]
-    a2a_agent: Vec<crate::a2a::A2aAgentToml>,
+    a2a_agent: Vec<crate::agent::a2a::A2aAgentToml>,
     /// Calls that run without an approval question.
     #[serde(default)]
     allow: Vec<AllowToml>,
-    /// Every session's budget (see [`crate::budget`]).
-    budget: Option<crate::budget::BudgetToml>,
-}
-
-/// An `[[allow]]` table: calls of `tool` whose command (or path) matches the glob `matches` run without an
-/// approval question, in every chat and run that reads this file.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AllowToml {
-    /// The tool (`run_command`, `write_file`, a tool a `require_approval` rule names).
-    pub tool: String,
-    /// The glob (`*` any text, `?` one character).
-    pub matches: String,
+    /// Every session's budget (see [`budget`]).
+    budget: Option<budget::BudgetToml>,
 }
 
 #[derive(Deserialize, Default)]
@@ -115,10 +110,10 @@ pub struct Defaults {
     pub db: Option<PathBuf>,
     /// The `[[mcp_server]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
-    pub mcp_servers: Vec<crate::mcp::McpServerToml>,
+    pub mcp_servers: Vec<crate::agent::mcp::McpServerToml>,
     /// The `[[a2a_agent]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
-    pub a2a_agents: Vec<crate::a2a::A2aAgentToml>,
+    pub a2a_agents: Vec<crate::agent::a2a::A2aAgentToml>,
     /// The `[[allow]]` tables of the file (not under `[agents.defaults]`).
     #[serde(skip)]
     pub allow: Vec<AllowToml>,
@@ -128,34 +123,18 @@ pub struct Defaults {
     /// `noetic serve`'s AG-UI busy policy: `steer`, `queue`, `reject` or `restart` (checked by [`agui_busy`]).
     pub agui_busy: Option<String>,
     /// The provider's timeout in seconds, as written (checked by [`timeout`]).
-    #[serde(default, deserialize_with = "number_or_text")]
+    #[serde(default, deserialize_with = "source::number_or_text")]
     pub timeout: Option<String>,
 }
 
-/// A number (`120`, `2.5`) or a string, kept as text so a bad value can be quoted back as written.
-pub(crate) fn number_or_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Int(i64),
-        Float(f64),
-        Text(String),
-    }
-    Ok(Some(match Raw::deserialize(deserializer)? {
-        Raw::Int(n) => n.to_string(),
-        Raw::Float(x) => x.to_string(),
-        Raw::Text(t) => t,
-    }))
-}
-
 /// The configured provider timeout (`timeout`, after the environment's override), `None` when unset. A value
-/// outside [`crate::duration::TIMEOUT`] is an error naming it, where it came from and the range.
+/// outside [`duration::TIMEOUT`] is an error naming it, where it came from and the range.
 pub fn timeout(defaults: &Defaults) -> Result<Option<Duration>, String> {
     defaults
         .timeout
         .as_deref()
         .map(|value| {
-            crate::provider::parse_timeout(value)
+            crate::config::duration::parse_timeout(value)
                 .map_err(|e| format!("agents.defaults.timeout (from {FILE_NAME} or {ENV_PREFIX}TIMEOUT): {e}"))
         })
         .transpose()
@@ -215,17 +194,17 @@ pub fn load_with(explicit: Option<&Path>, env: impl Fn(&str) -> Option<String>) 
                 agent.config().map_err(|e| format!("{}: {e}", path.display()))?;
             }
             for (n, allow) in file.allow.iter().enumerate() {
-                crate::remembered::compile(&allow.matches)
+                crate::agent::remembered::compile(&allow.matches)
                     .map_err(|e| format!("{}: [[allow]] number {}: {e}", path.display(), n + 1))?;
             }
             let budget = match &file.budget {
                 Some(table) => {
-                    let source = crate::source::Source {
+                    let source = source::Source {
                         name: path.display().to_string(),
-                        format: crate::source::Format::Toml,
+                        format: source::Format::Toml,
                         text: text.clone(),
                     };
-                    table.check(&source, &[crate::source::Seg::Key("budget")]).map_err(|e| e.to_string())?
+                    table.check(&source, &[source::Seg::Key("budget")]).map_err(|e| e.to_string())?
                 }
                 None => noetic::budget::Budget::default(),
             };

@@ -14,7 +14,7 @@ use noetic_sqlite::SqliteLogStore;
 
 use crate::config::Defaults;
 use crate::output::outln;
-use crate::render;
+use crate::output::render;
 
 /// Where sessions are kept.
 #[derive(Args, Clone, Debug)]
@@ -40,11 +40,11 @@ impl Default for StoreArgs {
 }
 
 /// The lease a PostgreSQL worker holds on a running turn: from 0.3 s (renewed every 0.1 s) to an hour.
-const LEASE: crate::duration::Range =
-    crate::duration::Range { min: 0.3, min_allowed: true, max: 3600.0, example: "15" };
+const LEASE: crate::config::duration::Range =
+    crate::config::duration::Range { min: 0.3, min_allowed: true, max: 3600.0, example: "15" };
 
 fn lease_seconds(text: &str) -> Result<std::time::Duration, String> {
-    crate::duration::parse("--lease", text, LEASE)
+    crate::config::duration::parse("--lease", text, LEASE)
 }
 
 /// An open session store: session logs in an SQLite file or a PostgreSQL database.
@@ -296,7 +296,7 @@ fn budget_lines(key: &str, account: &noetic::budget::Account) -> Vec<String> {
     let mut lines = Vec::new();
     let status =
         noetic::budget::BudgetStatus { budget: account.budget.unwrap_or_default(), spent: account.spent, paused: None };
-    let described = crate::budget::describe(&status);
+    let described = crate::config::budget::describe(&status);
     let mut described = described.lines();
     let limits = described.next().unwrap_or_default();
     lines.push(match account.budget {

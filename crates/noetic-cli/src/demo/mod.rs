@@ -25,9 +25,9 @@ use noetic::prelude::*;
 use noetic::steering::{ANSWER_FORMAT, SteeringState};
 use serde_json::{Value, json};
 
+use crate::output::render::{Style, event_line, printable};
+use crate::output::screen::{Input, Screen};
 use crate::output::{errln, outln};
-use crate::render::{Style, event_line, printable};
-use crate::screen::{Input, Screen};
 
 /// Seconds each tool takes at a terminal unless `--pace` says otherwise.
 pub const DEFAULT_PACE: Duration = Duration::from_secs(2);
@@ -37,9 +37,9 @@ const WAIT_FOR_THE_USER: Duration = Duration::from_secs(20);
 
 /// Reads `--pace SECONDS`: a number from 0 (no pauses) to 60.
 pub fn parse_pace(text: &str) -> Result<Duration, String> {
-    const PACE: crate::duration::Range =
-        crate::duration::Range { min: 0.0, min_allowed: true, max: 60.0, example: "2" };
-    crate::duration::parse("--pace", text, PACE)
+    const PACE: crate::config::duration::Range =
+        crate::config::duration::Range { min: 0.0, min_allowed: true, max: 60.0, example: "2" };
+    crate::config::duration::parse("--pace", text, PACE)
 }
 
 type DemoResult<T> = Result<T, Box<dyn std::error::Error>>;
