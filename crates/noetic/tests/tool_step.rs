@@ -98,6 +98,30 @@ async fn a_tool_error_is_reported_with_its_message() {
 }
 
 #[tokio::test]
+async fn a_tool_error_stays_reachable_as_a_typed_source_through_the_step_failure() {
+    use noetic::model::ToolErrorKind;
+    let tool = FnTool::builder("broken", "Always fails.")
+        .handler(|_, _| async { Err(ToolError::of(ToolErrorKind::Upstream, "the index server is down")) })
+        .build()
+        .unwrap();
+    let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
+    let err = step.execute(json!({}), &Context::new()).await.unwrap_err();
+    // StepFailed → ToolFailed → the tool's own error, walked with std's `source`.
+    let tool_failed = std::error::Error::source(&err).expect("the step failure names its cause");
+    let tools_own = tool_failed.source().expect("the tool failure keeps the tool's error");
+    let tool_error = tools_own.downcast_ref::<noetic::error::ErrorSource>().and_then(|s| s.downcast_ref::<ToolError>());
+    let tool_error = tool_error.expect("the source is the ToolError the tool returned");
+    assert_eq!(tool_error.kind, ToolErrorKind::Upstream);
+    // A copy keeps it; the serialised form carries the message only.
+    let copy = err.clone();
+    assert!(std::error::Error::source(&copy).and_then(|e| e.source()).is_some());
+    let wire = serde_json::to_value(&err).unwrap();
+    assert!(!wire.to_string().contains("\"source\""), "{wire}");
+    let back: NoeticError = serde_json::from_value(wire).unwrap();
+    assert_eq!(back.to_string(), err.to_string());
+}
+
+#[tokio::test]
 async fn a_tool_needing_approval_is_rejected_when_no_approver_is_configured() {
     let ran = Arc::new(AtomicBool::new(false));
     let r = ran.clone();

@@ -18,6 +18,42 @@ mod panic;
 pub use config::{ConfigCode, ConfigError};
 pub use panic::{guard, guard_async, panic_message, panicked};
 
+/// The error underneath a [`NoeticError`] (an I/O error, a JSON error, a tool's own error …), kept typed so that
+/// `std::error::Error::source` walks to it and a caller can downcast it. Cloning shares it. It is not part of the
+/// serialised form: an error read back from the wire or the log has only its message (which names the cause).
+#[derive(Clone)]
+pub struct ErrorSource(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl ErrorSource {
+    /// Keeps `error` as a source.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ErrorSource(Arc::new(error))
+    }
+
+    /// The error, if it has type `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for ErrorSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// A successful path's value inside [`NoeticError::ForkPartial`]. Values are kept type-erased so the error type
 /// stays non-generic; read one back with [`PathValue::downcast_ref`]. Serialisation skips the value.
 #[derive(Clone)]
@@ -100,6 +136,7 @@ pub enum NoeticError {
         /// The failing step.
         step_id: String,
         /// The last error the step produced.
+        #[source]
         cause: Box<NoeticError>,
         /// True when the step had a retry policy with more than one attempt and used them all.
         retries_exhausted: bool,
@@ -277,6 +314,10 @@ pub enum NoeticError {
         tool: String,
         /// What went wrong.
         message: String,
+        /// The tool's own error, when it raised one.
+        #[source]
+        #[serde(skip)]
+        source: Option<ErrorSource>,
     },
     /// A configuration mistake surfaced at run time.
     #[error(transparent)]
@@ -286,13 +327,23 @@ pub enum NoeticError {
     Other {
         /// What went wrong.
         message: String,
+        /// The error underneath, when there was one ([`NoeticError::with_source`], `From<std::io::Error>` …).
+        #[source]
+        #[serde(skip)]
+        source: Option<ErrorSource>,
     },
 }
 
 impl NoeticError {
     /// An error from user code, with a message.
     pub fn other(message: impl fmt::Display) -> Self {
-        NoeticError::Other { message: message.to_string() }
+        NoeticError::Other { message: message.to_string(), source: None }
+    }
+
+    /// An error from user code that keeps the error underneath it: the message says what failed, `source`
+    /// (reachable through `std::error::Error::source`, downcastable) why.
+    pub fn with_source(message: impl fmt::Display, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        NoeticError::Other { message: message.to_string(), source: Some(ErrorSource::new(source)) }
     }
 
     /// A cancellation error with a reason.
@@ -349,13 +400,13 @@ impl From<ConfigError> for NoeticError {
 
 impl From<std::io::Error> for NoeticError {
     fn from(e: std::io::Error) -> Self {
-        NoeticError::other(e)
+        NoeticError::with_source(e.to_string(), e)
     }
 }
 
 impl From<serde_json::Error> for NoeticError {
     fn from(e: serde_json::Error) -> Self {
-        NoeticError::other(e)
+        NoeticError::with_source(e.to_string(), e)
     }
 }
 
@@ -376,6 +427,21 @@ mod duration_ms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used, clippy::expect_used)]
+    fn an_io_error_is_kept_as_a_typed_source_and_left_out_of_the_serialised_form() {
+        let err = NoeticError::from(std::io::Error::new(std::io::ErrorKind::NotFound, "rules.toml is missing"));
+        assert_eq!(err.to_string(), "rules.toml is missing");
+        let source = std::error::Error::source(&err).expect("the io error is the source");
+        let io = source.downcast_ref::<ErrorSource>().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound));
+        let wire = serde_json::to_string(&err).unwrap();
+        assert_eq!(wire, r#"{"kind":"other","message":"rules.toml is missing"}"#);
+        let back: NoeticError = serde_json::from_str(&wire).unwrap();
+        assert!(std::error::Error::source(&back).is_none());
+        assert_eq!(back.to_string(), err.to_string());
+    }
 
     #[test]
     fn errors_serialise_with_a_kind_tag() {

@@ -229,7 +229,7 @@ impl MessageBus {
                     Some(text) => match session.send_or_steer(text.to_string()).await {
                         Ok(Routed::Started(turn)) => Claimed::Turn(turn),
                         Ok(Routed::Steered(_)) => Claimed::TakenElsewhere,
-                        Err(e) => Claimed::Failed(NoeticError::other(e)),
+                        Err(e) => Claimed::Failed(NoeticError::with_source(e.to_string(), e)),
                     },
                     // The message waits in the queue behind earlier ones: a continuation takes them in order.
                     None => match session.continue_session().await {

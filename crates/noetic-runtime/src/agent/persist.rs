@@ -145,7 +145,7 @@ pub(crate) async fn load_global(runtime: &RuntimeInner) -> Result<(), NoeticErro
         return Ok(());
     }
     let projection = Projection::load(store.as_ref(), GLOBAL_LOG).await.map_err(|e| {
-        NoeticError::other(format!("could not read the global layer states (the log '{GLOBAL_LOG}'): {e}"))
+        NoeticError::with_source(format!("could not read the global layer states (the log '{GLOBAL_LOG}'): {e}"), e)
     })?;
     let saved = projection.layer_states.get("global");
     load_scope(&runtime.layers, &ScopeKey::Global, &runtime.global_layers, saved, is_global)

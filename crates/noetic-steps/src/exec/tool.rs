@@ -42,7 +42,9 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         Err(_) => {}
     }
     let output = outcome?;
-    let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.to_owned(), message }, false);
+    let fail = |message: String| {
+        step_failed(&s.id, NoeticError::ToolFailed { tool: name.to_owned(), message, source: None }, false)
+    };
     (s.from_json)(output.into_value())
         .map_err(|e| fail(format!("the tool's result does not fit the step's output type: {e}")))
 }
@@ -54,7 +56,9 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     ctx: &Context,
 ) -> Result<ToolOutput, NoeticError> {
     let name = s.tool.name().to_owned();
-    let fail = |message: String| step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message }, false);
+    let fail = |message: String| {
+        step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message, source: None }, false)
+    };
     let mut args = (s.to_json)(input).map_err(|e| fail(format!("the step input does not serialise to JSON: {e}")))?;
     match &mut args {
         Value::Object(map) => map.extend(s.args.iter().map(|(k, v)| (k.clone(), v.clone()))),
@@ -83,7 +87,11 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     };
     let call = async {
         let call = guard(&s.id, "tool", || s.tool.call(args, tcx))?;
-        call.await.map_err(|e| NoeticError::ToolFailed { tool: name.clone(), message: e.message })
+        call.await.map_err(|e| NoeticError::ToolFailed {
+            tool: name.clone(),
+            message: e.message.clone(),
+            source: Some(crate::error::ErrorSource::new(e)),
+        })
     };
     let output =
         ctx.run_cancellable(guard_async(&s.id, "tool", call)).await.map_err(|e| step_failed(&s.id, e, false))?;

@@ -134,6 +134,7 @@ impl TurnCore {
                      driver",
                     self.step_id, result.call_id
                 ),
+                source: None,
             });
         };
         *open = Some(result);

@@ -330,6 +330,7 @@ impl TurnCore {
     fn lost(&self) -> Action<'_> {
         Action::Fail(NoeticError::Other {
             message: format!("turn core of step '{}' lost its place in the batch; this is a bug", self.step_id),
+            source: None,
         })
     }
 
@@ -408,6 +409,7 @@ impl TurnCore {
                 let _ = phase;
                 failed(NoeticError::Other {
                     message: format!("the turn of step '{}' already ended; there is nothing to resume", self.step_id),
+                    source: None,
                 })
             }
             (Phase::Tool { calls, next }, Input::Resume) => Phase::ResumingTool { calls, next },
@@ -423,6 +425,7 @@ impl TurnCore {
                     input_name(&input),
                     phase_name(&phase)
                 ),
+                source: None,
             }),
         };
     }

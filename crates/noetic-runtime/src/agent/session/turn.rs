@@ -44,7 +44,9 @@ impl IntoFuture for Turn {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            self.handle.await.unwrap_or_else(|e| Err(NoeticError::other(format!("the turn's task failed: {e}"))))
+            self.handle
+                .await
+                .unwrap_or_else(|e| Err(NoeticError::with_source(format!("the turn's task failed: {e}"), e)))
         })
     }
 }
