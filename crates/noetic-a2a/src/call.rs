@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use futures::StreamExt;
-use noetic::tool::{ToolContext, ToolError, ToolErrorKind};
+use noetic_steps::tool::{ToolContext, ToolError, ToolErrorKind};
 use serde_json::{Value, json};
 
 use crate::wire::{self, Card, TaskState, Update};

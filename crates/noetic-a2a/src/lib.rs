@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noetic::tool::{FnTool, Tool, ToolSet, ToolSource};
+use noetic_steps::tool::{FnTool, Tool, ToolSet, ToolSource};
 use serde_json::json;
 
 pub use wire::{Card, Skill, TaskState};

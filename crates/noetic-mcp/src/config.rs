@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use noetic::{ConfigCode, ConfigError};
+use noetic_core::{ConfigCode, ConfigError};
 
 /// The call timeout a server gets unless its configuration says otherwise.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);

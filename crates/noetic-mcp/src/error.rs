@@ -1,6 +1,6 @@
 //! What can go wrong while connecting to an MCP server.
 
-use noetic::ConfigError;
+use noetic_core::ConfigError;
 
 /// Connecting to an MCP server failed. Every variant names the server; a failed start also names the command and
 /// quotes the end of what it wrote to stderr.

@@ -1,8 +1,8 @@
 //! Keeping a call's result to the server's `max_result_bytes`: a result goes into every later model request of
 //! the session, so a server must not be able to fill them with megabytes.
 
-use noetic::model::{ContentBlock, ImageSource};
-use noetic::tool::ToolOutput;
+use noetic_core::model::{ContentBlock, ImageSource};
+use noetic_steps::tool::ToolOutput;
 
 /// How a result was cut: its size and what the model is shown of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use noetic::tool::{DynamicTools, Tool, ToolSet, ToolSource};
+use noetic_steps::tool::{DynamicTools, Tool, ToolSet, ToolSource};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ServerNotification};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};

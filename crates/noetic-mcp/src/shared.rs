@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError, RwLock};
 
-use noetic::tool::{DynamicTools, ToolContext};
+use noetic_steps::tool::{DynamicTools, ToolContext};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleClient};
 use tokio::sync::watch;

@@ -3,8 +3,8 @@
 use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
-use noetic::model::ContentBlock;
-use noetic::tool::{Schema, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput};
+use noetic_core::model::ContentBlock;
+use noetic_steps::tool::{Schema, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, ErrorCode, Request, RequestId,

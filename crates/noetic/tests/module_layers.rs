@@ -150,9 +150,9 @@ const CRATE_LAYERS: &[&[&str]] = &[
     &["noetic-steps"],
     &["noetic-steering"],
     &["noetic-runtime"],
-    &["noetic"],
-    &["noetic-http", "noetic-mcp"],
-    &["noetic-openai", "noetic-anthropic", "noetic-sqlite", "noetic-postgres", "noetic-a2a"],
+    &["noetic", "noetic-mcp", "noetic-sqlite", "noetic-postgres"],
+    &["noetic-http"],
+    &["noetic-openai", "noetic-anthropic", "noetic-a2a"],
     &["noetic-server"],
     &["noetic-cli"],
     &["noetic-bench"],
@@ -193,4 +193,21 @@ fn the_crate_check_reads_only_normal_dependencies() {
                     serde = \"1\"\n[dev-dependencies]\nnoetic = { path = \"../noetic\" }\n";
     assert_eq!(noetic_dependencies(manifest), BTreeSet::from(["noetic-core".to_owned()]));
     assert!(crate_rank("noetic-core") < crate_rank("noetic-steps"));
+}
+
+/// The library crates that build on part of Noetic name only the crates they use, not the facade.
+#[test]
+fn tool_sources_and_stores_build_on_the_crates_they_use_not_the_facade() {
+    for (krate, allowed) in [
+        ("noetic-mcp", &["noetic-core", "noetic-steps"][..]),
+        ("noetic-sqlite", &["noetic-core", "noetic-steps", "noetic-steering", "noetic-runtime"][..]),
+        ("noetic-postgres", &["noetic-core", "noetic-steps", "noetic-steering", "noetic-runtime"][..]),
+    ] {
+        let manifest = std::fs::read_to_string(crates_dir().join(krate).join("Cargo.toml")).unwrap();
+        let dependencies = noetic_dependencies(&manifest);
+        assert!(
+            dependencies.iter().all(|d| allowed.contains(&d.as_str())),
+            "{krate} depends on {dependencies:?}; it may use {allowed:?}"
+        );
+    }
 }

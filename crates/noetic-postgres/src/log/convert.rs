@@ -3,11 +3,11 @@
 
 use std::collections::HashSet;
 
-use noetic::ExecutionId;
-use noetic::agent::log::{Entry, TurnOutcome};
-use noetic::agent::{BatchPolicy, SteerMessage, SteeringMode};
-use noetic::model::{Item, Role};
-use noetic::steering::LedgerEntry;
+use noetic_core::model::{Item, Role};
+use noetic_runtime::agent::log::{Entry, TurnOutcome};
+use noetic_runtime::agent::{BatchPolicy, SteerMessage, SteeringMode};
+use noetic_steering::LedgerEntry;
+use noetic_steps::ExecutionId;
 use serde_json::Value;
 
 /// A session as versions 1–2 kept it, read and parsed.
@@ -44,8 +44,9 @@ pub(crate) fn session_entries(old: &OldSession) -> Vec<Entry> {
         entries.push(Entry::TurnStarted { turn, execution_id: ExecutionId::new(), input: String::new() });
         entries.push(Entry::Appended { turn, items: old.history.clone() });
         if old.unfinished {
-            let interrupted: Vec<Item> =
-                open_calls(&old.history).map(|id| Item::ToolResult(noetic::turn::interrupted_result(id))).collect();
+            let interrupted: Vec<Item> = open_calls(&old.history)
+                .map(|id| Item::ToolResult(noetic_steps::turn::interrupted_result(id)))
+                .collect();
             if !interrupted.is_empty() {
                 entries.push(Entry::Appended { turn, items: interrupted });
             }
@@ -91,9 +92,9 @@ fn open_calls(history: &[Item]) -> impl Iterator<Item = &str> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
-    use noetic::agent::log::{Projection, Record};
-    use noetic::model::{ToolCall, ToolResult};
-    use noetic::steering::{LedgerKind, SteeringAction};
+    use noetic_core::model::{ToolCall, ToolResult};
+    use noetic_runtime::agent::log::{Projection, Record};
+    use noetic_steering::{LedgerKind, SteeringAction};
 
     use super::*;
 
@@ -143,7 +144,7 @@ mod tests {
         let history = vec![Item::user("q"), call("c1"), call("c2"), Item::ToolResult(ToolResult::ok("c1", "r"))];
         let p = project(&session_entries(&old(history, 1, true)));
         assert_eq!(p.conversation.len(), 5);
-        assert_eq!(p.conversation[4], Item::ToolResult(noetic::turn::interrupted_result("c2")));
+        assert_eq!(p.conversation[4], Item::ToolResult(noetic_steps::turn::interrupted_result("c2")));
         assert_eq!((p.turns, p.open_turn), (1, None));
     }
 

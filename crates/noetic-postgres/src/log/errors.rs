@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use noetic::agent::log::StoreError;
+use noetic_runtime::agent::log::StoreError;
 
 /// A database failure: the driver's error (kept as the source), where, and what to do about it.
 #[derive(Debug, thiserror::Error)]

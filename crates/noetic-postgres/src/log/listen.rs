@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use noetic::agent::log::Appended;
+use noetic_runtime::agent::log::Appended;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, Client, Notification};
 

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use noetic::agent::log::{Entry, StoreError, Summary, encode};
-use noetic::agent::{SteerMessage, parse_setting};
-use noetic::model::Item;
-use noetic::steering::LedgerEntry;
+use noetic_core::model::Item;
+use noetic_runtime::agent::log::{Entry, StoreError, Summary, encode};
+use noetic_runtime::agent::{SteerMessage, parse_setting};
+use noetic_steering::LedgerEntry;
 use tokio_postgres::{Row, Transaction};
 
 use super::convert::{OldSession, layer_state_entry, layer_state_log, session_entries};

@@ -95,7 +95,7 @@ use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
-use noetic::agent::log::{
+use noetic_runtime::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use noetic::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
+use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::{Object, Pool};
-use noetic::agent::log::{Appended, Entry, Expect, StoreError, Summary};
+use noetic_runtime::agent::log::{Appended, Entry, Expect, StoreError, Summary};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Counters;

@@ -1,11 +1,11 @@
 //! A session of the old tables as log entries (the mapping is in the [module docs](super)).
 
-use noetic::ExecutionId;
-use noetic::agent::log::{Entry, TurnOutcome};
-use noetic::agent::{BatchPolicy, SteerMessage, SteeringMode, parse_setting};
-use noetic::model::{Item, Role};
-use noetic::steering::LedgerEntry;
-use noetic::turn::interrupted_result;
+use noetic_core::model::{Item, Role};
+use noetic_runtime::agent::log::{Entry, TurnOutcome};
+use noetic_runtime::agent::{BatchPolicy, SteerMessage, SteeringMode, parse_setting};
+use noetic_steering::LedgerEntry;
+use noetic_steps::ExecutionId;
+use noetic_steps::turn::interrupted_result;
 use serde::de::DeserializeOwned;
 
 /// One row of the old `sessions` table with its items, queue and ledger, as stored.
@@ -115,7 +115,7 @@ fn open_calls(history: &[Item]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use noetic::model::{ToolCall, ToolResult};
+    use noetic_core::model::{ToolCall, ToolResult};
 
     use super::*;
 

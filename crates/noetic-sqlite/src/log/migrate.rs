@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use noetic::agent::log::{Entry, StoreError, Summary, encode};
-use noetic::agent::thread_scope;
+use noetic_runtime::agent::log::{Entry, StoreError, Summary, encode};
+use noetic_runtime::agent::thread_scope;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use serde_json::Value;
 

@@ -72,7 +72,7 @@ use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
-use noetic::agent::log::{
+use noetic_runtime::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
 };
 use rusqlite::Connection;

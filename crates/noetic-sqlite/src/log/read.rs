@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use noetic::agent::log::StoreError;
+use noetic_runtime::agent::log::StoreError;
 use rusqlite::{Connection, OpenFlags};
 
 use super::failed;

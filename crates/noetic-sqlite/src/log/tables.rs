@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use noetic::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
+use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::failed;

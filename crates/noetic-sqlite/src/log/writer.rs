@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use noetic::ExecutionId;
-use noetic::agent::log::{Appended, Entry, Expect, Snapshot, StoreError, Summary};
+use noetic_runtime::agent::log::{Appended, Entry, Expect, Snapshot, StoreError, Summary};
+use noetic_steps::ExecutionId;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{broadcast, oneshot};
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use noetic::agent::log::{Expect, StoreError, Summary};
+use noetic_runtime::agent::log::{Expect, StoreError, Summary};
 use tokio_postgres::types::ToSql;
 
 use super::super::errors::{DbFailure, connection_lost};

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use noetic::agent::log::{Expect, StoreError};
+use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
 use super::super::errors::DbFailure;
