@@ -32,7 +32,7 @@ pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache
 pub use json::write_json_str;
 pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
-pub use retry_after::{MAX_RETRY_AFTER, http_date, parse_retry_after};
+pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
 
 /// The default cap on a response body, and on one server-sent event: 32 MiB.
