@@ -1,12 +1,12 @@
-//! An SSE byte stream → [`StreamDelta`]s, through `noetic-http`'s linear framer and the [`StreamAccumulator`].
+//! An SSE byte stream → [`StreamDelta`]s: `noetic-http`'s framer and stream driver, fed by the
+//! [`StreamAccumulator`].
 
-use std::collections::VecDeque;
 use std::error::Error as StdError;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
-use noetic_http::{DEFAULT_MAX_BODY_BYTES, SseEvent, SseStreamError, error_chain, sse_events};
+use noetic_http::{DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use super::StreamAccumulator;
 
@@ -49,63 +49,21 @@ where
     B: AsRef<[u8]> + Send + 'static,
     E: StdError + Send + 'static,
 {
-    event_deltas(sse_events(bytes, max_event_bytes).map(|event| {
-        event.map_err(|e| match e {
-            SseStreamError::Transport(e) => {
-                mid_stream(format!("the connection failed mid-stream: {}", error_chain(&e)))
-            }
-            SseStreamError::Sse(e) => mid_stream(e.to_string()),
-        })
-    }))
+    noetic_http::sse_deltas(bytes, max_event_bytes, StreamAccumulator::new(), mid_stream)
 }
 
-/// Framed events (or the error that ended them) → deltas. Errors pass through as they are.
-pub(crate) fn event_deltas<S>(events: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
-{
-    struct State<T> {
-        events: T,
-        accumulator: StreamAccumulator,
-        queue: VecDeque<Result<StreamDelta, NoeticError>>,
-        ended: bool,
+impl EventDecoder for StreamAccumulator {
+    fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
+        StreamAccumulator::push(self, data)
     }
-    let state =
-        State { events: Box::pin(events), accumulator: StreamAccumulator::new(), queue: VecDeque::new(), ended: false };
-    futures::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(next) = st.queue.pop_front() {
-                return Some((next, st));
-            }
-            if st.ended {
-                return None;
-            }
-            match st.events.next().await {
-                Some(Ok(event)) => match st.accumulator.push(&event.data) {
-                    Ok(deltas) => {
-                        st.queue.extend(deltas.into_iter().map(Ok));
-                        st.ended = st.accumulator.is_done();
-                    }
-                    Err(e) => {
-                        st.queue.push_back(Err(e));
-                        st.ended = true;
-                    }
-                },
-                Some(Err(e)) => {
-                    st.queue.push_back(Err(e));
-                    st.ended = true;
-                }
-                None => {
-                    st.ended = true;
-                    match st.accumulator.finish() {
-                        Ok(Some(done)) => st.queue.push_back(Ok(done)),
-                        Ok(None) => {}
-                        Err(e) => st.queue.push_back(Err(e)),
-                    }
-                }
-            }
-        }
-    })
+
+    fn is_done(&self) -> bool {
+        StreamAccumulator::is_done(self)
+    }
+
+    fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
+        StreamAccumulator::finish(self)
+    }
 }
 
 /// A failure after the response began, described by `what`: never retried, since part of the answer may already
