@@ -13,7 +13,7 @@ use crate::config::{ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR};
 use crate::encode::{HistoryCache, encode_body};
 use crate::error::error_from_failure;
 use crate::response::parse_response;
-use crate::sse::{Decoder, mid_stream};
+use crate::sse::Decoder;
 
 /// A [`Model`] backed by Anthropic's Messages API (`POST /v1/messages`).
 ///
@@ -56,10 +56,6 @@ impl WireFormat for Wire {
 
     fn decoder(&self) -> Decoder {
         Decoder::default()
-    }
-
-    fn mid_stream(&self, what: String) -> NoeticError {
-        mid_stream(what)
     }
 }
 

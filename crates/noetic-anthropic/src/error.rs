@@ -45,9 +45,9 @@ pub(crate) fn error_from_failure(failure: &HttpFailure<'_>) -> NoeticError {
              this model and workspace"
         ),
         StatusClass::RateLimited => return failure.rate_limited(provider),
-        StatusClass::Overloaded => format!(
-            "Anthropic is overloaded (HTTP 529{kind}: {provider}); try again later or lower the request rate"
-        ),
+        StatusClass::Overloaded => {
+            format!("Anthropic is overloaded (HTTP 529{kind}: {provider}); try again later or lower the request rate")
+        }
         StatusClass::ServerError => {
             format!("Anthropic returned a server error (HTTP {status}{kind}: {provider}); try again later")
         }

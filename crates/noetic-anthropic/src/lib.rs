@@ -73,7 +73,8 @@ mod stream;
 
 pub use client::AnthropicModel;
 pub use config::{
-    ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT,
+    ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY,
+    DEFAULT_TIMEOUT,
 };
 pub use encode::{HistoryCache, Prefix, encode_body};
 pub use error::{API_KEY_VAR, error_from_body, error_from_status};

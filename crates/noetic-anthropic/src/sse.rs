@@ -3,12 +3,10 @@
 //!
 //! Free of sockets: the client feeds it the HTTP body; tests feed it fixture bytes cut at arbitrary points.
 
-use std::fmt::Display;
-
 use futures::Stream;
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
-use noetic_http::{DEFAULT_MAX_BODY_BYTES, EventDecoder};
+use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use crate::stream::StreamAccumulator;
 
@@ -18,28 +16,18 @@ use crate::stream::StreamAccumulator;
 /// result does not depend on where. The stream ends after `Done` or after the first error: an `error` event, a
 /// transport error, invalid JSON, an event over [`DEFAULT_MAX_BODY_BYTES`] (see [`stream_deltas_limited`]), or a
 /// body that ends before `message_stop`. Errors here are never retryable (see [`StreamAccumulator::push`]).
-pub fn stream_deltas<S, B, E>(bytes: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: Display + Send + 'static,
-{
+pub fn stream_deltas(bytes: impl ByteChunks) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
     stream_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
 }
 
 /// [`stream_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
 /// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
 /// unbounded event.
-pub fn stream_deltas_limited<S, B, E>(
-    bytes: S,
+pub fn stream_deltas_limited(
+    bytes: impl ByteChunks,
     max_event_bytes: usize,
-) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: Display + Send + 'static,
-{
-    noetic_http::sse_deltas(bytes, max_event_bytes, Decoder::default(), mid_stream)
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
+    noetic_http::sse_deltas(bytes, max_event_bytes, Decoder::default())
 }
 
 /// The [`StreamAccumulator`] as `noetic-http`'s stream driver drives it: until `message_stop` or the end of the
@@ -59,6 +47,10 @@ impl EventDecoder for Decoder {
     fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
         let accumulator = self.0.take().unwrap_or_default();
         accumulator.finish().map(|response| Some(StreamDelta::Done { response }))
+    }
+
+    fn mid_stream(what: String) -> NoeticError {
+        mid_stream(what)
     }
 }
 

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use noetic::model::RetryPolicy;
 use noetic::model::Backoff;
+use noetic::model::RetryPolicy;
 
 use crate::DEFAULT_MAX_BODY_BYTES;
 

@@ -30,11 +30,36 @@ pub trait EventDecoder: Send + 'static {
     ///
     /// The provider's error for a body cut short before the model finished.
     fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError>;
+
+    /// The provider's non-retryable error for a stream that failed after it began (the connection broke, an event
+    /// was over the cap), given what happened.
+    fn mid_stream(what: String) -> NoeticError;
+}
+
+/// A body as it arrives: any stream of byte chunks, cut anywhere.
+pub trait ByteChunks: Stream<Item = Result<Self::Chunk, Self::Error>> + Send + 'static {
+    /// One chunk.
+    type Chunk: AsRef<[u8]> + Send + 'static;
+    /// What the stream fails with.
+    type Error: Display + Send + 'static;
+}
+
+impl<S, B, E> ByteChunks for S
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    type Chunk = B;
+    type Error = E;
 }
 
 /// Framed events (or the error that ended them) → deltas through `decoder`. Errors pass through as they are; the
 /// stream ends after the decoder is done or after the first error.
-pub fn decode_events<S, D>(events: S, decoder: D) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
+pub fn decode_events<S, D>(
+    events: S,
+    decoder: D,
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
 where
     S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
     D: EventDecoder,
@@ -80,24 +105,16 @@ where
 }
 
 /// An SSE byte stream (split anyhow) → deltas through `decoder`, one event at most `max_event_bytes` long. A
-/// transport or framing error ends the stream with `mid_stream(what happened)`, the provider's non-retryable error
-/// for a failure after the response began.
-pub fn sse_deltas<S, B, E, D>(
-    bytes: S,
+/// transport or framing error ends the stream with the decoder's [`EventDecoder::mid_stream`] error.
+pub fn sse_deltas<D: EventDecoder>(
+    bytes: impl ByteChunks,
     max_event_bytes: usize,
     decoder: D,
-    mid_stream: fn(String) -> NoeticError,
-) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: Display + Send + 'static,
-    D: EventDecoder,
-{
-    let events = sse_events(bytes, max_event_bytes).map(move |event| {
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
+    let events = sse_events(bytes, max_event_bytes).map(|event| {
         event.map_err(|e| match e {
-            SseStreamError::Transport(e) => mid_stream(format!("the connection failed mid-stream: {e}")),
-            SseStreamError::Sse(e) => mid_stream(e.to_string()),
+            SseStreamError::Transport(e) => D::mid_stream(format!("the connection failed mid-stream: {e}")),
+            SseStreamError::Sse(e) => D::mid_stream(e.to_string()),
         })
     });
     decode_events(events, decoder)

@@ -33,9 +33,6 @@ pub trait WireFormat: Send + Sync + 'static {
 
     /// A fresh decoder for one streamed response.
     fn decoder(&self) -> Self::Decoder;
-
-    /// The non-retryable error for a stream that failed after it began, given what happened.
-    fn mid_stream(&self, what: String) -> NoeticError;
 }
 
 /// A provider's model calls: `call` and `stream` over the [`Transport`], each attempt bounded by the timeout,
@@ -127,7 +124,7 @@ impl<W: WireFormat> HttpDriver<W> {
         // The whole stream counts against the cap, so one event does too; the framer's own limit is the same.
         let this = self.clone();
         let events = sse_events(bytes, limit)
-            .map(move |event| event.map_err(|e| this.wire.mid_stream(this.transport.stream_failure(e))));
+            .map(move |event| event.map_err(|e| W::Decoder::mid_stream(this.transport.stream_failure(e))));
         Ok(Opened::Events(decode_events(events, self.wire.decoder()).boxed()))
     }
 }

@@ -44,10 +44,10 @@ pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT, HttpConfig, non_empty_var,
 };
-pub use decode::{EventDecoder, decode_events, sse_deltas};
+pub use decode::{ByteChunks, EventDecoder, decode_events, sse_deltas};
 pub use driver::{HttpDriver, WireFormat};
 pub use json::write_json_str;
-pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
+pub use log_cache::{BodyCache, LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};

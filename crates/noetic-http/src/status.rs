@@ -89,7 +89,9 @@ impl HttpFailure<'_> {
         tracing::warn!(status = self.status, body = %said, retry_after = ?self.retry_after, "rate limited by the provider");
         NoeticError::ModelRateLimit {
             step_id: String::new(),
-            retry_after_ms: self.retry_after.map(|d| u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)),
+            retry_after_ms: self
+                .retry_after
+                .map(|d| u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)),
             message: Some(said),
         }
     }

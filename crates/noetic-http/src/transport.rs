@@ -78,7 +78,10 @@ fn default_headers(config: &HttpConfig, auth: Auth, fixed: &[(&str, &str)]) -> R
         };
         let mut value = HeaderValue::from_str(&text).map_err(|_| {
             config_error(
-                format!("the API key for {} contains characters that cannot be sent in an HTTP header", config.base_url),
+                format!(
+                    "the API key for {} contains characters that cannot be sent in an HTTP header",
+                    config.base_url
+                ),
                 &format!("check {} for stray quotes, spaces or newlines", config.key_env),
             )
         })?;
@@ -255,9 +258,20 @@ impl Transport {
         let (message, retryable) = if error.is_timeout() {
             // reqwest's read timeout is the configured timeout, so this says the same as `timed_out` does.
             let ms = self.config.timeout.as_millis();
-            (format!("{who} at {url} did not answer within {ms} ms ({detail}); try again, or raise {}", self.setting("timeout")), true)
+            (
+                format!(
+                    "{who} at {url} did not answer within {ms} ms ({detail}); try again, or raise {}",
+                    self.setting("timeout")
+                ),
+                true,
+            )
         } else if error.is_connect() {
-            (format!("could not connect to {who} at {url} ({detail}); check the base URL ({env}) and that the server is running"), true)
+            (
+                format!(
+                    "could not connect to {who} at {url} ({detail}); check the base URL ({env}) and that the server is running"
+                ),
+                true,
+            )
         } else if error.is_builder() {
             (format!("the request to {url} could not be built ({detail}); check the base URL ({env})"), false)
         } else {
@@ -277,11 +291,9 @@ impl Transport {
                 describe_bytes(limit),
                 self.setting("max_body_bytes")
             ),
-            SseStreamError::Transport(BodyError::Idle { after }) => format!(
-                "no data arrived for {} ms mid-stream ({})",
-                after.as_millis(),
-                self.setting("idle_timeout")
-            ),
+            SseStreamError::Transport(BodyError::Idle { after }) => {
+                format!("no data arrived for {} ms mid-stream ({})", after.as_millis(), self.setting("idle_timeout"))
+            }
             SseStreamError::Sse(e) => format!("{e} ({})", self.setting("max_body_bytes")),
         }
     }

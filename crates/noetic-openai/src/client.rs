@@ -10,7 +10,7 @@ use noetic_http::{Auth, ChunkedBody, HttpDriver, HttpFailure, Names, Transport, 
 
 use crate::config::{OPENAI_BASE_URL_ENV, OpenAiConfig};
 use crate::status::status_error;
-use crate::wire::{BodyOptions, HistoryCache, StreamAccumulator, encode_body, mid_stream, parse_response};
+use crate::wire::{BodyOptions, HistoryCache, StreamAccumulator, encode_body, parse_response};
 
 /// An OpenAI-compatible chat-completions model: OpenAI, OpenRouter, Ollama, vLLM, llama.cpp's server.
 ///
@@ -76,10 +76,6 @@ impl WireFormat for Wire {
 
     fn decoder(&self) -> StreamAccumulator {
         StreamAccumulator::new()
-    }
-
-    fn mid_stream(&self, what: String) -> NoeticError {
-        mid_stream(what)
     }
 }
 

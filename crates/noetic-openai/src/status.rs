@@ -58,8 +58,14 @@ pub(crate) fn status_error(failure: &HttpFailure<'_>) -> NoeticError {
 mod tests {
     use super::*;
 
-    const KEY: HttpFailure<'static> =
-        HttpFailure { status: 0, retry_after: None, raw: "", key_sent: true, key_env: "OPENROUTER_API_KEY", endpoint: "http://x/v1" };
+    const KEY: HttpFailure<'static> = HttpFailure {
+        status: 0,
+        retry_after: None,
+        raw: "",
+        key_sent: true,
+        key_env: "OPENROUTER_API_KEY",
+        endpoint: "http://x/v1",
+    };
 
     fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, key: &HttpFailure<'_>) -> NoeticError {
         let retry_after = retry_after_ms.map(std::time::Duration::from_millis);

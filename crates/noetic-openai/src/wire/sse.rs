@@ -1,12 +1,10 @@
 //! An SSE byte stream → [`StreamDelta`]s: `noetic-http`'s framer and stream driver, fed by the
 //! [`StreamAccumulator`].
 
-use std::error::Error as StdError;
-
 use futures::Stream;
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
-use noetic_http::{DEFAULT_MAX_BODY_BYTES, EventDecoder};
+use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use super::StreamAccumulator;
 
@@ -28,28 +26,18 @@ use super::StreamAccumulator;
 /// assert!(matches!(deltas.last(), Some(Ok(StreamDelta::Done { response })) if response.text_output() == "Hi"));
 /// # });
 /// ```
-pub fn sse_deltas<S, B, E>(bytes: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: StdError + Send + 'static,
-{
+pub fn sse_deltas(bytes: impl ByteChunks) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
     sse_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
 }
 
 /// [`sse_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
 /// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
 /// unbounded event.
-pub fn sse_deltas_limited<S, B, E>(
-    bytes: S,
+pub fn sse_deltas_limited(
+    bytes: impl ByteChunks,
     max_event_bytes: usize,
-) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: StdError + Send + 'static,
-{
-    noetic_http::sse_deltas(bytes, max_event_bytes, StreamAccumulator::new(), mid_stream)
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
+    noetic_http::sse_deltas(bytes, max_event_bytes, StreamAccumulator::new())
 }
 
 impl EventDecoder for StreamAccumulator {
@@ -64,11 +52,15 @@ impl EventDecoder for StreamAccumulator {
     fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
         StreamAccumulator::finish(self)
     }
+
+    fn mid_stream(what: String) -> NoeticError {
+        mid_stream(what)
+    }
 }
 
 /// A failure after the response began, described by `what`: never retried, since part of the answer may already
 /// have been delivered.
-pub(crate) fn mid_stream(what: String) -> NoeticError {
+fn mid_stream(what: String) -> NoeticError {
     NoeticError::ModelFailed {
         message: format!(
             "{what}; the partial answer was discarded and not retried (part of it may already have been delivered) \
