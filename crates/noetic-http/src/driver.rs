@@ -10,10 +10,13 @@ use noetic::NoeticError;
 use noetic::model::{ModelResponse, StreamDelta, replay};
 use reqwest::header::CONTENT_TYPE;
 
+use crate::body::first_chunk;
+use crate::chunks::ChunkedBody;
 use crate::decode::{EventDecoder, decode_events};
+use crate::retry::with_retries;
+use crate::sse::sse_events;
 use crate::status::HttpFailure;
 use crate::transport::Transport;
-use crate::{ChunkedBody, first_chunk, sse_events, with_retries};
 
 /// What differs between providers once the body is encoded: reading an answer, an error status, a stream's events.
 /// Pure functions, tested without a socket.

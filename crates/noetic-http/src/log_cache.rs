@@ -101,17 +101,17 @@ pub struct BodyCache<P, H, S> {
     /// Each log's encoded messages.
     pub logs: LogCache<P>,
     /// The parts before the messages.
-    pub heads: crate::PartCache<H>,
+    pub heads: crate::chunks::PartCache<H>,
     /// The parts after the messages.
-    pub suffixes: crate::PartCache<S>,
+    pub suffixes: crate::chunks::PartCache<S>,
 }
 
 impl<P, H, S> Default for BodyCache<P, H, S> {
     fn default() -> Self {
         BodyCache {
             logs: LogCache::default(),
-            heads: crate::PartCache::default(),
-            suffixes: crate::PartCache::default(),
+            heads: crate::chunks::PartCache::default(),
+            suffixes: crate::chunks::PartCache::default(),
         }
     }
 }

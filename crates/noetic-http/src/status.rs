@@ -6,7 +6,7 @@ use std::time::Duration;
 use noetic::NoeticError;
 use serde_json::Value;
 
-use crate::MAX_RETRY_AFTER;
+use crate::retry_after::MAX_RETRY_AFTER;
 
 /// A non-success response, as a provider's status mapping sees it.
 #[derive(Debug, Clone, Copy)]

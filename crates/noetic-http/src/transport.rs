@@ -7,8 +7,13 @@ use std::time::SystemTime;
 use noetic::{ConfigCode, ConfigError, NoeticError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use crate::body::{BodyError, error_body_text, read_body, too_large};
+use crate::chunks::ChunkedBody;
+use crate::config::HttpConfig;
+use crate::retry_after::parse_retry_after;
+use crate::sse::SseStreamError;
 use crate::status::HttpFailure;
-use crate::{BodyError, ChunkedBody, HttpConfig, SseStreamError, describe_bytes, error_body_text, error_chain};
+use crate::{describe_bytes, error_chain};
 
 /// How a provider sends its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +175,7 @@ impl Transport {
             return Ok(response);
         }
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let retry_after = crate::parse_retry_after(
+        let retry_after = parse_retry_after(
             header("retry-after-ms").as_deref(),
             header(RETRY_AFTER.as_str()).as_deref(),
             SystemTime::now(),
@@ -201,7 +206,7 @@ impl Transport {
     /// be retried.
     pub async fn read_whole(&self, response: reqwest::Response) -> Result<String, NoeticError> {
         let length = response.content_length();
-        let bytes = crate::read_body(response.bytes_stream(), self.config.max_body_bytes, length)
+        let bytes = read_body(response.bytes_stream(), self.config.max_body_bytes, length)
             .await
             .map_err(|e| self.body_error(e))?;
         // Valid UTF-8 (the usual case) becomes the text without a copy.
@@ -228,12 +233,9 @@ impl Transport {
     pub fn body_error(&self, error: BodyError<reqwest::Error>) -> NoeticError {
         match error {
             BodyError::Transport(e) => self.transport_error(&e),
-            BodyError::TooLarge { limit } => crate::too_large(
-                &format!("the response from {}", self.endpoint),
-                limit,
-                None,
-                &self.setting("max_body_bytes"),
-            ),
+            BodyError::TooLarge { limit } => {
+                too_large(&format!("the response from {}", self.endpoint), limit, None, &self.setting("max_body_bytes"))
+            }
             BodyError::Idle { after } => NoeticError::ModelFailed {
                 message: format!(
                     "{} at {} sent the response headers, then no data for {} ms ({}); try again, or raise the idle \
