@@ -3,7 +3,7 @@
 //!
 //! A body is `{"model":…,"max_tokens":…,"system":…,"messages":[` (the *head*), the messages, then `]` and every
 //! other field (the *suffix*: tool specs, tool choice, sampling parameters …) and `}`. The head and the suffix are
-//! encoded once per (model, system prompt) and (tool set, settings) and reused as the same bytes ([`PartCache`]).
+//! encoded once per (model, system prompt) and (tool set, settings) and reused as the same bytes ([`PartCache`](noetic_http::PartCache)).
 //! Anthropic merges adjacent items of one role into one message, so a message is final only once the next one has
 //! started. Per log, the encoded messages of the history up to the start of its last message are kept as a few
 //! shared chunks ([`ChunkLog`]); the next request hands them on and encodes the rest. The reuse needs the history
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use noetic::model::{Item, ModelRequest, Role, ToolSpec};
 use noetic::step::{ModelParams, ToolChoice};
-use noetic_http::{ChunkLog, ChunkedBody, LogCache, PartCache, Weighed, write_json_str};
+use noetic_http::{ChunkLog, ChunkedBody, write_json_str};
 use serde_json::Value;
 
 use crate::request::{DEFAULT_MAX_TOKENS, fields, model_id, system_prompt, turns};
@@ -32,12 +32,6 @@ pub struct Prefix {
     messages: usize,
     /// The messages, comma-separated, without brackets.
     log: ChunkLog,
-}
-
-impl Weighed for Prefix {
-    fn bytes(&self) -> usize {
-        self.log.len()
-    }
 }
 
 /// What the head depends on.
@@ -66,31 +60,7 @@ impl SuffixKey {
     }
 }
 
-/// What a model keeps between requests: the encoded history messages per item log (bounded: see [`LogCache`]),
-/// and the heads and suffixes of bodies (bounded: see [`PartCache`]).
-#[derive(Default)]
-pub struct HistoryCache {
-    logs: LogCache<Prefix>,
-    heads: PartCache<HeadKey>,
-    suffixes: PartCache<SuffixKey>,
-}
-
-impl std::fmt::Debug for HistoryCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HistoryCache")
-            .field("logs", &self.logs)
-            .field("heads", &self.heads.len())
-            .field("suffixes", &self.suffixes.len())
-            .finish()
-    }
-}
-
-impl HistoryCache {
-    /// How many logs it remembers and how many bytes of messages they hold.
-    pub fn usage(&self) -> (usize, usize) {
-        self.logs.usage()
-    }
-}
+noetic_http::body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey);
 
 /// Appends any serialisable value as `serde_json` writes it.
 fn write(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
@@ -152,14 +122,14 @@ pub fn encode_body(
     };
     let model = model_override.unwrap_or_else(|| model_id(&request.model));
     let max_tokens = request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    let head = cache.heads.get_or_encode(
+    let head = cache.0.heads.get_or_encode(
         |key| key.max_tokens == max_tokens && key.model == model && key.system.as_deref() == system.as_deref(),
         || {
             let key = HeadKey { model: model.to_owned(), max_tokens, system: system.as_deref().map(str::to_owned) };
             (key, head(model, max_tokens, system.as_deref()))
         },
     );
-    let suffix = cache.suffixes.get_or_encode(
+    let suffix = cache.0.suffixes.get_or_encode(
         |key| key.matches(request, stream),
         || {
             let key = SuffixKey {
@@ -178,6 +148,7 @@ pub fn encode_body(
     let log = request.history.log_id();
     let mut prefix = match history_leading {
         Some(leading) => cache
+            .0
             .logs
             .take(log)
             .filter(|p| p.leading == leading && p.items <= history)
@@ -215,7 +186,7 @@ pub fn encode_body(
         prefix.log.push(fresh.slice(start..end));
     }
     if history_leading.is_some() {
-        cache.logs.put(log, prefix);
+        cache.0.logs.put(log, prefix);
     }
     chunks.push(fresh);
     chunks.push(suffix);

@@ -1,11 +1,11 @@
-//! Provider errors → [`NoeticError`]: HTTP statuses, Anthropic error objects, `Retry-After`, transport failures.
+//! Provider errors → [`NoeticError`]: HTTP statuses (over `noetic-http`'s skeleton) and Anthropic error objects.
 //!
 //! Pure functions, so every mapping is unit-tested without a server.
 
 use std::time::Duration;
 
 use noetic::NoeticError;
-use noetic_http::{MAX_RETRY_AFTER, error_chain};
+use noetic_http::{HttpFailure, StatusClass};
 use serde_json::Value;
 
 /// The environment variable holding the API key, named in authentication errors.
@@ -15,76 +15,50 @@ pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 ///
 /// * 401 / 403 → a non-retryable [`NoeticError::ModelFailed`] that names `ANTHROPIC_API_KEY` and quotes the
 ///   provider's message (`key_sent` says whether a key was sent at all, to tell "missing" from "wrong").
-/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after`, at most [`MAX_RETRY_AFTER`] (its `step_id` is left
+/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after`, at most a day (its `step_id` is left
 ///   empty; the `llm` step fills it in).
 /// * 408, 409, 5xx and 529 (overloaded) → a retryable `ModelFailed`.
 /// * Anything else (400 invalid request, 404 unknown model, 413 too large …) → a non-retryable `ModelFailed` with
 ///   the provider's message and the raw body.
 pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str, key_sent: bool) -> NoeticError {
+    error_from_failure(&HttpFailure { status, retry_after, raw: body, key_sent, key_env: API_KEY_VAR, endpoint: "" })
+}
+
+/// [`error_from_status`] over `noetic-http`'s skeleton: Anthropic's words for each [`StatusClass`].
+pub(crate) fn error_from_failure(failure: &HttpFailure<'_>) -> NoeticError {
+    let (status, body, env) = (failure.status, failure.raw, failure.key_env);
     let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let (kind, provider) = provider_message(&parsed, body);
-    let failed = |message: String, retryable: bool| NoeticError::ModelFailed {
-        message,
-        status: Some(status),
-        raw: Some(body.to_owned()),
-        retryable,
-    };
-    if matches!(status, 400 | 413)
-        && let Some(refused) =
-            noetic::window::context_refusal(&provider, parsed["error"]["type"].as_str(), &parsed["error"])
-    {
+    if let Some(refused) = failure.context_refusal(&provider, parsed["error"]["type"].as_str(), &parsed["error"]) {
         return refused;
     }
-    match status {
-        401 if !key_sent => failed(
-            format!(
-                "Anthropic rejected the request because no API key was sent (HTTP 401{kind}: {provider}); set \
-                 {API_KEY_VAR} or pass a key with AnthropicConfig::api_key"
-            ),
-            false,
+    let message = match failure.class() {
+        StatusClass::KeyMissing => format!(
+            "Anthropic rejected the request because no API key was sent (HTTP 401{kind}: {provider}); set {env} or \
+             pass a key with AnthropicConfig::api_key"
         ),
-        401 => failed(
-            format!(
-                "Anthropic rejected the API key (HTTP 401{kind}: {provider}); check that {API_KEY_VAR} holds a \
-                 valid, active key"
-            ),
-            false,
+        StatusClass::KeyRejected => format!(
+            "Anthropic rejected the API key (HTTP 401{kind}: {provider}); check that {env} holds a valid, active key"
         ),
-        403 => failed(
-            format!(
-                "Anthropic refused the request (HTTP 403{kind}: {provider}); check that the key in {API_KEY_VAR} \
-                 has access to this model and workspace"
-            ),
-            false,
+        StatusClass::Forbidden => format!(
+            "Anthropic refused the request (HTTP 403{kind}: {provider}); check that the key in {env} has access to \
+             this model and workspace"
         ),
-        429 => {
-            tracing::warn!(provider_message = %provider, ?retry_after, "Anthropic rate limit (HTTP 429)");
-            NoeticError::ModelRateLimit {
-                step_id: String::new(),
-                retry_after_ms: retry_after
-                    .map(|d| u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)),
-                message: Some(provider.to_string()),
-            }
+        StatusClass::RateLimited => return failure.rate_limited(provider),
+        StatusClass::Overloaded => {
+            format!("Anthropic is overloaded (HTTP 529{kind}: {provider}); try again later or lower the request rate")
         }
-        529 => failed(
-            format!("Anthropic is overloaded (HTTP 529{kind}: {provider}); try again later or lower the request rate"),
-            true,
+        StatusClass::ServerError => {
+            format!("Anthropic returned a server error (HTTP {status}{kind}: {provider}); try again later")
+        }
+        StatusClass::NotFound => format!(
+            "Anthropic did not find the resource (HTTP 404{kind}: {provider}); check the model id and the base URL"
         ),
-        408 | 409 | 500..=599 => failed(
-            format!("Anthropic returned a server error (HTTP {status}{kind}: {provider}); try again later"),
-            true,
-        ),
-        404 => failed(
-            format!(
-                "Anthropic did not find the resource (HTTP 404{kind}: {provider}); check the model id and the base URL"
-            ),
-            false,
-        ),
-        _ => failed(
-            format!("Anthropic rejected the request (HTTP {status}{kind}: {provider}); the raw body is attached"),
-            false,
-        ),
-    }
+        StatusClass::Rejected => {
+            format!("Anthropic rejected the request (HTTP {status}{kind}: {provider}); the raw body is attached")
+        }
+    };
+    failure.failed(message)
 }
 
 /// The error an Anthropic error object (`{"type": "error", "error": {"type", "message"}}`) stands for, or `None`
@@ -132,25 +106,6 @@ fn shorten(text: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// The error for a request that got no HTTP response: connection refused or reset, DNS failure, timeout. All are
-/// retryable, since nothing reached the caller.
-pub(crate) fn transport_error(error: &reqwest::Error, url: &str) -> NoeticError {
-    let detail = error_chain(error);
-    let message = if error.is_timeout() {
-        format!("the request to Anthropic at {url} timed out ({detail}); try again, or raise AnthropicConfig::timeout")
-    } else if error.is_builder() {
-        return NoeticError::ModelFailed {
-            message: format!("the request to {url} could not be built ({detail}); check ANTHROPIC_BASE_URL"),
-            status: None,
-            raw: None,
-            retryable: false,
-        };
-    } else {
-        format!("could not reach Anthropic at {url} ({detail}); check the network and ANTHROPIC_BASE_URL, or try again")
-    };
-    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true }
 }
 
 #[cfg(test)]

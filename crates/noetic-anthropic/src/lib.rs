@@ -11,8 +11,9 @@
 //!   events → [`StreamDelta`](noetic::model::StreamDelta)s, from any stream of byte chunks), and the error mapping
 //!   ([`error_from_status`], [`error_from_body`]; `Retry-After` is read by `noetic-http`'s
 //!   [`parse_retry_after`](noetic_http::parse_retry_after), shared with the OpenAI-compatible provider).
-//! * **Transport**: [`AnthropicModel`] sends the body with `reqwest` (rustls), with the `x-api-key` and
-//!   `anthropic-version: 2023-06-01` headers, and hands the answer to the pure layer.
+//! * **Glue**: [`AnthropicModel`] hands these functions to `noetic-http`'s transport and driver (shared with the
+//!   OpenAI-compatible provider), which send the body with `reqwest` (rustls) with the `x-api-key` and
+//!   `anthropic-version: 2023-06-01` headers (and any [`AnthropicConfig::header`]), retry, and read bodies.
 //!
 //! ## Example
 //!
@@ -58,8 +59,9 @@
 //!   chunks of a stream. A stall before the first body byte is retried like a failed call.
 //! * **Limits.** [`AnthropicConfig::max_body_bytes`] (32 MiB) caps every body — a response, an error body, a whole
 //!   stream — which is read once; over the cap is a non-retryable error naming the setting.
-//! * **Shared toolkit.** SSE framing (linear in the input), body caps and retries come from `noetic-http`, shared
-//!   with the OpenAI-compatible provider.
+//! * **Shared toolkit.** The configuration's common settings ([`noetic_http::HttpConfig`]), the transport, the
+//!   status → error skeleton, retries, SSE framing (linear in the input) and the stream driver, and body caps come
+//!   from `noetic-http`, shared with the OpenAI-compatible provider.
 //! * **Cancellation** is by drop: dropping the future or the stream closes the connection. Nothing is spawned.
 
 mod client;
@@ -73,7 +75,8 @@ mod stream;
 
 pub use client::AnthropicModel;
 pub use config::{
-    ANTHROPIC_VERSION, AnthropicConfig, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT,
+    ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY,
+    DEFAULT_TIMEOUT,
 };
 pub use encode::{HistoryCache, Prefix, encode_body};
 pub use error::{API_KEY_VAR, error_from_body, error_from_status};

@@ -3,22 +3,12 @@
 //!
 //! Free of sockets: the client feeds it the HTTP body; tests feed it fixture bytes cut at arbitrary points.
 
-use std::collections::VecDeque;
-use std::fmt::Display;
-
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
-use noetic_http::{DEFAULT_MAX_BODY_BYTES, SseEvent, sse_events};
+use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use crate::stream::StreamAccumulator;
-
-/// Streaming state driven by [`event_deltas`].
-struct State<S> {
-    events: S,
-    accumulator: Option<StreamAccumulator>,
-    pending: VecDeque<StreamDelta>,
-}
 
 /// Parses the SSE body of a streamed Messages response into deltas, ending with [`StreamDelta::Done`].
 ///
@@ -26,74 +16,46 @@ struct State<S> {
 /// result does not depend on where. The stream ends after `Done` or after the first error: an `error` event, a
 /// transport error, invalid JSON, an event over [`DEFAULT_MAX_BODY_BYTES`] (see [`stream_deltas_limited`]), or a
 /// body that ends before `message_stop`. Errors here are never retryable (see [`StreamAccumulator::push`]).
-pub fn stream_deltas<S, B, E>(bytes: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: Display + Send + 'static,
-{
+pub fn stream_deltas(bytes: impl ByteChunks) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
     stream_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
 }
 
 /// [`stream_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
 /// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
 /// unbounded event.
-pub fn stream_deltas_limited<S, B, E>(
-    bytes: S,
+pub fn stream_deltas_limited(
+    bytes: impl ByteChunks,
     max_event_bytes: usize,
-) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: Display + Send + 'static,
-{
-    event_deltas(sse_events(bytes, max_event_bytes).map(|event| event.map_err(|e| mid_stream(&e))))
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
+    noetic_http::sse_deltas(bytes, max_event_bytes, Decoder::default())
 }
 
-/// Framed events (or the error that ended them) → deltas. Errors pass through as they are.
-pub(crate) fn event_deltas<S>(events: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
-{
-    let state =
-        State { events: Box::pin(events), accumulator: Some(StreamAccumulator::new()), pending: VecDeque::new() };
-    futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(delta) = state.pending.pop_front() {
-                return Some((Ok(delta), state));
-            }
-            let accumulator = state.accumulator.as_mut()?;
-            let outcome = match state.events.next().await {
-                Some(Ok(event)) => accumulator.push(&event.data).map(VecDeque::from),
-                Some(Err(e)) => Err(e),
-                None => match state.accumulator.take().map(StreamAccumulator::finish) {
-                    Some(Ok(response)) => Ok(VecDeque::from([StreamDelta::Done { response }])),
-                    Some(Err(e)) => Err(e),
-                    None => return None,
-                },
-            };
-            match outcome {
-                Ok(deltas) => {
-                    state.pending = deltas;
-                    if state.accumulator.as_ref().is_some_and(StreamAccumulator::is_complete) {
-                        // message_stop: no need to wait for the connection to close.
-                        if let Some(Ok(response)) = state.accumulator.take().map(StreamAccumulator::finish) {
-                            state.pending.push_back(StreamDelta::Done { response });
-                        }
-                    }
-                }
-                Err(e) => {
-                    state.accumulator = None;
-                    state.pending.clear();
-                    return Some((Err(e), state));
-                }
-            }
-        }
-    })
+/// The [`StreamAccumulator`] as `noetic-http`'s stream driver drives it: until `message_stop` or the end of the
+/// body, then once more for the finished response.
+#[derive(Default)]
+pub(crate) struct Decoder(Option<StreamAccumulator>);
+
+impl EventDecoder for Decoder {
+    fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
+        self.0.get_or_insert_default().push(data)
+    }
+
+    fn is_done(&self) -> bool {
+        self.0.as_ref().is_some_and(StreamAccumulator::is_complete)
+    }
+
+    fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
+        let accumulator = self.0.take().unwrap_or_default();
+        accumulator.finish().map(|response| Some(StreamDelta::Done { response }))
+    }
+
+    fn mid_stream(what: String) -> NoeticError {
+        mid_stream(what)
+    }
 }
 
 /// A failure after the response had begun (never retried: part of the answer may have been passed on).
-pub(crate) fn mid_stream(what: &dyn Display) -> NoeticError {
+pub(crate) fn mid_stream(what: String) -> NoeticError {
     NoeticError::ModelFailed {
         message: format!("the Anthropic stream broke after the response had begun ({what}); try again"),
         status: None,
@@ -105,6 +67,7 @@ pub(crate) fn mid_stream(what: &dyn Display) -> NoeticError {
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod tests {
+    use futures::StreamExt;
     use futures::executor::block_on;
 
     use super::*;

@@ -105,3 +105,22 @@ async fn a_model_override_replaces_the_requested_model() {
     model.call(request).await.unwrap();
     assert_eq!(sent_body(&server).await["model"], "claude-haiku-4-5");
 }
+
+#[tokio::test]
+async fn configured_headers_are_sent_with_every_request_beside_the_key_and_version() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("x-api-key", KEY))
+        .and(header("anthropic-version", "2023-06-01"))
+        .and(header("anthropic-beta", "prompt-caching-2024-07-31"))
+        .and(header("x-team", "agents"))
+        .respond_with(json_response(&fixture("text_response.json")))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let config = config(&server).header("anthropic-beta", "prompt-caching-2024-07-31").header("x-team", "agents");
+    let model = AnthropicModel::new(config).unwrap();
+    model.call(hello()).await.unwrap();
+    let mut stream = model.stream(hello());
+    while stream.next().await.is_some() {}
+}

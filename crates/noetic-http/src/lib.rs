@@ -11,29 +11,48 @@
 //! * [`parse_retry_after`] — `retry-after-ms` / `Retry-After` (seconds or an HTTP date), clamped to
 //!   [`MAX_RETRY_AFTER`], one parser for every provider.
 //! * [`error_chain`] — an error and its sources in one line.
+//! * [`HttpConfig`] / [`http_config_methods!`] — the settings every provider shares (base URL, key, headers,
+//!   timeouts, body cap, retries, model override) and their builder methods, written once.
+//! * [`Transport`] — the reqwest client built from them, a body sent as shared chunks, bodies read within the
+//!   cap, reqwest's failures as typed errors; [`HttpFailure`] / [`StatusClass`] — the status → error skeleton.
+//! * [`HttpDriver`] — `call` and `stream` of a provider's [`WireFormat`] over the transport, retried once, here;
+//!   [`EventDecoder`] / [`decode_events`] / [`sse_deltas`] — the one stream driver, fed by a provider's decoder.
 //! * [`LogCache`] — what a provider encoded of each item log, bounded, so requests encode only what is new.
 //! * [`ChunkedBody`], [`ChunkLog`], [`PartCache`] — request bodies as shared chunks: constant parts encoded once,
 //!   a log's encoded messages kept as a few chunks, handed to the transport without copying them into one buffer.
 //! * [`write_json_str`] — a JSON string written straight into bytes, escaped as `serde_json` does, eight bytes at
 //!   a time.
 //!
-//! No sockets here: everything works on streams of byte chunks, so it is tested without a server.
+//! A provider is then its pure wire functions (body encoding, [`WireFormat`], an [`EventDecoder`]) and a few lines
+//! of glue; everything but the transport works on streams of byte chunks, so it is tested without a server.
 
 mod body;
 mod chunks;
+mod config;
+mod decode;
+mod driver;
 mod json;
 mod log_cache;
 mod retry;
 mod retry_after;
 mod sse;
+mod status;
+mod transport;
 
 pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
 pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT, HttpConfig, non_empty_var,
+};
+pub use decode::{ByteChunks, EventDecoder, decode_events, sse_deltas};
+pub use driver::{HttpDriver, WireFormat};
 pub use json::write_json_str;
-pub use log_cache::{LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
+pub use log_cache::{BodyCache, LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
-pub use retry_after::{MAX_RETRY_AFTER, http_date, parse_retry_after};
+pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
+pub use status::{HttpFailure, StatusClass};
+pub use transport::{Auth, Names, Transport};
 
 /// The default cap on a response body, and on one server-sent event: 32 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;

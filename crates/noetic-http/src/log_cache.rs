@@ -94,6 +94,72 @@ impl<P: Weighed> LogCache<P> {
     }
 }
 
+/// What a provider keeps between requests to encode only what is new: the encoded history messages per item log
+/// (bounded: see [`LogCache`]), and the heads and suffixes of bodies, keyed by what they depend on (bounded: see
+/// [`PartCache`](crate::PartCache)).
+pub struct BodyCache<P, H, S> {
+    /// Each log's encoded messages.
+    pub logs: LogCache<P>,
+    /// The parts before the messages.
+    pub heads: crate::chunks::PartCache<H>,
+    /// The parts after the messages.
+    pub suffixes: crate::chunks::PartCache<S>,
+}
+
+impl<P, H, S> Default for BodyCache<P, H, S> {
+    fn default() -> Self {
+        BodyCache {
+            logs: LogCache::default(),
+            heads: crate::chunks::PartCache::default(),
+            suffixes: crate::chunks::PartCache::default(),
+        }
+    }
+}
+
+impl<P, H, S> std::fmt::Debug for BodyCache<P, H, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyCache")
+            .field("logs", &self.logs)
+            .field("heads", &self.heads.len())
+            .field("suffixes", &self.suffixes.len())
+            .finish()
+    }
+}
+
+impl<P, H, S> BodyCache<P, H, S> {
+    /// How many logs it remembers and how many bytes of messages they hold.
+    pub fn usage(&self) -> (usize, usize) {
+        self.logs.usage()
+    }
+}
+
+/// A provider's public `HistoryCache`: a [`BodyCache`] of its own (private) prefix, head and suffix types, with
+/// `Default`, `Debug` and `usage()`. `body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey)` declares it; the
+/// provider reaches the parts as `cache.0`. The prefix type keeps its messages in a field `log: ChunkLog`, which is
+/// what it weighs against the cache's bound.
+#[macro_export]
+macro_rules! body_cache_type {
+    ($name:ident, $prefix:ty, $head:ty, $suffix:ty) => {
+        impl $crate::Weighed for $prefix {
+            fn bytes(&self) -> usize {
+                self.log.len()
+            }
+        }
+
+        /// What a model keeps between requests: the encoded history messages per item log and the heads and
+        /// suffixes of bodies (bounded: see [`BodyCache`]($crate::BodyCache)).
+        #[derive(Default, Debug)]
+        pub struct $name($crate::BodyCache<$prefix, $head, $suffix>);
+
+        impl $name {
+            /// How many logs it remembers and how many bytes of messages they hold.
+            pub fn usage(&self) -> (usize, usize) {
+                self.0.usage()
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,10 +4,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use noetic::NoeticError;
-use noetic::step::RetryPolicy;
-
-/// The cap on one wait when the policy sets none (the same 30 s [`RetryPolicy`] uses).
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
+pub use noetic::model::DEFAULT_MAX_DELAY;
+use noetic::model::RetryPolicy;
 
 /// How long to wait after failed attempt `failed` (0-based) before the next one, or `None` to give up: the error
 /// is not retryable, the attempts are used up, or the provider asked (`Retry-After`) to wait longer than the
@@ -48,7 +46,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use noetic::step::Backoff;
+    use noetic::model::Backoff;
 
     use super::*;
 

@@ -1,14 +1,15 @@
 //! How long a server asks to be left alone (`retry-after-ms`, `Retry-After`), parsed once for every provider and
 //! clamped, so a broken or hostile value can neither panic the parser nor hand a caller an absurd wait.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// The longest delay a server is believed: one day. A longer one (`1e300`, `inf`, a date in the year 9999) is
 /// clamped to it — longer than any rate-limit window providers document, and still a number a caller can act on.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long a server asked to wait: its `retry-after-ms` header (milliseconds, fractions allowed; OpenAI and
-/// Anthropic send it), else its `Retry-After` header (seconds, or an HTTP date counted from `now`).
+/// Anthropic send it), else its `Retry-After` header (seconds, or an HTTP date counted from `now`: any of the three
+/// forms RFC 9110 asks recipients to read, parsed by `httpdate`).
 ///
 /// The result is rounded up to whole milliseconds and is at most [`MAX_RETRY_AFTER`]. A value that says nothing
 /// usable — not a number, NaN, negative — counts as absent, so `retry-after-ms` falls back to `Retry-After` and
@@ -32,7 +33,7 @@ pub fn parse_retry_after(retry_after_ms: Option<&str>, retry_after: Option<&str>
     if value.parse::<f64>().is_ok() {
         return number(value, 1000.0);
     }
-    let at = http_date(value)?;
+    let at = httpdate::parse_http_date(value).ok()?;
     Some(clamped(at.duration_since(now).unwrap_or(Duration::ZERO)))
 }
 
@@ -52,51 +53,11 @@ fn clamped(wait: Duration) -> Duration {
     if whole < wait { whole + Duration::from_millis(1) } else { whole }
 }
 
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use; `None`
-/// for anything else, including a year that is not four digits.
-pub fn http_date(text: &str) -> Option<SystemTime> {
-    let (_, rest) = text.split_once(", ")?;
-    let parts: Vec<&str> = rest.split(' ').collect();
-    let [day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let day: u32 = day.parse().ok()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| m == month)? as u32
-        + 1;
-    // Four digits keep the arithmetic below far from overflow, whatever the server sends.
-    if year.len() != 4 || !year.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let year: i64 = year.parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&day) || !(0..=23).contains(&h) || !(0..=59).contains(&m) || !(0..=60).contains(&s) {
-        return None;
-    }
-    if hms.next().is_some() {
-        return None;
-    }
-    let seconds = days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s;
-    let offset = Duration::from_secs(seconds.unsigned_abs());
-    if seconds >= 0 { UNIX_EPOCH.checked_add(offset) } else { UNIX_EPOCH.checked_sub(offset) }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month = i64::from(month);
-    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    use std::time::UNIX_EPOCH;
 
     use super::*;
 
@@ -120,7 +81,7 @@ mod tests {
     fn http_dates_count_from_now_and_a_past_date_is_zero() {
         assert_eq!(parse(None, Some("Sun, 06 Nov 1994 08:49:37 GMT")), Some(7000 * MS));
         assert_eq!(parse(None, Some("Sun, 06 Nov 1994 08:48:37 GMT")), Some(Duration::ZERO));
-        assert_eq!(parse(None, Some("Mon, 01 Jan 1900 00:00:00 GMT")), Some(Duration::ZERO));
+        assert_eq!(parse(None, Some("Thu, 01 Jan 1970 00:00:00 GMT")), Some(Duration::ZERO));
         let just_before = UNIX_EPOCH + Duration::from_secs(784_111_776) + Duration::from_micros(1);
         assert_eq!(
             parse_retry_after(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), just_before),
@@ -151,12 +112,16 @@ mod tests {
     }
 
     #[test]
-    fn only_imf_fixdates_with_four_digit_years_and_valid_times_are_dates() {
-        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(UNIX_EPOCH + Duration::from_secs(784_111_777)));
-        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(UNIX_EPOCH));
-        assert_eq!(http_date("Wed, 31 Dec 1969 23:59:59 GMT"), UNIX_EPOCH.checked_sub(Duration::from_secs(1)));
+    fn the_obsolete_http_date_forms_rfc_9110_asks_recipients_to_read_are_read() {
+        // The same instant, 7 s after `now`, in IMF-fixdate, RFC 850 and asctime form.
+        for date in ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"] {
+            assert_eq!(parse(None, Some(date)), Some(7000 * MS), "{date}");
+        }
+    }
+
+    #[test]
+    fn malformed_http_dates_count_as_absent() {
         for not_a_date in [
-            "Sunday, 06-Nov-94 08:49:37 GMT",
             "Sun, 06 Nov 99999999999999999 08:49:37 GMT",
             "Sun, 06 Nov -994 08:49:37 GMT",
             "Sun, 06 Nov 1994 24:00:00 GMT",
@@ -164,7 +129,7 @@ mod tests {
             "Sun, 32 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 UTC",
         ] {
-            assert_eq!(http_date(not_a_date), None, "{not_a_date}");
+            assert_eq!(parse(None, Some(not_a_date)), None, "{not_a_date}");
         }
     }
 

@@ -1,10 +1,10 @@
 //! Where the provider lives and how to talk to it: base URL, API key, extra headers, timeouts, body cap, retries.
 
 use std::fmt;
-use std::time::Duration;
 
-use noetic::model::Capabilities;
-use noetic::step::{Backoff, RetryPolicy};
+use noetic::model::{Capabilities, RetryPolicy};
+pub use noetic_http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_TIMEOUT};
+use noetic_http::{DEFAULT_RETRY, HttpConfig, non_empty_var};
 
 /// OpenAI's own API.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -20,16 +20,9 @@ pub const OPENAI_BASE_URL_ENV: &str = "OPENAI_BASE_URL";
 /// The environment variable holding an OpenRouter key.
 pub const OPENROUTER_API_KEY_ENV: &str = "OPENROUTER_API_KEY";
 
-/// The default request timeout (the same as OpenAI's own SDKs).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// The default connect timeout.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The default idle limit on a streamed response: the longest silence between two pieces of the body.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// The default retry policy: 3 attempts, exponential backoff from 500 ms (capped at 30 s).
 pub fn default_retry_policy() -> RetryPolicy {
-    RetryPolicy::new(3, Backoff::Exponential, Duration::from_millis(500))
+    DEFAULT_RETRY
 }
 
 /// How to reach an OpenAI-compatible chat-completions server.
@@ -46,18 +39,14 @@ pub fn default_retry_policy() -> RetryPolicy {
 /// let router = OpenAiConfig::openrouter().header("HTTP-Referer", "https://example.com").header("X-Title", "My agent");
 /// assert_eq!(router.get_base_url(), "https://openrouter.ai/api/v1");
 /// ```
+///
+/// The settings every HTTP provider shares (base URL, key, headers, timeouts, body cap, retries, model override)
+/// are an [`HttpConfig`] it dereferences to, with the builder methods `base_url`, `api_key`, `no_api_key`,
+/// `key_env`, `header`, `timeout`, `connect_timeout`, `idle_timeout`, `max_body_bytes`, `retry`, `model_override`
+/// and their getters.
 #[derive(Clone)]
 pub struct OpenAiConfig {
-    pub(crate) base_url: String,
-    pub(crate) api_key: Option<String>,
-    pub(crate) key_env: String,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) max_body_bytes: usize,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) model_override: Option<String>,
+    pub(crate) http: HttpConfig,
     pub(crate) capabilities: Capabilities,
     pub(crate) narrow_named_tool_choice: bool,
     pub(crate) late_system_as_user: bool,
@@ -67,19 +56,12 @@ pub struct OpenAiConfig {
     pub(crate) counter: Option<std::sync::Arc<dyn noetic::window::TokenCounter>>,
 }
 
+noetic_http::http_config_methods!(OpenAiConfig);
+
 impl Default for OpenAiConfig {
     fn default() -> Self {
         OpenAiConfig {
-            base_url: OPENAI_BASE_URL.to_owned(),
-            api_key: None,
-            key_env: OPENAI_API_KEY_ENV.to_owned(),
-            headers: Vec::new(),
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            max_body_bytes: noetic_http::DEFAULT_MAX_BODY_BYTES,
-            retry: default_retry_policy(),
-            model_override: None,
+            http: HttpConfig::new(OPENAI_BASE_URL, OPENAI_API_KEY_ENV),
             capabilities: Capabilities::default(),
             narrow_named_tool_choice: false,
             window: None,
@@ -91,29 +73,15 @@ impl Default for OpenAiConfig {
 
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never print the key: configs end up in logs.
+        // The shared part never prints the key: configs end up in logs.
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("key_env", &self.key_env)
-            .field("headers", &self.headers.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>())
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("retry", &self.retry)
-            .field("model_override", &self.model_override)
+            .field("http", &self.http)
             .field("capabilities", &self.capabilities)
             .field("narrow_named_tool_choice", &self.narrow_named_tool_choice)
             .field("late_system_as_user", &self.late_system_as_user)
             .field("window", &self.window)
             .finish()
     }
-}
-
-/// Reads a variable, treating an empty or blank value as absent.
-fn non_empty(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
-    lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
 impl OpenAiConfig {
@@ -137,15 +105,15 @@ impl OpenAiConfig {
     ///
     /// Empty values count as unset.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let base = non_empty(&lookup, OPENAI_BASE_URL_ENV);
-        if let Some(key) = non_empty(&lookup, OPENAI_API_KEY_ENV) {
+        let base = non_empty_var(&lookup, OPENAI_BASE_URL_ENV);
+        if let Some(key) = non_empty_var(&lookup, OPENAI_API_KEY_ENV) {
             let config = OpenAiConfig::new().api_key(key);
             return match base {
                 Some(base) => config.base_url(base),
                 None => config,
             };
         }
-        if let Some(key) = non_empty(&lookup, OPENROUTER_API_KEY_ENV) {
+        if let Some(key) = non_empty_var(&lookup, OPENROUTER_API_KEY_ENV) {
             let config = OpenAiConfig::openrouter_with(Some(key));
             return match base {
                 Some(base) => config.base_url(base),
@@ -161,16 +129,13 @@ impl OpenAiConfig {
     /// OpenRouter (`https://openrouter.ai/api/v1`) with the key from `OPENROUTER_API_KEY`, if set. Model ids such
     /// as `openai/gpt-4o-mini` or `anthropic/claude-3.5-haiku` are sent as they are.
     pub fn openrouter() -> Self {
-        OpenAiConfig::openrouter_with(non_empty(&|name: &str| std::env::var(name).ok(), OPENROUTER_API_KEY_ENV))
+        OpenAiConfig::openrouter_with(non_empty_var(&|name: &str| std::env::var(name).ok(), OPENROUTER_API_KEY_ENV))
     }
 
     fn openrouter_with(key: Option<String>) -> Self {
-        OpenAiConfig {
-            base_url: OPENROUTER_BASE_URL.to_owned(),
-            api_key: key,
-            key_env: OPENROUTER_API_KEY_ENV.to_owned(),
-            ..OpenAiConfig::default()
-        }
+        let mut http = HttpConfig::new(OPENROUTER_BASE_URL, OPENROUTER_API_KEY_ENV);
+        http.api_key = key;
+        OpenAiConfig { http, ..OpenAiConfig::default() }
     }
 
     /// A local Ollama server (`http://localhost:11434/v1`), no key.
@@ -216,130 +181,18 @@ impl OpenAiConfig {
         self
     }
 
-    /// Sets the base URL, e.g. `http://localhost:8080/v1` for llama.cpp's server; requests go to
-    /// `{base}/chat/completions`. A trailing `/` is ignored.
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into().trim_end_matches('/').to_owned();
-        self
-    }
-
-    /// Sets the API key, sent as `Authorization: Bearer <key>`.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-
-    /// Removes the API key (no `Authorization` header is sent).
-    pub fn no_api_key(mut self) -> Self {
-        self.api_key = None;
-        self
-    }
-
-    /// Names the environment variable that error messages tell the user to set when the key is missing or wrong
-    /// (default `OPENAI_API_KEY`; `OPENROUTER_API_KEY` for [`OpenAiConfig::openrouter`]).
-    pub fn key_env(mut self, name: impl Into<String>) -> Self {
-        self.key_env = name.into();
-        self
-    }
-
-    /// Adds a header to every request, e.g. OpenRouter's `HTTP-Referer` and `X-Title`.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// The request timeout of one attempt (default 600 s). It bounds a whole non-streaming call and the wait for
-    /// a streaming response to begin (its headers and first body bytes). An attempt that runs out of time is
-    /// retried.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The idle limit of a stream (default [`DEFAULT_IDLE_TIMEOUT`], 60 s): the longest wait for the next bytes of
-    /// a streamed body once its headers arrived. Before the first body byte a silence this long fails the attempt,
-    /// which is retried; later it ends the stream with a non-retryable error (part of the answer is out).
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// The cap on a response body (default [`noetic_http::DEFAULT_MAX_BODY_BYTES`], 32 MiB): a whole response, an
-    /// error body, and a whole streamed response (so also one event). A body over the cap is not read further
-    /// and ends the call with a non-retryable [`NoeticError::ModelFailed`](noetic::NoeticError::ModelFailed)
-    /// naming this setting; a `Content-Length` over the cap fails before the body is read.
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
-        self
-    }
-
-    /// The connect timeout (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How rate limits, server errors, timeouts and connection errors are retried (default
-    /// [`default_retry_policy`]). `RetryPolicy::new(1, ..)` turns retries off.
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
-        self
-    }
-
-    /// Sends this model id whatever a request asks for — e.g. a local Ollama model for an agent whose steps and
-    /// steering judge name `openai/gpt-4o-mini`.
-    pub fn model_override(mut self, model: impl Into<String>) -> Self {
-        self.model_override = Some(model.into());
-        self
-    }
-
-    /// The base URL.
-    pub fn get_base_url(&self) -> &str {
-        &self.base_url
-    }
-
-    /// True when a key is configured.
-    pub fn has_api_key(&self) -> bool {
-        self.api_key.is_some()
-    }
-
-    /// The environment variable error messages name for the key.
-    pub fn get_key_env(&self) -> &str {
-        &self.key_env
-    }
-
     /// What the server is configured to enforce on its output.
     pub fn get_capabilities(&self) -> Capabilities {
         self.capabilities
     }
 
-    /// The retry policy.
-    pub fn get_retry(&self) -> RetryPolicy {
-        self.retry
-    }
-
-    /// The request timeout of one attempt.
-    pub fn get_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The idle limit of a stream.
-    pub fn get_idle_timeout(&self) -> Duration {
-        self.idle_timeout
-    }
-
-    /// The cap on a response body, in bytes.
-    pub fn get_max_body_bytes(&self) -> usize {
-        self.max_body_bytes
-    }
-
     /// The model id sent for a request naming `requested`: the override if set; on OpenAI's own API a leading
     /// `openai/` is dropped (so OpenRouter-style ids, the runtime's default, work there too); else unchanged.
     pub fn model_for(&self, requested: &str) -> String {
-        if let Some(model) = &self.model_override {
+        if let Some(model) = &self.http.model_override {
             return model.clone();
         }
-        if self.base_url == OPENAI_BASE_URL
+        if self.http.base_url == OPENAI_BASE_URL
             && let Some(rest) = requested.strip_prefix("openai/")
         {
             return rest.to_owned();

@@ -5,9 +5,9 @@
 //!
 //! * [`OpenAiConfig`] — base URL, API key, extra headers, timeouts (request, idle), body cap, retries; from code
 //!   or from the environment (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENROUTER_API_KEY`).
-//! * [`OpenAiModel`] — the transport: `call` and `stream` over reqwest, retries with backoff before the first
-//!   streamed byte only, typed errors that say what to do. SSE framing, body caps and retries come from
-//!   `noetic-http`, shared with the Anthropic provider.
+//! * [`OpenAiModel`] — this wire format over `noetic-http`'s transport and driver (shared with the Anthropic
+//!   provider): `call` and `stream` over reqwest, retries with backoff before the first streamed byte only, typed
+//!   errors that say what to do.
 //! * [`wire`] — the translation as pure functions (request body, response parsing, SSE → deltas), usable and
 //!   tested without a socket.
 //!
@@ -51,7 +51,6 @@
 mod client;
 mod config;
 mod status;
-mod transport;
 mod window;
 pub mod wire;
 

@@ -1,81 +1,56 @@
-//! HTTP error statuses → typed errors. Pure functions (`Retry-After` is read by `noetic-http`).
+//! HTTP error statuses → typed errors: this server family's words over `noetic-http`'s skeleton ([`HttpFailure`],
+//! [`StatusClass`]). Pure functions (`Retry-After` is read by `noetic-http`).
 
 use noetic::NoeticError;
+use noetic_http::{HttpFailure, StatusClass};
 
 use crate::wire::{ProviderError, quote};
 
-/// What an error message needs to know about the configuration.
-pub(crate) struct KeyInfo<'a> {
-    /// True when a key was sent.
-    pub has_key: bool,
-    /// The variable to tell the user to set.
-    pub key_env: &'a str,
-    /// Where the request went.
-    pub endpoint: &'a str,
-}
-
-/// The typed error for a non-success HTTP status with body `raw`.
+/// The typed error for a non-success HTTP status.
 ///
 /// 401/403 name the key variable; 429 is a rate limit (a quota error is not: waiting does not help); 408, 409 and
 /// 5xx are retryable; other statuses are not.
-pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, key: &KeyInfo<'_>) -> NoeticError {
+pub(crate) fn status_error(failure: &HttpFailure<'_>) -> NoeticError {
+    let (status, raw, env) = (failure.status, failure.raw, failure.key_env);
     let provider = ProviderError::in_body(raw);
     let said = provider.as_ref().map(|e| quote(&e.message)).unwrap_or_else(|| quote(raw));
     let said = if said.is_empty() { "no details given".to_owned() } else { said };
-    let failed = |message: String, retryable: bool| NoeticError::ModelFailed {
-        message,
-        status: Some(status),
-        raw: Some(raw.to_owned()),
-        retryable,
-    };
-    let env = key.key_env;
     // A request too long for the model's window: the runtime compacts the history and retries once.
-    if matches!(status, 400 | 413 | 422)
-        && let Some(provider) = &provider
-    {
+    if let Some(provider) = &provider {
         let body: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
-        if let Some(refused) =
-            noetic::window::context_refusal(&provider.message, provider.kind.as_deref(), &body["error"])
-        {
+        if let Some(refused) = failure.context_refusal(&provider.message, provider.kind.as_deref(), &body["error"]) {
             return refused;
         }
     }
-    match status {
-        401 if key.has_key => failed(
-            format!(
-                "the provider rejected the API key (HTTP 401: {said}); set {env} to a valid key for {}",
-                key.endpoint
-            ),
-            false,
+    let message = match failure.class() {
+        StatusClass::KeyRejected => format!(
+            "the provider rejected the API key (HTTP 401: {said}); set {env} to a valid key for {}",
+            failure.endpoint
         ),
-        401 => failed(
-            format!(
-                "the provider requires an API key and none was sent (HTTP 401: {said}); set {env} or pass one \
-                 with OpenAiConfig::api_key"
-            ),
-            false,
+        StatusClass::KeyMissing => format!(
+            "the provider requires an API key and none was sent (HTTP 401: {said}); set {env} or pass one with \
+             OpenAiConfig::api_key"
         ),
-        403 => failed(
-            format!(
-                "the provider refused the request (HTTP 403: {said}); check that the key in {env} is allowed to use \
-                 this model"
-            ),
-            false,
+        StatusClass::Forbidden => format!(
+            "the provider refused the request (HTTP 403: {said}); check that the key in {env} is allowed to use this \
+             model"
         ),
-        429 if provider.as_ref().and_then(|e| e.kind.as_deref()) == Some("insufficient_quota") => failed(
-            format!("the account has no quota left (HTTP 429: {said}); add credits or use another key in {env}"),
-            false,
-        ),
-        429 => {
-            tracing::warn!(status, body = %said, "rate limited by the provider");
-            NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms, message: Some(said.to_string()) }
+        StatusClass::RateLimited if provider.as_ref().and_then(|e| e.kind.as_deref()) == Some("insufficient_quota") => {
+            return failure.failed_as(
+                format!("the account has no quota left (HTTP 429: {said}); add credits or use another key in {env}"),
+                false,
+            );
         }
-        404 => {
-            failed(format!("not found (HTTP 404: {said}); check the model id and that the base URL ends in /v1"), false)
+        StatusClass::RateLimited => return failure.rate_limited(said),
+        StatusClass::NotFound => {
+            format!("not found (HTTP 404: {said}); check the model id and that the base URL ends in /v1")
         }
-        408 | 409 | 500..=599 => failed(format!("the provider failed (HTTP {status}: {said}); try again later"), true),
-        _ => failed(format!("the provider rejected the request (HTTP {status}: {said})"), false),
-    }
+        StatusClass::ServerError | StatusClass::Overloaded => {
+            format!("the provider failed (HTTP {status}: {said}); try again later")
+        }
+        StatusClass::Rejected => format!("the provider rejected the request (HTTP {status}: {said})"),
+    };
+    failure.failed(message)
 }
 
 #[cfg(test)]
@@ -83,7 +58,19 @@ pub(crate) fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, 
 mod tests {
     use super::*;
 
-    const KEY: KeyInfo<'static> = KeyInfo { has_key: true, key_env: "OPENROUTER_API_KEY", endpoint: "http://x/v1" };
+    const KEY: HttpFailure<'static> = HttpFailure {
+        status: 0,
+        retry_after: None,
+        raw: "",
+        key_sent: true,
+        key_env: "OPENROUTER_API_KEY",
+        endpoint: "http://x/v1",
+    };
+
+    fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, key: &HttpFailure<'_>) -> NoeticError {
+        let retry_after = retry_after_ms.map(std::time::Duration::from_millis);
+        super::status_error(&HttpFailure { status, retry_after, raw, ..*key })
+    }
 
     #[test]
     fn auth_errors_name_the_key_variable_and_are_not_retryable() {
@@ -94,7 +81,7 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        let no_key = KeyInfo { has_key: false, ..KEY };
+        let no_key = HttpFailure { key_sent: false, ..KEY };
         assert!(status_error(401, None, "", &no_key).to_string().contains("none was sent"));
     }
 

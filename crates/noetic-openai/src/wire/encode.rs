@@ -3,7 +3,7 @@
 //! A body is `{"model":…,"messages":[` and the leading system message (the *head*), the context messages, the
 //! history's messages, the tail's messages, then `]` and every other field (the *suffix*: tool specs, tool choice,
 //! sampling parameters …) and `}`. The head and the suffix are encoded once per model, instructions and
-//! (tool set, settings) and reused as the same bytes ([`PartCache`]). A session's history only grows during a turn
+//! (tool set, settings) and reused as the same bytes ([`PartCache`](noetic_http::PartCache)). A session's history only grows during a turn
 //! and across turns, and [`History::log_id`] names such an append-only sequence: per log id, the encoded messages
 //! of the history up to the last point where a message is closed (a tool result, a user or developer message) are
 //! kept as a few shared chunks ([`ChunkLog`]); the next request of the same log hands those chunks on and encodes
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use noetic::model::{History, Item, ModelRequest, Role, ToolSpec};
 use noetic::step::{ModelParams, ToolChoice};
-use noetic_http::{ChunkLog, ChunkedBody, LogCache, PartCache, Weighed};
+use noetic_http::{ChunkLog, ChunkedBody};
 use serde_json::Value;
 
 use super::message::{Message, string, value};
@@ -55,12 +55,6 @@ pub struct Prefix {
     log: ChunkLog,
 }
 
-impl Weighed for Prefix {
-    fn bytes(&self) -> usize {
-        self.log.len()
-    }
-}
-
 /// What the head depends on: the model id sent and the leading system message's text.
 struct HeadKey {
     model: String,
@@ -93,31 +87,7 @@ impl SuffixKey {
     }
 }
 
-/// What a model keeps between requests: the encoded history messages per item log (bounded: see [`LogCache`]),
-/// and the heads and suffixes of bodies (bounded: see [`PartCache`]).
-#[derive(Default)]
-pub struct HistoryCache {
-    logs: LogCache<Prefix>,
-    heads: PartCache<HeadKey>,
-    suffixes: PartCache<SuffixKey>,
-}
-
-impl std::fmt::Debug for HistoryCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HistoryCache")
-            .field("logs", &self.logs)
-            .field("heads", &self.heads.len())
-            .field("suffixes", &self.suffixes.len())
-            .finish()
-    }
-}
-
-impl HistoryCache {
-    /// How many logs it remembers and how many bytes of messages they hold.
-    pub fn usage(&self) -> (usize, usize) {
-        self.logs.usage()
-    }
-}
+noetic_http::body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey);
 
 /// Writes the body's messages, demoting late `system` messages when asked.
 struct Messages {
@@ -276,12 +246,12 @@ fn suffix(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Bytes 
 /// reused from `cache` where an earlier request encoded them.
 pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> ChunkedBody {
     let history = &request.history;
-    let cached = cache.logs.take(history.log_id()).filter(|p| p.items <= history.len());
+    let cached = cache.0.logs.take(history.log_id()).filter(|p| p.items <= history.len());
     // The cached items of this log hold no `System` item: only the items after them can add to the system text.
     let system_from = cached.as_ref().filter(|p| p.systems == 0).map_or(0, |p| p.items);
     let system = system_message(request, system_from);
     let model = options.model.as_deref().unwrap_or(&request.model);
-    let head = cache.heads.get_or_encode(
+    let head = cache.0.heads.get_or_encode(
         |key| key.model == model && key.system.as_deref() == system.as_deref(),
         || {
             let key = HeadKey { model: model.to_owned(), system: system.as_deref().map(str::to_owned) };
@@ -289,7 +259,7 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
             (key, bytes)
         },
     );
-    let suffix = cache.suffixes.get_or_encode(
+    let suffix = cache.0.suffixes.get_or_encode(
         |key| key.matches(request, stream, options),
         || {
             let key = SuffixKey {
@@ -369,7 +339,7 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
         }
         prefix.log.push(fresh.slice(start..end));
     }
-    cache.logs.put(history.log_id(), prefix);
+    cache.0.logs.put(history.log_id(), prefix);
     ChunkedBody::new(chunks)
 }
 

@@ -19,6 +19,5 @@ pub use encode::{BodyOptions, HistoryCache, encode_body};
 pub use request::request_body;
 pub use response::parse_response;
 pub(crate) use response::{ProviderError, quote};
-pub(crate) use sse::{event_deltas, mid_stream};
 pub use sse::{sse_deltas, sse_deltas_limited};
 pub use stream::{StreamAccumulator, replay};

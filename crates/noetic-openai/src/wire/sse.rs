@@ -1,12 +1,10 @@
-//! An SSE byte stream → [`StreamDelta`]s, through `noetic-http`'s linear framer and the [`StreamAccumulator`].
+//! An SSE byte stream → [`StreamDelta`]s: `noetic-http`'s framer and stream driver, fed by the
+//! [`StreamAccumulator`].
 
-use std::collections::VecDeque;
-use std::error::Error as StdError;
-
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use noetic::NoeticError;
 use noetic::model::StreamDelta;
-use noetic_http::{DEFAULT_MAX_BODY_BYTES, SseEvent, SseStreamError, error_chain, sse_events};
+use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use super::StreamAccumulator;
 
@@ -28,89 +26,41 @@ use super::StreamAccumulator;
 /// assert!(matches!(deltas.last(), Some(Ok(StreamDelta::Done { response })) if response.text_output() == "Hi"));
 /// # });
 /// ```
-pub fn sse_deltas<S, B, E>(bytes: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: StdError + Send + 'static,
-{
+pub fn sse_deltas(bytes: impl ByteChunks) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
     sse_deltas_limited(bytes, DEFAULT_MAX_BODY_BYTES)
 }
 
 /// [`sse_deltas`] with a limit on one event: an event longer than `max_event_bytes` ends the stream with a
 /// non-retryable [`NoeticError::ModelFailed`] naming the limit, so a server cannot make the parser hold an
 /// unbounded event.
-pub fn sse_deltas_limited<S, B, E>(
-    bytes: S,
+pub fn sse_deltas_limited(
+    bytes: impl ByteChunks,
     max_event_bytes: usize,
-) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-    E: StdError + Send + 'static,
-{
-    event_deltas(sse_events(bytes, max_event_bytes).map(|event| {
-        event.map_err(|e| match e {
-            SseStreamError::Transport(e) => {
-                mid_stream(format!("the connection failed mid-stream: {}", error_chain(&e)))
-            }
-            SseStreamError::Sse(e) => mid_stream(e.to_string()),
-        })
-    }))
+) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static {
+    noetic_http::sse_deltas(bytes, max_event_bytes, StreamAccumulator::new())
 }
 
-/// Framed events (or the error that ended them) → deltas. Errors pass through as they are.
-pub(crate) fn event_deltas<S>(events: S) -> impl Stream<Item = Result<StreamDelta, NoeticError>> + Send + 'static
-where
-    S: Stream<Item = Result<SseEvent, NoeticError>> + Send + 'static,
-{
-    struct State<T> {
-        events: T,
-        accumulator: StreamAccumulator,
-        queue: VecDeque<Result<StreamDelta, NoeticError>>,
-        ended: bool,
+impl EventDecoder for StreamAccumulator {
+    fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, NoeticError> {
+        StreamAccumulator::push(self, data)
     }
-    let state =
-        State { events: Box::pin(events), accumulator: StreamAccumulator::new(), queue: VecDeque::new(), ended: false };
-    futures::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(next) = st.queue.pop_front() {
-                return Some((next, st));
-            }
-            if st.ended {
-                return None;
-            }
-            match st.events.next().await {
-                Some(Ok(event)) => match st.accumulator.push(&event.data) {
-                    Ok(deltas) => {
-                        st.queue.extend(deltas.into_iter().map(Ok));
-                        st.ended = st.accumulator.is_done();
-                    }
-                    Err(e) => {
-                        st.queue.push_back(Err(e));
-                        st.ended = true;
-                    }
-                },
-                Some(Err(e)) => {
-                    st.queue.push_back(Err(e));
-                    st.ended = true;
-                }
-                None => {
-                    st.ended = true;
-                    match st.accumulator.finish() {
-                        Ok(Some(done)) => st.queue.push_back(Ok(done)),
-                        Ok(None) => {}
-                        Err(e) => st.queue.push_back(Err(e)),
-                    }
-                }
-            }
-        }
-    })
+
+    fn is_done(&self) -> bool {
+        StreamAccumulator::is_done(self)
+    }
+
+    fn finish(&mut self) -> Result<Option<StreamDelta>, NoeticError> {
+        StreamAccumulator::finish(self)
+    }
+
+    fn mid_stream(what: String) -> NoeticError {
+        mid_stream(what)
+    }
 }
 
 /// A failure after the response began, described by `what`: never retried, since part of the answer may already
 /// have been delivered.
-pub(crate) fn mid_stream(what: String) -> NoeticError {
+fn mid_stream(what: String) -> NoeticError {
     NoeticError::ModelFailed {
         message: format!(
             "{what}; the partial answer was discarded and not retried (part of it may already have been delivered) \
