@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use noetic::model::{Model, ModelRequest, ModelResponse, StreamDelta};
-use noetic::{ConfigError, NoeticError};
+use noetic_core::model::{Model, ModelRequest, ModelResponse, StreamDelta};
+use noetic_core::{ConfigError, NoeticError};
 use noetic_http::{Auth, ChunkedBody, HttpDriver, HttpFailure, Names, Transport, WireFormat};
 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR};
@@ -127,7 +127,7 @@ impl Model for AnthropicModel {
 mod tests {
     use std::time::Duration;
 
-    use noetic::ConfigCode;
+    use noetic_core::ConfigCode;
 
     use super::*;
 

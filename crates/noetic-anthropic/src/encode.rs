@@ -15,8 +15,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use noetic::model::{Item, ModelRequest, Role, ToolSpec};
-use noetic::step::{ModelParams, ToolChoice};
+use noetic_core::model::{Item, ModelRequest, Role, ToolSpec};
+use noetic_core::model::{ModelParams, ToolChoice};
 use noetic_http::{ChunkLog, ChunkedBody, write_json_str};
 use serde_json::Value;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use noetic::NoeticError;
+use noetic_core::NoeticError;
 use noetic_http::{HttpFailure, StatusClass};
 use serde_json::Value;
 

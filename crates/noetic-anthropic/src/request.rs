@@ -2,8 +2,8 @@
 //!
 //! Everything here is pure: no I/O, no clock, no environment.
 
-use noetic::model::{ContentBlock, ImageSource, Item, ModelRequest, Role, ToolResult, ToolSpec};
-use noetic::step::ToolChoice;
+use noetic_core::model::ToolChoice;
+use noetic_core::model::{ContentBlock, ImageSource, Item, ModelRequest, Role, ToolResult, ToolSpec};
 use serde_json::{Map, Value, json};
 
 /// `max_tokens` sent when the request sets none. Anthropic requires the field on every request; 4096 fits every

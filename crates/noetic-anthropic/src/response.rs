@@ -7,8 +7,8 @@
 
 use std::borrow::Cow;
 
-use noetic::NoeticError;
-use noetic::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
+use noetic_core::NoeticError;
+use noetic_core::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;

@@ -4,8 +4,8 @@
 //! Free of sockets: the client feeds it the HTTP body; tests feed it fixture bytes cut at arbitrary points.
 
 use futures::Stream;
-use noetic::NoeticError;
-use noetic::model::StreamDelta;
+use noetic_core::NoeticError;
+use noetic_core::model::StreamDelta;
 use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use crate::stream::StreamAccumulator;

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use noetic::NoeticError;
-use noetic::model::{ModelResponse, StreamDelta, ToolCall};
+use noetic_core::NoeticError;
+use noetic_core::model::{ModelResponse, StreamDelta, ToolCall};
 use serde_json::Value;
 
 use crate::error::error_from_body;
@@ -259,7 +259,7 @@ fn mid_stream(error: NoeticError) -> NoeticError {
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod tests {
-    use noetic::model::{FinishReason, Item};
+    use noetic_core::model::{FinishReason, Item};
     use serde_json::json;
 
     use super::*;

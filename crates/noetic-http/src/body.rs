@@ -147,8 +147,8 @@ where
 
 /// `what` is over the body cap `limit`, set by `setting` (e.g. `OpenAiConfig::max_body_bytes`): a non-retryable
 /// failure, since the same request would bring the same body.
-pub fn too_large(what: &str, limit: usize, status: Option<u16>, setting: &str) -> noetic::NoeticError {
-    noetic::NoeticError::ModelFailed {
+pub fn too_large(what: &str, limit: usize, status: Option<u16>, setting: &str) -> noetic_core::NoeticError {
+    noetic_core::NoeticError::ModelFailed {
         message: format!(
             "{what} is larger than the limit of {} ({setting}); it was not read further and not retried — raise the \
              limit if answers this large are expected",
@@ -169,7 +169,7 @@ pub async fn error_body_text<S, B, E>(
     status: u16,
     origin: &str,
     setting: &str,
-) -> Result<String, noetic::NoeticError>
+) -> Result<String, noetic_core::NoeticError>
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
     B: AsRef<[u8]> + Send + 'static,

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use noetic::model::Backoff;
-use noetic::model::RetryPolicy;
+use noetic_core::model::Backoff;
+use noetic_core::model::RetryPolicy;
 
 use crate::DEFAULT_MAX_BODY_BYTES;
 
@@ -193,7 +193,7 @@ macro_rules! http_config_methods {
 
             /// Sets the retry policy (default 3 attempts, exponential from 500 ms; `max_attempts: 1` turns
             /// retries off). Retries happen only before a response has begun, never after.
-            pub fn retry(mut self, policy: ::noetic::model::RetryPolicy) -> Self {
+            pub fn retry(mut self, policy: ::noetic_core::model::RetryPolicy) -> Self {
                 self.http.retry = policy;
                 self
             }
@@ -221,7 +221,7 @@ macro_rules! http_config_methods {
             }
 
             /// The retry policy.
-            pub fn get_retry(&self) -> ::noetic::model::RetryPolicy {
+            pub fn get_retry(&self) -> ::noetic_core::model::RetryPolicy {
                 self.http.retry
             }
 

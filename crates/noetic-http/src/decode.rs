@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::fmt::Display;
 
 use futures::{Stream, StreamExt};
-use noetic::NoeticError;
-use noetic::model::StreamDelta;
+use noetic_core::NoeticError;
+use noetic_core::model::StreamDelta;
 
 use crate::sse::{SseEvent, SseStreamError, sse_events};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
-use noetic::NoeticError;
-use noetic::model::{ModelResponse, StreamDelta, replay};
+use noetic_core::NoeticError;
+use noetic_core::model::{ModelResponse, StreamDelta, replay};
 use reqwest::header::CONTENT_TYPE;
 
 use crate::body::first_chunk;

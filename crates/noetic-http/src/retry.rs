@@ -3,9 +3,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use noetic::NoeticError;
-pub use noetic::model::DEFAULT_MAX_DELAY;
-use noetic::model::RetryPolicy;
+use noetic_core::NoeticError;
+pub use noetic_core::model::DEFAULT_MAX_DELAY;
+use noetic_core::model::RetryPolicy;
 
 /// How long to wait after failed attempt `failed` (0-based) before the next one, or `None` to give up: the error
 /// is not retryable, the attempts are used up, or the provider asked (`Retry-After`) to wait longer than the
@@ -46,7 +46,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use noetic::model::Backoff;
+    use noetic_core::model::Backoff;
 
     use super::*;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use noetic::NoeticError;
+use noetic_core::NoeticError;
 use serde_json::Value;
 
 use crate::retry_after::MAX_RETRY_AFTER;
@@ -103,7 +103,7 @@ impl HttpFailure<'_> {
         if !matches!(self.status, 400 | 413 | 422) {
             return None;
         }
-        noetic::window::context_refusal(message, kind, error)
+        noetic_core::model::context_refusal(message, kind, error)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use noetic::{ConfigCode, ConfigError, NoeticError};
+use noetic_core::{ConfigCode, ConfigError, NoeticError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::body::{BodyError, error_body_text, read_body, too_large};

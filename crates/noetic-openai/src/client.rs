@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use noetic::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
-use noetic::{ConfigError, NoeticError};
+use noetic_core::model::{Capabilities, Model, ModelRequest, ModelResponse, StreamDelta};
+use noetic_core::{ConfigError, NoeticError};
 use noetic_http::{Auth, ChunkedBody, HttpDriver, HttpFailure, Names, Transport, WireFormat};
 
 use crate::config::{OPENAI_BASE_URL_ENV, OpenAiConfig};
@@ -127,13 +127,13 @@ impl Model for OpenAiModel {
     }
 
     /// The configured window, else the well-known one of the model the request is sent as.
-    fn context_window(&self, model: &str) -> Option<noetic::window::ContextWindow> {
+    fn context_window(&self, model: &str) -> Option<noetic_core::model::ContextWindow> {
         let config = self.config();
-        config.window.or_else(|| noetic::window::known_window(&config.model_for(model)))
+        config.window.or_else(|| noetic_core::model::known_window(&config.model_for(model)))
     }
 
     /// The configured counter, else OpenAI's tokenizer for an OpenAI model, else the estimate (`None`).
-    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
+    fn token_counter(&self, model: &str) -> Option<Arc<dyn noetic_core::model::TokenCounter>> {
         let config = self.config();
         if let Some(counter) = &config.counter {
             return Some(counter.clone());
@@ -191,8 +191,8 @@ impl OpenAiModel {
 mod tests {
     use std::time::Duration;
 
-    use noetic::ConfigCode;
-    use noetic::step::{Backoff, RetryPolicy};
+    use noetic_core::ConfigCode;
+    use noetic_core::model::{Backoff, RetryPolicy};
 
     use super::*;
 

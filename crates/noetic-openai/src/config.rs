@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use noetic::model::{Capabilities, RetryPolicy};
+use noetic_core::model::{Capabilities, RetryPolicy};
 pub use noetic_http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_TIMEOUT};
 use noetic_http::{DEFAULT_RETRY, HttpConfig, non_empty_var};
 
@@ -51,9 +51,9 @@ pub struct OpenAiConfig {
     pub(crate) narrow_named_tool_choice: bool,
     pub(crate) late_system_as_user: bool,
     /// The model's window, when configured (else the table of well-known models).
-    pub(crate) window: Option<noetic::window::ContextWindow>,
+    pub(crate) window: Option<noetic_core::model::ContextWindow>,
     /// How tokens are counted, when configured (else the estimate).
-    pub(crate) counter: Option<std::sync::Arc<dyn noetic::window::TokenCounter>>,
+    pub(crate) counter: Option<std::sync::Arc<dyn noetic_core::model::TokenCounter>>,
 }
 
 noetic_http::http_config_methods!(OpenAiConfig);

@@ -1,7 +1,7 @@
 //! HTTP error statuses → typed errors: this server family's words over `noetic-http`'s skeleton ([`HttpFailure`],
 //! [`StatusClass`]). Pure functions (`Retry-After` is read by `noetic-http`).
 
-use noetic::NoeticError;
+use noetic_core::NoeticError;
 use noetic_http::{HttpFailure, StatusClass};
 
 use crate::wire::{ProviderError, quote};

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use noetic::NoeticError;
-use noetic::window::{ContextWindow, TokenCounter};
+use noetic_core::NoeticError;
+use noetic_core::model::{ContextWindow, TokenCounter};
 use serde_json::{Value, json};
 
 use crate::OpenAiConfig;
@@ -67,7 +67,7 @@ impl TokenCounter for Tiktoken {
     fn count(&self, text: &str) -> u32 {
         match tiktoken_rs::bpe_for_tokenizer(self.0) {
             Ok(bpe) => u32::try_from(bpe.encode_ordinary(text).len()).unwrap_or(u32::MAX),
-            Err(_) => noetic::window::Estimate.count(text),
+            Err(_) => noetic_core::model::Estimate.count(text),
         }
     }
 

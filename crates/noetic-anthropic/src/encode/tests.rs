@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use noetic::model::{History, Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
-use noetic::step::ToolChoice;
+use noetic_core::model::ToolChoice;
+use noetic_core::model::{History, Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
 use serde_json::{Value, json};
 
 use super::*;

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
-use noetic::model::{History, ToolCall};
-use noetic::step::ModelParams;
+use noetic_core::model::ModelParams;
+use noetic_core::model::{History, ToolCall};
 
 use super::*;
 

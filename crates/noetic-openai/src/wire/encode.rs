@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use noetic::model::{History, Item, ModelRequest, Role, ToolSpec};
-use noetic::step::{ModelParams, ToolChoice};
+use noetic_core::model::{History, Item, ModelRequest, Role, ToolSpec};
+use noetic_core::model::{ModelParams, ToolChoice};
 use noetic_http::{ChunkLog, ChunkedBody};
 use serde_json::Value;
 

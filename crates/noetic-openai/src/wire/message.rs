@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use noetic::model::{Item, ToolCall};
+use noetic_core::model::{Item, ToolCall};
 use serde_json::{Map, Value, json};
 
 /// A message of the body, borrowing from the request's items.

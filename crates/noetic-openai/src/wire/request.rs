@@ -1,7 +1,7 @@
 //! [`ModelRequest`] → chat-completions request body.
 
-use noetic::model::{Item, ModelRequest, Role};
-use noetic::step::ToolChoice;
+use noetic_core::model::ToolChoice;
+use noetic_core::model::{Item, ModelRequest, Role};
 use serde_json::{Map, Value, json};
 
 use super::message::Message;
@@ -192,8 +192,8 @@ pub(super) fn walk<'a>(items: &'a [Item], mut emit: impl FnMut(Message<'a>, usiz
 mod tests {
     use std::sync::Arc;
 
-    use noetic::model::{ContentBlock, History, ToolCall, ToolResult, ToolSpec};
-    use noetic::step::ModelParams;
+    use noetic_core::model::ModelParams;
+    use noetic_core::model::{ContentBlock, History, ToolCall, ToolResult, ToolSpec};
 
     use super::*;
 

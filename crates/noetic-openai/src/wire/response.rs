@@ -6,8 +6,8 @@
 //! usual shape are read by typed views without a `serde_json::Value` tree (see `answer`); the rest — error objects,
 //! oddly typed fields — by walking a `Value`, with the same result.
 
-use noetic::NoeticError;
-use noetic::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
+use noetic_core::NoeticError;
+use noetic_core::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
 use serde_json::Value;
 
 use super::answer::Answer;

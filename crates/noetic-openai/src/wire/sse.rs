@@ -2,8 +2,8 @@
 //! [`StreamAccumulator`].
 
 use futures::Stream;
-use noetic::NoeticError;
-use noetic::model::StreamDelta;
+use noetic_core::NoeticError;
+use noetic_core::model::StreamDelta;
 use noetic_http::{ByteChunks, DEFAULT_MAX_BODY_BYTES, EventDecoder};
 
 use super::StreamAccumulator;

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use noetic::NoeticError;
-use noetic::model::{Item, ModelResponse, StreamDelta, Usage};
+use noetic_core::NoeticError;
+use noetic_core::model::{Item, ModelResponse, StreamDelta, Usage};
 use serde_json::Value;
 
 use super::answer::Answer;
@@ -281,7 +281,7 @@ impl StreamAccumulator {
 
 /// The deltas a streaming call would have produced for `response` (text, then tool calls, then `Done`); used when
 /// a server answers a streaming request with a plain JSON response.
-pub use noetic::model::replay;
+pub use noetic_core::model::replay;
 
 #[cfg(test)]
 #[allow(clippy::panic, clippy::unwrap_used)]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use noetic::model::{Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
+use noetic_core::model::{Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
 use serde_json::{Map, Value, json};
 
 use super::*;

@@ -1,4 +1,4 @@
-use noetic::model::{FinishReason, ToolCall};
+use noetic_core::model::{FinishReason, ToolCall};
 use serde_json::json;
 
 use super::*;
