@@ -351,21 +351,21 @@ impl SteeringLayer {
         let kind = ledger_kind(&params);
         let action = evaluation.decision.action;
         let mut inner = lock(state);
-        let (copy, result) = match ledger::push_new(&mut inner.ledger, self.config().max_ledger_entries, kind, action)
-        {
-            Some((entry, name)) => {
-                let result = fill(entry, name, params, evaluation, started);
-                (records.map(|_| entry.clone()), result)
+        let Some((entry, name)) = ledger::push_new(&mut inner.ledger, self.config().max_ledger_entries, kind, action)
+        else {
+            drop(inner);
+            let (entry, result) = self.entry_of(params, evaluation, started);
+            if let Some(records) = records {
+                records.ledger_entry(Box::new(entry));
             }
-            None => {
-                drop(inner);
-                let (entry, result) = self.entry_of(params, evaluation, started);
-                (records.map(|_| entry), result)
-            }
+            return result;
         };
-        if let (Some(records), Some(copy)) = (records, copy) {
-            records.ledger_entry(Box::new(copy));
-        }
+        let result = fill(entry, name, params, evaluation, started);
+        // Without session records (no copy to make) the entry is never moved.
+        let Some(records) = records else { return result };
+        let copy = entry.clone();
+        drop(inner);
+        records.ledger_entry(Box::new(copy));
         result
     }
 

@@ -272,6 +272,11 @@ pub(crate) fn push_new(
         ledger.push_back(LedgerEntry::new(kind, action));
         return ledger.back_mut().map(|entry| (entry, None));
     }
+    // Full for the first time: hold exactly `max` entries from now on, so that moving the oldest to the back (to
+    // be renewed there) moves the ring's start and no entry.
+    if ledger.capacity() > max {
+        ledger.shrink_to_fit();
+    }
     ledger.rotate_left(1);
     let entry = ledger.back_mut()?;
     let name = entry.renew(kind, action);
