@@ -18,12 +18,16 @@
 //! rules, hashing its state key and guarding each predicate, and tool calls stopped making waiters and approval
 //! steps that return at once. At `9b92590`: 9,465 / 14,998 (the layer adds 5,533); with the rules indexed by hook
 //! and tool, the layer answering its hooks at once (`*_now`, no hook future) and not looking for verdicts that no
-//! async judge can have queued: 9,478 / 12,780 (adds 3,302).
+//! async judge can have queued: 9,478 / 12,780 (adds 3,302). At `3b1297e`: 10,728 / 14,856 (adds 4,128); with each
+//! gate's ledger entry made where the ledger keeps it (a full ledger renews its oldest entry in place, moving no
+//! entry) and no aggregation when no rule concerns the call or every predicate allowed: 10,726 / 14,014 (adds 3,288).
 //!
 //! `instr_probe fork N` runs the suite's `fork_path_us` workload N times (one `fork` All of 1000 trivial paths,
 //! built once); (I(M) − I(N)) / ((M − N) · 1000) is the instructions per fork path. With N = 2, M = 12: 5,888 at
 //! `9b92590`; 2,948 once a path's context shares its root's parts and makes its cancellation token lazily, ids
-//! come from a per-thread sequence and a `run` path's future lives unboxed in its task.
+//! come from a per-thread sequence and a `run` path's future lives unboxed in its task; 2,982 at `3b1297e` (of which
+//! about 850 are the three allocations a path makes and frees, 350 moving its future into its task, and 75 two
+//! locks of the root's cancellation token).
 //!
 //! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
 //! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.

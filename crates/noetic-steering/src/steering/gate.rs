@@ -31,12 +31,27 @@ pub(super) struct Evaluation {
     pub(super) decision: SteeringDecision,
     pub(super) deciders: Vec<(String, Evaluator)>,
     pub(super) failures: Vec<RuleFailure>,
-    /// A configuration error that ended evaluation: the hook fails with it.
-    fault: Option<ConfigError>,
+    /// A configuration error that ended evaluation: the hook fails with it (boxed: an evaluation is moved
+    /// between the steps of every gate, and this is rarely set).
+    fault: Option<Box<ConfigError>>,
     /// The decision is a DENY an escalating rule made of a GUIDE.
     pub(super) escalated: bool,
     /// The blocking judges that gave a verdict (or whose failure policy decided), with their fingerprints.
     judges: Vec<JudgeVerdict>,
+}
+
+impl Evaluation {
+    /// Allow, decided by no rule: what a gate whose rules all allowed (or that has none) records.
+    fn allow() -> Self {
+        Evaluation {
+            decision: SteeringDecision::allow(),
+            deciders: Vec::new(),
+            failures: Vec::new(),
+            fault: None,
+            escalated: false,
+            judges: Vec::new(),
+        }
+    }
 }
 
 impl SteeringLayer {
@@ -120,9 +135,13 @@ impl SteeringLayer {
     /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
     /// ends the run, exactly as the per-rule guard would.
     pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
+        let (candidates, check_scopes) = self.candidates(params);
+        // No rule concerns the call (after a model response, in a layer whose rules all guard tool calls): allow.
+        if candidates.is_empty() {
+            return Evaluation::allow();
+        }
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
         let mut running: Option<(usize, &SteeringRule)> = None;
-        let (candidates, check_scopes) = self.candidates(params);
         let rules = &self.config().rules;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
             for &index in candidates {
@@ -143,12 +162,17 @@ impl SteeringLayer {
             }
         }));
         let mut failures = Vec::new();
-        if let (Err(payload), Some((index, rule))) = (run, running) {
-            let error = panicked(&rule.id, "steering predicate", &*payload);
-            let cause = FailureCause::PredicatePanicked { message: error.to_string() };
-            let decision = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
-            failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
-            decided.push((index, Evaluator::Predicate, decision));
+        match (run, running) {
+            // Every predicate allowed: nothing to aggregate, escalate or name.
+            (Ok(()), _) if decided.is_empty() => return Evaluation::allow(),
+            (Err(payload), Some((index, rule))) => {
+                let error = panicked(&rule.id, "steering predicate", &*payload);
+                let cause = FailureCause::PredicatePanicked { message: error.to_string() };
+                let decision = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
+                failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+                decided.push((index, Evaluator::Predicate, decision));
+            }
+            _ => {}
         }
         self.aggregate(decided, failures, turn)
     }
@@ -288,7 +312,7 @@ impl SteeringLayer {
         if !self.has_shadow_rules() {
             return self.record(ctx, params, &state, evaluation, started);
         }
-        let (entry, result) = self.entry_of(params, &state, evaluation, started);
+        let (entry, result) = self.entry_of(params, evaluation, started);
         // The shadow rules' would-be decisions follow the live one, in the log and in the ledger.
         let shadows = self.shadow(ctx, &params, turn, entry.action).await;
         ctx.record_ledger(&entry);
@@ -312,8 +336,9 @@ impl SteeringLayer {
         self.record(ctx, params, &state, evaluation, started)
     }
 
-    /// Keeps the evaluation's ledger entry (session records, the state's ledger); its decision, or the
-    /// configuration error that ended it.
+    /// Keeps the evaluation's ledger entry (the state's ledger, session records); its decision, or the
+    /// configuration error that ended it. The entry is made where the ledger keeps it (see [`ledger::push_new`]);
+    /// the session's records get a copy once the state is unlocked (keeping one may read layer states).
     fn record(
         &self,
         ctx: &Context,
@@ -322,9 +347,25 @@ impl SteeringLayer {
         evaluation: Evaluation,
         started: Started,
     ) -> Result<SteeringDecision, NoeticError> {
-        let (entry, result) = self.entry_of(params, state, evaluation, started);
-        ctx.record_ledger(&entry);
-        ledger::append(&mut lock(state).ledger, entry, self.config().max_ledger_entries);
+        let records = ctx.records();
+        let kind = ledger_kind(&params);
+        let action = evaluation.decision.action;
+        let mut inner = lock(state);
+        let Some((entry, name)) = ledger::push_new(&mut inner.ledger, self.config().max_ledger_entries, kind, action)
+        else {
+            drop(inner);
+            let (entry, result) = self.entry_of(params, evaluation, started);
+            if let Some(records) = records {
+                records.ledger_entry(Box::new(entry));
+            }
+            return result;
+        };
+        let result = fill(entry, name, params, evaluation, started);
+        // Without session records (no copy to make) the entry is never moved.
+        let Some(records) = records else { return result };
+        let copy = entry.clone();
+        drop(inner);
+        records.ledger_entry(Box::new(copy));
         result
     }
 
@@ -332,44 +373,54 @@ impl SteeringLayer {
     fn entry_of(
         &self,
         params: HookParams<'_>,
-        state: &Mutex<Inner>,
         evaluation: Evaluation,
         started: Started,
     ) -> (LedgerEntry, Result<SteeringDecision, NoeticError>) {
-        // When the ledger is full its oldest entry goes now; the new one reuses its tool name's buffer.
-        let oldest = ledger::take_oldest_if_full(&mut lock(state).ledger, self.config().max_ledger_entries);
-        let mut entry = LedgerEntry::new(
-            match params {
-                HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
-                HookParams::AfterModelCall(_) => LedgerKind::ModelTurn,
-            },
-            evaluation.decision.action,
-        );
-        match params {
-            HookParams::BeforeToolCall(c) => {
-                let mut name = oldest.and_then(|e| e.tool_name).unwrap_or_default();
-                name.clear();
-                name.push_str(c.name);
-                entry.tool_name = Some(name);
-                entry.tool_args = Some(c.args.clone());
-            }
-            HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
-        }
-        entry.guidance = evaluation.decision.guidance.clone();
-        if !evaluation.deciders.is_empty() {
-            entry.rule_id = Some(evaluation.deciders.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(","));
-            entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
-        }
-        entry.failures = evaluation.failures;
-        entry.escalated = evaluation.escalated;
-        entry.judges = evaluation.judges;
-        entry.duration = started.elapsed(entry.timestamp);
-        ledger::trace(&entry, hook_name(&params));
-        let result = match evaluation.fault {
-            Some(error) => Err(error.into()),
-            None => Ok(evaluation.decision),
-        };
+        let mut entry = LedgerEntry::new(ledger_kind(&params), evaluation.decision.action);
+        let result = fill(&mut entry, None, params, evaluation, started);
         (entry, result)
+    }
+}
+
+/// The kind of entry a hook call's decision makes.
+fn ledger_kind(params: &HookParams<'_>) -> LedgerKind {
+    match params {
+        HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
+        HookParams::AfterModelCall(_) => LedgerKind::ModelTurn,
+    }
+}
+
+/// Fills in a new entry (stamped now, with the evaluation's action) from the hook call and its evaluation, traces
+/// it, and gives the hook's result; `name` is a buffer to write the tool's name into.
+fn fill(
+    entry: &mut LedgerEntry,
+    name: Option<String>,
+    params: HookParams<'_>,
+    evaluation: Evaluation,
+    started: Started,
+) -> Result<SteeringDecision, NoeticError> {
+    match params {
+        HookParams::BeforeToolCall(c) => {
+            let mut name = name.unwrap_or_default();
+            name.push_str(c.name);
+            entry.tool_name = Some(name);
+            entry.tool_args = Some(c.args.clone());
+        }
+        HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
+    }
+    entry.guidance = evaluation.decision.guidance.clone();
+    if !evaluation.deciders.is_empty() {
+        entry.rule_id = Some(evaluation.deciders.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(","));
+        entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
+    }
+    entry.failures = evaluation.failures;
+    entry.escalated = evaluation.escalated;
+    entry.judges = evaluation.judges;
+    entry.duration = started.elapsed(entry.timestamp);
+    ledger::trace(entry, hook_name(&params));
+    match evaluation.fault {
+        Some(error) => Err((*error).into()),
+        None => Ok(evaluation.decision),
     }
 }
 
@@ -438,7 +489,7 @@ fn config_failure(
         decision,
         deciders: vec![(rule.id.clone(), evaluator)],
         failures,
-        fault: Some(error),
+        fault: Some(Box::new(error)),
         escalated: false,
         judges: Vec::new(),
     }

@@ -185,6 +185,58 @@ impl LedgerEntry {
         }
     }
 
+    /// Makes this entry what [`LedgerEntry::new`] makes, in place; its tool name's buffer, cleared, to reuse.
+    fn renew(&mut self, kind: LedgerKind, action: SteeringAction) -> Option<String> {
+        // Every field is named, so a new one cannot be left out here.
+        let LedgerEntry {
+            kind: old_kind,
+            timestamp,
+            tool_name,
+            tool_args,
+            usage,
+            action: old_action,
+            guidance,
+            rule_id,
+            evaluator,
+            failures,
+            duration,
+            outcome,
+            shadow,
+            escalated,
+            judges,
+            budget,
+            session_key,
+            index,
+            prev_sha256,
+            sha256,
+            signature,
+        } = self;
+        *old_kind = kind;
+        *timestamp = SystemTime::now();
+        *tool_args = None;
+        *usage = None;
+        *old_action = action;
+        *guidance = None;
+        *rule_id = None;
+        *evaluator = None;
+        failures.clear();
+        *duration = Duration::ZERO;
+        *outcome = None;
+        *shadow = None;
+        *escalated = false;
+        judges.clear();
+        *budget = None;
+        *session_key = None;
+        *index = None;
+        *prev_sha256 = None;
+        *sha256 = None;
+        *signature = None;
+        tool_name.take().map(|mut name| {
+            name.clear();
+            name
+        })
+    }
+
     /// True for a shadow rule's would-be decision whose action differs from the live decision's.
     pub fn disagrees(&self) -> bool {
         self.shadow.is_some_and(|s| s.live != self.action)
@@ -199,9 +251,36 @@ pub(crate) fn append(ledger: &mut VecDeque<LedgerEntry>, entry: LedgerEntry, max
     }
 }
 
-/// Removes the oldest entry when the ledger holds `max` or more, to make room for one more.
-pub(crate) fn take_oldest_if_full(ledger: &mut VecDeque<LedgerEntry>, max: usize) -> Option<LedgerEntry> {
-    if ledger.len() >= max { ledger.pop_front() } else { None }
+/// Appends an entry of `kind` with `action`, made now, dropping the oldest entries beyond `max`, and returns it to be
+/// filled in where it lies, with the tool-name buffer of the entry it replaced (cleared, for reuse). A full ledger
+/// reuses its oldest entry's place, so the new one is neither built apart nor moved in. `None` when `max` is 0: the
+/// ledger keeps nothing.
+pub(crate) fn push_new(
+    ledger: &mut VecDeque<LedgerEntry>,
+    max: usize,
+    kind: LedgerKind,
+    action: SteeringAction,
+) -> Option<(&mut LedgerEntry, Option<String>)> {
+    if max == 0 {
+        ledger.clear();
+        return None;
+    }
+    while ledger.len() > max {
+        ledger.pop_front();
+    }
+    if ledger.len() < max {
+        ledger.push_back(LedgerEntry::new(kind, action));
+        return ledger.back_mut().map(|entry| (entry, None));
+    }
+    // Full for the first time: hold exactly `max` entries from now on, so that moving the oldest to the back (to
+    // be renewed there) moves the ring's start and no entry.
+    if ledger.capacity() > max {
+        ledger.shrink_to_fit();
+    }
+    ledger.rotate_left(1);
+    let entry = ledger.back_mut()?;
+    let name = entry.renew(kind, action);
+    Some((entry, name))
 }
 
 impl Evaluator {

@@ -525,20 +525,21 @@ impl Context {
         journal.filter(|_| self.is_root())
     }
 
+    /// Where the session keeps its records (steering ledger entries, approvals), if it keeps any.
+    pub fn records(&self) -> Option<&Arc<dyn RecordSink>> {
+        self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
+    }
+
     /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
     pub fn record_ledger<T: Clone + Send + 'static>(&self, entry: &T) {
-        if let Some(records) =
-            self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
-        {
+        if let Some(records) = self.records() {
             records.ledger_entry(Box::new(entry.clone()));
         }
     }
 
     /// Keeps an approval's request or decision where the session keeps its records, if it keeps any.
     pub(crate) fn record_approval(&self, approval: crate::context::ApprovalRecord<'_>) {
-        if let Some(records) =
-            self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
-        {
+        if let Some(records) = self.records() {
             records.approval(approval);
         }
     }
