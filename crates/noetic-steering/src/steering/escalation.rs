@@ -1,33 +1,12 @@
 //! Escalation (`escalate_after = N`): a rule that has guided N times in one turn denies its next GUIDE, and
 //! the model is told why. Counted per rule and turn in the scope's state; a new turn starts from zero.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::feedback::Inner;
 use super::layer::SteeringLayer;
 use super::{SteeringAction, SteeringDecision};
 use crate::context::{ExecutionId, lock};
-
-/// GUIDE verdicts per escalating rule (by index) in the turn `turn`.
-#[derive(Debug, Default)]
-pub(super) struct GuideCounts {
-    turn: Option<ExecutionId>,
-    by_rule: HashMap<usize, u32>,
-}
-
-impl GuideCounts {
-    /// Counts one GUIDE of rule `index` in `turn` (counts of an earlier turn are dropped first); the count now.
-    fn bump(&mut self, turn: ExecutionId, index: usize) -> u32 {
-        if self.turn != Some(turn) {
-            self.turn = Some(turn);
-            self.by_rule.clear();
-        }
-        let count = self.by_rule.entry(index).or_default();
-        *count = count.saturating_add(1);
-        *count
-    }
-}
 
 /// Where a hook call's verdicts are counted: the scope's state and the turn (execution) making the call.
 #[derive(Clone, Copy)]

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use super::ledger::LedgerEntry;
-use crate::context::lock;
+use crate::context::{ExecutionId, lock};
 use crate::error::ConfigError;
 
 /// Verdicts a thread's carry-over keeps for its next execution; the oldest are dropped past this.
@@ -57,7 +57,7 @@ pub(super) struct Inner {
     /// Set when the execution ended: verdicts resolving later go there.
     pub(super) forward: Option<Forward>,
     /// GUIDE verdicts per escalating rule in the current turn.
-    pub(super) guides: super::escalation::GuideCounts,
+    pub(super) guides: GuideCounts,
 }
 
 impl Inner {
@@ -212,5 +212,25 @@ pub(super) fn seal(state: &Arc<Mutex<Inner>>, forward: Forward, carry: &CarryOve
                 deliver(&parent, item, carry);
             }
         }
+    }
+}
+
+/// GUIDE verdicts per escalating rule (by index) in the turn `turn`.
+#[derive(Debug, Default)]
+pub(super) struct GuideCounts {
+    turn: Option<ExecutionId>,
+    by_rule: HashMap<usize, u32>,
+}
+
+impl GuideCounts {
+    /// Counts one GUIDE of rule `index` in `turn` (counts of an earlier turn are dropped first); the count now.
+    pub(super) fn bump(&mut self, turn: ExecutionId, index: usize) -> u32 {
+        if self.turn != Some(turn) {
+            self.turn = Some(turn);
+            self.by_rule.clear();
+        }
+        let count = self.by_rule.entry(index).or_default();
+        *count = count.saturating_add(1);
+        *count
     }
 }

@@ -1,6 +1,9 @@
 //! The steering layer: evaluates rules at both gating hooks (see `gate`), keeps the ledger, delivers async
 //! feedback (see `feedback`).
 //!
+//! (Over the house's ~500 lines, knowingly: the `MemoryLayer` implementation below spans the trait's 18 methods;
+//! #35 item 3 splits that trait by purpose, and this file along with it.)
+//!
 //! State is kept per scope key. A spawned child or fork path always gets a state of its own, whatever the scope —
 //! a clone of its parent's ledger and an empty feedback queue (seed 1) — so it never drains its parent's feedback
 //! and its decisions stay out of its parent's ledger. When an execution's own state ends (`dispose`), its

@@ -1,0 +1,121 @@
+//! Building a root [`Context`]: its services, layers, cancellation, events and turn services.
+
+use super::*;
+
+/// Builds a root [`Context`].
+#[derive(Default)]
+pub struct ContextBuilder {
+    thread_id: Option<Arc<str>>,
+    resource_id: Option<Arc<str>>,
+    items: History,
+    events: EventSink,
+    /// The memory layers (a `layer::LayerStack`, set through `ContextBuilder::layers`).
+    pub(crate) layers: Carried,
+    cancel: Option<CancellationToken>,
+    /// Model, tools, approver … (set through `ContextBuilder::services` and `tools` in the tool module).
+    pub(crate) services: Services,
+    /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
+    shared: Option<Arc<Padded<Services>>>,
+    turn: Option<Arc<TurnServices>>,
+    execution_id: Option<ExecutionId>,
+}
+
+impl ContextBuilder {
+    /// The conversation thread this execution belongs to (scopes `Thread` layer state).
+    pub fn thread_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.thread_id = Some(id.into());
+        self
+    }
+
+    /// The resource (user, project …) this execution belongs to (scopes `Resource` layer state).
+    pub fn resource_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.resource_id = Some(id.into());
+        self
+    }
+
+    /// The conversation so far.
+    pub fn items(mut self, items: Vec<Item>) -> Self {
+        self.items = History::new(items);
+        self
+    }
+
+    /// The conversation so far, shared without copying (copied on the first append only if still shared).
+    pub fn history(mut self, history: History) -> Self {
+        self.items = history;
+        self
+    }
+
+    /// Where events go.
+    pub fn events(mut self, events: EventSink) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The model `llm` steps call.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.services.model = Some(model);
+        self
+    }
+
+    /// The approver for tools that need approval.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.services.approver = Some(approver);
+        self
+    }
+
+    /// Whether traces record content — prompts, responses, tool arguments and results (default off: only sizes
+    /// and ids; see [`crate::trace`]).
+    pub fn capture_content(mut self, on: bool) -> Self {
+        self.services.capture_content = on;
+        self
+    }
+
+    /// Uses this execution id instead of a fresh one.
+    pub fn execution_id(mut self, id: ExecutionId) -> Self {
+        self.execution_id = Some(id);
+        self
+    }
+
+    /// Cancel this context when `token` is cancelled (the context gets a child token of it).
+    pub fn cancel_with(mut self, token: &CancellationToken) -> Self {
+        self.cancel = Some(token.child_token());
+        self
+    }
+
+    /// A runtime's services and layers, as they are (shared, not copied): what `services`, `model`, `approver`,
+    /// `capture_content`, `tools` and `layers` set is not used then.
+    pub fn shared_services(mut self, services: Arc<Padded<Services>>, layers: Carried) -> Self {
+        self.shared = Some(services);
+        self.layers = layers;
+        self
+    }
+
+    /// A session turn's steering, journal and records.
+    pub fn turn_services(mut self, turn: TurnServices) -> Self {
+        self.turn = Some(Arc::new(turn));
+        self
+    }
+
+    /// Builds the context.
+    pub fn build(self) -> Context {
+        Context {
+            inner: Arc::new(Inner {
+                execution_id: self.execution_id.unwrap_or_default(),
+                origin: Origin::Root(Tree {
+                    thread_id: self.thread_id,
+                    resource_id: self.resource_id,
+                    events: self.events,
+                    services: self.shared.unwrap_or_else(|| Arc::new(Padded(self.services))),
+                    turn: self.turn,
+                }),
+                cancel: Cancel::root(self.cancel.unwrap_or_default()),
+                cancel_reason: OnceLock::new(),
+                items: Mutex::new(self.items.0),
+                usage: Mutex::new((Usage::default(), 0.0)),
+                last_step_meta: Mutex::new(None),
+            }),
+            layers: self.layers,
+            depth: 0,
+        }
+    }
+}
