@@ -2,7 +2,9 @@
 //! policies, and the aggregation of gating decisions (deny > guide > allow, deny short-circuits, guide texts
 //! joined with a newline).
 //!
-//! With no layers in scope every function returns at once without allocating.
+//! Each hook runs only on the layers that have its purpose ([`MemoryLayer::as_recall`], [`MemoryLayer::as_gates`],
+//! [`MemoryLayer::as_lifecycle`]); with no layer in scope that has it, a function returns at once without
+//! allocating.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -10,7 +12,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::{Allotter, HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
+use super::{
+    Allotter, Gates, HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams,
+};
 use crate::context::{Context, ExecutionId};
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
@@ -105,8 +109,12 @@ fn fatal(layer: &str, hook: &str, f: HookFailure) -> Result<(), NoeticError> {
 
 /// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
 pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
+    if !ctx.layers().has_lifecycle() {
+        return Ok(());
+    }
     for layer in ctx.layers().iter() {
-        timed(layer.timeouts().init, || layer.init(ctx)).await.map_err(|f| match f {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        timed(layer.timeouts().init, || hooks.init(ctx)).await.map_err(|f| match f {
             HookFailure::Failed(e) => e,
             HookFailure::Panicked(message) => panicked(layer.id(), "init", &message),
             timeout @ HookFailure::TimedOut(_) => {
@@ -121,7 +129,7 @@ pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
 /// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
 /// naming the layer instead of a success that hides it.
 pub async fn complete(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().has_lifecycle() {
         return Ok(());
     }
     // Boxed so that callers without layers (every fork path, for one) do not carry the hooks' state inline.
@@ -138,12 +146,14 @@ async fn complete_layers(ctx: &Context, outcome: Outcome) -> Result<(), NoeticEr
         }
     };
     for layer in layers.iter() {
-        if let Err(f) = timed(layer.timeouts().on_complete, || layer.on_complete(ctx, outcome)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().on_complete, || hooks.on_complete(ctx, outcome)).await {
             note(layer.id(), "on_complete", f);
         }
     }
     for layer in layers.iter().rev() {
-        if let Err(f) = timed(layer.timeouts().dispose, || layer.dispose(ctx)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().dispose, || hooks.dispose(ctx)).await {
             note(layer.id(), "dispose", f);
         }
     }
@@ -206,7 +216,8 @@ impl Shares<'_> {
 }
 
 async fn recall_shared(ctx: &Context, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
-    if ctx.layers().is_empty() {
+    // Layers that do not recall take nothing of the room (an allotter then leaves it all to the history).
+    if !ctx.layers().recalls() {
         return Ok(Vec::new());
     }
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
@@ -228,7 +239,12 @@ fn recall_at_once(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec
     let mut out = Vec::new();
     for (i, layer) in ctx.layers().iter().enumerate() {
         let budget = shares.offer(layer.as_ref());
-        match now(|| layer.recall_now(ctx, budget)) {
+        // A layer without recall answers at once with nothing, and still takes its turn at the allotter.
+        let answer = match layer.as_recall() {
+            Some(hooks) => now(|| hooks.recall_now(ctx, budget)),
+            None => Some(Ok(Vec::new())),
+        };
+        match answer {
             Some(answer) => take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?,
             None => return Ok(Progress::Wait(i, out)),
         }
@@ -245,9 +261,12 @@ async fn recall_layers(
 ) -> Result<Vec<Item>, NoeticError> {
     for layer in ctx.layers().iter().skip(start) {
         let budget = shares.offer(layer.as_ref());
-        let answer = match now(|| layer.recall_now(ctx, budget)) {
-            Some(answer) => answer,
-            None => timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await,
+        let answer = match layer.as_recall() {
+            Some(hooks) => match now(|| hooks.recall_now(ctx, budget)) {
+                Some(answer) => answer,
+                None => timed(layer.timeouts().recall, || hooks.recall(ctx, budget)).await,
+            },
+            None => Ok(Vec::new()),
         };
         take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?;
     }
@@ -288,7 +307,7 @@ fn take_recalled(
 
 /// Runs `store` on every layer. Failures are logged.
 pub async fn store(ctx: &Context, response: &ModelResponse) {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().recalls() {
         return;
     }
     Box::pin(store_layers(ctx, response)).await;
@@ -296,7 +315,8 @@ pub async fn store(ctx: &Context, response: &ModelResponse) {
 
 async fn store_layers(ctx: &Context, response: &ModelResponse) {
     for layer in ctx.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().store, || layer.store(ctx, response)).await {
+        let Some(hooks) = layer.as_recall() else { continue };
+        if let Err(f) = timed(layer.timeouts().store, || hooks.store(ctx, response)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
         }
     }
@@ -374,21 +394,21 @@ impl<'a> GateCall<'a> {
         }
     }
 
-    fn now(self, layer: &dyn MemoryLayer, ctx: &Context) -> Option<Result<SteeringDecision, NoeticError>> {
+    fn now(self, gates: &dyn Gates, ctx: &Context) -> Option<Result<SteeringDecision, NoeticError>> {
         match self {
-            GateCall::BeforeToolCall(call) => layer.before_tool_call_now(ctx, call),
-            GateCall::AfterModelCall(call) => layer.after_model_call_now(ctx, call),
+            GateCall::BeforeToolCall(call) => gates.before_tool_call_now(ctx, call),
+            GateCall::AfterModelCall(call) => gates.after_model_call_now(ctx, call),
         }
     }
 
     fn hook(
         self,
-        layer: &'a dyn MemoryLayer,
+        gates: &'a dyn Gates,
         ctx: &'a Context,
     ) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         match self {
-            GateCall::BeforeToolCall(call) => layer.before_tool_call(ctx, call),
-            GateCall::AfterModelCall(call) => layer.after_model_call(ctx, call),
+            GateCall::BeforeToolCall(call) => gates.before_tool_call(ctx, call),
+            GateCall::AfterModelCall(call) => gates.after_model_call(ctx, call),
         }
     }
 }
@@ -407,7 +427,8 @@ fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<Progress<Gate, Gati
     let mut gating = Gating::default();
     for (i, layer) in ctx.layers().iter().enumerate() {
         let layer: &dyn MemoryLayer = layer.as_ref();
-        match now(|| call.now(layer, ctx)) {
+        let Some(gates) = layer.as_gates() else { continue };
+        match now(|| call.now(gates, ctx)) {
             Some(answer) => {
                 if let Some(gate) = gating.note(layer, call.name(), answer)? {
                     return Ok(Progress::Done(gate));
@@ -428,9 +449,10 @@ async fn gate_rest<'a>(
 ) -> Result<Gate, NoeticError> {
     for layer in ctx.layers().iter().skip(start) {
         let layer: &dyn MemoryLayer = layer.as_ref();
-        let answer = match now(|| call.now(layer, ctx)) {
+        let Some(gates) = layer.as_gates() else { continue };
+        let answer = match now(|| call.now(gates, ctx)) {
             Some(answer) => answer,
-            None => timed(call.timeout(layer), || call.hook(layer, ctx)).await,
+            None => timed(call.timeout(layer), || call.hook(gates, ctx)).await,
         };
         if let Some(gate) = gating.note(layer, call.name(), answer)? {
             return Ok(gate);
@@ -441,7 +463,7 @@ async fn gate_rest<'a>(
 
 /// Asks every layer about a tool call.
 pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result<Gate, NoeticError> {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().gates() {
         return Ok(Gate::allow());
     }
     gate(ctx, GateCall::BeforeToolCall(call)).await
@@ -449,7 +471,7 @@ pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result
 
 /// Asks every layer about a model response.
 pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Result<Gate, NoeticError> {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().gates() {
         return Ok(Gate::allow());
     }
     gate(ctx, GateCall::AfterModelCall(call)).await
@@ -457,7 +479,7 @@ pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Resul
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
 pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
-    if child.layers().is_empty() {
+    if !child.layers().has_lifecycle() {
         return Ok(Vec::new());
     }
     Box::pin(spawn_layers(parent, child)).await
@@ -466,7 +488,8 @@ pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, Noeti
 async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
     for layer in child.layers().iter() {
-        match timed(layer.timeouts().on_spawn, || layer.on_spawn(parent, child)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        match timed(layer.timeouts().on_spawn, || hooks.on_spawn(parent, child)).await {
             Ok(more) => items.extend(more),
             Err(f) => {
                 tracing::warn!(layer = layer.id(), error = %describe(&f), "on_spawn failed");
@@ -479,7 +502,7 @@ async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, No
 
 /// Runs `on_return` on the child's layers after the child succeeded.
 pub async fn return_(parent: &Context, child: &Context) {
-    if child.layers().is_empty() {
+    if !child.layers().has_lifecycle() {
         return;
     }
     Box::pin(return_layers(parent, child)).await;
@@ -487,7 +510,8 @@ pub async fn return_(parent: &Context, child: &Context) {
 
 async fn return_layers(parent: &Context, child: &Context) {
     for layer in child.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().on_return, || layer.on_return(parent, child)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().on_return, || hooks.on_return(parent, child)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");
         }
     }
@@ -495,6 +519,6 @@ async fn return_layers(parent: &Context, child: &Context) {
 
 /// A copy of a layer's state for an execution (execution-scoped layers) — downcast to the layer's state type.
 pub fn get_layer_state<T: 'static>(layers: &LayerStack, execution_id: ExecutionId, layer_id: &str) -> Option<T> {
-    let state = layers.get(layer_id)?.state(&ScopeKey::Execution(execution_id))?;
+    let state = layers.get(layer_id)?.as_persistence()?.state(&ScopeKey::Execution(execution_id))?;
     state.downcast::<T>().ok().map(|b| *b)
 }
