@@ -172,8 +172,8 @@ async fn a_stack_without_gates_allows_a_tool_call_without_asking_a_layer() {
     let layers: Vec<Arc<dyn MemoryLayer>> = vec![Arc::new(Notes(log.clone())), Arc::new(Counter(log.clone()))];
     let ctx = Context::builder().layers(layers).build();
 
-    assert!(!ctx.layers().gates(), "neither layer gates");
-    assert!(ctx.layers().recalls() && ctx.layers().has_lifecycle());
+    assert!(!ctx.layers().has_gates(), "neither layer gates");
+    assert!(ctx.layers().has_recall() && ctx.layers().has_lifecycle());
     let gate = lifecycle::before_tool_call(&ctx, tool_call()).await.unwrap();
 
     assert_eq!(gate.decision, SteeringDecision::allow());

@@ -210,7 +210,6 @@ pub struct ModelCallParams<'a> {
 /// made, to skip a hook no layer in it has.
 ///
 /// ```
-/// use futures::future::BoxFuture;
 /// use noetic::layer::{MemoryLayer, Recall};
 /// use noetic::model::Item;
 /// use noetic::{Context, NoeticError};
@@ -319,12 +318,12 @@ impl LayerStack {
     }
 
     /// True when a layer in the stack has [`Recall`] hooks.
-    pub fn recalls(&self) -> bool {
+    pub fn has_recall(&self) -> bool {
         self.purposes.0 & Purposes::RECALL != 0
     }
 
     /// True when a layer in the stack has [`Gates`].
-    pub fn gates(&self) -> bool {
+    pub fn has_gates(&self) -> bool {
         self.purposes.0 & Purposes::GATES != 0
     }
 
