@@ -224,6 +224,12 @@ impl MemoryLayer for Reserved {
         noetic::layer::Budget { min: self.1, max: self.1 * 2 }
     }
 
+    fn as_recall(&self) -> Option<&dyn Recall> {
+        Some(self)
+    }
+}
+
+impl Recall for Reserved {
     fn recall<'a>(&'a self, _ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         // Fills what it is offered.
         Box::pin(async move { Ok(vec![Item::developer("y".repeat((budget as usize - 4) * 4))]) })

@@ -34,15 +34,28 @@ impl MemoryLayer for Layer {
     fn id(&self) -> &str {
         self.id
     }
+
     fn slot(&self) -> Slot {
         Slot(self.slot)
     }
+
+    fn as_recall(&self) -> Option<&dyn Recall> {
+        Some(self)
+    }
+
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
+    }
+}
+
+impl Recall for Layer {
     fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
         self.at_once.then(|| {
             self.asked("recall at once");
             Ok(vec![Item::developer(self.id)])
         })
     }
+
     fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
             tokio::task::yield_now().await;
@@ -50,6 +63,9 @@ impl MemoryLayer for Layer {
             Ok(vec![Item::developer(self.id)])
         })
     }
+}
+
+impl Gates for Layer {
     fn before_tool_call_now(
         &self,
         _ctx: &Context,
@@ -57,6 +73,7 @@ impl MemoryLayer for Layer {
     ) -> Option<Result<SteeringDecision, NoeticError>> {
         self.at_once.then(|| Ok(self.asked("before at once")))
     }
+
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,
@@ -67,6 +84,7 @@ impl MemoryLayer for Layer {
             Ok(self.asked("before"))
         })
     }
+
     fn after_model_call_now(
         &self,
         _ctx: &Context,
@@ -74,6 +92,7 @@ impl MemoryLayer for Layer {
     ) -> Option<Result<SteeringDecision, NoeticError>> {
         self.at_once.then(|| Ok(self.asked("after at once")))
     }
+
     fn after_model_call<'a>(
         &'a self,
         _ctx: &'a Context,

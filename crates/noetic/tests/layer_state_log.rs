@@ -35,18 +35,36 @@ impl MemoryLayer for TurnCounter {
         self.scope
     }
 
+    fn as_recall(&self) -> Option<&dyn Recall> {
+        Some(self)
+    }
+
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+
+    fn as_persistence(&self) -> Option<&dyn Persistence> {
+        Some(self)
+    }
+}
+
+impl Recall for TurnCounter {
     fn recall<'a>(&'a self, ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         let key = ScopeKey::for_context(ctx, self.scope);
         let seen = self.counts.lock().unwrap().get(&key).copied().unwrap_or(0);
         Box::pin(async move { Ok(vec![Item::developer(format!("turns before this one: {seen}"))]) })
     }
+}
 
+impl Lifecycle for TurnCounter {
     fn on_complete<'a>(&'a self, ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
         let key = ScopeKey::for_context(ctx, self.scope);
         *self.counts.lock().unwrap().entry(key).or_default() += 1;
         Box::pin(async { Ok(()) })
     }
+}
 
+impl Persistence for TurnCounter {
     fn save_state(&self, key: &ScopeKey) -> Option<Value> {
         self.counts.lock().unwrap().get(key).map(|n| json!({ "turns": n }))
     }

@@ -69,31 +69,50 @@ impl MemoryLayer for Probe {
     fn id(&self) -> &str {
         self.id
     }
+
     fn slot(&self) -> Slot {
         Slot(self.slot)
     }
+
     fn budget(&self) -> Budget {
         Budget { min: 0, max: self.budget }
     }
+
     fn on_hook_error(&self) -> HookErrorPolicy {
         self.policy
     }
+
     fn timeouts(&self) -> HookTimeouts {
         HookTimeouts { before_tool_call: Some(Duration::from_millis(100)), ..HookTimeouts::default() }
     }
-    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        self.note(&format!("init d{}", ctx.depth()));
-        Box::pin(async { Ok(()) })
+
+    fn as_recall(&self) -> Option<&dyn Recall> {
+        Some(self)
     }
+
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
+    }
+
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+impl Recall for Probe {
     fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         self.note("recall");
         let items = self.recall.clone();
         Box::pin(async move { Ok(items) })
     }
+
     fn store<'a>(&'a self, _ctx: &'a Context, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note(&format!("store {}", response.text_output()));
         Box::pin(async { Ok(()) })
     }
+}
+
+impl Gates for Probe {
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,
@@ -102,6 +121,7 @@ impl MemoryLayer for Probe {
         self.note(&format!("before {}", call.name));
         self.decide()
     }
+
     fn after_model_call<'a>(
         &'a self,
         _ctx: &'a Context,
@@ -110,6 +130,14 @@ impl MemoryLayer for Probe {
         self.note("after");
         Box::pin(async { Ok(SteeringDecision::allow()) })
     }
+}
+
+impl Lifecycle for Probe {
+    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+        self.note(&format!("init d{}", ctx.depth()));
+        Box::pin(async { Ok(()) })
+    }
+
     fn on_spawn<'a>(
         &'a self,
         _parent: &'a Context,
@@ -119,14 +147,17 @@ impl MemoryLayer for Probe {
         let id = self.id;
         Box::pin(async move { Ok(vec![Item::developer(format!("opened by {id}"))]) })
     }
+
     fn on_return<'a>(&'a self, _parent: &'a Context, _child: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note("return");
         Box::pin(async { Ok(()) })
     }
+
     fn on_complete<'a>(&'a self, _ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note(&format!("complete {outcome:?}"));
         Box::pin(async { Ok(()) })
     }
+
     fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note("dispose");
         Box::pin(async { Ok(()) })

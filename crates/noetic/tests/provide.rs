@@ -26,6 +26,12 @@ impl MemoryLayer for Recording {
         Slot(self.slot)
     }
 
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+impl Lifecycle for Recording {
     fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.log.lock().unwrap().push(format!("init {}", self.tag));
         let fail = self.fail_init;

@@ -76,6 +76,12 @@ impl MemoryLayer for SlowReview {
         "slow-review"
     }
 
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
+    }
+}
+
+impl Gates for SlowReview {
     fn after_model_call<'a>(
         &'a self,
         _ctx: &'a Context,

@@ -142,6 +142,16 @@ impl MemoryLayer for TurnCounter {
         "turn-counter"
     }
 
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+
+    fn as_persistence(&self) -> Option<&dyn Persistence> {
+        Some(self)
+    }
+}
+
+impl Lifecycle for TurnCounter {
     fn on_complete<'a>(
         &'a self,
         ctx: &'a Context,
@@ -151,7 +161,9 @@ impl MemoryLayer for TurnCounter {
         *self.0.lock().unwrap().entry(thread).or_default() += 1;
         Box::pin(async { Ok(()) })
     }
+}
 
+impl Persistence for TurnCounter {
     fn save_state(&self, key: &noetic::layer::ScopeKey) -> Option<serde_json::Value> {
         let noetic::layer::ScopeKey::Thread(thread) = key else { return None };
         self.0.lock().unwrap().get(&**thread).map(|n| json!(n))

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use noetic::layer::{MemoryLayer, ToolCallParams};
+use noetic::layer::ToolCallParams;
 use noetic::prelude::*;
 use serde_json::{Value, json};
 

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use noetic::layer::{MemoryLayer, ModelCallParams, ToolCallParams};
+use noetic::layer::{ModelCallParams, ToolCallParams};
 use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind};
 use serde_json::{Value, json};

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use noetic::layer::lifecycle::{self, Gate};
-use noetic::layer::{Hook, MemoryLayer, Slot, ToolCallParams};
+use noetic::layer::{Gates, Hook, MemoryLayer, Slot, ToolCallParams};
 use noetic::steering::{
     Evaluator, LedgerKind, SteeringAction, SteeringConfig, SteeringDecision, SteeringRule, SteeringState, steering,
 };
@@ -85,6 +85,12 @@ impl MemoryLayer for FixedLayer {
         self.slot
     }
 
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
+    }
+}
+
+impl Gates for FixedLayer {
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,

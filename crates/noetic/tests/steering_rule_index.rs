@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use noetic::layer::{MemoryLayer, ToolCallParams};
+use noetic::layer::ToolCallParams;
 use noetic::prelude::*;
 use noetic::steering::LedgerKind;
 use serde_json::json;

@@ -34,11 +34,16 @@ impl MemoryLayer for Panicky {
         "panicky"
     }
 
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        self.maybe_panic("init");
-        Box::pin(async { Ok(()) })
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
     }
 
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+impl Gates for Panicky {
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,
@@ -48,6 +53,13 @@ impl MemoryLayer for Panicky {
             self.maybe_panic("before_tool_call");
             Ok(SteeringDecision::allow())
         })
+    }
+}
+
+impl Lifecycle for Panicky {
+    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+        self.maybe_panic("init");
+        Box::pin(async { Ok(()) })
     }
 
     fn on_complete<'a>(&'a self, _ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {

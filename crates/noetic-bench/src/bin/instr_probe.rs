@@ -21,6 +21,8 @@
 //! async judge can have queued: 9,478 / 12,780 (adds 3,302). At `3b1297e`: 10,728 / 14,856 (adds 4,128); with each
 //! gate's ledger entry made where the ledger keeps it (a full ledger renews its oldest entry in place, moving no
 //! entry) and no aggregation when no rule concerns the call or every predicate allowed: 10,726 / 14,014 (adds 3,288).
+//! With `MemoryLayer` split by purpose (#35 item 3; each hook asks a layer's accessor, a stack without gates asks
+//! none): 10,758 / 14,074 (adds 3,316), within the run-to-run spread.
 //!
 //! `instr_probe fork N` runs the suite's `fork_path_us` workload N times (one `fork` All of 1000 trivial paths,
 //! built once); (I(M) − I(N)) / ((M − N) · 1000) is the instructions per fork path. With N = 2, M = 12: 5,888 at

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use noetic::layer::{MemoryLayer, ToolCallParams};
+use noetic::layer::{Gates, ToolCallParams};
 use noetic::model::{ModelResponse, ScriptedModel};
 use noetic::prelude::Context;
 use noetic::steering::{HookParams, SteeringConfig, SteeringDecision, SteeringLayer, steering};

@@ -5,8 +5,9 @@
 //! A session loads its thread's states once (again after another process's turn changed them); a runtime loads
 //! global states once, before its first turn. Each save writes only the states that changed since they were loaded
 //! or last saved (compared by a hash of their JSON), so a layer that keeps nothing costs one call to
-//! [`MemoryLayer::save_state`] per turn and no write. Several processes sharing a store share the global states:
-//! each loads them once, and the last turn to end wins.
+//! [`Persistence::save_state`](crate::layer::Persistence::save_state) per turn and no write (a layer without
+//! `Persistence` none). Several processes sharing a store share the global states: each loads them once, and the
+//! last turn to end wins.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -68,9 +69,12 @@ fn load_scope(
     for (id, value) in saved.into_iter().flatten() {
         // A state whose layer this runtime does not have stays as it is in the log.
         let Some(layer) = distinct(layers).find(|l| l.id() == id && include(l)) else { continue };
-        layer.load_state(key, value.clone()).map_err(|e| {
-            NoeticError::other(format!("layer '{id}' could not restore its saved state for {name}: {e}"))
-        })?;
+        // A layer that no longer keeps state takes nothing, and its old state is deleted at the next save.
+        if let Some(persistence) = layer.as_persistence() {
+            persistence.load_state(key, value.clone()).map_err(|e| {
+                NoeticError::other(format!("layer '{id}' could not restore its saved state for {name}: {e}"))
+            })?;
+        }
         hashes.insert(id.clone(), hash(&value.to_string()));
     }
     *guard = Some(hashes);
@@ -90,7 +94,7 @@ fn changes(
     let (Some(hashes), Some(scope)) = (guard.as_ref(), key.store_name()) else { return (Vec::new(), Vec::new()) };
     let (mut entries, mut marks) = (Vec::new(), Vec::new());
     for layer in distinct(layers).filter(|l| include(l)) {
-        let state = layer.save_state(key);
+        let state = layer.as_persistence().and_then(|p| p.save_state(key));
         let json = state.as_ref().map(serde_json::Value::to_string);
         let new = json.as_deref().map(hash);
         if hashes.get(layer.id()).copied() == new {

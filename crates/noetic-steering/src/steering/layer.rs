@@ -1,9 +1,6 @@
 //! The steering layer: evaluates rules at both gating hooks (see `gate`), keeps the ledger, delivers async
 //! feedback (see `feedback`).
 //!
-//! (Over the house's ~500 lines, knowingly: the `MemoryLayer` implementation below spans the trait's 18 methods;
-//! #35 item 3 splits that trait by purpose, and this file along with it.)
-//!
 //! State is kept per scope key. A spawned child or fork path always gets a state of its own, whatever the scope —
 //! a clone of its parent's ledger and an empty feedback queue (seed 1) — so it never drains its parent's feedback
 //! and its decisions stay out of its parent's ledger. When an execution's own state ends (`dispose`), its
@@ -14,22 +11,21 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
 use serde::Serialize;
 
-use super::feedback::{self, CarryOver, Feedback, Forward, Inner};
+use super::feedback::{CarryOver, Feedback, Inner};
 use super::index::HookRules;
-use super::ledger::{self, LedgerEntry, LedgerKind};
+use super::ledger::LedgerEntry;
 use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
-use super::{SteeringAction, SteeringDecision};
 use crate::context::{Context, ExecutionId, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{
-    Budget, Hook, HookTimeouts, LayerState, MemoryLayer, ModelCallParams, Outcome, Scope, ScopeKey, Slot,
-    ToolCallParams,
+    Budget, Gates, Hook, HookTimeouts, LayerState, Lifecycle, MemoryLayer, Persistence, Recall, Scope, ScopeKey, Slot,
 };
 use crate::model::Item;
 use crate::sync::Padded;
+
+mod hooks;
 
 /// The steering layer's id.
 pub const STEERING_LAYER_ID: &str = "steering";
@@ -45,17 +41,6 @@ pub struct SteeringState {
     pub ledger: Vec<LedgerEntry>,
     /// Async verdicts not yet delivered.
     pub pending_feedback: Vec<Feedback>,
-}
-
-/// What the layer keeps in a session store for one scope key (see [`MemoryLayer::save_state`]).
-#[derive(Serialize, serde::Deserialize)]
-struct Saved {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    ledger: Vec<LedgerEntry>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pending: Vec<Feedback>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    carried: Vec<Feedback>,
 }
 
 /// The steering layer. Build it with [`steering`].
@@ -330,17 +315,6 @@ impl SteeringLayer {
     }
 }
 
-/// Whether a layer of `scope` keeps its own state under `key` in a session (a thread stands in for a resource when
-/// the session names none).
-fn owns(scope: Scope, key: &ScopeKey) -> bool {
-    matches!(
-        (scope, key),
-        (Scope::Thread | Scope::Resource, ScopeKey::Thread(_))
-            | (Scope::Resource, ScopeKey::Resource(_))
-            | (Scope::Global, ScopeKey::Global)
-    )
-}
-
 /// Renders the feedback block.
 fn render(lines: &[String]) -> String {
     format!("<steering_feedback>\n{}\n</steering_feedback>", lines.join("\n"))
@@ -376,153 +350,19 @@ impl MemoryLayer for SteeringLayer {
         HookTimeouts { before_tool_call: None, after_model_call: None, recall: None, ..HookTimeouts::default() }
     }
 
-    fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
-        Box::pin(std::future::ready(self.recall_at_once(ctx, budget)))
+    fn as_recall(&self) -> Option<&dyn Recall> {
+        Some(self)
     }
 
-    /// Recall never waits: it takes what async judges already queued.
-    fn recall_now(&self, ctx: &Context, budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
-        Some(self.recall_at_once(ctx, budget))
+    fn as_gates(&self) -> Option<&dyn Gates> {
+        Some(self)
     }
 
-    /// A hook whose live rules are all predicates decides at once (with no shadow rules).
-    fn before_tool_call_now(
-        &self,
-        ctx: &Context,
-        call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
-        self.answers_at_once(Hook::BeforeToolCall).then(|| self.gate_now(ctx, HookParams::BeforeToolCall(call)))
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
     }
 
-    /// A hook whose live rules are all predicates decides at once (with no shadow rules).
-    fn after_model_call_now(
-        &self,
-        ctx: &Context,
-        call: ModelCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
-        self.answers_at_once(Hook::AfterModelCall).then(|| self.gate_now(ctx, HookParams::AfterModelCall(call)))
-    }
-
-    fn before_tool_call<'a>(
-        &'a self,
-        ctx: &'a Context,
-        call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        let params = HookParams::BeforeToolCall(call);
-        if self.answers_at_once(Hook::BeforeToolCall) {
-            return Box::pin(std::future::ready(self.gate_now(ctx, params)));
-        }
-        Box::pin(self.gate(ctx, params))
-    }
-
-    fn after_model_call<'a>(
-        &'a self,
-        ctx: &'a Context,
-        call: ModelCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        let params = HookParams::AfterModelCall(call);
-        if self.answers_at_once(Hook::AfterModelCall) {
-            return Box::pin(std::future::ready(self.gate_now(ctx, params)));
-        }
-        Box::pin(self.gate(ctx, params))
-    }
-
-    fn on_spawn<'a>(
-        &'a self,
-        parent: &'a Context,
-        child: &'a Context,
-    ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
-        Box::pin(async move {
-            // The parent's state, if the parent uses this layer (a spawn may bring its own layers).
-            let parent_uses_layer = parent.layers().iter().any(|l| std::ptr::addr_eq(Arc::as_ptr(l), self));
-            let parent_state = parent_uses_layer.then(|| self.entry(parent));
-            let ledger = parent_state.as_ref().map(|s| lock(s).ledger.clone()).unwrap_or_default();
-            lock(&self.children).insert(child.execution_id(), parent_state);
-            self.states.insert(ScopeKey::Execution(child.execution_id()), Inner { ledger, ..Inner::default() });
-            Ok(Vec::new())
-        })
-    }
-
-    fn on_complete<'a>(&'a self, ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async move {
-            let state = self.entry(ctx);
-            let mut entry = LedgerEntry::new(LedgerKind::Custom, SteeringAction::Allow);
-            entry.outcome = Some(outcome);
-            ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, self.config.max_ledger_entries);
-            Ok(())
-        })
-    }
-
-    fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async move {
-            let key @ ScopeKey::Execution(id) = self.key(ctx) else { return Ok(()) };
-            let parent = if ctx.is_root() { None } else { lock(&self.children).remove(&id) };
-            let Some(state) = self.states.remove(&key) else { return Ok(()) };
-            let forward = match parent {
-                Some(Some(parent)) => Some(Forward::Parent(parent)),
-                _ => ctx.thread_id().map(|t| Forward::Thread(Arc::from(t))),
-            };
-            match forward {
-                Some(forward) => feedback::seal(&state, forward, &self.carry),
-                None if !lock(&state).pending.is_empty() => tracing::warn!(
-                    execution = %id,
-                    "undelivered steering feedback has no thread to go to; it stays in the execution's final state"
-                ),
-                None => {}
-            }
-            let mut recent = lock(self.recent(&id));
-            recent.push_back((id, state));
-            while recent.len() > RECENT_PER_GROUP {
-                recent.pop_front();
-            }
-            Ok(())
-        })
-    }
-
-    /// For the session's thread: the verdicts carried to its next execution and, with [`Scope::Thread`], the
-    /// thread's ledger and undelivered feedback; for [`ScopeKey::Global`] (with [`Scope::Global`]), the global
-    /// ledger and feedback. A configuration error an async judge hit is not kept: it fails the running process's
-    /// next step.
-    fn save_state(&self, key: &ScopeKey) -> Option<serde_json::Value> {
-        let carried = match key {
-            ScopeKey::Thread(thread) => self.carry.peek(thread),
-            _ => Vec::new(),
-        };
-        let own = owns(self.config.scope, key).then(|| self.states.get(key)).flatten();
-        let (ledger, pending) = match &own {
-            Some(state) => {
-                let inner = lock(state);
-                (inner.ledger.iter().cloned().collect(), inner.pending.iter().cloned().collect())
-            }
-            None => (Vec::new(), Vec::new()),
-        };
-        if carried.is_empty() && own.is_none() {
-            return None;
-        }
-        serde_json::to_value(Saved { ledger, pending, carried }).ok()
-    }
-
-    fn load_state(&self, key: &ScopeKey, state: serde_json::Value) -> Result<(), NoeticError> {
-        let saved: Saved = serde_json::from_value(state)
-            .map_err(|e| NoeticError::other(format!("the saved steering state is unreadable: {e}")))?;
-        if !saved.pending.is_empty() || !saved.carried.is_empty() {
-            self.feedback_possible.store(true, Ordering::Release);
-        }
-        if let ScopeKey::Thread(thread) = key {
-            self.carry.restore(thread, saved.carried);
-        }
-        if owns(self.config.scope, key) {
-            let mut ledger: VecDeque<LedgerEntry> = saved.ledger.into();
-            while ledger.len() > self.config.max_ledger_entries {
-                ledger.pop_front();
-            }
-            self.states.insert(key.clone(), Inner { ledger, pending: saved.pending.into(), ..Inner::default() });
-        }
-        Ok(())
-    }
-
-    fn state(&self, key: &ScopeKey) -> Option<Box<dyn std::any::Any + Send>> {
-        self.lookup(key).map(|s| Box::new(Self::snapshot(&s)) as Box<dyn std::any::Any + Send>)
+    fn as_persistence(&self) -> Option<&dyn Persistence> {
+        Some(self)
     }
 }

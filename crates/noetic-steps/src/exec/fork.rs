@@ -41,8 +41,8 @@ fn path<I: Send + 'static, O: Send + 'static>(
     index: usize,
 ) -> impl Future<Output = (usize, Result<O, NoeticError>)> + Send + use<I, O> {
     let run = exec_unboxed(step, input, &path_ctx);
-    // Without layers a path's lifecycle hooks do nothing: the step's own future is the path.
-    let run = if path_ctx.layers().is_empty() {
+    // Without lifecycle hooks in scope a path's lifecycle does nothing: the step's own future is the path.
+    let run = if !path_ctx.layers().has_lifecycle() {
         Either::Left(run)
     } else {
         Either::Right(Box::pin(run_path(parent.clone(), path_ctx, run)))

@@ -15,7 +15,11 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     let mut initialised = 0;
     let mut result = Ok(());
     for layer in &s.memory {
-        if let Err(e) = layer.init(&inner).await {
+        let Some(hooks) = layer.as_lifecycle() else {
+            initialised += 1;
+            continue;
+        };
+        if let Err(e) = hooks.init(&inner).await {
             result = Err(e);
             break;
         }
@@ -28,12 +32,14 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     let outcome = Outcome::of(&result);
     let ready = &s.memory[..initialised];
     for layer in ready {
-        if let Err(e) = layer.on_complete(&inner, outcome).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(e) = hooks.on_complete(&inner, outcome).await {
             tracing::warn!(step_id = %s.id, layer = layer.id(), error = %e, "on_complete of a provided layer failed");
         }
     }
     for layer in ready.iter().rev() {
-        if let Err(e) = layer.dispose(&inner).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(e) = hooks.dispose(&inner).await {
             tracing::warn!(step_id = %s.id, layer = layer.id(), error = %e, "dispose of a provided layer failed");
         }
     }

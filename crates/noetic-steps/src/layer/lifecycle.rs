@@ -1,8 +1,10 @@
 //! Runs layer hooks: slot order, timeouts (a timed-out hook is dropped, so it cannot write later), error
-//! policies, and the aggregation of gating decisions (deny > guide > allow, deny short-circuits, guide texts
-//! joined with a newline).
+//! policies, and (in `gate`) the aggregation of gating decisions (deny > guide > allow, deny short-circuits, guide
+//! texts joined with a newline).
 //!
-//! With no layers in scope every function returns at once without allocating.
+//! Each hook runs only on the layers that have its purpose ([`MemoryLayer::as_recall`], [`MemoryLayer::as_gates`],
+//! [`MemoryLayer::as_lifecycle`]); with no layer in scope that has it, a function returns at once without
+//! allocating.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -10,26 +12,14 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::{Allotter, HookErrorPolicy, LayerStack, MemoryLayer, ModelCallParams, Outcome, ScopeKey, ToolCallParams};
+use super::{Allotter, LayerStack, MemoryLayer, Outcome, ScopeKey};
 use crate::context::{Context, ExecutionId};
-use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse, TokenCounter};
 
-/// The aggregate of the gating layers' decisions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gate {
-    /// The most restrictive decision.
-    pub decision: SteeringDecision,
-    /// The ids of the layers that decided it (empty for allow).
-    pub layers: Vec<String>,
-}
+mod gate;
 
-impl Gate {
-    fn allow() -> Self {
-        Gate { decision: SteeringDecision::allow(), layers: Vec::new() }
-    }
-}
+pub use gate::{Gate, after_model_call, before_tool_call};
 
 enum HookFailure {
     Failed(NoeticError),
@@ -105,8 +95,12 @@ fn fatal(layer: &str, hook: &str, f: HookFailure) -> Result<(), NoeticError> {
 
 /// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
 pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
+    if !ctx.layers().has_lifecycle() {
+        return Ok(());
+    }
     for layer in ctx.layers().iter() {
-        timed(layer.timeouts().init, || layer.init(ctx)).await.map_err(|f| match f {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        timed(layer.timeouts().init, || hooks.init(ctx)).await.map_err(|f| match f {
             HookFailure::Failed(e) => e,
             HookFailure::Panicked(message) => panicked(layer.id(), "init", &message),
             timeout @ HookFailure::TimedOut(_) => {
@@ -121,7 +115,7 @@ pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
 /// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
 /// naming the layer instead of a success that hides it.
 pub async fn complete(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().has_lifecycle() {
         return Ok(());
     }
     // Boxed so that callers without layers (every fork path, for one) do not carry the hooks' state inline.
@@ -138,12 +132,14 @@ async fn complete_layers(ctx: &Context, outcome: Outcome) -> Result<(), NoeticEr
         }
     };
     for layer in layers.iter() {
-        if let Err(f) = timed(layer.timeouts().on_complete, || layer.on_complete(ctx, outcome)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().on_complete, || hooks.on_complete(ctx, outcome)).await {
             note(layer.id(), "on_complete", f);
         }
     }
     for layer in layers.iter().rev() {
-        if let Err(f) = timed(layer.timeouts().dispose, || layer.dispose(ctx)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().dispose, || hooks.dispose(ctx)).await {
             note(layer.id(), "dispose", f);
         }
     }
@@ -206,7 +202,8 @@ impl Shares<'_> {
 }
 
 async fn recall_shared(ctx: &Context, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
-    if ctx.layers().is_empty() {
+    // Layers that do not recall take nothing of the room (an allotter then leaves it all to the history).
+    if !ctx.layers().has_recall() {
         return Ok(Vec::new());
     }
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
@@ -228,7 +225,12 @@ fn recall_at_once(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec
     let mut out = Vec::new();
     for (i, layer) in ctx.layers().iter().enumerate() {
         let budget = shares.offer(layer.as_ref());
-        match now(|| layer.recall_now(ctx, budget)) {
+        // A layer without recall answers at once with nothing, and still takes its turn at the allotter.
+        let answer = match layer.as_recall() {
+            Some(hooks) => now(|| hooks.recall_now(ctx, budget)),
+            None => Some(Ok(Vec::new())),
+        };
+        match answer {
             Some(answer) => take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?,
             None => return Ok(Progress::Wait(i, out)),
         }
@@ -245,9 +247,12 @@ async fn recall_layers(
 ) -> Result<Vec<Item>, NoeticError> {
     for layer in ctx.layers().iter().skip(start) {
         let budget = shares.offer(layer.as_ref());
-        let answer = match now(|| layer.recall_now(ctx, budget)) {
-            Some(answer) => answer,
-            None => timed(layer.timeouts().recall, || layer.recall(ctx, budget)).await,
+        let answer = match layer.as_recall() {
+            Some(hooks) => match now(|| hooks.recall_now(ctx, budget)) {
+                Some(answer) => answer,
+                None => timed(layer.timeouts().recall, || hooks.recall(ctx, budget)).await,
+            },
+            None => Ok(Vec::new()),
         };
         take_recalled(layer.as_ref(), budget, answer, &mut out, shares)?;
     }
@@ -288,7 +293,7 @@ fn take_recalled(
 
 /// Runs `store` on every layer. Failures are logged.
 pub async fn store(ctx: &Context, response: &ModelResponse) {
-    if ctx.layers().is_empty() {
+    if !ctx.layers().has_recall() {
         return;
     }
     Box::pin(store_layers(ctx, response)).await;
@@ -296,168 +301,16 @@ pub async fn store(ctx: &Context, response: &ModelResponse) {
 
 async fn store_layers(ctx: &Context, response: &ModelResponse) {
     for layer in ctx.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().store, || layer.store(ctx, response)).await {
+        let Some(hooks) = layer.as_recall() else { continue };
+        if let Err(f) = timed(layer.timeouts().store, || hooks.store(ctx, response)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
         }
     }
 }
 
-/// The gating layers' decisions so far.
-#[derive(Default)]
-struct Gating {
-    guides: Vec<(String, Option<String>)>,
-}
-
-impl Gating {
-    /// Takes one layer's answer; `Some` when it ends the gate (a deny).
-    fn note(
-        &mut self,
-        layer: &dyn MemoryLayer,
-        hook_name: &str,
-        answer: Result<SteeringDecision, HookFailure>,
-    ) -> Result<Option<Gate>, NoeticError> {
-        let decision = match answer {
-            Ok(d) => d,
-            Err(f) => {
-                let why = describe(&f);
-                fatal(layer.id(), hook_name, f)?;
-                tracing::warn!(layer = layer.id(), error = %why, "gating hook failed");
-                match layer.on_hook_error() {
-                    HookErrorPolicy::Abstain => return Ok(None),
-                    HookErrorPolicy::Deny => {
-                        SteeringDecision::deny(format!("gating layer '{}' failed ({why})", layer.id()))
-                    }
-                }
-            }
-        };
-        match decision.action {
-            SteeringAction::Deny => return Ok(Some(Gate { decision, layers: vec![layer.id().to_owned()] })),
-            SteeringAction::Guide => self.guides.push((layer.id().to_owned(), decision.guidance)),
-            SteeringAction::Allow => {}
-        }
-        Ok(None)
-    }
-
-    /// The aggregate once every layer allowed or guided.
-    fn finish(self) -> Gate {
-        if self.guides.is_empty() {
-            return Gate::allow();
-        }
-        let texts: Vec<&str> = self.guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
-        let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
-        Gate {
-            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-            layers: self.guides.into_iter().map(|(id, _)| id).collect(),
-        }
-    }
-}
-
-/// One gating hook's call.
-#[derive(Clone, Copy)]
-enum GateCall<'a> {
-    BeforeToolCall(ToolCallParams<'a>),
-    AfterModelCall(ModelCallParams<'a>),
-}
-
-impl<'a> GateCall<'a> {
-    fn name(self) -> &'static str {
-        match self {
-            GateCall::BeforeToolCall(_) => "before_tool_call",
-            GateCall::AfterModelCall(_) => "after_model_call",
-        }
-    }
-
-    fn timeout(self, layer: &dyn MemoryLayer) -> Option<Duration> {
-        match self {
-            GateCall::BeforeToolCall(_) => layer.timeouts().before_tool_call,
-            GateCall::AfterModelCall(_) => layer.timeouts().after_model_call,
-        }
-    }
-
-    fn now(self, layer: &dyn MemoryLayer, ctx: &Context) -> Option<Result<SteeringDecision, NoeticError>> {
-        match self {
-            GateCall::BeforeToolCall(call) => layer.before_tool_call_now(ctx, call),
-            GateCall::AfterModelCall(call) => layer.after_model_call_now(ctx, call),
-        }
-    }
-
-    fn hook(
-        self,
-        layer: &'a dyn MemoryLayer,
-        ctx: &'a Context,
-    ) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        match self {
-            GateCall::BeforeToolCall(call) => layer.before_tool_call(ctx, call),
-            GateCall::AfterModelCall(call) => layer.after_model_call(ctx, call),
-        }
-    }
-}
-
-/// Asks the layers that answer at once without an await (so the hook's future stays small); from the first that
-/// must be awaited on, the rest run in a boxed future, so a call whose layers never wait makes none.
-async fn gate(ctx: &Context, call: GateCall<'_>) -> Result<Gate, NoeticError> {
-    match gate_at_once(ctx, call)? {
-        Progress::Done(gate) => Ok(gate),
-        Progress::Wait(start, gating) => Box::pin(gate_rest(ctx, call, start, gating)).await,
-    }
-}
-
-/// The gate, as far as the layers answer at once.
-fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<Progress<Gate, Gating>, NoeticError> {
-    let mut gating = Gating::default();
-    for (i, layer) in ctx.layers().iter().enumerate() {
-        let layer: &dyn MemoryLayer = layer.as_ref();
-        match now(|| call.now(layer, ctx)) {
-            Some(answer) => {
-                if let Some(gate) = gating.note(layer, call.name(), answer)? {
-                    return Ok(Progress::Done(gate));
-                }
-            }
-            None => return Ok(Progress::Wait(i, gating)),
-        }
-    }
-    Ok(Progress::Done(gating.finish()))
-}
-
-/// Asks the layers from the `start`th on, waiting where they need it.
-async fn gate_rest<'a>(
-    ctx: &'a Context,
-    call: GateCall<'a>,
-    start: usize,
-    mut gating: Gating,
-) -> Result<Gate, NoeticError> {
-    for layer in ctx.layers().iter().skip(start) {
-        let layer: &dyn MemoryLayer = layer.as_ref();
-        let answer = match now(|| call.now(layer, ctx)) {
-            Some(answer) => answer,
-            None => timed(call.timeout(layer), || call.hook(layer, ctx)).await,
-        };
-        if let Some(gate) = gating.note(layer, call.name(), answer)? {
-            return Ok(gate);
-        }
-    }
-    Ok(gating.finish())
-}
-
-/// Asks every layer about a tool call.
-pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result<Gate, NoeticError> {
-    if ctx.layers().is_empty() {
-        return Ok(Gate::allow());
-    }
-    gate(ctx, GateCall::BeforeToolCall(call)).await
-}
-
-/// Asks every layer about a model response.
-pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Result<Gate, NoeticError> {
-    if ctx.layers().is_empty() {
-        return Ok(Gate::allow());
-    }
-    gate(ctx, GateCall::AfterModelCall(call)).await
-}
-
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
 pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
-    if child.layers().is_empty() {
+    if !child.layers().has_lifecycle() {
         return Ok(Vec::new());
     }
     Box::pin(spawn_layers(parent, child)).await
@@ -466,7 +319,8 @@ pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, Noeti
 async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
     for layer in child.layers().iter() {
-        match timed(layer.timeouts().on_spawn, || layer.on_spawn(parent, child)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        match timed(layer.timeouts().on_spawn, || hooks.on_spawn(parent, child)).await {
             Ok(more) => items.extend(more),
             Err(f) => {
                 tracing::warn!(layer = layer.id(), error = %describe(&f), "on_spawn failed");
@@ -479,7 +333,7 @@ async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, No
 
 /// Runs `on_return` on the child's layers after the child succeeded.
 pub async fn return_(parent: &Context, child: &Context) {
-    if child.layers().is_empty() {
+    if !child.layers().has_lifecycle() {
         return;
     }
     Box::pin(return_layers(parent, child)).await;
@@ -487,7 +341,8 @@ pub async fn return_(parent: &Context, child: &Context) {
 
 async fn return_layers(parent: &Context, child: &Context) {
     for layer in child.layers().iter() {
-        if let Err(f) = timed(layer.timeouts().on_return, || layer.on_return(parent, child)).await {
+        let Some(hooks) = layer.as_lifecycle() else { continue };
+        if let Err(f) = timed(layer.timeouts().on_return, || hooks.on_return(parent, child)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");
         }
     }
@@ -495,6 +350,6 @@ async fn return_layers(parent: &Context, child: &Context) {
 
 /// A copy of a layer's state for an execution (execution-scoped layers) — downcast to the layer's state type.
 pub fn get_layer_state<T: 'static>(layers: &LayerStack, execution_id: ExecutionId, layer_id: &str) -> Option<T> {
-    let state = layers.get(layer_id)?.state(&ScopeKey::Execution(execution_id))?;
+    let state = layers.get(layer_id)?.as_persistence()?.state(&ScopeKey::Execution(execution_id))?;
     state.downcast::<T>().ok().map(|b| *b)
 }

@@ -1,21 +1,24 @@
 //! Memory layers: pluggable components that see every execution's lifecycle.
 //!
-//! A layer has an id, a [`Slot`] (lower runs first), a [`Scope`], a token [`Budget`] and per-hook
-//! [`HookTimeouts`]. Every hook is optional. The runtime calls them through [`lifecycle`]:
+//! A layer ([`MemoryLayer`]) has an id, a [`Slot`] (lower runs first), a [`Scope`], a token [`Budget`] and per-hook
+//! [`HookTimeouts`]. What it does comes in four small traits, each optional: [`Recall`], [`Gates`], [`Lifecycle`]
+//! and [`Persistence`]. The runtime calls the hooks through [`lifecycle`]:
 //!
-//! | hook | when |
-//! |---|---|
-//! | `init` | a session turn (or [`run`](crate::run)) starts; a `provide` step starts |
-//! | `recall` | before every model request of an `llm` step; the output goes before the history |
-//! | `before_tool_call` | before each tool call (model-driven or a `tool` step) |
-//! | `after_model_call` | after each model response, before its tool calls run |
-//! | `store` | when an `llm` step accepts its final response |
-//! | `on_spawn` / `on_return` | a `spawn` child or a fork path starts / succeeds |
-//! | `on_complete` + `dispose` | any execution ends (root, spawn child, fork path, provide), whatever the outcome |
+//! | hook | trait | when |
+//! |---|---|---|
+//! | `init` | [`Lifecycle`] | a session turn (or [`run`](crate::run)) starts; a `provide` step starts |
+//! | `recall` | [`Recall`] | before every model request of an `llm` step; the output goes before the history |
+//! | `before_tool_call` | [`Gates`] | before each tool call (model-driven or a `tool` step) |
+//! | `after_model_call` | [`Gates`] | after each model response, before its tool calls run |
+//! | `store` | [`Recall`] | when an `llm` step accepts its final response |
+//! | `on_spawn` / `on_return` | [`Lifecycle`] | a `spawn` child or a fork path starts / succeeds |
+//! | `on_complete` + `dispose` | [`Lifecycle`] | any execution ends (root, spawn child, fork path, provide), whatever the outcome |
+//! | `save_state` / `load_state` | [`Persistence`] | a session kept in a store ends a turn / opens |
 //!
 //! Layer state lives in the layer, keyed by [`ScopeKey`]; [`LayerState`] is a ready-made store.
 
 mod allot;
+mod hooks;
 pub mod lifecycle;
 mod state;
 
@@ -24,15 +27,14 @@ use std::ops::Deref;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use allot::{Allotter, check_minimums};
+pub use hooks::{Gates, Lifecycle, Persistence, Recall};
 pub use state::{LayerState, ScopeKey};
 
 use crate::context::{Carried, Context, ContextBuilder};
-use crate::decision::SteeringDecision;
 use crate::error::NoeticError;
 use crate::model::{History, Item, ModelResponse};
 
@@ -93,7 +95,7 @@ impl Default for Budget {
     }
 }
 
-/// How an execution ended, as told to [`MemoryLayer::on_complete`].
+/// How an execution ended, as told to [`Lifecycle::on_complete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -200,7 +202,36 @@ pub struct ModelCallParams<'a> {
     pub response: &'a ModelResponse,
 }
 
-/// A memory layer. Every hook is optional.
+/// A memory layer: its id and configuration, and what it does — each purpose a small trait of its own
+/// ([`Recall`], [`Gates`], [`Lifecycle`], [`Persistence`]) that the layer implements and hands out from the
+/// matching accessor (`None` by default: the runtime does not call the layer for that purpose).
+///
+/// The accessors must give the same answer for the layer's whole life: a [`LayerStack`] asks them once, when it is
+/// made, to skip a hook no layer in it has.
+///
+/// ```
+/// use noetic::layer::{MemoryLayer, Recall};
+/// use noetic::model::Item;
+/// use noetic::{Context, NoeticError};
+///
+/// /// Reminds the model of the date.
+/// struct Today;
+///
+/// impl MemoryLayer for Today {
+///     fn id(&self) -> &str {
+///         "today"
+///     }
+///     fn as_recall(&self) -> Option<&dyn Recall> {
+///         Some(self)
+///     }
+/// }
+///
+/// impl Recall for Today {
+///     fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+///         Some(Ok(vec![Item::developer("Today is Thursday.")]))
+///     }
+/// }
+/// ```
 pub trait MemoryLayer: Send + Sync + 'static {
     /// Unique id within the layers in scope; a provided layer with the same id replaces an outer one.
     fn id(&self) -> &str;
@@ -230,125 +261,75 @@ pub trait MemoryLayer: Send + Sync + 'static {
         HookErrorPolicy::Abstain
     }
 
-    /// Called once before the layer is first used in an execution.
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4; a
-    /// model whose window is known offers the share the allocation gives the layer — see `noetic::window`).
-    fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// Sees the response an `llm` step accepted.
-    fn store<'a>(&'a self, _ctx: &'a Context, _response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// [`MemoryLayer::recall`] when the layer can answer at once: `Some` is its answer, and `recall` is not
-    /// called. The default, `None`, always calls `recall`. A layer whose recall never waits implements it, so a
-    /// model request makes no future (no allocation) for the layer.
-    fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+    /// The layer's recall and store hooks, if it has them.
+    fn as_recall(&self) -> Option<&dyn Recall> {
         None
     }
 
-    /// [`MemoryLayer::before_tool_call`] when the layer can decide at once: `Some` is its decision, and
-    /// `before_tool_call` is not called. The default, `None`, always calls `before_tool_call`.
-    fn before_tool_call_now(
-        &self,
-        _ctx: &Context,
-        _call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
+    /// The layer's gating hooks, if it has them.
+    fn as_gates(&self) -> Option<&dyn Gates> {
         None
     }
 
-    /// [`MemoryLayer::after_model_call`] when the layer can decide at once: `Some` is its decision, and
-    /// `after_model_call` is not called. The default, `None`, always calls `after_model_call`.
-    fn after_model_call_now(
-        &self,
-        _ctx: &Context,
-        _call: ModelCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
+    /// The layer's lifecycle hooks, if it has them.
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
         None
     }
 
-    /// Gates a tool call.
-    fn before_tool_call<'a>(
-        &'a self,
-        _ctx: &'a Context,
-        _call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        Box::pin(async { Ok(SteeringDecision::allow()) })
-    }
-
-    /// Reviews a model response.
-    fn after_model_call<'a>(
-        &'a self,
-        _ctx: &'a Context,
-        _call: ModelCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        Box::pin(async { Ok(SteeringDecision::allow()) })
-    }
-
-    /// A spawned child or fork path starts: set up the child's state from the parent's; the returned items open
-    /// the child's conversation.
-    fn on_spawn<'a>(
-        &'a self,
-        _parent: &'a Context,
-        _child: &'a Context,
-    ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
-    /// A spawned child or fork path succeeded: merge its state back into the parent's.
-    fn on_return<'a>(&'a self, _parent: &'a Context, _child: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// A copy of the layer's state for `key`, for [`get_layer_state`](crate::layer::lifecycle::get_layer_state).
-    fn state(&self, _key: &ScopeKey) -> Option<Box<dyn std::any::Any + Send>> {
+    /// The layer's state for programs and session stores, if it keeps any.
+    fn as_persistence(&self) -> Option<&dyn Persistence> {
         None
     }
+}
 
-    /// The layer's state for `key` as JSON, for a session store to keep (SPEC 6.1: the state of layers whose scope
-    /// is not `execution` outlives the process). Called when a turn of a session kept in a store ends, with the
-    /// session's thread key — for every layer, whatever its scope, since a layer may keep per-thread data of its
-    /// own (the steering layer's carry-over of undelivered verdicts) — and, for a layer of [`Scope::Global`], with
-    /// [`ScopeKey::Global`]. `None`: nothing to keep for `key` (what was kept before is deleted). The default keeps
-    /// nothing.
-    fn save_state(&self, _key: &ScopeKey) -> Option<serde_json::Value> {
-        None
-    }
+/// Which purposes the layers of a stack have between them (one bit each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Purposes(u8);
 
-    /// Restores what [`MemoryLayer::save_state`] returned for `key`, replacing what the layer holds for it. Called
-    /// before the first turn of a session opened from a store (again when another process changed the session),
-    /// and once per runtime for global state. An error fails the turn: the layer's state could not be restored.
-    fn load_state(&self, _key: &ScopeKey, _state: serde_json::Value) -> Result<(), NoeticError> {
-        Ok(())
-    }
+impl Purposes {
+    const RECALL: u8 = 1;
+    const GATES: u8 = 2;
+    const LIFECYCLE: u8 = 4;
 
-    /// Called when an execution that used the layer ends, whatever the outcome.
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Called last, after [`MemoryLayer::on_complete`], to release resources.
-    fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async { Ok(()) })
+    fn of(layer: &dyn MemoryLayer) -> Purposes {
+        let bit = |has: bool, bit: u8| if has { bit } else { 0 };
+        Purposes(
+            bit(layer.as_recall().is_some(), Self::RECALL)
+                | bit(layer.as_gates().is_some(), Self::GATES)
+                | bit(layer.as_lifecycle().is_some(), Self::LIFECYCLE),
+        )
     }
 }
 
 /// The layers in scope, sorted by slot (stable). Cheap to clone.
 #[derive(Clone, Default)]
-pub struct LayerStack(Arc<[Arc<dyn MemoryLayer>]>);
+pub struct LayerStack {
+    layers: Arc<[Arc<dyn MemoryLayer>]>,
+    purposes: Purposes,
+}
 
 impl LayerStack {
     /// Sorts `layers` by slot, keeping insertion order for ties.
     pub fn new(layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
         let mut v: Vec<_> = layers.into_iter().collect();
         v.sort_by_key(|l| l.slot());
-        LayerStack(v.into())
+        let purposes = Purposes(v.iter().fold(0, |bits, l| bits | Purposes::of(l.as_ref()).0));
+        LayerStack { layers: v.into(), purposes }
+    }
+
+    /// True when a layer in the stack has [`Recall`] hooks.
+    pub fn has_recall(&self) -> bool {
+        self.purposes.0 & Purposes::RECALL != 0
+    }
+
+    /// True when a layer in the stack has [`Gates`].
+    pub fn has_gates(&self) -> bool {
+        self.purposes.0 & Purposes::GATES != 0
+    }
+
+    /// True when a layer in the stack has [`Lifecycle`] hooks.
+    pub fn has_lifecycle(&self) -> bool {
+        self.purposes.0 & Purposes::LIFECYCLE != 0
     }
 
     /// These layers minus any whose id is in `provided`, plus `provided`, sorted by slot.
@@ -356,13 +337,13 @@ impl LayerStack {
         if provided.is_empty() {
             return self.clone();
         }
-        let kept = self.0.iter().filter(|l| !provided.iter().any(|p| p.id() == l.id())).cloned();
+        let kept = self.layers.iter().filter(|l| !provided.iter().any(|p| p.id() == l.id())).cloned();
         LayerStack::new(kept.chain(provided.iter().cloned()))
     }
 
     /// The layer with this id.
     pub fn get(&self, id: &str) -> Option<&Arc<dyn MemoryLayer>> {
-        self.0.iter().find(|l| l.id() == id)
+        self.layers.iter().find(|l| l.id() == id)
     }
 }
 
@@ -370,13 +351,13 @@ impl Deref for LayerStack {
     type Target = [Arc<dyn MemoryLayer>];
 
     fn deref(&self) -> &Self::Target {
-        &self.0
+        &self.layers
     }
 }
 
 impl fmt::Debug for LayerStack {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.0.iter().map(|l| (l.id(), l.slot().0))).finish()
+        f.debug_list().entries(self.layers.iter().map(|l| (l.id(), l.slot().0))).finish()
     }
 }
 

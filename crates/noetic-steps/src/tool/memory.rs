@@ -42,7 +42,7 @@ use futures::future::BoxFuture;
 use super::Tool;
 use crate::context::{Carried, Context};
 use crate::error::NoeticError;
-use crate::layer::{LayerStack, LayerState, MemoryLayer, Scope, ScopeKey, Slot};
+use crate::layer::{self, LayerStack, LayerState, Lifecycle, MemoryLayer, Scope, ScopeKey, Slot};
 use crate::model::Item;
 
 /// The slot of tool-declared memory layers: after the steering layer (90) and working memory (100).
@@ -124,10 +124,31 @@ impl MemoryLayer for ToolMemoryLayer {
         Scope::Execution
     }
 
+    fn as_recall(&self) -> Option<&dyn layer::Recall> {
+        Some(self)
+    }
+
+    fn as_lifecycle(&self) -> Option<&dyn Lifecycle> {
+        Some(self)
+    }
+}
+
+/// Sets up the memory's state for an execution, and lets it go when the execution ends.
+impl Lifecycle for ToolMemoryLayer {
     fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move { self.state(ctx).map(|_| ()) })
     }
 
+    fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+        Box::pin(async move {
+            self.states.remove(&ScopeKey::for_context(ctx, Scope::Execution));
+            Ok(())
+        })
+    }
+}
+
+/// Shows the memory's state to the model.
+impl layer::Recall for ToolMemoryLayer {
     fn recall<'a>(&'a self, ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
             // A nested execution that skipped init gets its state here.
@@ -135,13 +156,6 @@ impl MemoryLayer for ToolMemoryLayer {
             let text = std::panic::catch_unwind(AssertUnwindSafe(|| (self.memory.recall)(&state)))
                 .map_err(|_| NoeticError::other(format!("the recall of tool memory '{}' panicked", self.layer_id)))?;
             Ok(text.map(Item::developer).into_iter().collect())
-        })
-    }
-
-    fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
-        Box::pin(async move {
-            self.states.remove(&ScopeKey::for_context(ctx, Scope::Execution));
-            Ok(())
         })
     }
 }
