@@ -170,6 +170,9 @@ pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<
     Ok(Json(json!({ "sessions": lines })))
 }
 
+/// How long a delete waits for the server to let go of a session whose turn just ended.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `DELETE /api/sessions/{key}`: deletes an idle session (its log: conversation, queue, ledger and layer state)
 /// from the store and from the server's memory.
 pub(crate) async fn delete_session(
@@ -185,8 +188,17 @@ pub(crate) async fn delete_session(
             format!("session '{key}' is running a turn; stop it (POST /api/sessions/{key}/stop), then delete it"),
         )
     };
-    if state.running.contains(&key) {
-        return Err(busy());
+    if let Some(chain) = state.running.chain(&key) {
+        // A turn that just ended still holds the session here while the server looks for messages that came after
+        // it (a continuation). Idle now: wait for that look, briefly, rather than refuse a session the user sees
+        // idle. A turn running, or a continuation started meanwhile, is refused.
+        if state.runtime.session(&key).is_busy() {
+            return Err(busy());
+        }
+        let settled = tokio::time::timeout(SETTLE, state.running.released(&key, Some(chain))).await;
+        if settled.is_err() || state.running.contains(&key) {
+            return Err(busy());
+        }
     }
     if let Some(worker) = holder_elsewhere(&state, shared.as_ref(), &key).await? {
         return Err(ApiError::new(
