@@ -38,6 +38,7 @@ export function describe(e) {
       const guidance = e.error && e.error.guidance ? e.error.guidance : errorText(e.error, e.error_text);
       return line(e, guide ? "guide" : "deny", guide ? "rule guided" : "rule denied", `${call} · ${(e.layers || []).join(", ")}`, guidance);
     }
+    case "tool_call_rewritten": return line(e, "guide", "arguments rewritten", `${call} · ${e.layer}`, `${e.reason} → ${e.arguments}`);
     case "model_response_steered": return line(e, e.action === "deny" ? "deny" : "guide", "response " + e.action, "", e.guidance);
     case "steering_queued": return line(e, "queue", "steering queued", e.id);
     case "steering_rejected": return line(e, "deny", "steering refused", e.reason);
@@ -110,7 +111,8 @@ function cell(tr, cls, ...parts) {
 const disagrees = (entry) => Boolean(entry.shadow) && entry.shadow.live !== entry.action;
 
 function ruleRow(entry) {
-  const action = entry.action || "";
+  // A gating layer's rewrite of a call's arguments is recorded as an allow that carries the new arguments.
+  const action = entry.rewritten_args ? "rewrite" : entry.action || "";
   // An allow no rule objected to is routine: shown, but quietly. A shadow rule's would-be decision (never
   // enforced) is marked, and more so where it differs from the live decision.
   const classes = ["rule-row"];
@@ -137,8 +139,10 @@ function ruleRow(entry) {
     ? el("div", "subject", `${entry.tool_name} ${callSummary(entry.tool_args ?? "")}`)
     : el("div", "subject", kind === "model turn" ? "the model's answer" : entry.outcome ? `the turn ended: ${String(entry.outcome).toLowerCase()}` : kind);
   if (entry.tool_args) subject.title = short(entry.tool_args, 2000);
+  const rewritten = entry.rewritten_args ? el("div", "subject", `→ ${callSummary(entry.rewritten_args)}`) : null;
+  if (rewritten) rewritten.title = short(entry.rewritten_args, 2000);
   const guidance = entry.guidance ? el("div", "guidance", entry.guidance) : null;
-  cell(tr, "detail", subject, guidance);
+  cell(tr, "detail", subject, rewritten, guidance);
   return tr;
 }
 

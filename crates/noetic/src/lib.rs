@@ -206,7 +206,9 @@ pub mod prelude {
     pub use crate::agent::{Runtime, Session, Turn};
     pub use crate::context::{Channel, Context, EventKind, EventSink};
     pub use crate::error::{ConfigCode, ConfigError, NoeticError};
-    pub use crate::layer::{Gates, Hook, Lifecycle, MemoryLayer, Outcome, Persistence, Recall, Scope, Slot};
+    pub use crate::layer::{
+        Gates, Hook, Lifecycle, MemoryLayer, Outcome, Persistence, Recall, Scope, Slot, ToolCallAction,
+    };
     pub use crate::model::{
         Item, Model, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall, ToolResult, Usage,
     };

@@ -70,18 +70,18 @@ impl Gates for Layer {
         &self,
         _ctx: &Context,
         _call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
-        self.at_once.then(|| Ok(self.asked("before at once")))
+    ) -> Option<Result<ToolCallAction, NoeticError>> {
+        self.at_once.then(|| Ok(self.asked("before at once").into()))
     }
 
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,
         _call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
             tokio::task::yield_now().await;
-            Ok(self.asked("before"))
+            Ok(self.asked("before").into())
         })
     }
 

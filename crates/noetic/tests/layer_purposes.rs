@@ -61,9 +61,9 @@ impl Gates for Guard {
         &self,
         _ctx: &Context,
         call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
+    ) -> Option<Result<ToolCallAction, NoeticError>> {
         note(&self.0, format!("guard before {}", call.name));
-        Some(Ok(SteeringDecision::guide("careful")))
+        Some(Ok(ToolCallAction::guide("careful")))
     }
     fn after_model_call<'a>(
         &'a self,

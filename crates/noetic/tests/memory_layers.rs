@@ -117,9 +117,9 @@ impl Gates for Probe {
         &'a self,
         _ctx: &'a Context,
         call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         self.note(&format!("before {}", call.name));
-        self.decide()
+        Box::pin(async { self.decide().await.map(Into::into) })
     }
 
     fn after_model_call<'a>(

@@ -9,7 +9,7 @@ use noetic::prelude::*;
 use serde_json::{Value, json};
 
 async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
+    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
 }
 
 fn dry_run() -> SteeringRule {

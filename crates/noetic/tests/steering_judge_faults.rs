@@ -85,7 +85,11 @@ async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
     let layer = judged(LlmMode::Async, FailurePolicy::Allow);
     let ctx = Context::builder().model(Arc::new(failing_judge())).build();
     let call = ToolCallParams { call_id: "c1", name: "t", args: &json!({}) };
-    assert_eq!(layer.before_tool_call(&ctx, call).await.unwrap().action, SteeringAction::Allow, "async never blocks");
+    assert_eq!(
+        layer.before_tool_call(&ctx, call).await.unwrap().decision().unwrap().action,
+        SteeringAction::Allow,
+        "async never blocks"
+    );
     until("the async verdict resolved", || !steering_state(&layer, &ctx).ledger.iter().all(|e| e.evaluator.is_none()))
         .await
         .unwrap();

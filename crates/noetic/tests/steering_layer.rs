@@ -23,7 +23,7 @@ fn counted(id: &str, hooks: Vec<Hook>, decision: SteeringDecision, calls: &Arc<A
 }
 
 async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
+    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
 }
 
 fn state(layer: &SteeringLayer, ctx: &Context) -> SteeringState {

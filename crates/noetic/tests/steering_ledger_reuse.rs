@@ -24,7 +24,7 @@ fn rules() -> Vec<SteeringRule> {
 }
 
 async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
+    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
 }
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use noetic::layer::lifecycle::{self, Gate};
-use noetic::layer::{Gates, Hook, MemoryLayer, Slot, ToolCallParams};
+use noetic::layer::{Gates, Hook, MemoryLayer, Slot, ToolCallAction, ToolCallParams};
 use noetic::steering::{
     Evaluator, LedgerKind, SteeringAction, SteeringConfig, SteeringDecision, SteeringRule, SteeringState, steering,
 };
@@ -95,11 +95,11 @@ impl Gates for FixedLayer {
         &'a self,
         _ctx: &'a Context,
         call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.log.lock().unwrap().push((self.id.clone(), call.name.to_owned()));
-            Ok(self.decision.clone())
+            Ok(self.decision.clone().into())
         })
     }
 }
@@ -148,7 +148,7 @@ proptest! {
             let got = layer.before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "t", args: &args }).await;
             (got, layer.state_for(&ctx))
         });
-        let got = got.unwrap();
+        let got = got.unwrap().decision().unwrap();
 
         let decided: Vec<(String, SteeringDecision)> = ids.iter().cloned().zip(decisions.iter().cloned()).collect();
         let want = expected(&decided);

@@ -22,8 +22,12 @@ fn noting(id: &str, decision: SteeringDecision, seen: &Arc<Mutex<Vec<String>>>) 
 async fn ask(layer: &SteeringLayer, seen: &Arc<Mutex<Vec<String>>>, tool: &str) -> (SteeringDecision, Vec<String>) {
     let args = json!({"path": "notes.txt"});
     let ctx = Context::new();
-    let decision =
-        layer.before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: tool, args: &args }).await.unwrap();
+    let decision = layer
+        .before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: tool, args: &args })
+        .await
+        .unwrap()
+        .decision()
+        .unwrap();
     (decision, std::mem::take(&mut *seen.lock().unwrap()))
 }
 

@@ -10,7 +10,7 @@ use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind, Shadow}
 use serde_json::{Value, json};
 
 async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
+    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
 }
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {

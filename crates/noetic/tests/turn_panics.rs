@@ -48,10 +48,10 @@ impl Gates for Panicky {
         &'a self,
         _ctx: &'a Context,
         _call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
             self.maybe_panic("before_tool_call");
-            Ok(SteeringDecision::allow())
+            Ok(ToolCallAction::Allow)
         })
     }
 }

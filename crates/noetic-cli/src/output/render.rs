@@ -267,6 +267,14 @@ pub fn event_line(style: &Style, kind: &EventKind) -> Option<String> {
                 style.red(&format!("  rule  denied {tool} [{call_id}] (layer {layers}){guidance}"))
             }
         }
+        EventKind::ToolCallRewritten { call_id, tool, layer, arguments, reason } => {
+            let (tool, call_id, layer) = (printable(tool), short_id(call_id), printable(layer));
+            let arguments = shorten(arguments, 120);
+            style.yellow(&format!(
+                "  rule  rewrote {tool} [{call_id}] (layer {layer}) to {arguments}: {}",
+                shorten(reason, 200)
+            ))
+        }
         EventKind::ModelResponseSteered { action, guidance, .. } => {
             let guidance = printable(guidance.as_deref().unwrap_or(""));
             style.yellow(&format!("  rule  {action:?} on the model's response: {guidance}"))
@@ -340,7 +348,10 @@ pub fn ledger_line(style: &Style, entry: &LedgerEntry) -> String {
             None => format!("async verdict of {}", printable(entry.rule_id.as_deref().unwrap_or("?"))),
         },
     };
-    let action = action_word(style, entry.action);
+    let (what, action) = match &entry.rewritten_args {
+        Some(after) => (format!("{what} to {}", shorten(&visible_json(after), 50)), style.yellow("REWRITE")),
+        None => (what, action_word(style, entry.action)),
+    };
     let by = match (entry.rule_id.as_deref(), entry.evaluator) {
         (Some(rule), Some(evaluator)) => format!(" by {} ({})", printable(rule), evaluator_name(evaluator)),
         (Some(rule), None) => format!(" by {}", printable(rule)),

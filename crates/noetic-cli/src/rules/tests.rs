@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use noetic::layer::{Gates, ToolCallParams};
+use noetic::layer::{Gates, ToolCallAction, ToolCallParams};
 use noetic::model::{ModelResponse, ScriptedModel};
 use noetic::prelude::Context;
 use noetic::steering::{HookParams, SteeringConfig, SteeringDecision, SteeringLayer, steering};
@@ -140,13 +140,14 @@ async fn an_llm_rule_scoped_to_tools_never_asks_the_judge_about_other_tools() {
     let layer = steering(SteeringConfig::new(set.steering_rules("judge", &ws))).unwrap();
     let judge = ScriptedModel::new([ModelResponse::text("DENY: curl reaches the network")]);
     let ctx = Context::builder().model(Arc::new(judge.clone())).build();
-    async fn call(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringAction {
-        layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().action
+    async fn call(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> ToolCallAction {
+        layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
     }
-    assert_eq!(call(&layer, &ctx, "list_dir", json!({"path": "."})).await, SteeringAction::Allow);
-    assert_eq!(call(&layer, &ctx, "read_file", json!({"path": "a"})).await, SteeringAction::Allow);
+    assert_eq!(call(&layer, &ctx, "list_dir", json!({"path": "."})).await, ToolCallAction::Allow);
+    assert_eq!(call(&layer, &ctx, "read_file", json!({"path": "a"})).await, ToolCallAction::Allow);
     assert_eq!(judge.calls(), 0, "no judge call for tools outside the rule's scope");
-    assert_eq!(call(&layer, &ctx, "run_command", json!({"command": "curl x"})).await, SteeringAction::Deny);
+    let denied = call(&layer, &ctx, "run_command", json!({"command": "curl x"})).await;
+    assert!(matches!(denied, ToolCallAction::Deny(_)), "{denied:?}");
     assert_eq!(judge.calls(), 1);
 }
 

@@ -140,6 +140,11 @@ pub struct LedgerEntry {
     /// Set on the entry that records a budget limit reached (the turn ended there and the session paused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetReached>,
+    /// Set on the entry that records a gating layer's rewrite of a tool call's arguments: the arguments the call
+    /// runs with if every gate allows them (`tool_args` holds the ones before, `rule_id` the layer, `guidance` the
+    /// reason; the action is `allow`). Absent in ledgers written before rewrites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewritten_args: Option<Value>,
     /// The session whose hash chain the entry is in (see [`chain`](super::chain); absent before the chain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
@@ -177,6 +182,7 @@ impl LedgerEntry {
             escalated: false,
             judges: Vec::new(),
             budget: None,
+            rewritten_args: None,
             session_key: None,
             index: None,
             prev_sha256: None,
@@ -205,6 +211,7 @@ impl LedgerEntry {
             escalated,
             judges,
             budget,
+            rewritten_args,
             session_key,
             index,
             prev_sha256,
@@ -226,6 +233,7 @@ impl LedgerEntry {
         *escalated = false;
         judges.clear();
         *budget = None;
+        *rewritten_args = None;
         *session_key = None;
         *index = None;
         *prev_sha256 = None;

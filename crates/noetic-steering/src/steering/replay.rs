@@ -79,9 +79,12 @@ impl<'a> Recorded<'a> {
         self
     }
 
-    /// True for a decision replay decides again: a live (not shadow) `tool_call` or `model_turn` entry.
+    /// True for a decision replay decides again: a live (not shadow) `tool_call` or `model_turn` entry of the
+    /// steering rules (not a layer's rewrite of a call's arguments).
     pub fn is_decision(entry: &LedgerEntry) -> bool {
-        entry.shadow.is_none() && matches!(entry.kind, LedgerKind::ToolCall | LedgerKind::ModelTurn)
+        entry.shadow.is_none()
+            && entry.rewritten_args.is_none()
+            && matches!(entry.kind, LedgerKind::ToolCall | LedgerKind::ModelTurn)
     }
 }
 

@@ -14,6 +14,27 @@ pub trait RecordSink: Send + Sync {
 
     /// Keeps that a call waits for a person's decision, or how it was decided (default: kept nowhere).
     fn approval(&self, _approval: ApprovalRecord<'_>) {}
+
+    /// Keeps that a gating layer rewrote a call's arguments (default: kept nowhere). A session keeps it as a
+    /// ledger entry.
+    fn rewrite(&self, _rewrite: RewriteRecord<'_>) {}
+}
+
+/// A gating layer's rewrite of a call's arguments, as a session keeps it ([`RecordSink::rewrite`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RewriteRecord<'a> {
+    /// The call id.
+    pub call_id: &'a str,
+    /// The tool.
+    pub tool: &'a str,
+    /// The layer that rewrote the arguments.
+    pub layer: &'a str,
+    /// The arguments before.
+    pub before: &'a serde_json::Value,
+    /// The arguments after.
+    pub after: &'a serde_json::Value,
+    /// Why.
+    pub reason: &'a str,
 }
 
 /// A call's approval, as a session keeps it ([`RecordSink::approval`]).

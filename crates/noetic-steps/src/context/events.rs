@@ -184,6 +184,20 @@ pub enum EventKind {
         /// The error, carrying the guidance.
         error: NoeticError,
     },
+    /// A gating layer rewrote a tool call's arguments (see `layer::ToolCallAction::Rewrite`); the call runs with
+    /// `arguments` if every gate allows them. The model's own call keeps the arguments it wrote.
+    ToolCallRewritten {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The layer that rewrote the arguments.
+        layer: String,
+        /// The new arguments (JSON text).
+        arguments: String,
+        /// Why.
+        reason: String,
+    },
     /// A steering decision on a model response: `guide` makes the step ask again, `deny` fails it.
     ModelResponseSteered {
         /// The llm step.

@@ -35,7 +35,7 @@ use cancel::Cancel;
 #[doc(hidden)]
 pub use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
-pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, SKIPPED_RESULT};
+pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, RewriteRecord, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
 pub use ids::ExecutionId;
 pub use ids::new_v7;
@@ -428,6 +428,13 @@ impl Context {
     pub(crate) fn record_approval(&self, approval: crate::context::ApprovalRecord<'_>) {
         if let Some(records) = self.records() {
             records.approval(approval);
+        }
+    }
+
+    /// Keeps a gating layer's rewrite of a call's arguments where the session keeps its records, if it keeps any.
+    pub(crate) fn record_rewrite(&self, rewrite: crate::context::RewriteRecord<'_>) {
+        if let Some(records) = self.records() {
+            records.rewrite(rewrite);
         }
     }
 

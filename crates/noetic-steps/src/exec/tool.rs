@@ -73,8 +73,15 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
     let params = ToolCallParams { call_id: &s.id, name: &name, args: &args };
     let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
+    crate::tool::call::note_rewrites(ctx, &s.id, &name, &gate);
     if gate.decision.action != SteeringAction::Allow {
         return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
+    }
+    if let Some(rewritten) = gate.args() {
+        s.tool.input_schema().validate(rewritten).map_err(|problems| {
+            fail(format!("a gating layer rewrote the arguments into ones the tool does not accept:\n{problems}"))
+        })?;
+        args = rewritten.clone();
     }
     ctx.run_cancellable(async { Ok(crate::tool::call::approve(ctx, s.tool.as_ref(), &s.id, &args).await) })
         .await?

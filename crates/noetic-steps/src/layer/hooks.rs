@@ -6,7 +6,7 @@
 
 use futures::future::BoxFuture;
 
-use super::{ModelCallParams, Outcome, ScopeKey, ToolCallParams};
+use super::{ModelCallParams, Outcome, ScopeKey, ToolCallAction, ToolCallParams};
 use crate::context::Context;
 use crate::decision::SteeringDecision;
 use crate::error::NoeticError;
@@ -35,13 +35,14 @@ pub trait Recall: Send + Sync {
 
 /// Decisions on every tool call before it runs and every model response before its tool calls run.
 pub trait Gates: Send + Sync {
-    /// Gates a tool call.
+    /// Gates a tool call: allow, guide, deny, or rewrite its arguments (see [`ToolCallAction`]; a
+    /// [`SteeringDecision`] converts with `.into()`).
     fn before_tool_call<'a>(
         &'a self,
         _ctx: &'a Context,
         _call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
-        Box::pin(async { Ok(SteeringDecision::allow()) })
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
+        Box::pin(async { Ok(ToolCallAction::Allow) })
     }
 
     /// [`Gates::before_tool_call`] when the layer can decide at once: `Some` is its decision, and
@@ -50,7 +51,7 @@ pub trait Gates: Send + Sync {
         &self,
         _ctx: &Context,
         _call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
+    ) -> Option<Result<ToolCallAction, NoeticError>> {
         None
     }
 

@@ -19,7 +19,7 @@ use crate::model::{Item, ModelResponse, TokenCounter};
 
 mod gate;
 
-pub use gate::{Gate, after_model_call, before_tool_call};
+pub use gate::{Gate, GateRewrite, after_model_call, before_tool_call};
 
 enum HookFailure {
     Failed(NoeticError),

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `init` | [`Lifecycle`] | a session turn (or [`run`](crate::run)) starts; a `provide` step starts |
 //! | `recall` | [`Recall`] | before every model request of an `llm` step; the output goes before the history |
-//! | `before_tool_call` | [`Gates`] | before each tool call (model-driven or a `tool` step) |
+//! | `before_tool_call` | [`Gates`] | before each tool call (model-driven or a `tool` step); may rewrite its arguments ([`ToolCallAction`]) |
 //! | `after_model_call` | [`Gates`] | after each model response, before its tool calls run |
 //! | `store` | [`Recall`] | when an `llm` step accepts its final response |
 //! | `on_spawn` / `on_return` | [`Lifecycle`] | a `spawn` child or a fork path starts / succeeds |
@@ -17,6 +17,7 @@
 //!
 //! Layer state lives in the layer, keyed by [`ScopeKey`]; [`LayerState`] is a ready-made store.
 
+mod action;
 mod allot;
 mod hooks;
 pub mod lifecycle;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use action::{MAX_REWRITES, Rewrite, ToolCallAction};
 pub use allot::{Allotter, check_minimums};
 pub use hooks::{Gates, Lifecycle, Persistence, Recall};
 pub use state::{LayerState, ScopeKey};

@@ -102,6 +102,37 @@ fn a_guided_tool_call_is_printed_as_guidance_and_a_denied_one_as_denied() {
 }
 
 #[test]
+fn a_rewritten_call_shows_the_layer_the_new_arguments_and_the_reason_with_control_characters_escaped() {
+    let event = EventKind::ToolCallRewritten {
+        call_id: "c1".into(),
+        tool: "rm".into(),
+        layer: "dry-run".into(),
+        arguments: "{\"path\":\"a\u{1b}[2J.txt\",\"dry_run\":true}".into(),
+        reason: "deletions run dry".into(),
+    };
+    let line = event_line(&PLAIN, &event).unwrap();
+    assert!(!line.contains('\u{1b}'), "{line:?}");
+    assert!(line.starts_with("  rule  rewrote rm [c1] (layer dry-run) to {\"path\":\"a"), "{line}");
+    assert!(line.ends_with("\"dry_run\":true}: deletions run dry"), "{line}");
+}
+
+#[test]
+fn a_rewrite_in_the_ledger_reads_as_a_rewrite_with_the_arguments_before_and_after() {
+    let entry = LedgerEntry {
+        tool_name: Some("rm".into()),
+        tool_args: Some(json!({"path": "a.txt"})),
+        rewritten_args: Some(json!({"path": "a.txt", "dry_run": true})),
+        rule_id: Some("dry-run".into()),
+        guidance: Some("deletions run dry".into()),
+        ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
+    };
+    assert_eq!(
+        ledger_line(&PLAIN, &entry),
+        "  REWRITE tool rm {\"path\":\"a.txt\"} to {\"dry_run\":true,\"path\":\"a.txt\"} by dry-run: deletions run dry"
+    );
+}
+
+#[test]
 fn model_written_guidance_in_the_transcript_is_escaped() {
     let kind = EventKind::ModelResponseSteered {
         step_id: "assistant".into(),

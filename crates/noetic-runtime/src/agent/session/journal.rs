@@ -12,10 +12,10 @@ use crate::agent::RuntimeInner;
 use crate::agent::log::{Entry, Record, StepPath};
 use crate::agent::logged::settled;
 use crate::agent::session::SessionState;
-use crate::context::{ApprovalRecord, RecordSink, lock};
+use crate::context::{ApprovalRecord, RecordSink, RewriteRecord, lock};
 use crate::error::NoeticError;
 use crate::model::Item;
-use crate::steering::LedgerEntry;
+use crate::steering::{LedgerEntry, LedgerKind, SteeringAction};
 use crate::turn::{Finished, Input, Replay, TurnCommit, TurnJournal};
 
 /// What a stopped process's turn left in the log, by step path: finished steps' answers, running steps' inputs.
@@ -287,6 +287,20 @@ impl RecordSink for LogRecords {
             },
         };
         logged.submit_detached(vec![entry]);
+    }
+
+    /// A rewrite is a ledger entry of its own: the layer as its rule, the reason as its guidance, the arguments
+    /// before and after.
+    fn rewrite(&self, rewrite: RewriteRecord<'_>) {
+        let entry = LedgerEntry {
+            tool_name: Some(rewrite.tool.to_owned()),
+            tool_args: Some(rewrite.before.clone()),
+            rewritten_args: Some(rewrite.after.clone()),
+            rule_id: Some(rewrite.layer.to_owned()),
+            guidance: Some(rewrite.reason.to_owned()),
+            ..LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Allow)
+        };
+        self.ledger_entry(Box::new(entry));
     }
 
     fn ledger_entry(&self, entry: Box<dyn std::any::Any + Send>) {

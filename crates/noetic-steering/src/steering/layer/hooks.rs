@@ -13,7 +13,8 @@ use super::{RECENT_PER_GROUP, SteeringLayer};
 use crate::context::{Context, lock};
 use crate::error::NoeticError;
 use crate::layer::{
-    Gates, Hook, Lifecycle, ModelCallParams, Outcome, Persistence, Recall, Scope, ScopeKey, ToolCallParams,
+    Gates, Hook, Lifecycle, ModelCallParams, Outcome, Persistence, Recall, Scope, ScopeKey, ToolCallAction,
+    ToolCallParams,
 };
 use crate::model::Item;
 use crate::steering::feedback::{self, Feedback, Forward, Inner};
@@ -62,8 +63,9 @@ impl Gates for SteeringLayer {
         &self,
         ctx: &Context,
         call: ToolCallParams<'_>,
-    ) -> Option<Result<SteeringDecision, NoeticError>> {
-        self.answers_at_once(Hook::BeforeToolCall).then(|| self.gate_now(ctx, HookParams::BeforeToolCall(call)))
+    ) -> Option<Result<ToolCallAction, NoeticError>> {
+        self.answers_at_once(Hook::BeforeToolCall)
+            .then(|| self.gate_now(ctx, HookParams::BeforeToolCall(call)).map(Into::into))
     }
 
     /// A hook whose live rules are all predicates decides at once (with no shadow rules).
@@ -79,12 +81,12 @@ impl Gates for SteeringLayer {
         &'a self,
         ctx: &'a Context,
         call: ToolCallParams<'a>,
-    ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         let params = HookParams::BeforeToolCall(call);
         if self.answers_at_once(Hook::BeforeToolCall) {
-            return Box::pin(std::future::ready(self.gate_now(ctx, params)));
+            return Box::pin(std::future::ready(self.gate_now(ctx, params).map(Into::into)));
         }
-        Box::pin(self.gate(ctx, params))
+        Box::pin(async move { self.gate(ctx, params).await.map(Into::into) })
     }
 
     fn after_model_call<'a>(

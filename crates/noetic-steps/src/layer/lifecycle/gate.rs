@@ -1,14 +1,19 @@
 //! The gating hooks: every layer with [`Gates`] asked in slot order, those that answer at once first without an
 //! await; the aggregate is the most restrictive decision (deny > guide > allow, a deny short-circuits, guide texts
-//! joined with a newline).
+//! joined with a newline). A layer that rewrites a call's arguments starts the round again with the new ones, so
+//! every gate has judged the arguments that run (see [`ToolCallAction`]).
 
 use std::time::Duration;
+
+use serde_json::Value;
 
 use super::{HookFailure, Progress, describe, fatal, now, timed};
 use crate::context::Context;
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
-use crate::layer::{Gates, HookErrorPolicy, MemoryLayer, ModelCallParams, ToolCallParams};
+use crate::layer::{
+    Gates, HookErrorPolicy, MAX_REWRITES, MemoryLayer, ModelCallParams, ToolCallAction, ToolCallParams,
+};
 
 /// The aggregate of the gating layers' decisions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,61 +22,130 @@ pub struct Gate {
     pub decision: SteeringDecision,
     /// The ids of the layers that decided it (empty for allow).
     pub layers: Vec<String>,
+    /// The rewrites of the call's arguments, in the order the layers made them (`before_tool_call` only); the call
+    /// runs with the last one's arguments. Kept whatever the decision: a call denied after a rewrite was judged
+    /// on the rewritten arguments.
+    pub rewrites: Vec<GateRewrite>,
+}
+
+/// One layer's rewrite of a call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateRewrite {
+    /// The layer that rewrote them.
+    pub layer: String,
+    /// The arguments before.
+    pub before: Value,
+    /// The arguments after.
+    pub after: Value,
+    /// Why.
+    pub reason: String,
 }
 
 impl Gate {
     fn allow() -> Self {
-        Gate { decision: SteeringDecision::allow(), layers: Vec::new() }
+        Gate { decision: SteeringDecision::allow(), layers: Vec::new(), rewrites: Vec::new() }
     }
+
+    /// The arguments the call runs with when the gates rewrote them.
+    pub fn args(&self) -> Option<&Value> {
+        self.rewrites.last().map(|r| &r.after)
+    }
+}
+
+/// What to do after one layer's answer.
+enum Next {
+    /// Ask the next layer.
+    Go,
+    /// The gate is decided.
+    End(Gate),
+    /// The arguments changed: ask every layer again with these.
+    Again(Value),
 }
 
 /// The gating layers' decisions so far.
 #[derive(Default)]
 struct Gating {
     guides: Vec<(String, Option<String>)>,
+    rewrites: Vec<GateRewrite>,
 }
 
 impl Gating {
-    /// Takes one layer's answer; `Some` when it ends the gate (a deny).
+    /// Takes one layer's answer about a call whose arguments (as the layer saw them) are `args`.
     fn note(
         &mut self,
         layer: &dyn MemoryLayer,
         hook_name: &str,
-        answer: Result<SteeringDecision, HookFailure>,
-    ) -> Result<Option<Gate>, NoeticError> {
-        let decision = match answer {
-            Ok(d) => d,
+        answer: Result<ToolCallAction, HookFailure>,
+        args: Option<&Value>,
+    ) -> Result<Next, NoeticError> {
+        let action = match answer {
+            Ok(action) => action,
             Err(f) => {
                 let why = describe(&f);
                 fatal(layer.id(), hook_name, f)?;
                 tracing::warn!(layer = layer.id(), error = %why, "gating hook failed");
                 match layer.on_hook_error() {
-                    HookErrorPolicy::Abstain => return Ok(None),
+                    HookErrorPolicy::Abstain => return Ok(Next::Go),
                     HookErrorPolicy::Deny => {
-                        SteeringDecision::deny(format!("gating layer '{}' failed ({why})", layer.id()))
+                        ToolCallAction::Deny(Some(format!("gating layer '{}' failed ({why})", layer.id())))
                     }
                 }
             }
         };
-        match decision.action {
-            SteeringAction::Deny => return Ok(Some(Gate { decision, layers: vec![layer.id().to_owned()] })),
-            SteeringAction::Guide => self.guides.push((layer.id().to_owned(), decision.guidance)),
-            SteeringAction::Allow => {}
+        match action {
+            ToolCallAction::Allow => {}
+            ToolCallAction::Guide(guidance) => self.guides.push((layer.id().to_owned(), guidance)),
+            ToolCallAction::Deny(guidance) => {
+                let decision = SteeringDecision { action: SteeringAction::Deny, guidance };
+                return Ok(Next::End(self.decided(decision, vec![layer.id().to_owned()])));
+            }
+            ToolCallAction::Rewrite(rewrite) => {
+                let Some(before) = args else {
+                    let message = format!(
+                        "memory layer '{}' answered {hook_name} with a rewrite, which only tool calls can have; \
+                         return a review decision there",
+                        layer.id()
+                    );
+                    return Err(NoeticError::other(message));
+                };
+                if *before == rewrite.args {
+                    return Ok(Next::Go);
+                }
+                if self.rewrites.len() >= MAX_REWRITES {
+                    let decision = SteeringDecision::deny(format!(
+                        "the gating layers rewrote this call's arguments {MAX_REWRITES} times without settling \
+                         (the last rewrite was by '{}'), so the call was not run",
+                        layer.id()
+                    ));
+                    return Ok(Next::End(self.decided(decision, vec![layer.id().to_owned()])));
+                }
+                // The layers that guided judged arguments that will not run: they are asked again.
+                self.guides.clear();
+                self.rewrites.push(GateRewrite {
+                    layer: layer.id().to_owned(),
+                    before: before.clone(),
+                    after: rewrite.args.clone(),
+                    reason: rewrite.reason,
+                });
+                return Ok(Next::Again(rewrite.args));
+            }
         }
-        Ok(None)
+        Ok(Next::Go)
+    }
+
+    fn decided(&mut self, decision: SteeringDecision, layers: Vec<String>) -> Gate {
+        Gate { decision, layers, rewrites: std::mem::take(&mut self.rewrites) }
     }
 
     /// The aggregate once every layer allowed or guided.
-    fn finish(self) -> Gate {
+    fn finish(mut self) -> Gate {
         if self.guides.is_empty() {
-            return Gate::allow();
+            return Gate { rewrites: self.rewrites, ..Gate::allow() };
         }
         let texts: Vec<&str> = self.guides.iter().filter_map(|(_, g)| g.as_deref()).filter(|g| !g.is_empty()).collect();
         let guidance = (!texts.is_empty()).then(|| texts.join("\n"));
-        Gate {
-            decision: SteeringDecision { action: SteeringAction::Guide, guidance },
-            layers: self.guides.into_iter().map(|(id, _)| id).collect(),
-        }
+        let layers = std::mem::take(&mut self.guides).into_iter().map(|(id, _)| id).collect();
+        self.decided(SteeringDecision { action: SteeringAction::Guide, guidance }, layers)
     }
 }
 
@@ -90,6 +164,25 @@ impl<'a> GateCall<'a> {
         }
     }
 
+    /// The call's arguments (tool calls only).
+    fn args(self) -> Option<&'a Value> {
+        match self {
+            GateCall::BeforeToolCall(call) => Some(call.args),
+            GateCall::AfterModelCall(_) => None,
+        }
+    }
+
+    /// The same call with other arguments.
+    fn with_args<'b>(self, args: &'b Value) -> GateCall<'b>
+    where
+        'a: 'b,
+    {
+        match self {
+            GateCall::BeforeToolCall(call) => GateCall::BeforeToolCall(ToolCallParams { args, ..call }),
+            other => other,
+        }
+    }
+
     fn timeout(self, layer: &dyn MemoryLayer) -> Option<Duration> {
         match self {
             GateCall::BeforeToolCall(_) => layer.timeouts().before_tool_call,
@@ -97,71 +190,95 @@ impl<'a> GateCall<'a> {
         }
     }
 
-    fn now(self, gates: &dyn Gates, ctx: &Context) -> Option<Result<SteeringDecision, NoeticError>> {
+    fn now(self, gates: &dyn Gates, ctx: &Context) -> Option<Result<ToolCallAction, NoeticError>> {
         match self {
             GateCall::BeforeToolCall(call) => gates.before_tool_call_now(ctx, call),
-            GateCall::AfterModelCall(call) => gates.after_model_call_now(ctx, call),
+            GateCall::AfterModelCall(call) => gates.after_model_call_now(ctx, call).map(|r| r.map(Into::into)),
         }
     }
 
-    fn hook(
-        self,
-        gates: &'a dyn Gates,
-        ctx: &'a Context,
-    ) -> futures::future::BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
+    async fn hook(self, gates: &'a dyn Gates, ctx: &'a Context) -> Result<ToolCallAction, NoeticError> {
         match self {
-            GateCall::BeforeToolCall(call) => gates.before_tool_call(ctx, call),
-            GateCall::AfterModelCall(call) => gates.after_model_call(ctx, call),
+            GateCall::BeforeToolCall(call) => gates.before_tool_call(ctx, call).await,
+            GateCall::AfterModelCall(call) => gates.after_model_call(ctx, call).await.map(Into::into),
         }
     }
 }
 
+/// Where the layers that answer at once left the gate.
+enum AtOnce {
+    /// Decided.
+    Done(Gate),
+    /// The `usize`th layer must be awaited on.
+    Wait(usize, Gating),
+    /// A layer rewrote the arguments: every layer is asked again with these.
+    Again(Value, Gating),
+}
+
 /// Asks the layers that answer at once without an await (so the hook's future stays small); from the first that
-/// must be awaited on, the rest run in a boxed future, so a call whose layers never wait makes none.
+/// must be awaited on, or the first rewrite, the rest run in a boxed future, so a call whose layers never wait and
+/// never rewrite makes none.
 async fn gate(ctx: &Context, call: GateCall<'_>) -> Result<Gate, NoeticError> {
     match gate_at_once(ctx, call)? {
-        Progress::Done(gate) => Ok(gate),
-        Progress::Wait(start, gating) => Box::pin(gate_rest(ctx, call, start, gating)).await,
+        AtOnce::Done(gate) => Ok(gate),
+        AtOnce::Wait(start, gating) => Box::pin(gate_rest(ctx, call, Progress::Wait(start, gating))).await,
+        AtOnce::Again(args, gating) => Box::pin(gate_rest(ctx, call, Progress::Done((args, gating)))).await,
     }
 }
 
 /// The gate, as far as the layers answer at once.
-fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<Progress<Gate, Gating>, NoeticError> {
+fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
     let mut gating = Gating::default();
     for (i, layer) in ctx.layers().iter().enumerate() {
         let layer: &dyn MemoryLayer = layer.as_ref();
         let Some(gates) = layer.as_gates() else { continue };
         match now(|| call.now(gates, ctx)) {
-            Some(answer) => {
-                if let Some(gate) = gating.note(layer, call.name(), answer)? {
-                    return Ok(Progress::Done(gate));
-                }
-            }
-            None => return Ok(Progress::Wait(i, gating)),
+            Some(answer) => match gating.note(layer, call.name(), answer, call.args())? {
+                Next::Go => {}
+                Next::End(gate) => return Ok(AtOnce::Done(gate)),
+                Next::Again(args) => return Ok(AtOnce::Again(args, gating)),
+            },
+            None => return Ok(AtOnce::Wait(i, gating)),
         }
     }
-    Ok(Progress::Done(gating.finish()))
+    Ok(AtOnce::Done(gating.finish()))
 }
 
-/// Asks the layers from the `start`th on, waiting where they need it.
+/// Asks the layers from where the at-once round stopped — the `start`th layer, or the first with rewritten
+/// arguments — waiting where they need it, and every layer again after each rewrite.
 async fn gate_rest<'a>(
     ctx: &'a Context,
     call: GateCall<'a>,
-    start: usize,
-    mut gating: Gating,
+    from: Progress<(Value, Gating), Gating>,
 ) -> Result<Gate, NoeticError> {
-    for layer in ctx.layers().iter().skip(start) {
-        let layer: &dyn MemoryLayer = layer.as_ref();
-        let Some(gates) = layer.as_gates() else { continue };
-        let answer = match now(|| call.now(gates, ctx)) {
-            Some(answer) => answer,
-            None => timed(call.timeout(layer), || call.hook(gates, ctx)).await,
+    let (mut start, mut args, mut gating) = match from {
+        Progress::Wait(start, gating) => (start, None, gating),
+        Progress::Done((args, gating)) => (0, Some(args), gating),
+    };
+    'round: loop {
+        let call = match &args {
+            Some(args) => call.with_args(args),
+            None => call,
         };
-        if let Some(gate) = gating.note(layer, call.name(), answer)? {
-            return Ok(gate);
+        for layer in ctx.layers().iter().skip(start) {
+            let layer: &dyn MemoryLayer = layer.as_ref();
+            let Some(gates) = layer.as_gates() else { continue };
+            let answer = match now(|| call.now(gates, ctx)) {
+                Some(answer) => answer,
+                None => timed(call.timeout(layer), || call.hook(gates, ctx)).await,
+            };
+            match gating.note(layer, call.name(), answer, call.args())? {
+                Next::Go => {}
+                Next::End(gate) => return Ok(gate),
+                Next::Again(new) => {
+                    args = Some(new);
+                    start = 0;
+                    continue 'round;
+                }
+            }
         }
+        return Ok(gating.finish());
     }
-    Ok(gating.finish())
 }
 
 /// Asks every layer about a tool call.
