@@ -153,11 +153,12 @@ impl Transport {
     }
 
     /// Posts the body; returns the response once its status is a success, else the provider's typed error for it
-    /// (`status_error`, given the error body read once within the cap).
+    /// (`status_error`, given the error body read once within the cap and `step_id`, the step that asked).
     pub async fn send(
         &self,
         body: &ChunkedBody,
         stream: bool,
+        step_id: &str,
         status_error: impl FnOnce(&HttpFailure<'_>) -> NoeticError,
     ) -> Result<reqwest::Response, NoeticError> {
         let response = self
@@ -199,6 +200,7 @@ impl Transport {
             key_sent: self.config.api_key.is_some(),
             key_env: &self.config.key_env,
             endpoint: &self.endpoint,
+            step_id,
         }))
     }
 

@@ -103,6 +103,23 @@ async fn a_retry_after_longer_than_the_policy_allows_is_returned_as_model_rate_l
 }
 
 #[tokio::test]
+async fn a_rate_limit_and_a_context_length_refusal_name_the_step_that_made_the_request() {
+    let server = MockServer::start().await;
+    let too_long = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "120");
+    sequence(&server, limited, 1, ResponseTemplate::new(400).set_body_raw(too_long, "application/json")).await;
+    let asked = ModelRequest { step: Some("assistant".into()), ..user_request("hi") };
+    let model = model_for(&server);
+    let limited = model.call(asked.clone()).await.unwrap_err();
+    assert!(matches!(&limited, NoeticError::ModelRateLimit { step_id, .. } if step_id == "assistant"), "{limited:?}");
+    let refused = model.stream(asked).next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(&refused, NoeticError::ContextLengthExceeded { step_id, limit: Some(8192), .. } if step_id == "assistant"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_persistent_rate_limit_uses_every_attempt_then_reports_model_rate_limit() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
