@@ -98,6 +98,7 @@ pub(crate) fn error_from_body_of(step_id: &str, status: Option<u16>, value: &Val
         status,
         raw: Some(raw.to_owned()),
         retryable,
+        source: None,
     })
 }
 

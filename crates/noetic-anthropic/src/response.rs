@@ -123,6 +123,7 @@ pub(super) fn value_response(body: &str, step_id: &str) -> Result<ModelResponse,
         status: None,
         raw: Some(body.to_owned()),
         retryable: false,
+        source: None,
     })?;
     if let Some(error) = error_from_body_of(step_id, None, &value, body) {
         return Err(error);

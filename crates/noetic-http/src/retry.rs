@@ -53,7 +53,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn failed(retryable: bool) -> NoeticError {
-        NoeticError::ModelFailed { message: String::new(), status: None, raw: None, retryable }
+        NoeticError::ModelFailed { message: String::new(), status: None, raw: None, retryable, source: None }
     }
 
     fn rate_limit(ms: Option<u64>) -> NoeticError {

@@ -83,7 +83,13 @@ impl HttpFailure<'_> {
 
     /// A [`NoeticError::ModelFailed`] carrying the status and the raw body.
     pub fn failed_as(&self, message: String, retryable: bool) -> NoeticError {
-        NoeticError::ModelFailed { message, status: Some(self.status), raw: Some(self.raw.to_owned()), retryable }
+        NoeticError::ModelFailed {
+            message,
+            status: Some(self.status),
+            raw: Some(self.raw.to_owned()),
+            retryable,
+            source: None,
+        }
     }
 
     /// A [`NoeticError::ModelRateLimit`] of the failure's step, with the server's wait (at most

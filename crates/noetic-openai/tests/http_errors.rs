@@ -10,6 +10,7 @@ use common::{
     RawServer, config_for, fast_retry, fixture, model_for, user_request, wait_for_close, write_sse_head_and_chunk,
 };
 use futures::StreamExt;
+use noetic::error::ErrorSource;
 use noetic::model::StreamDelta;
 use noetic::prelude::*;
 use noetic_openai::{OpenAiConfig, OpenAiModel};
@@ -45,7 +46,7 @@ async fn unauthorized_names_the_key_variable_and_the_providers_message_and_is_no
     Mock::given(method("POST")).respond_with(unauthorized()).mount(&server).await;
     let error = model_for(&server).call(user_request("hi")).await.unwrap_err();
     match &error {
-        NoeticError::ModelFailed { message, status: Some(401), retryable: false, raw: Some(raw) } => {
+        NoeticError::ModelFailed { message, status: Some(401), retryable: false, raw: Some(raw), .. } => {
             assert!(message.contains("OPENAI_API_KEY"), "{message}");
             assert!(message.contains("Incorrect API key provided"), "{message}");
             assert!(raw.contains("invalid_api_key"));
@@ -176,7 +177,7 @@ async fn an_error_object_inside_a_200_is_a_typed_error_with_the_providers_messag
         .await;
     let error = model_for(&server).call(user_request("hi")).await.unwrap_err();
     match error {
-        NoeticError::ModelFailed { message, raw, retryable, status } => {
+        NoeticError::ModelFailed { message, raw, retryable, status, .. } => {
             assert!(message.contains("Provider returned error"), "{message}");
             assert_eq!(raw, Some(body));
             assert_eq!(status, Some(400));
@@ -255,6 +256,26 @@ async fn connection_refused_is_retried_then_reported_as_a_retryable_error_naming
     }
     let stream_error = model.stream(user_request("hi")).next().await.unwrap().unwrap_err();
     assert!(stream_error.is_retryable(), "nothing was streamed yet");
+}
+
+#[tokio::test]
+async fn a_refused_connection_keeps_the_http_clients_error_and_its_io_cause_as_sources() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let model = OpenAiModel::new(config_for(&format!("http://127.0.0.1:{port}")).retry(fast_retry(1))).unwrap();
+    let error = model.call(user_request("hi")).await.unwrap_err();
+    let mut chain = Vec::new();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        chain.push(cause);
+        source = cause.source();
+    }
+    let client = chain.iter().find_map(|e| e.downcast_ref::<ErrorSource>()?.downcast_ref::<reqwest::Error>());
+    assert!(client.is_some_and(reqwest::Error::is_connect), "the HTTP client's error is the source: {chain:?}");
+    let io = chain.iter().find_map(|e| e.downcast_ref::<std::io::Error>());
+    assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::ConnectionRefused), "{chain:?}");
+    let wire = serde_json::to_value(&error).unwrap();
+    assert_eq!(wire["kind"], "model_failed");
+    assert!(wire.get("source").is_none(), "the source is not serialised: {wire}");
 }
 
 #[tokio::test]

@@ -194,6 +194,7 @@ impl Model for ScriptedModel {
                     status: None,
                     raw: None,
                     retryable: false,
+                    source: None,
                 })),
             };
             if self.record {

@@ -129,7 +129,7 @@ fn retry_delay(policy: &RetryPolicy, attempt: u32, error: &NoeticError) -> Durat
 }
 
 fn timed_out(message: String) -> NoeticError {
-    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true }
+    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true, source: None }
 }
 
 impl Model for TimeoutModel {

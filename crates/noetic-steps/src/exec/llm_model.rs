@@ -239,5 +239,6 @@ pub(super) async fn collect_stream(
         status: None,
         raw: None,
         retryable: true,
+        source: None,
     })
 }
