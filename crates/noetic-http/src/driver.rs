@@ -7,13 +7,12 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use noetic_core::NoeticError;
-use noetic_core::model::{ModelResponse, StreamDelta, replay};
+use noetic_core::model::{ModelResponse, StreamDelta, replay, with_retries};
 use reqwest::header::CONTENT_TYPE;
 
 use crate::body::first_chunk;
 use crate::chunks::ChunkedBody;
 use crate::decode::{EventDecoder, decode_events};
-use crate::retry::with_retries;
 use crate::sse::sse_events;
 use crate::status::HttpFailure;
 use crate::transport::Transport;
@@ -106,7 +105,8 @@ impl<W: WireFormat> HttpDriver<W> {
         stream::once(open).try_flatten().boxed()
     }
 
-    /// `attempt` bounded by the timeout and retried by the policy: the one retry loop of the HTTP providers.
+    /// `attempt` bounded by the timeout and retried by the policy, in the core's one retry loop (one attempt when
+    /// a [`RetryModel`](noetic_core::model::RetryModel) around the provider retries instead).
     async fn retried<T, F, Fut>(&self, mut attempt: F) -> Result<T, NoeticError>
     where
         F: FnMut() -> Fut,

@@ -11,7 +11,7 @@ use common::{
 };
 use futures::StreamExt;
 use noetic::error::ErrorSource;
-use noetic::model::StreamDelta;
+use noetic::model::{ModelExt, StreamDelta};
 use noetic::prelude::*;
 use noetic_openai::{OpenAiConfig, OpenAiModel};
 use wiremock::matchers::method;
@@ -139,6 +139,20 @@ async fn a_server_error_is_retried_then_succeeds() {
     let response = model_for(&server).call(user_request("hi")).await.unwrap();
     assert_eq!(response.text_output(), "The capital of France is Paris.");
     assert_eq!(requests(&server).await, 3);
+}
+
+#[tokio::test]
+async fn a_provider_wrapped_in_retry_model_is_retried_by_the_wrapper_alone_not_twice_over() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(503)).mount(&server).await;
+    // The provider's own policy allows 3 attempts (`fast_retry(3)`); the wrapper's allows 2.
+    let wrapped = model_for(&server).with_retry(fast_retry(2));
+    let error = wrapped.call(user_request("hi")).await.unwrap_err();
+    assert!(matches!(&error, NoeticError::ModelFailed { status: Some(503), .. }), "{error:?}");
+    assert_eq!(requests(&server).await, 2, "the wrapper's 2 attempts, not 2 × 3");
+    let streamed = wrapped.stream(user_request("hi")).next().await.unwrap();
+    assert!(streamed.is_err());
+    assert_eq!(requests(&server).await, 4, "a stream too: 2 more requests");
 }
 
 #[tokio::test]
