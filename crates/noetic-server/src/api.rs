@@ -1,4 +1,7 @@
-//! The JSON API's handlers (routes and their shapes are documented in `assets/openapi.json`).
+//! The JSON API's handlers (each route's OpenAPI operation is its `#[utoipa::path]` annotation, see `openapi.rs`).
+//!
+//! Over 500 lines because each handler carries its operation's annotation (about a third of the file): the document
+//! is generated from them, so they stay beside the code they describe.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -43,6 +46,30 @@ enum Routing {
 }
 
 /// `POST /api/sessions/{key}/messages`: starts a turn or steers the running one, decided atomically.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/messages",
+    summary = "Send a message: starts a turn when the session is idle, steers the running turn when busy (decided \
+        atomically)",
+    params(crate::openapi::SessionKey),
+    request_body(content = inline(crate::openapi::bodies::PostMessageRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 202,
+            description = "Accepted",
+            body = inline(crate::openapi::bodies::PostMessage202),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 408, response = crate::openapi::ApiErrorResponse),
+        (status = 413, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 429, response = crate::openapi::ApiErrorResponse),
+        (status = 503, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn post_message(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -101,6 +128,24 @@ struct QueuedMessage {
 /// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs (here or on another worker) or
 /// was left unfinished, as the session's log says (what other workers append reaches this worker's copy as they
 /// append it).
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}",
+    summary = "Read a session: history, queued messages, busy, unfinished turn, pending approvals",
+    params(crate::openapi::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::GetSessionOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 503, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn get_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -137,6 +182,23 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
 }
 
 /// `GET /api/sessions/{key}/ledger`: the steering decisions, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}/ledger",
+    summary = "The session's steering ledger, oldest first",
+    params(crate::openapi::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::GetLedgerOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 501, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -147,6 +209,31 @@ pub(crate) async fn get_ledger(
 }
 
 /// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/stop",
+    summary = "Stop: clear the queue and cancel the running turn",
+    params(
+        crate::openapi::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::StopOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
     let session = session(&state, &key).await?;
     let (cleared, cancelled) = session.stop("stopped through the API").await;
@@ -154,6 +241,32 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
 }
 
 /// `POST /api/sessions/{key}/continue`: an idle session with queued messages starts a turn with them.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/continue",
+    summary = "Start a turn with the queued messages of an idle session",
+    params(
+        crate::openapi::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ContinueSessionOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 409, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -164,6 +277,32 @@ pub(crate) async fn continue_session(
 }
 
 /// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/resume",
+    summary = "Finish the turn a stopped process left unfinished",
+    params(
+        crate::openapi::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ResumeOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 409, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -208,6 +347,26 @@ pub(crate) struct ModeBody {
 }
 
 /// `PUT /api/sessions/{key}/mode`: how many queued messages a checkpoint takes.
+#[utoipa::path(
+    put,
+    path = "/api/sessions/{key}/mode",
+    summary = "Set the session's steering mode",
+    params(crate::openapi::SessionKey),
+    request_body(content = inline(crate::openapi::bodies::SetModeRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::SetModeOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 408, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn set_mode(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -231,6 +390,30 @@ pub(crate) struct EventsQuery {
 /// `GET /api/sessions/{key}/events`: server-sent events from after `?after=` or the `Last-Event-ID` header (the
 /// oldest the log holds when neither is given), then live ones. Each event's SSE id is its sequence number; events
 /// the log no longer holds arrive as one `gap` event.
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}/events",
+    summary = "Follow the session's events as server-sent events",
+    params(
+        crate::openapi::SessionKey,
+        ("after" = Option<u64>, Query, description = "start after this event number (a Last-Event-ID header wins)"),
+        ("Last-Event-ID" = Option<String>, Header),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "text/event-stream; each event's id is its sequence number, its data the event as JSON \
+                (field 'type'); events the log no longer holds arrive as one event named 'gap' with {from, to}. An \
+                event that carries an error (turn_failed, step_failed, steering_denied, retry_scheduled, \
+                loop_iteration_error, every_iteration_error) also has 'error_text': the error as one readable sentence",
+            body = inline(crate::openapi::bodies::EventsStream),
+            content_type = "text/event-stream",
+        ),
+        (status = 400, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -297,6 +480,22 @@ pub(crate) struct ApprovalsQuery {
 }
 
 /// `GET /api/approvals`: calls waiting for a decision (only `?session=`'s when given).
+#[utoipa::path(
+    get,
+    path = "/api/approvals",
+    summary = "Calls waiting for approval",
+    params(("session" = Option<String>, Query)),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ListApprovalsOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn list_approvals(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
@@ -318,6 +517,28 @@ pub(crate) struct DecisionBody {
 }
 
 /// `POST /api/approvals/{call_id}`: approves or rejects a waiting call.
+#[utoipa::path(
+    post,
+    path = "/api/approvals/{call_id}",
+    summary = "Approve or reject a waiting call",
+    params(("call_id" = String, Path)),
+    request_body(content = inline(crate::openapi::bodies::DecideRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::DecideOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 404, response = crate::openapi::ApiErrorResponse),
+        (status = 408, response = crate::openapi::ApiErrorResponse),
+        (status = 409, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn decide(
     State(state): State<Arc<AppState>>,
     Path(call_id): Path<String>,
@@ -354,11 +575,40 @@ pub(crate) async fn decide(
 }
 
 /// `GET /healthz`: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    summary = "Liveness",
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::HealthOk),
+            content_type = "application/json",
+        ),
+    ),
+    security(()),
+)]
 pub(crate) async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// `GET /readyz`: the server takes work (not shutting down, and its store answers).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    summary = "Readiness: not shutting down and the store answers",
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ReadyOk),
+            content_type = "application/json",
+        ),
+        (status = 503, response = crate::openapi::ApiErrorResponse),
+    ),
+    security(()),
+)]
 pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     if state.shutdown.is_cancelled() {
         return shutting_down().into_response();
