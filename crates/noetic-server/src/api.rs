@@ -28,9 +28,10 @@ use crate::open::{session, session_error, shutting_down, steer_error};
 use crate::sessions::store;
 use crate::turns::{resume_for_message, run_turn};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MessageBody {
+    #[schema(min_length = 1)]
     text: String,
 }
 
@@ -52,7 +53,7 @@ enum Routing {
     summary = "Send a message: starts a turn when the session is idle, steers the running turn when busy (decided \
         atomically)",
     params(crate::openapi::SessionKey),
-    request_body(content = inline(crate::openapi::bodies::PostMessageRequest), content_type = "application/json"),
+    request_body(content = inline(MessageBody), content_type = "application/json"),
     responses(
         (
             status = 202,
@@ -504,15 +505,15 @@ pub(crate) async fn list_approvals(
     Ok(Json(json!({ "approvals": state.approvals.listed(query.session.as_deref()).await })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DecisionBody {
     approve: bool,
     reason: Option<String>,
-    /// The session, when calls of several sessions wait under the same call id.
+    /// Needed when calls of several sessions wait under this call id (409 ambiguous_call_id otherwise).
     session: Option<String>,
-    /// The `arguments_sha256` of the call as it was shown: the decision is refused if the call waiting under
-    /// this id has other arguments.
+    /// The arguments_sha256 of the call as listed: when the call now waiting under this id has other arguments,
+    /// nothing is decided (409 arguments_changed).
     arguments_sha256: Option<String>,
 }
 
@@ -522,7 +523,7 @@ pub(crate) struct DecisionBody {
     path = "/api/approvals/{call_id}",
     summary = "Approve or reject a waiting call",
     params(("call_id" = String, Path)),
-    request_body(content = inline(crate::openapi::bodies::DecideRequest), content_type = "application/json"),
+    request_body(content = inline(DecisionBody), content_type = "application/json"),
     responses(
         (
             status = 200,

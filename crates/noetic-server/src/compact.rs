@@ -12,10 +12,11 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::open::session;
 
-/// The optional body: the model id that writes the summary (default: the runtime's).
-#[derive(Debug, Default, Deserialize)]
+/// The optional body.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompactBody {
+    /// The model id that writes the summary (default: the runtime's).
     model: Option<String>,
 }
 
@@ -37,7 +38,7 @@ pub(crate) struct CompactBody {
                 site cannot make a browser send it",
         ),
     ),
-    request_body(content = inline(crate::openapi::bodies::CompactRequest), content_type = "application/json"),
+    request_body(content = inline(CompactBody), content_type = "application/json"),
     responses(
         (
             status = 200,

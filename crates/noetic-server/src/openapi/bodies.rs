@@ -39,5 +39,8 @@ macro_rules! bodies {
 }
 
 bodies! {
-    Error ListSessionsOk GetSessionOk DeleteSessionOk RenameRequest RenameOk PostMessageRequest PostMessage202 EventsStream StopOk ContinueSessionOk ResumeOk CompactRequest CompactOk SetModeRequest SetModeOk GetBudgetOk PutBudgetRequest PutBudgetOk GetLedgerOk ListApprovalsOk DecideRequest DecideOk HealthOk ReadyOk RunRequest RunStream AgentCardOk RpcRequest RpcJson RpcStream
+    Error ListSessionsOk GetSessionOk DeleteSessionOk RenameRequest RenameOk PostMessage202 EventsStream StopOk
+    ContinueSessionOk ResumeOk CompactOk SetModeRequest SetModeOk GetBudgetOk PutBudgetRequest PutBudgetOk
+    GetLedgerOk ListApprovalsOk DecideOk HealthOk ReadyOk RunRequest RunStream AgentCardOk RpcRequest RpcJson
+    RpcStream
 }
