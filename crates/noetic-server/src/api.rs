@@ -52,7 +52,7 @@ enum Routing {
     path = "/api/sessions/{key}/messages",
     summary = "Send a message: starts a turn when the session is idle, steers the running turn when busy (decided \
         atomically)",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     request_body(content = inline(MessageBody), content_type = "application/json"),
     responses(
         (
@@ -61,14 +61,14 @@ enum Routing {
             body = inline(crate::openapi::bodies::PostMessage202),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 408, response = crate::openapi::ApiErrorResponse),
-        (status = 413, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
-        (status = 429, response = crate::openapi::ApiErrorResponse),
-        (status = 503, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 413, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 429, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn post_message(
@@ -133,7 +133,7 @@ struct QueuedMessage {
     get,
     path = "/api/sessions/{key}",
     summary = "Read a session: history, queued messages, busy, unfinished turn, pending approvals",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     responses(
         (
             status = 200,
@@ -141,10 +141,10 @@ struct QueuedMessage {
             body = inline(crate::openapi::bodies::GetSessionOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 503, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn get_session(
@@ -187,7 +187,7 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
     get,
     path = "/api/sessions/{key}/ledger",
     summary = "The session's steering ledger, oldest first",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     responses(
         (
             status = 200,
@@ -195,9 +195,9 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
             body = inline(crate::openapi::bodies::GetLedgerOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 501, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn get_ledger(
@@ -215,7 +215,7 @@ pub(crate) async fn get_ledger(
     path = "/api/sessions/{key}/stop",
     summary = "Stop: clear the queue and cancel the running turn",
     params(
-        crate::openapi::SessionKey,
+        crate::openapi::common::SessionKey,
         (
             "X-Noetic-Request" = Option<String>,
             Header,
@@ -230,9 +230,9 @@ pub(crate) async fn get_ledger(
             body = inline(crate::openapi::bodies::StopOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
@@ -247,7 +247,7 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
     path = "/api/sessions/{key}/continue",
     summary = "Start a turn with the queued messages of an idle session",
     params(
-        crate::openapi::SessionKey,
+        crate::openapi::common::SessionKey,
         (
             "X-Noetic-Request" = Option<String>,
             Header,
@@ -262,10 +262,10 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
             body = inline(crate::openapi::bodies::ContinueSessionOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 409, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn continue_session(
@@ -283,7 +283,7 @@ pub(crate) async fn continue_session(
     path = "/api/sessions/{key}/resume",
     summary = "Finish the turn a stopped process left unfinished",
     params(
-        crate::openapi::SessionKey,
+        crate::openapi::common::SessionKey,
         (
             "X-Noetic-Request" = Option<String>,
             Header,
@@ -298,10 +298,10 @@ pub(crate) async fn continue_session(
             body = inline(crate::openapi::bodies::ResumeOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 409, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn resume(
@@ -352,7 +352,7 @@ pub(crate) struct ModeBody {
     put,
     path = "/api/sessions/{key}/mode",
     summary = "Set the session's steering mode",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     request_body(content = inline(crate::openapi::bodies::SetModeRequest), content_type = "application/json"),
     responses(
         (
@@ -361,11 +361,11 @@ pub(crate) struct ModeBody {
             body = inline(crate::openapi::bodies::SetModeOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 408, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn set_mode(
@@ -396,7 +396,7 @@ pub(crate) struct EventsQuery {
     path = "/api/sessions/{key}/events",
     summary = "Follow the session's events as server-sent events",
     params(
-        crate::openapi::SessionKey,
+        crate::openapi::common::SessionKey,
         ("after" = Option<u64>, Query, description = "start after this event number (a Last-Event-ID header wins)"),
         ("Last-Event-ID" = Option<String>, Header),
     ),
@@ -410,9 +410,9 @@ pub(crate) struct EventsQuery {
             body = inline(crate::openapi::bodies::EventsStream),
             content_type = "text/event-stream",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn events(
@@ -493,8 +493,8 @@ pub(crate) struct ApprovalsQuery {
             body = inline(crate::openapi::bodies::ListApprovalsOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn list_approvals(
@@ -531,13 +531,13 @@ pub(crate) struct DecisionBody {
             body = inline(crate::openapi::bodies::DecideOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 404, response = crate::openapi::ApiErrorResponse),
-        (status = 408, response = crate::openapi::ApiErrorResponse),
-        (status = 409, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn decide(
@@ -606,7 +606,7 @@ pub(crate) async fn health() -> Json<Value> {
             body = inline(crate::openapi::bodies::ReadyOk),
             content_type = "application/json",
         ),
-        (status = 503, response = crate::openapi::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
     security(()),
 )]

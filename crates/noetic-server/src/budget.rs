@@ -44,7 +44,7 @@ pub(crate) fn status(session: &Session) -> Value {
     get,
     path = "/api/sessions/{key}/budget",
     summary = "The session's budget, what it spent, and the limit it is paused over",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     responses(
         (
             status = 200,
@@ -52,8 +52,8 @@ pub(crate) fn status(session: &Session) -> Value {
             body = inline(crate::openapi::bodies::GetBudgetOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn get_budget(
@@ -73,7 +73,7 @@ pub(crate) async fn get_budget(
     path = "/api/sessions/{key}/budget",
     summary = "Set the session's budget (it replaces the one it had); a session paused over its budget continues with \
         its queued messages",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     request_body(content = inline(crate::openapi::bodies::PutBudgetRequest), content_type = "application/json"),
     responses(
         (
@@ -82,11 +82,11 @@ pub(crate) async fn get_budget(
             body = inline(crate::openapi::bodies::PutBudgetOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 408, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn put_budget(

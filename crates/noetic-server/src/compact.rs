@@ -30,7 +30,7 @@ pub(crate) struct CompactBody {
     summary = "Compact the conversation now: the turns before the last one are replaced, in what later requests send, \
         by a summary the model writes (the conversation and the log keep every item)",
     params(
-        crate::openapi::SessionKey,
+        crate::openapi::common::SessionKey,
         (
             "X-Noetic-Request" = Option<String>,
             Header,
@@ -46,11 +46,11 @@ pub(crate) struct CompactBody {
             body = inline(crate::openapi::bodies::CompactOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 409, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
-        (status = 502, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 502, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn compact(

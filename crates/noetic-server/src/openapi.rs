@@ -7,10 +7,11 @@
 use std::sync::OnceLock;
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, Response, ResponseBuilder};
+use utoipa::openapi::{RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 pub(crate) mod bodies;
+pub(crate) mod common;
 
 /// The info the document opens with.
 const DESCRIPTION: &str = "Talk to, watch and steer the sessions of a noetic runtime. Errors are JSON: {\"error\": \
@@ -22,26 +23,6 @@ const DESCRIPTION: &str = "Talk to, watch and steer the sessions of a noetic run
     says another origin sent it, and 415 unless it is JSON (Content-Type: application/json) or carries the header \
     X-Noetic-Request (any value): stop, continue, resume and DELETE take no body, so send the header. A request body \
     must arrive within 30 s of its head (408 body_timeout).";
-
-/// A session key in a path.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-pub(crate) struct SessionKey {
-    /// 1 to 128 characters of A-Z, a-z, 0-9, '-', '_' and '.', not only dots (a browser drops '.' and '..' from a URL)
-    #[param(pattern = r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")]
-    key: String,
-}
-
-/// The error every route answers with (`{"error": {"code", "message"}}`), as the shared response `Error`.
-pub(crate) struct ApiErrorResponse;
-
-impl<'r> utoipa::ToResponse<'r> for ApiErrorResponse {
-    fn response() -> (&'r str, RefOr<Response>) {
-        let json = ContentBuilder::new().schema(Some(Ref::from_schema_name("Error"))).build();
-        ("Error", ResponseBuilder::new().description("A typed error").content("application/json", json).build().into())
-    }
-}
 
 /// What the annotations cannot say: the bearer token scheme every route requires but those that say otherwise, and
 /// that the compaction's body may be left out (utoipa would write an optional body as `oneOf [body, null]`, and a
@@ -88,7 +69,7 @@ impl Modify for Amend {
         crate::a2a::agent_card,
         crate::a2a::rpc
     ),
-    components(schemas(bodies::Error), responses(ApiErrorResponse)),
+    components(schemas(bodies::Error), responses(common::ApiErrorResponse)),
     modifiers(&Amend),
     security(("bearer" = []))
 )]

@@ -171,9 +171,9 @@ async fn line(
             body = inline(crate::openapi::bodies::ListSessionsOk),
             content_type = "application/json",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 501, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
@@ -200,7 +200,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
         Refused with 409 'busy' while a turn runs (stop it first), and with 409 'session_in_use' when the server \
         cannot let the session go: a session whose events were followed since the server started stays in its memory \
         (restart the server, then delete it).",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     responses(
         (
             status = 200,
@@ -208,14 +208,14 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
             body = inline(crate::openapi::bodies::DeleteSessionOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 404, response = crate::openapi::ApiErrorResponse),
-        (status = 409, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
-        (status = 501, response = crate::openapi::ApiErrorResponse),
-        (status = 503, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn delete_session(

@@ -22,7 +22,7 @@ use crate::sessions::{store, unavailable};
     description = "The title is trimmed; an empty one, one longer than 120 characters or one holding control \
         characters (line breaks, escapes) is 400 'invalid_title'. 404 'no_such_session' for a session the store does \
         not hold.",
-    params(crate::openapi::SessionKey),
+    params(crate::openapi::common::SessionKey),
     request_body(content = inline(crate::openapi::bodies::RenameRequest), content_type = "application/json"),
     responses(
         (
@@ -31,12 +31,12 @@ use crate::sessions::{store, unavailable};
             body = inline(crate::openapi::bodies::RenameOk),
             content_type = "application/json",
         ),
-        (status = 400, response = crate::openapi::ApiErrorResponse),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 404, response = crate::openapi::ApiErrorResponse),
-        (status = 413, response = crate::openapi::ApiErrorResponse),
-        (status = 503, response = crate::openapi::ApiErrorResponse),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 413, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn rename(

@@ -71,7 +71,7 @@ pub const STEERING_EXTENSION: &str = "urn:noetic:a2a:steering:v1";
             body = inline(crate::openapi::bodies::AgentCardOk),
             content_type = "application/json",
         ),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
     ),
     security(()),
 )]
@@ -102,10 +102,10 @@ pub(crate) async fn agent_card(State(state): State<Arc<AppState>>, headers: Head
                 (inline(crate::openapi::bodies::RpcStream) = "text/event-stream"),
             ),
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 413, description = "The body is over the limit (a JSON-RPC error, data.code body_too_large)"),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn rpc(State(state): State<Arc<AppState>>, body: Result<Json<Value>, JsonRejection>) -> Response {

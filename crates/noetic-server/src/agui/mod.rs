@@ -112,10 +112,10 @@ struct Started {
             body = inline(crate::openapi::bodies::RunStream),
             content_type = "text/event-stream",
         ),
-        (status = 401, response = crate::openapi::ApiErrorResponse),
-        (status = 403, response = crate::openapi::ApiErrorResponse),
-        (status = 404, response = crate::openapi::ApiErrorResponse),
-        (status = 415, response = crate::openapi::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn run(
