@@ -240,12 +240,12 @@ impl StreamAccumulator {
 /// Marks an error met after the stream began as not retryable: output may already have reached the caller.
 fn mid_stream(error: NoeticError) -> NoeticError {
     match error {
-        NoeticError::ModelFailed { message, status, raw, .. } => NoeticError::ModelFailed {
+        NoeticError::ModelFailed { message, status, raw, source, .. } => NoeticError::ModelFailed {
             message: format!("{message} (the error arrived inside the stream, after the response had begun)"),
             status,
             raw,
             retryable: false,
-            source: None,
+            source,
         },
         NoeticError::ModelRateLimit { .. } => NoeticError::ModelFailed {
             message: "Anthropic reported a rate limit inside the stream, after the response had begun; wait and \
