@@ -12,7 +12,7 @@ use noetic_http::{Auth, ChunkedBody, HttpDriver, HttpFailure, Names, Transport, 
 use crate::config::{ANTHROPIC_VERSION, AnthropicConfig, BASE_URL_VAR};
 use crate::encode::{HistoryCache, encode_body};
 use crate::error::error_from_failure;
-use crate::response::parse_response;
+use crate::response::parse_response_of;
 use crate::sse::Decoder;
 
 /// A [`Model`] backed by Anthropic's Messages API (`POST /v1/messages`).
@@ -46,8 +46,8 @@ struct Wire {
 impl WireFormat for Wire {
     type Decoder = Decoder;
 
-    fn parse_response(&self, body: &str) -> Result<ModelResponse, NoeticError> {
-        parse_response(body)
+    fn parse_response(&self, body: &str, step_id: &str) -> Result<ModelResponse, NoeticError> {
+        parse_response_of(body, step_id)
     }
 
     fn status_error(&self, failure: &HttpFailure<'_>) -> NoeticError {
@@ -115,11 +115,11 @@ impl Model for AnthropicModel {
     }
 
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        self.driver.call(self.body(&request, false))
+        self.driver.call(self.body(&request, false), request.step.clone())
     }
 
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
-        self.driver.stream(self.body(&request, true))
+        self.driver.stream(self.body(&request, true), request.step.clone())
     }
 }
 

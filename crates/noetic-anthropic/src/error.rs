@@ -15,13 +15,21 @@ pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 ///
 /// * 401 / 403 → a non-retryable [`NoeticError::ModelFailed`] that names `ANTHROPIC_API_KEY` and quotes the
 ///   provider's message (`key_sent` says whether a key was sent at all, to tell "missing" from "wrong").
-/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after`, at most a day (its `step_id` is left
-///   empty; the `llm` step fills it in).
+/// * 429 → [`NoeticError::ModelRateLimit`] with `retry_after`, at most a day (its `step_id` is empty: no step
+///   is known here; the client names the request's step).
 /// * 408, 409, 5xx and 529 (overloaded) → a retryable `ModelFailed`.
 /// * Anything else (400 invalid request, 404 unknown model, 413 too large …) → a non-retryable `ModelFailed` with
 ///   the provider's message and the raw body.
 pub fn error_from_status(status: u16, retry_after: Option<Duration>, body: &str, key_sent: bool) -> NoeticError {
-    error_from_failure(&HttpFailure { status, retry_after, raw: body, key_sent, key_env: API_KEY_VAR, endpoint: "" })
+    error_from_failure(&HttpFailure {
+        status,
+        retry_after,
+        raw: body,
+        key_sent,
+        key_env: API_KEY_VAR,
+        endpoint: "",
+        step_id: "",
+    })
 }
 
 /// [`error_from_status`] over `noetic-http`'s skeleton: Anthropic's words for each [`StatusClass`].
@@ -63,8 +71,14 @@ pub(crate) fn error_from_failure(failure: &HttpFailure<'_>) -> NoeticError {
 
 /// The error an Anthropic error object (`{"type": "error", "error": {"type", "message"}}`) stands for, or `None`
 /// when `value` is not one. Used for error objects that arrive with a 2xx status or inside a stream: rate-limit
-/// and overload errors are marked retryable so a caller that has received nothing yet may try again.
+/// and overload errors are marked retryable so a caller that has received nothing yet may try again. A rate limit's
+/// `step_id` is empty (see [`error_from_body_of`] for a request's step).
 pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<NoeticError> {
+    error_from_body_of("", status, value, raw)
+}
+
+/// [`error_from_body`] for a request made by the step `step_id`, which a rate limit names.
+pub(crate) fn error_from_body_of(step_id: &str, status: Option<u16>, value: &Value, raw: &str) -> Option<NoeticError> {
     if value["type"] != "error" && !value["error"].is_object() {
         return None;
     }
@@ -73,7 +87,7 @@ pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<
     if error_type == "rate_limit_error" {
         tracing::warn!(provider_message = %provider, "Anthropic rate limit error object");
         return Some(NoeticError::ModelRateLimit {
-            step_id: String::new(),
+            step_id: step_id.to_owned(),
             retry_after_ms: None,
             message: Some(provider.to_string()),
         });
@@ -84,6 +98,7 @@ pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<
         status,
         raw: Some(raw.to_owned()),
         retryable,
+        source: None,
     })
 }
 

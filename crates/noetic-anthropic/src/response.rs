@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use crate::error::error_from_body;
+use crate::error::error_from_body_of;
 
 /// Parses the body of a successful (2xx) `POST /v1/messages` response.
 ///
@@ -28,9 +28,14 @@ use crate::error::error_from_body;
 /// A body that is not JSON, or an Anthropic error object (`{"type": "error", "error": {...}}`, which proxies
 /// sometimes send with status 200), becomes a [`NoeticError`] carrying the provider's message and the raw body.
 pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
+    parse_response_of(body, "")
+}
+
+/// [`parse_response`] of a request made by the step `step_id`, which a rate limit in the body names.
+pub(crate) fn parse_response_of(body: &str, step_id: &str) -> Result<ModelResponse, NoeticError> {
     match serde_json::from_str::<Answer<'_>>(body) {
         Ok(answer) if answer.error.is_none() && answer.kind.as_deref() != Some("error") => Ok(answer.into_response()),
-        _ => value_response(body),
+        _ => value_response(body, step_id),
     }
 }
 
@@ -109,7 +114,7 @@ impl Answer<'_> {
 }
 
 /// [`parse_response`] by walking a `Value`: any JSON, error objects included.
-pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
+pub(super) fn value_response(body: &str, step_id: &str) -> Result<ModelResponse, NoeticError> {
     let value: Value = serde_json::from_str(body).map_err(|e| NoeticError::ModelFailed {
         message: format!(
             "Anthropic returned a response body that is not JSON ({e}); the raw body is attached — check that the \
@@ -118,8 +123,9 @@ pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
         status: None,
         raw: Some(body.to_owned()),
         retryable: false,
+        source: None,
     })?;
-    if let Some(error) = error_from_body(None, &value, body) {
+    if let Some(error) = error_from_body_of(step_id, None, &value, body) {
         return Err(error);
     }
     let mut parts = Parts::default();

@@ -61,6 +61,7 @@ pub(crate) fn mid_stream(what: String) -> NoeticError {
         status: None,
         raw: None,
         retryable: false,
+        source: None,
     }
 }
 

@@ -72,6 +72,7 @@ impl StreamAccumulator {
             status: None,
             raw: Some(data.to_owned()),
             retryable: false,
+            source: None,
         })?;
         let mut deltas = Vec::new();
         match event["type"].as_str().unwrap_or_default() {
@@ -198,6 +199,7 @@ impl StreamAccumulator {
                 status: None,
                 raw: None,
                 retryable: false,
+                source: None,
             });
         }
         // Blocks that never got their content_block_stop still keep what arrived.
@@ -238,11 +240,12 @@ impl StreamAccumulator {
 /// Marks an error met after the stream began as not retryable: output may already have reached the caller.
 fn mid_stream(error: NoeticError) -> NoeticError {
     match error {
-        NoeticError::ModelFailed { message, status, raw, .. } => NoeticError::ModelFailed {
+        NoeticError::ModelFailed { message, status, raw, source, .. } => NoeticError::ModelFailed {
             message: format!("{message} (the error arrived inside the stream, after the response had begun)"),
             status,
             raw,
             retryable: false,
+            source,
         },
         NoeticError::ModelRateLimit { .. } => NoeticError::ModelFailed {
             message: "Anthropic reported a rate limit inside the stream, after the response had begun; wait and \
@@ -251,6 +254,7 @@ fn mid_stream(error: NoeticError) -> NoeticError {
             status: None,
             raw: None,
             retryable: false,
+            source: None,
         },
         other => other,
     }

@@ -8,32 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use noetic::prelude::*;
+use noetic::testing::{delete_file_tool, workspace_rule};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer};
-
-fn delete_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    Arc::new(
-        FnTool::builder("deleteFile", "Deletes a file.")
-            .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}))
-            .handler(move |args, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(json!(format!("deleted {}", args["path"].as_str().unwrap_or("")))) }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
-fn workspace_rule() -> SteeringRule {
-    SteeringRule::predicate("no-delete-outside-workspace", [Hook::BeforeToolCall], |p| match p.tool_call() {
-        Some(c) if c.name == "deleteFile" && !c.args["path"].as_str().unwrap_or("").starts_with("/workspace/") => {
-            SteeringDecision::deny("Deletion outside /workspace/ is not allowed.")
-        }
-        _ => SteeringDecision::allow(),
-    })
-}
 
 fn tool_use_message() -> String {
     json!({
@@ -89,7 +67,7 @@ async fn a_denied_call_is_reported_to_the_model_as_a_tool_result_and_the_turn_re
         .model(Arc::new(model(&server)))
         .model_id("anthropic/claude-sonnet-4-5")
         .instructions("You clean up disks.")
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([workspace_rule()])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();

@@ -48,6 +48,7 @@ fn rich_request() -> ModelRequest {
         tool_choice: Some(ToolChoice::Named("get_weather".into())),
         output_schema: None,
         grammar: None,
+        step: None,
     }
 }
 

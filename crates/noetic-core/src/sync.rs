@@ -8,18 +8,10 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A value alone on its cache lines (128 bytes: two lines, for CPUs that fetch lines in pairs). Behind an `Arc`,
-/// the reference count then shares its line with nothing another thread writes or reads.
-#[repr(align(128))]
-pub struct Padded<T: ?Sized>(pub T);
-
-impl<T: ?Sized> std::ops::Deref for Padded<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
+/// A value alone on its cache lines: crossbeam's [`CachePadded`] (128 bytes on x86-64 and aarch64: two lines, for
+/// CPUs that fetch lines in pairs). Behind an `Arc`, the reference count then shares its line with nothing another
+/// thread writes or reads.
+pub use crossbeam_utils::CachePadded;
 
 /// Copies of a value that every turn clones (an `Arc`, or something holding some): one per group of threads, so
 /// threads cloning it at once write different reference counts instead of all bouncing one cache line between
@@ -87,7 +79,7 @@ mod tests {
             let made = made.clone();
             Arc::new(Spread::new(move || {
                 made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Arc::new(Padded(7u32))
+                Arc::new(CachePadded::new(7u32))
             }))
         };
         assert!(spread.capacity() >= 2);
@@ -116,11 +108,12 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     fn a_padded_value_starts_its_own_cache_line_pair() {
-        let values: Vec<Arc<Padded<u8>>> = (0..8).map(|i| Arc::new(Padded(i))).collect();
+        let values: Vec<Arc<CachePadded<u8>>> = (0..8).map(|i| Arc::new(CachePadded::new(i))).collect();
         for v in &values {
             assert_eq!(Arc::as_ptr(v) as usize % 128, 0);
         }
-        assert!(std::mem::align_of::<Padded<u8>>() == 128 && std::mem::size_of::<Padded<u8>>() == 128);
+        assert!(std::mem::align_of::<CachePadded<u8>>() == 128 && std::mem::size_of::<CachePadded<u8>>() == 128);
     }
 }

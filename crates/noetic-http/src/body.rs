@@ -157,6 +157,7 @@ pub fn too_large(what: &str, limit: usize, status: Option<u16>, setting: &str) -
         status,
         raw: None,
         retryable: false,
+        source: None,
     }
 }
 

@@ -7,13 +7,12 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use noetic_core::NoeticError;
-use noetic_core::model::{ModelResponse, StreamDelta, replay};
+use noetic_core::model::{ModelResponse, StreamDelta, replay, with_retries};
 use reqwest::header::CONTENT_TYPE;
 
 use crate::body::first_chunk;
 use crate::chunks::ChunkedBody;
 use crate::decode::{EventDecoder, decode_events};
-use crate::retry::with_retries;
 use crate::sse::sse_events;
 use crate::status::HttpFailure;
 use crate::transport::Transport;
@@ -28,10 +27,12 @@ pub trait WireFormat: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// The provider's error for a body it cannot read or an error object in it.
-    fn parse_response(&self, body: &str) -> Result<ModelResponse, NoeticError>;
+    /// The provider's error for a body it cannot read or an error object in it; `step_id` names the step that made
+    /// the request in the errors that carry one.
+    fn parse_response(&self, body: &str, step_id: &str) -> Result<ModelResponse, NoeticError>;
 
-    /// The typed error for a non-success status (see [`HttpFailure`]'s helpers for the shared skeleton).
+    /// The typed error for a non-success status (see [`HttpFailure`]'s helpers for the shared skeleton; the
+    /// failure names the request's step).
     fn status_error(&self, failure: &HttpFailure<'_>) -> NoeticError;
 
     /// A fresh decoder for one streamed response.
@@ -70,18 +71,33 @@ impl<W: WireFormat> HttpDriver<W> {
         &self.wire
     }
 
-    /// A non-streamed call of `body`.
-    pub fn call(self: &Arc<Self>, body: ChunkedBody) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+    /// A non-streamed call of `body`, made by the step `step` ([`ModelRequest::step`]), which its errors name.
+    ///
+    /// [`ModelRequest::step`]: noetic_core::model::ModelRequest::step
+    pub fn call(
+        self: &Arc<Self>,
+        body: ChunkedBody,
+        step: Option<Arc<str>>,
+    ) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let this = self.clone();
-        Box::pin(async move { this.retried(|| this.call_once(&body)).await })
+        Box::pin(async move {
+            let step = step.as_deref().unwrap_or_default();
+            this.retried(|| this.call_once(&body, step)).await
+        })
     }
 
-    /// A streamed call of `body`; a server that answers with a whole JSON response is replayed as deltas.
-    pub fn stream(self: &Arc<Self>, body: ChunkedBody) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
+    /// A streamed call of `body` made by the step `step`; a server that answers with a whole JSON response is
+    /// replayed as deltas.
+    pub fn stream(
+        self: &Arc<Self>,
+        body: ChunkedBody,
+        step: Option<Arc<str>>,
+    ) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
         let this = self.clone();
         let open = async move {
+            let step = step.as_deref().unwrap_or_default();
             // The attempt lasts until the first body byte, so a stall before it is retried like a failed call.
-            Ok::<_, NoeticError>(match this.retried(|| this.open_once(&body)).await? {
+            Ok::<_, NoeticError>(match this.retried(|| this.open_once(&body, step)).await? {
                 Opened::Events(events) => events,
                 Opened::Whole(response) => stream::iter(replay(response).into_iter().map(Ok)).boxed(),
             })
@@ -89,7 +105,8 @@ impl<W: WireFormat> HttpDriver<W> {
         stream::once(open).try_flatten().boxed()
     }
 
-    /// `attempt` bounded by the timeout and retried by the policy: the one retry loop of the HTTP providers.
+    /// `attempt` bounded by the timeout and retried by the policy, in the core's one retry loop (one attempt when
+    /// a [`RetryModel`](noetic_core::model::RetryModel) around the provider retries instead).
     async fn retried<T, F, Fut>(&self, mut attempt: F) -> Result<T, NoeticError>
     where
         F: FnMut() -> Fut,
@@ -106,18 +123,18 @@ impl<W: WireFormat> HttpDriver<W> {
     }
 
     /// One non-streamed attempt. Nothing has reached the caller yet, so a failure reading the body may be retried.
-    async fn call_once(&self, body: &ChunkedBody) -> Result<ModelResponse, NoeticError> {
-        let response = self.transport.send(body, false, |failure| self.wire.status_error(failure)).await?;
-        self.wire.parse_response(&self.transport.read_whole(response).await?)
+    async fn call_once(&self, body: &ChunkedBody, step: &str) -> Result<ModelResponse, NoeticError> {
+        let response = self.transport.send(body, false, step, |failure| self.wire.status_error(failure)).await?;
+        self.wire.parse_response(&self.transport.read_whole(response).await?, step)
     }
 
     /// One streamed attempt, up to the first body byte: a stall or failure before it fails the attempt (and is
     /// retried); after it, failures end the returned stream and are not retried.
-    async fn open_once(self: &Arc<Self>, body: &ChunkedBody) -> Result<Opened, NoeticError> {
-        let response = self.transport.send(body, true, |failure| self.wire.status_error(failure)).await?;
+    async fn open_once(self: &Arc<Self>, body: &ChunkedBody, step: &str) -> Result<Opened, NoeticError> {
+        let response = self.transport.send(body, true, step, |failure| self.wire.status_error(failure)).await?;
         if is_json(&response) {
             let text = self.transport.read_whole(response).await?;
-            return self.wire.parse_response(&text).map(Opened::Whole);
+            return self.wire.parse_response(&text, step).map(Opened::Whole);
         }
         let config = self.transport.config();
         let limit = config.max_body_bytes;

@@ -7,7 +7,7 @@
 //! * [`read_body`] / [`guard_body`] — response bodies with a size cap ([`DEFAULT_MAX_BODY_BYTES`]) and an idle
 //!   limit between chunks.
 //! * [`with_retries`] / [`retry_delay`] — retries with backoff and `Retry-After`, before anything reached the
-//!   caller.
+//!   caller: the core's one retry loop (also [`RetryModel`](noetic_core::model::RetryModel)'s), re-exported.
 //! * [`parse_retry_after`] — `retry-after-ms` / `Retry-After` (seconds or an HTTP date), clamped to
 //!   [`MAX_RETRY_AFTER`], one parser for every provider.
 //! * [`error_chain`] — an error and its sources in one line.
@@ -33,7 +33,6 @@ mod decode;
 mod driver;
 mod json;
 mod log_cache;
-mod retry;
 mod retry_after;
 mod sse;
 mod status;
@@ -48,7 +47,7 @@ pub use decode::{ByteChunks, EventDecoder, decode_events, sse_deltas};
 pub use driver::{HttpDriver, WireFormat};
 pub use json::write_json_str;
 pub use log_cache::{BodyCache, LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
-pub use retry::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
+pub use noetic_core::model::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};
 pub use status::{HttpFailure, StatusClass};

@@ -23,6 +23,9 @@ pub struct HttpFailure<'a> {
     pub key_env: &'a str,
     /// Where the request went.
     pub endpoint: &'a str,
+    /// The step that made the request ([`ModelRequest::step_id`](noetic_core::model::ModelRequest::step_id);
+    /// empty when none did), named in the errors built from the failure.
+    pub step_id: &'a str,
 }
 
 /// What a status means, whatever the provider.
@@ -80,15 +83,21 @@ impl HttpFailure<'_> {
 
     /// A [`NoeticError::ModelFailed`] carrying the status and the raw body.
     pub fn failed_as(&self, message: String, retryable: bool) -> NoeticError {
-        NoeticError::ModelFailed { message, status: Some(self.status), raw: Some(self.raw.to_owned()), retryable }
+        NoeticError::ModelFailed {
+            message,
+            status: Some(self.status),
+            raw: Some(self.raw.to_owned()),
+            retryable,
+            source: None,
+        }
     }
 
-    /// A [`NoeticError::ModelRateLimit`] with the server's wait (at most [`MAX_RETRY_AFTER`]) and its words. Its
-    /// `step_id` is empty: a request does not know its step, so the `llm` step fills it in.
+    /// A [`NoeticError::ModelRateLimit`] of the failure's step, with the server's wait (at most
+    /// [`MAX_RETRY_AFTER`]) and its words.
     pub fn rate_limited(&self, said: String) -> NoeticError {
         tracing::warn!(status = self.status, body = %said, retry_after = ?self.retry_after, "rate limited by the provider");
         NoeticError::ModelRateLimit {
-            step_id: String::new(),
+            step_id: self.step_id.to_owned(),
             retry_after_ms: self
                 .retry_after
                 .map(|d| u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)),
@@ -103,7 +112,7 @@ impl HttpFailure<'_> {
         if !matches!(self.status, 400 | 413 | 422) {
             return None;
         }
-        noetic_core::model::context_refusal(message, kind, error)
+        noetic_core::model::context_refusal(self.step_id, message, kind, error)
     }
 }
 
@@ -131,10 +140,11 @@ mod tests {
             key_sent: true,
             key_env: "K",
             endpoint: "http://x",
+            step_id: "ask",
         };
         assert!(matches!(
             failure.rate_limited("slow".into()),
-            NoeticError::ModelRateLimit { retry_after_ms: Some(86_400_000), .. }
+            NoeticError::ModelRateLimit { retry_after_ms: Some(86_400_000), step_id, .. } if step_id == "ask"
         ));
     }
 }

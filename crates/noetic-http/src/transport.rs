@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use noetic_core::error::ErrorSource;
 use noetic_core::{ConfigCode, ConfigError, NoeticError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
@@ -153,11 +154,12 @@ impl Transport {
     }
 
     /// Posts the body; returns the response once its status is a success, else the provider's typed error for it
-    /// (`status_error`, given the error body read once within the cap).
+    /// (`status_error`, given the error body read once within the cap and `step_id`, the step that asked).
     pub async fn send(
         &self,
         body: &ChunkedBody,
         stream: bool,
+        step_id: &str,
         status_error: impl FnOnce(&HttpFailure<'_>) -> NoeticError,
     ) -> Result<reqwest::Response, NoeticError> {
         let response = self
@@ -169,7 +171,7 @@ impl Transport {
             .body(reqwest::Body::wrap(body.http_body()))
             .send()
             .await
-            .map_err(|e| self.transport_error(&e))?;
+            .map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -199,6 +201,7 @@ impl Transport {
             key_sent: self.config.api_key.is_some(),
             key_env: &self.config.key_env,
             endpoint: &self.endpoint,
+            step_id,
         }))
     }
 
@@ -226,13 +229,14 @@ impl Transport {
             status: None,
             raw: None,
             retryable: true,
+            source: None,
         }
     }
 
     /// A failure reading a body before anything reached the caller.
     pub fn body_error(&self, error: BodyError<reqwest::Error>) -> NoeticError {
         match error {
-            BodyError::Transport(e) => self.transport_error(&e),
+            BodyError::Transport(e) => self.transport_error(e),
             BodyError::TooLarge { limit } => {
                 too_large(&format!("the response from {}", self.endpoint), limit, None, &self.setting("max_body_bytes"))
             }
@@ -248,14 +252,16 @@ impl Transport {
                 status: None,
                 raw: None,
                 retryable: true,
+                source: None,
             },
         }
     }
 
     /// A request that got no HTTP response: a timeout, a refused connection, a reset. Retryable, since nothing
-    /// reached the caller — except a request that could not even be built.
-    pub fn transport_error(&self, error: &reqwest::Error) -> NoeticError {
-        let detail = error_chain(error);
+    /// reached the caller — except a request that could not even be built. reqwest's error is kept as the source
+    /// (`std::error::Error::source` walks on to its I/O cause).
+    pub fn transport_error(&self, error: reqwest::Error) -> NoeticError {
+        let detail = error_chain(&error);
         let (who, url, env) = (self.names.provider, &self.endpoint, self.names.base_url_env);
         let (message, retryable) = if error.is_timeout() {
             // reqwest's read timeout is the configured timeout, so this says the same as `timed_out` does.
@@ -279,7 +285,7 @@ impl Transport {
         } else {
             (format!("the request to {who} at {url} failed ({detail}); try again"), true)
         };
-        NoeticError::ModelFailed { message, status: None, raw: None, retryable }
+        NoeticError::ModelFailed { message, status: None, raw: None, retryable, source: Some(ErrorSource::new(error)) }
     }
 
     /// What ended a stream after it began, in words (the provider wraps them in its non-retryable error).

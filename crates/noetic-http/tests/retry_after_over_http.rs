@@ -46,7 +46,7 @@ impl EventDecoder for NoEvents {
 impl WireFormat for Plain {
     type Decoder = NoEvents;
 
-    fn parse_response(&self, body: &str) -> Result<ModelResponse, NoeticError> {
+    fn parse_response(&self, body: &str, _step_id: &str) -> Result<ModelResponse, NoeticError> {
         Err(NoeticError::other(format!("unexpected answer {body}")))
     }
 
@@ -89,7 +89,7 @@ fn body() -> ChunkedBody {
 /// The delay the rate limit reported, and how many requests the server saw (three attempts are allowed).
 async fn reported_delay(headers: &[(&str, &str)]) -> (Option<u64>, usize) {
     let server = limiting_server(headers).await;
-    match driver(&server).call(body()).await {
+    match driver(&server).call(body(), None).await {
         Err(NoeticError::ModelRateLimit { retry_after_ms, .. }) => {
             (retry_after_ms, server.received_requests().await.unwrap().len())
         }
@@ -137,7 +137,7 @@ async fn an_unusable_retry_after_ms_falls_back_to_retry_after() {
 #[tokio::test]
 async fn a_stream_refused_with_a_huge_retry_after_ms_ends_in_a_clamped_rate_limit() {
     let server = limiting_server(&[("retry-after-ms", "1e300")]).await;
-    let outcome: Vec<_> = driver(&server).stream(body()).collect().await;
+    let outcome: Vec<_> = driver(&server).stream(body(), None).collect().await;
     match outcome.as_slice() {
         [Err(NoeticError::ModelRateLimit { retry_after_ms, .. })] => assert_eq!(*retry_after_ms, Some(A_DAY_MS)),
         other => panic!("expected one ModelRateLimit, got {other:?}"),

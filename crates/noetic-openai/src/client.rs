@@ -66,7 +66,8 @@ struct Wire {
 impl WireFormat for Wire {
     type Decoder = StreamAccumulator;
 
-    fn parse_response(&self, body: &str) -> Result<ModelResponse, NoeticError> {
+    fn parse_response(&self, body: &str, _step_id: &str) -> Result<ModelResponse, NoeticError> {
+        // A whole answer's errors (malformed JSON, an error object) are failures, which name no step.
         parse_response(body)
     }
 
@@ -163,11 +164,11 @@ impl Model for OpenAiModel {
     }
 
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        self.driver.call(self.body(&request, false))
+        self.driver.call(self.body(&request, false), request.step.clone())
     }
 
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
-        self.driver.stream(self.body(&request, true))
+        self.driver.stream(self.body(&request, true), request.step.clone())
     }
 }
 

@@ -65,6 +65,7 @@ mod tests {
         key_sent: true,
         key_env: "OPENROUTER_API_KEY",
         endpoint: "http://x/v1",
+        step_id: "",
     };
 
     fn status_error(status: u16, retry_after_ms: Option<u64>, raw: &str, key: &HttpFailure<'_>) -> NoeticError {

@@ -99,6 +99,7 @@ pub async fn llama_cpp_window(
             status: None,
             raw: Some(props.to_string()),
             retryable: false,
+            source: None,
         });
     };
     let window = ContextWindow::new(tokens).output_reserve((tokens / 8).min(512));
@@ -122,6 +123,7 @@ fn failed(e: reqwest::Error) -> NoeticError {
         status: e.status().map(|s| s.as_u16()),
         raw: None,
         retryable: true,
+        source: None,
     }
 }
 

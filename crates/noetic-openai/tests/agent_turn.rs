@@ -8,32 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{model_for, received_bodies};
 use noetic::prelude::*;
+use noetic::testing::{delete_file_tool, workspace_rule};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-fn delete_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    Arc::new(
-        FnTool::builder("deleteFile", "Deletes a file.")
-            .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}))
-            .handler(move |args, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(json!(format!("deleted {}", args["path"].as_str().unwrap_or("")))) }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
-fn workspace_rule() -> SteeringRule {
-    SteeringRule::predicate("no-delete-outside-workspace", [Hook::BeforeToolCall], |p| match p.tool_call() {
-        Some(c) if c.name == "deleteFile" && !c.args["path"].as_str().unwrap_or("").starts_with("/workspace/") => {
-            SteeringDecision::deny("Deletion outside /workspace/ is not allowed.")
-        }
-        _ => SteeringDecision::allow(),
-    })
-}
 
 fn completion(message: Value, finish_reason: &str) -> ResponseTemplate {
     let body = json!({
@@ -91,7 +69,7 @@ async fn a_denied_tool_call_reaches_the_model_as_a_steering_denied_result_and_th
     let runtime = Runtime::builder()
         .model(Arc::new(model_for(&server)))
         .instructions("You clean up files.")
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([workspace_rule()])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
@@ -136,7 +114,7 @@ async fn an_llm_judged_rule_is_judged_through_the_same_provider() {
     let rule = SteeringRule::llm("judge-deletions", [Hook::BeforeToolCall], judge);
     let runtime = Runtime::builder()
         .model(Arc::new(model_for(&server)))
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();

@@ -70,6 +70,7 @@ fn full_request() -> ModelRequest {
             "required": ["summary"]
         })),
         grammar: None,
+        step: None,
     }
 }
 

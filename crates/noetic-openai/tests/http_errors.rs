@@ -10,7 +10,8 @@ use common::{
     RawServer, config_for, fast_retry, fixture, model_for, user_request, wait_for_close, write_sse_head_and_chunk,
 };
 use futures::StreamExt;
-use noetic::model::StreamDelta;
+use noetic::error::ErrorSource;
+use noetic::model::{ModelExt, StreamDelta};
 use noetic::prelude::*;
 use noetic_openai::{OpenAiConfig, OpenAiModel};
 use wiremock::matchers::method;
@@ -45,7 +46,7 @@ async fn unauthorized_names_the_key_variable_and_the_providers_message_and_is_no
     Mock::given(method("POST")).respond_with(unauthorized()).mount(&server).await;
     let error = model_for(&server).call(user_request("hi")).await.unwrap_err();
     match &error {
-        NoeticError::ModelFailed { message, status: Some(401), retryable: false, raw: Some(raw) } => {
+        NoeticError::ModelFailed { message, status: Some(401), retryable: false, raw: Some(raw), .. } => {
             assert!(message.contains("OPENAI_API_KEY"), "{message}");
             assert!(message.contains("Incorrect API key provided"), "{message}");
             assert!(raw.contains("invalid_api_key"));
@@ -103,6 +104,23 @@ async fn a_retry_after_longer_than_the_policy_allows_is_returned_as_model_rate_l
 }
 
 #[tokio::test]
+async fn a_rate_limit_and_a_context_length_refusal_name_the_step_that_made_the_request() {
+    let server = MockServer::start().await;
+    let too_long = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+    let limited = ResponseTemplate::new(429).insert_header("retry-after", "120");
+    sequence(&server, limited, 1, ResponseTemplate::new(400).set_body_raw(too_long, "application/json")).await;
+    let asked = ModelRequest { step: Some("assistant".into()), ..user_request("hi") };
+    let model = model_for(&server);
+    let limited = model.call(asked.clone()).await.unwrap_err();
+    assert!(matches!(&limited, NoeticError::ModelRateLimit { step_id, .. } if step_id == "assistant"), "{limited:?}");
+    let refused = model.stream(asked).next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(&refused, NoeticError::ContextLengthExceeded { step_id, limit: Some(8192), .. } if step_id == "assistant"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_persistent_rate_limit_uses_every_attempt_then_reports_model_rate_limit() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -121,6 +139,20 @@ async fn a_server_error_is_retried_then_succeeds() {
     let response = model_for(&server).call(user_request("hi")).await.unwrap();
     assert_eq!(response.text_output(), "The capital of France is Paris.");
     assert_eq!(requests(&server).await, 3);
+}
+
+#[tokio::test]
+async fn a_provider_wrapped_in_retry_model_is_retried_by_the_wrapper_alone_not_twice_over() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(503)).mount(&server).await;
+    // The provider's own policy allows 3 attempts (`fast_retry(3)`); the wrapper's allows 2.
+    let wrapped = model_for(&server).with_retry(fast_retry(2));
+    let error = wrapped.call(user_request("hi")).await.unwrap_err();
+    assert!(matches!(&error, NoeticError::ModelFailed { status: Some(503), .. }), "{error:?}");
+    assert_eq!(requests(&server).await, 2, "the wrapper's 2 attempts, not 2 × 3");
+    let streamed = wrapped.stream(user_request("hi")).next().await.unwrap();
+    assert!(streamed.is_err());
+    assert_eq!(requests(&server).await, 4, "a stream too: 2 more requests");
 }
 
 #[tokio::test]
@@ -159,7 +191,7 @@ async fn an_error_object_inside_a_200_is_a_typed_error_with_the_providers_messag
         .await;
     let error = model_for(&server).call(user_request("hi")).await.unwrap_err();
     match error {
-        NoeticError::ModelFailed { message, raw, retryable, status } => {
+        NoeticError::ModelFailed { message, raw, retryable, status, .. } => {
             assert!(message.contains("Provider returned error"), "{message}");
             assert_eq!(raw, Some(body));
             assert_eq!(status, Some(400));
@@ -238,6 +270,26 @@ async fn connection_refused_is_retried_then_reported_as_a_retryable_error_naming
     }
     let stream_error = model.stream(user_request("hi")).next().await.unwrap().unwrap_err();
     assert!(stream_error.is_retryable(), "nothing was streamed yet");
+}
+
+#[tokio::test]
+async fn a_refused_connection_keeps_the_http_clients_error_and_its_io_cause_as_sources() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let model = OpenAiModel::new(config_for(&format!("http://127.0.0.1:{port}")).retry(fast_retry(1))).unwrap();
+    let error = model.call(user_request("hi")).await.unwrap_err();
+    let mut chain = Vec::new();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        chain.push(cause);
+        source = cause.source();
+    }
+    let client = chain.iter().find_map(|e| e.downcast_ref::<ErrorSource>()?.downcast_ref::<reqwest::Error>());
+    assert!(client.is_some_and(reqwest::Error::is_connect), "the HTTP client's error is the source: {chain:?}");
+    let io = chain.iter().find_map(|e| e.downcast_ref::<std::io::Error>());
+    assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::ConnectionRefused), "{chain:?}");
+    let wire = serde_json::to_value(&error).unwrap();
+    assert_eq!(wire["kind"], "model_failed");
+    assert!(wire.get("source").is_none(), "the source is not serialised: {wire}");
 }
 
 #[tokio::test]

@@ -1,4 +1,7 @@
-//! The JSON API's handlers (routes and their shapes are documented in `assets/openapi.json`).
+//! The JSON API's handlers (each route's OpenAPI operation is its `#[utoipa::path]` annotation, see `openapi.rs`).
+//!
+//! Over 500 lines because each handler carries its operation's annotation (about a third of the file): the document
+//! is generated from them, so they stay beside the code they describe.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,9 +28,10 @@ use crate::open::{session, session_error, shutting_down, steer_error};
 use crate::sessions::store;
 use crate::turns::{resume_for_message, run_turn};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MessageBody {
+    #[schema(min_length = 1)]
     text: String,
 }
 
@@ -43,6 +47,30 @@ enum Routing {
 }
 
 /// `POST /api/sessions/{key}/messages`: starts a turn or steers the running one, decided atomically.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/messages",
+    summary = "Send a message: starts a turn when the session is idle, steers the running turn when busy (decided \
+        atomically)",
+    params(crate::openapi::common::SessionKey),
+    request_body(content = inline(MessageBody), content_type = "application/json"),
+    responses(
+        (
+            status = 202,
+            description = "Accepted",
+            body = inline(crate::openapi::bodies::PostMessage202),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 413, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 429, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn post_message(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -101,6 +129,24 @@ struct QueuedMessage {
 /// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs (here or on another worker) or
 /// was left unfinished, as the session's log says (what other workers append reaches this worker's copy as they
 /// append it).
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}",
+    summary = "Read a session: history, queued messages, busy, unfinished turn, pending approvals",
+    params(crate::openapi::common::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::GetSessionOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn get_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -137,6 +183,23 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
 }
 
 /// `GET /api/sessions/{key}/ledger`: the steering decisions, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}/ledger",
+    summary = "The session's steering ledger, oldest first",
+    params(crate::openapi::common::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::GetLedgerOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -147,6 +210,31 @@ pub(crate) async fn get_ledger(
 }
 
 /// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/stop",
+    summary = "Stop: clear the queue and cancel the running turn",
+    params(
+        crate::openapi::common::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::StopOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
     let session = session(&state, &key).await?;
     let (cleared, cancelled) = session.stop("stopped through the API").await;
@@ -154,6 +242,32 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
 }
 
 /// `POST /api/sessions/{key}/continue`: an idle session with queued messages starts a turn with them.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/continue",
+    summary = "Start a turn with the queued messages of an idle session",
+    params(
+        crate::openapi::common::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ContinueSessionOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -164,6 +278,32 @@ pub(crate) async fn continue_session(
 }
 
 /// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/resume",
+    summary = "Finish the turn a stopped process left unfinished",
+    params(
+        crate::openapi::common::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ResumeOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -208,6 +348,26 @@ pub(crate) struct ModeBody {
 }
 
 /// `PUT /api/sessions/{key}/mode`: how many queued messages a checkpoint takes.
+#[utoipa::path(
+    put,
+    path = "/api/sessions/{key}/mode",
+    summary = "Set the session's steering mode",
+    params(crate::openapi::common::SessionKey),
+    request_body(content = inline(crate::openapi::bodies::SetModeRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::SetModeOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn set_mode(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -231,6 +391,30 @@ pub(crate) struct EventsQuery {
 /// `GET /api/sessions/{key}/events`: server-sent events from after `?after=` or the `Last-Event-ID` header (the
 /// oldest the log holds when neither is given), then live ones. Each event's SSE id is its sequence number; events
 /// the log no longer holds arrive as one `gap` event.
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}/events",
+    summary = "Follow the session's events as server-sent events",
+    params(
+        crate::openapi::common::SessionKey,
+        ("after" = Option<u64>, Query, description = "start after this event number (a Last-Event-ID header wins)"),
+        ("Last-Event-ID" = Option<String>, Header),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "text/event-stream; each event's id is its sequence number, its data the event as JSON \
+                (field 'type'); events the log no longer holds arrive as one event named 'gap' with {from, to}. An \
+                event that carries an error (turn_failed, step_failed, steering_denied, retry_scheduled, \
+                loop_iteration_error, every_iteration_error) also has 'error_text': the error as one readable sentence",
+            body = inline(crate::openapi::bodies::EventsStream),
+            content_type = "text/event-stream",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -297,6 +481,22 @@ pub(crate) struct ApprovalsQuery {
 }
 
 /// `GET /api/approvals`: calls waiting for a decision (only `?session=`'s when given).
+#[utoipa::path(
+    get,
+    path = "/api/approvals",
+    summary = "Calls waiting for approval",
+    params(("session" = Option<String>, Query)),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ListApprovalsOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn list_approvals(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
@@ -305,19 +505,41 @@ pub(crate) async fn list_approvals(
     Ok(Json(json!({ "approvals": state.approvals.listed(query.session.as_deref()).await })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DecisionBody {
     approve: bool,
     reason: Option<String>,
-    /// The session, when calls of several sessions wait under the same call id.
+    /// Needed when calls of several sessions wait under this call id (409 ambiguous_call_id otherwise).
     session: Option<String>,
-    /// The `arguments_sha256` of the call as it was shown: the decision is refused if the call waiting under
-    /// this id has other arguments.
+    /// The arguments_sha256 of the call as listed: when the call now waiting under this id has other arguments,
+    /// nothing is decided (409 arguments_changed).
     arguments_sha256: Option<String>,
 }
 
 /// `POST /api/approvals/{call_id}`: approves or rejects a waiting call.
+#[utoipa::path(
+    post,
+    path = "/api/approvals/{call_id}",
+    summary = "Approve or reject a waiting call",
+    params(("call_id" = String, Path)),
+    request_body(content = inline(DecisionBody), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::DecideOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn decide(
     State(state): State<Arc<AppState>>,
     Path(call_id): Path<String>,
@@ -354,11 +576,40 @@ pub(crate) async fn decide(
 }
 
 /// `GET /healthz`: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    summary = "Liveness",
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::HealthOk),
+            content_type = "application/json",
+        ),
+    ),
+    security(()),
+)]
 pub(crate) async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// `GET /readyz`: the server takes work (not shutting down, and its store answers).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    summary = "Readiness: not shutting down and the store answers",
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ReadyOk),
+            content_type = "application/json",
+        ),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
+    ),
+    security(()),
+)]
 pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     if state.shutdown.is_cancelled() {
         return shutting_down().into_response();

@@ -1,5 +1,5 @@
-//! The page and the API document, embedded in the binary: nothing is read from disk or fetched from the network,
-//! and only these fixed routes serve them, so no request can reach another file.
+//! The page, embedded in the binary, and the API document, generated from the handlers: nothing is read from disk
+//! or fetched from the network, and only these fixed routes serve them, so no request can reach another file.
 
 use axum::Router;
 use axum::http::header;
@@ -20,11 +20,20 @@ const FILES: &[(&str, &str, &str)] = &[
     ("/side.js", JS, include_str!("../assets/side.js")),
     ("/rename.js", JS, include_str!("../assets/rename.js")),
     ("/sessions.js", JS, include_str!("../assets/sessions.js")),
-    ("/openapi.json", "application/json", include_str!("../assets/openapi.json")),
 ];
 
-/// The routes of the page's files (`GET /` is the page; `/openapi.json` describes the API as OpenAPI 3.1).
+/// The routes of the page's files (`GET /` is the page) and of `/openapi.json`, the API as OpenAPI 3.1 (generated
+/// from the handlers, see [`crate::openapi`]).
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>(mut router: Router<S>) -> Router<S> {
+    router = router.route(
+        "/openapi.json",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-cache")],
+                crate::openapi::document(),
+            )
+        }),
+    );
     for &(path, content_type, text) in FILES {
         router =
             router.route(

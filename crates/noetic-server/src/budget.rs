@@ -40,6 +40,22 @@ pub(crate) fn status(session: &Session) -> Value {
 }
 
 /// `GET /api/sessions/{key}/budget`.
+#[utoipa::path(
+    get,
+    path = "/api/sessions/{key}/budget",
+    summary = "The session's budget, what it spent, and the limit it is paused over",
+    params(crate::openapi::common::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::GetBudgetOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn get_budget(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
@@ -52,6 +68,27 @@ pub(crate) async fn get_budget(
 /// one it had; a part left out has no limits). A session paused over its budget continues with its queued messages
 /// (`"continued": true, "turn": N`). A zero or negative limit, an unknown limit, a bad duration, or (for a paused
 /// session) a budget it has spent already is 400 `invalid_budget`.
+#[utoipa::path(
+    put,
+    path = "/api/sessions/{key}/budget",
+    summary = "Set the session's budget (it replaces the one it had); a session paused over its budget continues with \
+        its queued messages",
+    params(crate::openapi::common::SessionKey),
+    request_body(content = inline(crate::openapi::bodies::PutBudgetRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::PutBudgetOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 408, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn put_budget(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,

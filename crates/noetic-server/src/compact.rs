@@ -12,10 +12,11 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::open::session;
 
-/// The optional body: the model id that writes the summary (default: the runtime's).
-#[derive(Debug, Default, Deserialize)]
+/// The optional body.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompactBody {
+    /// The model id that writes the summary (default: the runtime's).
     model: Option<String>,
 }
 
@@ -23,6 +24,35 @@ pub(crate) struct CompactBody {
 /// writes; the conversation and the log keep every item. Answers `{"compacted": true, "folded", "upto",
 /// "tokens_before", "tokens_after"}`, or `{"compacted": false}` when there was nothing to fold; 409 while a turn
 /// runs.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{key}/compact",
+    summary = "Compact the conversation now: the turns before the last one are replaced, in what later requests send, \
+        by a summary the model writes (the conversation and the log keep every item)",
+    params(
+        crate::openapi::common::SessionKey,
+        (
+            "X-Noetic-Request" = Option<String>,
+            Header,
+            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
+                site cannot make a browser send it",
+        ),
+    ),
+    request_body(content = inline(CompactBody), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::CompactOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 502, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn compact(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,

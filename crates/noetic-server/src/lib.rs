@@ -84,6 +84,7 @@ mod error;
 mod host;
 mod millis;
 mod open;
+mod openapi;
 mod sessions;
 mod title;
 mod turns;
@@ -112,6 +113,8 @@ pub use config::{ALLOWED_HOSTS_ENV, AgentSkill, MAX_CONNECTIONS_LIMIT, ServerCon
 pub use cross_site::REQUEST_MARK_HEADER;
 pub use error::ApiError;
 pub use open::MAX_KEY_LEN;
+/// The API's OpenAPI 3.1 document as `/openapi.json` serves it, generated from the handlers' annotations.
+pub use openapi::document as api_document;
 
 /// What the handlers share.
 pub(crate) struct AppState {

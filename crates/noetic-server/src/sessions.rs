@@ -160,6 +160,22 @@ async fn line(
 }
 
 /// `GET /api/sessions`: the store's sessions, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/sessions",
+    summary = "List the store's sessions, newest first, with which turns run now",
+    responses(
+        (
+            status = 200,
+            description = "OK",
+            body = inline(crate::openapi::bodies::ListSessionsOk),
+            content_type = "application/json",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let store = store(&state)?.clone();
     let listed = store.list().await.map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
@@ -175,6 +191,33 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `DELETE /api/sessions/{key}`: deletes an idle session (its log: conversation, queue, ledger and layer state)
 /// from the store and from the server's memory.
+#[utoipa::path(
+    delete,
+    path = "/api/sessions/{key}",
+    summary = "Delete an idle session: its conversation, queue, ledger and layer state, from the store and the \
+        server's memory",
+    description = "Changes state: send it with 'X-Noetic-Request: 1' (or a JSON body), like every POST and PUT. \
+        Refused with 409 'busy' while a turn runs (stop it first), and with 409 'session_in_use' when the server \
+        cannot let the session go: a session whose events were followed since the server started stays in its memory \
+        (restart the server, then delete it).",
+    params(crate::openapi::common::SessionKey),
+    responses(
+        (
+            status = 200,
+            description = "Deleted",
+            body = inline(crate::openapi::bodies::DeleteSessionOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 409, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 501, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn delete_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,

@@ -15,6 +15,30 @@ use crate::sessions::{store, unavailable};
 
 /// Sets the session's title; 404 for a session the store does not hold (a rename creates nothing), 400
 /// `invalid_title` for a body without a string `title` or a title the library refuses. Allowed while a turn runs.
+#[utoipa::path(
+    patch,
+    path = "/api/sessions/{key}",
+    summary = "Rename a session: give it a title (its key stays its key); allowed while a turn runs",
+    description = "The title is trimmed; an empty one, one longer than 120 characters or one holding control \
+        characters (line breaks, escapes) is 400 'invalid_title'. 404 'no_such_session' for a session the store does \
+        not hold.",
+    params(crate::openapi::common::SessionKey),
+    request_body(content = inline(crate::openapi::bodies::RenameRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "Renamed",
+            body = inline(crate::openapi::bodies::RenameOk),
+            content_type = "application/json",
+        ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 413, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn rename(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,

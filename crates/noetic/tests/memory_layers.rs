@@ -284,6 +284,7 @@ async fn on_complete_and_dispose_run_at_the_end_of_every_session_turn_whatever_t
         status: Some(500),
         raw: None,
         retryable: false,
+        source: None,
     });
     let held = model.push_held(ModelResponse::text("never"));
     let rt = Runtime::builder().model(Arc::new(model)).layer(Arc::new(probe("p", 100, &log))).build().unwrap();

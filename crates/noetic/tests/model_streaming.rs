@@ -14,7 +14,7 @@ use noetic::prelude::*;
 use tokio::time::Instant;
 
 fn failed(retryable: bool) -> NoeticError {
-    NoeticError::ModelFailed { message: "upstream 503".into(), status: Some(503), raw: None, retryable }
+    NoeticError::ModelFailed { message: "upstream 503".into(), status: Some(503), raw: None, retryable, source: None }
 }
 
 /// One scripted stream: each delta after a pause.

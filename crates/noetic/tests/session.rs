@@ -167,6 +167,7 @@ async fn a_failed_turn_reports_the_error_and_keeps_what_was_said() {
         status: Some(503),
         raw: None,
         retryable: true,
+        source: None,
     });
     let rt = runtime(&model, vec![]);
     let session = rt.session("s");

@@ -7,30 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use noetic::prelude::*;
 use noetic::steering::LedgerKind;
 use noetic::testing::EventCollector;
+use noetic::testing::{delete_file_tool, workspace_rule};
 use serde_json::{Value, json};
-
-fn delete_tool(runs: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    let runs = runs.clone();
-    Arc::new(
-        FnTool::builder("deleteFile", "Deletes a file.")
-            .input_schema(json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}))
-            .handler(move |args, _| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(json!(format!("deleted {}", args["path"].as_str().unwrap_or("")))) }
-            })
-            .build()
-            .unwrap(),
-    )
-}
-
-fn workspace_rule() -> SteeringRule {
-    SteeringRule::predicate("no-delete-outside-workspace", [Hook::BeforeToolCall], |p| match p.tool_call() {
-        Some(c) if c.name == "deleteFile" && !c.args["path"].as_str().unwrap_or("").starts_with("/workspace/") => {
-            SteeringDecision::deny("Deletion outside /workspace/ is not allowed.")
-        }
-        _ => SteeringDecision::allow(),
-    })
-}
 
 fn tool_results(items: &[Item]) -> Vec<(String, String, bool)> {
     items
@@ -53,7 +31,7 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
     let layer = steering(SteeringConfig::new([workspace_rule()])).unwrap();
     let rt = Runtime::builder()
         .model(Arc::new(model.clone()))
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(layer.clone() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
@@ -112,7 +90,7 @@ async fn a_guided_call_does_not_run_and_the_model_gets_the_guidance() {
     ]);
     let rt = Runtime::builder()
         .model(Arc::new(model.clone()))
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
@@ -207,7 +185,7 @@ async fn a_denied_response_with_tool_calls_runs_none_of_them() {
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "deleteFile", json!({"path": "/workspace/a"}))])]);
     let rt = Runtime::builder()
         .model(Arc::new(model))
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([rule])).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();
@@ -224,7 +202,7 @@ async fn a_direct_tool_step_fails_with_steering_denied_on_deny_and_on_guide() {
     ] {
         let layer = steering(SteeringConfig::new([rule])).unwrap();
         let ctx = Context::builder().layers([layer as Arc<dyn MemoryLayer>]).build();
-        let step: Step<Value, Value> = Step::tool("delete", delete_tool(&runs)).build().unwrap();
+        let step: Step<Value, Value> = Step::tool("delete", delete_file_tool(&runs).unwrap()).build().unwrap();
         let err = step.execute(json!({"path": "/etc/hosts"}), &ctx).await.unwrap_err();
         assert!(matches!(err, NoeticError::SteeringDenied { guidance: Some(_) }), "{err:?}");
     }
@@ -253,7 +231,7 @@ async fn async_feedback_reaches_the_model_on_a_later_llm_step() {
     let runs = Arc::new(AtomicUsize::new(0));
     let rt = Runtime::builder()
         .model(Arc::new(model.clone()))
-        .tool(delete_tool(&runs))
+        .tool(delete_file_tool(&runs).unwrap())
         .layer(steering(SteeringConfig::new([rule]).with_scope(Scope::Thread)).unwrap() as Arc<dyn MemoryLayer>)
         .build()
         .unwrap();

@@ -285,7 +285,13 @@ async fn a_parseable_reply_on_a_retry_is_used() {
 #[tokio::test]
 async fn a_failing_judge_call_is_not_retried_and_the_policy_decides() {
     let model = ScriptedModel::new([]);
-    model.push_error(NoeticError::ModelFailed { message: "503".into(), status: Some(503), raw: None, retryable: true });
+    model.push_error(NoeticError::ModelFailed {
+        message: "503".into(),
+        status: Some(503),
+        raw: None,
+        retryable: true,
+        source: None,
+    });
     let layer = steering(SteeringConfig::new([SteeringRule::llm(
         "r",
         [Hook::BeforeToolCall],

@@ -50,7 +50,7 @@ fn rate_limited(ms: u64) -> NoeticError {
 }
 
 fn failed(retryable: bool) -> NoeticError {
-    NoeticError::ModelFailed { message: "upstream 503".into(), status: Some(503), raw: None, retryable }
+    NoeticError::ModelFailed { message: "upstream 503".into(), status: Some(503), raw: None, retryable, source: None }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

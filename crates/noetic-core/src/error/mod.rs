@@ -184,6 +184,11 @@ pub enum NoeticError {
         /// True when trying again may help (server errors, dropped connections before any byte arrived).
         #[serde(default)]
         retryable: bool,
+        /// The error underneath (the HTTP client's, with its I/O cause), when there was one. Not serialised: an
+        /// error read back from the wire or the log has the message, which names the cause.
+        #[source]
+        #[serde(skip)]
+        source: Option<ErrorSource>,
     },
     /// The request did not fit the model's context window: the provider said so, or the runtime found that even
     /// with the history compacted the instructions, the layers' minimums and the current turn do not fit.

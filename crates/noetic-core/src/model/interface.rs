@@ -47,6 +47,10 @@ pub struct ModelRequest {
     /// A GBNF grammar the answer must follow, for backends that constrain decoding with one (llama.cpp's server).
     /// Providers whose [`Model::capabilities`] do not list `grammar` leave it out of the request.
     pub grammar: Option<String>,
+    /// The step making the request (set by the `llm` step; `None` for a request made outside one), so a provider
+    /// names it in the errors it raises ([`ModelRequest::step_id`]). Shared, not copied per call; not serialised.
+    #[serde(skip)]
+    pub step: Option<Arc<str>>,
 }
 
 impl Default for ModelRequest {
@@ -62,6 +66,7 @@ impl Default for ModelRequest {
             tool_choice: None,
             output_schema: None,
             grammar: None,
+            step: None,
         }
     }
 }
@@ -70,6 +75,12 @@ impl ModelRequest {
     /// All messages in the order the model sees them: context, history, tail (instructions excluded).
     pub fn messages(&self) -> impl Iterator<Item = &Item> {
         self.context.iter().chain(self.history.iter()).chain(self.tail.iter())
+    }
+
+    /// The id of the step making the request, empty when none is ([`ModelRequest::step`]): what a provider puts
+    /// in the `step_id` of the errors it raises.
+    pub fn step_id(&self) -> &str {
+        self.step.as_deref().unwrap_or_default()
     }
 }
 

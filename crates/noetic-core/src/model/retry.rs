@@ -1,10 +1,12 @@
-//! Retry policies for `run` steps.
+//! Retry policies, and the one retry loop model calls use ([`with_retries`]): [`RetryModel`](super::RetryModel)
+//! and the HTTP providers' driver both run it.
 
+use std::future::Future;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigCode, ConfigError};
+use crate::error::{ConfigCode, ConfigError, NoeticError};
 
 /// The cap on a single backoff delay when the policy sets none.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30);
@@ -73,11 +75,129 @@ impl RetryPolicy {
     }
 }
 
+/// How long to wait after failed attempt `failed` (0-based) before the next one, or `None` to give up: the error
+/// is not retryable, the attempts are used up, or the provider asked (`Retry-After`) to wait longer than the
+/// policy's longest delay — then the caller decides, rather than the loop sleeping for minutes. A shorter
+/// `Retry-After` wins over the backoff when it is longer.
+pub fn retry_delay(policy: &RetryPolicy, failed: u32, error: &NoeticError) -> Option<Duration> {
+    if failed.saturating_add(1) >= policy.max_attempts.max(1) || !error.is_retryable() {
+        return None;
+    }
+    let backoff = policy.delay(failed);
+    match error {
+        NoeticError::ModelRateLimit { retry_after_ms: Some(ms), .. } => {
+            let asked = Duration::from_millis(*ms);
+            (asked <= policy.max_delay.unwrap_or(DEFAULT_MAX_DELAY)).then(|| backoff.max(asked))
+        }
+        _ => Some(backoff),
+    }
+}
+
+tokio::task_local! {
+    /// Set while an attempt of a [`with_retries`] loop runs, so a loop inside it (a provider's own, under a
+    /// [`RetryModel`](super::RetryModel)) makes one attempt instead of multiplying the retries.
+    static RETRYING: ();
+}
+
+/// The one retry loop: runs `attempt` until it succeeds, fails for good, or the policy's attempts are used up
+/// (see [`retry_delay`]). `target` names what is called, for the log line of each retry.
+///
+/// Loops do not nest: inside an attempt of another `with_retries` (a provider's retries under a
+/// [`RetryModel`](super::RetryModel)), `attempt` runs once and the outer loop's policy decides alone.
+pub async fn with_retries<T, F, Fut>(policy: &RetryPolicy, target: &str, mut attempt: F) -> Result<T, NoeticError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, NoeticError>>,
+{
+    if RETRYING.try_with(|()| ()).is_ok() {
+        return attempt().await;
+    }
+    let mut failed = 0;
+    loop {
+        let error = match RETRYING.scope((), RETRYING.sync_scope((), &mut attempt)).await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let Some(delay) = retry_delay(policy, failed, &error) else { return Err(error) };
+        tracing::debug!(attempt = failed + 1, ?delay, %error, target, "model call failed; retrying");
+        tokio::time::sleep(delay).await;
+        failed += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    fn failed(retryable: bool) -> NoeticError {
+        NoeticError::ModelFailed { message: String::new(), status: None, raw: None, retryable, source: None }
+    }
+
+    fn rate_limit(ms: Option<u64>) -> NoeticError {
+        NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: ms, message: None }
+    }
+
+    #[test]
+    fn retries_follow_the_backoff_until_the_attempts_are_used() {
+        let policy = RetryPolicy::new(3, Backoff::Exponential, 10 * MS);
+        assert_eq!(retry_delay(&policy, 0, &failed(true)), Some(10 * MS));
+        assert_eq!(retry_delay(&policy, 1, &failed(true)), Some(20 * MS));
+        assert_eq!(retry_delay(&policy, 2, &failed(true)), None, "no sleep after the last attempt");
+        assert_eq!(retry_delay(&policy, 0, &failed(false)), None);
+        assert_eq!(retry_delay(&policy, 0, &NoeticError::cancelled("stop")), None);
+    }
+
+    #[test]
+    fn retry_after_is_waited_when_longer_than_the_backoff_and_within_the_cap() {
+        let policy = RetryPolicy::new(3, Backoff::Fixed, 10 * MS).max_delay(Duration::from_secs(2));
+        assert_eq!(retry_delay(&policy, 0, &rate_limit(Some(1500))), Some(1500 * MS));
+        assert_eq!(retry_delay(&policy, 0, &rate_limit(Some(1))), Some(10 * MS));
+        assert_eq!(retry_delay(&policy, 0, &rate_limit(None)), Some(10 * MS));
+        assert_eq!(retry_delay(&policy, 0, &rate_limit(Some(60_000))), None, "longer than the cap: the caller decides");
+        let uncapped = RetryPolicy::new(3, Backoff::Fixed, 10 * MS);
+        assert_eq!(retry_delay(&uncapped, 0, &rate_limit(Some(30_000))), Some(30_000 * MS));
+        assert_eq!(retry_delay(&uncapped, 0, &rate_limit(Some(30_001))), None, "30 s when the policy sets no cap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_are_repeated_until_one_succeeds_or_they_run_out() {
+        let policy = RetryPolicy::new(3, Backoff::Fixed, 10 * MS);
+        let mut calls = 0;
+        let outcome = with_retries(&policy, "test", || {
+            calls += 1;
+            let result = if calls < 3 { Err(failed(true)) } else { Ok(calls) };
+            async move { result }
+        })
+        .await;
+        assert_eq!(outcome.ok(), Some(3));
+        let mut calls = 0;
+        let outcome: Result<(), _> = with_retries(&policy, "test", || {
+            calls += 1;
+            async { Err(failed(true)) }
+        })
+        .await;
+        assert!(outcome.is_err());
+        assert_eq!(calls, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_inside_another_loops_attempt_makes_one_attempt_per_outer_attempt() {
+        let counter = std::sync::atomic::AtomicU32::new(0);
+        let calls = &counter;
+        let outer = RetryPolicy::new(2, Backoff::Fixed, 10 * MS);
+        let inner = RetryPolicy::new(3, Backoff::Fixed, 10 * MS);
+        let outcome: Result<(), _> = with_retries(&outer, "outer", || {
+            with_retries(&inner, "inner", move || {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Err(failed(true)) }
+            })
+        })
+        .await;
+        assert!(outcome.is_err());
+        assert_eq!(counter.into_inner(), 2, "the outer policy's 2 attempts, not 2 × 3");
+    }
 
     #[test]
     fn delays_follow_the_backoff_and_respect_the_cap() {

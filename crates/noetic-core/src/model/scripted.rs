@@ -27,6 +27,8 @@ struct State {
 
 /// A model that returns scripted responses in order, records every request, and can hold a call until
 /// released. When the script runs out it answers with the responder if one is set, else with an error.
+/// A scripted rate limit or context-length error with an empty `step_id` names the request's step, as a provider's
+/// would.
 ///
 /// ```
 /// use noetic::model::{ModelResponse, ScriptedModel};
@@ -174,6 +176,7 @@ impl Model for ScriptedModel {
     }
 
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let step = request.step.clone();
         let reply = {
             let mut st = lock(&self.state);
             st.calls += 1;
@@ -191,6 +194,7 @@ impl Model for ScriptedModel {
                     status: None,
                     raw: None,
                     retryable: false,
+                    source: None,
                 })),
             };
             if self.record {
@@ -199,14 +203,29 @@ impl Model for ScriptedModel {
             reply
         };
         Box::pin(async move {
-            match reply {
+            let result = match reply {
                 Reply::Ready(r) => r,
                 Reply::Held(r, release, entered) => {
                     entered.notify_one();
                     let _ = release.await;
                     r
                 }
-            }
+            };
+            result.map_err(|e| naming_step(e, step.as_deref()))
         })
+    }
+}
+
+/// A scripted error as the request's step would have got it from a provider: the script cannot know the step.
+fn naming_step(error: NoeticError, step: Option<&str>) -> NoeticError {
+    let Some(step) = step else { return error };
+    match error {
+        NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
+            NoeticError::ModelRateLimit { step_id: step.to_owned(), retry_after_ms, message }
+        }
+        NoeticError::ContextLengthExceeded { step_id, message, requested, limit } if step_id.is_empty() => {
+            NoeticError::ContextLengthExceeded { step_id: step.to_owned(), message, requested, limit }
+        }
+        other => other,
     }
 }

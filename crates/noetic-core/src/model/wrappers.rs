@@ -6,14 +6,18 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
 
-use super::RetryPolicy;
 use super::{Model, ModelRequest, ModelResponse, StreamDelta};
+use super::{RetryPolicy, with_retries};
 use crate::error::NoeticError;
 
-/// Retries retryable failures ([`NoeticError::is_retryable`]) with the policy's backoff; a rate limit's
-/// `retry_after` wins over the backoff when it is longer. Calls and streams are retried alike: a stream is
-/// retried while it fails before its first delta; once a delta has been handed out, a failure ends the stream
-/// (text already shown cannot be taken back).
+/// Retries retryable failures ([`NoeticError::is_retryable`]) with the policy's backoff, by the one retry loop
+/// ([`with_retries`]): a rate limit's `retry_after` wins over the backoff when it is longer, and one longer than the
+/// policy's longest delay is returned at once rather than waited for. Calls and streams are retried alike: a
+/// stream is retried while it fails before its first delta; once a delta has been handed out, a failure ends the
+/// stream (text already shown cannot be taken back).
+///
+/// Wrapping a model that retries by itself (an HTTP provider, by its config's `retry`) does not multiply the
+/// attempts: while the wrapper's attempt runs, the provider's loop makes one attempt, so this policy decides alone.
 pub struct RetryModel {
     inner: Arc<dyn Model>,
     policy: RetryPolicy,
@@ -55,49 +59,30 @@ impl Model for RetryModel {
     fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
         let inner = self.inner.clone();
         let policy = self.policy;
-        Box::pin(async move {
-            let attempts = policy.max_attempts.max(1);
-            let mut attempt = 0;
-            loop {
-                let error = match inner.call(request.clone()).await {
-                    Ok(r) => return Ok(r),
-                    Err(e) => e,
-                };
-                if attempt + 1 >= attempts || !error.is_retryable() {
-                    return Err(error);
-                }
-                let delay = retry_delay(&policy, attempt, &error);
-                tracing::debug!(attempt, ?delay, %error, "model call failed; retrying");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
-            }
-        })
+        Box::pin(async move { with_retries(&policy, "model call", || inner.call(request.clone())).await })
     }
 
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<StreamDelta, NoeticError>> {
         let inner = self.inner.clone();
         let policy = self.policy;
         let opened = async move {
-            let attempts = policy.max_attempts.max(1);
-            let mut attempt = 0;
-            loop {
+            // An attempt lasts until the first delta (or the end of an empty stream): from there nothing is retried.
+            let attempt = || {
                 let mut stream = inner.stream(request.clone());
-                let error = match stream.next().await {
-                    Some(Err(e)) => e,
-                    // The first delta (or an empty stream): from here on nothing is retried.
-                    first => return futures::stream::iter(first).chain(stream).boxed(),
-                };
-                if attempt + 1 >= attempts || !error.is_retryable() {
-                    return futures::stream::once(async move { Err(error) }).boxed();
+                async move {
+                    match stream.next().await {
+                        Some(Err(e)) => Err(e),
+                        first => Ok(futures::stream::iter(first).chain(stream).boxed()),
+                    }
                 }
-                let delay = retry_delay(&policy, attempt, &error);
-                tracing::debug!(attempt, ?delay, %error, "model stream failed before its first delta; retrying");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
-            }
+            };
+            with_retries(&policy, "model stream", attempt)
+                .await
+                .unwrap_or_else(|error| futures::stream::once(async move { Err(error) }).boxed())
         };
         futures::stream::once(opened).flatten().boxed()
     }
+
     fn streams_natively(&self) -> bool {
         self.inner.streams_natively()
     }
@@ -119,17 +104,8 @@ impl Model for RetryModel {
     }
 }
 
-/// The backoff before retry `attempt + 1`; a rate limit's `retry_after` wins when it is longer.
-fn retry_delay(policy: &RetryPolicy, attempt: u32, error: &NoeticError) -> Duration {
-    let delay = policy.delay(attempt);
-    match error {
-        NoeticError::ModelRateLimit { retry_after_ms: Some(ms), .. } => delay.max(Duration::from_millis(*ms)),
-        _ => delay,
-    }
-}
-
 fn timed_out(message: String) -> NoeticError {
-    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true }
+    NoeticError::ModelFailed { message, status: None, raw: None, retryable: true, source: None }
 }
 
 impl Model for TimeoutModel {

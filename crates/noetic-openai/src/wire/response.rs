@@ -42,6 +42,7 @@ fn no_choices(body: &str) -> NoeticError {
         status: None,
         raw: Some(body.to_owned()),
         retryable: false,
+        source: None,
     }
 }
 
@@ -171,6 +172,7 @@ pub(crate) fn malformed(raw: &str, error: &serde_json::Error) -> NoeticError {
         status: None,
         raw: Some(raw.to_owned()),
         retryable: false,
+        source: None,
     }
 }
 
@@ -233,6 +235,7 @@ impl ProviderError {
             status: code,
             raw: Some(raw.to_owned()),
             retryable,
+            source: None,
         }
     }
 }

@@ -69,5 +69,6 @@ fn mid_stream(what: String) -> NoeticError {
         status: None,
         raw: None,
         retryable: false,
+        source: None,
     }
 }

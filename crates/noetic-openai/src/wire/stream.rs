@@ -137,6 +137,7 @@ impl StreamAccumulator {
             status: None,
             raw: Some(data.to_owned()),
             retryable: false,
+            source: None,
         })?;
         if let Some(error) = ProviderError::find(&chunk) {
             let mut error = error.into_error(None, data);
@@ -202,6 +203,7 @@ impl StreamAccumulator {
             status: None,
             raw: None,
             retryable: false,
+            source: None,
         })
     }
 

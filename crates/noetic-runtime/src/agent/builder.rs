@@ -9,7 +9,7 @@ use crate::error::{ConfigCode, ConfigError};
 use crate::layer::MemoryLayer;
 use crate::model::Model;
 use crate::step::{Step, until};
-use crate::sync::{Padded, Spread};
+use crate::sync::{CachePadded, Spread};
 use crate::tool::{Approver, Tool};
 
 /// Builds a [`Runtime`]: [`RuntimeBuilder::model`] is required; [`RuntimeBuilder::build`] checks the rest and
@@ -260,7 +260,7 @@ impl RuntimeBuilder {
         });
         let handles = {
             let inner = inner.clone();
-            Arc::new(Spread::new(move || Arc::new(Padded(inner.clone()))))
+            Arc::new(Spread::new(move || Arc::new(CachePadded::new(inner.clone()))))
         };
         Ok(Runtime { inner, handles })
     }

@@ -70,7 +70,7 @@ use crate::context::{Carried, Services};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::MemoryLayer;
 use crate::step::Step;
-use crate::sync::{Padded, Spread};
+use crate::sync::{CachePadded, Spread};
 
 /// The model id the default agent uses.
 pub const DEFAULT_MODEL: &str = "openai/gpt-4o-mini";
@@ -114,7 +114,7 @@ pub(crate) struct RuntimeInner {
 
 /// The runtime's services and layers as a turn's context carries them (one copy of [`RuntimeInner::shared`]).
 pub(crate) struct Shared {
-    pub(crate) services: Arc<Padded<Services>>,
+    pub(crate) services: Arc<CachePadded<Services>>,
     pub(crate) layers: Carried,
 }
 
@@ -122,7 +122,7 @@ impl Shared {
     /// A copy with reference counts of its own.
     fn new(services: &Services, layers: &[Arc<dyn MemoryLayer>]) -> Shared {
         Shared {
-            services: Arc::new(Padded(services.replica())),
+            services: Arc::new(CachePadded::new(services.replica())),
             layers: Carried::padded(crate::layer::LayerStack::new(layers.iter().cloned())),
         }
     }
@@ -138,7 +138,7 @@ pub struct Runtime {
 
 /// A strong reference to a runtime that a running turn holds: one of its [`Handles`]. Cloning it writes a count
 /// of its thread's copy, not the runtime's own, which every turn on every thread would write.
-pub(crate) type TurnHandle = Arc<Padded<Arc<RuntimeInner>>>;
+pub(crate) type TurnHandle = Arc<CachePadded<Arc<RuntimeInner>>>;
 
 /// Per-thread strong references to a runtime, for its turns (see `sync::Spread`). The runtime's handles hold
 /// them beside it — in it, they would keep it alive forever.

@@ -57,11 +57,57 @@ use task::{State as TaskState, TaskId};
 pub const STEERING_EXTENSION: &str = "urn:noetic:a2a:steering:v1";
 
 /// `GET /.well-known/agent-card.json`.
+#[utoipa::path(
+    get,
+    path = "/.well-known/agent-card.json",
+    summary = "The A2A agent card",
+    description = "A2A 1.0's agent card: the agent's name and description, its JSON-RPC interface (POST /a2a, protocol \
+        1.0), its skills, streaming, the steering extension (urn:noetic:a2a:steering:v1: a message to a working task \
+        steers it) and, when the server has an access token, the bearer scheme. Needs no token.",
+    responses(
+        (
+            status = 200,
+            description = "The agent card",
+            body = inline(crate::openapi::bodies::AgentCardOk),
+            content_type = "application/json",
+        ),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+    ),
+    security(()),
+)]
 pub(crate) async fn agent_card(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     Json(card::card(&state.config, &headers)).into_response()
 }
 
 /// `POST /a2a`: one JSON-RPC request.
+#[utoipa::path(
+    post,
+    path = "/a2a",
+    summary = "A2A 1.0 JSON-RPC: SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask",
+    description = "A context (contextId) is a session key, a task is one of its turns (id SESSION:TURN, read from the \
+        session). A message without taskId starts a task when the session is idle and steers the running one when it \
+        is busy; a message to a working task steers it (metadata.noetic.routed = steered); a call that needs approval \
+        puts the task in TASK_STATE_INPUT_REQUIRED and a message to it answers (approve, reject: <why>, or a data part \
+        {approved, reason?, callId?}). SendStreamingMessage and SubscribeToTask answer with server-sent events (each a \
+        JSON-RPC response whose result is a StreamResponse: the task, artifact chunks of the model's text, working \
+        status updates with metadata.noetic.event, and the final or input-required status). Errors are JSON-RPC errors \
+        with A2A's codes and the API's error code in data.code.",
+    request_body(content = inline(crate::openapi::bodies::RpcRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "A JSON-RPC response, or for the streaming methods the event stream",
+            content(
+                (inline(crate::openapi::bodies::RpcJson) = "application/json"),
+                (inline(crate::openapi::bodies::RpcStream) = "text/event-stream"),
+            ),
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 413, description = "The body is over the limit (a JSON-RPC error, data.code body_too_large)"),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn rpc(State(state): State<Arc<AppState>>, body: Result<Json<Value>, JsonRejection>) -> Response {
     let body = match body {
         Ok(Json(body)) => body,

@@ -84,6 +84,40 @@ struct Started {
 }
 
 /// `POST /ag-ui/{agent}`: one AG-UI run.
+#[utoipa::path(
+    post,
+    path = "/ag-ui/{agent}",
+    summary = "An AG-UI run: RunAgentInput in, the AG-UI event stream out",
+    description = "Takes AG-UI's RunAgentInput (threadId is a session key; the user messages at the end of messages \
+        not taken before are the new input; resume answers interrupts) and answers with AG-UI events as server-sent \
+        events: RUN_STARTED, a CUSTOM noetic.run_routed saying what became of the input (started, steered, queued, \
+        restarted, attached, idle; also in the X-Noetic-Routed header), STATE_SNAPSHOTs (busy, queued, \
+        pending_approvals), TEXT_MESSAGE_*, TOOL_CALL_*, CUSTOM noetic.* events for steering decisions, queued and \
+        injected messages, skipped calls and approval decisions, then RUN_FINISHED (outcome interrupt when a call \
+        waits for approval: answer it with resume [{interruptId, status: resolved, payload: {approved, reason?}}]; \
+        cancelled for a stopped turn) or RUN_ERROR (code: our error kind, or the API's error code for a bad input). A \
+        new message while the thread's turn runs steers it, or follows the server's --agui-busy policy.",
+    params(
+        (
+            "agent" = String,
+            Path,
+            description = "the agent's name (the workflow file's stem, chat for the chat agent) or default",
+        ),
+    ),
+    request_body(content = inline(crate::openapi::bodies::RunRequest), content_type = "application/json"),
+    responses(
+        (
+            status = 200,
+            description = "The AG-UI event stream (a bad input is one RUN_ERROR event)",
+            body = inline(crate::openapi::bodies::RunStream),
+            content_type = "text/event-stream",
+        ),
+        (status = 401, response = crate::openapi::common::ApiErrorResponse),
+        (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 404, response = crate::openapi::common::ApiErrorResponse),
+        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+    ),
+)]
 pub(crate) async fn run(
     State(state): State<Arc<AppState>>,
     Path(agent): Path<String>,

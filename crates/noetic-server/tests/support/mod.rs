@@ -268,7 +268,7 @@ pub const PAGE_FILES: &[&str] = &[
 /// Every route the server has: the documented API (from its OpenAPI document, path parameters filled in) and the
 /// page's files, as `(method, path)`.
 pub fn every_route() -> Vec<(String, String)> {
-    let doc: Value = serde_json::from_str(include_str!("../../assets/openapi.json")).unwrap();
+    let doc: Value = serde_json::from_str(noetic_server::api_document()).unwrap();
     let mut routes: Vec<(String, String)> = PAGE_FILES.iter().map(|p| ("GET".to_owned(), (*p).to_owned())).collect();
     for (path, methods) in doc["paths"].as_object().unwrap() {
         let path = path.replace("{key}", "k").replace("{call_id}", "c1").replace("{agent}", "default");

@@ -23,7 +23,7 @@ use crate::layer::{
     Budget, Gates, Hook, HookTimeouts, LayerState, Lifecycle, MemoryLayer, Persistence, Recall, Scope, ScopeKey, Slot,
 };
 use crate::model::Item;
-use crate::sync::Padded;
+use crate::sync::CachePadded;
 
 mod hooks;
 
@@ -49,7 +49,7 @@ pub struct SteeringLayer {
     states: LayerState<Inner>,
     /// The states of ended executions, newest last, in groups by id (each group behind its own lock, so turns
     /// ending at once on different cores rarely meet): [`RECENT_PER_GROUP`] per group.
-    recent: Box<[Padded<Recent>]>,
+    recent: Box<[CachePadded<Recent>]>,
     /// Live spawned children and fork paths, with their parent's state (`None` when the parent does not use
     /// this layer).
     children: Mutex<HashMap<ExecutionId, Option<Arc<Mutex<Inner>>>>>,
@@ -108,7 +108,7 @@ pub fn steering(config: SteeringConfig) -> Result<Arc<SteeringLayer>, ConfigErro
         (HookRules::of(&config.rules, Hook::BeforeToolCall), HookRules::of(&config.rules, Hook::AfterModelCall));
     Ok(Arc::new(SteeringLayer {
         states: LayerState::default(),
-        recent: (0..RECENT_GROUPS).map(|_| Padded(Mutex::new(VecDeque::new()))).collect(),
+        recent: (0..RECENT_GROUPS).map(|_| CachePadded::new(Mutex::new(VecDeque::new()))).collect(),
         children: Mutex::new(HashMap::new()),
         carry: Arc::default(),
         feedback_possible: AtomicBool::new(async_judges),

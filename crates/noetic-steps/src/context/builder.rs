@@ -15,7 +15,7 @@ pub struct ContextBuilder {
     /// Model, tools, approver … (set through `ContextBuilder::services` and `tools` in the tool module).
     pub(crate) services: Services,
     /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
-    shared: Option<Arc<Padded<Services>>>,
+    shared: Option<Arc<CachePadded<Services>>>,
     turn: Option<Arc<TurnServices>>,
     execution_id: Option<ExecutionId>,
 }
@@ -84,7 +84,7 @@ impl ContextBuilder {
 
     /// A runtime's services and layers, as they are (shared, not copied): what `services`, `model`, `approver`,
     /// `capture_content`, `tools` and `layers` set is not used then.
-    pub fn shared_services(mut self, services: Arc<Padded<Services>>, layers: Carried) -> Self {
+    pub fn shared_services(mut self, services: Arc<CachePadded<Services>>, layers: Carried) -> Self {
         self.shared = Some(services);
         self.layers = layers;
         self
@@ -105,7 +105,7 @@ impl ContextBuilder {
                     thread_id: self.thread_id,
                     resource_id: self.resource_id,
                     events: self.events,
-                    services: self.shared.unwrap_or_else(|| Arc::new(Padded(self.services))),
+                    services: self.shared.unwrap_or_else(|| Arc::new(CachePadded::new(self.services))),
                     turn: self.turn,
                 }),
                 cancel: Cancel::root(self.cancel.unwrap_or_default()),

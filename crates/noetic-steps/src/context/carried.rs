@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::sync::Padded;
+use crate::sync::CachePadded;
 
 /// A value a higher module keeps in the context (the memory layers in scope are one): opaque here, set and read
 /// back — typed — by the module that owns it, so the context imports nothing from above.
@@ -16,15 +16,15 @@ impl Carried {
         Carried(Some(Arc::new(value)))
     }
 
-    /// Carries `value` alone on its cache lines ([`Padded`]): for the runtime's per-thread copies, whose reference
+    /// Carries `value` alone on its cache lines ([`CachePadded`]): for the runtime's per-thread copies, whose reference
     /// counts different threads write at once.
     pub fn padded<T: Any + Send + Sync>(value: T) -> Self {
-        Carried(Some(Arc::new(Padded(value))))
+        Carried(Some(Arc::new(CachePadded::new(value))))
     }
 
     /// The value, if one of type `T` is carried.
     pub fn get<T: Any>(&self) -> Option<&T> {
         let value = self.0.as_deref()?;
-        value.downcast_ref::<T>().or_else(|| value.downcast_ref::<Padded<T>>().map(|p| &p.0))
+        value.downcast_ref::<T>().or_else(|| value.downcast_ref::<CachePadded<T>>().map(|p| &**p))
     }
 }

@@ -43,7 +43,7 @@ pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Pos
 
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, Model, StepMeta, Usage};
-use crate::sync::Padded;
+use crate::sync::CachePadded;
 use crate::turn::TurnJournal;
 
 /// Steps may nest at most this deep (counting every composite step and child context).
@@ -75,7 +75,7 @@ struct Tree {
     resource_id: Option<Arc<str>>,
     events: EventSink,
     /// Alone on its cache lines: a runtime hands every turn on a thread the same copy (see `sync::Spread`).
-    services: Arc<Padded<Services>>,
+    services: Arc<CachePadded<Services>>,
     /// The session turn's own services (none outside a session turn).
     turn: Option<Arc<TurnServices>>,
 }
@@ -440,7 +440,7 @@ impl Context {
 
     /// The services shared by the execution tree.
     pub(crate) fn services(&self) -> &Services {
-        &self.inner.tree().services.0
+        &self.inner.tree().services
     }
 
     /// The session turn's steering checkpoints (also for spawned children and fork paths).

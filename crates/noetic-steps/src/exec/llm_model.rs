@@ -149,8 +149,7 @@ pub(super) async fn call_model_once<I, O>(
         max_tokens: s.params.max_tokens,
         compaction: s.compaction,
     };
-    let fitted =
-        window::fit(ctx, model.as_ref(), &step, specs, &tail, refused).await.map_err(|e| with_step_id(e, &s.id))?;
+    let fitted = window::fit(ctx, model.as_ref(), &step, specs, &tail, refused).await?;
     let (recalled, history, counted) = match fitted {
         Some(Fitted { context, history, counted, tokens, window }) => {
             (context, history, Some((counted, tokens, window)))
@@ -168,6 +167,7 @@ pub(super) async fn call_model_once<I, O>(
         tool_choice: s.tool_choice_for(round),
         output_schema: s.output_schema.as_ref().map(|schema| schema.json().clone()),
         grammar: None,
+        step: Some(s.id.clone()),
     };
     if !span.is_disabled() {
         span.record("noetic.request.messages", request.messages().count());
@@ -200,7 +200,7 @@ pub(super) async fn call_model_once<I, O>(
     } else {
         ctx.run_cancellable(model.call(request)).await
     };
-    let response = answer.map_err(|e| with_step_id(e, &s.id))?;
+    let response = answer?;
     ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
     if let Some(meter) = ctx.meter() {
         meter.model_call(&response.usage, logs_inputs(ctx));
@@ -239,18 +239,6 @@ pub(super) async fn collect_stream(
         status: None,
         raw: None,
         retryable: true,
+        source: None,
     })
-}
-
-/// Names the step in errors the model layer raised without knowing it.
-fn with_step_id(error: NoeticError, id: &str) -> NoeticError {
-    match error {
-        NoeticError::ModelRateLimit { step_id, retry_after_ms, message } if step_id.is_empty() => {
-            NoeticError::ModelRateLimit { step_id: id.to_owned(), retry_after_ms, message }
-        }
-        NoeticError::ContextLengthExceeded { step_id, message, requested, limit } if step_id.is_empty() => {
-            NoeticError::ContextLengthExceeded { step_id: id.to_owned(), message, requested, limit }
-        }
-        other => other,
-    }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::Scope;
 use crate::context::{Context, ExecutionId, lock};
-use crate::sync::Padded;
+use crate::sync::CachePadded;
 
 /// Whose state: one execution, a thread, a resource, or everyone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -56,7 +56,7 @@ impl ScopeKey {
 /// its own on cache lines of its own, so turns of different sessions looking up their state at once on different
 /// cores rarely take the same lock (the global key has one shard, as its state is one).
 pub struct LayerState<T> {
-    shards: Box<[Padded<Mutex<Entries<T>>>]>,
+    shards: Box<[CachePadded<Mutex<Entries<T>>>]>,
 }
 
 /// Shards per layer state: enough that a few dozen cores rarely meet on one.
@@ -88,7 +88,7 @@ impl<T> Entries<T> {
 
 impl<T> Default for LayerState<T> {
     fn default() -> Self {
-        let shard = || Padded(Mutex::new(Entries { map: HashMap::new(), last: None }));
+        let shard = || CachePadded::new(Mutex::new(Entries { map: HashMap::new(), last: None }));
         LayerState { shards: std::iter::repeat_with(shard).take(SHARDS).collect() }
     }
 }

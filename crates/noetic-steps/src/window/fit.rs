@@ -8,7 +8,8 @@ use crate::context::{Context, EventKind};
 use crate::error::NoeticError;
 use crate::layer::{Allotter, check_minimums, lifecycle};
 use crate::model::{
-    ContextWindow, Estimate, Folded, History, Item, Model, TokenCounter, ToolSpec, item_tokens, items_tokens,
+    ContextWindow, Estimate, Folded, History, Item, Model, ModelRequest, TokenCounter, ToolSpec, item_tokens,
+    items_tokens,
 };
 
 /// What fitting needs to know of the `llm` step.
@@ -260,7 +261,10 @@ async fn summarise(
     // About three characters a token, with the instructions' share kept out.
     let room_chars = (window.input_room(Some(max_tokens)).saturating_sub(200) as usize) * 3;
     let previous = previous.and_then(|f| f.summary.as_deref());
-    let request = summary_request(step.model, previous, items, room_chars, max_tokens);
+    let request = ModelRequest {
+        step: Some(step.id.clone()),
+        ..summary_request(step.model, previous, items, room_chars, max_tokens)
+    };
     match ctx.run_cancellable(model.call(request)).await {
         Ok(response) => {
             ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));

@@ -11,6 +11,8 @@
 //! - [`until`]: yields to other tasks until a condition holds, with a bound instead of a hang.
 //! - [`check_log_store`]: the conformance kit every session-log store runs (in memory, SQLite, PostgreSQL).
 //! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
+//! - [`delete_file_tool`] / [`workspace_rule`]: the agent turn the providers' tests run over their wire (a tool,
+//!   a rule that denies some of its calls).
 //!
 //! Nothing here sleeps or reads the clock: waits are notifications, so tests stay exact under paused tokio time.
 //!
@@ -45,6 +47,7 @@
 //! # }
 //! ```
 
+mod agent_turn;
 mod events;
 mod log_store;
 mod recording;
@@ -52,6 +55,7 @@ mod steering;
 mod tools;
 mod transcript;
 
+pub use agent_turn::{OUTSIDE_WORKSPACE, delete_file_tool, workspace_rule};
 pub use events::{EventCollector, event_type};
 pub use log_store::{ConformanceFailure, check_log_store};
 pub use recording::RecordingLogStore;

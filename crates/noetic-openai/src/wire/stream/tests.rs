@@ -88,7 +88,7 @@ fn an_error_chunk_is_a_non_retryable_error_even_with_a_server_error_code() {
     let mut acc = StreamAccumulator::new();
     let chunk = json!({"error": {"code": 502, "message": "Provider disconnected"}, "choices": []}).to_string();
     match acc.push(&chunk) {
-        Err(NoeticError::ModelFailed { message, raw, retryable, status }) => {
+        Err(NoeticError::ModelFailed { message, raw, retryable, status, source: None }) => {
             assert!(message.contains("Provider disconnected"));
             assert_eq!(raw, Some(chunk));
             assert_eq!(status, Some(502));
