@@ -9,10 +9,12 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use tokio::time::Instant;
 use tracing::Instrument;
+
+mod record;
 
 use super::escalation::Turn;
 use super::feedback::{self, CarryOver, Feedback, Inner, Late};
@@ -25,6 +27,7 @@ use crate::context::{Context, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError, panicked};
 use crate::exec::guard;
 use crate::layer::Hook;
+use record::Started;
 
 /// The outcome of evaluating the rules for one hook call.
 pub(super) struct Evaluation {
@@ -335,112 +338,6 @@ impl SteeringLayer {
         let evaluation = self.evaluate_predicates(&params, turn);
         self.record(ctx, params, &state, evaluation, started)
     }
-
-    /// Keeps the evaluation's ledger entry (the state's ledger, session records); its decision, or the
-    /// configuration error that ended it. The entry is made where the ledger keeps it (see [`ledger::push_new`]);
-    /// the session's records get a copy once the state is unlocked (keeping one may read layer states).
-    fn record(
-        &self,
-        ctx: &Context,
-        params: HookParams<'_>,
-        state: &Mutex<Inner>,
-        evaluation: Evaluation,
-        started: Started,
-    ) -> Result<SteeringDecision, NoeticError> {
-        let records = ctx.records();
-        let kind = ledger_kind(&params);
-        let action = evaluation.decision.action;
-        let mut inner = lock(state);
-        let Some((entry, name)) = ledger::push_new(&mut inner.ledger, self.config().max_ledger_entries, kind, action)
-        else {
-            drop(inner);
-            let (entry, result) = self.entry_of(params, evaluation, started);
-            if let Some(records) = records {
-                records.ledger_entry(Box::new(entry));
-            }
-            return result;
-        };
-        let result = fill(entry, name, params, evaluation, started);
-        // Without session records (no copy to make) the entry is never moved.
-        let Some(records) = records else { return result };
-        let copy = entry.clone();
-        drop(inner);
-        records.ledger_entry(Box::new(copy));
-        result
-    }
-
-    /// The evaluation's ledger entry, traced, and the hook's result.
-    fn entry_of(
-        &self,
-        params: HookParams<'_>,
-        evaluation: Evaluation,
-        started: Started,
-    ) -> (LedgerEntry, Result<SteeringDecision, NoeticError>) {
-        let mut entry = LedgerEntry::new(ledger_kind(&params), evaluation.decision.action);
-        let result = fill(&mut entry, None, params, evaluation, started);
-        (entry, result)
-    }
-}
-
-/// The kind of entry a hook call's decision makes.
-fn ledger_kind(params: &HookParams<'_>) -> LedgerKind {
-    match params {
-        HookParams::BeforeToolCall(_) => LedgerKind::ToolCall,
-        HookParams::AfterModelCall(_) => LedgerKind::ModelTurn,
-    }
-}
-
-/// Fills in a new entry (stamped now, with the evaluation's action) from the hook call and its evaluation, traces
-/// it, and gives the hook's result; `name` is a buffer to write the tool's name into.
-fn fill(
-    entry: &mut LedgerEntry,
-    name: Option<String>,
-    params: HookParams<'_>,
-    evaluation: Evaluation,
-    started: Started,
-) -> Result<SteeringDecision, NoeticError> {
-    match params {
-        HookParams::BeforeToolCall(c) => {
-            let mut name = name.unwrap_or_default();
-            name.push_str(c.name);
-            entry.tool_name = Some(name);
-            entry.tool_args = Some(c.args.clone());
-        }
-        HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),
-    }
-    entry.guidance = evaluation.decision.guidance.clone();
-    if !evaluation.deciders.is_empty() {
-        entry.rule_id = Some(evaluation.deciders.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>().join(","));
-        entry.evaluator = evaluation.deciders.first().map(|(_, e)| *e);
-    }
-    entry.failures = evaluation.failures;
-    entry.escalated = evaluation.escalated;
-    entry.judges = evaluation.judges;
-    entry.duration = started.elapsed(entry.timestamp);
-    ledger::trace(entry, hook_name(&params));
-    match evaluation.fault {
-        Some(error) => Err((*error).into()),
-        None => Ok(evaluation.decision),
-    }
-}
-
-/// When an evaluation started.
-#[derive(Clone, Copy)]
-enum Started {
-    /// On the runtime's clock (paused in tests): evaluations that wait on judges, whose time limits run on it.
-    Clock(Instant),
-    /// On the wall clock that stamps ledger entries: evaluations that never wait.
-    Wall(SystemTime),
-}
-
-impl Started {
-    /// The time since, for an entry stamped `now`.
-    fn elapsed(self, now: SystemTime) -> Duration {
-        match self {
-            Started::Clock(at) => at.elapsed(),
-            Started::Wall(at) => now.duration_since(at).unwrap_or_default(),
-        }
-    }
 }
 
 /// Keeps a rule's decision if it can change the aggregate or names who decided it (a predicate's allow does
@@ -465,14 +362,6 @@ pub(super) fn note(
             decided.push(rule);
             true
         }
-    }
-}
-
-/// The hook's name in traces.
-fn hook_name(params: &HookParams<'_>) -> &'static str {
-    match params {
-        HookParams::BeforeToolCall(_) => "before_tool_call",
-        HookParams::AfterModelCall(_) => "after_model_call",
     }
 }
 
