@@ -59,6 +59,8 @@ struct Batch {
     done: Option<oneshot::Sender<Result<u64, String>>>,
     /// The chain of writes it belongs to (a turn's): set when one of them failed, so none after it is written.
     chain: Option<Chain>,
+    /// The lease holder that gives the session up once this lands (a turn's last write).
+    release: Option<Arc<str>>,
 }
 
 /// A turn's writes: once one fails, the writer refuses the rest (the log never holds a turn with a hole in it),
@@ -170,9 +172,20 @@ impl Logged {
 
     /// [`Logged::submit`] as a write of `chain`: refused when an earlier write of the chain failed.
     pub(crate) fn submit_in(&self, entries: Vec<Entry>, chain: Option<Chain>) -> Receipt {
+        self.submit_releasing(entries, chain, None)
+    }
+
+    /// [`Logged::submit_in`], giving `release`'s lease of the session up with the append (in one transaction where
+    /// the store can): a turn's last write.
+    pub(crate) fn submit_releasing(
+        &self,
+        entries: Vec<Entry>,
+        chain: Option<Chain>,
+        release: Option<Arc<str>>,
+    ) -> Receipt {
         self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { sync: false, entries, done: Some(done), chain };
+        let batch = Batch { sync: false, entries, done: Some(done), chain, release };
         match self.writer.get() {
             Some(writer) => {
                 if let Err(refused) = writer.send(batch)
@@ -194,7 +207,7 @@ impl Logged {
     pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
         if let Some(writer) = self.writer.get() {
             self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
-            let _ = writer.send(Batch { sync: false, entries, done: None, chain: None });
+            let _ = writer.send(Batch { sync: false, entries, done: None, chain: None, release: None });
         }
     }
 
@@ -224,7 +237,7 @@ impl Logged {
     /// called once this process holds the session's lease) and writes again if it was fenced.
     pub(crate) async fn sync(&self) -> Result<u64, String> {
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { sync: true, entries: Vec::new(), done: Some(done), chain: None };
+        let batch = Batch { sync: true, entries: Vec::new(), done: Some(done), chain: None, release: None };
         match self.writer.get() {
             Some(writer) => {
                 let _ = writer.send(batch);
@@ -386,6 +399,7 @@ impl Writer {
         let mut ends = Vec::with_capacity(batches.len());
         let mut replies = Vec::with_capacity(batches.len());
         let mut chains = Vec::new();
+        let mut release = None;
         for batch in batches {
             if batch.chain.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
                 if let Some(done) = batch.done {
@@ -394,6 +408,7 @@ impl Writer {
                 continue;
             }
             chains.extend(batch.chain);
+            release = release.or(batch.release);
             entries.extend(batch.entries);
             ends.push(entries.len() as u64);
             replies.push(batch.done);
@@ -401,7 +416,7 @@ impl Writer {
         if ends.is_empty() {
             return;
         }
-        let answer = self.append(&entries).await;
+        let answer = self.append(&entries, release.as_deref()).await;
         match &answer {
             Ok(_) => self.first = None,
             Err(_) => chains.iter().for_each(|c| c.store(true, Ordering::SeqCst)),
@@ -427,12 +442,12 @@ impl Writer {
         answer.as_ref().map_or(0, |last| last.saturating_sub(count as u64))
     }
 
-    async fn append(&mut self, entries: &[Entry]) -> Result<u64, String> {
+    async fn append(&mut self, entries: &[Entry], release: Option<&str>) -> Result<u64, String> {
         if entries.is_empty() {
             return Ok(self.last);
         }
         for _ in 0..RETRIES {
-            match self.append_once(entries).await {
+            match self.append_once(entries, release).await {
                 // Another process added a message or a stop: taken in, and the append goes after it.
                 Err(AppendError::Conflict) => self.absorb().await,
                 Err(AppendError::Failed(why)) => return Err(why),
@@ -442,11 +457,16 @@ impl Writer {
         Err(format!("session '{}': other processes kept appending; try again", self.key))
     }
 
-    async fn append_once(&mut self, entries: &[Entry]) -> Result<u64, AppendError> {
+    async fn append_once(&mut self, entries: &[Entry], release: Option<&str>) -> Result<u64, AppendError> {
         if let Some(why) = &self.fenced {
             return Err(AppendError::Failed(why.clone()));
         }
-        match self.store.append(&self.key, Expect::At(self.last), entries).await {
+        let expect = Expect::At(self.last);
+        let appended = match release {
+            Some(holder) => self.store.append_and_release(&self.key, expect, entries, holder).await,
+            None => self.store.append(&self.key, expect, entries).await,
+        };
+        match appended {
             Ok(last) => {
                 let at = SystemTime::now();
                 let first = last + 1 - entries.len() as u64;

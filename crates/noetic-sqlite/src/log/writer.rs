@@ -30,14 +30,22 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// What the writer is asked to do.
 pub(crate) enum Request {
-    /// Append `encoded` (the encoding of `entries`, stamped `at`).
-    Append { key: String, expect: Expect, entries: Vec<Entry>, encoded: Vec<String>, at: SystemTime, reply: Reply<u64> },
+    /// Append `encoded` (the encoding of `entries`, stamped `at`), then give `release`'s lease up if it landed.
+    Append {
+        key: String,
+        expect: Expect,
+        entries: Vec<Entry>,
+        encoded: Vec<String>,
+        at: SystemTime,
+        release: Option<String>,
+        reply: Reply<u64>,
+    },
     /// Delete a log.
     Delete { key: String, reply: Reply<bool> },
     /// Save a snapshot.
     SaveSnapshot { key: String, snapshot: Snapshot, reply: Reply<()> },
-    /// Take, renew or give up a lease.
-    Lease { key: String, op: LeaseOp, reply: Reply<Option<String>> },
+    /// Take, renew or give up a lease; the answer also says where the log ends.
+    Lease { key: String, op: LeaseOp, reply: Reply<(Option<String>, u64)> },
 }
 
 /// What the thread needs to start.
@@ -54,7 +62,7 @@ enum Done {
     Append { key: String, reply: Reply<u64>, result: Result<u64, StoreError> },
     Delete { reply: Reply<bool>, result: Result<bool, StoreError> },
     Snapshot { reply: Reply<()>, result: Result<(), StoreError> },
-    Lease { reply: Reply<Option<String>>, result: Result<Option<String>, StoreError> },
+    Lease { reply: Reply<(Option<String>, u64)>, result: Result<(Option<String>, u64), StoreError> },
 }
 
 impl Request {
@@ -275,8 +283,8 @@ impl Writer {
     /// Does one request inside the open transaction.
     fn apply(&self, request: Request, clock: &mut i64) -> Done {
         match request {
-            Request::Append { key, expect, entries, encoded, at, reply } => {
-                let result = self.append(&key, expect, &entries, &encoded, at, clock);
+            Request::Append { key, expect, entries, encoded, at, release, reply } => {
+                let result = self.append(&key, expect, (&entries, &encoded), at, release.as_deref(), clock);
                 Done::Append { key, reply, result }
             }
             Request::Delete { key, reply } => {
@@ -290,20 +298,24 @@ impl Writer {
             }
             Request::Lease { key, op, reply } => {
                 let result = self
-                    .savepoint(|conn| leases::apply(conn, &key, &op, &self.owner))
+                    .savepoint(|conn| {
+                        let other = leases::apply(conn, &key, &op, &self.owner)?;
+                        Ok((other, tables::head(conn, &key)?.map_or(0, |(last, _)| last)))
+                    })
                     .map_err(|e| failed(&self.path, &format!("taking or giving up the lease of session '{key}'"), e));
                 Done::Lease { reply, result }
             }
         }
     }
 
+    /// Appends `entries` (with their encoding) to `key`'s log, and gives `release`'s lease up with them.
     fn append(
         &self,
         key: &str,
         expect: Expect,
-        entries: &[Entry],
-        encoded: &[String],
+        (entries, encoded): (&[Entry], &[String]),
         at: SystemTime,
+        release: Option<&str>,
         clock: &mut i64,
     ) -> Result<u64, StoreError> {
         let doing = || format!("appending to session '{key}'");
@@ -325,7 +337,13 @@ impl Writer {
         let row = Row { key, last, summary: &summary, at, counter: *clock, writer: &self.id };
         self.savepoint(|conn| {
             tables::insert_entries(conn, key, actual + 1, encoded)?;
-            tables::put_session(conn, &row)
+            tables::put_session(conn, &row)?;
+            match release {
+                Some(holder) => {
+                    leases::apply(conn, key, &LeaseOp::Release { holder: holder.to_owned() }, &self.owner).map(drop)
+                }
+                None => Ok(()),
+            }
         })
         .map_err(|e| failed(&self.path, &doing(), e))?;
         Ok(last)
