@@ -25,6 +25,8 @@ pub(crate) struct Request {
     pub entries: Vec<Entry>,
     /// The entries as stored, in order.
     pub encoded: Vec<String>,
+    /// The lease holder that gives the session up in the same transaction when the append passes.
+    pub release: Option<String>,
     pub reply: oneshot::Sender<Result<u64, StoreError>>,
 }
 

@@ -13,7 +13,7 @@ use super::super::errors::DbFailure;
 use super::{Failed, Known, Request, Writer, abandon};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
-/// entries and announces the new end; answers the new append counter, or nothing when the row had changed.
+/// entries, gives up the lease of the holder `$8` (none when null) and announces the new end; answers the new append counter, or nothing when the row had changed.
 const CONTINUE: &str = "
 WITH summed AS (
     UPDATE noetic_log_sessions
@@ -25,6 +25,8 @@ WITH summed AS (
     INSERT INTO noetic_log (session, pos, entry)
     SELECT $1::text, r.pos, r.entry FROM unnest($5::int8[], $6::text[]) AS r(pos, entry)
     WHERE EXISTS (SELECT FROM summed)
+), released AS (
+    DELETE FROM noetic_log_leases WHERE key = $1::text AND holder = $8::text AND EXISTS (SELECT FROM summed)
 )
 SELECT seq, (SELECT count(*) FROM pg_notify('noetic_log', $7::text)) FROM summed";
 
@@ -36,6 +38,7 @@ pub(crate) struct Plan<'a> {
     positions: Vec<i64>,
     entries: Vec<&'a str>,
     answers: Vec<u64>,
+    release: Option<&'a str>,
 }
 
 /// The plan for `batch` when all of it appends to one session this writer remembers and every request's fence
@@ -62,7 +65,8 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
         }
         answers.push(next.last);
     }
-    Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers })
+    let release = batch.iter().find_map(|r| r.release.as_deref());
+    Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers, release })
 }
 
 /// Writes `plan` in one round trip: the answers, or `None` when another wrote to the session since the writer
@@ -83,8 +87,8 @@ pub(crate) async fn commit(
     })?;
     let last = i64::try_from(plan.known.last).unwrap_or(i64::MAX);
     let payload = format!("{}\t{}\t{}", writer.id, plan.known.last, plan.key);
-    let params: [&(dyn ToSql + Sync); 7] =
-        [&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload];
+    let params: [&(dyn ToSql + Sync); 8] =
+        [&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload, &plan.release];
     // Pipelined: one round trip. A statement that fails turns the COMMIT into a rollback.
     let (begun, written, committed) =
         tokio::join!(client.batch_execute("BEGIN"), client.query(&statement, &params), client.batch_execute("COMMIT"));
