@@ -96,7 +96,8 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, Taken, encode_append,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
+    encode_append,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -298,8 +299,8 @@ impl PgLogStore {
         let at = SystemTime::now();
         let encoded = encode_append(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
-        let (key, entries, release) = (key.to_owned(), entries.to_vec(), release.map(str::to_owned));
-        let request = writer::Request { key: key.clone(), expect, entries, encoded, release, reply };
+        let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
+        let request = writer::Request { key: key.clone(), expect, change, encoded, release, reply };
         let stopped = || {
             StoreError::unavailable(
                 format!("appending to session '{key}'"),

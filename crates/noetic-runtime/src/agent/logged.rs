@@ -473,7 +473,7 @@ impl Writer {
                 {
                     let mut projection = lock(&self.projection);
                     for (i, entry) in entries.iter().enumerate() {
-                        projection.apply(&Record { pos: first + i as u64, at, entry: entry.clone() });
+                        projection.apply_at(first + i as u64, at, entry);
                     }
                 }
                 self.last = last;

@@ -73,7 +73,8 @@ use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, Taken, encode_append,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
+    encode_append,
 };
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
@@ -203,8 +204,8 @@ impl SqliteLogStore {
         // Encoding is done here, on the callers' threads, so the single writer only writes.
         let at = SystemTime::now();
         let encoded = encode_append(key, entries, at)?;
-        let (key, entries, release) = (key.to_owned(), entries.to_vec(), release.map(str::to_owned));
-        self.ask(|reply| Request::Append { key, expect, entries, encoded, at, release, reply }).await
+        let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
+        self.ask(|reply| Request::Append { key, expect, change, encoded, at, release, reply }).await
     }
 
     /// Runs `f` on a read connection on tokio's blocking pool.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use noetic_runtime::agent::log::{Appended, Entry, Expect, Snapshot, StoreError, Summary};
+use noetic_runtime::agent::log::{Appended, Expect, Snapshot, StoreError, Summary, SummaryChange};
 use noetic_steps::ExecutionId;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{broadcast, oneshot};
@@ -30,11 +30,12 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// What the writer is asked to do.
 pub(crate) enum Request {
-    /// Append `encoded` (the encoding of `entries`, stamped `at`), then give `release`'s lease up if it landed.
+    /// Append `encoded` (entries stamped `at`, changing the summary by `change`), then give `release`'s lease up
+    /// if it landed.
     Append {
         key: String,
         expect: Expect,
-        entries: Vec<Entry>,
+        change: SummaryChange,
         encoded: Vec<String>,
         at: SystemTime,
         release: Option<String>,
@@ -283,8 +284,8 @@ impl Writer {
     /// Does one request inside the open transaction.
     fn apply(&self, request: Request, clock: &mut i64) -> Done {
         match request {
-            Request::Append { key, expect, entries, encoded, at, release, reply } => {
-                let result = self.append(&key, expect, (&entries, &encoded), at, release.as_deref(), clock);
+            Request::Append { key, expect, change, encoded, at, release, reply } => {
+                let result = self.append(&key, expect, (&change, &encoded), at, release.as_deref(), clock);
                 Done::Append { key, reply, result }
             }
             Request::Delete { key, reply } => {
@@ -308,12 +309,13 @@ impl Writer {
         }
     }
 
-    /// Appends `entries` (with their encoding) to `key`'s log, and gives `release`'s lease up with them.
+    /// Appends `encoded` entries (changing the summary by `change`) to `key`'s log, and gives `release`'s lease up
+    /// with them.
     fn append(
         &self,
         key: &str,
         expect: Expect,
-        (entries, encoded): (&[Entry], &[String]),
+        (change, encoded): (&SummaryChange, &[String]),
         at: SystemTime,
         release: Option<&str>,
         clock: &mut i64,
@@ -330,7 +332,7 @@ impl Writer {
             Some((_, json)) => tables::summary(&self.path, key, json)?,
             None => Summary::default(),
         };
-        entries.iter().for_each(|entry| summary.apply(entry));
+        summary.apply_change(change);
         let summary = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
         let last = actual + encoded.len() as u64;
         *clock += 1;

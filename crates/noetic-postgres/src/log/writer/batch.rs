@@ -202,13 +202,13 @@ fn decide<'a>(
     {
         return Err(StoreError::Conflict { key: key.to_owned(), expected, actual: session.last });
     }
-    for (i, (entry, text)) in request.entries.iter().zip(&request.encoded).enumerate() {
+    for (i, text) in request.encoded.iter().enumerate() {
         log_keys.push(key);
         log_pos.push(i64::try_from(session.last + 1 + i as u64).unwrap_or(i64::MAX));
         log_entries.push(text.as_str());
-        summary.apply(entry);
     }
-    session.last += request.entries.len() as u64;
+    summary.apply_change(&request.change);
+    session.last += request.encoded.len() as u64;
     session.landed = true;
     Ok(session.last)
 }

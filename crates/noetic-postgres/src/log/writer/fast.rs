@@ -57,12 +57,12 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
         {
             return None;
         }
-        for (entry, text) in request.entries.iter().zip(&request.encoded) {
+        for text in &request.encoded {
             next.last += 1;
             positions.push(i64::try_from(next.last).ok()?);
             entries.push(text.as_str());
-            next.summary.apply(entry);
         }
+        next.summary.apply_change(&request.change);
         answers.push(next.last);
     }
     let release = batch.iter().find_map(|r| r.release.as_deref());

@@ -127,4 +127,4 @@ pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
 pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, rename, request_stop};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError, Taken};
-pub use summary::Summary;
+pub use summary::{Summary, SummaryChange};
