@@ -62,6 +62,7 @@
 mod convert;
 mod leases;
 mod migrate;
+mod open;
 mod read;
 mod tables;
 mod writer;

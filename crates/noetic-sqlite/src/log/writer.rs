@@ -8,16 +8,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use noetic_runtime::agent::log::{Appended, Expect, Snapshot, StoreError, Summary, SummaryChange};
 use noetic_steps::ExecutionId;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
+use super::failed;
 use super::leases::{self, LeaseOp};
 use super::read::ReadPool;
 use super::tables::{self, Row};
-use super::{failed, migrate};
+use crate::Durability;
 use crate::process::Owner;
-use crate::schema::LOG_SCHEMA_VERSION;
-use crate::{Durability, wal};
 
 /// How often the file is checked for other processes' appends.
 const POLL: Duration = Duration::from_millis(100);
@@ -156,76 +155,9 @@ struct Writer {
     seen: i64,
 }
 
-/// A file without a noetic schema version that already has tables is another program's database: nothing is
-/// changed in it (not even its journal mode).
-fn refuse_foreign(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let doing = "checking that the file is a noetic database";
-    let sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4";
-    let mut stmt = conn.prepare(sql).map_err(|e| failed(path, doing, e))?;
-    let tables: Vec<String> =
-        stmt.query_map([], |r| r.get(0)).and_then(Iterator::collect).map_err(|e| failed(path, doing, e))?;
-    if tables.is_empty() {
-        return Ok(());
-    }
-    Err(StoreError::Refused {
-        message: format!(
-            "session store {}: not a noetic database (it has another program's tables: {}, and no noetic schema \
-             version); give a new file or a noetic database (nothing was changed)",
-            path.display(),
-            tables.join(", ")
-        ),
-    })
-}
-
-fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::unavailable(format!("creating the directory of {} (check the path)", path.display()), e)
-        })?;
-    }
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(|e| failed(path, "opening the file", e))?;
-    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-        return Err(StoreError::Refused {
-            message: format!(
-                "session store {}: the file is read-only; make it writable or use another file",
-                path.display()
-            ),
-        });
-    }
-    conn.busy_timeout(Duration::from_secs(5)).map_err(|e| failed(path, "setting the busy timeout", e))?;
-    // Read before anything is written: a file that is not SQLite fails here, a newer one is refused untouched.
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| failed(path, "reading the schema version", e))?;
-    if version > LOG_SCHEMA_VERSION {
-        return Err(StoreError::Refused {
-            message: format!(
-                "session store {}: its schema is version {version}, newer than this noetic supports \
-                 ({LOG_SCHEMA_VERSION}); upgrade noetic or use another file (nothing was changed)",
-                path.display()
-            ),
-        });
-    }
-    if version == 0 {
-        refuse_foreign(&conn, path)?;
-    }
-    let journal = wal(&conn).map_err(|e| failed(path, "switching to WAL", e))?;
-    if !journal.eq_ignore_ascii_case("wal") {
-        tracing::warn!(path = %path.display(), journal, "the session log could not switch to WAL mode");
-    }
-    let sync = match durability {
-        Durability::Process => "NORMAL",
-        Durability::PowerLoss => "FULL",
-    };
-    conn.execute_batch(&format!("PRAGMA synchronous={sync};")).map_err(|e| failed(path, "setting pragmas", e))?;
-    migrate::to_log(&mut conn, path)?;
-    Ok(conn)
-}
-
 impl Writer {
     fn open(setup: Setup) -> Result<Writer, StoreError> {
-        let conn = open_connection(&setup.path, setup.durability)?;
+        let conn = super::open::open_connection(&setup.path, setup.durability)?;
         let path = setup.path;
         let data_version = data_version(&conn).map_err(|e| failed(&path, "reading the data version", e))?;
         let seen = tables::clock(&conn).map_err(|e| failed(&path, "reading the append counter", e))?;
