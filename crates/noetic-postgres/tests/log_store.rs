@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use noetic::agent::SteerMessage;
-use noetic::agent::log::{Appended, DecodeError, Entry, Expect, LogStore, StoreError};
+use noetic::agent::log::{Appended, DecodeError, Entry, Expect, LogStore, StoreError, Taken};
 use noetic::testing::check_log_store;
 use noetic_postgres::testing::Throwaway;
 use noetic_postgres::{PgLogOptions, PgLogStore};
@@ -97,6 +97,32 @@ async fn a_lease_taken_through_one_worker_is_refused_to_another_until_it_lapses(
     assert_eq!(lb.acquire("s", "worker-b", term).await.unwrap(), None);
     assert_eq!(la.holder("s").await.unwrap().as_deref(), Some("worker-b"));
     assert_eq!(la.acquire("s", "worker-a", term).await.unwrap().as_deref(), Some("worker-b"));
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_a_lease_says_where_the_log_ends_and_a_turns_end_gives_it_up() {
+    let Some(db) = database("log_take_lease").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    let term = Duration::from_secs(60);
+    assert_eq!(a.take_lease("s", "worker-a", term).await.unwrap(), Some(Taken::Held { last: 0 }));
+    let last = a.append("s", Expect::At(0), &[message("one"), message("two")]).await.unwrap();
+    assert_eq!(a.take_lease("s", "worker-a", term).await.unwrap(), Some(Taken::Held { last }));
+    assert_eq!(b.take_lease("s", "worker-b", term).await.unwrap(), Some(Taken::Elsewhere("worker-a".into())));
+    // A fenced end gives nothing up; one that lands gives the lease up in its transaction (the fast way: `a` wrote
+    // the session last; the batch way: `b` never did).
+    let stale = a.append_and_release("s", Expect::At(0), &[message("late")], "worker-a").await;
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+    let before = a.stats().transactions;
+    a.append_and_release("s", Expect::At(last), &[message("end")], "worker-a").await.unwrap();
+    assert_eq!(a.stats().transactions - before, 1);
+    assert_eq!(b.take_lease("s", "worker-b", term).await.unwrap(), Some(Taken::Held { last: last + 1 }));
+    let stale = b.append_and_release("s", Expect::At(0), &[message("late")], "worker-b").await;
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+    assert_eq!(a.leases().unwrap().holder("s").await.unwrap().as_deref(), Some("worker-b"));
+    b.append_and_release("s", Expect::At(last + 1), &[message("end")], "worker-b").await.unwrap();
+    assert_eq!(a.leases().unwrap().holder("s").await.unwrap(), None);
     drop((a, b));
     db.remove().await.unwrap();
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use noetic::agent::log::{Entry, Expect, LogStore};
+use noetic::agent::log::{Entry, Expect, LogStore, Taken};
 use noetic_sqlite::SqliteLogStore;
 
 fn scratch(name: &str) -> PathBuf {
@@ -60,4 +60,32 @@ async fn deleting_a_session_gives_its_lease_up() {
     assert_eq!(store.leases().unwrap().acquire("s", "chat-1", TERM).await.unwrap(), None);
     assert!(store.delete("s").await.unwrap());
     assert_eq!(store.leases().unwrap().holder("s").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_turns_last_append_and_giving_its_lease_up_are_one_commit() {
+    let store = SqliteLogStore::open(scratch("end")).await.unwrap();
+    let last = store.append("s", Expect::End, &[Entry::StopRequested { reason: "x".into() }]).await.unwrap();
+    assert_eq!(store.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last }));
+    let before = store.commits();
+    let end = [Entry::StopRequested { reason: "y".into() }];
+    assert_eq!(store.append_and_release("s", Expect::At(last), &end, "chat-1").await.unwrap(), last + 1);
+    assert_eq!(store.commits() - before, 1, "the append and the release share a transaction");
+    assert_eq!(store.leases().unwrap().holder("s").await.unwrap(), None, "the lease was given up");
+}
+
+#[tokio::test]
+async fn taking_a_lease_says_where_the_log_ends_in_the_same_commit() {
+    let db = scratch("take");
+    let (a, b) = (SqliteLogStore::open(&db).await.unwrap(), SqliteLogStore::open(&db).await.unwrap());
+    let last = a.append("s", Expect::End, &[Entry::StopRequested { reason: "x".into() }]).await.unwrap();
+    let before = a.commits();
+    assert_eq!(a.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last }));
+    assert_eq!(a.commits() - before, 1);
+    assert_eq!(b.take_lease("s", "chat-2", TERM).await.unwrap(), Some(Taken::Elsewhere("chat-1".into())));
+    // A failed append gives nothing up: the lease stays with its holder.
+    let late = [Entry::StopRequested { reason: "z".into() }];
+    let stale = a.append_and_release("s", Expect::At(0), &late, "chat-1").await;
+    assert!(matches!(stale, Err(noetic::agent::log::StoreError::Conflict { .. })), "{stale:?}");
+    assert_eq!(b.leases().unwrap().holder("s").await.unwrap().as_deref(), Some("chat-1"));
 }

@@ -173,3 +173,108 @@ async fn a_finished_call_that_is_not_idempotent_is_written_before_the_next_model
         "an idempotent call's outcome waits for the next write: {idempotent:?}"
     );
 }
+
+/// A store with leases that keeps which calls a session makes of it, by name.
+#[derive(Default)]
+struct Calls {
+    inner: MemoryLogStore,
+    calls: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Calls {
+    fn note(&self, call: &'static str) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    fn take(&self) -> Vec<&'static str> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+type Answer<'a, T> = futures::future::BoxFuture<'a, Result<T, noetic::agent::log::StoreError>>;
+
+impl LogStore for Calls {
+    fn append<'a>(&'a self, key: &'a str, expect: Expect, entries: &'a [Entry]) -> Answer<'a, u64> {
+        self.note("append");
+        self.inner.append(key, expect, entries)
+    }
+
+    fn append_and_release<'a>(
+        &'a self,
+        key: &'a str,
+        expect: Expect,
+        entries: &'a [Entry],
+        holder: &'a str,
+    ) -> Answer<'a, u64> {
+        self.note("append_and_release");
+        self.inner.append_and_release(key, expect, entries, holder)
+    }
+
+    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> Answer<'a, Vec<noetic::agent::log::Record>> {
+        self.note("read");
+        self.inner.read(key, after, limit)
+    }
+
+    fn last<'a>(&'a self, key: &'a str) -> Answer<'a, u64> {
+        self.note("last");
+        self.inner.last(key)
+    }
+
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<noetic::agent::log::Appended> {
+        self.inner.watch()
+    }
+
+    fn list(&self) -> Answer<'_, Vec<noetic::agent::log::SessionLine>> {
+        self.inner.list()
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> Answer<'a, bool> {
+        self.inner.delete(key)
+    }
+
+    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: noetic::agent::log::Snapshot) -> Answer<'a, ()> {
+        self.inner.save_snapshot(key, snapshot)
+    }
+
+    fn snapshot<'a>(&'a self, key: &'a str) -> Answer<'a, Option<noetic::agent::log::Snapshot>> {
+        self.inner.snapshot(key)
+    }
+
+    fn leases(&self) -> Option<&dyn noetic::agent::log::Leases> {
+        Some(self)
+    }
+}
+
+impl noetic::agent::log::Leases for Calls {
+    fn acquire<'a>(&'a self, key: &'a str, holder: &'a str, term: std::time::Duration) -> Answer<'a, Option<String>> {
+        self.note("acquire");
+        self.inner.leases().unwrap().acquire(key, holder, term)
+    }
+
+    fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> Answer<'a, ()> {
+        self.note("release");
+        self.inner.leases().unwrap().release(key, holder)
+    }
+
+    fn holder<'a>(&'a self, key: &'a str) -> Answer<'a, Option<String>> {
+        self.inner.leases().unwrap().holder(key)
+    }
+}
+
+#[tokio::test]
+async fn a_turn_on_a_shared_log_gives_its_lease_up_with_its_end_and_reads_nothing_it_has() {
+    let store = Arc::new(Calls::default());
+    let runs = Arc::default();
+    let rt = runtime(&ScriptedModel::responder(respond), store.clone(), true, &runs);
+    let session = rt.open("s").await.unwrap();
+    for turn in 0..2 {
+        store.take();
+        assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+        let calls = store.take();
+        assert_eq!(calls.iter().filter(|c| **c == "acquire").count(), 1, "turn {turn}: {calls:?}");
+        assert!(!calls.contains(&"read"), "turn {turn}: nothing new in the log, nothing read: {calls:?}");
+        assert!(!calls.contains(&"release"), "turn {turn}: the lease goes with the end, not on its own: {calls:?}");
+        assert_eq!(calls.last(), Some(&"append_and_release"), "turn {turn}: {calls:?}");
+        assert_eq!(store.inner.leases().unwrap().holder("s").await.unwrap(), None, "turn {turn}: given up");
+    }
+}

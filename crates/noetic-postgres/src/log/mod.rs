@@ -96,7 +96,8 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
+    encode_append,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -275,7 +276,13 @@ impl PgLogStore {
         }
     }
 
-    async fn append_now(&self, key: &str, expect: Expect, entries: &[Entry]) -> Result<u64, StoreError> {
+    async fn append_now(
+        &self,
+        key: &str,
+        expect: Expect,
+        entries: &[Entry],
+        release: Option<&str>,
+    ) -> Result<u64, StoreError> {
         if entries.is_empty() {
             return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
         }
@@ -292,7 +299,8 @@ impl PgLogStore {
         let at = SystemTime::now();
         let encoded = encode_append(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
-        let request = writer::Request { key: key.to_owned(), expect, entries: entries.to_vec(), encoded, reply };
+        let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
+        let request = writer::Request { key: key.clone(), expect, change, encoded, release, reply };
         let stopped = || {
             StoreError::unavailable(
                 format!("appending to session '{key}'"),
@@ -316,7 +324,18 @@ impl LogStore for PgLogStore {
         expect: Expect,
         entries: &'a [Entry],
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_now(key, expect, entries))
+        Box::pin(self.append_now(key, expect, entries, None))
+    }
+
+    /// The release goes in the append's transaction (in its statement), only if the append passes its fence.
+    fn append_and_release<'a>(
+        &'a self,
+        key: &'a str,
+        expect: Expect,
+        entries: &'a [Entry],
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_now(key, expect, entries, Some(holder)))
     }
 
     fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
@@ -350,6 +369,18 @@ impl LogStore for PgLogStore {
     fn leases(&self) -> Option<&dyn Leases> {
         Some(self)
     }
+
+    /// One statement: the lease and where the log ends.
+    fn take_lease<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        term: Duration,
+    ) -> BoxFuture<'a, Result<Option<Taken>, StoreError>> {
+        Box::pin(
+            async move { queries::acquire(&self.inner.pool, &self.inner.target, key, holder, term).await.map(Some) },
+        )
+    }
 }
 
 impl Leases for PgLogStore {
@@ -359,7 +390,12 @@ impl Leases for PgLogStore {
         holder: &'a str,
         term: Duration,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        Box::pin(queries::acquire(&self.inner.pool, &self.inner.target, key, holder, term))
+        Box::pin(async move {
+            Ok(match queries::acquire(&self.inner.pool, &self.inner.target, key, holder, term).await? {
+                Taken::Held { .. } => None,
+                Taken::Elsewhere(other) => Some(other),
+            })
+        })
     }
 
     fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {

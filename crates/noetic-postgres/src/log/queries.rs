@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
+use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, Taken, decode};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
@@ -193,13 +193,14 @@ pub(crate) async fn snapshot(pool: &Pool, target: &str, key: &str) -> Result<Opt
     }
 }
 
+/// Takes `key`'s lease for `holder` and, in the same statement, reads where its log ends.
 pub(crate) async fn acquire(
     pool: &Pool,
     target: &str,
     key: &str,
     holder: &str,
     term: Duration,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Taken, StoreError> {
     if !storable(key) || holder.contains('\0') {
         return Err(StoreError::Refused {
             message: format!("a lease on key '{key}' for '{holder}' cannot be stored (a NUL character or a long key)"),
@@ -208,18 +209,22 @@ pub(crate) async fn acquire(
     let doing = format!("taking the lease of session '{key}'");
     let micros = i64::try_from(term.as_micros()).unwrap_or(i64::MAX).min(MAX_TERM_MICROS);
     let take = "
-        INSERT INTO noetic_log_leases AS l (key, holder, lease_until)
-        VALUES ($1, $2, now() + $3::int8 * interval '1 microsecond')
-        ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until
-        WHERE l.holder = EXCLUDED.holder OR l.lease_until <= now()
-        RETURNING holder";
+        WITH taken AS (
+            INSERT INTO noetic_log_leases AS l (key, holder, lease_until)
+            VALUES ($1, $2, now() + $3::int8 * interval '1 microsecond')
+            ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until
+            WHERE l.holder = EXCLUDED.holder OR l.lease_until <= now()
+            RETURNING holder
+        )
+        SELECT (SELECT last FROM noetic_log_sessions WHERE key = $1) FROM taken";
     // Refused: someone holds it — unless they let it go in between, then it is free to take again.
     for _ in 0..3 {
-        if !query(pool, target, &doing, take, &[&key, &holder, &micros]).await?.is_empty() {
-            return Ok(None);
+        if let Some(row) = query(pool, target, &doing, take, &[&key, &holder, &micros]).await?.first() {
+            let last: Option<i64> = column(row, 0, target, &doing)?;
+            return Ok(Taken::Held { last: last.map_or(0, position) });
         }
         if let Some(other) = self::holder(pool, target, key).await? {
-            return Ok(Some(other));
+            return Ok(Taken::Elsewhere(other));
         }
     }
     Err(StoreError::unavailable(doing, "the lease changed hands three times while it was being taken; try again"))

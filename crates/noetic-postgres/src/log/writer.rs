@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::{Object, Pool};
-use noetic_runtime::agent::log::{Appended, Entry, Expect, StoreError, Summary};
+use noetic_runtime::agent::log::{Appended, Expect, StoreError, Summary, SummaryChange};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Counters;
@@ -22,9 +22,12 @@ const REMEMBERED: usize = 16_384;
 pub(crate) struct Request {
     pub key: String,
     pub expect: Expect,
-    pub entries: Vec<Entry>,
+    /// What the entries change in the session's summary.
+    pub change: SummaryChange,
     /// The entries as stored, in order.
     pub encoded: Vec<String>,
+    /// The lease holder that gives the session up in the same transaction when the append passes.
+    pub release: Option<String>,
     pub reply: oneshot::Sender<Result<u64, StoreError>>,
 }
 

@@ -28,6 +28,11 @@ impl LeaseGuard {
         LeaseGuard { store, key, holder, term }
     }
 
+    /// The holder's name.
+    pub(crate) fn holder(&self) -> &Arc<str> {
+        &self.holder
+    }
+
     /// Gives the lease up (a failure is logged: the lease then runs out).
     pub(crate) async fn release(&self) {
         if let Some(leases) = self.store.leases()

@@ -26,6 +26,7 @@ mod log_chain;
 mod log_events;
 mod log_hub;
 mod log_lease;
+mod log_writer;
 mod logged;
 mod persist;
 mod queue;

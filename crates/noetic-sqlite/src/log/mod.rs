@@ -62,6 +62,7 @@
 mod convert;
 mod leases;
 mod migrate;
+mod open;
 mod read;
 mod tables;
 mod writer;
@@ -73,7 +74,8 @@ use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, encode_append,
+    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
+    encode_append,
 };
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
@@ -189,6 +191,24 @@ impl SqliteLogStore {
         answer.await.map_err(|_| writer_gone(&self.inner.path))?
     }
 
+    /// Appends `entries` (giving `release`'s lease up in the same transaction).
+    async fn append_with(
+        &self,
+        key: &str,
+        expect: Expect,
+        entries: &[Entry],
+        release: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        if entries.is_empty() {
+            return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
+        }
+        // Encoding is done here, on the callers' threads, so the single writer only writes.
+        let at = SystemTime::now();
+        let encoded = encode_append(key, entries, at)?;
+        let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
+        self.ask(|reply| Request::Append { key, expect, change, encoded, at, release, reply }).await
+    }
+
     /// Runs `f` on a read connection on tokio's blocking pool.
     async fn reading<T: Send + 'static>(
         &self,
@@ -215,15 +235,33 @@ impl LogStore for SqliteLogStore {
         expect: Expect,
         entries: &'a [Entry],
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_with(key, expect, entries, None))
+    }
+
+    /// The append and the release in one transaction: a turn's end and giving its session up are one commit.
+    fn append_and_release<'a>(
+        &'a self,
+        key: &'a str,
+        expect: Expect,
+        entries: &'a [Entry],
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_with(key, expect, entries, Some(holder)))
+    }
+
+    /// Taking the lease and reading where the log ends in one transaction on the writer thread.
+    fn take_lease<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        term: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Option<Taken>, StoreError>> {
+        let (key, op) = (key.to_owned(), leases::LeaseOp::Acquire { holder: holder.to_owned(), term });
         Box::pin(async move {
-            if entries.is_empty() {
-                return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
-            }
-            // Encoding is done here, on the callers' threads, so the single writer only writes.
-            let at = SystemTime::now();
-            let encoded = encode_append(key, entries, at)?;
-            let (key, entries) = (key.to_owned(), entries.to_vec());
-            self.ask(|reply| Request::Append { key, expect, entries, encoded, at, reply }).await
+            Ok(Some(match self.ask(|reply| Request::Lease { key, op, reply }).await? {
+                (Some(other), _) => Taken::Elsewhere(other),
+                (None, last) => Taken::Held { last },
+            }))
         })
     }
 
@@ -278,7 +316,7 @@ impl Leases for SqliteLogStore {
         term: std::time::Duration,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         let (key, op) = (key.to_owned(), leases::LeaseOp::Acquire { holder: holder.to_owned(), term });
-        Box::pin(self.ask(|reply| Request::Lease { key, op, reply }))
+        Box::pin(async move { self.ask(|reply| Request::Lease { key, op, reply }).await.map(|(other, _)| other) })
     }
 
     fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -6,18 +6,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use noetic_runtime::agent::log::{Appended, Entry, Expect, Snapshot, StoreError, Summary};
+use noetic_runtime::agent::log::{Appended, Expect, Snapshot, StoreError, Summary, SummaryChange};
 use noetic_steps::ExecutionId;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
+use super::failed;
 use super::leases::{self, LeaseOp};
 use super::read::ReadPool;
 use super::tables::{self, Row};
-use super::{failed, migrate};
+use crate::Durability;
 use crate::process::Owner;
-use crate::schema::LOG_SCHEMA_VERSION;
-use crate::{Durability, wal};
 
 /// How often the file is checked for other processes' appends.
 const POLL: Duration = Duration::from_millis(100);
@@ -30,14 +29,23 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// What the writer is asked to do.
 pub(crate) enum Request {
-    /// Append `encoded` (the encoding of `entries`, stamped `at`).
-    Append { key: String, expect: Expect, entries: Vec<Entry>, encoded: Vec<String>, at: SystemTime, reply: Reply<u64> },
+    /// Append `encoded` (entries stamped `at`, changing the summary by `change`), then give `release`'s lease up
+    /// if it landed.
+    Append {
+        key: String,
+        expect: Expect,
+        change: SummaryChange,
+        encoded: Vec<String>,
+        at: SystemTime,
+        release: Option<String>,
+        reply: Reply<u64>,
+    },
     /// Delete a log.
     Delete { key: String, reply: Reply<bool> },
     /// Save a snapshot.
     SaveSnapshot { key: String, snapshot: Snapshot, reply: Reply<()> },
-    /// Take, renew or give up a lease.
-    Lease { key: String, op: LeaseOp, reply: Reply<Option<String>> },
+    /// Take, renew or give up a lease; the answer also says where the log ends.
+    Lease { key: String, op: LeaseOp, reply: Reply<(Option<String>, u64)> },
 }
 
 /// What the thread needs to start.
@@ -54,7 +62,7 @@ enum Done {
     Append { key: String, reply: Reply<u64>, result: Result<u64, StoreError> },
     Delete { reply: Reply<bool>, result: Result<bool, StoreError> },
     Snapshot { reply: Reply<()>, result: Result<(), StoreError> },
-    Lease { reply: Reply<Option<String>>, result: Result<Option<String>, StoreError> },
+    Lease { reply: Reply<(Option<String>, u64)>, result: Result<(Option<String>, u64), StoreError> },
 }
 
 impl Request {
@@ -147,76 +155,9 @@ struct Writer {
     seen: i64,
 }
 
-/// A file without a noetic schema version that already has tables is another program's database: nothing is
-/// changed in it (not even its journal mode).
-fn refuse_foreign(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let doing = "checking that the file is a noetic database";
-    let sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4";
-    let mut stmt = conn.prepare(sql).map_err(|e| failed(path, doing, e))?;
-    let tables: Vec<String> =
-        stmt.query_map([], |r| r.get(0)).and_then(Iterator::collect).map_err(|e| failed(path, doing, e))?;
-    if tables.is_empty() {
-        return Ok(());
-    }
-    Err(StoreError::Refused {
-        message: format!(
-            "session store {}: not a noetic database (it has another program's tables: {}, and no noetic schema \
-             version); give a new file or a noetic database (nothing was changed)",
-            path.display(),
-            tables.join(", ")
-        ),
-    })
-}
-
-fn open_connection(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::unavailable(format!("creating the directory of {} (check the path)", path.display()), e)
-        })?;
-    }
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(|e| failed(path, "opening the file", e))?;
-    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-        return Err(StoreError::Refused {
-            message: format!(
-                "session store {}: the file is read-only; make it writable or use another file",
-                path.display()
-            ),
-        });
-    }
-    conn.busy_timeout(Duration::from_secs(5)).map_err(|e| failed(path, "setting the busy timeout", e))?;
-    // Read before anything is written: a file that is not SQLite fails here, a newer one is refused untouched.
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| failed(path, "reading the schema version", e))?;
-    if version > LOG_SCHEMA_VERSION {
-        return Err(StoreError::Refused {
-            message: format!(
-                "session store {}: its schema is version {version}, newer than this noetic supports \
-                 ({LOG_SCHEMA_VERSION}); upgrade noetic or use another file (nothing was changed)",
-                path.display()
-            ),
-        });
-    }
-    if version == 0 {
-        refuse_foreign(&conn, path)?;
-    }
-    let journal = wal(&conn).map_err(|e| failed(path, "switching to WAL", e))?;
-    if !journal.eq_ignore_ascii_case("wal") {
-        tracing::warn!(path = %path.display(), journal, "the session log could not switch to WAL mode");
-    }
-    let sync = match durability {
-        Durability::Process => "NORMAL",
-        Durability::PowerLoss => "FULL",
-    };
-    conn.execute_batch(&format!("PRAGMA synchronous={sync};")).map_err(|e| failed(path, "setting pragmas", e))?;
-    migrate::to_log(&mut conn, path)?;
-    Ok(conn)
-}
-
 impl Writer {
     fn open(setup: Setup) -> Result<Writer, StoreError> {
-        let conn = open_connection(&setup.path, setup.durability)?;
+        let conn = super::open::open_connection(&setup.path, setup.durability)?;
         let path = setup.path;
         let data_version = data_version(&conn).map_err(|e| failed(&path, "reading the data version", e))?;
         let seen = tables::clock(&conn).map_err(|e| failed(&path, "reading the append counter", e))?;
@@ -275,8 +216,8 @@ impl Writer {
     /// Does one request inside the open transaction.
     fn apply(&self, request: Request, clock: &mut i64) -> Done {
         match request {
-            Request::Append { key, expect, entries, encoded, at, reply } => {
-                let result = self.append(&key, expect, &entries, &encoded, at, clock);
+            Request::Append { key, expect, change, encoded, at, release, reply } => {
+                let result = self.append(&key, expect, (&change, &encoded), at, release.as_deref(), clock);
                 Done::Append { key, reply, result }
             }
             Request::Delete { key, reply } => {
@@ -290,20 +231,25 @@ impl Writer {
             }
             Request::Lease { key, op, reply } => {
                 let result = self
-                    .savepoint(|conn| leases::apply(conn, &key, &op, &self.owner))
+                    .savepoint(|conn| {
+                        let other = leases::apply(conn, &key, &op, &self.owner)?;
+                        Ok((other, tables::head(conn, &key)?.map_or(0, |(last, _)| last)))
+                    })
                     .map_err(|e| failed(&self.path, &format!("taking or giving up the lease of session '{key}'"), e));
                 Done::Lease { reply, result }
             }
         }
     }
 
+    /// Appends `encoded` entries (changing the summary by `change`) to `key`'s log, and gives `release`'s lease up
+    /// with them.
     fn append(
         &self,
         key: &str,
         expect: Expect,
-        entries: &[Entry],
-        encoded: &[String],
+        (change, encoded): (&SummaryChange, &[String]),
         at: SystemTime,
+        release: Option<&str>,
         clock: &mut i64,
     ) -> Result<u64, StoreError> {
         let doing = || format!("appending to session '{key}'");
@@ -318,14 +264,20 @@ impl Writer {
             Some((_, json)) => tables::summary(&self.path, key, json)?,
             None => Summary::default(),
         };
-        entries.iter().for_each(|entry| summary.apply(entry));
+        summary.apply_change(change);
         let summary = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
         let last = actual + encoded.len() as u64;
         *clock += 1;
         let row = Row { key, last, summary: &summary, at, counter: *clock, writer: &self.id };
         self.savepoint(|conn| {
             tables::insert_entries(conn, key, actual + 1, encoded)?;
-            tables::put_session(conn, &row)
+            tables::put_session(conn, &row)?;
+            match release {
+                Some(holder) => {
+                    leases::apply(conn, key, &LeaseOp::Release { holder: holder.to_owned() }, &self.owner).map(drop)
+                }
+                None => Ok(()),
+            }
         })
         .map_err(|e| failed(&self.path, &doing(), e))?;
         Ok(last)

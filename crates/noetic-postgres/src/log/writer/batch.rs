@@ -19,7 +19,7 @@ ON CONFLICT (key) DO UPDATE SET last = s.last
 RETURNING s.key, s.last, s.summary, s.seq";
 
 /// Inserts the entries, updates the summaries, removes the rows made for sessions none of whose appends passed,
-/// and announces each session's new end; answers each updated session's new append counter.
+/// gives up the leases of the appends that passed with a release, and announces each session's new end; answers each updated session's new append counter.
 const WRITE: &str = "
 WITH appended AS (
     INSERT INTO noetic_log (session, pos, entry) SELECT * FROM unnest($1::text[], $2::int8[], $3::text[])
@@ -32,6 +32,9 @@ WITH appended AS (
     RETURNING s.key, s.seq
 ), dropped AS (
     DELETE FROM noetic_log_sessions WHERE key = ANY($7::text[])
+), released AS (
+    DELETE FROM noetic_log_leases AS l USING unnest($9::text[], $10::text[]) AS r(key, holder)
+    WHERE l.key = r.key AND l.holder = r.holder
 )
 SELECT key, seq, (SELECT count(pg_notify('noetic_log', p)) FROM unnest($8::text[]) AS p) FROM summed";
 
@@ -95,8 +98,14 @@ pub(crate) async fn commit(writer: &mut Writer, batch: &[Request]) -> Result<Ans
 
     let (mut log_keys, mut log_pos, mut log_entries) = (Vec::new(), Vec::new(), Vec::new());
     let mut answers = Vec::with_capacity(batch.len());
+    let (mut released_keys, mut released_holders) = (Vec::new(), Vec::new());
     for request in batch {
-        answers.push(decide(&mut sessions, request, &mut log_keys, &mut log_pos, &mut log_entries));
+        let answer = decide(&mut sessions, request, &mut log_keys, &mut log_pos, &mut log_entries);
+        if let (Ok(_), Some(holder)) = (&answer, &request.release) {
+            released_keys.push(request.key.as_str());
+            released_holders.push(holder.as_str());
+        }
+        answers.push(answer);
     }
     let (mut keys, mut lasts, mut summaries, mut dropped, mut payloads) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -121,8 +130,18 @@ pub(crate) async fn commit(writer: &mut Writer, batch: &[Request]) -> Result<Ans
         learn(writer, &sessions, &[]);
         return Ok(answers);
     }
-    let params: [&(dyn ToSql + Sync); 8] =
-        [&log_keys, &log_pos, &log_entries, &keys, &lasts, &summaries, &dropped, &payloads];
+    let params: [&(dyn ToSql + Sync); 10] = [
+        &log_keys,
+        &log_pos,
+        &log_entries,
+        &keys,
+        &lasts,
+        &summaries,
+        &dropped,
+        &payloads,
+        &released_keys,
+        &released_holders,
+    ];
     // Pipelined with the statement: a statement that fails turns the COMMIT into a rollback.
     let (written, committed) = tokio::join!(client.query(&write, &params), client.batch_execute("COMMIT"));
     match (written, committed) {
@@ -183,13 +202,13 @@ fn decide<'a>(
     {
         return Err(StoreError::Conflict { key: key.to_owned(), expected, actual: session.last });
     }
-    for (i, (entry, text)) in request.entries.iter().zip(&request.encoded).enumerate() {
+    for (i, text) in request.encoded.iter().enumerate() {
         log_keys.push(key);
         log_pos.push(i64::try_from(session.last + 1 + i as u64).unwrap_or(i64::MAX));
         log_entries.push(text.as_str());
-        summary.apply(entry);
     }
-    session.last += request.entries.len() as u64;
+    summary.apply_change(&request.change);
+    session.last += request.encoded.len() as u64;
     session.landed = true;
     Ok(session.last)
 }

@@ -13,8 +13,12 @@ use super::super::errors::DbFailure;
 use super::{Failed, Known, Request, Writer, abandon};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
-/// entries and announces the new end; answers the new append counter, or nothing when the row had changed.
-const CONTINUE: &str = "
+/// entries, does `$released` (more of the statement) and announces the new end; answers the new append counter, or
+/// nothing when the row had changed.
+macro_rules! continue_sql {
+    ($released:literal) => {
+        concat!(
+            "
 WITH summed AS (
     UPDATE noetic_log_sessions
     SET last = $3::int8, summary = $4::text, seq = nextval('noetic_log_appends'),
@@ -25,8 +29,23 @@ WITH summed AS (
     INSERT INTO noetic_log (session, pos, entry)
     SELECT $1::text, r.pos, r.entry FROM unnest($5::int8[], $6::text[]) AS r(pos, entry)
     WHERE EXISTS (SELECT FROM summed)
-)
-SELECT seq, (SELECT count(*) FROM pg_notify('noetic_log', $7::text)) FROM summed";
+)",
+            $released,
+            "
+SELECT seq, (SELECT count(*) FROM pg_notify('noetic_log', $7::text)) FROM summed"
+        )
+    };
+}
+
+/// The append.
+const CONTINUE: &str = continue_sql!("");
+
+/// The append that also gives up the lease of the holder `$8` (a turn's last write).
+const CONTINUE_RELEASING: &str = continue_sql!(
+    ", released AS (
+    DELETE FROM noetic_log_leases WHERE key = $1::text AND holder = $8::text AND EXISTS (SELECT FROM summed)
+)"
+);
 
 /// A batch that continues one remembered session: what it writes and answers.
 pub(crate) struct Plan<'a> {
@@ -36,6 +55,7 @@ pub(crate) struct Plan<'a> {
     positions: Vec<i64>,
     entries: Vec<&'a str>,
     answers: Vec<u64>,
+    release: Option<&'a str>,
 }
 
 /// The plan for `batch` when all of it appends to one session this writer remembers and every request's fence
@@ -54,15 +74,16 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
         {
             return None;
         }
-        for (entry, text) in request.entries.iter().zip(&request.encoded) {
+        for text in &request.encoded {
             next.last += 1;
             positions.push(i64::try_from(next.last).ok()?);
             entries.push(text.as_str());
-            next.summary.apply(entry);
         }
+        next.summary.apply_change(&request.change);
         answers.push(next.last);
     }
-    Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers })
+    let release = batch.iter().find_map(|r| r.release.as_deref());
+    Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers, release })
 }
 
 /// Writes `plan` in one round trip: the answers, or `None` when another wrote to the session since the writer
@@ -73,7 +94,8 @@ pub(crate) async fn commit(
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
     let target = writer.target.clone();
     let client = writer.connection().await?;
-    let statement = client.prepare_cached(CONTINUE).await.map_err(|e| Failed::db(&target, e))?;
+    let sql = if plan.release.is_some() { CONTINUE_RELEASING } else { CONTINUE };
+    let statement = client.prepare_cached(sql).await.map_err(|e| Failed::db(&target, e))?;
     if client.is_closed() {
         return Err(Failed::Before { error: "the pooled connection was closed".into(), retryable: true });
     }
@@ -83,8 +105,11 @@ pub(crate) async fn commit(
     })?;
     let last = i64::try_from(plan.known.last).unwrap_or(i64::MAX);
     let payload = format!("{}\t{}\t{}", writer.id, plan.known.last, plan.key);
-    let params: [&(dyn ToSql + Sync); 7] =
-        [&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload];
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        vec![&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload];
+    if let Some(holder) = &plan.release {
+        params.push(holder);
+    }
     // Pipelined: one round trip. A statement that fails turns the COMMIT into a rollback.
     let (begun, written, committed) =
         tokio::join!(client.batch_execute("BEGIN"), client.query(&statement, &params), client.batch_execute("COMMIT"));

@@ -66,8 +66,10 @@
 //! [`LogStore`] is async and small: append at an expected position (a writer that missed an append — a stale owner
 //! whose session was taken over — is refused with [`StoreError::Conflict`] and reads what it missed), append at the
 //! end (facts any process may add: a message, a stop), read from a position, watch appends (other processes'
-//! included), list, delete, snapshot. [`Leases`] exist only for stores several processes share. Every method does
-//! its I/O off the caller's tokio worker; no store call happens in `Drop` or under a std lock.
+//! included), list, delete, snapshot. [`Leases`] exist only for stores several processes share; with them,
+//! [`LogStore::take_lease`] takes a lease and says where the log ends, and [`LogStore::append_and_release`] gives it
+//! up with a turn's last append (SQLite and PostgreSQL each in one transaction). Every method does its I/O off the
+//! caller's tokio worker; no store call happens in `Drop` or under a std lock.
 //!
 //! # How a runtime writes it
 //!
@@ -96,8 +98,8 @@
 //! the running turn, its cleared queue empties this one, and this process's append goes after them. Another
 //! process's turn entries fence a process running a turn of the session (it lost it); an idle one takes them in as
 //! the session's history and shows them to its followers. With a store that has [`Leases`], a turn runs only where
-//! the session's lease is held: taken (after reading what others wrote) before the turn, renewed every third of its
-//! term while it runs, given up at its end; a process that cannot take it is told who holds it, and steers or stops
+//! the session's lease is held: taken (then what others wrote is read, unless the log ends where this process last
+//! read it) before the turn, renewed every third of its term while it runs, given up with the turn's end; a process that cannot take it is told who holds it, and steers or stops
 //! that turn by appending; a dead worker's turn is resumed by whoever takes the lease once its term ran out.
 //!
 //! # Resume is replay
@@ -126,5 +128,5 @@ pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
 pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, rename, request_stop};
-pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
-pub use summary::Summary;
+pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError, Taken};
+pub use summary::{Summary, SummaryChange};

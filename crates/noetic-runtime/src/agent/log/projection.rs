@@ -106,11 +106,16 @@ impl Projection {
     /// The projection after `record`. Records must come in order: one at or before [`Projection::last`] is
     /// already applied and is ignored (so applying a snapshot's overlap twice is harmless).
     pub fn apply(&mut self, record: &Record) {
-        if record.pos <= self.last {
+        self.apply_at(record.pos, record.at, &record.entry);
+    }
+
+    /// [`Projection::apply`] of the entry `entry` at position `pos`, appended at `at` (no record to build).
+    pub fn apply_at(&mut self, pos: u64, at: std::time::SystemTime, entry: &Entry) {
+        if pos <= self.last {
             return;
         }
-        self.last = record.pos;
-        match &record.entry {
+        self.last = pos;
+        match entry {
             Entry::Settings { mode, capacity, batch_policy } => {
                 self.settings = Settings { mode: *mode, capacity: *capacity, batch_policy: *batch_policy };
             }
@@ -123,15 +128,11 @@ impl Projection {
             Entry::MessagesDropped { ids, .. } => self.queue.retain(|m| !ids.contains(&m.id)),
             Entry::StopRequested { reason } => self.stop_requested = Some(reason.clone()),
             Entry::TurnStarted { turn, execution_id, input } => {
-                self.budget.turn_started(record.at);
+                self.budget.turn_started(at);
                 self.turns = self.turns.max(*turn);
                 self.stop_requested = None;
-                self.open_turn = Some(OpenTurn {
-                    turn: *turn,
-                    execution_id: *execution_id,
-                    input: input.clone(),
-                    since: record.pos,
-                });
+                self.open_turn =
+                    Some(OpenTurn { turn: *turn, execution_id: *execution_id, input: input.clone(), since: pos });
             }
             Entry::Injected { ids, .. } => {
                 for id in ids {
@@ -157,7 +158,7 @@ impl Projection {
             }
             Entry::Decision { entry, .. } => self.ledger.push((**entry).clone()),
             Entry::TurnEnded { turn, .. } => {
-                self.budget.turn_ended(record.at);
+                self.budget.turn_ended(at);
                 if self.open_turn.as_ref().is_some_and(|t| t.turn == *turn) {
                     self.open_turn = None;
                     self.stop_requested = None;

@@ -142,6 +142,66 @@ pub trait LogStore: Send + Sync + 'static {
     fn leases(&self) -> Option<&dyn Leases> {
         None
     }
+
+    /// Takes `key`'s lease for `holder` as [`Leases::acquire`] does and says where the log ends once it is held,
+    /// so a holder that has read everything need not read again; `Ok(None)` for a store without leases. A store
+    /// may do both in one transaction (the default acquires, then asks [`LogStore::last`]).
+    fn take_lease<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        term: Duration,
+    ) -> BoxFuture<'a, Result<Option<Taken>, StoreError>> {
+        Box::pin(async move {
+            let Some(leases) = self.leases() else { return Ok(None) };
+            if let Some(other) = leases.acquire(key, holder, term).await? {
+                return Ok(Some(Taken::Elsewhere(other)));
+            }
+            match self.last(key).await {
+                Ok(last) => Ok(Some(Taken::Held { last })),
+                Err(e) => {
+                    // Not held by a caller that cannot go on with it.
+                    if let Err(release) = leases.release(key, holder).await {
+                        tracing::warn!(session = %key, error = %release, "could not give the session's lease up (it runs out)");
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Appends as [`LogStore::append`] does and, when the append lands, gives up `holder`'s lease of `key` (a
+    /// turn's last write): a store may do both in one transaction. The default appends, then releases; a release
+    /// that fails is logged (the lease then runs out) and the append's answer stands.
+    fn append_and_release<'a>(
+        &'a self,
+        key: &'a str,
+        expect: Expect,
+        entries: &'a [Entry],
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let last = self.append(key, expect, entries).await?;
+            if let Some(leases) = self.leases()
+                && let Err(e) = leases.release(key, holder).await
+            {
+                tracing::warn!(session = %key, error = %e, "could not give the session's lease up (it runs out)");
+            }
+            Ok(last)
+        })
+    }
+}
+
+/// What [`LogStore::take_lease`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// The caller holds the lease now; the log ends at `last`.
+    Held {
+        /// Where the log ends.
+        last: u64,
+    },
+    /// Another holder, named, holds it.
+    Elsewhere(String),
 }
 
 /// Who holds a session's turn, for stores several processes share: one holder at a time, for a term it renews.

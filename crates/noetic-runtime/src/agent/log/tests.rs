@@ -222,6 +222,20 @@ fn the_summary_counts_turns_items_queued_messages_and_the_open_turn() {
 }
 
 #[test]
+fn a_summary_folded_from_an_appends_change_is_the_one_folded_entry_by_entry() {
+    let (entries, _) = one_of_each();
+    for split in 0..entries.len() {
+        let (before, append) = entries.split_at(split);
+        let mut by_entry = Summary::default();
+        before.iter().for_each(|e| by_entry.apply(e));
+        let mut by_change = by_entry.clone();
+        append.iter().for_each(|e| by_entry.apply(e));
+        by_change.apply_change(&SummaryChange::of(append));
+        assert_eq!(by_change, by_entry, "an append of the entries from {split}");
+    }
+}
+
+#[test]
 fn step_paths_name_each_step_from_the_agent_down_with_its_occurrence() {
     let root = StepPath::default();
     let plan = root.child("plan", 0);

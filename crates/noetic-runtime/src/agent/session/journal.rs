@@ -145,12 +145,14 @@ impl LogJournal {
         entries
     }
 
-    /// Appends what the turn did since its last commit, the layers' changed states and how it ended.
+    /// Appends what the turn did since its last commit, the layers' changed states and how it ended; `release`
+    /// names the holder of the session's lease, given up with this append (when it fails, the lease is still held).
     pub(crate) async fn end(
         &self,
         ctx: &crate::context::Context,
         layers: Vec<Entry>,
         outcome: crate::agent::log::TurnOutcome,
+        release: Option<Arc<str>>,
     ) -> Result<(), String> {
         let Some(logged) = self.state.logged() else { return Ok(()) };
         // A write handed over before (the step's end) is not waited for first: the writer keeps the order, refuses
@@ -166,7 +168,7 @@ impl LogJournal {
         entries.extend(layers);
         entries.push(Entry::TurnEnded { turn: self.turn, outcome });
         self.ended.store(true, Ordering::SeqCst);
-        let this = settled(logged.submit_in(entries, Some(self.chain.clone()))).await;
+        let this = settled(logged.submit_releasing(entries, Some(self.chain.clone()), release)).await;
         self.landed().await?;
         this?;
         logged.set_persisted(total.max(first));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::SessionState;
-use crate::agent::log::{Entry, Expect};
+use crate::agent::log::{Entry, Expect, Taken};
 use crate::agent::log_lease::LeaseGuard;
 use crate::context::lock;
 
@@ -22,23 +22,29 @@ pub(crate) enum Hold {
 /// Takes the session's lease for a turn (see the [module docs](self)), or says who holds it.
 pub(crate) async fn hold(state: &Arc<SessionState>, holder: &Arc<str>, term: Duration) -> Result<Hold, String> {
     let Some(logged) = state.logged() else { return Ok(Hold::Free) };
-    let Some(leases) = logged.store().leases() else { return Ok(Hold::Free) };
-    if state.is_running() {
-        // The claim says busy; this process already holds the lease for the turn it runs.
+    if logged.store().leases().is_none() || state.is_running() {
+        // No lease needed, or the claim says busy: this process already holds the lease for the turn it runs.
         return Ok(Hold::Free);
     }
     let key = state.key().clone();
-    if let Some(other) = leases.acquire(&key, holder, term).await.map_err(|e| e.to_string())? {
-        return Ok(Hold::Elsewhere(other));
-    }
+    let last = match logged.store().take_lease(&key, holder, term).await.map_err(|e| e.to_string())? {
+        None => return Ok(Hold::Free),
+        Some(Taken::Elsewhere(other)) => return Ok(Hold::Elsewhere(other)),
+        Some(Taken::Held { last }) => last,
+    };
     let guard = Arc::new(LeaseGuard::new(logged.store().clone(), key, holder.clone(), term));
-    // Holding it, nobody else writes turns: what they wrote is the session's history.
+    // Holding it, nobody else writes turns: what they wrote is the session's history. When the log ends where this
+    // process last read it, there is nothing to read (a writer fenced by another's turn has not read that turn).
     let known = logged.known();
-    let synced = match logged.sync().await {
-        Ok(last) => last,
-        Err(e) => {
-            guard.release().await;
-            return Err(e);
+    let synced = if last == known {
+        known
+    } else {
+        match logged.sync().await {
+            Ok(last) => last,
+            Err(e) => {
+                guard.release().await;
+                return Err(e);
+            }
         }
     };
     // A turn left open is read again even when nothing new arrived: what was read of it earlier (when this process

@@ -195,6 +195,8 @@ impl Session {
                     }
                 });
                 state.settle_budget(&ctx, &meter, number, logged).await;
+                // The lease goes with the turn's end (one write); it is given up on its own only if that failed.
+                let mut lease = lease;
                 if let Some(journal) = log_journal.filter(|_| logged) {
                     let outcome = match &result {
                         Ok(answer) => TurnOutcome::Completed { answer: answer.clone() },
@@ -203,8 +205,14 @@ impl Session {
                     let layers = state
                         .logged()
                         .map(|l| crate::agent::persist::thread_changes(&runtime.layers, &session, &l.layers));
-                    if let Err(e) = journal.end(&ctx, layers.unwrap_or_default(), outcome).await {
-                        tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
+                    // Not renewed any more: a renewal landing after the end would take the lease again.
+                    renewing.cancel();
+                    let holder = lease.as_ref().map(|l| l.holder().clone());
+                    match journal.end(&ctx, layers.unwrap_or_default(), outcome, holder).await {
+                        Ok(()) => lease = None,
+                        Err(e) => {
+                            tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
+                        }
                     }
                     crate::agent::persist::save_global(runtime).await;
                     // The log holds no open turn once this one ended: nothing is left to resume, whatever a

@@ -1,0 +1,297 @@
+//! A session's log writer: appends the session's batches in the order they were handed over, grouping those that
+//! wait together into one append, takes in what other processes appended, and saves snapshots (see `logged`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
+use crate::context::lock;
+
+/// How many entries a session's log may grow by before its projection is saved as a snapshot again (opening the
+/// session then reads the snapshot and at most this many entries).
+const SNAPSHOT_EVERY: u64 = 1000;
+
+/// What the session does with entries other processes appended (a message accepted, a stop asked for; while no turn
+/// runs here, also another worker's turns).
+pub(crate) type Foreign = Arc<dyn Fn(&[Record]) + Send + Sync>;
+
+/// Entries handed to a session's writer (`log_writer`).
+pub(crate) struct Batch {
+    /// A request to read what others appended (and to write again after being fenced, when no turn runs here).
+    pub(crate) sync: bool,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) done: Option<oneshot::Sender<Result<u64, String>>>,
+    /// The chain of writes it belongs to (a turn's): set when one of them failed, so none after it is written.
+    pub(crate) chain: Option<Chain>,
+    /// The lease holder that gives the session up once this lands (a turn's last write).
+    pub(crate) release: Option<Arc<str>>,
+}
+
+/// A turn's writes: once one fails, the writer refuses the rest (the log never holds a turn with a hole in it),
+/// so the turn may hand over a write without waiting and the next one right after it.
+pub(crate) type Chain = Arc<std::sync::atomic::AtomicBool>;
+
+/// How many waiting batches one append may take together.
+const GROUP: usize = 64;
+
+/// How often a conflicting append reads what others wrote and tries again before it gives up.
+const RETRIES: usize = 8;
+
+/// Facts any process may add to a session it does not run (SPEC 6.4): another process's entries of these kinds are
+/// taken in; any other kind means another process runs the session now, and this one stops writing to it.
+fn anyone_may_add(entry: &Entry) -> bool {
+    matches!(
+        entry,
+        Entry::MessageAccepted { .. }
+            | Entry::StopRequested { .. }
+            | Entry::MessagesDropped { .. }
+            | Entry::BudgetSet { .. }
+            | Entry::Settings { .. }
+            | Entry::Titled { .. }
+    )
+}
+
+/// What woke the writer.
+enum Next {
+    Batch(Option<Batch>),
+    /// The log is known to end here (`u64::MAX`: read it to know); `None` when nothing will be heard any more.
+    Heard(Option<u64>),
+}
+
+/// Why one append did not land.
+enum AppendError {
+    /// Someone else appended first.
+    Conflict,
+    /// The store failed, or this writer is fenced.
+    Failed(String),
+}
+
+/// The name of an entry's kind, for messages.
+fn entry_name(entry: &Entry) -> String {
+    serde_json::to_value(entry).ok().and_then(|v| v["type"].as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// Appends one session's batches in order, grouping those that wait together.
+pub(crate) struct Writer {
+    pub(crate) store: Arc<dyn LogStore>,
+    pub(crate) key: Arc<str>,
+    pub(crate) projection: Arc<Mutex<Projection>>,
+    /// Where the log ends, as far as this writer knows.
+    pub(crate) last: u64,
+    /// Where the last snapshot was taken.
+    pub(crate) snapshot_at: u64,
+    /// The entry a new session's log starts with (its settings).
+    pub(crate) first: Option<Entry>,
+    /// Another process wrote a turn to the log: this one writes nothing more (it would write over a turn it no
+    /// longer owns).
+    pub(crate) fenced: Option<String>,
+    /// The session's count of positions (the numbers of its events), moved on by entries others append.
+    pub(crate) positions: Arc<AtomicU64>,
+    /// Where other processes' messages and stops go.
+    pub(crate) foreign: Foreign,
+    /// A turn of the session runs in this process.
+    pub(crate) running: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Writer {
+    pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Batch>, watch: watch::Receiver<u64>) {
+        let mut watch = Some(watch);
+        loop {
+            let heard = async {
+                match watch.as_mut() {
+                    Some(watch) => match watch.changed().await {
+                        Ok(()) => Some(*watch.borrow_and_update()),
+                        Err(_) => None,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                batch = rx.recv() => Next::Batch(batch),
+                heard = heard => Next::Heard(heard),
+            };
+            match next {
+                Next::Batch(None) => return,
+                Next::Batch(Some(batch)) => {
+                    let mut batches = vec![batch];
+                    while batches.len() < GROUP && !batches.iter().any(|b| b.sync) {
+                        match rx.try_recv() {
+                            Ok(batch) => batches.push(batch),
+                            Err(_) => break,
+                        }
+                    }
+                    let sync = batches.iter().position(|b| b.sync).map(|at| batches.remove(at));
+                    self.write(batches).await;
+                    if let Some(sync) = sync {
+                        self.resync().await;
+                        if let Some(done) = sync.done {
+                            let _ = done.send(self.fenced.clone().map_or(Ok(self.last), Err));
+                        }
+                    }
+                }
+                Next::Heard(Some(last)) if last <= self.last => {}
+                // Another process appended (or the store's watch lagged: read to be sure).
+                Next::Heard(Some(_)) => self.absorb().await,
+                Next::Heard(None) => watch = None,
+            }
+        }
+    }
+
+    /// [`Logged::sync`]: written again unless a turn runs here, then what others appended taken in.
+    async fn resync(&mut self) {
+        if !self.running.load(Ordering::SeqCst) {
+            self.fenced = None;
+        }
+        self.absorb().await;
+    }
+
+    /// Takes in what other processes appended since this writer's last position: messages, stops and cleared
+    /// queues go to the session; while a turn runs here, anything else fences this writer (another process took the
+    /// session over); while none does, another worker's turns are the session's history and are taken in too.
+    async fn absorb(&mut self) {
+        if self.fenced.is_some() {
+            return;
+        }
+        let records = match self.store.read(&self.key, self.last, usize::MAX).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(session = %self.key, error = %e, "could not read what another process appended");
+                return;
+            }
+        };
+        let running = self.running.load(Ordering::SeqCst);
+        let mut taken = Vec::with_capacity(records.len());
+        for record in records {
+            if running && !anyone_may_add(&record.entry) {
+                self.fenced = Some(format!(
+                    "session '{}': another process runs it now (its log has {:?} at {}); this process no longer \
+                     writes to it — open it again",
+                    self.key,
+                    entry_name(&record.entry),
+                    record.pos
+                ));
+                break;
+            }
+            lock(&self.projection).apply(&record);
+            self.last = record.pos;
+            self.positions.fetch_max(record.pos, Ordering::SeqCst);
+            taken.push(record);
+        }
+        if !taken.is_empty() {
+            (self.foreign)(&taken);
+        }
+    }
+
+    async fn write(&mut self, batches: Vec<Batch>) {
+        let mut entries: Vec<Entry> = self.first.iter().cloned().collect();
+        let mut ends = Vec::with_capacity(batches.len());
+        let mut replies = Vec::with_capacity(batches.len());
+        let mut chains = Vec::new();
+        let mut release = None;
+        for batch in batches {
+            if batch.chain.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
+                if let Some(done) = batch.done {
+                    let _ = done.send(Err("an earlier write of this turn failed; it was not written".to_owned()));
+                }
+                continue;
+            }
+            chains.extend(batch.chain);
+            release = release.or(batch.release);
+            entries.extend(batch.entries);
+            ends.push(entries.len() as u64);
+            replies.push(batch.done);
+        }
+        if ends.is_empty() {
+            return;
+        }
+        let answer = self.append(&entries, release.as_deref()).await;
+        match &answer {
+            Ok(_) => self.first = None,
+            Err(_) => chains.iter().for_each(|c| c.store(true, Ordering::SeqCst)),
+        }
+        let start = self.last_before(&answer, entries.len());
+        for (end, done) in ends.into_iter().zip(replies) {
+            let reply = answer.as_ref().map(|_| start + end).map_err(Clone::clone);
+            match done {
+                Some(done) => {
+                    let _ = done.send(reply);
+                }
+                None => {
+                    if let Err(e) = reply {
+                        tracing::error!(session = %self.key, error = %e, "an entry could not be appended to the session log");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The position before the appended entries (the answer is the last one's).
+    fn last_before(&self, answer: &Result<u64, String>, count: usize) -> u64 {
+        answer.as_ref().map_or(0, |last| last.saturating_sub(count as u64))
+    }
+
+    async fn append(&mut self, entries: &[Entry], release: Option<&str>) -> Result<u64, String> {
+        if entries.is_empty() {
+            return Ok(self.last);
+        }
+        for _ in 0..RETRIES {
+            match self.append_once(entries, release).await {
+                // Another process added a message or a stop: taken in, and the append goes after it.
+                Err(AppendError::Conflict) => self.absorb().await,
+                Err(AppendError::Failed(why)) => return Err(why),
+                Ok(last) => return Ok(last),
+            }
+        }
+        Err(format!("session '{}': other processes kept appending; try again", self.key))
+    }
+
+    async fn append_once(&mut self, entries: &[Entry], release: Option<&str>) -> Result<u64, AppendError> {
+        if let Some(why) = &self.fenced {
+            return Err(AppendError::Failed(why.clone()));
+        }
+        let expect = Expect::At(self.last);
+        let appended = match release {
+            Some(holder) => self.store.append_and_release(&self.key, expect, entries, holder).await,
+            None => self.store.append(&self.key, expect, entries).await,
+        };
+        match appended {
+            Ok(last) => {
+                let at = SystemTime::now();
+                let first = last + 1 - entries.len() as u64;
+                {
+                    let mut projection = lock(&self.projection);
+                    for (i, entry) in entries.iter().enumerate() {
+                        projection.apply_at(first + i as u64, at, entry);
+                    }
+                }
+                self.last = last;
+                self.snapshot().await;
+                Ok(last)
+            }
+            Err(StoreError::Conflict { .. }) => Err(AppendError::Conflict),
+            Err(e) => Err(AppendError::Failed(e.to_string())),
+        }
+    }
+
+    /// Saves the projection when the log grew by [`SNAPSHOT_EVERY`] since the last snapshot (a failure is logged:
+    /// a snapshot is only a shortcut).
+    async fn snapshot(&mut self) {
+        if self.last < self.snapshot_at + SNAPSHOT_EVERY {
+            return;
+        }
+        let bytes = match lock(&self.projection).encode() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(session = %self.key, error = %e, "the session's projection could not be encoded");
+                return;
+            }
+        };
+        match self.store.save_snapshot(&self.key, Snapshot { pos: self.last, bytes }).await {
+            Ok(()) => self.snapshot_at = self.last,
+            Err(e) => tracing::warn!(session = %self.key, error = %e, "could not save the session's snapshot"),
+        }
+    }
+}
