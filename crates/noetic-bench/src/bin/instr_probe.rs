@@ -93,9 +93,15 @@ fn main() -> BenchResult<()> {
                 let fork =
                     Step::fork("f", ForkMode::All).paths(vec![path; 1000]).merge(|v, _| Ok(v.len() as u64)).build()?;
                 let ctx = Context::new();
-                for _ in 0..n {
-                    fork.execute(1, &ctx).await?;
-                }
+                let (allocations, done) = alloc_count::allocations_during(async {
+                    for _ in 0..n {
+                        fork.execute(1, &ctx).await?;
+                    }
+                    BenchResult::Ok(())
+                })
+                .await;
+                done?;
+                println!("allocations per path: {:.2}", allocations as f64 / (n * 1000).max(1) as f64);
                 Ok(())
             }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,

@@ -21,6 +21,7 @@ mod channel;
 mod checkpoints;
 mod events;
 mod ids;
+mod reuse;
 mod sink;
 
 use std::fmt;
