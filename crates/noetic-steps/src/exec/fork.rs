@@ -18,14 +18,14 @@ use super::{execute as exec, guard, step_failed};
 use crate::context::Context;
 use crate::error::{NoeticError, PathFailure, PathSuccess};
 use crate::layer::{Outcome, lifecycle};
-use crate::step::fork::Merge;
+use crate::step::fork::{Merge, PathList};
 use crate::step::{SettleResult, Step, StepFork, StepFuture};
 
 struct Paths<'a, I, O, F> {
     fork: &'a StepFork<I, O>,
     input: I,
     parent: &'a Context,
-    steps: Vec<Step<I, O>>,
+    steps: &'a [Step<I, O>],
     /// The contexts of the paths still running, to cancel them.
     contexts: Vec<Option<Context>>,
     next: usize,
@@ -157,7 +157,14 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     input: I,
     ctx: &Context,
 ) -> Result<O, NoeticError> {
-    let steps = guard(&s.id, "paths function", || (s.paths)(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
+    let made;
+    let steps = match &s.paths {
+        PathList::Fixed(steps) => &steps[..],
+        PathList::Made(paths) => {
+            made = guard(&s.id, "paths function", || paths(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
+            &made[..]
+        }
+    };
     let n = steps.len();
     let mut paths = Paths {
         fork: s,

@@ -1,11 +1,13 @@
 //! Executes `run` steps: attempts, backoff, cancellation.
 
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::Poll;
 
 use super::{guard, guard_async, step_failed};
 use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
-use crate::error::NoeticError;
+use crate::error::{NoeticError, panicked};
 use crate::step::{StepFuture, StepRun};
 
 /// What starting a step and polling it once gave.
@@ -31,14 +33,16 @@ pub(super) fn start<I, O: Send + 'static>(
         return Started::Done(Err(e));
     }
     ctx.emit(|| EventKind::StepStarted { step_id: s.id.clone(), kind });
-    let mut fut = match guard(&s.id, "execute function", || (s.execute)(input, ctx.nested())) {
+    // What `guard` does, written out: this runs once per path of a fork, and `guard` is not always inlined.
+    let failed = |p: Box<dyn Any + Send>| Started::Done(finish(s, ctx, Err(panicked(&s.id, "execute function", &*p))));
+    let mut fut = match catch_unwind(AssertUnwindSafe(|| (s.execute)(input, ctx.nested()))) {
         Ok(fut) => fut,
-        Err(e) => return Started::Done(finish(s, ctx, Err(e))),
+        Err(p) => return failed(p),
     };
-    match guard(&s.id, "execute function", || fut.as_mut().poll(cx)) {
+    match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
         Ok(Poll::Ready(r)) => Started::Done(finish(s, ctx, r)),
-        Err(e) => Started::Done(finish(s, ctx, Err(e))),
         Ok(Poll::Pending) => Started::Running(rest(s.clone(), fut, ctx.clone())),
+        Err(p) => failed(p),
     }
 }
 
