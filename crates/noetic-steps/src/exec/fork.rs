@@ -121,7 +121,8 @@ impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, 
         }
     }
 
-    /// Waits until every running path has stopped.
+    /// Runs the paths left to start (none once starting stopped) and waits until every running path has stopped,
+    /// keeping their outcomes.
     async fn drain(&mut self, results: &mut [Option<Result<O, NoeticError>>]) {
         while let Some((i, r)) = self.outcome().await {
             results[i] = Some(r);
