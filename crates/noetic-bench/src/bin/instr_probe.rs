@@ -29,7 +29,11 @@
 //! `9b92590`; 2,948 once a path's context shares its root's parts and makes its cancellation token lazily, ids
 //! come from a per-thread sequence and a `run` path's future lives unboxed in its task; 2,982 at `3b1297e` (of which
 //! about 850 are the three allocations a path makes and frees, 350 moving its future into its task, and 75 two
-//! locks of the root's cancellation token).
+//! locks of the root's cancellation token). With a `run` path started and polled once in the fork's own task
+//! (one that finishes there needs no future of its own and no slot among the running paths) and its context made
+//! in the finished previous path's allocation: 1,135, and one allocation per path (the run function's future;
+//! it prints the allocations per path). With a fixed path list no longer copied per execution and ids put
+//! together as one number: 1,055 (3,090 at `fe27a86`, measured in the same sitting).
 //!
 //! `instr_probe real N [CALLS]` runs N sessions of the suite's real path (`real_tool_call_us_{CALLS}_calls`, CALLS
 //! 10 by default): each a new runtime on the OpenAI wire model, CALLS tool calls, OpenAI encoding and parsing.
@@ -93,9 +97,15 @@ fn main() -> BenchResult<()> {
                 let fork =
                     Step::fork("f", ForkMode::All).paths(vec![path; 1000]).merge(|v, _| Ok(v.len() as u64)).build()?;
                 let ctx = Context::new();
-                for _ in 0..n {
-                    fork.execute(1, &ctx).await?;
-                }
+                let (allocations, done) = alloc_count::allocations_during(async {
+                    for _ in 0..n {
+                        fork.execute(1, &ctx).await?;
+                    }
+                    BenchResult::Ok(())
+                })
+                .await;
+                done?;
+                println!("allocations per path: {:.2}", allocations as f64 / (n * 1000).max(1) as f64);
                 Ok(())
             }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,

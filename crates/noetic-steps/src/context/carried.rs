@@ -22,6 +22,14 @@ impl Carried {
         Carried(Some(Arc::new(CachePadded::new(value))))
     }
 
+    /// True when both carry the same value (or both none).
+    pub(crate) fn is(&self, other: &Carried) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+
     /// The value, if one of type `T` is carried.
     pub fn get<T: Any>(&self) -> Option<&T> {
         let value = self.0.as_deref()?;

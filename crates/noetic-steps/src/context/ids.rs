@@ -61,7 +61,9 @@ pub fn new_v7() -> Uuid {
     thread_local! {
         static SEQUENCE: Cell<Sequence> = const { Cell::new(Sequence { millis: 0, rand_a: 0, counter: 0, rng: 0 }) };
     }
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_millis())));
     SEQUENCE.with(|cell| {
         let mut s = cell.get();
         if s.rng == 0 {
@@ -78,11 +80,20 @@ pub fn new_v7() -> Uuid {
             s.counter += 1;
         }
         cell.set(s);
-        let mut tail = [0u8; 10];
-        tail[..2].copy_from_slice(&s.rand_a.to_be_bytes());
-        tail[2..].copy_from_slice(&s.counter.to_be_bytes());
-        uuid::Builder::from_unix_timestamp_millis(s.millis, &tail).into_uuid()
+        v7(s.millis, s.rand_a, s.counter)
     })
+}
+
+/// The UUID `uuid::Builder::from_unix_timestamp_millis` makes of a millisecond and a tail of `rand_a` then
+/// `counter` (big-endian): 48 bits of milliseconds, the version (7), `rand_a`'s low 12 bits, the RFC 4122 variant
+/// and `counter`'s low 62 bits — put together in one number rather than byte by byte.
+fn v7(millis: u64, rand_a: u16, counter: u64) -> Uuid {
+    let bits = (u128::from(millis & 0xFFFF_FFFF_FFFF) << 80)
+        | (0x7 << 76)
+        | (u128::from(rand_a & 0x0FFF) << 64)
+        | (0b10 << 62)
+        | u128::from(counter & ((1 << 62) - 1));
+    Uuid::from_u128(bits)
 }
 
 /// xorshift64*.
@@ -111,6 +122,20 @@ mod tests {
             let (secs, nanos) = id.get_timestamp().map(|t| t.to_unix()).unwrap_or_default();
             let millis = secs * 1000 + u64::from(nanos) / 1_000_000;
             assert!((before..=after + 1).contains(&millis), "{millis} not in {before}..={after}");
+        }
+    }
+
+    #[test]
+    fn an_id_is_the_uuid_the_uuid_crates_v7_builder_makes_of_the_same_parts() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..10_000 {
+            let (millis, r, counter) = (next(&mut rng), next(&mut rng), next(&mut rng));
+            let rand_a = (r >> 48) as u16;
+            let mut tail = [0u8; 10];
+            tail[..2].copy_from_slice(&rand_a.to_be_bytes());
+            tail[2..].copy_from_slice(&counter.to_be_bytes());
+            let built = uuid::Builder::from_unix_timestamp_millis(millis, &tail).into_uuid();
+            assert_eq!(v7(millis, rand_a, counter), built, "{millis} {rand_a} {counter}");
         }
     }
 

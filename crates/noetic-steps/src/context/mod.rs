@@ -21,6 +21,7 @@ mod channel;
 mod checkpoints;
 mod events;
 mod ids;
+mod reuse;
 mod sink;
 
 use std::fmt;
@@ -49,6 +50,7 @@ use crate::turn::TurnJournal;
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
 
+/// (A field added here is reset by `renew` in `reuse.rs` too: a fork path's context made in a finished one's.)
 struct Inner {
     execution_id: ExecutionId,
     /// A root's tree-wide parts, or a child's parent (whose root has them).

@@ -1,53 +1,73 @@
 //! Executes `fork` steps.
 //!
-//! Paths run concurrently inside the fork's own task (a `FuturesUnordered`), each in a child context, at most
-//! `concurrency` at a time, started in path order. Whatever the mode, a path that is cancelled is also awaited
-//! until it has stopped, so no path outlives the fork.
+//! Paths start in path order, at most `concurrency` running at a time, each in a child context. A `run` path (the
+//! common kind) is polled once as it starts: one that finishes there needs no future of its own, and the next path's
+//! context is made in its context's allocation. Paths still running are polled in a `FuturesUnordered` inside the
+//! fork's own task. Whatever the mode, a path that is cancelled is also awaited until it has stopped, so no path
+//! outlives the fork.
 
 use std::future::Future;
+use std::task::Poll;
 
 use futures::future::Either;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 
-use super::{execute_unboxed as exec_unboxed, guard, step_failed};
+use super::run::{self, Started};
+use super::{execute as exec, guard, step_failed};
 use crate::context::Context;
 use crate::error::{NoeticError, PathFailure, PathSuccess};
 use crate::layer::{Outcome, lifecycle};
-use crate::step::fork::Merge;
-use crate::step::{SettleResult, Step, StepFork};
+use crate::step::fork::{Merge, PathList};
+use crate::step::{SettleResult, Step, StepFork, StepFuture};
 
 struct Paths<'a, I, O, F> {
     fork: &'a StepFork<I, O>,
     input: I,
     parent: &'a Context,
-    steps: Vec<Step<I, O>>,
+    steps: &'a [Step<I, O>],
+    /// The contexts of the paths still running, to cancel them.
     contexts: Vec<Option<Context>>,
     next: usize,
     running: FuturesUnordered<F>,
+    /// A finished path's context, for the next path's to be made in.
+    spare: Option<Context>,
+    /// The paths' layers (the parent's) have lifecycle hooks.
+    lifecycle: bool,
     start: StartPath<I, O, F>,
 }
 
-/// Makes a started path's future (see [`path`]); a function pointer, so that [`Paths`] can name its type.
-type StartPath<I, O, F> = fn(&Step<I, O>, I, &Context, Context, usize) -> F;
+/// Starts a path (see [`start_path`]); a function pointer, so that [`Paths`] can name its running paths' type.
+type StartPath<I, O, F> =
+    fn(&Step<I, O>, I, &Context, &Context, usize, bool, &mut std::task::Context<'_>) -> Started<O, F>;
 
-/// A started path's future, yielding its index with its outcome. A `run` step's future is kept in the path's
-/// task itself (a fork of many `run` paths makes one allocation less per path); other steps' are boxed.
-fn path<I: Send + 'static, O: Send + 'static>(
+/// Starts the path `index`: its step on `input` in `path_ctx`. A `run` step without retries, outside traces and
+/// lifecycle hooks, is polled at once and may finish there; other paths are running futures yielding their index
+/// with their outcome.
+fn start_path<I: Send + 'static, O: Send + 'static>(
     step: &Step<I, O>,
     input: I,
     parent: &Context,
-    path_ctx: Context,
+    path_ctx: &Context,
     index: usize,
-) -> impl Future<Output = (usize, Result<O, NoeticError>)> + Send + use<I, O> {
-    let run = exec_unboxed(step, input, &path_ctx);
-    // Without lifecycle hooks in scope a path's lifecycle does nothing: the step's own future is the path.
-    let run = if !path_ctx.layers().has_lifecycle() {
-        Either::Left(run)
-    } else {
-        Either::Right(Box::pin(run_path(parent.clone(), path_ctx, run)))
+    lifecycle: bool,
+    cx: &mut std::task::Context<'_>,
+) -> Started<O, impl Future<Output = (usize, Result<O, NoeticError>)> + Send + use<I, O>> {
+    let running = match step {
+        Step::Run(s) if s.retry.is_none() && !lifecycle && !crate::trace::on() => {
+            match run::start(s, input, path_ctx, cx) {
+                Started::Done(r) => return Started::Done(r),
+                Started::Running(rest) => Either::Left(rest),
+            }
+        }
+        _ if !lifecycle => Either::Right(exec(step, input, path_ctx)),
+        _ => {
+            let run = exec(step, input, path_ctx);
+            let path: StepFuture<O> = Box::pin(run_path(parent.clone(), path_ctx.clone(), run));
+            Either::Right(path)
+        }
     };
-    run.map(move |r| (index, r))
+    Started::Running(running.map(move |r| (index, r)))
 }
 
 impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, NoeticError>)>> Paths<'_, I, O, F> {
@@ -55,40 +75,56 @@ impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, 
         self.steps.len()
     }
 
-    /// Starts the next queued path (there is one, and the parent is not cancelled).
-    fn start_next_unchecked(&mut self) {
-        let i = self.next;
-        self.next += 1;
-        let path_ctx = self.parent.fork_child();
-        let input = (self.fork.clone_input)(&self.input);
-        let run = (self.start)(&self.steps[i], input, self.parent, path_ctx.clone(), i);
-        self.contexts[i] = Some(path_ctx);
-        self.running.push(run);
-    }
-
-    fn start_up_to_limit(&mut self) {
+    /// The next path outcome (index and result): of a path started now that finished at once, or of a running
+    /// path; `None` once no path runs and none may start. Starts paths in path order while fewer than the limit
+    /// run and the parent is not cancelled.
+    fn poll_outcome(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<(usize, Result<O, NoeticError>)>> {
         let limit = self.fork.concurrency.unwrap_or(usize::MAX);
-        // One look at the parent's cancellation per path started (the same as before and after each start).
+        // One look at the parent's cancellation per path started, just before it starts.
         while self.running.len() < limit && self.next < self.len() && !self.parent.is_cancelled() {
-            self.start_next_unchecked();
-        }
-    }
-
-    /// Cancels every started path except `keep`, and stops starting new ones.
-    fn cancel_others(&mut self, keep: Option<usize>, reason: &str) {
-        self.next = self.len();
-        for (i, c) in self.contexts.iter().enumerate() {
-            if Some(i) != keep
-                && let Some(c) = c
-            {
-                c.cancel(reason);
+            let i = self.next;
+            self.next += 1;
+            let path_ctx = self.parent.fork_child_reusing(self.spare.take());
+            let input = (self.fork.clone_input)(&self.input);
+            match (self.start)(&self.steps[i], input, self.parent, &path_ctx, i, self.lifecycle, cx) {
+                Started::Done(r) => {
+                    self.spare = Some(path_ctx);
+                    return Poll::Ready(Some((i, r)));
+                }
+                Started::Running(path) => {
+                    self.contexts[i] = Some(path_ctx);
+                    self.running.push(path);
+                }
             }
         }
+        let outcome = futures::ready!(self.running.poll_next_unpin(cx));
+        if let Some((i, _)) = &outcome {
+            self.spare = self.contexts[*i].take();
+        }
+        Poll::Ready(outcome)
     }
 
-    /// Waits until every running path has stopped.
+    async fn outcome(&mut self) -> Option<(usize, Result<O, NoeticError>)> {
+        std::future::poll_fn(|cx| self.poll_outcome(cx)).await
+    }
+
+    /// Starts no more paths.
+    fn stop_starting(&mut self) {
+        self.next = self.len();
+    }
+
+    /// Cancels every running path, and starts no more.
+    fn cancel_running(&mut self, reason: &str) {
+        self.stop_starting();
+        for c in self.contexts.iter().flatten() {
+            c.cancel(reason);
+        }
+    }
+
+    /// Runs the paths left to start (none once starting stopped) and waits until every running path has stopped,
+    /// keeping their outcomes.
     async fn drain(&mut self, results: &mut [Option<Result<O, NoeticError>>]) {
-        while let Some((i, r)) = self.running.next().await {
+        while let Some((i, r)) = self.outcome().await {
             results[i] = Some(r);
         }
     }
@@ -122,7 +158,14 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     input: I,
     ctx: &Context,
 ) -> Result<O, NoeticError> {
-    let steps = guard(&s.id, "paths function", || (s.paths)(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
+    let made;
+    let steps = match &s.paths {
+        PathList::Fixed(steps) => &steps[..],
+        PathList::Made(paths) => {
+            made = guard(&s.id, "paths function", || paths(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
+            &made[..]
+        }
+    };
     let n = steps.len();
     let mut paths = Paths {
         fork: s,
@@ -132,10 +175,11 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         contexts: (0..n).map(|_| None).collect(),
         next: 0,
         running: FuturesUnordered::new(),
-        start: path::<I, O>,
+        spare: None,
+        lifecycle: ctx.layers().has_lifecycle(),
+        start: start_path::<I, O>,
     };
     let mut results: Vec<Option<Result<O, NoeticError>>> = (0..n).map(|_| None).collect();
-    paths.start_up_to_limit();
     match &s.merge {
         Merge::Race => race(&mut paths, &mut results).await,
         Merge::All(merge) => {
@@ -148,10 +192,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
             guard(&s.id, "merge function", || merge(values, ctx))?.map_err(|e| step_failed(&s.id, e, false))
         }
         Merge::Settle(merge) => {
-            while let Some((i, r)) = paths.running.next().await {
-                results[i] = Some(r);
-                paths.start_up_to_limit();
-            }
+            paths.drain(&mut results).await;
             ctx.check_cancelled()?;
             let settled: Vec<SettleResult<O>> = results
                 .into_iter()
@@ -172,18 +213,16 @@ async fn all<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Re
     results: &mut [Option<Result<O, NoeticError>>],
 ) -> bool {
     let mut failed = false;
-    while let Some((i, r)) = paths.running.next().await {
+    while let Some((i, r)) = paths.outcome().await {
         if let Err(e) = &r {
             if !failed && !e.is_cancelled() {
                 let reason = format!("fork '{}' sibling failed", paths.fork.id);
-                paths.cancel_others(Some(i), &reason);
+                paths.cancel_running(&reason);
             }
             failed = true;
+            paths.stop_starting();
         }
         results[i] = Some(r);
-        if !failed {
-            paths.start_up_to_limit();
-        }
     }
     failed
 }
@@ -192,17 +231,14 @@ async fn race<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, R
     paths: &mut Paths<'_, I, O, F>,
     results: &mut [Option<Result<O, NoeticError>>],
 ) -> Result<O, NoeticError> {
-    while let Some((i, r)) = paths.running.next().await {
+    while let Some((i, r)) = paths.outcome().await {
         match r {
             Ok(v) => {
-                paths.cancel_others(Some(i), "race lost");
+                paths.cancel_running("race lost");
                 paths.drain(results).await;
                 return Ok(v);
             }
-            Err(e) => {
-                results[i] = Some(Err(e));
-                paths.start_up_to_limit();
-            }
+            Err(e) => results[i] = Some(Err(e)),
         }
     }
     paths.parent.check_cancelled()?;

@@ -43,20 +43,6 @@ pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I
     Box::pin(async move { dispatch(&step, input, ctx).await })
 }
 
-/// [`execute`], leaving a `run` step's future unboxed for a caller that keeps it where it keeps its own state (a
-/// fork path's task): one allocation less per path.
-pub(crate) fn execute_unboxed<I: Send + 'static, O: Send + 'static>(
-    step: &Step<I, O>,
-    input: I,
-    ctx: &Context,
-) -> futures::future::Either<impl Future<Output = Result<O, NoeticError>> + Send + use<I, O>, StepFuture<O>> {
-    use futures::future::Either;
-    match step {
-        Step::Run(run) if !crate::trace::on() => Either::Left(dispatch_run(run.clone(), input, ctx.clone())),
-        _ => Either::Right(execute(step, input, ctx)),
-    }
-}
-
 /// [`dispatch`] for a `run` step: the same checks and events.
 async fn dispatch_run<I: Send + 'static, O: Send + 'static>(
     s: Arc<StepRun<I, O>>,

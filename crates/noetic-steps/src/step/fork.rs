@@ -9,6 +9,12 @@ use crate::context::Context;
 use crate::error::{ConfigCode, ConfigError, NoeticError, PathValue};
 
 pub(crate) type PathsFn<I, O> = Arc<dyn Fn(&I, &Context) -> Vec<Step<I, O>> + Send + Sync>;
+
+/// A fork's paths: a fixed list that every execution runs as it is (no copy per execution), or a factory.
+pub(crate) enum PathList<I, O> {
+    Fixed(Box<[Step<I, O>]>),
+    Made(PathsFn<I, O>),
+}
 pub(crate) type MergeFn<O> = Arc<dyn Fn(Vec<O>, &Context) -> Result<O, NoeticError> + Send + Sync>;
 pub(crate) type SettleMergeFn<O> = Arc<dyn Fn(Vec<SettleResult<O>>, &Context) -> Result<O, NoeticError> + Send + Sync>;
 
@@ -69,7 +75,7 @@ pub(crate) enum Merge<O> {
 /// A `fork` step.
 pub struct StepFork<I, O> {
     pub(crate) id: Arc<str>,
-    pub(crate) paths: PathsFn<I, O>,
+    pub(crate) paths: PathList<I, O>,
     pub(crate) merge: Merge<O>,
     pub(crate) concurrency: Option<usize>,
     pub(crate) clone_input: fn(&I) -> I,
@@ -97,7 +103,7 @@ impl<I, O> StepFork<I, O> {
 pub struct ForkBuilder<I, O> {
     id: String,
     mode: ForkMode,
-    paths: Option<PathsFn<I, O>>,
+    paths: Option<PathList<I, O>>,
     merge: Option<MergeFn<O>>,
     merge_settled: Option<SettleMergeFn<O>>,
     concurrency: Option<usize>,
@@ -113,9 +119,9 @@ impl<I: Clone + Send + Sync + 'static, O: Send + Sync + 'static> Step<I, O> {
 
 impl<I: Clone + Send + Sync + 'static, O: Send + Sync + 'static> ForkBuilder<I, O> {
     /// A fixed list of paths.
-    pub fn paths(self, paths: impl IntoIterator<Item = Step<I, O>>) -> Self {
-        let paths: Vec<Step<I, O>> = paths.into_iter().collect();
-        self.paths_fn(move |_, _| paths.clone())
+    pub fn paths(mut self, paths: impl IntoIterator<Item = Step<I, O>>) -> Self {
+        self.paths = Some(PathList::Fixed(paths.into_iter().collect()));
+        self
     }
 
     /// A path factory, called once per execution with the input.
@@ -123,7 +129,7 @@ impl<I: Clone + Send + Sync + 'static, O: Send + Sync + 'static> ForkBuilder<I, 
     where
         F: Fn(&I, &Context) -> Vec<Step<I, O>> + Send + Sync + 'static,
     {
-        self.paths = Some(Arc::new(f));
+        self.paths = Some(PathList::Made(Arc::new(f)));
         self
     }
 
