@@ -34,9 +34,12 @@ pub(crate) async fn hold(state: &Arc<SessionState>, holder: &Arc<str>, term: Dur
     };
     let guard = Arc::new(LeaseGuard::new(logged.store().clone(), key, holder.clone(), term));
     // Holding it, nobody else writes turns: what they wrote is the session's history. When the log ends where this
-    // process last read it, there is nothing to read (a writer fenced by another's turn has not read that turn).
+    // process last read it, there is nothing to read (a writer fenced by another's turn has not read that turn) —
+    // unless a turn was left open: it is read again below, and that must come after this process's own appends
+    // still on their way to the store (a message steered into it just now), which a read through the writer does.
     let known = logged.known();
-    let synced = if last == known {
+    let open = lock(&logged.projection).open_turn.is_some();
+    let synced = if last == known && !open {
         known
     } else {
         match logged.sync().await {
@@ -49,7 +52,6 @@ pub(crate) async fn hold(state: &Arc<SessionState>, holder: &Arc<str>, term: Dur
     };
     // A turn left open is read again even when nothing new arrived: what was read of it earlier (when this process
     // opened the session, or heard of its entries) may be older than its last entry.
-    let open = lock(&logged.projection).open_turn.is_some();
     if (synced != known || open)
         && let Err(e) = state.reload_unfinished().await
     {
