@@ -216,12 +216,7 @@ pub(crate) async fn get_ledger(
     summary = "Stop: clear the queue and cancel the running turn",
     params(
         crate::openapi::common::SessionKey,
-        (
-            "X-Noetic-Request" = Option<String>,
-            Header,
-            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
-                site cannot make a browser send it",
-        ),
+        crate::openapi::common::RequestHeader,
     ),
     responses(
         (
@@ -248,12 +243,7 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
     summary = "Start a turn with the queued messages of an idle session",
     params(
         crate::openapi::common::SessionKey,
-        (
-            "X-Noetic-Request" = Option<String>,
-            Header,
-            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
-                site cannot make a browser send it",
-        ),
+        crate::openapi::common::RequestHeader,
     ),
     responses(
         (
@@ -284,12 +274,7 @@ pub(crate) async fn continue_session(
     summary = "Finish the turn a stopped process left unfinished",
     params(
         crate::openapi::common::SessionKey,
-        (
-            "X-Noetic-Request" = Option<String>,
-            Header,
-            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
-                site cannot make a browser send it",
-        ),
+        crate::openapi::common::RequestHeader,
     ),
     responses(
         (

@@ -31,12 +31,7 @@ pub(crate) struct CompactBody {
         by a summary the model writes (the conversation and the log keep every item)",
     params(
         crate::openapi::common::SessionKey,
-        (
-            "X-Noetic-Request" = Option<String>,
-            Header,
-            description = "any value, e.g. 1: required (or Content-Type: application/json), since a page on another \
-                site cannot make a browser send it",
-        ),
+        crate::openapi::common::RequestHeader,
     ),
     request_body(content = inline(CompactBody), content_type = "application/json"),
     responses(
