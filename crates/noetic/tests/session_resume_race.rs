@@ -4,64 +4,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use futures::future::BoxFuture;
-use noetic::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
-};
+use noetic::agent::log::Entry;
 use noetic::model::{ModelResponse, ScriptedModel};
 use noetic::prelude::*;
 use noetic::testing::RecordingLogStore;
 use serde_json::json;
-use tokio::sync::{Notify, Semaphore, broadcast};
 
-/// A store that holds back the append of an accepted message until the test lets it through.
-struct HeldMessages {
-    inner: MemoryLogStore,
-    reached: Notify,
-    release: Semaphore,
-}
-
-impl LogStore for HeldMessages {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            if entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. })) {
-                self.reached.notify_one();
-                self.release.acquire().await.unwrap().forget();
-            }
-            self.inner.append(key, expect, entries).await
-        })
-    }
-    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
-        self.inner.read(key, after, limit)
-    }
-    fn last<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last(key)
-    }
-    fn watch(&self) -> broadcast::Receiver<Appended> {
-        self.inner.watch()
-    }
-    fn list(&self) -> BoxFuture<'_, Result<Vec<SessionLine>, StoreError>> {
-        self.inner.list()
-    }
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.delete(key)
-    }
-    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: Snapshot) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.save_snapshot(key, snapshot)
-    }
-    fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
-        self.inner.snapshot(key)
-    }
-    fn leases(&self) -> Option<&dyn Leases> {
-        self.inner.leases()
-    }
-}
+mod common;
+use common::FlakyLog;
 
 fn tool() -> Arc<dyn Tool> {
     Arc::new(FnTool::builder("read", "Reads.").handler(|_, _| async { Ok(json!("ok")) }).build().unwrap())
@@ -80,7 +32,8 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
     let started = appends.iter().position(|a| a.iter().any(|e| matches!(e, Entry::ToolStarted { .. }))).unwrap();
     let left = recorded.cut(started + 1).await.unwrap();
 
-    let store = Arc::new(HeldMessages { inner: left, reached: Notify::new(), release: Semaphore::new(0) });
+    let store = Arc::new(FlakyLog { inner: left, ..FlakyLog::default() });
+    store.hold_messages.store(true, Ordering::SeqCst);
     let model = ScriptedModel::new([ModelResponse::text("done, as steered")]);
     let second =
         Runtime::builder().model(Arc::new(model.clone())).tool(tool()).log_store(store.clone()).build().unwrap();
@@ -91,7 +44,7 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
         let session = session.clone();
         async move { session.steer("use the cache").await }
     });
-    store.reached.notified().await;
+    store.held.notified().await;
     let resume = tokio::spawn({
         let session = session.clone();
         async move { session.resume().await }
@@ -101,7 +54,7 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
     for _ in 0..1_000 {
         tokio::task::yield_now().await;
     }
-    store.release.add_permits(1);
+    store.release.notify_one();
     steer.await.unwrap().unwrap();
     if let Some(turn) = resume.await.unwrap().unwrap() {
         turn.await.unwrap();

@@ -1,5 +1,6 @@
 //! A session log store that fails on demand, for the tests of what a session does when its log cannot be written
-//! ("disk full") or read ("database unreachable").
+//! ("disk full") or read ("database unreachable"), and that can hold an accepted message's append back (a write
+//! still on its way to the store).
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,14 +9,18 @@ use futures::future::BoxFuture;
 use noetic::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
 };
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 /// A [`MemoryLogStore`] whose appends fail while `fail_writes` is set and whose reads fail while `fail_reads` is.
+/// While `hold_messages` is set, an append with an accepted message notifies `held` and waits for `release`.
 #[derive(Default)]
 pub struct FlakyLog {
     pub inner: MemoryLogStore,
     pub fail_writes: AtomicBool,
     pub fail_reads: AtomicBool,
+    pub hold_messages: AtomicBool,
+    pub held: Notify,
+    pub release: Notify,
 }
 
 fn failed(doing: &str, why: &str) -> StoreError {
@@ -37,6 +42,12 @@ impl LogStore for FlakyLog {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             self.check(&self.fail_writes, "appending", "disk full")?;
+            if self.hold_messages.load(Ordering::SeqCst)
+                && entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. }))
+            {
+                self.held.notify_one();
+                self.release.notified().await;
+            }
             self.inner.append(key, expect, entries).await
         })
     }
