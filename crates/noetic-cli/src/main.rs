@@ -107,7 +107,8 @@ enum Command {
     /// Check a rules file (`rules.toml`) and list what each rule does; mistakes are reported with line and column.
     #[command(
         after_help = "Each [[rule]] has an id and exactly one of: deny_tool = \"name\"; deny_arg = { tool, arg, \
-                            glob | regex }; require_approval = \"name\"; prompt = \"...\" (LLM-judged, with optional mode \
+                            glob | regex }; rewrite_arg = { tool, arg, regex, replace, unless } (the call runs with the string argument \
+                            rewritten, judged by every rule again); require_approval = \"name\"; prompt = \"...\" (LLM-judged, with optional mode \
                             = \"sync\"|\"async\", model, on_failure = \"allow\"|\"deny\", tools = [...] to judge \
                             only those tools' calls). Optional: name, applies_to (default [\"before_tool_call\"]), \
                             guidance and action = \"deny\"|\"guide\" (programmatic rules), mode = \"shadow\" (evaluated \

@@ -10,7 +10,9 @@ fn the_example_rules_file_holds_every_kind_of_rule() {
     let out = run(noetic().arg("rules").arg(example("rules.toml")));
     assert!(out.status.success(), "stderr: {}", out.stderr);
     for expected in [
-        "6 rule(s)",
+        "7 rule(s)",
+        "pushes-are-dry-runs: rewrite run_command's command: regex \"\\\\bgit\\\\s+push\\\\b\" replaced by \
+         \"git push --dry-run\" unless it matches regex \"--dry-run\" [before_tool_call]",
         "no-delete-notes (Notes are kept): deny delete_file when path matches glob \"notes/**\" [before_tool_call]",
         "no-env-files: deny read_file when path matches glob \"**/.env\"",
         "no-shell-rm: guide run_command when command matches regex",
@@ -208,4 +210,57 @@ fn promote_refuses_an_unknown_rule_a_live_rule_and_a_broken_file_without_touchin
         assert!(out.stderr.contains(&expected), "want {expected:?} in {}", out.stderr);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "the file is unchanged");
     }
+}
+
+#[test]
+fn a_rewrite_rule_is_listed_with_what_it_rewrites() {
+    let out = check(
+        "[[rule]]\nid = \"push-dry\"\nrewrite_arg = { tool = \"run_command\", arg = \"command\", regex = \
+         '^git push\\b', replace = \"git push --dry-run\", unless = \"--dry-run\" }\n",
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    let expected = "push-dry: rewrite run_command's command: regex \"^git push\\\\b\" replaced by \"git push --dry-run\" \
+                    unless it matches regex \"--dry-run\" [before_tool_call]";
+    assert!(out.stdout.contains(expected), "want {expected:?} in:\n{}", out.stdout);
+}
+
+#[test]
+fn bad_rewrite_rules_are_errors_naming_file_line_and_fix() {
+    let rewrite = |fields: &str| format!("[[rule]]\nid = \"r\"\nrewrite_arg = {{ tool = \"write_file\", {fields} }}\n");
+    for (text, expected) in [
+        (
+            rewrite("arg = \"body\", regex = \"x\", replace = \"y\""),
+            "rules.toml:3:38: rule 'r': write_file has no argument 'body'; its arguments are path, content",
+        ),
+        (rewrite("arg = \"content\", regex = \"(x\", replace = \"y\""), "rule 'r': the regex \"(x\" is invalid"),
+        (
+            rewrite("arg = \"content\", regex = \"x\", replace = \"y\", unless = \"[\""),
+            "rule 'r': the regex \"[\" is invalid",
+        ),
+        (
+            rewrite("arg = \"content\", regex = \"(?P<key>k)=\", replace = \"${value}=\""),
+            "rule 'r': the replacement names the group $value, which the regex \"(?P<key>k)=\" does not have",
+        ),
+        (rewrite("arg = \"content\", regex = \"(k)\", replace = \"$2\""), "the replacement names the group $2"),
+        (rewrite("arg = \"content\", regex = \"k\""), "missing field `replace`"),
+        (
+            format!("{}action = \"guide\"\n", rewrite("arg = \"content\", regex = \"k\", replace = \"v\"")),
+            "rules.toml:4:1: rule 'r': a rewrite_arg rule rewrites the call instead of deciding on it; remove action",
+        ),
+        (
+            format!("{}mode = \"shadow\"\n", rewrite("arg = \"content\", regex = \"k\", replace = \"v\"")),
+            "rules.toml:4:1: rule 'r': a rewrite_arg rule cannot be a shadow yet",
+        ),
+        (
+            format!("{}deny_tool = \"list_dir\"\n", rewrite("arg = \"content\", regex = \"k\", replace = \"v\"")),
+            "rules.toml:3:1: rule 'r': has both deny_tool and rewrite_arg",
+        ),
+    ] {
+        let out = check(&text);
+        assert!(!out.status.success(), "{text:?} was accepted");
+        assert!(out.stderr.contains(expected), "{text:?}: want {expected:?} in {}", out.stderr);
+    }
+    // `$$` is a dollar sign, not a group.
+    let out = check(&rewrite("arg = \"content\", regex = \"k\", replace = \"$$k\""));
+    assert!(out.status.success(), "{}", out.stderr);
 }

@@ -278,6 +278,7 @@ function replayed(e) {
   else if (e.type === "tool_call_started") chat.toolStarted(e);
   else if (e.type === "tool_call_completed") chat.toolCompleted(e);
   else if (e.type === "tool_skipped") chat.toolSkipped(e);
+  else if (e.type === "tool_call_rewritten") chat.toolRewritten(e);
   else if (e.type === "approval_requested") chat.approvalAsked(e);
   else if (e.type === "approval_decided") chat.approvalDecided(e);
 }
@@ -292,6 +293,7 @@ function live(e) {
     case "tool_call_started": chat.endText(false); chat.toolStarted(e); break;
     case "tool_call_completed": chat.toolCompleted(e); break;
     case "tool_skipped": chat.toolSkipped(e); break;
+    case "tool_call_rewritten": chat.toolRewritten(e); break;
     case "steering_denied": chat.toolSteered(e, e.error && e.error.guidance ? e.error.guidance : errorText(e.error, e.error_text)); break;
     case "approval_requested": chat.approvalAsked(e); refreshApprovals(); break;
     case "approval_decided": chat.approvalDecided(e); refreshApprovals(); break;

@@ -197,6 +197,17 @@ export function toolCompleted(e) {
   output(li, e.output, e.is_error ? "error" : "");
 }
 
+// A gating layer (a rewrite rule) changed the call's arguments before it ran: the block keeps what the model wrote
+// and says, below it, who rewrote them, why, and what runs.
+export function toolRewritten(e) {
+  const li = block(e.call_id, e.tool, "");
+  const note = el("div", "tool-rewritten", `arguments rewritten by ${e.layer}${e.reason ? `: ${e.reason}` : ""}`);
+  note.appendChild(el("pre", null, short(pretty(e.arguments), 20000)));
+  const out = li.querySelector(":scope > pre.tool-output");
+  if (out) li.insertBefore(note, out);
+  else li.appendChild(note);
+}
+
 export function toolSkipped(e) {
   const li = block(e.call_id, e.tool, "");
   setState(li, "skipped", "skipped: a message arrived");

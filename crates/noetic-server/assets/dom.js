@@ -83,6 +83,19 @@ export function callSummary(args) {
   return short(String(value ?? ""), 160);
 }
 
+// What a rewrite changed: each argument whose value differs, with its new value ("content: …"); the whole call's
+// summary when the arguments are not two objects.
+export function changeSummary(before, after) {
+  const [was, now] = [parseArgs(before), parseArgs(after)];
+  const isObject = (v) => v && typeof v === "object" && !Array.isArray(v);
+  if (!isObject(was) || !isObject(now)) return callSummary(after);
+  const text = (v) => (typeof v === "string" ? v : JSON.stringify(v ?? null)).replace(/\s+/g, " ");
+  const keys = [...new Set([...Object.keys(was), ...Object.keys(now)])]
+    .filter((k) => JSON.stringify(was[k]) !== JSON.stringify(now[k]));
+  if (!keys.length) return callSummary(after);
+  return short(keys.map((k) => (k in now ? `${k}: ${text(now[k])}` : `${k} removed`)).join(" · "), 160);
+}
+
 export function pretty(args) {
   const value = parseArgs(args);
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);

@@ -1,6 +1,6 @@
 // The side pane: the timeline of every event, the calls waiting for approval, and the ledger of steering
 // decisions and approvals.
-import { $, el, short, errorText, callSummary } from "/dom.js";
+import { $, el, short, errorText, callSummary, changeSummary } from "/dom.js";
 import { approvalCard } from "/approval.js";
 
 // ---- timeline ----
@@ -139,7 +139,7 @@ function ruleRow(entry) {
     ? el("div", "subject", `${entry.tool_name} ${callSummary(entry.tool_args ?? "")}`)
     : el("div", "subject", kind === "model turn" ? "the model's answer" : entry.outcome ? `the turn ended: ${String(entry.outcome).toLowerCase()}` : kind);
   if (entry.tool_args) subject.title = short(entry.tool_args, 2000);
-  const rewritten = entry.rewritten_args ? el("div", "subject", `→ ${callSummary(entry.rewritten_args)}`) : null;
+  const rewritten = entry.rewritten_args ? el("div", "subject wrap", `→ ${changeSummary(entry.tool_args, entry.rewritten_args)}`) : null;
   if (rewritten) rewritten.title = short(entry.rewritten_args, 2000);
   const guidance = entry.guidance ? el("div", "guidance", entry.guidance) : null;
   cell(tr, "detail", subject, rewritten, guidance);

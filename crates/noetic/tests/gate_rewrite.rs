@@ -12,7 +12,7 @@ use noetic::layer::{MAX_REWRITES, MemoryLayer, Slot, ToolCallParams};
 use noetic::model::{Item, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
 use noetic::steering::verify::verify;
-use noetic::steering::{SteeringConfig, SteeringDecision, SteeringRule, steering};
+use noetic::steering::{LedgerKind, SteeringConfig, SteeringDecision, SteeringRule, steering};
 use noetic::testing::EventCollector;
 use serde_json::{Value, json};
 
@@ -247,6 +247,17 @@ async fn rules_judge_the_rewrite(waits: bool) {
     let denied = ledger.iter().find(|e| e.action == SteeringAction::Deny).expect("the rules' deny is ledgered");
     assert_eq!(denied.tool_args, Some(json!({"path": "a.txt", "dry_run": true})), "judged on the rewritten call");
     assert_eq!(ledger.iter().filter(|e| e.rewritten_args.is_some()).count(), 1, "and the rewrite is kept");
+    // In the order it happened: the rules allowed the model's call, the layer rewrote it, the rules denied that.
+    let calls: Vec<(SteeringAction, bool)> = ledger
+        .iter()
+        .filter(|e| e.kind == LedgerKind::ToolCall)
+        .map(|e| (e.action, e.rewritten_args.is_some()))
+        .collect();
+    assert_eq!(
+        calls,
+        [(SteeringAction::Allow, false), (SteeringAction::Allow, true), (SteeringAction::Deny, false)],
+        "waits={waits}: {ledger:#?}"
+    );
 }
 
 #[tokio::test]

@@ -131,6 +131,9 @@ pub fn build(spec: AgentSpec) -> Result<Agent, String> {
         .steering_mode(spec.steering_mode)
         .budget(spec.budget)
         .capture_content(crate::telemetry::captures_content());
+    for rewrite in spec.rules.rewrite_layers() {
+        builder = builder.layer(rewrite);
+    }
     if let Some(approver) = spec.approver {
         builder = builder.approver(approver);
     }

@@ -6,8 +6,9 @@ use noetic::steering::{LlmMode, SteeringAction};
 use regex::Regex;
 
 use super::mcp::{McpName, ToolNames};
+use super::rewrite::Rewriter;
 use super::steer::Matcher;
-use super::{Kind, ModeDef, Rule, RuleDef};
+use super::{Kind, ModeDef, RewriteArgDef, Rule, RuleDef};
 use crate::agent::tools;
 use crate::config::source::{Seg, Source, SourceError};
 
@@ -37,14 +38,15 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
     let kinds: Vec<&'static str> = [
         ("deny_tool", def.deny_tool.is_some()),
         ("deny_arg", def.deny_arg.is_some()),
+        ("rewrite_arg", def.rewrite_arg.is_some()),
         ("require_approval", def.require_approval.is_some()),
         ("prompt", def.prompt.is_some()),
     ]
     .into_iter()
     .filter_map(|(k, present)| present.then_some(k))
     .collect();
-    let one_kind = "a rule has exactly one of deny_tool, deny_arg, require_approval (programmatic) or prompt \
-                    (LLM-judged)";
+    let one_kind = "a rule has exactly one of deny_tool, deny_arg, rewrite_arg, require_approval (programmatic) or \
+                    prompt (LLM-judged)";
     let kind_key = match kinds.as_slice() {
         [] => return Err(err("id", format!("says nothing to check; {one_kind}"))),
         [only] => *only,
@@ -67,7 +69,16 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
             ));
         }
     }
+    let rewrites = def.rewrite_arg.is_some();
     let action = match def.action {
+        Some(_) if rewrites => {
+            return Err(err(
+                "action",
+                "a rewrite_arg rule rewrites the call instead of deciding on it; remove action (guidance, if given, \
+                 is the reason the ledger keeps)"
+                    .into(),
+            ));
+        }
         None | Some(SteeringAction::Deny) => SteeringAction::Deny,
         Some(SteeringAction::Guide) => SteeringAction::Guide,
         Some(SteeringAction::Allow) => {
@@ -127,6 +138,8 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
     } else if let Some(tool) = def.require_approval {
         tool_exists(&[Seg::Key("require_approval")], &tool, None)?;
         Kind::RequireApproval { tool }
+    } else if let Some(def_arg) = def.rewrite_arg {
+        Kind::RewriteArg(rewriter(def_arg, &mut tool_exists, &err_at)?)
     } else if let Some(def_arg) = def.deny_arg {
         let (tool, arg) = (def_arg.tool, def_arg.arg);
         tool_exists(&[Seg::Key("deny_arg"), Seg::Key("tool")], &tool, Some(&arg))?;
@@ -173,6 +186,14 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
         }
     };
     let shadow = def.mode == Some(ModeDef::Shadow);
+    if shadow && matches!(kind, Kind::RewriteArg(_)) {
+        return Err(err(
+            "mode",
+            "a rewrite_arg rule cannot be a shadow yet (its rewrite would change what the live rules judge); remove \
+             mode = \"shadow\""
+                .into(),
+        ));
+    }
     if shadow && matches!(kind, Kind::RequireApproval { .. }) {
         return Err(err(
             "mode",
@@ -214,4 +235,73 @@ pub(super) fn check(source: &Source, index: usize, def: RuleDef, known: &ToolNam
         shadow,
         escalate_after,
     })
+}
+
+/// Checks a `rewrite_arg` table: the tool and argument exist, the regexes compile, and the replacement names only
+/// groups the regex has.
+fn rewriter(
+    def: RewriteArgDef,
+    tool_exists: &mut impl FnMut(&[Seg<'_>], &str, Option<&str>) -> Result<(), SourceError>,
+    err_at: &impl Fn(&[Seg<'_>], String) -> SourceError,
+) -> Result<Rewriter, SourceError> {
+    let at = |key: &'static str| [Seg::Key("rewrite_arg"), Seg::Key(key)];
+    let (tool, arg) = (def.tool, def.arg);
+    tool_exists(&at("tool"), &tool, Some(&arg))?;
+    if let Some(args) = tools::arguments(&tool)
+        && !args.contains(&arg.as_str())
+    {
+        return Err(err_at(
+            &at("arg"),
+            format!("{tool} has no argument '{arg}'; its arguments are {}", args.join(", ")),
+        ));
+    }
+    let compile = |key: &'static str, re: &str| {
+        Regex::new(re).map_err(|e| err_at(&at(key), format!("the regex {re:?} is invalid: {e}")))
+    };
+    let regex = compile("regex", &def.regex)?;
+    let unless = def.unless.as_deref().map(|u| compile("unless", u)).transpose()?;
+    for group in replacement_groups(&def.replace) {
+        let known = match group.parse::<usize>() {
+            Ok(n) => n < regex.captures_len(),
+            Err(_) => regex.capture_names().flatten().any(|name| name == group),
+        };
+        if !known {
+            return Err(err_at(
+                &at("replace"),
+                format!(
+                    "the replacement names the group ${group}, which the regex {:?} does not have (write $$ for a \
+                     dollar sign)",
+                    def.regex
+                ),
+            ));
+        }
+    }
+    Ok(Rewriter { tool, arg, regex, replace: def.replace, unless })
+}
+
+/// The groups a replacement names (`$1`, `$name`, `${name}`), as the regex crate reads them; `$$` is a dollar sign.
+fn replacement_groups(replace: &str) -> Vec<&str> {
+    let mut groups = Vec::new();
+    let mut rest = replace;
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('$') {
+            rest = after;
+        } else if let Some(braced) = rest.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => {
+                    groups.push(&braced[..end]);
+                    rest = &braced[end + 1..];
+                }
+                None => rest = braced,
+            }
+        } else {
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            if end > 0 {
+                groups.push(&rest[..end]);
+            }
+            rest = &rest[end..];
+        }
+    }
+    groups
 }

@@ -61,6 +61,7 @@ mod mcp;
 mod paths;
 mod promote;
 mod replay;
+mod rewrite;
 mod steer;
 #[cfg(test)]
 mod tests;
@@ -83,6 +84,7 @@ pub struct RuleDef {
     action: Option<SteeringAction>,
     deny_tool: Option<String>,
     deny_arg: Option<DenyArgDef>,
+    rewrite_arg: Option<RewriteArgDef>,
     require_approval: Option<String>,
     prompt: Option<String>,
     mode: Option<ModeDef>,
@@ -112,6 +114,17 @@ struct DenyArgDef {
     regex: Option<String>,
 }
 
+/// `rewrite_arg = { tool = "...", arg = "...", regex = "...", replace = "...", unless = "..." }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewriteArgDef {
+    tool: String,
+    arg: String,
+    regex: String,
+    replace: String,
+    unless: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RulesFile {
@@ -124,6 +137,7 @@ enum Kind {
     DenyTool { tool: String },
     DenyArg { tool: String, arg: String, matcher: Matcher },
     RequireApproval { tool: String },
+    RewriteArg(rewrite::Rewriter),
     Llm { mode: LlmMode, prompt: String, model: Option<String>, on_failure: FailurePolicy },
 }
 
@@ -212,6 +226,19 @@ impl RuleSet {
         self.rules.iter().filter_map(|r| steering_rule(r, judge_model, workspace)).collect()
     }
 
+    /// The `rewrite_arg` rules, each a gating layer just before the steering layer (see [`rewrite`]).
+    pub fn rewrite_layers(&self) -> Vec<std::sync::Arc<dyn noetic::layer::MemoryLayer>> {
+        self.rules
+            .iter()
+            .filter_map(|r| match &r.kind {
+                Kind::RewriteArg(rewriter) => {
+                    Some(rewrite::RewriteLayer::layer(&r.id, rewriter.clone(), r.guidance.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Each rule's id and what it checks (the lines of [`RuleSet::describe`], without the id prefix there).
     pub fn ids(&self) -> Vec<String> {
         self.rules.iter().map(|r| r.id.clone()).collect()
@@ -237,6 +264,7 @@ impl RuleSet {
                         format!("{act} {tool} when {arg} matches {}", matcher.describe())
                     }
                     Kind::RequireApproval { tool } => format!("{tool} needs the user's approval"),
+                    Kind::RewriteArg(rewriter) => rewriter.describe(),
                     Kind::Llm { mode, model, on_failure, .. } => format!(
                         "LLM-judged ({}, judge {}, on failure {})",
                         if *mode == LlmMode::Sync { "sync" } else { "async" },

@@ -80,7 +80,7 @@ pub(super) fn arg_decision(
 pub(super) fn steering_rule(rule: &Rule, judge_model: &str, workspace: &Workspace) -> Option<SteeringRule> {
     let (id, action, hooks) = (rule.id.clone(), rule.action, rule.applies_to.clone());
     let built = match &rule.kind {
-        Kind::RequireApproval { .. } => return None,
+        Kind::RequireApproval { .. } | Kind::RewriteArg(_) => return None,
         Kind::DenyTool { tool } => {
             let tool = tool.clone();
             let guidance = rule.guidance.clone().unwrap_or_else(|| format!("The tool '{tool}' is not allowed here."));

@@ -73,7 +73,6 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
     let params = ToolCallParams { call_id: &s.id, name: &name, args: &args };
     let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
-    crate::tool::call::note_rewrites(ctx, &s.id, &name, &gate);
     if gate.decision.action != SteeringAction::Allow {
         return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
     }

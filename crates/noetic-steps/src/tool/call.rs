@@ -9,7 +9,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolOutput, ToolSet};
-use crate::context::{ApprovalRecord, Context, EventKind, RewriteRecord};
+use crate::context::{ApprovalRecord, Context, EventKind};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::error::{guard, guard_async};
@@ -65,27 +65,6 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
     match approval {
         Approval::Approve => Ok(()),
         Approval::Reject { reason } => Err(format!("the call of '{}' was rejected: {reason}", tool.name())),
-    }
-}
-
-/// Keeps each rewrite the gates made of a call's arguments in the session's records (the ledger) and reports it.
-pub(crate) fn note_rewrites(ctx: &Context, call_id: &str, tool: &str, gate: &Gate) {
-    for rewrite in &gate.rewrites {
-        ctx.record_rewrite(RewriteRecord {
-            call_id,
-            tool,
-            layer: &rewrite.layer,
-            before: &rewrite.before,
-            after: &rewrite.after,
-            reason: &rewrite.reason,
-        });
-        ctx.emit(|| EventKind::ToolCallRewritten {
-            call_id: call_id.to_owned(),
-            tool: tool.to_owned(),
-            layer: rewrite.layer.clone(),
-            arguments: rewrite.after.to_string(),
-            reason: rewrite.reason.clone(),
-        });
     }
 }
 
@@ -283,7 +262,6 @@ pub(crate) async fn prepare<'t>(
     };
     let params = ToolCallParams { call_id: &call.id, name: &call.name, args: &args };
     let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
-    note_rewrites(ctx, &call.id, &call.name, &gate);
     if gate.decision.action != SteeringAction::Allow {
         return Ok(Prepared::Done((steered(ctx, call, gate), Some(ToolErrorKind::PermissionDenied))));
     }

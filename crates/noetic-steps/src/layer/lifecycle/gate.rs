@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{HookFailure, Progress, describe, fatal, now, timed};
-use crate::context::Context;
+use crate::context::{Context, EventKind, RewriteRecord};
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::layer::{
@@ -70,14 +70,17 @@ struct Gating {
 }
 
 impl Gating {
-    /// Takes one layer's answer about a call whose arguments (as the layer saw them) are `args`.
+    /// Takes one layer's answer about `call` (with the arguments the layer saw). A rewrite is kept in the
+    /// session's records and reported when it is made, so the ledger holds it before the decisions on the new
+    /// arguments.
     fn note(
         &mut self,
+        ctx: &Context,
         layer: &dyn MemoryLayer,
-        hook_name: &str,
+        call: GateCall<'_>,
         answer: Result<ToolCallAction, HookFailure>,
-        args: Option<&Value>,
     ) -> Result<Next, NoeticError> {
+        let (hook_name, args) = (call.name(), call.args());
         let action = match answer {
             Ok(action) => action,
             Err(f) => {
@@ -121,13 +124,18 @@ impl Gating {
                 }
                 // The layers that guided judged arguments that will not run: they are asked again.
                 self.guides.clear();
-                self.rewrites.push(GateRewrite {
+                let made = GateRewrite {
                     layer: layer.id().to_owned(),
                     before: before.clone(),
-                    after: rewrite.args.clone(),
+                    after: rewrite.args,
                     reason: rewrite.reason,
-                });
-                return Ok(Next::Again(rewrite.args));
+                };
+                if let GateCall::BeforeToolCall(call) = call {
+                    keep(ctx, call, &made);
+                }
+                let args = made.after.clone();
+                self.rewrites.push(made);
+                return Ok(Next::Again(args));
             }
         }
         Ok(Next::Go)
@@ -147,6 +155,25 @@ impl Gating {
         let layers = std::mem::take(&mut self.guides).into_iter().map(|(id, _)| id).collect();
         self.decided(SteeringDecision { action: SteeringAction::Guide, guidance }, layers)
     }
+}
+
+/// Keeps a rewrite of `call`'s arguments in the session's records (the ledger) and reports it.
+fn keep(ctx: &Context, call: ToolCallParams<'_>, rewrite: &GateRewrite) {
+    ctx.record_rewrite(RewriteRecord {
+        call_id: call.call_id,
+        tool: call.name,
+        layer: &rewrite.layer,
+        before: &rewrite.before,
+        after: &rewrite.after,
+        reason: &rewrite.reason,
+    });
+    ctx.emit(|| EventKind::ToolCallRewritten {
+        call_id: call.call_id.to_owned(),
+        tool: call.name.to_owned(),
+        layer: rewrite.layer.clone(),
+        arguments: rewrite.after.to_string(),
+        reason: rewrite.reason.clone(),
+    });
 }
 
 /// One gating hook's call.
@@ -235,7 +262,7 @@ fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<AtOnce, NoeticError
         match now(|| call.now(gates, ctx)) {
             // The usual answer changes nothing in the gating: nothing to note.
             Some(Ok(ToolCallAction::Allow)) => {}
-            Some(answer) => match gating.note(layer, call.name(), answer, call.args())? {
+            Some(answer) => match gating.note(ctx, layer, call, answer)? {
                 Next::Go => {}
                 Next::End(gate) => return Ok(AtOnce::Done(gate)),
                 Next::Again(args) => return Ok(AtOnce::Again(args, gating)),
@@ -272,7 +299,7 @@ async fn gate_rest<'a>(
                 Some(answer) => answer,
                 None => timed(call.timeout(layer), || call.hook(gates, ctx)).await,
             };
-            match gating.note(layer, call.name(), answer, call.args())? {
+            match gating.note(ctx, layer, call, answer)? {
                 Next::Go => {}
                 Next::End(gate) => return Ok(gate),
                 Next::Again(new) => {
