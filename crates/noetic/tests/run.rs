@@ -198,3 +198,73 @@ fn a_policy_with_zero_attempts_is_rejected() {
         .unwrap_err();
     assert_eq!(err.code, ConfigCode::InvalidRetryPolicy);
 }
+
+/// A model that fails every call with a retryable error (or a rate limit asking for `retry_after_ms`), counting calls.
+struct Failing {
+    calls: Arc<AtomicU32>,
+    retry_after_ms: Option<u64>,
+}
+
+impl noetic::model::Model for Failing {
+    fn call(
+        &self,
+        _request: noetic::model::ModelRequest,
+    ) -> futures::future::BoxFuture<'static, Result<noetic::model::ModelResponse, NoeticError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let error = match self.retry_after_ms {
+            Some(ms) => NoeticError::ModelRateLimit { step_id: String::new(), retry_after_ms: Some(ms), message: None },
+            None => NoeticError::ModelFailed {
+                message: "overloaded".into(),
+                status: Some(503),
+                raw: None,
+                retryable: true,
+                source: None,
+            },
+        };
+        Box::pin(async move { Err(error) })
+    }
+}
+
+/// A `run` step with `policy` whose every attempt asks `model` once.
+fn asking(policy: RetryPolicy, model: Arc<dyn noetic::model::Model>) -> Step<u32, u32> {
+    Step::run("ask", move |_: u32, _ctx| {
+        let model = model.clone();
+        async move {
+            model.call(noetic::model::ModelRequest::default()).await?;
+            Ok(1)
+        }
+    })
+    .retry(policy)
+    .build()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retrying_run_step_around_a_retrying_model_makes_its_own_attempts_only() {
+    use noetic::model::ModelExt;
+    let calls = Arc::new(AtomicU32::new(0));
+    let inner = Failing { calls: calls.clone(), retry_after_ms: None };
+    let model = Arc::new(inner.with_retry(RetryPolicy::new(3, Backoff::Fixed, MS)));
+    let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS), model);
+    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    assert!(err.to_string().contains("overloaded"), "{err}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the step's 2 attempts, not 2 × 3 requests");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retrying_run_step_waits_as_long_as_a_rate_limit_asks_within_its_longest_delay() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let model = Arc::new(Failing { calls: calls.clone(), retry_after_ms: Some(400) });
+    let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS).max_delay(Duration::from_secs(1)), model.clone());
+    let started = Instant::now();
+    step.execute(0, &Context::new()).await.unwrap_err();
+    assert_eq!((calls.load(Ordering::SeqCst), started.elapsed()), (2, Duration::from_millis(400)));
+
+    // Asked to wait longer than the policy's longest delay: the step keeps its own backoff.
+    let calls = Arc::new(AtomicU32::new(0));
+    let model = Arc::new(Failing { calls: calls.clone(), retry_after_ms: Some(60_000) });
+    let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS).max_delay(Duration::from_secs(1)), model);
+    let started = Instant::now();
+    step.execute(0, &Context::new()).await.unwrap_err();
+    assert_eq!((calls.load(Ordering::SeqCst), started.elapsed()), (2, MS));
+}

@@ -22,7 +22,7 @@ pub use interface::{Capabilities, FinishReason, Model, ModelRequest, ModelRespon
 pub use limits::{ContextWindow, known_window};
 pub use params::{ModelParams, ToolChoice};
 pub use refusal::context_refusal;
-pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy, retry_delay, with_retries};
+pub use retry::{Backoff, DEFAULT_MAX_DELAY, RetryPolicy, as_retry_attempt, backoff_after, retry_delay, with_retries};
 pub use scripted::{HeldCall, ScriptedModel};
 pub use tokens::{
     Calibration, Estimate, Tally, TokenCounter, item_tokens, items_tokens, request_tokens, starts_turn, tools_tokens,

@@ -83,13 +83,16 @@ pub fn retry_delay(policy: &RetryPolicy, failed: u32, error: &NoeticError) -> Op
     if failed.saturating_add(1) >= policy.max_attempts.max(1) || !error.is_retryable() {
         return None;
     }
-    let backoff = policy.delay(failed);
+    (asked_within_cap(policy, error) != Some(false)).then(|| backoff_after(policy, failed, error))
+}
+
+/// For a rate limit that says how long to wait: whether that is within the policy's longest delay.
+fn asked_within_cap(policy: &RetryPolicy, error: &NoeticError) -> Option<bool> {
     match error {
         NoeticError::ModelRateLimit { retry_after_ms: Some(ms), .. } => {
-            let asked = Duration::from_millis(*ms);
-            (asked <= policy.max_delay.unwrap_or(DEFAULT_MAX_DELAY)).then(|| backoff.max(asked))
+            Some(Duration::from_millis(*ms) <= policy.max_delay.unwrap_or(DEFAULT_MAX_DELAY))
         }
-        _ => Some(backoff),
+        _ => None,
     }
 }
 
@@ -122,6 +125,27 @@ where
         tracing::debug!(attempt = failed + 1, ?delay, %error, target, "model call failed; retrying");
         tokio::time::sleep(delay).await;
         failed += 1;
+    }
+}
+
+/// Runs `attempt` as one attempt of a retry loop of the caller's own (a `run` step's `.retry(..)`): a
+/// [`with_retries`] loop inside it — a provider's, a [`RetryModel`](super::RetryModel)'s — makes one attempt, so the
+/// caller's policy decides alone instead of the two multiplying.
+pub async fn as_retry_attempt<F: Future>(attempt: F) -> F::Output {
+    RETRYING.scope((), attempt).await
+}
+
+/// How long a retry loop of the caller's own waits after attempt `failed` (from 0) ended in `error`: the policy's
+/// backoff, or a rate limit's `retry_after` when it is longer and within the policy's longest delay.
+pub fn backoff_after(policy: &RetryPolicy, failed: u32, error: &NoeticError) -> Duration {
+    let backoff = policy.delay(failed);
+    match error {
+        NoeticError::ModelRateLimit { retry_after_ms: Some(ms), .. }
+            if asked_within_cap(policy, error) == Some(true) =>
+        {
+            backoff.max(Duration::from_millis(*ms))
+        }
+        _ => backoff,
     }
 }
 

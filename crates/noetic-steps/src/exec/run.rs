@@ -8,6 +8,7 @@ use std::task::Poll;
 use super::{guard, guard_async, step_failed};
 use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
 use crate::error::{NoeticError, panicked};
+use crate::model::{as_retry_attempt, backoff_after};
 use crate::step::{StepFuture, StepRun};
 
 /// What starting a step and polling it once gave.
@@ -93,7 +94,8 @@ async fn retrying<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O,
             (None, _) => None,
         };
         let Some(this_input) = this_input else { break };
-        let error = match attempt(s, this_input, ctx).await {
+        // A retry loop inside the attempt (a provider's, a `RetryModel`'s) makes one attempt: this policy decides.
+        let error = match as_retry_attempt(attempt(s, this_input, ctx)).await {
             Ok(v) => return Ok(v),
             Err(e) if e.is_cancelled() => return Err(e),
             Err(e) => e,
@@ -101,7 +103,7 @@ async fn retrying<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O,
         if last {
             return Err(step_failed(&s.id, error, attempts > 1));
         }
-        let delay = policy.delay(k);
+        let delay = backoff_after(policy, k, &error);
         ctx.emit(|| EventKind::RetryScheduled { step_id: s.id.clone(), attempt: k, delay, error: error.clone() });
         tracing::debug!(step_id = %s.id, attempt = k, ?delay, %error, "run step attempt failed; retrying");
         tokio::select! {
