@@ -1,0 +1,34 @@
+//! What the steering layer tests share: counting rules, a `before_tool_call` shortcut, the layer's state and a
+//! scripted judge.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use noetic::layer::ToolCallParams;
+use noetic::prelude::*;
+use noetic::steering::SteeringState;
+use serde_json::Value;
+
+pub fn counted(id: &str, hooks: Vec<Hook>, decision: SteeringDecision, calls: &Arc<AtomicUsize>) -> SteeringRule {
+    let calls = calls.clone();
+    SteeringRule::predicate(id, hooks, move |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        decision.clone()
+    })
+}
+
+pub async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
+    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
+}
+
+pub fn state(layer: &SteeringLayer, ctx: &Context) -> SteeringState {
+    layer.state_for(ctx).unwrap_or_default()
+}
+
+/// A judge that answers from a list of replies, then repeats the last one.
+pub fn judge(replies: &[&str]) -> ScriptedModel {
+    let model = ScriptedModel::new(replies.iter().map(|r| ModelResponse::text(*r)));
+    let last = replies.last().copied().unwrap_or("ALLOW").to_owned();
+    model.with_responder(move |_| Ok(ModelResponse::text(last.clone())))
+}
