@@ -1,6 +1,7 @@
 // What the page scripts share: Chromium (from NOETIC_BROWSER_DIR's playwright-core, the executable from CHROMIUM or
 // /usr/bin/chromium), headless and quiet, and a page that waits up to a minute per step, prefers reduced motion and
 // records every console error and uncaught exception in `consoleErrors`.
+import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -40,4 +41,34 @@ export async function openSession(page, base, key) {
   await page.fill("#new-session-key", key);
   await page.press("#new-session-key", "Enter");
   await page.locator("#connection[data-state=live]").waitFor();
+}
+
+/**
+ * Runs a page script's `steps(shot)` on `page`: `shot(name)` saves `NN-name.png` in `dir` and lists it in
+ * `seen.steps`. Afterwards `seen` (with `consoleErrors`) is printed as one JSON line and the browser closed; a step
+ * that fails is shot as "failed", named on stderr with the console errors, and ends the process with status 1.
+ */
+export async function runSteps(browser, page, dir, seen, consoleErrors, steps) {
+  fs.mkdirSync(dir, { recursive: true });
+  seen.steps = [];
+  let step = 0;
+  const shot = async (name) => {
+    step += 1;
+    const file = path.join(dir, `${String(step).padStart(2, "0")}-${name}.png`);
+    await page.screenshot({ path: file });
+    seen.steps.push(file);
+  };
+  try {
+    await steps(shot);
+    seen.consoleErrors = consoleErrors;
+    console.log(JSON.stringify(seen));
+    await browser.close();
+  } catch (e) {
+    try { await shot("failed"); } catch (_) { /* the page may be gone */ }
+    console.error(`page step ${step + 1} failed: ${e.message}`);
+    console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
+    console.log(JSON.stringify(seen));
+    await browser.close();
+    process.exit(1);
+  }
 }
