@@ -5,7 +5,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -22,8 +22,11 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::approvals::DecideError;
+use crate::bodies::{
+    ContinueSessionOk, DecideOk, GetLedgerOk, GetSessionOk, Health, HealthOk, ListApprovalsOk, QueuedMessage,
+    Readiness, ReadyOk, ResumeOk, SetModeOk, StopOk,
+};
 use crate::error::ApiError;
-use crate::millis::unix_millis;
 use crate::open::{session, session_error, shutting_down, steer_error};
 use crate::sessions::store;
 use crate::turns::{resume_for_message, run_turn};
@@ -35,15 +38,21 @@ pub(crate) struct MessageBody {
     text: String,
 }
 
-#[derive(Serialize)]
-#[serde(tag = "routed", rename_all = "snake_case")]
-enum Routing {
+/// What became of a message (`routed`).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(tag = "routed", rename_all = "snake_case", deny_unknown_fields)]
+#[schema(as = PostMessage202)]
+pub(crate) enum Routing {
     /// The session was idle: this message started turn `turn`.
     Started { turn: u64 },
     /// A turn was running: the message was queued for it.
     Steered { message_id: String, turn: u64 },
     /// The session is paused over its budget: the message was queued, and runs once the limit is raised.
-    Paused { message_id: String, message: String },
+    Paused {
+        message_id: String,
+        /// Why the message waits: the session is paused over its budget until the limit is raised.
+        message: String,
+    },
 }
 
 /// `POST /api/sessions/{key}/messages`: starts a turn or steers the running one, decided atomically.
@@ -53,12 +62,12 @@ enum Routing {
     summary = "Send a message: starts a turn when the session is idle, steers the running turn when busy (decided \
         atomically)",
     params(crate::openapi::common::SessionKey),
-    request_body(content = inline(MessageBody), content_type = "application/json"),
+    request_body(content = MessageBody, content_type = "application/json"),
     responses(
         (
             status = 202,
             description = "Accepted",
-            body = inline(crate::openapi::bodies::PostMessage202),
+            body = Routing,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -118,14 +127,6 @@ pub(crate) async fn post_message(
     Ok((StatusCode::ACCEPTED, Json(routing)).into_response())
 }
 
-#[derive(Serialize)]
-struct QueuedMessage {
-    id: String,
-    text: String,
-    #[serde(serialize_with = "unix_millis")]
-    accepted_at: SystemTime,
-}
-
 /// `GET /api/sessions/{key}`: the conversation, its queue and whether a turn runs (here or on another worker) or
 /// was left unfinished, as the session's log says (what other workers append reaches this worker's copy as they
 /// append it).
@@ -138,7 +139,7 @@ struct QueuedMessage {
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::GetSessionOk),
+            body = GetSessionOk,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -150,36 +151,29 @@ struct QueuedMessage {
 pub(crate) async fn get_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<GetSessionOk>, ApiError> {
     let session = session(&state, &key).await?;
     let running_on = match session.is_busy() {
         true => None,
         false => session.running_elsewhere().await,
     };
     let pending_approvals = state.approvals.listed(Some(&key)).await;
-    Ok(Json(json!({
-        "key": key,
-        "title": session.title(),
-        "busy": session.is_busy() || running_on.is_some(),
-        "running_on": running_on,
-        "turns": session.turns(),
-        "steering_mode": session.steering_mode().as_str(),
-        "steering_capacity": session.steering_capacity(),
-        "queued": queued_lines(session.queued_messages()),
+    Ok(Json(GetSessionOk {
+        title: session.title(),
+        busy: session.is_busy() || running_on.is_some(),
+        turns: session.turns(),
+        steering_mode: session.steering_mode().as_str(),
+        steering_capacity: session.steering_capacity(),
+        queued: session.queued_messages().into_iter().map(QueuedMessage::from).collect(),
         // A turn running on another worker is not a turn left behind.
-        "unfinished_turn": session.unfinished_turn().filter(|_| running_on.is_none()),
-        "last_event_seq": session.last_event_seq(),
-        "pending_approvals": pending_approvals,
-        "budget": crate::budget::status(&session),
-        "history": session.history(),
-    })))
-}
-
-fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> {
-    queued
-        .into_iter()
-        .map(|m| QueuedMessage { id: m.id.to_string(), text: m.text, accepted_at: m.accepted_at })
-        .collect()
+        unfinished_turn: session.unfinished_turn().filter(|_| running_on.is_none()),
+        running_on,
+        last_event_seq: session.last_event_seq(),
+        pending_approvals,
+        budget: crate::budget::status(&session),
+        history: session.history(),
+        key,
+    }))
 }
 
 /// `GET /api/sessions/{key}/ledger`: the steering decisions, oldest first.
@@ -192,21 +186,23 @@ fn queued_lines(queued: Vec<noetic::agent::SteerMessage>) -> Vec<QueuedMessage> 
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::GetLedgerOk),
+            body = GetLedgerOk,
             content_type = "application/json",
         ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 501, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<GetLedgerOk>, ApiError> {
     store(&state)?;
     let entries = session(&state, &key).await?.ledger();
-    Ok(Json(json!({ "key": key, "entries": entries })))
+    Ok(Json(GetLedgerOk { key, entries }))
 }
 
 /// `POST /api/sessions/{key}/stop`: clears the queue and cancels the running turn.
@@ -222,18 +218,23 @@ pub(crate) async fn get_ledger(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::StopOk),
+            body = StopOk,
             content_type = "application/json",
         ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
-pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn stop(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<Json<StopOk>, ApiError> {
     let session = session(&state, &key).await?;
     let (cleared, cancelled) = session.stop("stopped through the API").await;
-    Ok(Json(json!({ "cleared": cleared, "cancelled": cancelled })))
+    Ok(Json(StopOk { cleared, cancelled }))
 }
 
 /// `POST /api/sessions/{key}/continue`: an idle session with queued messages starts a turn with them.
@@ -249,22 +250,25 @@ pub(crate) async fn stop(State(state): State<Arc<AppState>>, Path(key): Path<Str
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::ContinueSessionOk),
+            body = ContinueSessionOk,
             content_type = "application/json",
         ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 409, response = crate::openapi::common::ApiErrorResponse),
         (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn continue_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ContinueSessionOk>, ApiError> {
     let session = startable(&state, &key).await?;
     let started = session.continue_session().await;
-    start_with(&state, &key, session, "started", started)
+    let turn = start_with(&state, &key, session, started)?;
+    Ok(Json(ContinueSessionOk { started: turn.is_some(), turn }))
 }
 
 /// `POST /api/sessions/{key}/resume`: finishes the turn a stopped process left unfinished.
@@ -280,25 +284,27 @@ pub(crate) async fn continue_session(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::ResumeOk),
+            body = ResumeOk,
             content_type = "application/json",
         ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 409, response = crate::openapi::common::ApiErrorResponse),
         (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ResumeOk>, ApiError> {
     let session = startable(&state, &key).await?;
     let started = session.resume().await;
-    start_with(&state, &key, session, "resumed", started)
+    let turn = start_with(&state, &key, session, started)?;
+    Ok(Json(ResumeOk { resumed: turn.is_some(), turn }))
 }
 
-/// Starts the turn `start` makes, if any, and answers `{field: true, "turn": N}` or `{field: false}`.
 /// The session `key`, when the server still starts turns.
 async fn startable(state: &AppState, key: &str) -> Result<Session, ApiError> {
     let session = session(state, key).await?;
@@ -308,27 +314,26 @@ async fn startable(state: &AppState, key: &str) -> Result<Session, ApiError> {
     Ok(session)
 }
 
-/// Runs the turn `started` gave (if any) and answers with `field` and its number.
+/// Runs the turn `started` gave (if any) and answers with its number.
 fn start_with(
     state: &AppState,
     key: &str,
     session: Session,
-    field: &str,
     started: Result<Option<Turn>, SessionError>,
-) -> Result<Json<Value>, ApiError> {
-    match started.map_err(|e| session_error(key, e))? {
-        Some(turn) => {
-            let number = turn.number();
-            run_turn(state, session, turn);
-            Ok(Json(json!({ field: true, "turn": number })))
-        }
-        None => Ok(Json(json!({ field: false }))),
-    }
+) -> Result<Option<u64>, ApiError> {
+    let Some(turn) = started.map_err(|e| session_error(key, e))? else { return Ok(None) };
+    let number = turn.number();
+    run_turn(state, session, turn);
+    Ok(Some(number))
 }
 
-#[derive(Deserialize)]
+/// `PUT /api/sessions/{key}/mode`'s body.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = SetModeRequest)]
 pub(crate) struct ModeBody {
+    /// Read in any case, surrounding spaces ignored.
+    #[schema(value_type = crate::bodies::SteeringModeName)]
     mode: String,
 }
 
@@ -338,12 +343,12 @@ pub(crate) struct ModeBody {
     path = "/api/sessions/{key}/mode",
     summary = "Set the session's steering mode",
     params(crate::openapi::common::SessionKey),
-    request_body(content = inline(crate::openapi::bodies::SetModeRequest), content_type = "application/json"),
+    request_body(content = ModeBody, content_type = "application/json"),
     responses(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::SetModeOk),
+            body = SetModeOk,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -351,18 +356,19 @@ pub(crate) struct ModeBody {
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 408, response = crate::openapi::common::ApiErrorResponse),
         (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn set_mode(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
     body: Result<Json<ModeBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SetModeOk>, ApiError> {
     let Json(body) = body?;
     let session = session(&state, &key).await?;
     let mode = SteeringMode::parse(&body.mode).map_err(|e| ApiError::bad_request("invalid_mode", e.to_string()))?;
     session.set_steering_mode(mode).await;
-    Ok(Json(json!({ "mode": mode.as_str() })))
+    Ok(Json(SetModeOk { mode: mode.as_str() }))
 }
 
 #[derive(Deserialize)]
@@ -392,12 +398,13 @@ pub(crate) struct EventsQuery {
                 (field 'type'); events the log no longer holds arrive as one event named 'gap' with {from, to}. An \
                 event that carries an error (turn_failed, step_failed, steering_denied, retry_scheduled, \
                 loop_iteration_error, every_iteration_error) also has 'error_text': the error as one readable sentence",
-            body = inline(crate::openapi::bodies::EventsStream),
+            body = String,
             content_type = "text/event-stream",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
+        (status = 503, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
 pub(crate) async fn events(
@@ -475,9 +482,10 @@ pub(crate) struct ApprovalsQuery {
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::ListApprovalsOk),
+            body = ListApprovalsOk,
             content_type = "application/json",
         ),
+        (status = 400, response = crate::openapi::common::ApiErrorResponse),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
     ),
@@ -485,9 +493,9 @@ pub(crate) struct ApprovalsQuery {
 pub(crate) async fn list_approvals(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ListApprovalsOk>, ApiError> {
     let Query(query) = query?;
-    Ok(Json(json!({ "approvals": state.approvals.listed(query.session.as_deref()).await })))
+    Ok(Json(ListApprovalsOk { approvals: state.approvals.listed(query.session.as_deref()).await }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -508,12 +516,12 @@ pub(crate) struct DecisionBody {
     path = "/api/approvals/{call_id}",
     summary = "Approve or reject a waiting call",
     params(("call_id" = String, Path)),
-    request_body(content = inline(DecisionBody), content_type = "application/json"),
+    request_body(content = DecisionBody, content_type = "application/json"),
     responses(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::DecideOk),
+            body = DecideOk,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -529,7 +537,7 @@ pub(crate) async fn decide(
     State(state): State<Arc<AppState>>,
     Path(call_id): Path<String>,
     body: Result<Json<DecisionBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DecideOk>, ApiError> {
     let Json(body) = body?;
     let approval = if body.approve {
         Approval::Approve
@@ -540,7 +548,7 @@ pub(crate) async fn decide(
     let shown = body.arguments_sha256.as_deref();
     match state.approvals.decide_shown(body.session.as_deref(), &call_id, shown, approval) {
         Ok(pending) => {
-            Ok(Json(json!({ "call_id": pending.call_id, "session": pending.session, "approved": body.approve })))
+            Ok(Json(DecideOk { call_id: pending.call_id, session: pending.session, approved: body.approve }))
         }
         Err(DecideError::NotWaiting) => Err(ApiError::not_found(
             "no_such_approval",
@@ -569,14 +577,14 @@ pub(crate) async fn decide(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::HealthOk),
+            body = HealthOk,
             content_type = "application/json",
         ),
     ),
     security(()),
 )]
-pub(crate) async fn health() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+pub(crate) async fn health() -> Json<HealthOk> {
+    Json(HealthOk { status: Health::Ok })
 }
 
 /// `GET /readyz`: the server takes work (not shutting down, and its store answers).
@@ -588,7 +596,7 @@ pub(crate) async fn health() -> Json<Value> {
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::ReadyOk),
+            body = ReadyOk,
             content_type = "application/json",
         ),
         (status = 503, response = crate::openapi::common::ApiErrorResponse),
@@ -604,7 +612,7 @@ pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     {
         return crate::sessions::unavailable(e).into_response();
     }
-    Json(json!({ "status": "ready" })).into_response()
+    Json(ReadyOk { status: Readiness::Ready }).into_response()
 }
 
 /// Any other route.

@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use noetic::tool::{Approval, ApprovalRequest, Approver};
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 /// How long a call waits for a decision by default.
@@ -116,7 +115,7 @@ impl Approvals {
 
     /// The calls waiting now, as [`Approvals::pending`], each with its preview and `expires_in_ms` (the time left
     /// to decide, by the server's clock: a client counts down from it without trusting its own clock).
-    pub(crate) async fn listed(&self, session: Option<&str>) -> Vec<Value> {
+    pub(crate) async fn listed(&self, session: Option<&str>) -> Vec<crate::bodies::ListedApproval> {
         let mut list = self.pending(session);
         if let Some(preview) = self.preview.clone().filter(|_| !list.is_empty()) {
             let previewed = tokio::task::spawn_blocking(move || {
@@ -134,13 +133,16 @@ impl Approvals {
         }
         let now = SystemTime::now();
         list.into_iter()
-            .map(|pending| {
-                let left = pending.expires_at.duration_since(now).unwrap_or_default();
-                let mut value = serde_json::to_value(&pending).unwrap_or(Value::Null);
-                if let Value::Object(fields) = &mut value {
-                    fields.insert("expires_in_ms".into(), crate::millis::millis_of(left).into());
-                }
-                value
+            .map(|pending| crate::bodies::ListedApproval {
+                expires_in_ms: crate::millis::millis_of(pending.expires_at.duration_since(now).unwrap_or_default()),
+                requested_at: crate::millis::unix_ms(pending.requested_at),
+                expires_at: crate::millis::unix_ms(pending.expires_at),
+                call_id: pending.call_id,
+                session: pending.session,
+                tool: pending.tool,
+                arguments: pending.arguments,
+                arguments_sha256: pending.arguments_sha256,
+                preview: pending.preview,
             })
             .collect()
     }

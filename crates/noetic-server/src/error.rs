@@ -6,7 +6,6 @@ use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 /// An API error: a status, a stable code a program can match, and a message that says what to do.
 #[derive(Debug)]
@@ -55,7 +54,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let body =
+            crate::bodies::Error { error: crate::bodies::ErrorDetail { code: self.code, message: self.message } };
         (self.status, Json(body)).into_response()
     }
 }

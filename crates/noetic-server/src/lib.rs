@@ -75,6 +75,7 @@ mod api;
 mod approvals;
 mod assets;
 mod authority;
+mod bodies;
 mod budget;
 mod compact;
 mod config;

@@ -6,10 +6,11 @@ use serde::Serializer;
 
 /// Serialises a time as milliseconds since the Unix epoch (what a browser's `new Date(ms)` takes).
 pub(crate) fn unix_millis<S: Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(millis(*at))
+    s.serialize_u64(unix_ms(*at))
 }
 
-fn millis(at: SystemTime) -> u64 {
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, millis_of)
 }
 

@@ -9,7 +9,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use noetic::agent::log::LogStore;
 use serde::Serialize;
-use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::AppState;
@@ -102,22 +101,42 @@ pub(crate) fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string())
 }
 
-#[derive(Serialize)]
-struct SessionLine {
+/// `GET /api/sessions`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListSessionsOk {
+    sessions: Vec<SessionLine>,
+}
+
+/// `DELETE /api/sessions/{key}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeleteSessionOk {
+    /// The session key.
+    deleted: String,
+}
+
+/// One session of the list.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SessionLine {
     key: String,
-    /// Its title, if it was given one (untrusted text).
+    /// Its title, if it was given one (PATCH /api/sessions/{key}); untrusted text.
+    #[schema(required = true)]
     title: Option<String>,
     turns: u64,
     items: u64,
     queued: u64,
-    /// A turn runs now (here, or on `running_on`).
+    /// A turn runs now (on this server, or on `running_on`).
     running: bool,
-    /// With a store several workers share: the worker running its turn, when it is another one.
+    /// With a store several workers share: the worker running its turn, when it is another one (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     running_on: Option<String>,
-    /// A stopped process left its last turn unfinished (a running turn is not).
+    /// A stopped process left its last turn unfinished (POST .../resume finishes it); false while the turn runs.
     unfinished: bool,
+    /// ms since the Unix epoch.
     #[serde(serialize_with = "unix_millis")]
+    #[schema(value_type = u64)]
     updated_at: SystemTime,
 }
 
@@ -168,7 +187,7 @@ async fn line(
         (
             status = 200,
             description = "OK",
-            body = inline(crate::openapi::bodies::ListSessionsOk),
+            body = ListSessionsOk,
             content_type = "application/json",
         ),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
@@ -176,14 +195,14 @@ async fn line(
         (status = 501, response = crate::openapi::common::ApiErrorResponse),
     ),
 )]
-pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn list_sessions(State(state): State<Arc<AppState>>) -> Result<Json<ListSessionsOk>, ApiError> {
     let store = store(&state)?.clone();
     let listed = store.list().await.map_err(|e| ApiError::internal(format!("could not list the sessions: {e}")))?;
     let mut lines = Vec::with_capacity(listed.len());
     for session in listed {
         lines.push(line(&state, store.as_ref(), session).await?);
     }
-    Ok(Json(json!({ "sessions": lines })))
+    Ok(Json(ListSessionsOk { sessions: lines }))
 }
 
 /// How long a delete waits for the server to let go of a session whose turn just ended.
@@ -205,7 +224,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
         (
             status = 200,
             description = "Deleted",
-            body = inline(crate::openapi::bodies::DeleteSessionOk),
+            body = DeleteSessionOk,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -221,7 +240,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 pub(crate) async fn delete_session(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeleteSessionOk>, ApiError> {
     check_key(&key)?;
     let shared = store(&state)?.clone();
     let busy = || {
@@ -259,5 +278,5 @@ pub(crate) async fn delete_session(
     if !deleted {
         return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to delete")));
     }
-    Ok(Json(json!({ "deleted": key })))
+    Ok(Json(DeleteSessionOk { deleted: key }))
 }

@@ -6,12 +6,33 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::open::{check_key, session, session_error};
 use crate::sessions::{store, unavailable};
+
+/// `PATCH /api/sessions/{key}`'s body.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = RenameRequest)]
+pub(crate) struct RenameBody {
+    /// The new title, trimmed; 1 to 120 characters, no control characters.
+    #[schema(max_length = 120)]
+    title: String,
+}
+
+/// The renamed session.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RenameOk {
+    key: String,
+    /// The title as kept (trimmed).
+    #[schema(required = true)]
+    title: Option<String>,
+}
 
 /// Sets the session's title; 404 for a session the store does not hold (a rename creates nothing), 400
 /// `invalid_title` for a body without a string `title` or a title the library refuses. Allowed while a turn runs.
@@ -23,12 +44,12 @@ use crate::sessions::{store, unavailable};
         characters (line breaks, escapes) is 400 'invalid_title'. 404 'no_such_session' for a session the store does \
         not hold.",
     params(crate::openapi::common::SessionKey),
-    request_body(content = inline(crate::openapi::bodies::RenameRequest), content_type = "application/json"),
+    request_body(content = RenameBody, content_type = "application/json"),
     responses(
         (
             status = 200,
             description = "Renamed",
-            body = inline(crate::openapi::bodies::RenameOk),
+            body = RenameOk,
             content_type = "application/json",
         ),
         (status = 400, response = crate::openapi::common::ApiErrorResponse),
@@ -43,10 +64,11 @@ pub(crate) async fn rename(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
     body: Result<Json<Value>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RenameOk>, ApiError> {
     let Json(body) = body?;
     check_key(&key)?;
-    let Some(title) = body.get("title").and_then(Value::as_str) else {
+    // Read here rather than by the extractor, so a body of another shape is `invalid_title`, not `invalid_json`.
+    let Ok(RenameBody { title }) = serde_json::from_value(body) else {
         return Err(ApiError::bad_request("invalid_title", r#"send the new title as a string: {"title": "…"}"#));
     };
     let store = store(&state)?.clone();
@@ -54,6 +76,6 @@ pub(crate) async fn rename(
         return Err(ApiError::not_found("no_such_session", format!("there is no session '{key}' to rename")));
     }
     let session = session(&state, &key).await?;
-    session.set_title(title).await.map_err(|e| session_error(&key, e))?;
-    Ok(Json(json!({ "key": key, "title": session.title() })))
+    session.set_title(&title).await.map_err(|e| session_error(&key, e))?;
+    Ok(Json(RenameOk { title: session.title(), key }))
 }

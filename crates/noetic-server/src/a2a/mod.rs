@@ -68,7 +68,7 @@ pub const STEERING_EXTENSION: &str = "urn:noetic:a2a:steering:v1";
         (
             status = 200,
             description = "The agent card",
-            body = inline(crate::openapi::bodies::AgentCardOk),
+            body = card::AgentCard,
             content_type = "application/json",
         ),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
@@ -92,14 +92,14 @@ pub(crate) async fn agent_card(State(state): State<Arc<AppState>>, headers: Head
         JSON-RPC response whose result is a StreamResponse: the task, artifact chunks of the model's text, working \
         status updates with metadata.noetic.event, and the final or input-required status). Errors are JSON-RPC errors \
         with A2A's codes and the API's error code in data.code.",
-    request_body(content = inline(crate::openapi::bodies::RpcRequest), content_type = "application/json"),
+    request_body(content = rpc::RequestSchema, content_type = "application/json"),
     responses(
         (
             status = 200,
             description = "A JSON-RPC response, or for the streaming methods the event stream",
             content(
-                (inline(crate::openapi::bodies::RpcJson) = "application/json"),
-                (inline(crate::openapi::bodies::RpcStream) = "text/event-stream"),
+                (rpc::Envelope = "application/json"),
+                (String = "text/event-stream"),
             ),
         ),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
@@ -280,7 +280,7 @@ async fn route(state: &Arc<AppState>, params: &Value) -> Result<Sent, RpcError> 
                 // Nothing runs over the budget: the message waits as the task the next turn will be.
                 return match session.send_or_steer(text).await.map_err(|e| RpcError::from_api(&steer_error(e)))? {
                     Routed::Steered(message) => {
-                        let budget = crate::budget::status(&session)["paused"].clone();
+                        let budget = crate::budget::paused(&session);
                         let next = session.turns() + 1;
                         Ok(sent(next, Routing::Paused(message.to_string(), budget), follower, session))
                     }
@@ -331,7 +331,7 @@ async fn send_message(state: &Arc<AppState>, params: &Value) -> Result<Value, Rp
 fn sse(id: Value, rx: mpsc::Receiver<Value>) -> Response {
     let events = futures::stream::unfold((rx, id), |(mut rx, id)| async move {
         let result = rx.recv().await?;
-        let data = rpc::result(&id, result).to_string();
+        let data = serde_json::to_string(&rpc::result(&id, result)).unwrap_or_default();
         Some((Ok::<_, Infallible>(SseEvent::default().data(data)), (rx, id)))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()

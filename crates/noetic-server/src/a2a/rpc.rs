@@ -1,7 +1,9 @@
 //! JSON-RPC 2.0 as A2A's JSON-RPC binding uses it: a request's envelope, and errors with A2A's codes, each with
 //! our stable error code in `data.code` and a message that says what to do.
 
+use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 /// A JSON-RPC error.
 #[derive(Debug)]
@@ -106,16 +108,114 @@ impl Request {
     }
 }
 
+/// A JSON-RPC response: a result or an error, under the request's id.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = RpcJson)]
+pub(crate) enum Envelope {
+    Success(Success),
+    Failure(Failure),
+}
+
+/// `"2.0"`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JsonRpcVersion)]
+pub(crate) enum Version {
+    #[serde(rename = "2.0")]
+    V2,
+}
+
+/// A result.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RpcSuccess)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Success {
+    jsonrpc: Version,
+    #[schema(schema_with = answered_id)]
+    id: Value,
+    /// The method's result: `{"task": Task}` (SendMessage), a `Task` (GetTask, CancelTask), or in a stream a
+    /// `StreamResponse` (`task`, `statusUpdate` or `artifactUpdate`), as A2A 1.0 defines them.
+    #[schema(value_type = Object)]
+    result: Value,
+}
+
+/// An error.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RpcFailure)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Failure {
+    jsonrpc: Version,
+    #[schema(schema_with = answered_id)]
+    id: Value,
+    error: ErrorObject,
+}
+
+/// A JSON-RPC error object.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RpcErrorObject)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ErrorObject {
+    /// The JSON-RPC / A2A code (-32001 task not found, -32602 invalid params, …).
+    code: i64,
+    message: String,
+    data: ErrorData,
+}
+
+/// What the error object carries besides.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RpcErrorData)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ErrorData {
+    /// The API's stable error code (`task_not_found`, `empty_message`, …).
+    code: &'static str,
+}
+
+/// The id a response carries: the request's, or null when the request had none that could be read.
+fn answered_id() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Integer, Type::Null])).build()
+}
+
+/// A JSON-RPC request, as [`Request::parse`] reads it (by hand, so that each malformed envelope gets its JSON-RPC
+/// error under the request's id, and an unknown method `method_not_found` rather than a parse error).
+#[derive(ToSchema)]
+#[schema(as = RpcRequest)]
+#[allow(dead_code)]
+pub(crate) struct RequestSchema {
+    jsonrpc: Version,
+    #[schema(schema_with = request_id)]
+    id: Value,
+    method: Method,
+    /// The method's parameters (A2A 1.0's `SendMessageRequest`, `GetTaskRequest`, …).
+    #[schema(value_type = Option<Object>)]
+    params: Option<Value>,
+}
+
+/// The methods this agent answers.
+#[derive(ToSchema)]
+#[schema(as = RpcMethod)]
+#[allow(dead_code)]
+enum Method {
+    SendMessage,
+    SendStreamingMessage,
+    GetTask,
+    CancelTask,
+    SubscribeToTask,
+}
+
+/// A request's id: a string or a number.
+fn request_id() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Integer])).build()
+}
+
 /// A success envelope.
-pub(crate) fn result(id: &Value, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+pub(crate) fn result(id: &Value, result: Value) -> Envelope {
+    Envelope::Success(Success { jsonrpc: Version::V2, id: id.clone(), result })
 }
 
 /// An error envelope.
-pub(crate) fn error(id: &Value, e: &RpcError) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": { "code": e.code, "message": e.message, "data": { "code": e.reason } },
-    })
+pub(crate) fn error(id: &Value, e: &RpcError) -> Envelope {
+    let error = ErrorObject { code: e.code, message: e.message.clone(), data: ErrorData { code: e.reason } };
+    Envelope::Failure(Failure { jsonrpc: Version::V2, id: id.clone(), error })
 }

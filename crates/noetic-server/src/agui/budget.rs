@@ -38,7 +38,7 @@ pub(super) async fn paused(
         }
         state.threads.accept(thread, &id);
     }
-    let budget = crate::budget::status(session)["paused"].clone();
+    let budget = crate::budget::paused(session);
     let message = format!(
         "thread '{thread}' is paused over its budget ({reached}); the message was queued and runs once the limit is \
          raised (PUT /api/sessions/{thread}/budget, Raise on the page, or /budget in noetic chat)"

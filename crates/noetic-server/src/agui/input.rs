@@ -7,44 +7,60 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
-/// The parts of a `RunAgentInput` the server acts on.
-#[derive(Debug, Deserialize)]
+/// The parts of a `RunAgentInput` the server acts on (its other fields, `state` and `forwardedProps`, are
+/// accepted and ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RunRequest)]
 pub(crate) struct RunInput {
+    /// The session key.
+    #[schema(pattern = r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")]
     pub(crate) thread_id: String,
     pub(crate) run_id: String,
+    /// The conversation the client holds: the user messages at the end not taken before are the new input.
     pub(crate) messages: Vec<Message>,
+    /// Answers to the thread's open interrupts.
     #[serde(default)]
     pub(crate) resume: Vec<ResumeEntry>,
+    /// Ignored: the agent's tools are the server's.
     #[serde(default)]
     #[allow(dead_code)]
+    #[schema(value_type = Vec<Object>)]
     tools: Vec<Value>,
+    /// Ignored.
     #[serde(default)]
     #[allow(dead_code)]
+    #[schema(value_type = Vec<Object>)]
     context: Vec<Value>,
 }
 
 /// One message of the conversation the client holds.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = RunMessage)]
 pub(crate) struct Message {
     pub(crate) id: String,
+    /// `user`, `assistant`, `tool`, …: only user messages are taken.
     pub(crate) role: String,
+    /// Text, or AG-UI's content parts.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub(crate) content: Option<Value>,
 }
 
 /// An answer to one interrupt.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ResumeEntry {
     pub(crate) interrupt_id: String,
     pub(crate) status: ResumeStatus,
+    /// For an approval: `{"approved": bool, "reason"?: string}`.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub(crate) payload: Option<Value>,
 }
 
 /// Whether an interrupt was answered or abandoned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ResumeStatus {
     Resolved,

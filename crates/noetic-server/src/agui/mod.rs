@@ -104,12 +104,12 @@ struct Started {
             description = "the agent's name (the workflow file's stem, chat for the chat agent) or default",
         ),
     ),
-    request_body(content = inline(crate::openapi::bodies::RunRequest), content_type = "application/json"),
+    request_body(content = input::RunInput, content_type = "application/json"),
     responses(
         (
             status = 200,
             description = "The AG-UI event stream (a bad input is one RUN_ERROR event)",
-            body = inline(crate::openapi::bodies::RunStream),
+            body = String,
             content_type = "text/event-stream",
         ),
         (status = 401, response = crate::openapi::common::ApiErrorResponse),

@@ -153,7 +153,7 @@ impl Run {
                 "steering_mode": session.steering_mode().as_str(),
                 "queued": queued,
                 "pending_approvals": approvals,
-            "paused": crate::budget::status(session)["paused"],
+            "paused": crate::budget::paused(session),
         })
     }
 
