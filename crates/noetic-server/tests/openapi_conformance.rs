@@ -140,6 +140,9 @@ async fn every_documented_route_answers_bodies_its_schema_allows_on_success_and_
     let missing = json!({ "jsonrpc": "2.0", "id": "g", "method": "GetTask", "params": { "id": "nobody:1" } });
     assert_eq!(c.json("POST", "/a2a", "/a2a", Some(missing), 200).await["error"]["code"], -32001);
     c.send("POST", "/a2a", "/a2a", None, &[], 415).await;
+    // Past the cross-site guard (marked), but not JSON by its type: the refusal is a JSON-RPC error.
+    let not_json = [("X-Noetic-Request", "1"), ("Content-Type", "text/plain")];
+    assert_eq!(c.send("POST", "/a2a", "/a2a", None, &not_json, 415).await["error"]["code"], -32600);
 
     // With an access token, every route that needs it answers 401 without it.
     let t = Running::start(Runtime::builder().model(Arc::new(model())), with_token(), LONG).await;

@@ -105,7 +105,12 @@ pub(crate) async fn agent_card(State(state): State<Arc<AppState>>, headers: Head
         (status = 401, response = crate::openapi::common::ApiErrorResponse),
         (status = 403, response = crate::openapi::common::ApiErrorResponse),
         (status = 413, description = "The body is over the limit (a JSON-RPC error, data.code body_too_large)"),
-        (status = 415, response = crate::openapi::common::ApiErrorResponse),
+        (
+            status = 415,
+            description = "Not JSON by its type: the API's error when the cross-site guard refuses it (no \
+                X-Noetic-Request header), a JSON-RPC error (code -32600) when it passed the guard",
+            body = rpc::Refused,
+        ),
     ),
 )]
 pub(crate) async fn rpc(State(state): State<Arc<AppState>>, body: Result<Json<Value>, JsonRejection>) -> Response {

@@ -117,6 +117,17 @@ pub(crate) enum Envelope {
     Failure(Failure),
 }
 
+/// What `/a2a` answers a request that is not JSON by its type (415): the cross-site guard's API error, or — for a
+/// request that passed the guard — a JSON-RPC error. (A schema only: the two are built where they are refused.)
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[schema(as = A2aRefused)]
+#[allow(dead_code)]
+pub(crate) enum Refused {
+    Guard(crate::bodies::Error),
+    Rpc(Envelope),
+}
+
 /// `"2.0"`.
 #[derive(Serialize, ToSchema)]
 #[schema(as = JsonRpcVersion)]
