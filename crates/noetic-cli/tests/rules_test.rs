@@ -337,3 +337,19 @@ fn sqlite(path: &PathBuf, version: i64) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch(&format!("CREATE TABLE t (x); PRAGMA user_version = {version};")).unwrap();
 }
+
+#[test]
+fn a_rewrite_rule_in_the_file_is_named_as_not_replayed_and_changes_nothing() {
+    let rules = format!(
+        "{RULES}\n[[rule]]\nid = \"read-drafts\"\nrewrite_arg = {{ tool = \"read_file\", arg = \"path\", regex = \
+         '^notes/', replace = \"drafts/\" }}\n"
+    );
+    let out = replay(&rules, "db.sqlite", &["--json"]);
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert!(
+        out.stderr.contains("note: rewrite rule(s) read-drafts are not replayed"),
+        "the user is told: {}",
+        out.stderr
+    );
+    assert_eq!(summary(&out)["changed"], json!(0), "stdout stays one JSON object: {}", out.stdout);
+}

@@ -239,6 +239,11 @@ impl RuleSet {
             .collect()
     }
 
+    /// The ids of the `rewrite_arg` rules (which `noetic rules test` does not replay).
+    pub fn rewrite_ids(&self) -> Vec<&str> {
+        self.rules.iter().filter(|r| matches!(r.kind, Kind::RewriteArg(_))).map(|r| r.id.as_str()).collect()
+    }
+
     /// Each rule's id and what it checks (the lines of [`RuleSet::describe`], without the id prefix there).
     pub fn ids(&self) -> Vec<String> {
         self.rules.iter().map(|r| r.id.clone()).collect()

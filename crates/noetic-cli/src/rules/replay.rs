@@ -72,6 +72,13 @@ pub async fn run(args: TestArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let layer = steering(SteeringConfig::new(set.steering_rules(&judge_model, &workspace)))
         .map_err(|e| format!("{}: {e}", args.rules.display()))?;
+    let rewrites = set.rewrite_ids();
+    if !rewrites.is_empty() {
+        crate::output::errln!(
+            "note: rewrite rule(s) {} are not replayed: a replay decides recorded calls again, it does not change them",
+            rewrites.join(", ")
+        );
+    }
     let source = Against::open(&args).await?;
     let recorded = source.decisions();
     let mut verdicts = Verdicts::default();
