@@ -45,14 +45,6 @@ pub mod testing {
         super::schema::migrate_to(&mut conn, 0, version.min(super::SCHEMA_VERSION))
     }
 
-    /// Creates a file with the session log's schema of `version` (6 to [`crate::LOG_SCHEMA_VERSION`]), as that
-    /// release left a new file.
-    pub fn create_log(path: &Path, version: i64) -> Result<(), noetic_runtime::agent::log::StoreError> {
-        let mut conn = rusqlite::Connection::open(path)
-            .map_err(|e| noetic_runtime::agent::log::StoreError::unavailable("opening the file", e))?;
-        crate::log::migrate_to_version(&mut conn, path, version.clamp(6, crate::LOG_SCHEMA_VERSION))
-    }
-
     /// The file's schema version (`PRAGMA user_version`).
     pub fn user_version(path: &Path) -> rusqlite::Result<i64> {
         rusqlite::Connection::open(path)?.query_row("PRAGMA user_version", [], |r| r.get(0))

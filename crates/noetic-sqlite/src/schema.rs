@@ -14,7 +14,6 @@
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
 //!   ([`crate::log`] has the mapping).
 //! * Version 7: the sessions' leases (`log_leases`), so several processes can share one file's sessions.
-//! * Version 8: `log_entries` clustered by session and position (`WITHOUT ROWID`).
 
 use rusqlite::Connection;
 
@@ -23,23 +22,7 @@ pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this
 /// build opens; a newer file is refused untouched.
-pub const LOG_SCHEMA_VERSION: i64 = 8;
-
-/// Version 7 → 8: the entries in one b-tree ordered by session and position (`WITHOUT ROWID`) instead of a rowid
-/// table beside its primary key's index: an append writes one page fewer, and a session's entries are read from
-/// adjacent pages. An entry past about 1000 bytes keeps the rest in overflow pages (a rowid row does past a page),
-/// which costs what the index page did. The rows are copied in the migration's transaction.
-pub(crate) const V8: &str = "
-CREATE TABLE log_entries_v8 (
-    session TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    entry TEXT NOT NULL,
-    PRIMARY KEY (session, pos)
-) WITHOUT ROWID;
-INSERT INTO log_entries_v8 (session, pos, entry) SELECT session, pos, entry FROM log_entries;
-DROP TABLE log_entries;
-ALTER TABLE log_entries_v8 RENAME TO log_entries;
-";
+pub const LOG_SCHEMA_VERSION: i64 = 7;
 
 /// Version 6 → 7: who holds each session's turn (see `crate::log`'s leases): the holder's name, until when, and
 /// the process that took it (pid, host, start time), so a holder that died is known at once on its own host.
@@ -54,8 +37,8 @@ CREATE TABLE log_leases (
 ) WITHOUT ROWID;
 ";
 
-/// Version 5 → 6: the session log (as released; version 8 rebuilds its entries' table); `counter` orders the list
-/// and lets another process find what changed.
+/// Version 5 → 6: the session log. Entries are a plain rowid table (they are often larger than the small rows
+/// `WITHOUT ROWID` suits); `counter` orders the list and lets another process find what changed.
 pub(crate) const V6: &str = "
 CREATE TABLE log_sessions (
     key TEXT PRIMARY KEY NOT NULL,

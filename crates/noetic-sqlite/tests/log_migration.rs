@@ -1,6 +1,5 @@
 //! Files of every schema before the session log (versions 1 to 5) migrate into logs once, in place: the
-//! projection of each migrated log is the session the old tables held. A file of the log's first schemas (7)
-//! keeps its logs when its entries' table is rebuilt (8).
+//! projection of each migrated log is the session the old tables held.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -219,47 +218,4 @@ async fn another_programs_database_is_refused_and_left_as_it_was() {
     assert!(message.contains("nothing was changed"), "{message}");
     assert_eq!(std::fs::read(&db).unwrap(), before, "the file is byte for byte as it was");
     assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), 0);
-}
-
-#[tokio::test]
-async fn the_logs_of_a_version_7_file_read_and_append_as_they_did_once_their_table_is_rebuilt() {
-    let db = scratch("v7").join("noetic.db");
-    noetic_sqlite::testing::create_log(&db, 7).unwrap();
-    assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), 7);
-    let stop = |reason: String| Entry::StopRequested { reason };
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(5000);
-    let summary = quote(&noetic::agent::log::Summary::default());
-    let mut sql = String::new();
-    for (counter, (key, count)) in [("a", 3), ("b", 2)].into_iter().enumerate() {
-        for pos in 1..=count {
-            let text = noetic::agent::log::encode(&stop(format!("{key}{pos}")), at).unwrap().replace('\'', "''");
-            sql += &format!("INSERT INTO log_entries (session, pos, entry) VALUES ('{key}', {pos}, '{text}');");
-        }
-        sql += &format!(
-            "INSERT INTO log_sessions (key, last, summary, updated_ms, counter, writer) \
-             VALUES ('{key}', {count}, '{summary}', 5000, {}, 'v7');",
-            counter + 1
-        );
-    }
-    noetic_sqlite::testing::execute(&db, &sql).unwrap();
-    let store = SqliteLogStore::open(&db).await.unwrap();
-    assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), LOG_SCHEMA_VERSION);
-    let reasons = |records: Vec<Record>| -> Vec<String> {
-        records
-            .into_iter()
-            .map(|r| match r.entry {
-                Entry::StopRequested { reason } => format!("{}:{reason}", r.pos),
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    };
-    assert_eq!(reasons(store.read("a", 0, 10).await.unwrap()), ["1:a1", "2:a2", "3:a3"]);
-    assert_eq!(reasons(store.read("b", 1, 10).await.unwrap()), ["2:b2"]);
-    let keys: Vec<String> = store.list().await.unwrap().into_iter().map(|l| l.key).collect();
-    assert_eq!(keys, ["b", "a"], "the sessions keep their order");
-    let next = noetic::agent::log::Expect::At(3);
-    assert_eq!(store.append("a", next, &[stop("a4".into())]).await.unwrap(), 4);
-    assert_eq!(reasons(store.read("a", 2, 10).await.unwrap()), ["3:a3", "4:a4"]);
-    let by_rowid = "UPDATE log_entries SET entry = entry WHERE rowid = -1";
-    assert!(noetic_sqlite::testing::execute(&db, by_rowid).is_err(), "the entries' table has no rowid any more");
 }

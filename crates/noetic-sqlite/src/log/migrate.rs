@@ -1,6 +1,5 @@
 //! Schema version 5 → 6: the log's tables, and every session of the old tables converted into a log, in one
-//! transaction (the mapping is in the [module docs](super)); 6 → 7: the leases' table; 7 → 8: the entries'
-//! table rebuilt `WITHOUT ROWID`.
+//! transaction (the mapping is in the [module docs](super)); 6 → 7: the leases' table.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +13,7 @@ use super::convert::{self, OldSession, Unreadable};
 use super::failed;
 use super::tables::{self, Row};
 use crate::from_millis;
-use crate::schema::{self, LOG_SCHEMA_VERSION, V6, V7, V8};
+use crate::schema::{self, LOG_SCHEMA_VERSION, V6, V7};
 
 /// The writer id of the rows the migration writes.
 const MIGRATION: &str = "migration";
@@ -22,20 +21,15 @@ const MIGRATION: &str = "migration";
 /// A log to write: its last write's time (ms) and its entries.
 type Log = (i64, Vec<Entry>);
 
-/// Brings a file of any older version (0: new) to [`LOG_SCHEMA_VERSION`] in one transaction: the old tables'
-/// steps, the log's tables, the sessions converted, the leases' table, the entries' table rebuilt. A file at that
-/// version is left as it is; nothing is written when a stored value cannot be converted.
+/// Brings a file of any older version (0: new) to version 7 in one transaction: the old tables' steps, the
+/// log's tables, the sessions converted, the leases' table. A file at 7 is left as it is; nothing is written when a stored value
+/// cannot be converted.
 pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
-    to_version(conn, path, LOG_SCHEMA_VERSION)
-}
-
-/// [`to_log`] up to `target` (a file as an older release left it, for tests).
-pub(crate) fn to_version(conn: &mut Connection, path: &Path, target: i64) -> Result<(), StoreError> {
     let doing = "adding the session log to the file";
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| failed(path, doing, e))?;
     // Another process may have migrated meanwhile: read the version again under the write lock.
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| failed(path, doing, e))?;
-    if version >= target {
+    if version >= LOG_SCHEMA_VERSION {
         return tx.commit().map_err(|e| failed(path, doing, e));
     }
     if version < 6 {
@@ -51,13 +45,8 @@ pub(crate) fn to_version(conn: &mut Connection, path: &Path, target: i64) -> Res
             write_log(&tx, path, &key, ms, &entries, counter)?;
         }
     }
-    if version < 7 {
-        tx.execute_batch(V7).map_err(|e| failed(path, doing, e))?;
-    }
-    if target >= 8 {
-        tx.execute_batch(V8).map_err(|e| failed(path, "rebuilding the log's entries table (schema 8)", e))?;
-    }
-    tx.pragma_update(None, "user_version", target).map_err(|e| failed(path, doing, e))?;
+    tx.execute_batch(V7).map_err(|e| failed(path, doing, e))?;
+    tx.pragma_update(None, "user_version", LOG_SCHEMA_VERSION).map_err(|e| failed(path, doing, e))?;
     tx.commit().map_err(|e| failed(path, doing, e))
 }
 

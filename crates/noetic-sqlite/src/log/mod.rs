@@ -56,9 +56,6 @@
 //! Every entry of a migrated session carries the time of the session's last write, and the sessions keep their
 //! order in the list. The old tables stay as they were; nothing reads or writes them after the migration.
 //!
-//! The same transaction then adds the leases' table (version 7) and rebuilds the entries' table clustered by
-//! session and position (version 8, `WITHOUT ROWID`); a file at version 6 or 7 gets only those steps.
-//!
 //! [`Entry::Settings`]: noetic::agent::log::Entry::Settings
 //! [`Entry::TurnStarted`]: noetic::agent::log::Entry::TurnStarted
 //! [`Entry::Appended`]: noetic::agent::log::Entry::Appended
@@ -137,11 +134,6 @@ impl std::fmt::Debug for SqliteLogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteLogStore").field("path", &self.inner.path).finish_non_exhaustive()
     }
-}
-
-/// [`migrate::to_version`], for `crate::testing`.
-pub(crate) fn migrate_to_version(conn: &mut Connection, path: &Path, target: i64) -> Result<(), StoreError> {
-    migrate::to_version(conn, path, target)
 }
 
 /// A failed SQLite call on `path`, with what it was doing and what to do.
