@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use noetic::agent::log::{LogStore, Projection};
+use noetic::agent::log::{LogStore, Projection, Taken};
 use noetic::model::{Model, ModelRequest, ModelResponse};
 use noetic::prelude::*;
-use noetic_sqlite::SqliteLogStore;
+use noetic_sqlite::{Durability, SqliteLogStore};
 use serde_json::json;
 
 /// Tool calls in the plan.
@@ -46,7 +46,12 @@ fn main() {
         holder(&args[1]);
         return;
     }
+    if std::env::var_os("NOETIC_CRASH_TAKER").is_some() {
+        taker(&args[1]);
+        return;
+    }
     a_second_live_process_cannot_take_a_held_session_and_a_dead_holder_holds_nothing();
+    a_process_killed_between_taking_a_lease_for_a_turn_and_its_start_leaves_neither();
     killed_workers_leave_nothing_lost_doubled_or_run_twice();
 }
 
@@ -199,6 +204,22 @@ fn holder(db: &str) {
     let _ = std::io::stdin().read_line(&mut line);
 }
 
+/// Takes the session's lease for a turn and is killed before the turn's start: the lease's transaction is still
+/// open (kept for the start, which never comes).
+fn taker(db: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _store = rt.block_on(async {
+        let store = SqliteLogStore::open_lingering(db, Durability::Process, Duration::from_secs(600)).await.unwrap();
+        let taken = store.take_lease(SESSION, "taker", Duration::from_secs(600)).await.unwrap();
+        assert_eq!(taken, Some(Taken::Held { last: 0 }));
+        store
+    });
+    println!("taken");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
 // ---- the parent ------------------------------------------------------------------------------------------
 
 fn this_exe() -> PathBuf {
@@ -235,6 +256,32 @@ fn a_second_live_process_cannot_take_a_held_session_and_a_dead_holder_holds_noth
     holder.wait().unwrap();
     assert_eq!(rt.block_on(leases.acquire(SESSION, "second", term)).unwrap(), None, "a dead holder holds nothing");
     println!("ok: a second live process is refused naming the holder; a dead holder's session is free at once");
+}
+
+fn a_process_killed_between_taking_a_lease_for_a_turn_and_its_start_leaves_neither() {
+    let dir = scratch("taker");
+    let db = dir.join("noetic.db");
+    let mut taker = Command::new(this_exe())
+        .arg(&db)
+        .env("NOETIC_CRASH_TAKER", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(taker.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "taken");
+    taker.kill().unwrap();
+    taker.wait().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = SqliteLogStore::open(&db).await.unwrap();
+        assert_eq!(store.leases().unwrap().holder(SESSION).await.unwrap(), None, "the lease was never committed");
+        assert_eq!(store.last(SESSION).await.unwrap(), 0);
+        let taken = store.take_lease(SESSION, "next", Duration::from_secs(60)).await.unwrap();
+        assert_eq!(taken, Some(Taken::Held { last: 0 }), "the session is free at once");
+    });
+    println!("ok: a process killed between taking a lease for a turn and the turn's start leaves neither");
 }
 
 fn killed_workers_leave_nothing_lost_doubled_or_run_twice() {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use noetic::agent::log::{Entry, Expect, LogStore, Taken};
-use noetic_sqlite::SqliteLogStore;
+use noetic_sqlite::{Durability, SqliteLogStore};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("noetic-sqlite-leases-{name}-{}", std::process::id()));
@@ -81,11 +81,55 @@ async fn taking_a_lease_says_where_the_log_ends_in_the_same_commit() {
     let last = a.append("s", Expect::End, &[Entry::StopRequested { reason: "x".into() }]).await.unwrap();
     let before = a.commits();
     assert_eq!(a.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last }));
-    assert_eq!(a.commits() - before, 1);
     assert_eq!(b.take_lease("s", "chat-2", TERM).await.unwrap(), Some(Taken::Elsewhere("chat-1".into())));
+    // No turn's start came: the lease was committed on its own, once.
+    assert_eq!(a.commits() - before, 1);
     // A failed append gives nothing up: the lease stays with its holder.
     let late = [Entry::StopRequested { reason: "z".into() }];
     let stale = a.append_and_release("s", Expect::At(0), &late, "chat-1").await;
     assert!(matches!(stale, Err(noetic::agent::log::StoreError::Conflict { .. })), "{stale:?}");
     assert_eq!(b.leases().unwrap().holder("s").await.unwrap().as_deref(), Some("chat-1"));
+}
+
+/// A store that keeps a lease's transaction open for the turn's start as long as a test needs (the real wait is
+/// short: the start follows at once).
+async fn patient(db: &std::path::Path) -> SqliteLogStore {
+    SqliteLogStore::open_lingering(db, Durability::Process, Duration::from_secs(600)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_lease_taken_for_a_turn_and_the_turns_start_are_one_commit() {
+    let store = patient(&scratch("start")).await;
+    let before = store.commits();
+    assert_eq!(store.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last: 0 }));
+    let start = [Entry::StopRequested { reason: "the turn's start".into() }];
+    assert_eq!(store.append("s", Expect::At(0), &start).await.unwrap(), 1);
+    assert_eq!(store.commits() - before, 1, "the lease and the turn's start share a transaction");
+    assert_eq!(store.leases().unwrap().holder("s").await.unwrap().as_deref(), Some("chat-1"));
+}
+
+#[tokio::test]
+async fn a_lease_answered_before_its_commit_is_not_taken_by_another_store_meanwhile() {
+    let db = scratch("window");
+    let (a, b) = (patient(&db).await, SqliteLogStore::open(&db).await.unwrap());
+    assert_eq!(a.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last: 0 }));
+    // While the lease's transaction is open, the other store waits for the file's write lock; once the turn's
+    // start committed with the lease, it finds the session held.
+    let other = tokio::spawn(async move { b.take_lease("s", "chat-2", TERM).await.unwrap() });
+    let start = [Entry::StopRequested { reason: "the turn's start".into() }];
+    assert_eq!(a.append("s", Expect::At(0), &start).await.unwrap(), 1);
+    assert_eq!(other.await.unwrap(), Some(Taken::Elsewhere("chat-1".into())));
+}
+
+#[tokio::test]
+async fn a_turns_start_that_fails_leaves_the_lease_taken_with_it_in_one_commit() {
+    let store = patient(&scratch("refused")).await;
+    let before = store.commits();
+    assert_eq!(store.take_lease("s", "chat-1", TERM).await.unwrap(), Some(Taken::Held { last: 0 }));
+    // A start written against a log it did not read is refused; the lease it came with stays taken.
+    let start = [Entry::StopRequested { reason: "the turn's start".into() }];
+    let stale = store.append("s", Expect::At(7), &start).await;
+    assert!(matches!(stale, Err(noetic::agent::log::StoreError::Conflict { .. })), "{stale:?}");
+    assert_eq!(store.commits() - before, 1);
+    assert_eq!(store.leases().unwrap().holder("s").await.unwrap().as_deref(), Some("chat-1"));
 }

@@ -89,3 +89,38 @@ async fn a_message_another_connection_appends_to_the_file_reaches_the_running_tu
     let last = transcript(model.requests()[1].history.as_slice()).pop();
     assert_eq!(last.as_deref(), Some("User: from the other process"));
 }
+
+#[tokio::test]
+async fn a_turn_of_n_idempotent_calls_is_n_plus_two_commits_with_its_lease() {
+    const CALLS: usize = 4;
+    let path = scratch("commits").join("sessions.db");
+    // A lease's transaction waits for the turn's start as long as the test needs (the real wait is 5 ms).
+    let long = std::time::Duration::from_secs(600);
+    let store =
+        Arc::new(SqliteLogStore::open_lingering(&path, noetic_sqlite::Durability::Process, long).await.unwrap());
+    let model = ScriptedModel::responder(|request| {
+        // This turn's results: those after the last user message.
+        let turn =
+            request.history.iter().rev().take_while(|item| !matches!(item, Item::Message { role: Role::User, .. }));
+        let done = turn.filter(|item| matches!(item, Item::ToolResult(_))).count();
+        Ok(if done < CALLS {
+            ModelResponse::tool_calls([(format!("c{done}").as_str(), "search", json!({"q": done}))])
+        } else {
+            ModelResponse::text("found it")
+        })
+    });
+    let search = FnTool::builder("search", "Searches.")
+        .handler(|_, _| async { Ok(serde_json::Value::from("src/lib.rs:1")) })
+        .idempotent(true)
+        .build()
+        .unwrap();
+    let rt = Runtime::builder().model(Arc::new(model)).tool(Arc::new(search)).log_store(store.clone()).build().unwrap();
+    let session = rt.open("s").await.unwrap();
+    for turn in 1..=2 {
+        let before = store.commits();
+        assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+        // The lease with the turn's start, each call's start with the previous outcome, the turn's end with the
+        // last outcome, the answer, the step's end and the lease given back.
+        assert_eq!(store.commits() - before, CALLS as u64 + 2, "turn {turn}");
+    }
+}

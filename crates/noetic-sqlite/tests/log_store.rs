@@ -206,3 +206,20 @@ async fn dropping_the_last_handle_lets_the_writer_finish_its_queue_and_close_the
     let reopened = SqliteLogStore::open(&db).await.unwrap();
     assert_eq!(reasons(&reopened.read("k", 0, 10).await.unwrap()), ["queued"]);
 }
+
+#[tokio::test]
+async fn a_store_appends_after_what_another_store_on_the_file_appended_since_its_own_last_append() {
+    let db = scratch("heads").join("noetic.db");
+    let (a, b) = (SqliteLogStore::open(&db).await.unwrap(), SqliteLogStore::open(&db).await.unwrap());
+    let titled = |title: &str| Entry::Titled { title: title.into() };
+    assert_eq!(a.append("s", Expect::At(0), &[stop("a1"), titled("from a")]).await.unwrap(), 2);
+    assert_eq!(b.append("s", Expect::At(2), &[stop("b1"), titled("from b")]).await.unwrap(), 4);
+    // `a` last wrote the log at 2: the file says 4, and the summary it writes next folds in what `b` wrote.
+    let stale = a.append("s", Expect::At(2), &[stop("a2")]).await;
+    assert!(matches!(stale, Err(StoreError::Conflict { expected: 2, actual: 4, .. })), "{stale:?}");
+    assert_eq!(a.append("s", Expect::At(4), &[stop("a2")]).await.unwrap(), 5);
+    let line = a.list().await.unwrap().into_iter().find(|l| l.key == "s").unwrap();
+    assert_eq!((line.last, line.summary.title.as_deref()), (5, Some("from b")));
+    assert!(b.delete("s").await.unwrap());
+    assert_eq!(a.append("s", Expect::At(0), &[stop("again")]).await.unwrap(), 1, "a deleted log starts again");
+}

@@ -26,6 +26,10 @@ fn respond(request: &ModelRequest) -> Result<ModelResponse, NoeticError> {
 }
 
 fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>, idempotent: bool, runs: &Arc<AtomicUsize>) -> Runtime {
+    runtime_of(Arc::new(model.clone()), store, idempotent, runs)
+}
+
+fn runtime_of(model: Arc<dyn Model>, store: Arc<dyn LogStore>, idempotent: bool, runs: &Arc<AtomicUsize>) -> Runtime {
     let runs = runs.clone();
     let search = FnTool::builder("search", "Searches.")
         .handler(move |_, _| {
@@ -35,7 +39,7 @@ fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>, idempotent: bool, ru
         .idempotent(idempotent)
         .build()
         .unwrap();
-    Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(search)).log_store(store).build().unwrap()
+    Runtime::builder().model(model).tool(Arc::new(search)).log_store(store).build().unwrap()
 }
 
 fn tool_done(entry: &Entry) -> Option<&str> {
@@ -276,5 +280,69 @@ async fn a_turn_on_a_shared_log_gives_its_lease_up_with_its_end_and_reads_nothin
         assert!(!calls.contains(&"release"), "turn {turn}: the lease goes with the end, not on its own: {calls:?}");
         assert_eq!(calls.last(), Some(&"append_and_release"), "turn {turn}: {calls:?}");
         assert_eq!(store.inner.leases().unwrap().holder("s").await.unwrap(), None, "turn {turn}: given up");
+    }
+}
+
+/// Answers as its scripted model does after a millisecond (of paused time: once every other task is idle), so the
+/// session's writer has written what the turn handed it before the request, as it does while a real model works:
+/// only what the turn kept back for its next write shares that write.
+struct Unhurried(ScriptedModel);
+
+impl Model for Unhurried {
+    fn call(&self, request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            answer.await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_writes_its_start_one_append_per_call_and_its_end_with_its_steps_end() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let model = Arc::new(Unhurried(ScriptedModel::responder(respond)));
+    let rt = runtime_of(model, recording.clone(), true, &runs);
+    let session = rt.open("s").await.unwrap();
+    assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+    let appends = recording.appends();
+    // The turn's start; the step's start and its first response ride with the first call's start; the last
+    // outcome, the answer and the step's end with the turn's end.
+    assert_eq!(appends.len(), CALLS + 2, "{appends:#?}");
+    let first_call = &appends[1];
+    assert!(first_call.iter().any(|e| matches!(e, Entry::Core { input: Input::Start, .. })), "{first_call:?}");
+    assert!(first_call.iter().any(|e| tool_started(e) == Some("c0")), "{first_call:?}");
+    let end = appends.last().unwrap();
+    assert!(end.iter().any(|e| matches!(e, Entry::StepFinished { .. })), "{end:?}");
+    assert!(matches!(end.last(), Some(Entry::TurnEnded { .. })), "{end:?}");
+}
+
+#[tokio::test]
+async fn a_crash_at_any_write_of_a_turn_runs_no_call_that_is_not_idempotent_twice_nor_asks_a_logged_response_again() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let reference = ScriptedModel::responder(respond);
+    let rt = runtime(&reference, recording.clone(), false, &runs);
+    let session = rt.open("s").await.unwrap();
+    session.send("find it").await.unwrap().await.unwrap();
+    let appends = recording.appends();
+    let total_requests = reference.calls();
+    for cut in 1..appends.len() {
+        let prefix: Vec<Entry> = appends[..cut].iter().flatten().cloned().collect();
+        let store = MemoryLogStore::new();
+        store.append("s", Expect::At(0), &prefix).await.unwrap();
+        let model = ScriptedModel::responder(respond);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let next = runtime(&model, Arc::new(store), false, &runs);
+        let session = next.open("s").await.unwrap();
+        let Some(turn) = session.resume().await.unwrap() else { continue };
+        assert_eq!(turn.await.unwrap(), "found it", "cut {cut}");
+        // A call that started is never run again: its outcome is in the log, or it gets the interrupted result.
+        let started = prefix.iter().filter_map(tool_started).count();
+        assert_eq!(runs.load(Ordering::SeqCst), CALLS - started, "cut {cut}");
+        assert_eq!(model.calls(), total_requests - responses(&prefix), "cut {cut}: the model is asked again");
+        let results = session.history().iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
+        assert_eq!(results, CALLS, "cut {cut}: every call has exactly one result");
     }
 }

@@ -8,7 +8,14 @@
 //!   transaction (one that fails is answered with its own [`StoreError::Conflict`] and the others go on; each
 //!   request is a savepoint of its own), one `COMMIT`, then every answer. A commit answers only what it made
 //!   durable. The thread ends when the last handle on the store is dropped: dropping the channel's sender lets it
-//!   finish its queue and exit, so `Drop` does no I/O.
+//!   finish its queue and exit, so `Drop` does no I/O. Between transactions it keeps each session's end and
+//!   summary and the append counter, so an append reads nothing back first; they are forgotten when
+//!   `PRAGMA data_version` says another connection committed, and when a transaction fails.
+//! * **A turn's lease and its start are one commit.** A lease taken for a turn ([`LogStore::take_lease`]) is
+//!   answered at once and its transaction kept open (up to 5 ms) for the holder's next write, the turn's start,
+//!   which then commits with it. That is safe because the open transaction holds the file's write lock: no other
+//!   process takes the lease meanwhile, and one killed before the commit leaves neither the lease nor the start.
+//!   Requests of other sessions that arrive meanwhile join the transaction and commit it at once.
 //! * **Reads** (`read`, `last`, `list`, `snapshot`) run on tokio's blocking pool (`spawn_blocking`) on read-only
 //!   connections kept for the next read; WAL lets them run beside the writer.
 //! * **Other processes.** Every append takes the next value of one counter (one more than the highest any
@@ -60,10 +67,12 @@
 //! [`TurnOutcome::Completed`]: noetic::agent::log::TurnOutcome::Completed
 
 mod convert;
+mod heads;
 mod leases;
 mod migrate;
 mod open;
 mod read;
+mod request;
 mod tables;
 mod writer;
 
@@ -82,7 +91,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::Durability;
 use read::ReadPool;
-use writer::{Reply, Request};
+use request::{Reply, Request};
 
 /// How many appends a watcher may fall behind by before it is told it lagged.
 const WATCH_CAPACITY: usize = 1024;
@@ -152,6 +161,17 @@ impl SqliteLogStore {
     /// an error naming it, and nothing is written to it. The file is opened and migrated on the store's writer
     /// thread, not on the caller's.
     pub async fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Self, StoreError> {
+        Self::open_lingering(path, durability, writer::LINGER).await
+    }
+
+    /// [`SqliteLogStore::open_with`], a lease taken for a turn waiting up to `linger` for the turn's start to
+    /// share its commit (tests make it long, so that sharing does not depend on how fast the machine is).
+    #[doc(hidden)]
+    pub async fn open_lingering(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        linger: std::time::Duration,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_owned();
         let (requests, queue) = mpsc::channel();
         let (ready, started) = oneshot::channel();
@@ -164,6 +184,7 @@ impl SqliteLogStore {
             appended: appended.clone(),
             readers: readers.clone(),
             commits: commits.clone(),
+            linger,
         };
         std::thread::Builder::new()
             .name("noetic-sqlite-log".into())
@@ -249,7 +270,8 @@ impl LogStore for SqliteLogStore {
         Box::pin(self.append_with(key, expect, entries, Some(holder)))
     }
 
-    /// Taking the lease and reading where the log ends in one transaction on the writer thread.
+    /// Taking the lease and reading where the log ends in one transaction on the writer thread, answered at once
+    /// and kept open a moment (up to 5 ms) for the turn's start, so both are one commit.
     fn take_lease<'a>(
         &'a self,
         key: &'a str,
@@ -258,7 +280,7 @@ impl LogStore for SqliteLogStore {
     ) -> BoxFuture<'a, Result<Option<Taken>, StoreError>> {
         let (key, op) = (key.to_owned(), leases::LeaseOp::Acquire { holder: holder.to_owned(), term });
         Box::pin(async move {
-            Ok(Some(match self.ask(|reply| Request::Lease { key, op, reply }).await? {
+            Ok(Some(match self.ask(|reply| Request::Lease { key, op, turn: true, reply }).await? {
                 (Some(other), _) => Taken::Elsewhere(other),
                 (None, last) => Taken::Held { last },
             }))
@@ -316,12 +338,14 @@ impl Leases for SqliteLogStore {
         term: std::time::Duration,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         let (key, op) = (key.to_owned(), leases::LeaseOp::Acquire { holder: holder.to_owned(), term });
-        Box::pin(async move { self.ask(|reply| Request::Lease { key, op, reply }).await.map(|(other, _)| other) })
+        Box::pin(async move {
+            self.ask(|reply| Request::Lease { key, op, turn: false, reply }).await.map(|(other, _)| other)
+        })
     }
 
     fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         let (key, op) = (key.to_owned(), leases::LeaseOp::Release { holder: holder.to_owned() });
-        Box::pin(async move { self.ask(|reply| Request::Lease { key, op, reply }).await.map(drop) })
+        Box::pin(async move { self.ask(|reply| Request::Lease { key, op, turn: false, reply }).await.map(drop) })
     }
 
     fn holder<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {

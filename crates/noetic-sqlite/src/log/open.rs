@@ -74,6 +74,8 @@ pub(super) fn open_connection(path: &Path, durability: Durability) -> Result<Con
         Durability::PowerLoss => "FULL",
     };
     conn.execute_batch(&format!("PRAGMA synchronous={sync};")).map_err(|e| failed(path, "setting pragmas", e))?;
+    // Room for every statement the writer runs, so the ones of each append stay prepared.
+    conn.set_prepared_statement_cache_capacity(64);
     migrate::to_log(&mut conn, path)?;
     Ok(conn)
 }

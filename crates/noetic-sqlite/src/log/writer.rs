@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use noetic_runtime::agent::log::{Appended, Expect, Snapshot, StoreError, Summary, SummaryChange};
+use noetic_runtime::agent::log::{Appended, Expect, Snapshot, StoreError, SummaryChange};
 use noetic_steps::ExecutionId;
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
 use super::failed;
+use super::heads::Heads;
 use super::leases::{self, LeaseOp};
 use super::read::ReadPool;
+use super::request::{Done, Request};
 use super::tables::{self, Row};
 use crate::Durability;
 use crate::process::Owner;
@@ -24,29 +26,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// The most requests one transaction takes (the rest wait for the next one).
 const MAX_BATCH: usize = 4096;
 
-/// Where an answer goes.
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-
-/// What the writer is asked to do.
-pub(crate) enum Request {
-    /// Append `encoded` (entries stamped `at`, changing the summary by `change`), then give `release`'s lease up
-    /// if it landed.
-    Append {
-        key: String,
-        expect: Expect,
-        change: SummaryChange,
-        encoded: Vec<String>,
-        at: SystemTime,
-        release: Option<String>,
-        reply: Reply<u64>,
-    },
-    /// Delete a log.
-    Delete { key: String, reply: Reply<bool> },
-    /// Save a snapshot.
-    SaveSnapshot { key: String, snapshot: Snapshot, reply: Reply<()> },
-    /// Take, renew or give up a lease; the answer also says where the log ends.
-    Lease { key: String, op: LeaseOp, reply: Reply<(Option<String>, u64)> },
-}
+/// How long a transaction that took a lease for a turn waits for the turn's start before it commits without it
+/// (the start follows at once unless the session first reads what others wrote; see `Done::taken_for_turn`).
+pub(crate) const LINGER: Duration = Duration::from_millis(5);
 
 /// What the thread needs to start.
 pub(crate) struct Setup {
@@ -55,53 +37,7 @@ pub(crate) struct Setup {
     pub appended: broadcast::Sender<Appended>,
     pub readers: Arc<ReadPool>,
     pub commits: Arc<AtomicU64>,
-}
-
-/// A request done inside the open transaction, answered once it commits (or fails).
-enum Done {
-    Append { key: String, reply: Reply<u64>, result: Result<u64, StoreError> },
-    Delete { reply: Reply<bool>, result: Result<bool, StoreError> },
-    Snapshot { reply: Reply<()>, result: Result<(), StoreError> },
-    Lease { reply: Reply<(Option<String>, u64)>, result: Result<(Option<String>, u64), StoreError> },
-}
-
-impl Request {
-    /// The request, not done, with `error` as its answer.
-    fn undone(self, error: impl Fn() -> StoreError) -> Done {
-        match self {
-            Request::Append { key, reply, .. } => Done::Append { key, reply, result: Err(error()) },
-            Request::Delete { reply, .. } => Done::Delete { reply, result: Err(error()) },
-            Request::SaveSnapshot { reply, .. } => Done::Snapshot { reply, result: Err(error()) },
-            Request::Lease { reply, .. } => Done::Lease { reply, result: Err(error()) },
-        }
-    }
-}
-
-impl Done {
-    /// Answers after the commit; a caller that went away is not an error.
-    fn answer(self, appended: &broadcast::Sender<Appended>) {
-        match self {
-            Done::Append { key, reply, result } => {
-                if let Ok(last) = result {
-                    let _ = appended.send(Appended { key, last });
-                }
-                let _ = reply.send(result);
-            }
-            Done::Delete { reply, result } => drop(reply.send(result)),
-            Done::Snapshot { reply, result } => drop(reply.send(result)),
-            Done::Lease { reply, result } => drop(reply.send(result)),
-        }
-    }
-
-    /// What it did was rolled back: a success becomes `error`, a refusal stays what it was.
-    fn rolled_back(self, error: impl Fn() -> StoreError) -> Done {
-        match self {
-            Done::Append { key, reply, result } => Done::Append { key, reply, result: result.and(Err(error())) },
-            Done::Delete { reply, result } => Done::Delete { reply, result: result.and(Err(error())) },
-            Done::Snapshot { reply, result } => Done::Snapshot { reply, result: result.and(Err(error())) },
-            Done::Lease { reply, result } => Done::Lease { reply, result: result.and(Err(error())) },
-        }
-    }
+    pub linger: Duration,
 }
 
 /// Opens the file, then commits what `queue` brings until every sender is dropped.
@@ -117,7 +53,11 @@ pub(crate) fn run(setup: Setup, queue: mpsc::Receiver<Request>, ready: oneshot::
     let _ = ready.send(Ok(()));
     let mut next_poll = Instant::now() + POLL;
     loop {
-        match queue.recv_timeout(next_poll.saturating_duration_since(Instant::now())) {
+        let wait = match writer.open {
+            Some(_) => writer.linger,
+            None => next_poll.saturating_duration_since(Instant::now()),
+        };
+        match queue.recv_timeout(wait) {
             Ok(first) => {
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH {
@@ -128,10 +68,10 @@ pub(crate) fn run(setup: Setup, queue: mpsc::Receiver<Request>, ready: oneshot::
                 }
                 writer.commit(batch);
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => writer.close(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return writer.close(),
         }
-        if Instant::now() >= next_poll {
+        if writer.open.is_none() && Instant::now() >= next_poll {
             writer.poll();
             next_poll = Instant::now() + POLL;
         }
@@ -153,6 +93,17 @@ struct Writer {
     data_version: i64,
     /// The highest append counter announced (or this store's own).
     seen: i64,
+    /// Each session's head and the append counter, between transactions.
+    heads: Heads,
+    /// The transaction kept open after a lease was taken for a turn.
+    open: Option<Open>,
+    linger: Duration,
+}
+
+/// A transaction kept open for a turn's start: what it did (answered when it commits) and the append counter.
+struct Open {
+    done: Vec<Done>,
+    clock: i64,
 }
 
 impl Writer {
@@ -171,50 +122,94 @@ impl Writer {
             commits: setup.commits,
             data_version,
             seen,
+            heads: Heads::default(),
+            open: None,
+            linger: setup.linger,
         })
     }
 
-    /// Does `batch` in one transaction and answers every request.
+    /// Does `batch` in one transaction (the one kept open, if any) and answers every request once it commits.
+    /// A batch that ends with a lease taken for a turn leaves its transaction open for the turn's start (once).
     fn commit(&mut self, batch: Vec<Request>) {
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
-            let error = failure(&self.path, Arc::new(e));
-            batch.into_iter().for_each(|request| request.undone(&error).answer(&self.appended));
-            return;
-        }
-        let mut done = Vec::with_capacity(batch.len());
+        let (mut done, mut clock, lingered) = match self.open.take() {
+            Some(open) => (open.done, open.clock, true),
+            None => match self.begin() {
+                Ok(clock) => (Vec::with_capacity(batch.len()), clock, false),
+                Err(cause) => return self.roll_back(Vec::new(), batch.into_iter(), cause),
+            },
+        };
         let mut rest = batch.into_iter();
-        match self.write_all(&mut rest, &mut done) {
-            Ok(()) => {
-                self.commits.fetch_add(1, Ordering::Relaxed);
-                done.into_iter().for_each(|d| d.answer(&self.appended));
-            }
-            Err(cause) => {
-                if !self.conn.is_autocommit() {
-                    let _ = self.conn.execute_batch("ROLLBACK");
+        match self.write_all(&mut rest, &mut done, &mut clock) {
+            Ok(()) if !lingered && done.last().is_some_and(Done::taken_for_turn) => {
+                if let Some(lease) = done.pop() {
+                    lease.answer(&self.appended);
                 }
-                let error = failure(&self.path, cause);
-                done.into_iter().for_each(|d| d.rolled_back(&error).answer(&self.appended));
-                rest.for_each(|request| request.undone(&error).answer(&self.appended));
+                self.open = Some(Open { done, clock });
             }
+            Ok(()) => self.finish(done, clock),
+            Err(cause) => self.roll_back(done, rest, cause),
         }
     }
 
-    /// Does the requests inside the open transaction and commits it.
-    fn write_all(&self, batch: &mut impl Iterator<Item = Request>, done: &mut Vec<Done>) -> Result<(), Cause> {
-        let mut clock = tables::clock(&self.conn).map_err(cause)?;
+    /// Commits the transaction kept open, if any.
+    fn close(&mut self) {
+        if let Some(Open { done, clock }) = self.open.take() {
+            self.finish(done, clock);
+        }
+    }
+
+    /// Starts a transaction; the append counter it starts from.
+    fn begin(&mut self) -> Result<i64, Cause> {
+        // Prepared once (as every statement of an append): parsing them again cost more than running them.
+        self.conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut begin| begin.execute([])).map_err(cause)?;
+        // Another connection's commit since the last transaction makes what the writer knew of the file stale.
+        data_version(&self.conn).map(|version| self.heads.check(version)).map_err(cause)?;
+        self.heads.clock(&self.conn).map_err(cause)
+    }
+
+    /// Commits the open transaction and answers what it did.
+    fn finish(&mut self, done: Vec<Done>, clock: i64) {
+        match self.conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])) {
+            Ok(_) => {
+                self.heads.set_clock(clock);
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                done.into_iter().for_each(|d| d.answer(&self.appended));
+            }
+            Err(e) => self.roll_back(done, Vec::new().into_iter(), cause(e)),
+        }
+    }
+
+    /// Rolls the open transaction back: what it did and what it did not get to fail with `cause`.
+    fn roll_back(&mut self, done: Vec<Done>, rest: impl Iterator<Item = Request>, cause: Cause) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.heads.forget();
+        let error = failure(&self.path, cause);
+        done.into_iter().for_each(|d| d.rolled_back(&error).answer(&self.appended));
+        rest.for_each(|request| request.undone(&error).answer(&self.appended));
+    }
+
+    /// Does the requests inside the open transaction.
+    fn write_all(
+        &mut self,
+        batch: &mut impl Iterator<Item = Request>,
+        done: &mut Vec<Done>,
+        clock: &mut i64,
+    ) -> Result<(), Cause> {
         for request in batch {
-            done.push(self.apply(request, &mut clock));
+            done.push(self.apply(request, clock));
             if self.conn.is_autocommit() {
                 let lost: Box<dyn std::error::Error + Send + Sync> =
                     "an error made SQLite roll the whole transaction back".into();
                 return Err(Arc::from(lost));
             }
         }
-        self.conn.execute_batch("COMMIT").map_err(cause)
+        Ok(())
     }
 
     /// Does one request inside the open transaction.
-    fn apply(&self, request: Request, clock: &mut i64) -> Done {
+    fn apply(&mut self, request: Request, clock: &mut i64) -> Done {
         match request {
             Request::Append { key, expect, change, encoded, at, release, reply } => {
                 let result = self.append(&key, expect, (&change, &encoded), at, release.as_deref(), clock);
@@ -224,19 +219,20 @@ impl Writer {
                 let result = self
                     .savepoint(|conn| tables::delete(conn, &key))
                     .map_err(|e| failed(&self.path, &format!("deleting session '{key}'"), e));
+                if result.is_ok() {
+                    self.heads.deleted(&key);
+                }
                 Done::Delete { reply, result }
             }
             Request::SaveSnapshot { key, snapshot, reply } => {
                 Done::Snapshot { reply, result: self.save_snapshot(&key, &snapshot) }
             }
-            Request::Lease { key, op, reply } => {
+            Request::Lease { key, op, turn, reply } => {
                 let result = self
-                    .savepoint(|conn| {
-                        let other = leases::apply(conn, &key, &op, &self.owner)?;
-                        Ok((other, tables::head(conn, &key)?.map_or(0, |(last, _)| last)))
-                    })
-                    .map_err(|e| failed(&self.path, &format!("taking or giving up the lease of session '{key}'"), e));
-                Done::Lease { reply, result }
+                    .savepoint(|conn| leases::apply(conn, &key, &op, &self.owner))
+                    .map_err(|e| failed(&self.path, &format!("taking or giving up the lease of session '{key}'"), e))
+                    .and_then(|other| Ok((other, self.heads.last(&self.conn, &self.path, &key)?)));
+                Done::Lease { turn, reply, result }
             }
         }
     }
@@ -244,7 +240,7 @@ impl Writer {
     /// Appends `encoded` entries (changing the summary by `change`) to `key`'s log, and gives `release`'s lease up
     /// with them.
     fn append(
-        &self,
+        &mut self,
         key: &str,
         expect: Expect,
         (change, encoded): (&SummaryChange, &[String]),
@@ -253,22 +249,18 @@ impl Writer {
         clock: &mut i64,
     ) -> Result<u64, StoreError> {
         let doing = || format!("appending to session '{key}'");
-        let head = tables::head(&self.conn, key).map_err(|e| failed(&self.path, &doing(), e))?;
-        let actual = head.as_ref().map_or(0, |(last, _)| *last);
+        let head = self.heads.head(&self.conn, &self.path, key)?;
+        let actual = head.map_or(0, |(last, _)| *last);
         if let Expect::At(expected) = expect
             && expected != actual
         {
             return Err(StoreError::Conflict { key: key.to_owned(), expected, actual });
         }
-        let mut summary = match &head {
-            Some((_, json)) => tables::summary(&self.path, key, json)?,
-            None => Summary::default(),
-        };
+        let mut summary = head.map(|(_, summary)| summary.clone()).unwrap_or_default();
         summary.apply_change(change);
-        let summary = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
+        let json = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
         let last = actual + encoded.len() as u64;
-        *clock += 1;
-        let row = Row { key, last, summary: &summary, at, counter: *clock, writer: &self.id };
+        let row = Row { key, last, summary: &json, at, counter: *clock + 1, writer: &self.id };
         self.savepoint(|conn| {
             tables::insert_entries(conn, key, actual + 1, encoded)?;
             tables::put_session(conn, &row)?;
@@ -280,15 +272,17 @@ impl Writer {
             }
         })
         .map_err(|e| failed(&self.path, &doing(), e))?;
+        *clock += 1;
+        self.heads.set(key, last, summary);
         Ok(last)
     }
 
-    fn save_snapshot(&self, key: &str, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn save_snapshot(&mut self, key: &str, snapshot: &Snapshot) -> Result<(), StoreError> {
         let doing = || format!("saving the snapshot of session '{key}'");
-        let head = tables::head(&self.conn, key).map_err(|e| failed(&self.path, &doing(), e))?;
+        let head = self.heads.head(&self.conn, &self.path, key)?.map(|(last, _)| *last);
         match head {
             None => Err(StoreError::Refused { message: format!("session '{key}': no log to snapshot") }),
-            Some((last, _)) if snapshot.pos > last => Err(StoreError::Refused {
+            Some(last) if snapshot.pos > last => Err(StoreError::Refused {
                 message: format!("session '{key}': a snapshot at {} is past the log's end at {last}", snapshot.pos),
             }),
             Some(_) => self

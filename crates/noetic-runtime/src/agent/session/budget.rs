@@ -35,10 +35,10 @@ impl SessionState {
         Arc::new(Meter::new(budget, before, turn))
     }
 
-    /// After a turn: what the log cannot show of its spending is written (or, without a log, counted here), and a
-    /// limit it reached is announced, ledgered and pauses the session. Done before the turn's end is written, so
-    /// the session is paused by the time anyone sees the turn over.
-    pub(super) async fn settle_budget(&self, ctx: &Context, meter: &Meter, turn: u64, logged: bool) {
+    /// After a turn: a limit it reached is announced; with a log, what the log cannot show of its spending and the
+    /// limit (ledgered, pausing the session) are the entries returned, which go in the turn's end (so the session is
+    /// paused by the time anyone sees the turn over, in the same commit); without one, they are counted here.
+    pub(super) fn settle_budget(&self, ctx: &Context, meter: &Meter, turn: u64) -> Vec<Entry> {
         let reached = meter.reached();
         if let Some(reached) = &reached {
             let session = self.key().clone();
@@ -51,10 +51,7 @@ impl SessionState {
             if reached.is_some() {
                 account.paused = reached;
             }
-            return;
-        }
-        if !logged {
-            return;
+            return Vec::new();
         }
         let mut entries = Vec::new();
         let unlogged = meter.unlogged();
@@ -65,14 +62,7 @@ impl SessionState {
             entries.push(Entry::Decision { turn: Some(turn), entry: Box::new(ledger_entry(&reached)) });
             entries.push(Entry::BudgetReached { turn, reached });
         }
-        if entries.is_empty() {
-            return;
-        }
-        if let Some(receipt) = self.submit(entries)
-            && let Err(e) = settled(receipt).await
-        {
-            tracing::error!(session = %self.key(), error = %e, "could not write the turn's budget to the log");
-        }
+        entries
     }
 }
 

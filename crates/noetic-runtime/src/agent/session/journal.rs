@@ -69,6 +69,9 @@ pub(crate) struct LogJournal {
     turn: u64,
     /// Inputs recorded since the last commit.
     pending: Mutex<Vec<Entry>>,
+    /// A finished step's end, kept for the turn's next write (the turn's end, or the next step's first commit)
+    /// instead of a write of its own; its items count as written.
+    deferred: Mutex<Vec<Entry>>,
     /// How many runs of each `llm` step this turn has entered.
     runs: Mutex<HashMap<String, u32>>,
     replay: ReplayIndex,
@@ -89,6 +92,7 @@ impl LogJournal {
             state,
             turn,
             pending: Mutex::default(),
+            deferred: Mutex::default(),
             runs: Mutex::default(),
             replay,
             ended: AtomicBool::new(false),
@@ -119,7 +123,7 @@ impl LogJournal {
     /// step's answer, the call about to start.
     fn entries(&self, commit: &TurnCommit<'_>) -> Vec<Entry> {
         let turn = self.turn;
-        let mut entries = Vec::new();
+        let mut entries = std::mem::take(&mut *lock(&self.deferred));
         let shown = commit.injected.len().min(commit.items.len());
         let plain = &commit.items[..commit.items.len() - shown];
         if !plain.is_empty() {
@@ -145,12 +149,31 @@ impl LogJournal {
         entries
     }
 
-    /// Appends what the turn did since its last commit, the layers' changed states and how it ended; `release`
-    /// names the holder of the session's lease, given up with this append (when it fails, the lease is still held).
+    /// Whether `commit` waits for the turn's next write instead of being written now: everything in it can be done
+    /// again after a crash, nothing waits on it, and no finished step's end is kept for the next write. That is
+    /// what an idempotent call's outcome and the polls after it are (the next call's start takes them: one write
+    /// per call; not a compaction, which would cost a model call to redo), and what a step's start is before its
+    /// first model request (its prompt and the polls: a crash there starts the step again).
+    fn waits(&self, commit: &TurnCommit<'_>) -> bool {
+        let pending = lock(&self.pending);
+        let redoable = commit.redoable && pending.iter().all(|e| matches!(e, Entry::Core { .. }));
+        let starting = commit.core.is_some()
+            && commit.finished.is_none()
+            && pending.iter().all(|e| matches!(e, Entry::Core { input: Input::Start | Input::Polled(_), .. }));
+        !commit.wait
+            && commit.starts.is_empty()
+            && commit.injected.is_empty()
+            && lock(&self.deferred).is_empty()
+            && (redoable || starting)
+    }
+
+    /// Appends what the turn did since its last commit (a finished step's end with it), `also` (its budget, the
+    /// layers' changed states) and how it ended; `release` names the holder of the session's lease, given up with
+    /// this append (when it fails, the lease is still held).
     pub(crate) async fn end(
         &self,
         ctx: &crate::context::Context,
-        layers: Vec<Entry>,
+        also: Vec<Entry>,
         outcome: crate::agent::log::TurnOutcome,
         release: Option<Arc<str>>,
     ) -> Result<(), String> {
@@ -160,12 +183,12 @@ impl LogJournal {
         let first = logged.persisted();
         let (new, total) =
             ctx.with_items(|items| (items.get(first..).map(<[Item]>::to_vec).unwrap_or_default(), items.len()));
-        let mut entries = Vec::new();
+        let mut entries = std::mem::take(&mut *lock(&self.deferred));
         if !new.is_empty() {
             entries.push(Entry::Appended { turn: self.turn, items: new });
         }
         entries.append(&mut lock(&self.pending));
-        entries.extend(layers);
+        entries.extend(also);
         entries.push(Entry::TurnEnded { turn: self.turn, outcome });
         self.ended.store(true, Ordering::SeqCst);
         let this = settled(logged.submit_releasing(entries, Some(self.chain.clone()), release)).await;
@@ -190,21 +213,24 @@ impl TurnJournal for LogJournal {
                     commit.step_id
                 ))
             };
-            // What can be done again waits for the next commit (the next call's start): one write per call. Not
-            // a compaction, which would cost a model call to redo.
-            if commit.redoable
-                && !commit.wait
-                && commit.starts.is_empty()
-                && commit.injected.is_empty()
-                && lock(&self.pending).iter().all(|e| matches!(e, Entry::Core { .. }))
-            {
+            if self.waits(&commit) {
                 return Ok(());
             }
             let entries = self.entries(&commit);
+            let persisted = commit.first + commit.items.len();
+            // A step's end waits for the turn's next write: the turn's end (one commit for both), or the next
+            // step's first commit, written while its model answers as the step's end was before. A crash before
+            // it lands leaves the step running in the log: its last response is asked for again, as when a crash
+            // came before a step's end was written on its own.
+            if commit.finished.is_some() && !commit.wait {
+                self.landed().await.map_err(failed)?;
+                *lock(&self.deferred) = entries;
+                logged.set_persisted(persisted);
+                return Ok(());
+            }
             if entries.is_empty() {
                 return self.landed().await.map_err(failed);
             }
-            let persisted = commit.first + commit.items.len();
             // Handed over at once, also after a write not yet landed: the writer keeps the order and refuses this
             // one if that one failed, so both may even share a transaction.
             let receipt = logged.submit_in(entries, Some(self.chain.clone()));

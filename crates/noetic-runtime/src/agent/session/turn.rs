@@ -194,7 +194,7 @@ impl Session {
                         EventKind::TurnFailed { session: session.clone(), turn: number, error: e.clone() }
                     }
                 });
-                state.settle_budget(&ctx, &meter, number, logged).await;
+                let budget = state.settle_budget(&ctx, &meter, number);
                 // The lease goes with the turn's end (one write); it is given up on its own only if that failed.
                 let mut lease = lease;
                 if let Some(journal) = log_journal.filter(|_| logged) {
@@ -202,13 +202,14 @@ impl Session {
                         Ok(answer) => TurnOutcome::Completed { answer: answer.clone() },
                         Err(error) => TurnOutcome::Failed { error: error.clone() },
                     };
-                    let layers = state
-                        .logged()
-                        .map(|l| crate::agent::persist::thread_changes(&runtime.layers, &session, &l.layers));
+                    let mut ending = budget;
+                    if let Some(l) = state.logged() {
+                        ending.extend(crate::agent::persist::thread_changes(&runtime.layers, &session, &l.layers));
+                    }
                     // Not renewed any more: a renewal landing after the end would take the lease again.
                     renewing.cancel();
                     let holder = lease.as_ref().map(|l| l.holder().clone());
-                    match journal.end(&ctx, layers.unwrap_or_default(), outcome, holder).await {
+                    match journal.end(&ctx, ending, outcome, holder).await {
                         Ok(()) => lease = None,
                         Err(e) => {
                             tracing::error!(session = %session, error = %e, "could not write the end of a turn to the log");
