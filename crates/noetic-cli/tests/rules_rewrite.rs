@@ -111,7 +111,20 @@ fn a_rewrite_that_would_never_settle_denies_the_call_naming_the_rule() {
     assert_eq!(ran.completed()["is_error"], json!(true), "{output}");
     assert!(output.contains("rule 'shout' would rewrite write_file's content again and again"), "{output}");
     assert!(output.contains("unless"), "the message says how to fix it: {output}");
+    assert!(output.contains(r#"("hi!" → "hi!!" → "hi!!!!")"#), "{output}");
     assert!(!ws.path().join("a.txt").exists());
+}
+
+#[test]
+fn a_long_argument_in_the_refusal_is_cut_to_a_glance() {
+    let ws = tempfile::tempdir().unwrap();
+    let rules = json!([
+        {"id": "shout", "rewrite_arg": {"tool": "write_file", "arg": "content", "regex": "!", "replace": "!!"}}
+    ]);
+    let ran = write_with_rules(ws.path(), rules, json!({"path": "a.txt", "content": "x".repeat(5_000) + "!"}));
+    let output = ran.completed()["output"].as_str().unwrap();
+    assert!(output.contains(&format!("(\"{}\"… → ", "x".repeat(60))), "{output}");
+    assert!(output.len() < 600, "the refusal stays short: {} bytes", output.len());
 }
 
 #[test]

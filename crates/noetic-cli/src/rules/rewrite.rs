@@ -83,9 +83,11 @@ impl RewriteLayer {
         let Some(Value::String(value)) = call.args.get(&r.arg) else { return ToolCallAction::Allow };
         let Some(new) = r.apply(value) else { return ToolCallAction::Allow };
         if let Some(again) = r.apply(&new) {
+            // The values are the model's (untrusted, maybe long): quoted, and cut to a glance.
+            let (value, new, again) = (glance(value), glance(&new), glance(&again));
             return ToolCallAction::deny(format!(
-                "rule '{}' would rewrite {}'s {} again and again ({value:?} → {new:?} → {again:?}), so the call was \
-                 not run; give the rule an `unless` regex that matches what its rewrite produces",
+                "rule '{}' would rewrite {}'s {} again and again ({value} → {new} → {again}), so the call was not \
+                 run; give the rule an `unless` regex that matches what its rewrite produces",
                 self.rule_id, r.tool, r.arg
             ));
         }
@@ -129,5 +131,14 @@ impl Gates for RewriteLayer {
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(std::future::ready(Ok(self.decide(call))))
+    }
+}
+
+/// A value quoted (escaped as Rust debug text) and cut to its first 60 characters.
+fn glance(value: &str) -> String {
+    const MOST: usize = 60;
+    match value.char_indices().nth(MOST) {
+        Some((end, _)) => format!("{:?}…", &value[..end]),
+        None => format!("{value:?}"),
     }
 }
