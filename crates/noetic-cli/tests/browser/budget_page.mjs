@@ -5,28 +5,15 @@
 //   node budget_page.mjs BASE_URL SCREENSHOT_DIR
 //
 // Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
-import fs from "node:fs";
-import path from "node:path";
-
-import { launch, openPage, openSession } from "./harness.mjs";
+import { launch, openPage, openSession, runSteps } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
-fs.mkdirSync(shots, { recursive: true });
-
 const browser = await launch();
 const consoleErrors = [];
 const page = await openPage(browser, consoleErrors);
-const seen = { steps: [] };
-let step = 0;
+const seen = {};
 
-async function shot(name) {
-  step += 1;
-  const file = path.join(shots, `${String(step).padStart(2, "0")}-${name}.png`);
-  await page.screenshot({ path: file });
-  seen.steps.push(file);
-}
-
-try {
+await runSteps(browser, page, shots, seen, consoleErrors, async (shot) => {
   await openSession(page, base, "budget-1");
   await page.fill("#message", "look around");
   await page.press("#message", "Enter");
@@ -58,15 +45,4 @@ try {
   await page.locator("#session-state[data-state=idle]").waitFor();
   seen.bannerHidden = await page.locator("#budget-paused").isHidden();
   await shot("raised-and-continued");
-
-  seen.consoleErrors = consoleErrors;
-  console.log(JSON.stringify(seen));
-  await browser.close();
-} catch (e) {
-  try { await shot("failed"); } catch (_) { /* the page may be gone */ }
-  console.error(`page step ${step + 1} failed: ${e.message}`);
-  console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
-  console.log(JSON.stringify(seen));
-  await browser.close();
-  process.exit(1);
-}
+});

@@ -5,30 +5,17 @@
 //   node compact_page.mjs BASE_URL SCREENSHOT_DIR compact|restarted
 //
 // Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
-import fs from "node:fs";
-import path from "node:path";
-
-import { launch, openPage, openSession } from "./harness.mjs";
+import { launch, openPage, openSession, runSteps } from "./harness.mjs";
 
 const [base, shots, mode] = process.argv.slice(2);
-fs.mkdirSync(shots, { recursive: true });
-
 const browser = await launch();
 const consoleErrors = [];
 const page = await openPage(browser, consoleErrors);
-const seen = { steps: [] };
-let step = 0;
-
-async function shot(name) {
-  step += 1;
-  const file = path.join(shots, `${mode}-${String(step).padStart(2, "0")}-${page.viewportSize().width}px-${name}.png`);
-  await page.screenshot({ path: file });
-  seen.steps.push(file);
-}
+const seen = {};
 
 const compactedLine = () => page.locator("#timeline li[data-type=context_compacted]");
 
-try {
+await runSteps(browser, page, shots, seen, consoleErrors, async (shot) => {
   if (mode === "compact") {
     await openSession(page, base, "compact-1");
     for (const [said, answer] of [["first", "First answer."], ["second", "Second answer."]]) {
@@ -54,20 +41,11 @@ try {
     await page.locator("#connection[data-state=live]").waitFor();
     await compactedLine().waitFor();
     seen.afterRestart = await compactedLine().textContent();
+    seen.gaps = await page.locator("#timeline li.gap").allTextContents();
     await shot("compacted-after-restart");
     await page.setViewportSize({ width: 390, height: 844 });
     await page.click("#toggle-side");
     await page.locator("#side-pane").waitFor({ state: "visible" });
     await shot("compacted-activity-pane");
   }
-  seen.consoleErrors = consoleErrors;
-  console.log(JSON.stringify(seen));
-  await browser.close();
-} catch (e) {
-  try { await shot("failed"); } catch (_) { /* the page may be gone */ }
-  console.error(`page step ${step + 1} failed: ${e.message}`);
-  console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
-  console.log(JSON.stringify(seen));
-  await browser.close();
-  process.exit(1);
-}
+}, (nn, name) => `${mode}-${nn}-${page.viewportSize().width}px-${name}.png`);

@@ -44,17 +44,18 @@ export async function openSession(page, base, key) {
 }
 
 /**
- * Runs a page script's `steps(shot)` on `page`: `shot(name)` saves `NN-name.png` in `dir` and lists it in
- * `seen.steps`. Afterwards `seen` (with `consoleErrors`) is printed as one JSON line and the browser closed; a step
- * that fails is shot as "failed", named on stderr with the console errors, and ends the process with status 1.
+ * Runs a page script's `steps(shot)` on `page`: `shot(name)` saves `NN-name.png` in `dir` (or what `fileName(NN,
+ * name)` says) and lists it in `seen.steps`. Afterwards `seen` (with `consoleErrors`) is printed as one JSON line and
+ * the browser closed; a step that fails is shot as "failed", named on stderr with the console errors, and ends the
+ * process with status 1.
  */
-export async function runSteps(browser, page, dir, seen, consoleErrors, steps) {
+export async function runSteps(browser, page, dir, seen, consoleErrors, steps, fileName = (nn, name) => `${nn}-${name}.png`) {
   fs.mkdirSync(dir, { recursive: true });
   seen.steps = [];
   let step = 0;
   const shot = async (name) => {
     step += 1;
-    const file = path.join(dir, `${String(step).padStart(2, "0")}-${name}.png`);
+    const file = path.join(dir, fileName(String(step).padStart(2, "0"), name));
     await page.screenshot({ path: file });
     seen.steps.push(file);
   };

@@ -5,28 +5,15 @@
 //   node ledger_page.mjs BASE_URL SCREENSHOT_DIR
 //
 // Prints one JSON line with what it saw; exits non-zero (with the reason on stderr) when a step fails.
-import fs from "node:fs";
-import path from "node:path";
-
-import { launch, openPage, openSession } from "./harness.mjs";
+import { launch, openPage, openSession, runSteps } from "./harness.mjs";
 
 const [base, shots] = process.argv.slice(2);
-fs.mkdirSync(shots, { recursive: true });
-
 const browser = await launch();
 const consoleErrors = [];
 const page = await openPage(browser, consoleErrors);
-const seen = { steps: [] };
-let step = 0;
+const seen = {};
 
-async function shot(name) {
-  step += 1;
-  const file = path.join(shots, `${String(step).padStart(2, "0")}-${name}.png`);
-  await page.screenshot({ path: file });
-  seen.steps.push(file);
-}
-
-try {
+await runSteps(browser, page, shots, seen, consoleErrors, async (shot) => {
   await openSession(page, base, "ledger-1");
   await page.fill("#message", "tidy up");
   await page.press("#message", "Enter");
@@ -57,15 +44,4 @@ try {
     return r.left >= 0 && r.right <= window.innerWidth && rule.width > 40;
   }));
   await shot("ledger-390px");
-
-  seen.consoleErrors = consoleErrors;
-  console.log(JSON.stringify(seen));
-  await browser.close();
-} catch (e) {
-  try { await shot("failed"); } catch (_) { /* the page may be gone */ }
-  console.error(`page step ${step + 1} failed: ${e.message}`);
-  console.error(`console errors: ${JSON.stringify(consoleErrors)}`);
-  console.log(JSON.stringify(seen));
-  await browser.close();
-  process.exit(1);
-}
+});
