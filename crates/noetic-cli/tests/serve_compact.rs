@@ -50,5 +50,16 @@ fn a_compaction_shows_in_the_timeline_live_after_a_reload_and_after_a_restart() 
     let seen = page_test(&browser_dir, serve(), "compact_page.mjs", &[&shots, Path::new("restarted")]);
     let restarted = seen["afterRestart"].as_str().unwrap();
     assert!(restarted.contains("2 earlier item(s) replaced by a summary · the conversation keeps them"), "{restarted}");
+    // Events of the first run that the log does not keep are gone: the page says so in words, not in log positions.
+    let gaps = seen["gaps"].as_array().unwrap();
+    assert!(!gaps.is_empty(), "the restarted server kept no events of the first run, and the page says so");
+    for gap in gaps {
+        let gap = gap.as_str().unwrap();
+        assert!(
+            gap.starts_with("Some earlier events (streamed text, progress) are no longer kept by the server"),
+            "{gap}"
+        );
+        assert!(!gap.chars().any(|c| c.is_ascii_digit()), "no positions in the text: {gap}");
+    }
     assert_eq!(seen["consoleErrors"], json!([]));
 }

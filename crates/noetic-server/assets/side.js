@@ -60,8 +60,11 @@ export function describe(e) {
 }
 
 export function gapLine(gap) {
-  const li = el("li", "gap", `events ${gap.from}–${gap.to} were dropped from the server's log before this page read them`);
+  // The numbers are log positions, meaningless to a reader: kept on the line, not in its text.
+  const li = el("li", "gap", "Some earlier events (streamed text, progress) are no longer kept by the server: it restarted, or keeps only its newest. The lines here are what it kept; the conversation and the ledger hold everything that happened.");
   li.dataset.type = "gap";
+  li.dataset.from = String(gap.from);
+  li.dataset.to = String(gap.to);
   $("timeline").appendChild(li);
 }
 
