@@ -293,7 +293,7 @@ fn main() -> BenchResult<()> {
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
     // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
     // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
-    // `noetic-bench pg-log` (the PostgreSQL session log), `noetic-bench streams` (the providers' SSE framing and
+    // `noetic-bench pg-log` (the PostgreSQL session log; `pg-runtime` only its runtime figures), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
     // (counting tokens, fitting requests into the window), `noetic-bench replay` (recorded decisions decided again
     // with new rules), `noetic-bench ledger` (the ledger's hash chain per decision).
@@ -303,6 +303,7 @@ fn main() -> BenchResult<()> {
         Some("streams") => return stream_figures(&rt),
         Some("store") => return sqlite_log_path::figures(),
         Some("pg" | "pg-log") => return pg_log_path::figures(),
+        Some("pg-runtime") => return pg_log_path::runtime_only(),
         Some("core") => return core_figures(&rt),
         Some("parallel") => return rt.block_on(parallel_tools_figures()),
         Some("window") => return rt.block_on(window_path::figures(report)),

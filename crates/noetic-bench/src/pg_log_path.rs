@@ -121,14 +121,19 @@ fn quantile(samples: &mut [f64], q: f64) -> f64 {
 
 /// Tool-calling turns per second of `sessions` sessions running at once on the real path, split among `workers`
 /// runtimes (each with a pool of its own, as workers would have) on one database; and the p99 lateness of a 1 ms
-/// ticker on the same tokio runtime meanwhile.
+/// ticker on the same tokio runtime meanwhile. No workers: one runtime with each session's log in memory.
 async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: usize) -> BenchResult<(f64, f64)> {
-    let mut runtimes = Vec::with_capacity(workers);
+    let mut runtimes = Vec::with_capacity(workers.max(1));
     for w in 0..workers {
         let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
         let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?;
         runtimes.push((w, runtime));
     }
+    if workers == 0 {
+        let store = std::sync::Arc::new(noetic::agent::log::MemoryLogStore::new());
+        runtimes.push((0, crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?.0));
+    }
+    let workers = runtimes.len();
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let ticking = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(Duration::from_millis(1));
@@ -164,6 +169,44 @@ async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: 
     let _ = stop.send(());
     let mut late = ticking.await?;
     Ok(((sessions * turns) as f64 / elapsed, quantile(&mut late, 0.99)))
+}
+
+/// The runtime on the log: per tool call, and turns/s of 1000 sessions on 1, 2 and 4 workers, with the ticker's
+/// lateness; beside them the same load with each session's log in memory (what the CPU alone does to the ticker).
+async fn runtime_figures(url: &str) -> BenchResult<()> {
+    let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(100, false).await?.0) }).await?;
+    let logged = measure(5, || async {
+        let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
+        Ok(crate::real_path::session_tool_calls_with(100, false, crate::real_path::Kept::Log(store)).await?.0)
+    })
+    .await?;
+    report("pg_log_real_tool_call_us_100_calls", logged, "us", "");
+    report("pg_log_added_per_tool_call_us", Stats::exact(logged.median - plain.median), "us", "<= 300");
+    for workers in [0, 1, 2, 4] {
+        let (mut rates, mut lateness) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let (rate, p99) = runtime_turns_per_s(url, workers, 1000, 2).await?;
+            rates.push(rate);
+            lateness.push(p99);
+        }
+        let which = if workers == 0 { "memory_log".to_owned() } else { format!("{workers}_workers") };
+        report(&format!("pg_log_runtime_turns_per_s_1000_sessions_{which}"), Stats::of(rates, None), "turns/s", "");
+        let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{which}");
+        report(&name, Stats::of(lateness, None), "ms", if workers == 0 { "" } else { "< 2" });
+    }
+    Ok(())
+}
+
+/// Only the runtime's figures (`noetic-bench pg-runtime`), for comparing builds quickly.
+pub fn runtime_only() -> BenchResult<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let url = noetic_postgres::testing::server_url();
+    rt.block_on(async {
+        let db = Throwaway::new(&url, "bench_log").await?;
+        runtime_figures(&db.url).await?;
+        db.remove().await?;
+        BenchResult::Ok(())
+    })
 }
 
 /// The figures; without a server, said on stderr.
@@ -209,27 +252,7 @@ pub fn figures() -> BenchResult<()> {
             "",
         );
         drop((store, single));
-        // The runtime on the log: per tool call, and turns/s of 1000 sessions on 1, 2 and 4 workers.
-        let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(100, false).await?.0) }).await?;
-        let logged = measure(5, || async {
-            let store = std::sync::Arc::new(PgLogStore::connect(&db.url).await?);
-            Ok(crate::real_path::session_tool_calls_with(100, false, crate::real_path::Kept::Log(store)).await?.0)
-        })
-        .await?;
-        report("pg_log_real_tool_call_us_100_calls", logged, "us", "");
-        report("pg_log_added_per_tool_call_us", Stats::exact(logged.median - plain.median), "us", "<= 300");
-        for workers in [1, 2, 4] {
-            let (mut rates, mut lateness) = (Vec::new(), Vec::new());
-            for _ in 0..3 {
-                let (rate, p99) = runtime_turns_per_s(&db.url, workers, 1000, 2).await?;
-                rates.push(rate);
-                lateness.push(p99);
-            }
-            let name = format!("pg_log_runtime_turns_per_s_1000_sessions_{workers}_workers");
-            report(&name, Stats::of(rates, None), "turns/s", "");
-            let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{workers}_workers");
-            report(&name, Stats::of(lateness, None), "ms", "< 2");
-        }
+        runtime_figures(&db.url).await?;
         db.remove().await?;
         BenchResult::Ok(())
     })

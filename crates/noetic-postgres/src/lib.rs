@@ -16,7 +16,7 @@
 //! ```
 //!
 //! It runs on the async driver `tokio-postgres` with a `deadpool-postgres` pool: group commit, LISTEN/NOTIFY on a reconnecting tokio
-//! task, leases on the database's clock, and the conversion of existing sessions into logs (schema version 3); see
+//! task, leases on the database's clock, and one row per append, and the conversion of existing sessions into logs (schema versions 3–4); see
 //! [`log`].
 
 pub mod log;

@@ -11,6 +11,9 @@
 //!   counter for the list's order, the transaction that last appended, for watchers catching up), snapshots and
 //!   leases. Migrating to it converts every session of versions 1–2 (the store before the session log) into log
 //!   entries (see [`crate::log`]); the tables of versions 1–2 stay as they were, unused.
+//! * Version 4: a row of `noetic_log` holds one append: its entries one per line, from the row's `pos` on (a row
+//!   of version 3 holds one entry, and reads the same). The table says so in its comment. A build that knows only
+//!   version 3 would take a row of several entries for a damaged one, hence the new version.
 //!
 //! [`crate::PgLogStore`] refuses a database newer than [`LOG_SCHEMA_VERSION`].
 //!
@@ -21,7 +24,7 @@
 pub const SCHEMA_VERSION: i32 = 2;
 
 /// The schema version [`crate::PgLogStore`] migrates a database to: the newest this build knows.
-pub const LOG_SCHEMA_VERSION: i32 = 3;
+pub const LOG_SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock key migrations hold (an arbitrary constant: "noetic" in ASCII, folded).
 pub(crate) const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
@@ -108,3 +111,7 @@ CREATE TABLE noetic_log_leases (
     lease_until TIMESTAMPTZ NOT NULL
 );
 ";
+
+/// Version 3 → 4: rows of an append's entries (see the module docs); the rows of version 3 stay as they are.
+pub(crate) const V4: &str = "COMMENT ON TABLE noetic_log IS \
+    'noetic session log (schema version 4): one row per append, its entries one JSON text per line from pos on';";

@@ -187,3 +187,56 @@ async fn a_ledger_row_that_does_not_read_stops_the_migration_naming_it_and_nothi
     drop(client);
     db.remove().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_database_keeps_its_entry_rows_converts_nothing_again_and_goes_on_with_a_row_per_append() {
+    let Some(db) = database("log_from_v3").await else { return };
+    let client = db.client().await.unwrap();
+    // A version 3 database: the old tables still hold the sessions converted when it became version 3 (here
+    // only in the old tables: were they converted again, they would show), and a log of one entry per row.
+    old_sessions(&client, 3).await;
+    let at = std::time::SystemTime::now();
+    let entry = |text: &str| noetic::agent::log::Entry::MessageAccepted { message: SteerMessage::new(text) };
+    for (pos, text) in [(1i64, "one"), (2, "two"), (3, "three")] {
+        let stored = noetic::agent::log::encode(&entry(text), at).unwrap();
+        client
+            .execute("INSERT INTO noetic_log (session, pos, entry) VALUES ('s', $1, $2)", &[&pos, &stored])
+            .await
+            .unwrap();
+    }
+    client
+        .execute(
+            "INSERT INTO noetic_log_sessions (key, last, summary, seq, written_by, updated_at)
+             VALUES ('s', 3, '{\"turns\":0,\"items\":0,\"queued\":3,\"open_turn\":null}', 1, pg_current_xact_id(), now())",
+            &[],
+        )
+        .await
+        .unwrap();
+    client.execute("UPDATE noetic_schema SET version = 3", &[]).await.unwrap();
+
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    assert_eq!(schema_version(&client).await, LOG_SCHEMA_VERSION);
+    let keys: Vec<String> = store.list().await.unwrap().into_iter().map(|l| l.key).collect();
+    assert_eq!(keys, ["s"], "the old tables are not converted a second time");
+    let texts = |records: Vec<noetic::agent::log::Record>| -> Vec<(u64, String)> {
+        records
+            .into_iter()
+            .map(|r| match r.entry {
+                noetic::agent::log::Entry::MessageAccepted { message } => (r.pos, message.text),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(texts(store.read("s", 1, 10).await.unwrap()), [(2, "two".into()), (3, "three".into())]);
+    assert_eq!(store.append("s", Expect::At(3), &[entry("four"), entry("five")]).await.unwrap(), 5);
+    assert_eq!(
+        texts(store.read("s", 2, 10).await.unwrap()),
+        [(3, "three".into()), (4, "four".into()), (5, "five".into())]
+    );
+    let rows: i64 = client.query_one("SELECT count(*) FROM noetic_log WHERE session = 's'", &[]).await.unwrap().get(0);
+    assert_eq!(rows, 4, "three rows of version 3, one for the new append");
+    let comment: String = client.query_one("SELECT obj_description('noetic_log'::regclass)", &[]).await.unwrap().get(0);
+    assert!(comment.contains("one row per append"), "{comment}");
+    drop((store, client));
+    db.remove().await.unwrap();
+}

@@ -184,26 +184,72 @@ async fn appends_of_many_sessions_arriving_together_share_transactions_and_each_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_entry_row_is_reported_with_its_session_and_position() {
+async fn an_append_is_one_row_and_reads_back_entry_by_entry_from_any_position_in_pages_of_any_size() {
+    let Some(db) = database("log_rows").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    let texts = ["a", "b", "c", "d", "e", "f"];
+    store.append("s", Expect::At(0), &[message("a"), message("b"), message("c")]).await.unwrap();
+    store.append("s", Expect::At(3), &[message("d")]).await.unwrap();
+    store.append("s", Expect::At(4), &[message("e"), message("f")]).await.unwrap();
+    let client = db.client().await.unwrap();
+    let rows: Vec<i64> = client
+        .query("SELECT pos FROM noetic_log WHERE session = 's' ORDER BY pos", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, [1, 4, 5], "one row per append, at its first entry's position");
+    for after in 0..=6u64 {
+        for limit in 1..=7usize {
+            let read = store.read("s", after, limit).await.unwrap();
+            let got: Vec<(u64, String)> = read
+                .iter()
+                .map(|r| match &r.entry {
+                    Entry::MessageAccepted { message } => (r.pos, message.text.clone()),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let want: Vec<(u64, String)> =
+                (after + 1..=6).take(limit).map(|pos| (pos, texts[pos as usize - 1].to_owned())).collect();
+            assert_eq!(got, want, "after {after}, at most {limit}");
+        }
+    }
+    drop((store, client));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_entry_is_reported_with_its_session_and_position_and_the_entries_after_it_still_read() {
     let Some(db) = database("log_corrupt").await else { return };
     let store = PgLogStore::connect(&db.url).await.unwrap();
     store.append("s", Expect::At(0), &[message("a"), message("b"), message("c")]).await.unwrap();
     let client = db.client().await.unwrap();
-    client.execute("UPDATE noetic_log SET entry = '{not json' WHERE session = 's' AND pos = 2", &[]).await.unwrap();
+    // The append is one row: its second line damaged.
+    let damage = |line: &str| {
+        format!(
+            "UPDATE noetic_log SET entry = split_part(entry, E'\\n', 1) || E'\\n' || '{line}' || E'\\n' || \
+             split_part(entry, E'\\n', 3) WHERE session = 's' AND pos = 1"
+        )
+    };
+    client.execute(&damage("{not json"), &[]).await.unwrap();
     match store.read("s", 0, 10).await {
         Err(StoreError::Corrupt { key, pos: 2, source: DecodeError::Unreadable { .. } }) => assert_eq!(key, "s"),
         other => panic!("reading a damaged entry gave {other:?}"),
     }
+    assert_eq!(store.read("s", 0, 1).await.unwrap().len(), 1, "the entry before it still reads");
     assert_eq!(store.read("s", 2, 10).await.unwrap().len(), 1, "the entries after it still read");
-    client
-        .execute("UPDATE noetic_log SET entry = '{\"v\":99,\"at_ms\":0,\"type\":\"x\"}' WHERE pos = 3", &[])
-        .await
-        .unwrap();
-    let newer = store.read("s", 2, 10).await;
+    client.execute(&damage(r#"{"v":99,"at_ms":0,"type":"x"}"#), &[]).await.unwrap();
+    let newer = store.read("s", 1, 10).await;
     assert!(
-        matches!(newer, Err(StoreError::Corrupt { pos: 3, source: DecodeError::Newer { found: 99 }, .. })),
+        matches!(newer, Err(StoreError::Corrupt { pos: 2, source: DecodeError::Newer { found: 99 }, .. })),
         "{newer:?}"
     );
+    // A row that does not start where the one before it ends.
+    store.append("s", Expect::At(3), &[message("d")]).await.unwrap();
+    client.execute("UPDATE noetic_log SET pos = 5 WHERE session = 's' AND pos = 4", &[]).await.unwrap();
+    let gap = store.read("s", 2, 10).await;
+    assert!(matches!(gap, Err(StoreError::Corrupt { pos: 4, .. })), "{gap:?}");
     drop((store, client));
     db.remove().await.unwrap();
 }

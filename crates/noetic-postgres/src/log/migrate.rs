@@ -1,5 +1,6 @@
-//! Bringing a database to schema version 3: the log's tables, and every session of versions 1–2 converted into
-//! log entries (the mapping is in the [module docs](super); [`super::convert`] does it), in one transaction.
+//! Bringing a database to the newest schema version: the log's tables (version 3), one row per append (4), and
+//! every session of versions 1–2 converted into log entries (the mapping is in the [module docs](super);
+//! [`super::convert`] does it), in one transaction.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -12,7 +13,7 @@ use tokio_postgres::{Row, Transaction};
 
 use super::convert::{OldSession, layer_state_entry, layer_state_log, session_entries};
 use super::errors::db_error;
-use crate::schema::{LOG_SCHEMA_VERSION, MIGRATION_LOCK, V1, V2, V3};
+use crate::schema::{LOG_SCHEMA_VERSION, MIGRATION_LOCK, V1, V2, V3, V4};
 
 /// The oldest server with what version 3 uses (`xid8`, `pg_current_snapshot`).
 const MIN_SERVER: i32 = 130_000;
@@ -74,12 +75,15 @@ pub(crate) async fn migrate(client: &mut tokio_postgres::Client, target: &str) -
             ),
         });
     }
-    for (to, sql) in [(1, V1), (2, V2), (3, V3)] {
+    for (to, sql) in [(1, V1), (2, V2), (3, V3), (4, V4)] {
         if version < to {
             tx.batch_execute(sql).await.map_err(fail)?;
         }
     }
-    convert(&tx, target).await?;
+    // Sessions of the store before the log are converted once, on the way to version 3; their tables stay.
+    if version < 3 {
+        convert(&tx, target).await?;
+    }
     tx.execute("UPDATE noetic_schema SET version = $1", &[&LOG_SCHEMA_VERSION]).await.map_err(fail)?;
     tx.commit().await.map_err(fail)
 }

@@ -12,10 +12,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Tables (schema version 3)
+//! # Tables (schema version 4)
 //!
-//! `noetic_log` holds one row per entry (`session`, `pos`, the entry's JSON from
-//! [`noetic::agent::log::encode`]); `noetic_log_sessions` one row per session: where its log ends (`last`), its
+//! `noetic_log` holds one row per append (`session`, `pos` — its first entry's position —, and its entries'
+//! JSON from [`noetic::agent::log::encode`], one per line; a tool call's entries are one row); `noetic_log_sessions` one row per session: where its log ends (`last`), its
 //! [`Summary`](noetic::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
 //! list's order, newest first), the transaction that appended last (`written_by`, for watchers catching up) and
 //! the database's time of that append. Snapshots and leases have a table each. A session exists while it has
@@ -80,6 +80,7 @@
 //! session and the row, and nothing is written. The old tables stay as they were, unused. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
+mod chunk;
 mod convert;
 mod errors;
 mod listen;
@@ -97,7 +98,6 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
-    encode_append,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -174,7 +174,7 @@ impl std::fmt::Debug for PgLogStore {
 
 impl PgLogStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`) with the default options,
-    /// migrates its schema to version 3 and starts the store's writer and listening tasks on the current tokio
+    /// migrates its schema to version 4 and starts the store's writer and listening tasks on the current tokio
     /// runtime.
     pub async fn connect(url: &str) -> Result<PgLogStore, StoreError> {
         PgLogStore::connect_with(url, PgLogOptions::default()).await
@@ -297,10 +297,11 @@ impl PgLogStore {
             });
         }
         let at = SystemTime::now();
-        let encoded = encode_append(key, entries, at)?;
+        let chunk = chunk::encode_chunk(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
         let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
-        let request = writer::Request { key: key.clone(), expect, change, encoded, release, reply };
+        let count = entries.len() as u64;
+        let request = writer::Request { key: key.clone(), expect, change, chunk, count, release, reply };
         let stopped = || {
             StoreError::unavailable(
                 format!("appending to session '{key}'"),

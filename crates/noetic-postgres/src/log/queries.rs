@@ -3,10 +3,11 @@
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, Taken, decode};
+use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, Taken};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
+use super::chunk::Rows;
 use super::errors::{connection_lost, db_error, pool_error};
 use super::storable;
 
@@ -47,7 +48,7 @@ async fn query(
 
 /// Column `i` of `row`, or an error saying the table is not as this build made it.
 fn column<'a, T: FromSql<'a>>(row: &'a Row, i: usize, target: &str, doing: &str) -> Result<T, StoreError> {
-    row.try_get(i).map_err(|e| db_error(target, format!("{doing} (a column is not as schema 3 made it)"), e))
+    row.try_get(i).map_err(|e| db_error(target, format!("{doing} (a column is not as schema 4 made it)"), e))
 }
 
 /// A position as stored (positions beyond `i64::MAX` cannot exist).
@@ -70,16 +71,22 @@ pub(crate) async fn read(
         return Ok(Vec::new());
     }
     let doing = format!("reading session '{key}'");
-    let sql = "SELECT pos, entry FROM noetic_log WHERE session = $1 AND pos > $2 ORDER BY pos LIMIT $3";
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = query(pool, target, &doing, sql, &[&key, &stored(after), &limit]).await?;
-    rows.iter()
-        .map(|row| {
-            let pos = position(column(row, 0, target, &doing)?);
-            let text: &str = column(row, 1, target, &doing)?;
-            decode(pos, text).map_err(|source| StoreError::Corrupt { key: key.to_owned(), pos, source })
-        })
-        .collect()
+    // From the row holding the entry after `after` (a row holds one append: see `chunk`); every row holds at least
+    // one entry, so `limit` rows hold the `limit` entries wanted.
+    let sql = "SELECT pos, entry FROM noetic_log WHERE session = $1::text AND pos >= COALESCE(
+                   (SELECT max(pos) FROM noetic_log WHERE session = $1::text AND pos <= $2::int8 + 1), $2::int8 + 1)
+               ORDER BY pos LIMIT $3::int8";
+    let rows =
+        query(pool, target, &doing, sql, &[&key, &stored(after), &i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+    let mut kept = Rows::new(key, after, limit);
+    for row in &rows {
+        let pos = position(column(row, 0, target, &doing)?);
+        let text: &str = column(row, 1, target, &doing)?;
+        if !kept.take(pos, text)? {
+            break;
+        }
+    }
+    Ok(kept.records)
 }
 
 pub(crate) async fn last(pool: &Pool, target: &str, key: &str) -> Result<u64, StoreError> {

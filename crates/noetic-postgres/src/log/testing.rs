@@ -1,6 +1,6 @@
 //! For tests: a database of one's own on the test server, and databases as earlier versions left them.
 
-use crate::schema::{V1, V2};
+use crate::schema::{V1, V2, V3};
 
 /// The URL of the test server: `NOETIC_POSTGRES_URL`, or the one `scripts/postgres.sh` starts.
 pub fn server_url() -> String {
@@ -72,11 +72,15 @@ impl Throwaway {
     }
 }
 
-/// Creates the schema of `version` (1 or 2), as those versions wrote it, in the database `client` is connected to.
+/// Creates the schema of `version` (1, 2 or 3), as those versions wrote it, in the database `client` is connected
+/// to (empty: a test adds the rows that version would hold).
 pub async fn create_at_version(client: &tokio_postgres::Client, version: i32) -> Result<(), tokio_postgres::Error> {
     client.batch_execute(V1).await?;
     if version >= 2 {
         client.batch_execute(V2).await?;
+    }
+    if version >= 3 {
+        client.batch_execute(V3).await?;
     }
     client.batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL)").await?;
     client.execute("INSERT INTO noetic_schema VALUES ($1)", &[&version]).await.map(drop)

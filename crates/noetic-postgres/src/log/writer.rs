@@ -24,8 +24,10 @@ pub(crate) struct Request {
     pub expect: Expect,
     /// What the entries change in the session's summary.
     pub change: SummaryChange,
-    /// The entries as stored, in order.
-    pub encoded: Vec<String>,
+    /// The entries as stored, one per line ([`super::chunk`]): one row.
+    pub chunk: String,
+    /// How many entries the chunk holds (at least one).
+    pub count: u64,
     /// The lease holder that gives the session up in the same transaction when the append passes.
     pub release: Option<String>,
     pub reply: oneshot::Sender<Result<u64, StoreError>>,

@@ -18,7 +18,7 @@ SELECT k, 0, '', 0, pg_current_xact_id(), now() FROM unnest($1::text[]) WITH ORD
 ON CONFLICT (key) DO UPDATE SET last = s.last
 RETURNING s.key, s.last, s.summary, s.seq";
 
-/// Inserts the entries, updates the summaries, removes the rows made for sessions none of whose appends passed,
+/// Inserts the appends (a row each), updates the summaries, removes the rows made for sessions none of whose appends passed,
 /// gives up the leases of the appends that passed with a release, and announces each session's new end; answers each updated session's new append counter.
 const WRITE: &str = "
 WITH appended AS (
@@ -202,13 +202,11 @@ fn decide<'a>(
     {
         return Err(StoreError::Conflict { key: key.to_owned(), expected, actual: session.last });
     }
-    for (i, text) in request.encoded.iter().enumerate() {
-        log_keys.push(key);
-        log_pos.push(i64::try_from(session.last + 1 + i as u64).unwrap_or(i64::MAX));
-        log_entries.push(text.as_str());
-    }
+    log_keys.push(key);
+    log_pos.push(i64::try_from(session.last + 1).unwrap_or(i64::MAX));
+    log_entries.push(request.chunk.as_str());
     summary.apply_change(&request.change);
-    session.last += request.encoded.len() as u64;
+    session.last += request.count;
     session.landed = true;
     Ok(session.last)
 }

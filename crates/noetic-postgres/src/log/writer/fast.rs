@@ -74,11 +74,9 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
         {
             return None;
         }
-        for text in &request.encoded {
-            next.last += 1;
-            positions.push(i64::try_from(next.last).ok()?);
-            entries.push(text.as_str());
-        }
+        positions.push(i64::try_from(next.last + 1).ok()?);
+        entries.push(request.chunk.as_str());
+        next.last += request.count;
         next.summary.apply_change(&request.change);
         answers.push(next.last);
     }

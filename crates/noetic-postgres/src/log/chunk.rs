@@ -1,0 +1,69 @@
+//! How an append's entries are kept: one row per append (schema version 4), its text the entries' stored forms
+//! ([`encode`]) one per line, the row's `pos` the first entry's position. A JSON text written compactly holds no
+//! line break, so a row of one entry (every row of version 3) reads the same. One row per append instead of one
+//! per entry: a tool call's seven entries cost the database one heap tuple and one index entry instead of seven.
+
+use std::time::SystemTime;
+
+use noetic_runtime::agent::log::{Entry, Record, StoreError, decode, encode};
+
+/// The stored form of one append of session `key`: its entries, one per line, all stamped `at`; refused (naming
+/// the entry) when one cannot be encoded.
+pub(crate) fn encode_chunk(key: &str, entries: &[Entry], at: SystemTime) -> Result<String, StoreError> {
+    let refused = |i: usize, why: String| StoreError::Refused {
+        message: format!("session '{key}': entry {} of the append cannot be stored: {why}", i + 1),
+    };
+    let mut chunk = String::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let text = encode(entry, at).map_err(|e| refused(i, e.to_string()))?;
+        if text.contains('\n') {
+            return Err(refused(i, "its stored form has a line break".into()));
+        }
+        if i > 0 {
+            chunk.push('\n');
+        }
+        chunk.push_str(&text);
+    }
+    Ok(chunk)
+}
+
+/// Reads rows (`pos`, text) in position order, keeping the entries after `after`, at most `limit`. A row whose
+/// first position does not follow the previous row's last (rows that overlap or leave a gap), or an entry that does
+/// not read, is reported as corrupt at its position.
+pub(crate) struct Rows<'a> {
+    key: &'a str,
+    after: u64,
+    limit: usize,
+    next: Option<u64>,
+    pub records: Vec<Record>,
+}
+
+impl<'a> Rows<'a> {
+    pub(crate) fn new(key: &'a str, after: u64, limit: usize) -> Rows<'a> {
+        Rows { key, after, limit, next: None, records: Vec::new() }
+    }
+
+    /// Takes the row at `pos`; false once `limit` entries are kept.
+    pub(crate) fn take(&mut self, pos: u64, text: &str) -> Result<bool, StoreError> {
+        let corrupt = |pos, source| StoreError::Corrupt { key: self.key.to_owned(), pos, source };
+        if let Some(expected) = self.next
+            && expected != pos
+        {
+            let message =
+                format!("the row holding entries from {pos} on does not follow the one before (next is {expected})");
+            return Err(corrupt(pos.min(expected), noetic_runtime::agent::log::DecodeError::Unreadable { message }));
+        }
+        let mut at = pos;
+        for line in text.split('\n') {
+            if at > self.after {
+                if self.records.len() == self.limit {
+                    return Ok(false);
+                }
+                self.records.push(decode(at, line).map_err(|e| corrupt(at, e))?);
+            }
+            at += 1;
+        }
+        self.next = Some(at);
+        Ok(self.records.len() < self.limit)
+    }
+}
