@@ -184,6 +184,37 @@ async fn appends_of_many_sessions_arriving_together_share_transactions_and_each_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_hears_every_append_once_and_in_order_when_large_batches_are_answered_in_slices() {
+    let Some(db) = database("log_answer_order").await else { return };
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    let mut watch = store.watch();
+    let keys: Vec<String> = (0..300).map(|i| format!("s{i}")).collect();
+    // Rounds of 300 appends at once (batches far above the answering slice, answered by the writer's answering
+    // task), and meanwhile small batches of one session (answered by the writer itself when nothing is pending).
+    for round in 0..3u64 {
+        let m = [message("m")];
+        let all = futures::future::join_all(keys.iter().map(|k| store.append(k, Expect::At(round), &m)));
+        let one = async {
+            for _ in 0..5 {
+                store.append("alone", Expect::End, &[message("x")]).await.unwrap();
+            }
+        };
+        let (results, ()) = tokio::join!(all, one);
+        assert!(results.iter().all(|r| matches!(r, Ok(last) if *last == round + 1)), "{results:?}");
+    }
+    let mut heard: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
+    while let Ok(appended) = watch.try_recv() {
+        heard.entry(appended.key).or_default().push(appended.last);
+    }
+    assert_eq!(heard.get("alone").map(Vec::as_slice), Some(&(1..=15).collect::<Vec<u64>>()[..]));
+    for k in &keys {
+        assert_eq!(heard.get(k).map(Vec::as_slice), Some(&[1, 2, 3][..]), "{k}");
+    }
+    drop(store);
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_is_one_row_and_reads_back_entry_by_entry_from_any_position_in_pages_of_any_size() {
     let Some(db) = database("log_rows").await else { return };
     let store = PgLogStore::connect(&db.url).await.unwrap();

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use deadpool_postgres::{Object, Pool};
 use noetic_runtime::agent::log::{Appended, Expect, StoreError, Summary, SummaryChange};
@@ -13,6 +14,11 @@ use super::Counters;
 use super::errors::{DbFailure, Shared};
 mod batch;
 mod fast;
+
+/// How many requests the writer answers before it lets the runtime run other tasks: answering wakes each request's
+/// task, and a thousand woken at once would queue everything else on the worker (a timer, a request handler) behind
+/// them all.
+const ANSWER_SLICE: usize = 32;
 
 /// How many sessions the writer remembers (where their logs end as it last wrote or read them); past it, it forgets
 /// them all and learns again.
@@ -76,12 +82,33 @@ impl Failed {
 }
 
 impl Writer {
-    /// Writes batches until the store is dropped (its senders gone).
+    /// Writes batches until the store is dropped (its senders gone). A batch of more than [`ANSWER_SLICE`] requests
+    /// is answered by a task of its own (batch after batch, in order), so the next batch is written meanwhile; a
+    /// smaller one is answered at once when that task has nothing left to answer (no task hop for the common append
+    /// of one session; answers stay in order).
     pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Request>) {
-        let mut batch = Vec::with_capacity(self.max_batch);
+        let (written, mut answering) = mpsc::unbounded_channel::<(Vec<Request>, Result<Answers, Failed>)>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let (appended, left) = (self.appended.clone(), pending.clone());
+        tokio::spawn(async move {
+            while let Some((batch, outcome)) = answering.recv().await {
+                answer(&appended, batch, outcome).await;
+                left.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
+        let mut batch = Vec::new();
         while queue.recv_many(&mut batch, self.max_batch).await > 0 {
             let outcome = self.write(&batch).await;
-            self.answer(std::mem::take(&mut batch), outcome);
+            let done = std::mem::take(&mut batch);
+            if done.len() <= ANSWER_SLICE && pending.load(Ordering::Acquire) == 0 {
+                answer(&self.appended, done, outcome).await;
+                continue;
+            }
+            pending.fetch_add(1, Ordering::AcqRel);
+            if let Err(mpsc::error::SendError((done, outcome))) = written.send((done, outcome)) {
+                // The answering task is gone only when the runtime shuts down: answer here.
+                answer(&self.appended, done, outcome).await;
+            }
         }
     }
 
@@ -131,36 +158,39 @@ impl Writer {
             other => other,
         }
     }
+}
 
-    /// Answers each request of `batch` and tells watchers of what landed.
-    fn answer(&self, batch: Vec<Request>, outcome: Result<Answers, Failed>) {
-        match outcome {
-            Ok(answers) => {
-                for (request, answer) in batch.into_iter().zip(answers) {
-                    if let Ok(last) = answer {
-                        // Nobody watching is not an error.
-                        let _ = self.appended.send(Appended { key: request.key.clone(), last });
-                    }
-                    let _ = request.reply.send(answer);
+/// Answers each request of `batch` and tells watchers of what landed, [`ANSWER_SLICE`] requests at a time.
+async fn answer(appended: &broadcast::Sender<Appended>, batch: Vec<Request>, outcome: Result<Answers, Failed>) {
+    match outcome {
+        Ok(answers) => {
+            for (i, (request, answer)) in batch.into_iter().zip(answers).enumerate() {
+                if i > 0 && i % ANSWER_SLICE == 0 {
+                    tokio::task::yield_now().await;
                 }
+                if let Ok(last) = answer {
+                    // Nobody watching is not an error.
+                    let _ = appended.send(Appended { key: request.key.clone(), last });
+                }
+                let _ = request.reply.send(answer);
             }
-            Err(failed) => {
-                let (error, unknown) = match failed {
-                    Failed::Before { error, .. } => (Shared(Arc::from(error)), false),
-                    Failed::Unknown(failure) => (Shared(Arc::new(failure)), true),
+        }
+        Err(failed) => {
+            let (error, unknown) = match failed {
+                Failed::Before { error, .. } => (Shared(Arc::from(error)), false),
+                Failed::Unknown(failure) => (Shared(Arc::new(failure)), true),
+            };
+            for request in batch {
+                let doing = if unknown {
+                    format!(
+                        "appending to session '{}' (the connection dropped during the commit: whether the append \
+                         was written is unknown; read the log's last position before appending again)",
+                        request.key
+                    )
+                } else {
+                    format!("appending to session '{}'", request.key)
                 };
-                for request in batch {
-                    let doing = if unknown {
-                        format!(
-                            "appending to session '{}' (the connection dropped during the commit: whether the append \
-                             was written is unknown; read the log's last position before appending again)",
-                            request.key
-                        )
-                    } else {
-                        format!("appending to session '{}'", request.key)
-                    };
-                    let _ = request.reply.send(Err(StoreError::unavailable(doing, error.clone())));
-                }
+                let _ = request.reply.send(Err(StoreError::unavailable(doing, error.clone())));
             }
         }
     }
