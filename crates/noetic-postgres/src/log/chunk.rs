@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use noetic_runtime::agent::log::{Entry, Record, StoreError, decode, encode};
+use noetic_runtime::agent::log::{Entry, Record, StoreError, decode, encode_into};
 
 /// The stored form of one append of session `key`: its entries, one per line, all stamped `at`; refused (naming
 /// the entry) when one cannot be encoded.
@@ -13,18 +13,19 @@ pub(crate) fn encode_chunk(key: &str, entries: &[Entry], at: SystemTime) -> Resu
     let refused = |i: usize, why: String| StoreError::Refused {
         message: format!("session '{key}': entry {} of the append cannot be stored: {why}", i + 1),
     };
-    let mut chunk = String::new();
+    // About what a tool call's entries take, so that a chunk rarely grows.
+    let mut chunk = Vec::with_capacity(512 * entries.len());
     for (i, entry) in entries.iter().enumerate() {
-        let text = encode(entry, at).map_err(|e| refused(i, e.to_string()))?;
-        if text.contains('\n') {
+        if i > 0 {
+            chunk.push(b'\n');
+        }
+        let start = chunk.len();
+        encode_into(entry, at, &mut chunk).map_err(|e| refused(i, e.to_string()))?;
+        if chunk[start..].contains(&b'\n') {
             return Err(refused(i, "its stored form has a line break".into()));
         }
-        if i > 0 {
-            chunk.push('\n');
-        }
-        chunk.push_str(&text);
     }
-    Ok(chunk)
+    String::from_utf8(chunk).map_err(|e| refused(0, format!("its stored form is not UTF-8 ({e})")))
 }
 
 /// Reads rows (`pos`, text) in position order, keeping the entries after `after`, at most `limit`. A row whose

@@ -342,6 +342,13 @@ pub fn encode(entry: &Entry, at: SystemTime) -> Result<String, DecodeError> {
         .map_err(|e| DecodeError::Unreadable { message: format!("could not encode the entry: {e}") })
 }
 
+/// [`encode`], written at the end of `out` instead of into a string of its own (a store keeping several entries in
+/// one text writes them one after the other). On an error, `out` may hold part of the entry.
+pub fn encode_into(entry: &Entry, at: SystemTime, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    serde_json::to_writer(out, &Encoded { v: ENTRY_VERSION, at_ms: millis(at), entry })
+        .map_err(|e| DecodeError::Unreadable { message: format!("could not encode the entry: {e}") })
+}
+
 /// The stored forms of one append's `entries` of session `key`, all stamped `at`; refused (naming the entry) when
 /// one cannot be encoded. Stores call it on the caller's thread, so their single writer only writes.
 pub fn encode_append(key: &str, entries: &[Entry], at: SystemTime) -> Result<Vec<String>, super::StoreError> {

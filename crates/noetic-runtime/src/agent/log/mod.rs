@@ -122,7 +122,9 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode, encode_append};
+pub use entry::{
+    DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode, encode_append, encode_into,
+};
 pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
