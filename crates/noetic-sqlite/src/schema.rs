@@ -14,6 +14,10 @@
 //!   [`crate::SqliteLogStore`] only, which converts the sessions of the tables above into logs when it adds them
 //!   ([`crate::log`] has the mapping).
 //! * Version 7: the sessions' leases (`log_leases`), so several processes can share one file's sessions.
+//! * Version 8: a row of `log_entries` holds one append: its entries one per line from the row's `pos` on
+//!   ([`noetic_runtime::agent::log::encode_row`]); rows of version 7 hold one entry each and read the same. No table
+//!   changes; a build that knows only version 7 would take a row of several entries for a damaged one, hence the
+//!   new version.
 
 use rusqlite::Connection;
 
@@ -22,7 +26,7 @@ pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema version [`crate::SqliteLogStore`] writes: version 5 and the session log. The newest version this
 /// build opens; a newer file is refused untouched.
-pub const LOG_SCHEMA_VERSION: i64 = 7;
+pub const LOG_SCHEMA_VERSION: i64 = 8;
 
 /// Version 6 → 7: who holds each session's turn (see `crate::log`'s leases): the holder's name, until when, and
 /// the process that took it (pid, host, start time), so a holder that died is known at once on its own host.

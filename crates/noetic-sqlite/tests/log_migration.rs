@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use noetic::agent::SteerMessage;
 use noetic::agent::SteeringMode;
-use noetic::agent::log::{Entry, LogStore, Projection, Record, StoreError, TurnOutcome};
+use noetic::agent::log::{Entry, Expect, LogStore, Projection, Record, StoreError, TurnOutcome};
 use noetic::model::{Item, ToolCall, ToolResult};
 use noetic::steering::SteeringAction;
 use noetic::steering::{LedgerEntry, LedgerKind};
@@ -218,4 +218,43 @@ async fn another_programs_database_is_refused_and_left_as_it_was() {
     assert!(message.contains("nothing was changed"), "{message}");
     assert_eq!(std::fs::read(&db).unwrap(), before, "the file is byte for byte as it was");
     assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_version_7_file_keeps_its_entry_rows_and_goes_on_with_a_row_per_append() {
+    let db = scratch("from_v7").join("noetic.db");
+    drop(SqliteLogStore::open(&db).await.unwrap());
+    // A version 7 file: the same tables, one entry per row.
+    let at = std::time::SystemTime::now();
+    let stop = |reason: &str| Entry::StopRequested { reason: reason.into() };
+    let mut sql = String::new();
+    for (pos, reason) in [(1, "one"), (2, "two"), (3, "three")] {
+        let stored = noetic::agent::log::encode(&stop(reason), at).unwrap().replace('\'', "''");
+        sql.push_str(&format!("INSERT INTO log_entries (session, pos, entry) VALUES ('s', {pos}, '{stored}');\n"));
+    }
+    sql.push_str(
+        "INSERT INTO log_sessions (key, last, summary, updated_ms, counter, writer)
+         VALUES ('s', 3, '{\"turns\":0,\"items\":0,\"queued\":0,\"open_turn\":null}', 0, 1, 'v7');
+         PRAGMA user_version = 7;",
+    );
+    noetic_sqlite::testing::execute(&db, &sql).unwrap();
+
+    let store = SqliteLogStore::open(&db).await.unwrap();
+    assert_eq!(noetic_sqlite::testing::user_version(&db).unwrap(), LOG_SCHEMA_VERSION);
+    let reasons = |records: Vec<Record>| -> Vec<(u64, String)> {
+        records
+            .into_iter()
+            .map(|r| match r.entry {
+                Entry::StopRequested { reason } => (r.pos, reason),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(reasons(store.read("s", 1, 10).await.unwrap()), [(2, "two".into()), (3, "three".into())]);
+    assert_eq!(store.append("s", Expect::At(3), &[stop("four"), stop("five")]).await.unwrap(), 5);
+    assert_eq!(
+        reasons(store.read("s", 2, 10).await.unwrap()),
+        [(3, "three".into()), (4, "four".into()), (5, "five".into())]
+    );
+    assert_eq!(reasons(store.read("s", 4, 10).await.unwrap()), [(5, "five".into())]);
 }

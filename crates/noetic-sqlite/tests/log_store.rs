@@ -142,10 +142,47 @@ async fn many_sessions_appending_in_loops_at_once_all_land_in_order() {
 }
 
 #[tokio::test]
+async fn an_append_is_one_row_and_reads_back_entry_by_entry_from_any_position_in_pages_of_any_size() {
+    let db = scratch("rows").join("noetic.db");
+    let store = SqliteLogStore::open(&db).await.unwrap();
+    store.append("k", Expect::At(0), &[stop("a"), stop("b"), stop("c")]).await.unwrap();
+    store.append("k", Expect::At(3), &[stop("d")]).await.unwrap();
+    store.append("k", Expect::At(4), &[stop("e"), stop("f")]).await.unwrap();
+    let reasons_at = |records: &[noetic::agent::log::Record]| -> Vec<(u64, String)> {
+        records.iter().map(|r| (r.pos, reasons(std::slice::from_ref(r)).concat())).collect()
+    };
+    for after in 0..=6u64 {
+        for limit in 1..=7usize {
+            let got = reasons_at(&store.read("k", after, limit).await.unwrap());
+            let want: Vec<(u64, String)> = (after + 1..=6)
+                .take(limit)
+                .map(|pos| (pos, ["a", "b", "c", "d", "e", "f"][pos as usize - 1].into()))
+                .collect();
+            assert_eq!(got, want, "after {after}, at most {limit}");
+        }
+    }
+    // Three rows: the append of three entries broken in the middle reads as damaged at its second entry only.
+    noetic_sqlite::testing::execute(
+        &db,
+        "UPDATE log_entries SET entry = substr(entry, 1, instr(entry, char(10))) || 'not json' ||
+             substr(entry, instr(entry, char(10)) + instr(substr(entry, instr(entry, char(10)) + 1), char(10)))
+         WHERE session = 'k' AND pos = 1;",
+    )
+    .unwrap();
+    let err = store.read("k", 0, 10).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { pos: 2, .. }), "{err:?}");
+    assert_eq!(reasons(&store.read("k", 2, 10).await.unwrap()), ["c", "d", "e", "f"]);
+    assert_eq!(reasons(&store.read("k", 0, 1).await.unwrap()), ["a"]);
+}
+
+#[tokio::test]
 async fn a_damaged_entry_is_corrupt_naming_its_position_and_the_entries_around_it_still_read() {
     let db = scratch("corrupt").join("noetic.db");
     let store = SqliteLogStore::open(&db).await.unwrap();
-    store.append("k", Expect::At(0), &[stop("a"), stop("b"), stop("c"), stop("d")]).await.unwrap();
+    // An append each: a row each (rows of several entries: `an_append_is_one_row_…`).
+    for (at, reason) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        store.append("k", Expect::At(at as u64), &[stop(reason)]).await.unwrap();
+    }
     noetic_sqlite::testing::execute(
         &db,
         "UPDATE log_entries SET entry = 'not json' WHERE session = 'k' AND pos = 2;

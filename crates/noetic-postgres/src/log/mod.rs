@@ -80,7 +80,6 @@
 //! session and the row, and nothing is written. The old tables stay as they were, unused. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
-mod chunk;
 mod convert;
 mod errors;
 mod listen;
@@ -98,6 +97,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
+    encode_row,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -297,7 +297,7 @@ impl PgLogStore {
             });
         }
         let at = SystemTime::now();
-        let chunk = chunk::encode_chunk(key, entries, at)?;
+        let chunk = encode_row(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
         let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
         let count = entries.len() as u64;

@@ -3,11 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, Taken};
+use noetic_runtime::agent::log::{Record, RowReader, SessionLine, Snapshot, StoreError, Summary, Taken};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
-use super::chunk::Rows;
 use super::errors::{connection_lost, db_error, pool_error};
 use super::storable;
 
@@ -71,14 +70,14 @@ pub(crate) async fn read(
         return Ok(Vec::new());
     }
     let doing = format!("reading session '{key}'");
-    // From the row holding the entry after `after` (a row holds one append: see `chunk`); every row holds at least
+    // From the row holding the entry after `after` (a row holds one append: `RowReader`); every row holds at least
     // one entry, so `limit` rows hold the `limit` entries wanted.
     let sql = "SELECT pos, entry FROM noetic_log WHERE session = $1::text AND pos >= COALESCE(
                    (SELECT max(pos) FROM noetic_log WHERE session = $1::text AND pos <= $2::int8 + 1), $2::int8 + 1)
                ORDER BY pos LIMIT $3::int8";
     let rows =
         query(pool, target, &doing, sql, &[&key, &stored(after), &i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
-    let mut kept = Rows::new(key, after, limit);
+    let mut kept = RowReader::new(key, after, limit);
     for row in &rows {
         let pos = position(column(row, 0, target, &doing)?);
         let text: &str = column(row, 1, target, &doing)?;
@@ -86,7 +85,7 @@ pub(crate) async fn read(
             break;
         }
     }
-    Ok(kept.records)
+    Ok(kept.into_records())
 }
 
 pub(crate) async fn last(pool: &Pool, target: &str, key: &str) -> Result<u64, StoreError> {

@@ -30,7 +30,7 @@ pub(crate) struct Request {
     pub expect: Expect,
     /// What the entries change in the session's summary.
     pub change: SummaryChange,
-    /// The entries as stored, one per line ([`super::chunk`]): one row.
+    /// The entries as stored, one per line ([`noetic_runtime::agent::log::encode_row`]): one row.
     pub chunk: String,
     /// How many entries the chunk holds (at least one).
     pub count: u64,

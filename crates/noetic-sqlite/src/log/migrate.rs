@@ -1,5 +1,6 @@
 //! Schema version 5 → 6: the log's tables, and every session of the old tables converted into a log, in one
-//! transaction (the mapping is in the [module docs](super)); 6 → 7: the leases' table.
+//! transaction (the mapping is in the [module docs](super)); 6 → 7: the leases' table; 7 → 8: rows of appends
+//! (the version number only).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,8 +22,8 @@ const MIGRATION: &str = "migration";
 /// A log to write: its last write's time (ms) and its entries.
 type Log = (i64, Vec<Entry>);
 
-/// Brings a file of any older version (0: new) to version 7 in one transaction: the old tables' steps, the
-/// log's tables, the sessions converted, the leases' table. A file at 7 is left as it is; nothing is written when a stored value
+/// Brings a file of any older version (0: new) to version 8 in one transaction: the old tables' steps, the
+/// log's tables, the sessions converted, the leases' table. A file at 8 is left as it is; nothing is written when a stored value
 /// cannot be converted.
 pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let doing = "adding the session log to the file";
@@ -45,7 +46,10 @@ pub(crate) fn to_log(conn: &mut Connection, path: &Path) -> Result<(), StoreErro
             write_log(&tx, path, &key, ms, &entries, counter)?;
         }
     }
-    tx.execute_batch(V7).map_err(|e| failed(path, doing, e))?;
+    if version < 7 {
+        tx.execute_batch(V7).map_err(|e| failed(path, doing, e))?;
+    }
+    // Version 8 changes what a row of `log_entries` may hold, not the tables.
     tx.pragma_update(None, "user_version", LOG_SCHEMA_VERSION).map_err(|e| failed(path, doing, e))?;
     tx.commit().map_err(|e| failed(path, doing, e))
 }
@@ -149,7 +153,9 @@ fn write_log(
     let mut summary = Summary::default();
     entries.iter().for_each(|entry| summary.apply(entry));
     let summary = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
-    tables::insert_entries(tx, key, 1, &encoded).map_err(|e| failed(path, &doing(), e))?;
+    for (i, text) in encoded.iter().enumerate() {
+        tables::insert_row(tx, key, i as u64 + 1, text).map_err(|e| failed(path, &doing(), e))?;
+    }
     let row = Row { key, last: encoded.len() as u64, summary: &summary, at, counter, writer: MIGRATION };
     tables::put_session(tx, &row).map_err(|e| failed(path, &doing(), e))
 }

@@ -84,7 +84,7 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
     Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
-    encode_append,
+    encode_row,
 };
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
@@ -225,9 +225,10 @@ impl SqliteLogStore {
         }
         // Encoding is done here, on the callers' threads, so the single writer only writes.
         let at = SystemTime::now();
-        let encoded = encode_append(key, entries, at)?;
+        let row = encode_row(key, entries, at)?;
+        let count = entries.len() as u64;
         let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
-        self.ask(|reply| Request::Append { key, expect, change, encoded, at, release, reply }).await
+        self.ask(|reply| Request::Append { key, expect, change, row, count, at, release, reply }).await
     }
 
     /// Runs `f` on a read connection on tokio's blocking pool.

@@ -12,13 +12,14 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// What the writer is asked to do.
 pub(crate) enum Request {
-    /// Append `encoded` (entries stamped `at`, changing the summary by `change`), then give `release`'s lease up
-    /// if it landed.
+    /// Append `row` (`count` entries stamped `at`, one per line, changing the summary by `change`), then give
+    /// `release`'s lease up if it landed.
     Append {
         key: String,
         expect: Expect,
         change: SummaryChange,
-        encoded: Vec<String>,
+        row: String,
+        count: u64,
         at: SystemTime,
         release: Option<String>,
         reply: Reply<u64>,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use noetic_runtime::agent::log::{Record, SessionLine, Snapshot, StoreError, Summary, decode};
+use noetic_runtime::agent::log::{Record, RowReader, SessionLine, Snapshot, StoreError, Summary};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::failed;
@@ -50,13 +50,12 @@ pub(crate) fn clock(conn: &Connection) -> rusqlite::Result<i64> {
     .query_row([], |r| r.get(0))
 }
 
-/// Writes `encoded` entries at positions `first`, `first + 1`, …
-pub(crate) fn insert_entries(conn: &Connection, key: &str, first: u64, encoded: &[String]) -> rusqlite::Result<()> {
-    let mut insert = conn.prepare_cached("INSERT INTO log_entries (session, pos, entry) VALUES (?1, ?2, ?3)")?;
-    for (i, text) in encoded.iter().enumerate() {
-        insert.execute(params![key, int(first + i as u64), text])?;
-    }
-    Ok(())
+/// Writes the row of an append ([`noetic_runtime::agent::log::encode_row`]: its entries one per line) whose first
+/// entry is at `first`.
+pub(crate) fn insert_row(conn: &Connection, key: &str, first: u64, text: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO log_entries (session, pos, entry) VALUES (?1, ?2, ?3)")?
+        .execute(params![key, int(first), text])
+        .map(drop)
 }
 
 /// A session's row after an append.
@@ -121,18 +120,27 @@ pub(crate) fn read(
     limit: usize,
 ) -> Result<Vec<Record>, StoreError> {
     let doing = || format!("reading session '{key}'");
+    // From the row holding the entry after `after` (a row holds one append); every row holds at least one entry,
+    // so `limit` rows hold the `limit` entries wanted.
     let mut stmt = conn
-        .prepare_cached("SELECT pos, entry FROM log_entries WHERE session = ?1 AND pos > ?2 ORDER BY pos LIMIT ?3")
+        .prepare_cached(
+            "SELECT pos, entry FROM log_entries WHERE session = ?1 AND pos >= COALESCE(
+                 (SELECT MAX(pos) FROM log_entries WHERE session = ?1 AND pos <= ?2 + 1), ?2 + 1)
+             ORDER BY pos LIMIT ?3",
+        )
         .map_err(|e| failed(path, &doing(), e))?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![key, int(after), limit]).map_err(|e| failed(path, &doing(), e))?;
-    let mut records = Vec::new();
+    let wanted = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![key, int(after), wanted]).map_err(|e| failed(path, &doing(), e))?;
+    let mut kept = RowReader::new(key, after, limit);
     while let Some(row) = rows.next().map_err(|e| failed(path, &doing(), e))? {
         let pos = uint(row.get(0).map_err(|e| failed(path, &doing(), e))?);
-        let text: String = row.get(1).map_err(|e| failed(path, &doing(), e))?;
-        records.push(decode(pos, &text).map_err(|source| StoreError::Corrupt { key: key.to_owned(), pos, source })?);
+        let text =
+            row.get_ref(1).and_then(|v| v.as_str().map_err(Into::into)).map_err(|e| failed(path, &doing(), e))?;
+        if !kept.take(pos, text)? {
+            break;
+        }
     }
-    Ok(records)
+    Ok(kept.into_records())
 }
 
 /// Every session, the last appended to first.

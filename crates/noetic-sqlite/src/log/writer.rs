@@ -211,8 +211,8 @@ impl Writer {
     /// Does one request inside the open transaction.
     fn apply(&mut self, request: Request, clock: &mut i64) -> Done {
         match request {
-            Request::Append { key, expect, change, encoded, at, release, reply } => {
-                let result = self.append(&key, expect, (&change, &encoded), at, release.as_deref(), clock);
+            Request::Append { key, expect, change, row, count, at, release, reply } => {
+                let result = self.append(&key, expect, (&change, &row, count), at, release.as_deref(), clock);
                 Done::Append { key, reply, result }
             }
             Request::Delete { key, reply } => {
@@ -237,13 +237,13 @@ impl Writer {
         }
     }
 
-    /// Appends `encoded` entries (changing the summary by `change`) to `key`'s log, and gives `release`'s lease up
-    /// with them.
+    /// Appends the row of `count` entries (changing the summary by `change`) to `key`'s log, and gives `release`'s
+    /// lease up with them.
     fn append(
         &mut self,
         key: &str,
         expect: Expect,
-        (change, encoded): (&SummaryChange, &[String]),
+        (change, text, count): (&SummaryChange, &str, u64),
         at: SystemTime,
         release: Option<&str>,
         clock: &mut i64,
@@ -259,10 +259,10 @@ impl Writer {
         let mut summary = head.map(|(_, summary)| summary.clone()).unwrap_or_default();
         summary.apply_change(change);
         let json = serde_json::to_string(&summary).map_err(|e| StoreError::unavailable(doing(), e))?;
-        let last = actual + encoded.len() as u64;
+        let last = actual + count;
         let row = Row { key, last, summary: &json, at, counter: *clock + 1, writer: &self.id };
         self.savepoint(|conn| {
-            tables::insert_entries(conn, key, actual + 1, encoded)?;
+            tables::insert_row(conn, key, actual + 1, text)?;
             tables::put_session(conn, &row)?;
             match release {
                 Some(holder) => {

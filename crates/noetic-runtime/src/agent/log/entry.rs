@@ -349,20 +349,6 @@ pub fn encode_into(entry: &Entry, at: SystemTime, out: &mut Vec<u8>) -> Result<(
         .map_err(|e| DecodeError::Unreadable { message: format!("could not encode the entry: {e}") })
 }
 
-/// The stored forms of one append's `entries` of session `key`, all stamped `at`; refused (naming the entry) when
-/// one cannot be encoded. Stores call it on the caller's thread, so their single writer only writes.
-pub fn encode_append(key: &str, entries: &[Entry], at: SystemTime) -> Result<Vec<String>, super::StoreError> {
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            encode(entry, at).map_err(|e| super::StoreError::Refused {
-                message: format!("session '{key}': entry {} of the append cannot be stored: {e}", i + 1),
-            })
-        })
-        .collect()
-}
-
 /// Reads what [`encode`] wrote, as the entry at `pos`. A newer version is refused ([`DecodeError::Newer`]), so
 /// is anything that is not an entry.
 pub fn decode(pos: u64, text: &str) -> Result<Record, DecodeError> {

@@ -116,19 +116,19 @@ mod memory;
 mod projection;
 mod recorded;
 mod remote;
+mod rows;
 mod seam;
 mod summary;
 
 #[cfg(test)]
 mod tests;
 
-pub use entry::{
-    DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode, encode_append, encode_into,
-};
+pub use entry::{DecodeError, ENTRY_VERSION, Entry, Record, StepPath, TurnOutcome, decode, encode, encode_into};
 pub use memory::MemoryLogStore;
 pub(crate) use projection::READ_PAGE;
 pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
 pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, rename, request_stop};
+pub use rows::{RowReader, encode_row};
 pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError, Taken};
 pub use summary::{Summary, SummaryChange};

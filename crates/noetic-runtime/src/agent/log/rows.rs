@@ -1,15 +1,15 @@
-//! How an append's entries are kept: one row per append (schema version 4), its text the entries' stored forms
-//! ([`encode`]) one per line, the row's `pos` the first entry's position. A JSON text written compactly holds no
-//! line break, so a row of one entry (every row of version 3) reads the same. One row per append instead of one
-//! per entry: a tool call's seven entries cost the database one heap tuple and one index entry instead of seven.
+//! One row per append, for stores that keep a session's log in a table: the row's text is the append's entries'
+//! stored forms ([`super::encode`]) one per line, its position the first entry's. A JSON text written compactly
+//! holds no line break, so a row of one entry (a store's older rows) reads the same. One row per append instead of
+//! one per entry: a tool call's seven entries cost a database one row and one index entry instead of seven.
 
 use std::time::SystemTime;
 
-use noetic_runtime::agent::log::{Entry, Record, StoreError, decode, encode_into};
+use super::{DecodeError, Entry, Record, StoreError, decode, encode_into};
 
 /// The stored form of one append of session `key`: its entries, one per line, all stamped `at`; refused (naming
 /// the entry) when one cannot be encoded.
-pub(crate) fn encode_chunk(key: &str, entries: &[Entry], at: SystemTime) -> Result<String, StoreError> {
+pub fn encode_row(key: &str, entries: &[Entry], at: SystemTime) -> Result<String, StoreError> {
     let refused = |i: usize, why: String| StoreError::Refused {
         message: format!("session '{key}': entry {} of the append cannot be stored: {why}", i + 1),
     };
@@ -28,31 +28,39 @@ pub(crate) fn encode_chunk(key: &str, entries: &[Entry], at: SystemTime) -> Resu
     String::from_utf8(chunk).map_err(|e| refused(0, format!("its stored form is not UTF-8 ({e})")))
 }
 
-/// Reads rows (`pos`, text) in position order, keeping the entries after `after`, at most `limit`. A row whose
-/// first position does not follow the previous row's last (rows that overlap or leave a gap), or an entry that does
-/// not read, is reported as corrupt at its position.
-pub(crate) struct Rows<'a> {
+/// Reads rows (`pos`, text) of session `key` in position order — the first one the row holding the entry after
+/// `after` —, keeping the entries after `after`, at most `limit`. A row whose first position does not follow the
+/// previous row's last (rows that overlap or leave a gap), or an entry that does not read, is reported as corrupt at
+/// its position; entries before `after` are not decoded.
+#[derive(Debug)]
+pub struct RowReader<'a> {
     key: &'a str,
     after: u64,
     limit: usize,
     next: Option<u64>,
-    pub records: Vec<Record>,
+    records: Vec<Record>,
 }
 
-impl<'a> Rows<'a> {
-    pub(crate) fn new(key: &'a str, after: u64, limit: usize) -> Rows<'a> {
-        Rows { key, after, limit, next: None, records: Vec::new() }
+impl<'a> RowReader<'a> {
+    /// A reader of `key`'s entries after `after`, at most `limit`.
+    pub fn new(key: &'a str, after: u64, limit: usize) -> RowReader<'a> {
+        RowReader { key, after, limit, next: None, records: Vec::new() }
     }
 
-    /// Takes the row at `pos`; false once `limit` entries are kept.
-    pub(crate) fn take(&mut self, pos: u64, text: &str) -> Result<bool, StoreError> {
+    /// The entries kept.
+    pub fn into_records(self) -> Vec<Record> {
+        self.records
+    }
+
+    /// Takes the row at `pos`; false once `limit` entries are kept (the rows after it are not needed).
+    pub fn take(&mut self, pos: u64, text: &str) -> Result<bool, StoreError> {
         let corrupt = |pos, source| StoreError::Corrupt { key: self.key.to_owned(), pos, source };
         if let Some(expected) = self.next
             && expected != pos
         {
             let message =
                 format!("the row holding entries from {pos} on does not follow the one before (next is {expected})");
-            return Err(corrupt(pos.min(expected), noetic_runtime::agent::log::DecodeError::Unreadable { message }));
+            return Err(corrupt(pos.min(expected), DecodeError::Unreadable { message }));
         }
         let mut at = pos;
         for line in text.split('\n') {
