@@ -76,3 +76,79 @@ impl<'a> RowReader<'a> {
         Ok(self.records.len() < self.limit)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    fn stop(reason: &str) -> Entry {
+        Entry::StopRequested { reason: reason.into() }
+    }
+
+    fn reasons(records: &[Record]) -> Vec<(u64, String)> {
+        records
+            .iter()
+            .map(|r| match &r.entry {
+                Entry::StopRequested { reason } => (r.pos, reason.clone()),
+                other => (r.pos, format!("{other:?}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_row_holds_its_entries_one_per_line_and_reads_back_from_any_position() {
+        let row = encode_row("k", &[stop("a"), stop("b"), stop("c")], UNIX_EPOCH).unwrap();
+        assert_eq!(row.lines().count(), 3);
+        let single = encode_row("k", &[stop("d")], UNIX_EPOCH).unwrap();
+        for (after, limit, want) in
+            [(0, 10, vec!["a", "b", "c", "d"]), (1, 10, vec!["b", "c", "d"]), (2, 1, vec!["c"]), (3, 5, vec!["d"])]
+        {
+            let mut reader = RowReader::new("k", after, limit);
+            let rows = [(1, row.as_str()), (4, single.as_str())];
+            for (pos, text) in rows.into_iter().filter(|(pos, text)| pos + text.lines().count() as u64 > after) {
+                if !reader.take(pos, text).unwrap() {
+                    break;
+                }
+            }
+            let got: Vec<String> = reasons(&reader.into_records()).into_iter().map(|(_, r)| r).collect();
+            assert_eq!(got, want, "after {after}, at most {limit}");
+        }
+    }
+
+    #[test]
+    fn a_row_that_does_not_start_where_the_last_one_ended_is_corrupt_at_the_first_position_missing_or_doubled() {
+        let row = encode_row("k", &[stop("a"), stop("b")], UNIX_EPOCH).unwrap();
+        let mut gap = RowReader::new("k", 0, 10);
+        assert!(gap.take(1, &row).unwrap());
+        assert!(matches!(gap.take(4, &row), Err(StoreError::Corrupt { pos: 3, .. })));
+        let mut overlap = RowReader::new("k", 0, 10);
+        assert!(overlap.take(1, &row).unwrap());
+        assert!(matches!(overlap.take(2, &row), Err(StoreError::Corrupt { pos: 2, .. })));
+    }
+
+    #[test]
+    fn a_damaged_line_is_corrupt_at_its_own_position_and_lines_before_the_start_are_not_read() {
+        let row = format!("{}\nnot json\n{}", encode_row("k", &[stop("a")], UNIX_EPOCH).unwrap(), {
+            encode_row("k", &[stop("c")], UNIX_EPOCH).unwrap()
+        });
+        let mut all = RowReader::new("k", 0, 10);
+        assert!(matches!(all.take(1, &row), Err(StoreError::Corrupt { pos: 2, .. })));
+        let mut after = RowReader::new("k", 2, 10);
+        assert!(after.take(1, &row).unwrap());
+        assert_eq!(reasons(&after.into_records()), [(3, "c".to_owned())]);
+    }
+
+    #[test]
+    fn a_line_break_inside_a_value_is_escaped_so_each_entry_keeps_its_line() {
+        let row = encode_row("k", &[stop("a"), stop("line\nbreak"), stop("c")], UNIX_EPOCH).unwrap();
+        assert_eq!(row.lines().count(), 3);
+        let mut reader = RowReader::new("k", 0, 10);
+        assert!(reader.take(1, &row).unwrap());
+        let got = reasons(&reader.into_records());
+        assert_eq!(got, [(1, "a".to_owned()), (2, "line\nbreak".to_owned()), (3, "c".to_owned())]);
+    }
+}
