@@ -20,6 +20,28 @@ const fn escapes(word: u64) -> u64 {
     control | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
 }
 
+/// Where the first byte from `from` on lies that a JSON string cannot hold as it is — `"`, `\` or a control
+/// character — scanning eight bytes at a time (a reader's way through a string: everything before it is text as it
+/// is). `None` when there is none.
+///
+/// ```
+/// assert_eq!(noetic_http::find_json_escape(br#"abc\"d""#, 0), Some(3));
+/// assert_eq!(noetic_http::find_json_escape(b"plain text", 2), None);
+/// ```
+pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
+    while let Some(word) = bytes.get(from..from + 8) {
+        let mut eight = [0; 8];
+        eight.copy_from_slice(word);
+        let mask = escapes(u64::from_le_bytes(eight));
+        if mask != 0 {
+            return Some(from + (mask.trailing_zeros() / 8) as usize);
+        }
+        from += 8;
+    }
+    let rest = bytes.get(from..)?;
+    rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| from + i)
+}
+
 /// Appends `text` as a JSON string (quotes included): the bytes `serde_json::to_string(text)` gives.
 ///
 /// ```
@@ -91,6 +113,21 @@ mod tests {
                 assert_eq!(written(&text), serde_json::to_string(&text).unwrap_or_default(), "byte {byte:#x}");
             }
         }
+    }
+
+    #[test]
+    fn the_first_byte_a_string_must_escape_is_found_at_every_position() {
+        for byte in [b'"', b'\\', 0x00, 0x1f] {
+            for position in 0..20 {
+                let mut bytes = vec![b'a'; position];
+                bytes.push(byte);
+                bytes.extend_from_slice("é\"z".as_bytes());
+                assert_eq!(find_json_escape(&bytes, 0), Some(position), "byte {byte:#x}");
+                assert_eq!(find_json_escape(&bytes, position + 1), Some(position + 3), "after it, the quote");
+            }
+        }
+        assert_eq!(find_json_escape(b"no escape at all, however long it is", 0), None);
+        assert_eq!(find_json_escape(b"ab", 5), None, "from beyond the end");
     }
 
     proptest! {
