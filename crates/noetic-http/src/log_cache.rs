@@ -74,7 +74,11 @@ impl<P> std::fmt::Debug for LogCache<P> {
 impl<P> LogCache<P> {
     /// A cache holding at most `max_entries` logs and `max_bytes` bytes.
     pub fn with_bounds(max_entries: usize, max_bytes: usize) -> Self {
-        LogCache { entries: Mutex::new(Entries { by_log: IdMap::default(), bytes: 0, clock: 0 }), max_entries, max_bytes }
+        LogCache {
+            entries: Mutex::new(Entries { by_log: IdMap::default(), bytes: 0, clock: 0 }),
+            max_entries,
+            max_bytes,
+        }
     }
 
     /// How many logs it remembers and how many bytes they hold.

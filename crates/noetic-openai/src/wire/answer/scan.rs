@@ -26,27 +26,18 @@ pub(super) fn answer(text: &str) -> Option<Answer<'_>> {
     let mut seen = [false; 5];
     scan.object(0, |scan, key| {
         match key {
-            "error" => {
-                once(&mut seen[0])?;
-                // `null` is no error; an error object is the tolerant reading's to tell.
-                scan.null()?;
-            }
+            // `null` is no error; an error object is the tolerant reading's to tell.
+            "error" => scan.field(&mut seen[0], Scan::null)?,
             "object" => {
-                once(&mut seen[1])?;
-                answer.object = scan.optional(|scan| scan.string().filter(|o| o != "error"))?;
+                answer.object =
+                    scan.field(&mut seen[1], |scan| scan.optional(|scan| scan.string().filter(|o| o != "error")))?
             }
             "choices" => {
-                once(&mut seen[2])?;
-                answer.choices = scan.optional(|scan| scan.first(1, Scan::choice).map(First))?;
+                answer.choices =
+                    scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.first(1, Scan::choice).map(First)))?
             }
-            "usage" => {
-                once(&mut seen[3])?;
-                answer.usage = scan.optional(|scan| scan.usage(1))?;
-            }
-            "model" => {
-                once(&mut seen[4])?;
-                answer.model = scan.optional(|scan| scan.string().map(Cow::into_owned))?;
-            }
+            "usage" => answer.usage = scan.field(&mut seen[3], |scan| scan.optional(|scan| scan.usage(1)))?,
+            "model" => answer.model = scan.field(&mut seen[4], Scan::text)?,
             _ => scan.skip(1)?,
         }
         Some(())
@@ -91,6 +82,23 @@ impl<'a> Scan<'a> {
 
     fn null(&mut self) -> Option<()> {
         self.literal("null")
+    }
+
+    /// A known field's value read by `read`; `None` (give up) for a field seen before: a duplicated field is the
+    /// typed view's to refuse.
+    fn field<T>(&mut self, seen: &mut bool, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        once(seen)?;
+        read(self)
+    }
+
+    /// A string or `null`, owned.
+    fn text(&mut self) -> Option<Option<String>> {
+        self.optional(|scan| scan.string().map(Cow::into_owned))
+    }
+
+    /// A count or `null`.
+    fn count(&mut self) -> Option<Option<Count>> {
+        self.optional(|scan| scan.whole().map(Count))
     }
 
     /// `null` as `None`, else what `read` reads; `None` (give up) when that fails.
@@ -289,14 +297,12 @@ impl<'a> Scan<'a> {
         self.object(depth, |scan, key| {
             match key {
                 "message" => {
-                    once(&mut seen[0])?;
-                    choice.message = scan.optional(|scan| scan.message(depth + 1))?;
+                    choice.message = scan.field(&mut seen[0], |scan| scan.optional(|scan| scan.message(depth + 1)))?
                 }
                 // A streamed chunk's: left to the typed view.
                 "delta" => return None,
                 "finish_reason" => {
-                    once(&mut seen[1])?;
-                    choice.finish_reason = scan.optional(Scan::string)?;
+                    choice.finish_reason = scan.field(&mut seen[1], |scan| scan.optional(Scan::string))?
                 }
                 _ => scan.skip(depth + 1)?,
             }
@@ -310,18 +316,15 @@ impl<'a> Scan<'a> {
         let mut seen = [false; 3];
         self.object(depth, |scan, key| {
             match key {
+                // Content parts (an array) are the typed view's to join.
                 "content" => {
-                    once(&mut seen[0])?;
-                    // Content parts (an array) are the typed view's to join.
-                    message.content = scan.optional(|scan| scan.string().map(|c| Content(c.into_owned())))?;
+                    message.content = scan.field(&mut seen[0], |scan| {
+                        scan.optional(|scan| scan.string().map(|c| Content(c.into_owned())))
+                    })?
                 }
-                "refusal" => {
-                    once(&mut seen[1])?;
-                    message.refusal = scan.optional(|scan| scan.string().map(Cow::into_owned))?;
-                }
+                "refusal" => message.refusal = scan.field(&mut seen[1], Scan::text)?,
                 "tool_calls" => {
-                    once(&mut seen[2])?;
-                    message.tool_calls = scan.optional(|scan| scan.calls(depth + 1))?;
+                    message.tool_calls = scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.calls(depth + 1)))?
                 }
                 _ => scan.skip(depth + 1)?,
             }
@@ -344,17 +347,10 @@ impl<'a> Scan<'a> {
         let mut seen = [false; 3];
         self.object(depth, |scan, key| {
             match key {
-                "index" => {
-                    once(&mut seen[0])?;
-                    call.index = scan.optional(Scan::whole)?;
-                }
-                "id" => {
-                    once(&mut seen[1])?;
-                    call.id = scan.optional(|scan| scan.string().map(Cow::into_owned))?;
-                }
+                "index" => call.index = scan.field(&mut seen[0], |scan| scan.optional(Scan::whole))?,
+                "id" => call.id = scan.field(&mut seen[1], Scan::text)?,
                 "function" => {
-                    once(&mut seen[2])?;
-                    call.function = scan.optional(|scan| scan.function(depth + 1))?;
+                    call.function = scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.function(depth + 1)))?
                 }
                 _ => scan.skip(depth + 1)?,
             }
@@ -368,15 +364,9 @@ impl<'a> Scan<'a> {
         let mut seen = [false; 2];
         self.object(depth, |scan, key| {
             match key {
-                "name" => {
-                    once(&mut seen[0])?;
-                    function.name = scan.optional(|scan| scan.string().map(Cow::into_owned))?;
-                }
+                "name" => function.name = scan.field(&mut seen[0], Scan::text)?,
                 // Arguments sent as an object are the typed view's to refuse.
-                "arguments" => {
-                    once(&mut seen[1])?;
-                    function.arguments = scan.optional(|scan| scan.string().map(Cow::into_owned))?;
-                }
+                "arguments" => function.arguments = scan.field(&mut seen[1], Scan::text)?,
                 _ => scan.skip(depth + 1)?,
             }
             Some(())
@@ -385,27 +375,19 @@ impl<'a> Scan<'a> {
     }
 
     fn usage(&mut self, depth: usize) -> Option<WireUsage> {
-        let mut usage = WireUsage { prompt_tokens: None, completion_tokens: None, prompt_tokens_details: None, cost: None };
+        let mut usage =
+            WireUsage { prompt_tokens: None, completion_tokens: None, prompt_tokens_details: None, cost: None };
         let mut seen = [false; 4];
         self.object(depth, |scan, key| {
             match key {
-                "prompt_tokens" => {
-                    once(&mut seen[0])?;
-                    usage.prompt_tokens = scan.optional(|scan| scan.whole().map(Count))?;
-                }
-                "completion_tokens" => {
-                    once(&mut seen[1])?;
-                    usage.completion_tokens = scan.optional(|scan| scan.whole().map(Count))?;
-                }
+                "prompt_tokens" => usage.prompt_tokens = scan.field(&mut seen[0], Scan::count)?,
+                "completion_tokens" => usage.completion_tokens = scan.field(&mut seen[1], Scan::count)?,
                 "prompt_tokens_details" => {
-                    once(&mut seen[2])?;
-                    usage.prompt_tokens_details = scan.optional(|scan| scan.details(depth + 1))?;
+                    usage.prompt_tokens_details =
+                        scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.details(depth + 1)))?
                 }
                 // A cost is a float: the typed view reads it.
-                "cost" => {
-                    once(&mut seen[3])?;
-                    scan.null()?;
-                }
+                "cost" => scan.field(&mut seen[3], Scan::null)?,
                 _ => scan.skip(depth + 1)?,
             }
             Some(())
@@ -418,10 +400,7 @@ impl<'a> Scan<'a> {
         let mut seen = false;
         self.object(depth, |scan, key| {
             match key {
-                "cached_tokens" => {
-                    once(&mut seen)?;
-                    details.cached_tokens = scan.optional(|scan| scan.whole().map(Count))?;
-                }
+                "cached_tokens" => details.cached_tokens = scan.field(&mut seen, Scan::count)?,
                 _ => scan.skip(depth + 1)?,
             }
             Some(())

@@ -275,7 +275,8 @@ fn the_usual_answers_are_scanned_by_hand() {
 #[test]
 fn what_the_hand_scan_is_not_sure_of_is_left_to_the_typed_view() {
     let deep = format!(r#"{{"choices":[{{"message":{{"content":"a"}}}}],"x":{}1{}}}"#, "[".repeat(70), "]".repeat(70));
-    let deeper = format!(r#"{{"choices":[{{"message":{{"content":"a"}}}}],"x":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let deeper =
+        format!(r#"{{"choices":[{{"message":{{"content":"a"}}}}],"x":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
     for body in [
         r#"{"choices":[{"message":{"content":"\u00e9"}}]}"#,
         r#"{"choices":[{"message":{"content":"a"}}],"x":1.5,"y":-2.5e-3,"z":1E+2}"#,
