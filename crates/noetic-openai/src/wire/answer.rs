@@ -207,5 +207,7 @@ impl<'de> Deserialize<'de> for Count {
 
 mod scan;
 
+pub(super) use scan::surely_json;
+
 #[cfg(test)]
 mod tests;

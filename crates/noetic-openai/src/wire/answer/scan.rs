@@ -46,6 +46,16 @@ pub(super) fn answer(text: &str) -> Option<Answer<'_>> {
     (scan.at == scan.bytes.len()).then_some(answer)
 }
 
+/// True when `text` is surely one JSON value (whitespace around it allowed); `false` when the scan is not sure —
+/// it may still be JSON (a `\u` escape, deep nesting), for `serde_json` to tell.
+pub(in crate::wire) fn surely_json(text: &str) -> bool {
+    let mut scan = Scan { text, bytes: text.as_bytes(), at: 0 };
+    scan.skip(0).is_some() && {
+        scan.ws();
+        scan.at == scan.bytes.len()
+    }
+}
+
 /// Marks a field seen; `None` the second time (a duplicated field is the typed view's to refuse).
 fn once(seen: &mut bool) -> Option<()> {
     (!std::mem::replace(seen, true)).then_some(())

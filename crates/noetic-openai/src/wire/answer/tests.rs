@@ -308,3 +308,30 @@ fn what_the_hand_scan_is_not_sure_of_is_left_to_the_typed_view() {
         assert_eq!(format!("{:?}", parse_response(body)), format!("{before:?}"), "{body}");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn text_the_scan_is_sure_is_json_is_json_to_serde(text in "[ \\[\\]{}\":,0-9.eE+\\-tfrulnsax\\\\/\u{e9}\t]{0,24}") {
+        let serde = serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok();
+        prop_assert!(!super::surely_json(&text) || serde, "{:?}", text);
+    }
+
+    #[test]
+    fn any_answer_without_unicode_escapes_is_surely_json(answer in answer()) {
+        let text = answer.to_string();
+        prop_assert!(super::surely_json(&text) || text.contains("\\u"), "{}", text);
+    }
+}
+
+#[test]
+fn the_scan_is_sure_of_json_arguments_and_never_of_what_is_not_json() {
+    for json in [r#"{"city": "Paris", "n": [1, -2.5e3, true, false, null]}"#, " {} ", "\"s\\\"\"", "0", "-0.5E+2"] {
+        assert!(super::surely_json(json), "{json}");
+    }
+    for not_json in ["", "{", "{\"a\":}", "[1,]", "01", "1.", "tru", "{} {}", "\"a", "\"\t\"", "{'a': 1}", "[1]x"] {
+        assert!(!super::surely_json(not_json), "{not_json}");
+        assert!(serde_json::from_str::<serde::de::IgnoredAny>(not_json).is_err(), "{not_json}");
+    }
+}
