@@ -61,6 +61,12 @@ impl WireModel {
         }
     }
 
+    /// The body of an answer asking for the tool.
+    #[allow(dead_code)] // read by `instr_probe parse`
+    pub fn tool_answer(&self) -> &str {
+        &self.tool_answer
+    }
+
     /// Bytes of every request body encoded so far.
     pub fn request_bytes(&self) -> u64 {
         self.request_bytes.load(Ordering::Relaxed)

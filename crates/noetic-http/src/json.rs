@@ -20,6 +20,42 @@ const fn escapes(word: u64) -> u64 {
     control | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
 }
 
+/// Where the first byte from `from` on lies that a JSON string cannot hold as it is — `"`, `\` or a control
+/// character — scanning sixteen bytes at a time (a reader's way through a string: everything before it is text as it
+/// is). `None` when there is none.
+///
+/// ```
+/// assert_eq!(noetic_http::find_json_escape(br#"abc\"d""#, 0), Some(3));
+/// assert_eq!(noetic_http::find_json_escape(b"plain text", 2), None);
+/// ```
+pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
+    // Sixteen bytes a turn (two words, one branch), then one word, then the last few bytes one by one.
+    while let Some(sixteen) = bytes.get(from..from + 16) {
+        let (low, high) = (escapes(word(&sixteen[..8])), escapes(word(&sixteen[8..])));
+        if low | high != 0 {
+            let within = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
+            return Some(from + (within / 8) as usize);
+        }
+        from += 16;
+    }
+    if let Some(eight) = bytes.get(from..from + 8) {
+        let mask = escapes(word(eight));
+        if mask != 0 {
+            return Some(from + (mask.trailing_zeros() / 8) as usize);
+        }
+        from += 8;
+    }
+    let rest = bytes.get(from..)?;
+    rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| from + i)
+}
+
+/// Eight bytes as a little-endian word.
+fn word(eight: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(eight);
+    u64::from_le_bytes(word)
+}
+
 /// Appends `text` as a JSON string (quotes included): the bytes `serde_json::to_string(text)` gives.
 ///
 /// ```
@@ -32,38 +68,29 @@ pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // `bytes[copied..at]` needs no escape and is not written yet.
-    let (mut copied, mut at) = (0, 0);
-    while at < bytes.len() {
-        if let Some(word) = bytes.get(at..at + 8) {
-            let mut eight = [0; 8];
-            eight.copy_from_slice(word);
-            let mask = escapes(u64::from_le_bytes(eight));
-            if mask == 0 {
-                at += 8;
-                continue;
-            }
-            at += (mask.trailing_zeros() / 8) as usize;
-        }
-        let byte = bytes[at];
-        let escape: &[u8] = match byte {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0x00..=0x1f => &[b'\\', b'u', b'0', b'0', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]],
-            _ => {
-                at += 1;
-                continue;
-            }
-        };
+    // `bytes[copied..]` is not written yet; what lies before the next escape needs none.
+    let mut copied = 0;
+    while let Some(at) = find_json_escape(bytes, copied) {
         out.extend_from_slice(&bytes[copied..at]);
-        out.extend_from_slice(escape);
-        at += 1;
-        copied = at;
+        let byte = bytes[at];
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]),
+        }
+        copied = at + 1;
     }
     out.extend_from_slice(&bytes[copied..]);
     out.push(b'"');
@@ -84,13 +111,28 @@ mod tests {
     #[test]
     fn every_byte_that_needs_an_escape_is_escaped_as_serde_json_does_at_every_position() {
         for byte in 0u8..=0x7f {
-            for position in 0..20 {
+            for position in 0..40 {
                 let mut text = "a".repeat(position);
                 text.push(char::from(byte));
                 text.push_str("é\u{1F600}z");
                 assert_eq!(written(&text), serde_json::to_string(&text).unwrap_or_default(), "byte {byte:#x}");
             }
         }
+    }
+
+    #[test]
+    fn the_first_byte_a_string_must_escape_is_found_at_every_position() {
+        for byte in [b'"', b'\\', 0x00, 0x1f] {
+            for position in 0..40 {
+                let mut bytes = vec![b'a'; position];
+                bytes.push(byte);
+                bytes.extend_from_slice("é\"z".as_bytes());
+                assert_eq!(find_json_escape(&bytes, 0), Some(position), "byte {byte:#x}");
+                assert_eq!(find_json_escape(&bytes, position + 1), Some(position + 3), "after it, the quote");
+            }
+        }
+        assert_eq!(find_json_escape(b"no escape at all, however long it is", 0), None);
+        assert_eq!(find_json_escape(b"ab", 5), None, "from beyond the end");
     }
 
     proptest! {

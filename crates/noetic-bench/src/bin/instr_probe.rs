@@ -40,7 +40,8 @@
 //! (I(M) − I(N)) / ((M − N) · CALLS) is the instructions per real-path tool call with each session's set-up (a new
 //! runtime, its tool's compiled schema, the subscriber) and teardown; `instr_probe real-setup N` runs only those,
 //! so subtracting its (I(M) − I(N)) / ((M − N) · CALLS) leaves what the suite times. It prints the allocations per
-//! tool call of the N sessions too.
+//! tool call of the N sessions too. `instr_probe parse N` parses the real path's tool-call answer N times with
+//! the OpenAI client's parser alone ((I(M) − I(N)) / (M − N) is one parse).
 
 #[path = "../alloc_count.rs"]
 mod alloc_count;
@@ -60,7 +61,7 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork" | "parse") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -106,6 +107,14 @@ fn main() -> BenchResult<()> {
                 .await;
                 done?;
                 println!("allocations per path: {:.2}", allocations as f64 / (n * 1000).max(1) as f64);
+                Ok(())
+            }
+            "parse" => {
+                // The real path's tool-call answer parsed `n` times by the OpenAI client's parser alone.
+                let answer = real_path::WireModel::new().tool_answer().to_owned();
+                for _ in 0..n {
+                    std::hint::black_box(noetic_openai::wire::parse_response(std::hint::black_box(&answer))?);
+                }
                 Ok(())
             }
             "tool-call" => probe::bare_tool_calls(n, Vec::new()).await,

@@ -56,13 +56,23 @@ const KNOWN: &[(&str, u32, u32)] = &[
 /// `smollm2-135m` …), `None` for one this table does not know: then only configuration says
 /// ([`Model::context_window`](crate::model::Model::context_window)).
 pub fn known_window(model: &str) -> Option<ContextWindow> {
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    // Asked before every model request: the name's head is lowercased on the stack, no copy of it is made.
+    let name = model.rsplit('/').next().unwrap_or(model).as_bytes();
+    let head = &name[..name.len().min(LONGEST_START)];
+    let mut lower = [0u8; LONGEST_START];
+    for (to, from) in lower.iter_mut().zip(head) {
+        *to = from.to_ascii_lowercase();
+    }
+    let name = &lower[..head.len()];
     KNOWN
         .iter()
-        .filter(|(start, _, _)| name.starts_with(start))
+        .filter(|(start, _, _)| name.starts_with(start.as_bytes()))
         .max_by_key(|(start, _, _)| start.len())
         .map(|&(_, tokens, output_reserve)| ContextWindow { tokens, output_reserve })
 }
+
+/// No start in [`KNOWN`] is longer: only this much of a name is compared.
+const LONGEST_START: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -76,6 +86,19 @@ mod tests {
         assert_eq!(known_window("anthropic/claude-sonnet-4").map(|w| w.tokens), Some(200_000));
         assert_eq!(known_window("smollm2-135m").map(|w| w.output_reserve), Some(512));
         assert_eq!(known_window("my-own-model"), None);
+    }
+
+    #[test]
+    fn known_models_are_found_whatever_the_case_of_their_name() {
+        assert_eq!(known_window("OpenAI/GPT-4o-Mini").map(|w| w.tokens), Some(128_000));
+        assert_eq!(known_window("Claude-3-Opus").map(|w| w.tokens), Some(200_000));
+        assert_eq!(known_window("GPT"), None, "a name shorter than every start matches none");
+        assert_eq!(known_window("gpt-4\u{e9}"), Some(ContextWindow { tokens: 8_192, output_reserve: 2_048 }));
+    }
+
+    #[test]
+    fn every_known_start_fits_the_compared_head_of_a_name() {
+        assert!(KNOWN.iter().all(|(start, _, _)| start.len() <= LONGEST_START && *start == start.to_lowercase()));
     }
 
     #[test]

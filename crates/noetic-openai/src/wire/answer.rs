@@ -29,8 +29,20 @@ pub(super) struct Answer<'a> {
 impl<'a> Answer<'a> {
     /// The typed reading of `text`, when it takes it and it is not an error object.
     pub fn read(text: &'a str) -> Option<Self> {
-        let answer: Answer<'a> = serde_json::from_str(text).ok()?;
-        (answer.error.is_none() && answer.object.as_deref() != Some("error")).then_some(answer)
+        serde_json::from_str::<Answer<'a>>(text).ok().and_then(Answer::unless_error)
+    }
+
+    /// [`Answer::read`] of a whole (non-streamed) answer: scanned by hand where the scan is sure of it (see
+    /// `scan`), else read as `read` reads it.
+    pub fn read_whole(text: &'a str) -> Option<Self> {
+        match scan::answer(text) {
+            Some(answer) => answer.unless_error(),
+            None => Answer::read(text),
+        }
+    }
+
+    fn unless_error(self) -> Option<Self> {
+        (self.error.is_none() && self.object.as_deref() != Some("error")).then_some(self)
     }
 
     /// The first choice, when there is one.
@@ -192,6 +204,10 @@ impl<'de> Deserialize<'de> for Count {
         deserializer.deserialize_any(CountVisitor)
     }
 }
+
+mod scan;
+
+pub(super) use scan::surely_json;
 
 #[cfg(test)]
 mod tests;

@@ -125,7 +125,8 @@ pub(crate) fn value(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized))
 /// (llama.cpp does) answer every later request with an error when one call in it is malformed — a session would
 /// be stuck for good; the call's result already tells the model its arguments were not JSON.
 pub(crate) fn wire_arguments(raw: &str) -> Cow<'_, str> {
-    if serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
+    // The hand scan is sure of the usual arguments at less than serde's cost; serde decides the rest.
+    if super::answer::surely_json(raw) || serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
         Cow::Borrowed(raw)
     } else {
         Cow::Owned(json!({ "_raw": raw }).to_string())

@@ -27,7 +27,7 @@ const MAX_QUOTED: usize = 500;
 /// [`NoeticError::ModelFailed`] carrying the raw body when the body is not JSON, has no choices, or is a provider
 /// error object (`{"error": {...}}`, even with HTTP 200; also vLLM's `{"object": "error", ...}`).
 pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
-    match Answer::read(body) {
+    match Answer::read_whole(body) {
         Some(answer) => typed_response(answer, body),
         None => value_response(body),
     }
@@ -47,7 +47,7 @@ fn no_choices(body: &str) -> NoeticError {
 }
 
 /// [`parse_response`] from the typed view.
-fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<ModelResponse, NoeticError> {
+pub(super) fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<ModelResponse, NoeticError> {
     let Some(choice) = answer.choice() else {
         return Err(no_choices(body));
     };

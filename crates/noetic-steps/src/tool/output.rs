@@ -103,10 +103,18 @@ impl ToolOutput {
     /// The successful tool result for call `call_id`: the text, and the blocks and structured data only when the
     /// text does not already say everything (see [`ToolResult`]).
     pub(crate) fn into_result(self, call_id: &str) -> ToolResult {
-        let content = self.to_text();
-        let structured = if self.blocks.is_empty() { None } else { self.structured };
-        let blocks = if self.blocks.iter().all(ContentBlock::is_text) { Vec::new() } else { self.blocks };
-        ToolResult { call_id: call_id.to_owned(), content, is_error: false, blocks, structured }
+        let content = match (&self.blocks[..], self.structured) {
+            // A plain string (most tools' answer) is the text as it is: moved, not copied.
+            ([], Some(Value::String(text))) => text,
+            ([], Some(value)) => value_text(&value),
+            ([], None) => String::new(),
+            (blocks, structured) => {
+                let text = blocks_text(blocks);
+                let blocks = if self.blocks.iter().all(ContentBlock::is_text) { Vec::new() } else { self.blocks };
+                return ToolResult { call_id: call_id.to_owned(), content: text, is_error: false, blocks, structured };
+            }
+        };
+        ToolResult { call_id: call_id.to_owned(), content, is_error: false, blocks: Vec::new(), structured: None }
     }
 }
 

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 use crate::wire::StreamAccumulator;
-use crate::wire::response::{parse_response, value_response};
+use crate::wire::response::{parse_response, typed_response, value_response};
 
 /// One of `choices`, or the field left out (`None`).
 fn pick(choices: Vec<Option<Value>>) -> impl Strategy<Value = Option<Value>> {
@@ -213,5 +213,125 @@ fn the_committed_answers_of_openai_openrouter_and_llama_cpp_are_read_by_the_type
     ] {
         assert!(super::Answer::read(body).is_some(), "{body}");
         assert_eq!(format!("{:?}", parse_response(body)), format!("{:?}", value_response(body)));
+    }
+}
+
+/// Where the hand scan reads `body`, the typed view reads it and both give the same response.
+fn scanned_as_typed(body: &str) -> Result<(), String> {
+    let Some(scanned) = super::scan::answer(body) else { return Ok(()) };
+    let Ok(typed) = serde_json::from_str::<super::Answer<'_>>(body) else {
+        return Err(format!("scanned, but the typed view refuses it: {body}"));
+    };
+    let (scanned, typed) = (typed_response(scanned, body), typed_response(typed, body));
+    match format!("{scanned:?}") == format!("{typed:?}") {
+        true => Ok(()),
+        false => Err(format!("{body}\nscanned: {scanned:?}\ntyped:   {typed:?}")),
+    }
+}
+
+/// An answer carrying `text` as its content, a call's arguments and an unknown field.
+fn carrying(text: &str) -> Value {
+    json!({"id": text, "object": "chat.completion", "model": "gpt",
+           "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": text,
+               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": text}}]}}],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}, "extra": [text, {"k": text}]})
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn an_answer_the_hand_scan_reads_is_read_as_the_typed_view_reads_it(answer in answer(), pretty in any::<bool>()) {
+        let body = if pretty { serde_json::to_string_pretty(&answer).unwrap() } else { answer.to_string() };
+        prop_assert!(scanned_as_typed(&body).is_ok(), "{:?}", scanned_as_typed(&body));
+    }
+
+    #[test]
+    fn text_of_any_characters_is_scanned_as_the_typed_view_reads_it(text in "(?s).{0,60}", pretty in any::<bool>()) {
+        let answer = carrying(&text);
+        let body = if pretty { serde_json::to_string_pretty(&answer).unwrap() } else { answer.to_string() };
+        prop_assert!(scanned_as_typed(&body).is_ok(), "{:?}", scanned_as_typed(&body));
+        prop_assert_eq!(format!("{:?}", parse_response(&body)), format!("{:?}", value_response(&body)));
+    }
+}
+
+#[test]
+fn the_usual_answers_are_scanned_by_hand() {
+    let escaped = carrying(r#"{"path": "src/lib.rs", "query": "say \"hi\"\n\t/\\"}"#).to_string();
+    let long = carrying(&format!("{{\"a\": \"{}\"}}", "x".repeat(5000))).to_string();
+    for body in [
+        include_str!("../../../tests/fixtures/chat_text.json"),
+        include_str!("../../../tests/fixtures/chat_tool_calls.json"),
+        include_str!("../../../tests/fixtures/llama_cpp_tool_call.json"),
+        &escaped,
+        &long,
+    ] {
+        assert!(super::scan::answer(body).is_some(), "{body}");
+        assert_eq!(scanned_as_typed(body), Ok(()));
+        assert_eq!(format!("{:?}", parse_response(body)), format!("{:?}", value_response(body)));
+    }
+}
+
+#[test]
+fn what_the_hand_scan_is_not_sure_of_is_left_to_the_typed_view() {
+    let deep = format!(r#"{{"choices":[{{"message":{{"content":"a"}}}}],"x":{}1{}}}"#, "[".repeat(70), "]".repeat(70));
+    let deeper =
+        format!(r#"{{"choices":[{{"message":{{"content":"a"}}}}],"x":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    for body in [
+        r#"{"choices":[{"message":{"content":"\u00e9"}}]}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":1.5,"y":-2.5e-3,"z":1E+2}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":1e400}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":1.}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":1e}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":.5}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":-0}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":01}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":- 1}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":[1,]}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"x":{"a":1,}}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"mod\u0065l":"m"}"#,
+        r#"{"choices":[{"message":{"content":"a\/b"}}],"usage":{"prompt_tokens":18446744073709551616}}"#,
+        r#"{"choices":[{"message":{"content":"a"}}],"usage":{"prompt_tokens":-2,"cost":0.25}}"#,
+        r#"{"choices":[{"message":{"content":"a\ud800"}}]}"#,
+        "{\"choices\":[{\"message\":{\"content\":\"tab\there\"}}]}",
+        r#"{"choices":[{"message":{"content":"a"},"delta":null}],"error":null,"object":"error"}"#,
+        r#"{"choices":[{"message":{"content":"unterminated}]}"#,
+        r#"{"choices":[{"message":{"content":"a\"}}]}"#,
+        &deep,
+        &deeper,
+    ] {
+        assert_eq!(scanned_as_typed(body), Ok(()));
+        let before = match super::Answer::read(body) {
+            Some(answer) => typed_response(answer, body),
+            None => value_response(body),
+        };
+        assert_eq!(format!("{:?}", parse_response(body)), format!("{before:?}"), "{body}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn text_the_scan_is_sure_is_json_is_json_to_serde(text in "[ \\[\\]{}\":,0-9.eE+\\-tfrulnsax\\\\/\u{e9}\t]{0,24}") {
+        let serde = serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok();
+        prop_assert!(!super::surely_json(&text) || serde, "{:?}", text);
+    }
+
+    #[test]
+    fn any_answer_without_unicode_escapes_is_surely_json(answer in answer()) {
+        let text = answer.to_string();
+        prop_assert!(super::surely_json(&text) || text.contains("\\u"), "{}", text);
+    }
+}
+
+#[test]
+fn the_scan_is_sure_of_json_arguments_and_never_of_what_is_not_json() {
+    for json in [r#"{"city": "Paris", "n": [1, -2.5e3, true, false, null]}"#, " {} ", "\"s\\\"\"", "0", "-0.5E+2"] {
+        assert!(super::surely_json(json), "{json}");
+    }
+    for not_json in ["", "{", "{\"a\":}", "[1,]", "01", "1.", "tru", "{} {}", "\"a", "\"\t\"", "{'a': 1}", "[1]x"] {
+        assert!(!super::surely_json(not_json), "{not_json}");
+        assert!(serde_json::from_str::<serde::de::IgnoredAny>(not_json).is_err(), "{not_json}");
     }
 }
