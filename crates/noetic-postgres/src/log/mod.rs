@@ -297,11 +297,11 @@ impl PgLogStore {
             });
         }
         let at = SystemTime::now();
-        let chunk = encode_row(key, entries, at)?;
+        let row = encode_row(key, entries, at)?;
         let (reply, answer) = oneshot::channel();
         let (key, change, release) = (key.to_owned(), SummaryChange::of(entries), release.map(str::to_owned));
         let count = entries.len() as u64;
-        let request = writer::Request { key: key.clone(), expect, change, chunk, count, release, reply };
+        let request = writer::Request { key: key.clone(), expect, change, row, count, release, reply };
         let stopped = || {
             StoreError::unavailable(
                 format!("appending to session '{key}'"),

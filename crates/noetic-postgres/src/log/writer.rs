@@ -31,8 +31,8 @@ pub(crate) struct Request {
     /// What the entries change in the session's summary.
     pub change: SummaryChange,
     /// The entries as stored, one per line ([`noetic_runtime::agent::log::encode_row`]): one row.
-    pub chunk: String,
-    /// How many entries the chunk holds (at least one).
+    pub row: String,
+    /// How many entries the row holds (at least one).
     pub count: u64,
     /// The lease holder that gives the session up in the same transaction when the append passes.
     pub release: Option<String>,

@@ -204,7 +204,7 @@ fn decide<'a>(
     }
     log_keys.push(key);
     log_pos.push(i64::try_from(session.last + 1).unwrap_or(i64::MAX));
-    log_entries.push(request.chunk.as_str());
+    log_entries.push(request.row.as_str());
     summary.apply_change(&request.change);
     session.last += request.count;
     session.landed = true;

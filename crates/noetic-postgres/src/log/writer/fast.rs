@@ -75,7 +75,7 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
             return None;
         }
         positions.push(i64::try_from(next.last + 1).ok()?);
-        entries.push(request.chunk.as_str());
+        entries.push(request.row.as_str());
         next.last += request.count;
         next.summary.apply_change(&request.change);
         answers.push(next.last);

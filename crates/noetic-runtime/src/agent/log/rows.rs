@@ -13,19 +13,19 @@ pub fn encode_row(key: &str, entries: &[Entry], at: SystemTime) -> Result<String
     let refused = |i: usize, why: String| StoreError::Refused {
         message: format!("session '{key}': entry {} of the append cannot be stored: {why}", i + 1),
     };
-    // About what a tool call's entries take, so that a chunk rarely grows.
-    let mut chunk = Vec::with_capacity(512 * entries.len());
+    // About what a tool call's entries take, so that the row rarely grows.
+    let mut row = Vec::with_capacity(512 * entries.len());
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
-            chunk.push(b'\n');
+            row.push(b'\n');
         }
-        let start = chunk.len();
-        encode_into(entry, at, &mut chunk).map_err(|e| refused(i, e.to_string()))?;
-        if chunk[start..].contains(&b'\n') {
+        let start = row.len();
+        encode_into(entry, at, &mut row).map_err(|e| refused(i, e.to_string()))?;
+        if row[start..].contains(&b'\n') {
             return Err(refused(i, "its stored form has a line break".into()));
         }
     }
-    String::from_utf8(chunk).map_err(|e| refused(0, format!("its stored form is not UTF-8 ({e})")))
+    String::from_utf8(row).map_err(|e| refused(0, format!("its stored form is not UTF-8 ({e})")))
 }
 
 /// Reads rows (`pos`, text) of session `key` in position order — the first one the row holding the entry after
