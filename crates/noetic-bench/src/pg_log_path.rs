@@ -182,6 +182,24 @@ async fn runtime_figures(url: &str) -> BenchResult<()> {
     .await?;
     report("pg_log_real_tool_call_us_100_calls", logged, "us", "");
     report("pg_log_added_per_tool_call_us", Stats::exact(logged.median - plain.median), "us", "<= 300");
+    // The same with an idempotent tool (its outcome waits for the next call's start), and how many transactions
+    // each tool call of either kind takes.
+    let mut transactions = [0.0; 2];
+    for (i, idempotent) in [false, true].into_iter().enumerate() {
+        let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
+        let search = crate::real_path::search_tool_of(idempotent)?;
+        crate::real_path::session_tool_calls_of(100, false, crate::real_path::Kept::Log(store.clone()), search).await?;
+        transactions[i] = store.stats().transactions as f64 / 100.0;
+    }
+    let idempotent = measure(5, || async {
+        let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
+        let search = crate::real_path::search_tool_of(true)?;
+        Ok(crate::real_path::session_tool_calls_of(100, false, crate::real_path::Kept::Log(store), search).await?.0)
+    })
+    .await?;
+    report("pg_log_added_per_tool_call_us_idempotent", Stats::exact(idempotent.median - plain.median), "us", "<= 300");
+    report("pg_log_transactions_per_tool_call", Stats::exact(transactions[0]), "transactions", "");
+    report("pg_log_transactions_per_tool_call_idempotent", Stats::exact(transactions[1]), "transactions", "");
     for workers in [0, 1, 2, 4] {
         let (mut rates, mut lateness) = (Vec::new(), Vec::new());
         for _ in 0..3 {

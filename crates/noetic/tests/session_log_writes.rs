@@ -1,6 +1,7 @@
 //! How often a turn writes to its session log (#30: at most one write per tool call): an idempotent tool's
 //! outcome waits for the next call's start (or the step's end) instead of a write of its own before the next model
-//! request, and a crash in between costs only running that call again.
+//! request, and a crash in between costs only running that call again; any other call's outcome goes with the next
+//! call's start when the model answers within the writer's hold, and is written while the model works otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -164,7 +165,7 @@ async fn cut_during_the_second_request(idempotent: bool) -> Vec<Entry> {
 }
 
 #[tokio::test]
-async fn a_finished_call_that_is_not_idempotent_is_written_before_the_next_model_request() {
+async fn a_finished_call_that_is_not_idempotent_is_written_while_the_model_works_on_the_next_request() {
     let entries = cut_during_the_second_request(false).await;
     assert!(
         entries.iter().any(|e| tool_done(e) == Some("c0")),
@@ -345,4 +346,100 @@ async fn a_crash_at_any_write_of_a_turn_runs_no_call_that_is_not_idempotent_twic
         let results = session.history().iter().filter(|i| matches!(i, Item::ToolResult(_))).count();
         assert_eq!(results, CALLS, "cut {cut}: every call has exactly one result");
     }
+}
+
+/// Answers as its scripted model does once the runtime ran everything else that was ready (the session's writer
+/// among them), as a model on a fast local connection does: no time passes.
+struct Prompt(ScriptedModel);
+
+impl Model for Prompt {
+    fn call(&self, request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            answer.await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_is_not_idempotent_shares_one_write_with_the_next_calls_start_when_the_model_answers_at_once() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let rt = runtime_of(Arc::new(Prompt(ScriptedModel::responder(respond))), recording.clone(), false, &runs);
+    let session = rt.open("s").await.unwrap();
+    let start = tokio::time::Instant::now();
+    assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+    assert_eq!(tokio::time::Instant::now(), start, "nothing waited out the writer's hold");
+    let appends = recording.appends();
+    for k in 0..CALLS - 1 {
+        let (id, next) = (format!("c{k}"), format!("c{}", k + 1));
+        let outcome = appends.iter().find(|a| a.iter().any(|e| tool_done(e) == Some(&id))).unwrap();
+        assert!(outcome.iter().any(|e| tool_started(e) == Some(&next)), "{id} with {next}'s start: {outcome:?}");
+    }
+    assert_eq!(appends.len(), CALLS + 2, "the turn's start, a write per call, its end: {appends:#?}");
+}
+
+/// Answers as its scripted model does after 50 ms.
+struct Slow(ScriptedModel);
+
+impl Model for Slow {
+    fn call(&self, request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            answer.await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_is_not_idempotent_is_written_on_its_own_while_a_slow_model_answers() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let rt = runtime_of(Arc::new(Slow(ScriptedModel::responder(respond))), recording.clone(), false, &runs);
+    let session = rt.open("s").await.unwrap();
+    assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
+    let appends = recording.appends();
+    for k in 0..CALLS - 1 {
+        let id = format!("c{k}");
+        let outcome = appends.iter().find(|a| a.iter().any(|e| tool_done(e) == Some(&id))).unwrap();
+        assert!(
+            !outcome.iter().any(|e| tool_started(e).is_some()),
+            "{id}'s outcome is written on its own: {outcome:?}"
+        );
+    }
+}
+
+/// Calls `search` once, then fails the next request (after yielding, as [`Prompt`] does).
+struct FailsTheSecondRequest(AtomicUsize);
+
+impl Model for FailsTheSecondRequest {
+    fn call(&self, _request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            match n {
+                0 => Ok(ModelResponse::tool_calls([("c0", "search", json!({"q": 0}))])),
+                _ => Err(NoeticError::other("the provider is down")),
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_whose_model_fails_after_a_call_waits_for_its_writes_without_waiting_out_the_writers_hold() {
+    let recording = Arc::new(RecordingLogStore::default());
+    let runs = Arc::default();
+    let rt = runtime_of(Arc::new(FailsTheSecondRequest(AtomicUsize::new(0))), recording.clone(), false, &runs);
+    let session = rt.open("s").await.unwrap();
+    let start = tokio::time::Instant::now();
+    let failed = session.send("find it").await.unwrap().await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(tokio::time::Instant::now(), start, "nothing waited out the writer's hold");
+    let entries: Vec<Entry> = recording.appends().into_iter().flatten().collect();
+    assert!(entries.iter().any(|e| tool_done(e) == Some("c0")), "{entries:?}");
+    assert!(matches!(entries.last(), Some(Entry::TurnEnded { .. })), "{entries:?}");
 }

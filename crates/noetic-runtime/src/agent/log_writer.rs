@@ -28,6 +28,9 @@ pub(crate) struct Batch {
     pub(crate) chain: Option<Chain>,
     /// The lease holder that gives the session up once this lands (a turn's last write).
     pub(crate) release: Option<Arc<str>>,
+    /// Nobody waits for it now (a turn's write handed over before a model request): the writer may hold it for
+    /// up to [`HOLD`] to write it with the batch that follows (see [`Writer::run`]).
+    pub(crate) lazy: bool,
 }
 
 /// A turn's writes: once one fails, the writer refuses the rest (the log never holds a turn with a hole in it),
@@ -39,6 +42,13 @@ const GROUP: usize = 64;
 
 /// How often a conflicting append reads what others wrote and tries again before it gives up.
 const RETRIES: usize = 8;
+
+/// How long a lazy batch may wait for the next one. A turn hands a call's outcome over before its model request and
+/// the response with the next call's start after it: a model that answers within this goes into one append with
+/// the outcome (one transaction per tool call, SPEC 6), a slower one finds the outcome written while it answers.
+/// A crash in the window loses no more than a crash while the outcome's own append was under way would: the call
+/// gets the interrupted result, and the model request is made again (its answer never arrived).
+const HOLD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Facts any process may add to a session it does not run (SPEC 6.4): another process's entries of these kinds are
 /// taken in; any other kind means another process runs the session now, and this one stops writing to it.
@@ -72,6 +82,33 @@ enum AppendError {
 /// The name of an entry's kind, for messages.
 fn entry_name(entry: &Entry) -> String {
     serde_json::to_value(entry).ok().and_then(|v| v["type"].as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// Takes the batches waiting behind `batches`' first (up to [`GROUP`], up to a sync); while all it has are lazy,
+/// waits up to [`HOLD`] for the next. Whether the queue closed meanwhile (the session is gone: what was taken is
+/// still written).
+async fn gather(rx: &mut mpsc::UnboundedReceiver<Batch>, batches: &mut Vec<Batch>) -> bool {
+    let mut deadline = None;
+    while batches.len() < GROUP && !batches.iter().any(|b| b.sync) {
+        match rx.try_recv() {
+            Ok(batch) => {
+                batches.push(batch);
+                continue;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return true,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        if !batches.iter().all(|b| b.lazy) {
+            break;
+        }
+        let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + HOLD);
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(Some(batch)) => batches.push(batch),
+            Ok(None) => return true,
+            Err(_) => break,
+        }
+    }
+    false
 }
 
 /// Appends one session's batches in order, grouping those that wait together.
@@ -117,14 +154,12 @@ impl Writer {
                 Next::Batch(None) => return,
                 Next::Batch(Some(batch)) => {
                     let mut batches = vec![batch];
-                    while batches.len() < GROUP && !batches.iter().any(|b| b.sync) {
-                        match rx.try_recv() {
-                            Ok(batch) => batches.push(batch),
-                            Err(_) => break,
-                        }
-                    }
+                    let closed = gather(&mut rx, &mut batches).await;
                     let sync = batches.iter().position(|b| b.sync).map(|at| batches.remove(at));
                     self.write(batches).await;
+                    if closed {
+                        return;
+                    }
                     if let Some(sync) = sync {
                         self.resync().await;
                         if let Some(done) = sync.done {

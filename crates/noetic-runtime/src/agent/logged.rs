@@ -143,9 +143,27 @@ impl Logged {
         chain: Option<Chain>,
         release: Option<Arc<str>>,
     ) -> Receipt {
+        self.hand_over(entries, chain, release, false)
+    }
+
+    /// [`Logged::submit_in`] for a write nobody waits for now: the writer may hold it briefly to write it with the
+    /// next one (see `log_writer`); [`Logged::flush`] before waiting for its receipt.
+    pub(crate) fn submit_lazy(&self, entries: Vec<Entry>, chain: Option<Chain>) -> Receipt {
+        self.hand_over(entries, chain, None, true)
+    }
+
+    /// Ends the writer's hold of lazy writes (their receipts are about to be waited for).
+    pub(crate) fn flush(&self) {
+        if let Some(writer) = self.writer.get() {
+            let flush = Batch { sync: false, entries: Vec::new(), done: None, chain: None, release: None, lazy: false };
+            let _ = writer.send(flush);
+        }
+    }
+
+    fn hand_over(&self, entries: Vec<Entry>, chain: Option<Chain>, release: Option<Arc<str>>, lazy: bool) -> Receipt {
         self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { sync: false, entries, done: Some(done), chain, release };
+        let batch = Batch { sync: false, entries, done: Some(done), chain, release, lazy };
         match self.writer.get() {
             Some(writer) => {
                 if let Err(refused) = writer.send(batch)
@@ -167,7 +185,7 @@ impl Logged {
     pub(crate) fn submit_detached(&self, entries: Vec<Entry>) {
         if let Some(writer) = self.writer.get() {
             self.last.fetch_add(entries.len() as u64, Ordering::SeqCst);
-            let _ = writer.send(Batch { sync: false, entries, done: None, chain: None, release: None });
+            let _ = writer.send(Batch { sync: false, entries, done: None, chain: None, release: None, lazy: false });
         }
     }
 
@@ -197,7 +215,8 @@ impl Logged {
     /// called once this process holds the session's lease) and writes again if it was fenced.
     pub(crate) async fn sync(&self) -> Result<u64, String> {
         let (done, receipt) = oneshot::channel();
-        let batch = Batch { sync: true, entries: Vec::new(), done: Some(done), chain: None, release: None };
+        let batch =
+            Batch { sync: true, entries: Vec::new(), done: Some(done), chain: None, release: None, lazy: false };
         match self.writer.get() {
             Some(writer) => {
                 let _ = writer.send(batch);

@@ -104,9 +104,18 @@ impl LogJournal {
 
     /// Waits for the commit handed over without waiting, if any: an error when it did not land.
     async fn landed(&self) -> Result<(), String> {
-        let Some((receipt, persisted)) = lock(&self.written).take() else { return Ok(()) };
+        let Some((mut receipt, persisted)) = lock(&self.written).take() else { return Ok(()) };
         let Some(logged) = self.state.logged() else { return Ok(()) };
-        match settled(receipt).await {
+        let answer = match receipt.try_recv() {
+            Ok(answer) => answer,
+            // Handed over lazily: the writer may be holding it for the next write, which is not coming.
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                logged.flush();
+                settled(receipt).await
+            }
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => settled(receipt).await,
+        };
+        match answer {
             Ok(_) => {
                 logged.set_persisted(persisted.max(logged.persisted()));
                 Ok(())
@@ -221,9 +230,9 @@ impl TurnJournal for LogJournal {
             // A step's end waits for the turn's next write: the turn's end (one commit for both), or the next
             // step's first commit, written while its model answers as the step's end was before. A crash before
             // it lands leaves the step running in the log: its last response is asked for again, as when a crash
-            // came before a step's end was written on its own.
+            // came before a step's end was written on its own. A write handed over before it (the last call's
+            // outcome) is not waited for here: the next write goes after it (and with it, when it is still held).
             if commit.finished.is_some() && !commit.wait {
-                self.landed().await.map_err(failed)?;
                 *lock(&self.deferred) = entries;
                 logged.set_persisted(persisted);
                 return Ok(());
@@ -233,8 +242,8 @@ impl TurnJournal for LogJournal {
             }
             // Handed over at once, also after a write not yet landed: the writer keeps the order and refuses this
             // one if that one failed, so both may even share a transaction.
-            let receipt = logged.submit_in(entries, Some(self.chain.clone()));
             if !commit.wait {
+                let receipt = logged.submit_lazy(entries, Some(self.chain.clone()));
                 self.landed().await.map_err(failed)?;
                 // The items count as written for the next commit's slice.
                 self.before.store(commit.first, Ordering::SeqCst);
@@ -242,7 +251,7 @@ impl TurnJournal for LogJournal {
                 *lock(&self.written) = Some((receipt, persisted));
                 return Ok(());
             }
-            let this = settled(receipt).await;
+            let this = settled(logged.submit_in(entries, Some(self.chain.clone()))).await;
             self.landed().await.map_err(failed)?;
             this.map_err(failed)?;
             logged.set_persisted(persisted);
