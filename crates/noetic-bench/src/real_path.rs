@@ -196,7 +196,8 @@ pub async fn session_tool_calls_of(
     search: Arc<dyn Tool>,
 ) -> BenchResult<(f64, f64)> {
     let (runtime, model) = wire_runtime_of(kept, search)?;
-    let session = runtime.open("bench").await?;
+    // A session of its own: a store shared between runs (PostgreSQL) would otherwise grow one conversation.
+    let session = runtime.open(&format!("bench-{:x}", fastrand::u64(..))).await?;
     let drain = subscribed.then(|| drain_events(&session));
     let turns = calls.div_ceil(ROUNDS_PER_TURN);
     let start = Instant::now();
