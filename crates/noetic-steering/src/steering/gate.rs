@@ -55,6 +55,17 @@ impl Evaluation {
             judges: Vec::new(),
         }
     }
+
+    /// True for an allow that no rule made, with nothing else to record: the usual gate's evaluation.
+    fn no_rule_decided(&self) -> bool {
+        self.decision.action == SteeringAction::Allow
+            && self.decision.guidance.is_none()
+            && self.deciders.is_empty()
+            && self.failures.is_empty()
+            && self.fault.is_none()
+            && !self.escalated
+            && self.judges.is_empty()
+    }
 }
 
 impl SteeringLayer {
@@ -144,38 +155,40 @@ impl SteeringLayer {
             return Evaluation::allow();
         }
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
-        let mut running: Option<(usize, &SteeringRule)> = None;
+        // The candidate whose predicate runs (to name it if it panics).
+        let mut running = 0;
         let rules = &self.config().rules;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            for &index in candidates {
-                let Some(rule) = rules.get(index) else { continue };
-                let Some(predicate) = &rule.predicate else { continue };
-                if check_scopes && !rule.concerns(params) {
+            for (n, candidate) in candidates.iter().enumerate() {
+                let Some(predicate) = &candidate.predicate else { continue };
+                if check_scopes && !rules.get(candidate.index).is_some_and(|rule| rule.concerns(params)) {
                     continue;
                 }
-                running = Some((index, rule));
+                running = n;
                 let decision = predicate(params);
                 // The usual answer: nothing to keep (see `note`).
                 if decision.action == SteeringAction::Allow {
                     continue;
                 }
-                if note(&mut decided, (index, Evaluator::Predicate, decision)) {
+                if note(&mut decided, (candidate.index, Evaluator::Predicate, decision)) {
                     break;
                 }
             }
         }));
         let mut failures = Vec::new();
-        match (run, running) {
+        match run {
             // Every predicate allowed: nothing to aggregate, escalate or name.
-            (Ok(()), _) if decided.is_empty() => return Evaluation::allow(),
-            (Err(payload), Some((index, rule))) => {
-                let error = panicked(&rule.id, "steering predicate", &*payload);
+            Ok(()) if decided.is_empty() => return Evaluation::allow(),
+            Ok(()) => {}
+            Err(payload) => {
+                let index = candidates.get(running).map_or(0, |c| c.index);
+                let id = rules.get(index).map_or("", |rule| rule.id.as_str());
+                let error = panicked(id, "steering predicate", &*payload);
                 let cause = FailureCause::PredicatePanicked { message: error.to_string() };
-                let decision = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
-                failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+                let decision = failure_decision(id, FailurePolicy::Deny, &cause);
+                failures.push(RuleFailure { rule_id: id.to_owned(), cause });
                 decided.push((index, Evaluator::Predicate, decision));
             }
-            _ => {}
         }
         self.aggregate(decided, failures, turn)
     }
@@ -245,7 +258,7 @@ impl SteeringLayer {
                 feedback::deliver(&state, late, &carry);
             }
             ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, max_ledger);
+            lock(&state).ledger.push(entry, max_ledger);
         };
         tokio::spawn(task.instrument(span));
     }
@@ -322,7 +335,7 @@ impl SteeringLayer {
         shadows.iter().for_each(|shadow| ctx.record_ledger(shadow));
         let mut inner = lock(&state);
         for entry in std::iter::once(entry).chain(shadows) {
-            ledger::append(&mut inner.ledger, entry, self.config().max_ledger_entries);
+            inner.ledger.push(entry, self.config().max_ledger_entries);
         }
         result
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::feedback::{CarryOver, Feedback, Inner};
-use super::index::HookRules;
+use super::index::{Candidate, HookRules};
 use super::ledger::LedgerEntry;
 use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
 use crate::context::{Context, ExecutionId, lock};
@@ -143,13 +143,13 @@ impl SteeringLayer {
         index
             .candidates(params)
             .iter()
-            .filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+            .filter_map(|c| self.config.rules.get(c.index).map(|rule| (c.index, rule)))
             .filter(move |(_, rule)| !check || rule.concerns(params))
     }
 
-    /// The indices of the rules these hook parameters may concern, in rule order, and whether each one's scope
-    /// must still be checked ([`SteeringRule::concerns`]); [`rules_for`](Self::rules_for) as a plain slice.
-    pub(super) fn candidates(&self, params: &HookParams<'_>) -> (&[usize], bool) {
+    /// The rules these hook parameters may concern, in rule order, and whether each one's scope must still be
+    /// checked ([`SteeringRule::concerns`]); [`rules_for`](Self::rules_for) as a plain slice.
+    pub(super) fn candidates(&self, params: &HookParams<'_>) -> (&[Candidate], bool) {
         let index = self.hook_rules(params.hook());
         (index.candidates(params), index.scopes_unchecked(params))
     }
@@ -242,7 +242,7 @@ impl SteeringLayer {
     fn snapshot(inner: &Mutex<Inner>) -> SteeringState {
         let inner = lock(inner);
         SteeringState {
-            ledger: inner.ledger.iter().cloned().collect(),
+            ledger: inner.ledger.entries().collect(),
             pending_feedback: inner.pending.iter().cloned().collect(),
         }
     }
