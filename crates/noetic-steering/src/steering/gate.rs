@@ -9,7 +9,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -68,11 +68,31 @@ impl Evaluation {
     }
 }
 
+/// What the predicates of a hook whose rules are all predicates came to.
+pub(super) enum Predicates {
+    /// No rule concerns the call: an allow, with nothing evaluated.
+    NoRule,
+    /// Every predicate allowed.
+    Allowed,
+    /// A rule guided or denied (or panicked): the evaluation to record.
+    Decided(Evaluation),
+}
+
+impl Predicates {
+    /// The evaluation, also of an allow.
+    pub(super) fn evaluation(self) -> Evaluation {
+        match self {
+            Predicates::Decided(evaluation) => evaluation,
+            Predicates::NoRule | Predicates::Allowed => Evaluation::allow(),
+        }
+    }
+}
+
 impl SteeringLayer {
     async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let hook = params.hook();
         if self.only_predicates(hook) {
-            return self.evaluate_predicates(&params, turn);
+            return self.evaluate_predicates(&params, turn).evaluation();
         }
         let timeout = match hook {
             Hook::BeforeToolCall => self.config().before_tool_call_timeout,
@@ -148,23 +168,23 @@ impl SteeringLayer {
     /// [`evaluate`](Self::evaluate) when every rule of the hook is a predicate: the same decisions, with one
     /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
     /// ends the run, exactly as the per-rule guard would.
-    pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
+    pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Predicates {
         let (candidates, check_scopes) = self.candidates(params);
         // No rule concerns the call (after a model response, in a layer whose rules all guard tool calls): allow.
         if candidates.is_empty() {
-            return Evaluation::allow();
+            return Predicates::NoRule;
         }
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
-        // The candidate whose predicate runs (to name it if it panics).
+        // The rule whose predicate runs (to name it if it panics).
         let mut running = 0;
         let rules = &self.config().rules;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            for (n, candidate) in candidates.iter().enumerate() {
+            for candidate in candidates {
                 let Some(predicate) = &candidate.predicate else { continue };
                 if check_scopes && !rules.get(candidate.index).is_some_and(|rule| rule.concerns(params)) {
                     continue;
                 }
-                running = n;
+                running = candidate.index;
                 let decision = predicate(params);
                 // The usual answer: nothing to keep (see `note`).
                 if decision.action == SteeringAction::Allow {
@@ -178,10 +198,10 @@ impl SteeringLayer {
         let mut failures = Vec::new();
         match run {
             // Every predicate allowed: nothing to aggregate, escalate or name.
-            Ok(()) if decided.is_empty() => return Evaluation::allow(),
+            Ok(()) if decided.is_empty() => return Predicates::Allowed,
             Ok(()) => {}
             Err(payload) => {
-                let index = candidates.get(running).map_or(0, |c| c.index);
+                let index = running;
                 let id = rules.get(index).map_or("", |rule| rule.id.as_str());
                 let error = panicked(id, "steering predicate", &*payload);
                 let cause = FailureCause::PredicatePanicked { message: error.to_string() };
@@ -190,7 +210,7 @@ impl SteeringLayer {
                 decided.push((index, Evaluator::Predicate, decision));
             }
         }
-        self.aggregate(decided, failures, turn)
+        Predicates::Decided(self.aggregate(decided, failures, turn))
     }
 
     /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now (or wherever
@@ -344,12 +364,19 @@ impl SteeringLayer {
     /// shadow rules: the same decision and ledger entry, made at once, so the hook needs no state machine.
     pub(super) fn gate_now(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
         // Read from the clock that stamps the entry, so the entry takes one clock read less.
-        let started = Started::Wall(SystemTime::now());
+        let started = SystemTime::now();
         let state = self.entry(ctx);
         self.surface_fault(ctx, &state)?;
         let turn = Turn { state: &state, execution: ctx.execution_id() };
-        let evaluation = self.evaluate_predicates(&params, turn);
-        self.record(ctx, params, &state, evaluation, started)
+        match self.evaluate_predicates(&params, turn) {
+            // Nothing was evaluated: the entry is stamped when the hook was called, and took no time.
+            Predicates::NoRule => self.record_allow(ctx, &params, &state, started, Duration::ZERO),
+            Predicates::Allowed => {
+                let now = SystemTime::now();
+                self.record_allow(ctx, &params, &state, now, now.duration_since(started).unwrap_or_default())
+            }
+            Predicates::Decided(evaluation) => self.record(ctx, params, &state, evaluation, Started::Wall(started)),
+        }
     }
 }
 

@@ -184,6 +184,7 @@ impl SteeringLayer {
         &self.carry
     }
 
+    #[inline]
     fn is_child(&self, ctx: &Context) -> bool {
         // A root context is nobody's child: the usual case (a session turn) takes no lock that all turns share.
         !ctx.is_root() && lock(&self.children).contains_key(&ctx.execution_id())
@@ -195,6 +196,7 @@ impl SteeringLayer {
     }
 
     /// A spawned child or fork path has a state of its own, whatever the scope.
+    #[inline]
     fn key(&self, ctx: &Context) -> ScopeKey {
         if self.is_child(ctx) {
             return ScopeKey::Execution(ctx.execution_id());
@@ -228,10 +230,16 @@ impl SteeringLayer {
 
     /// Fails with the configuration error an async judge of this execution (or of an ended one that forwards
     /// here) hit, once.
+    #[inline]
     pub(super) fn surface_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
         if !self.feedback_possible() {
             return Ok(());
         }
+        self.take_fault(ctx, state)
+    }
+
+    /// [`surface_fault`](Self::surface_fault) once a fault may be waiting.
+    fn take_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
         self.absorb_carry_over(ctx);
         match lock(state).fault.take() {
             Some(error) => Err(error.into()),

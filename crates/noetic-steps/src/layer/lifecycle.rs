@@ -63,6 +63,7 @@ where
 
 /// Runs a hook's answer-at-once form (`recall_now`, `before_tool_call_now` …), turning a panic into
 /// [`HookFailure::Panicked`]; `None` when the layer has no answer at once (its hook must be awaited).
+#[inline]
 fn now<T>(hook: impl FnOnce() -> Option<Result<T, NoeticError>>) -> Option<Result<T, HookFailure>> {
     match std::panic::catch_unwind(AssertUnwindSafe(hook)) {
         Ok(answer) => answer.map(|r| r.map_err(HookFailure::Failed)),

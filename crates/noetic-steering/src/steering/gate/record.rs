@@ -28,25 +28,36 @@ impl SteeringLayer {
         evaluation: Evaluation,
         started: Started,
     ) -> Result<SteeringDecision, NoeticError> {
-        let records = ctx.records();
-        let max = self.config().max_ledger_entries;
         if evaluation.no_rule_decided() {
             let timestamp = SystemTime::now();
-            let duration = started.elapsed(timestamp);
-            ledger::trace_allow(hook_name(&params), duration);
-            lock(state).ledger.push_allow(max, &params, timestamp, duration);
-            if let Some(records) = records {
-                records.ledger_entry(Box::new(ledger::allowed_entry(&params, timestamp, duration)));
-            }
-            return Ok(evaluation.decision);
+            return self.record_allow(ctx, &params, state, timestamp, started.elapsed(timestamp));
         }
+        let records = ctx.records();
         let (entry, result) = self.entry_of(params, evaluation, started);
         let copy = records.is_some().then(|| Box::new(entry.clone()));
-        lock(state).ledger.push(entry, max);
+        lock(state).ledger.push(entry, self.config().max_ledger_entries);
         if let (Some(records), Some(copy)) = (records, copy) {
             records.ledger_entry(copy);
         }
         result
+    }
+
+    /// Keeps the entry of an allow that no rule made, stamped `timestamp`, the evaluation having taken `duration`
+    /// (see [`record`](Self::record)).
+    pub(super) fn record_allow(
+        &self,
+        ctx: &Context,
+        params: &HookParams<'_>,
+        state: &Mutex<Inner>,
+        timestamp: SystemTime,
+        duration: Duration,
+    ) -> Result<SteeringDecision, NoeticError> {
+        ledger::trace_allow(hook_name(params), duration);
+        lock(state).ledger.push_allow(self.config().max_ledger_entries, params, timestamp, duration);
+        if let Some(records) = ctx.records() {
+            records.ledger_entry(Box::new(ledger::allowed_entry(params, timestamp, duration)));
+        }
+        Ok(SteeringDecision::allow())
     }
 
     /// The evaluation's ledger entry, traced, and the hook's result.

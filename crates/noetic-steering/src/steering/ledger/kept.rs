@@ -94,7 +94,15 @@ impl Ledger {
             ) => {
                 name.clear();
                 name.push_str(call.name);
-                args.clone_from(call.args);
+                match (args, call.args) {
+                    // No arguments in the place of others: the old map, emptied, holds them.
+                    (Value::Object(old), Value::Object(new)) if new.is_empty() => {
+                        if !old.is_empty() {
+                            old.clear();
+                        }
+                    }
+                    (args, new) => args.clone_from(new),
+                }
                 (*t, *d) = (timestamp, duration);
             }
             (
@@ -108,6 +116,7 @@ impl Ledger {
     }
 
     /// Makes room for one entry within `max`.
+    #[inline(always)]
     fn room(&mut self, max: usize) -> Room {
         if self.slots.len() > max {
             // Only after the bound changed (a ledger read back from a store): put the slots in order and drop
@@ -185,4 +194,76 @@ pub(crate) fn allowed_entry(params: &HookParams<'_>, timestamp: SystemTime, dura
         HookParams::AfterModelCall(turn) => entry.usage = Some(turn.response.usage),
     }
     entry
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::layer::{ModelCallParams, ToolCallParams};
+    use crate::model::ModelResponse;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn tool(ledger: &mut Ledger, max: usize, name: &str, args: Value, secs: u64) {
+        let params = HookParams::BeforeToolCall(ToolCallParams { call_id: "c", name, args: &args });
+        ledger.push_allow(max, &params, at(secs), Duration::from_nanos(secs));
+    }
+
+    fn turn(ledger: &mut Ledger, max: usize, secs: u64) {
+        let response = ModelResponse::text("ok");
+        let params = HookParams::AfterModelCall(ModelCallParams { step_id: "s", model: "m", response: &response });
+        ledger.push_allow(max, &params, at(secs), Duration::from_nanos(secs));
+    }
+
+    fn denied(secs: u64) -> LedgerEntry {
+        let mut entry = LedgerEntry::new(LedgerKind::ToolCall, SteeringAction::Deny);
+        (entry.timestamp, entry.rule_id, entry.guidance) = (at(secs), Some("no".into()), Some("never".into()));
+        entry
+    }
+
+    /// Each entry as (kind, seconds, tool name, arguments, rule).
+    fn read(ledger: &Ledger) -> Vec<(LedgerKind, u64, Option<String>, Option<Value>, Option<String>)> {
+        let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        ledger.entries().map(|e| (e.kind, secs(e.timestamp), e.tool_name, e.tool_args, e.rule_id)).collect()
+    }
+
+    #[test]
+    fn a_full_ledger_keeps_the_newest_entries_in_order_whatever_the_slot_held_before() {
+        let mut ledger = Ledger::default();
+        tool(&mut ledger, 3, "a", json!({"x": 1}), 1);
+        turn(&mut ledger, 3, 2);
+        ledger.push(denied(3), 3);
+        // Each of these takes the place of the oldest: a tool call's, a model turn's, a whole entry's, then its own.
+        tool(&mut ledger, 3, "b", json!({}), 4);
+        tool(&mut ledger, 3, "c", json!({"y": [2]}), 5);
+        tool(&mut ledger, 3, "d", json!({}), 6);
+        turn(&mut ledger, 3, 7);
+        assert_eq!(
+            read(&ledger),
+            vec![
+                (LedgerKind::ToolCall, 5, Some("c".into()), Some(json!({"y": [2]})), None),
+                (LedgerKind::ToolCall, 6, Some("d".into()), Some(json!({})), None),
+                (LedgerKind::ModelTurn, 7, None, None, None),
+            ]
+        );
+        let entries: Vec<LedgerEntry> = ledger.entries().collect();
+        assert_eq!(entries[2].usage, Some(ModelResponse::text("ok").usage));
+        assert_eq!((entries[1].duration, entries[1].action), (Duration::from_nanos(6), SteeringAction::Allow));
+    }
+
+    #[test]
+    fn a_smaller_bound_drops_the_oldest_and_a_bound_of_zero_keeps_nothing() {
+        let mut ledger = Ledger::of((1..=4).map(denied).collect(), 3);
+        assert_eq!(read(&ledger).iter().map(|e| e.1).collect::<Vec<_>>(), [2, 3, 4]);
+        tool(&mut ledger, 3, "a", json!({}), 5);
+        tool(&mut ledger, 2, "b", json!({}), 6);
+        assert_eq!(read(&ledger).iter().map(|e| e.1).collect::<Vec<_>>(), [5, 6]);
+        ledger.push(denied(7), 0);
+        assert_eq!(ledger.entries().count(), 0);
+    }
 }
