@@ -53,6 +53,7 @@ impl HookRules {
     }
 
     /// True when every rule of the hook is a predicate.
+    #[inline]
     pub(super) fn predicates_only(&self) -> bool {
         self.predicates_only
     }
@@ -60,6 +61,7 @@ impl HookRules {
     /// The rules these hook parameters concern, in rule order: before a tool call, exactly the
     /// rules about that tool (see [`SteeringRule::tools`]); after a model response, every rule of the hook, whose
     /// scope the caller still checks against the response's tool calls.
+    #[inline]
     pub(super) fn candidates(&self, params: &HookParams<'_>) -> &[Candidate] {
         match params {
             HookParams::BeforeToolCall(_) if self.by_tool.is_empty() => &self.unscoped,
@@ -69,6 +71,7 @@ impl HookRules {
     }
 
     /// True when the caller must still check each candidate's scope ([`SteeringRule::concerns`]).
+    #[inline]
     pub(super) fn scopes_unchecked(&self, params: &HookParams<'_>) -> bool {
         matches!(params, HookParams::AfterModelCall(_))
     }

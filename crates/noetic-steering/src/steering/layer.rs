@@ -184,10 +184,14 @@ impl SteeringLayer {
         &self.carry
     }
 
-    #[inline]
     fn is_child(&self, ctx: &Context) -> bool {
         // A root context is nobody's child: the usual case (a session turn) takes no lock that all turns share.
-        !ctx.is_root() && lock(&self.children).contains_key(&ctx.execution_id())
+        !ctx.is_root() && self.is_spawned(ctx)
+    }
+
+    /// True when a context that is not a root is a live spawned child or fork path.
+    fn is_spawned(&self, ctx: &Context) -> bool {
+        lock(&self.children).contains_key(&ctx.execution_id())
     }
 
     /// The group of recently ended executions `id` belongs to (by bits of the id that are random).
@@ -198,7 +202,8 @@ impl SteeringLayer {
     /// A spawned child or fork path has a state of its own, whatever the scope.
     #[inline]
     fn key(&self, ctx: &Context) -> ScopeKey {
-        if self.is_child(ctx) {
+        // The default scope, and any spawned child's or fork path's: the execution's own state.
+        if self.config.scope == Scope::Execution || (!ctx.is_root() && self.is_spawned(ctx)) {
             return ScopeKey::Execution(ctx.execution_id());
         }
         ScopeKey::for_context(ctx, self.config.scope)

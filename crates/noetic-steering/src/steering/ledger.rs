@@ -244,6 +244,7 @@ pub(crate) fn trace_allow(hook: &'static str, duration: Duration) {
     decision_event(hook, SteeringAction::Allow, None, None, 0, &[], duration);
 }
 
+#[inline(always)]
 fn decision_event(
     hook: &'static str,
     action: SteeringAction,

@@ -272,6 +272,7 @@ async fn recall_layers(
 
 /// Keeps what a layer recalled, trimmed to its budget; a failing recall is logged and skipped, a configuration
 /// error or a panic fails the step.
+#[inline]
 fn take_recalled(
     layer: &dyn MemoryLayer,
     budget: u32,
