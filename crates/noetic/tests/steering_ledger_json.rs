@@ -63,8 +63,9 @@ async fn ledger_entries_read_back_serialise_exactly_as_before() {
     // A saved ledger loads back into a new layer as the same entries (as stored: timestamps to the millisecond).
     let key = ScopeKey::Thread("t1".into());
     let saved = layer.save_state(&key).unwrap();
-    let restored = steering(SteeringConfig { max_ledger_entries: 3, scope: Scope::Thread, ..SteeringConfig::new(rules()) })
-        .unwrap();
+    let restored =
+        steering(SteeringConfig { max_ledger_entries: 3, scope: Scope::Thread, ..SteeringConfig::new(rules()) })
+            .unwrap();
     restored.load_state(&key, saved).unwrap();
     let as_json = |entries: Vec<LedgerEntry>| serde_json::to_value(entries).unwrap();
     assert_eq!(as_json(restored.state_for(&ctx).unwrap().ledger), as_json(ledger));

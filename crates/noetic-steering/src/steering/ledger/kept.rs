@@ -36,12 +36,12 @@ enum Kept {
 struct Allowed {
     timestamp: SystemTime,
     duration: Duration,
-    of: Of,
+    of: Subject,
 }
 
 /// The hook call an allow was about.
 #[derive(Clone)]
-enum Of {
+enum Subject {
     Tool { name: String, args: Value },
     Turn(Usage),
 }
@@ -81,7 +81,7 @@ impl Ledger {
         let i = match self.room(max) {
             Room::None => return,
             Room::Push => {
-                self.slots.push(Kept::Allow(Allowed { timestamp, duration, of: Of::of(params) }));
+                self.slots.push(Kept::Allow(Allowed { timestamp, duration, of: Subject::of(params) }));
                 return;
             }
             Room::Renew(i) => i,
@@ -89,7 +89,7 @@ impl Ledger {
         match (&mut self.slots[i], params) {
             // The usual case: a tool call's allow in the place of another's, in the buffers that one used.
             (
-                Kept::Allow(Allowed { timestamp: t, duration: d, of: Of::Tool { name, args } }),
+                Kept::Allow(Allowed { timestamp: t, duration: d, of: Subject::Tool { name, args } }),
                 HookParams::BeforeToolCall(call),
             ) => {
                 name.clear();
@@ -106,12 +106,12 @@ impl Ledger {
                 (*t, *d) = (timestamp, duration);
             }
             (
-                Kept::Allow(Allowed { timestamp: t, duration: d, of: Of::Turn(usage) }),
+                Kept::Allow(Allowed { timestamp: t, duration: d, of: Subject::Turn(usage) }),
                 HookParams::AfterModelCall(turn),
             ) => {
                 (*t, *d, *usage) = (timestamp, duration, turn.response.usage);
             }
-            (slot, _) => *slot = Kept::Allow(Allowed { timestamp, duration, of: Of::of(params) }),
+            (slot, _) => *slot = Kept::Allow(Allowed { timestamp, duration, of: Subject::of(params) }),
         }
     }
 
@@ -153,16 +153,16 @@ impl Kept {
             Kept::Entry(entry) => LedgerEntry::clone(entry),
             Kept::Allow(Allowed { timestamp, duration, of }) => {
                 let kind = match of {
-                    Of::Tool { .. } => LedgerKind::ToolCall,
-                    Of::Turn(_) => LedgerKind::ModelTurn,
+                    Subject::Tool { .. } => LedgerKind::ToolCall,
+                    Subject::Turn(_) => LedgerKind::ModelTurn,
                 };
                 let mut entry = LedgerEntry::new(kind, SteeringAction::Allow);
                 (entry.timestamp, entry.duration) = (*timestamp, *duration);
                 match of {
-                    Of::Tool { name, args } => {
+                    Subject::Tool { name, args } => {
                         (entry.tool_name, entry.tool_args) = (Some(name.clone()), Some(args.clone()))
                     }
-                    Of::Turn(usage) => entry.usage = Some(*usage),
+                    Subject::Turn(usage) => entry.usage = Some(*usage),
                 }
                 entry
             }
@@ -170,11 +170,11 @@ impl Kept {
     }
 }
 
-impl Of {
+impl Subject {
     fn of(params: &HookParams<'_>) -> Self {
         match params {
-            HookParams::BeforeToolCall(call) => Of::Tool { name: call.name.to_owned(), args: call.args.clone() },
-            HookParams::AfterModelCall(turn) => Of::Turn(turn.response.usage),
+            HookParams::BeforeToolCall(call) => Subject::Tool { name: call.name.to_owned(), args: call.args.clone() },
+            HookParams::AfterModelCall(turn) => Subject::Turn(turn.response.usage),
         }
     }
 }
@@ -226,8 +226,10 @@ mod tests {
         entry
     }
 
-    /// Each entry as (kind, seconds, tool name, arguments, rule).
-    fn read(ledger: &Ledger) -> Vec<(LedgerKind, u64, Option<String>, Option<Value>, Option<String>)> {
+    /// An entry as (kind, seconds, tool name, arguments, rule).
+    type Read = (LedgerKind, u64, Option<String>, Option<Value>, Option<String>);
+
+    fn read(ledger: &Ledger) -> Vec<Read> {
         let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         ledger.entries().map(|e| (e.kind, secs(e.timestamp), e.tool_name, e.tool_args, e.rule_id)).collect()
     }
