@@ -22,7 +22,11 @@
 //! gate's ledger entry made where the ledger keeps it (a full ledger renews its oldest entry in place, moving no
 //! entry) and no aggregation when no rule concerns the call or every predicate allowed: 10,726 / 14,014 (adds 3,288).
 //! With `MemoryLayer` split by purpose (#35 item 3; each hook asks a layer's accessor, a stack without gates asks
-//! none): 10,758 / 14,074 (adds 3,316), within the run-to-run spread.
+//! none): 10,758 / 14,074 (adds 3,316), within the run-to-run spread. At `77862cd`: 10,716 / 13,979 (adds
+//! 3,263); with a gate's usual allow kept in the ledger as the few fields it has (a `LedgerEntry` is made only
+//! when the ledger is read), each rule's predicate in the hook index, the gate and recall glue asking the layers
+//! that answer at once without a nested future, one clock read for a hook no rule concerns, and the default
+//! scope's state key made at once: 10,698 / 12,654 (adds 1,956).
 //!
 //! `instr_probe fork N` runs the suite's `fork_path_us` workload N times (one `fork` All of 1000 trivial paths,
 //! built once); (I(M) − I(N)) / ((M − N) · 1000) is the instructions per fork path. With N = 2, M = 12: 5,888 at

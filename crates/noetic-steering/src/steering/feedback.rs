@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::ledger::LedgerEntry;
+use super::ledger::Ledger;
 use crate::context::{ExecutionId, lock};
 use crate::error::ConfigError;
 
@@ -50,7 +50,7 @@ pub(super) enum Forward {
 /// The layer's state for one scope key.
 #[derive(Default)]
 pub(super) struct Inner {
-    pub(super) ledger: VecDeque<LedgerEntry>,
+    pub(super) ledger: Ledger,
     pub(super) pending: VecDeque<Feedback>,
     /// The first configuration error an async judge hit, until a gate or recall surfaces it.
     pub(super) fault: Option<ConfigError>,

@@ -9,7 +9,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -55,13 +55,44 @@ impl Evaluation {
             judges: Vec::new(),
         }
     }
+
+    /// True for an allow that no rule made, with nothing else to record: the usual gate's evaluation.
+    fn no_rule_decided(&self) -> bool {
+        self.decision.action == SteeringAction::Allow
+            && self.decision.guidance.is_none()
+            && self.deciders.is_empty()
+            && self.failures.is_empty()
+            && self.fault.is_none()
+            && !self.escalated
+            && self.judges.is_empty()
+    }
+}
+
+/// What the predicates of a hook whose rules are all predicates came to.
+pub(super) enum Predicates {
+    /// No rule concerns the call: an allow, with nothing evaluated.
+    NoRule,
+    /// Every predicate allowed.
+    Allowed,
+    /// A rule guided or denied (or panicked): the evaluation to record.
+    Decided(Evaluation),
+}
+
+impl Predicates {
+    /// The evaluation, also of an allow.
+    pub(super) fn evaluation(self) -> Evaluation {
+        match self {
+            Predicates::Decided(evaluation) => evaluation,
+            Predicates::NoRule | Predicates::Allowed => Evaluation::allow(),
+        }
+    }
 }
 
 impl SteeringLayer {
     async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let hook = params.hook();
         if self.only_predicates(hook) {
-            return self.evaluate_predicates(&params, turn);
+            return self.evaluate_predicates(&params, turn).evaluation();
         }
         let timeout = match hook {
             Hook::BeforeToolCall => self.config().before_tool_call_timeout,
@@ -137,47 +168,49 @@ impl SteeringLayer {
     /// [`evaluate`](Self::evaluate) when every rule of the hook is a predicate: the same decisions, with one
     /// unwind guard around the run instead of one per rule. A panicking predicate denies (fail closed) and so
     /// ends the run, exactly as the per-rule guard would.
-    pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Evaluation {
+    pub(super) fn evaluate_predicates(&self, params: &HookParams<'_>, turn: Turn<'_>) -> Predicates {
         let (candidates, check_scopes) = self.candidates(params);
         // No rule concerns the call (after a model response, in a layer whose rules all guard tool calls): allow.
         if candidates.is_empty() {
-            return Evaluation::allow();
+            return Predicates::NoRule;
         }
         let mut decided: Vec<(usize, Evaluator, SteeringDecision)> = Vec::new();
-        let mut running: Option<(usize, &SteeringRule)> = None;
+        // The rule whose predicate runs (to name it if it panics).
+        let mut running = 0;
         let rules = &self.config().rules;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            for &index in candidates {
-                let Some(rule) = rules.get(index) else { continue };
-                let Some(predicate) = &rule.predicate else { continue };
-                if check_scopes && !rule.concerns(params) {
+            for candidate in candidates {
+                let Some(predicate) = &candidate.predicate else { continue };
+                if check_scopes && !rules.get(candidate.index).is_some_and(|rule| rule.concerns(params)) {
                     continue;
                 }
-                running = Some((index, rule));
+                running = candidate.index;
                 let decision = predicate(params);
                 // The usual answer: nothing to keep (see `note`).
                 if decision.action == SteeringAction::Allow {
                     continue;
                 }
-                if note(&mut decided, (index, Evaluator::Predicate, decision)) {
+                if note(&mut decided, (candidate.index, Evaluator::Predicate, decision)) {
                     break;
                 }
             }
         }));
         let mut failures = Vec::new();
-        match (run, running) {
+        match run {
             // Every predicate allowed: nothing to aggregate, escalate or name.
-            (Ok(()), _) if decided.is_empty() => return Evaluation::allow(),
-            (Err(payload), Some((index, rule))) => {
-                let error = panicked(&rule.id, "steering predicate", &*payload);
+            Ok(()) if decided.is_empty() => return Predicates::Allowed,
+            Ok(()) => {}
+            Err(payload) => {
+                let index = running;
+                let id = rules.get(index).map_or("", |rule| rule.id.as_str());
+                let error = panicked(id, "steering predicate", &*payload);
                 let cause = FailureCause::PredicatePanicked { message: error.to_string() };
-                let decision = failure_decision(&rule.id, FailurePolicy::Deny, &cause);
-                failures.push(RuleFailure { rule_id: rule.id.clone(), cause });
+                let decision = failure_decision(id, FailurePolicy::Deny, &cause);
+                failures.push(RuleFailure { rule_id: id.to_owned(), cause });
                 decided.push((index, Evaluator::Predicate, decision));
             }
-            _ => {}
         }
-        self.aggregate(decided, failures, turn)
+        Predicates::Decided(self.aggregate(decided, failures, turn))
     }
 
     /// Starts an async judge; a non-allow verdict is queued as feedback on the state captured now (or wherever
@@ -245,7 +278,7 @@ impl SteeringLayer {
                 feedback::deliver(&state, late, &carry);
             }
             ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, max_ledger);
+            lock(&state).ledger.push(entry, max_ledger);
         };
         tokio::spawn(task.instrument(span));
     }
@@ -322,7 +355,7 @@ impl SteeringLayer {
         shadows.iter().for_each(|shadow| ctx.record_ledger(shadow));
         let mut inner = lock(&state);
         for entry in std::iter::once(entry).chain(shadows) {
-            ledger::append(&mut inner.ledger, entry, self.config().max_ledger_entries);
+            inner.ledger.push(entry, self.config().max_ledger_entries);
         }
         result
     }
@@ -331,12 +364,19 @@ impl SteeringLayer {
     /// shadow rules: the same decision and ledger entry, made at once, so the hook needs no state machine.
     pub(super) fn gate_now(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
         // Read from the clock that stamps the entry, so the entry takes one clock read less.
-        let started = Started::Wall(SystemTime::now());
+        let started = SystemTime::now();
         let state = self.entry(ctx);
         self.surface_fault(ctx, &state)?;
         let turn = Turn { state: &state, execution: ctx.execution_id() };
-        let evaluation = self.evaluate_predicates(&params, turn);
-        self.record(ctx, params, &state, evaluation, started)
+        match self.evaluate_predicates(&params, turn) {
+            // Nothing was evaluated: the entry is stamped when the hook was called, and took no time.
+            Predicates::NoRule => self.record_allow(ctx, &params, &state, started, Duration::ZERO),
+            Predicates::Allowed => {
+                let now = SystemTime::now();
+                self.record_allow(ctx, &params, &state, now, now.duration_since(started).unwrap_or_default())
+            }
+            Predicates::Decided(evaluation) => self.record(ctx, params, &state, evaluation, Started::Wall(started)),
+        }
     }
 }
 

@@ -4,31 +4,41 @@
 
 use std::collections::HashMap;
 
-use super::rules::{HookParams, SteeringRule};
+use super::rules::{HookParams, Predicate, SteeringRule};
 use crate::layer::Hook;
+
+/// A rule a hook call may look at: its index, and its predicate (if it has one), so a predicate runs without
+/// looking its rule up.
+pub(super) struct Candidate {
+    pub(super) index: usize,
+    pub(super) predicate: Option<Predicate>,
+}
 
 /// The rules of one hook.
 pub(super) struct HookRules {
     /// Every live rule of the hook, in rule order.
-    all: Box<[usize]>,
+    all: Box<[Candidate]>,
     /// True when every rule of the hook is a predicate (also when none is): the gate then runs them without an
     /// await in between.
     predicates_only: bool,
     /// Before a tool call: the rules each tool a scoped rule names is checked by (those scoped rules and every
     /// unscoped one, in rule order). Empty when no rule of the hook is scoped.
-    by_tool: HashMap<Box<str>, Box<[usize]>>,
+    by_tool: HashMap<Box<str>, Box<[Candidate]>>,
     /// The unscoped rules, in rule order: all a call of a tool that no scoped rule names is checked by.
-    unscoped: Box<[usize]>,
+    unscoped: Box<[Candidate]>,
 }
 
 impl HookRules {
     /// The index of `rules` for `hook`.
     pub(super) fn of(rules: &[SteeringRule], hook: Hook) -> Self {
         // Shadow rules are evaluated apart, after the live decision.
-        let all: Box<[usize]> = (0..rules.len()).filter(|&i| rules[i].applies(hook) && !rules[i].is_shadow()).collect();
+        let all: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].applies(hook) && !rules[i].is_shadow()).collect();
         let predicates_only = all.iter().all(|&i| rules[i].predicate.is_some());
-        let unscoped = all.iter().copied().filter(|&i| rules[i].tools.is_none()).collect();
-        let mut by_tool: HashMap<Box<str>, Box<[usize]>> = HashMap::new();
+        let candidates = |indices: &mut dyn Iterator<Item = usize>| -> Box<[Candidate]> {
+            indices.map(|index| Candidate { index, predicate: rules[index].predicate.clone() }).collect()
+        };
+        let unscoped = candidates(&mut all.iter().copied().filter(|&i| rules[i].tools.is_none()));
+        let mut by_tool: HashMap<Box<str>, Box<[Candidate]>> = HashMap::new();
         if hook == Hook::BeforeToolCall {
             let named = all.iter().filter_map(|&i| rules[i].tools.as_deref()).flatten();
             for tool in named {
@@ -36,21 +46,23 @@ impl HookRules {
                     continue;
                 }
                 let concern = |i: &usize| rules[*i].tools.as_ref().is_none_or(|tools| tools.contains(tool));
-                by_tool.insert(tool.as_str().into(), all.iter().copied().filter(concern).collect());
+                by_tool.insert(tool.as_str().into(), candidates(&mut all.iter().copied().filter(concern)));
             }
         }
-        HookRules { all, predicates_only, by_tool, unscoped }
+        HookRules { all: candidates(&mut all.iter().copied()), predicates_only, by_tool, unscoped }
     }
 
     /// True when every rule of the hook is a predicate.
+    #[inline]
     pub(super) fn predicates_only(&self) -> bool {
         self.predicates_only
     }
 
-    /// The indices of the rules these hook parameters concern, in rule order: before a tool call, exactly the
+    /// The rules these hook parameters concern, in rule order: before a tool call, exactly the
     /// rules about that tool (see [`SteeringRule::tools`]); after a model response, every rule of the hook, whose
     /// scope the caller still checks against the response's tool calls.
-    pub(super) fn candidates(&self, params: &HookParams<'_>) -> &[usize] {
+    #[inline]
+    pub(super) fn candidates(&self, params: &HookParams<'_>) -> &[Candidate] {
         match params {
             HookParams::BeforeToolCall(_) if self.by_tool.is_empty() => &self.unscoped,
             HookParams::BeforeToolCall(call) => self.by_tool.get(call.name).unwrap_or(&self.unscoped),
@@ -59,6 +71,7 @@ impl HookRules {
     }
 
     /// True when the caller must still check each candidate's scope ([`SteeringRule::concerns`]).
+    #[inline]
     pub(super) fn scopes_unchecked(&self, params: &HookParams<'_>) -> bool {
         matches!(params, HookParams::AfterModelCall(_))
     }

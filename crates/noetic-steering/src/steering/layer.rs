@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::feedback::{CarryOver, Feedback, Inner};
-use super::index::HookRules;
+use super::index::{Candidate, HookRules};
 use super::ledger::LedgerEntry;
 use super::rules::{HookParams, LlmMode, SteeringConfig, SteeringRule};
 use crate::context::{Context, ExecutionId, lock};
@@ -143,13 +143,13 @@ impl SteeringLayer {
         index
             .candidates(params)
             .iter()
-            .filter_map(|&i| self.config.rules.get(i).map(|rule| (i, rule)))
+            .filter_map(|c| self.config.rules.get(c.index).map(|rule| (c.index, rule)))
             .filter(move |(_, rule)| !check || rule.concerns(params))
     }
 
-    /// The indices of the rules these hook parameters may concern, in rule order, and whether each one's scope
-    /// must still be checked ([`SteeringRule::concerns`]); [`rules_for`](Self::rules_for) as a plain slice.
-    pub(super) fn candidates(&self, params: &HookParams<'_>) -> (&[usize], bool) {
+    /// The rules these hook parameters may concern, in rule order, and whether each one's scope must still be
+    /// checked ([`SteeringRule::concerns`]); [`rules_for`](Self::rules_for) as a plain slice.
+    pub(super) fn candidates(&self, params: &HookParams<'_>) -> (&[Candidate], bool) {
         let index = self.hook_rules(params.hook());
         (index.candidates(params), index.scopes_unchecked(params))
     }
@@ -186,7 +186,12 @@ impl SteeringLayer {
 
     fn is_child(&self, ctx: &Context) -> bool {
         // A root context is nobody's child: the usual case (a session turn) takes no lock that all turns share.
-        !ctx.is_root() && lock(&self.children).contains_key(&ctx.execution_id())
+        !ctx.is_root() && self.is_spawned(ctx)
+    }
+
+    /// True when a context that is not a root is a live spawned child or fork path.
+    fn is_spawned(&self, ctx: &Context) -> bool {
+        lock(&self.children).contains_key(&ctx.execution_id())
     }
 
     /// The group of recently ended executions `id` belongs to (by bits of the id that are random).
@@ -195,8 +200,10 @@ impl SteeringLayer {
     }
 
     /// A spawned child or fork path has a state of its own, whatever the scope.
+    #[inline]
     fn key(&self, ctx: &Context) -> ScopeKey {
-        if self.is_child(ctx) {
+        // The default scope, and any spawned child's or fork path's: the execution's own state.
+        if self.config.scope == Scope::Execution || (!ctx.is_root() && self.is_spawned(ctx)) {
             return ScopeKey::Execution(ctx.execution_id());
         }
         ScopeKey::for_context(ctx, self.config.scope)
@@ -228,10 +235,16 @@ impl SteeringLayer {
 
     /// Fails with the configuration error an async judge of this execution (or of an ended one that forwards
     /// here) hit, once.
+    #[inline]
     pub(super) fn surface_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
         if !self.feedback_possible() {
             return Ok(());
         }
+        self.take_fault(ctx, state)
+    }
+
+    /// [`surface_fault`](Self::surface_fault) once a fault may be waiting.
+    fn take_fault(&self, ctx: &Context, state: &Arc<Mutex<Inner>>) -> Result<(), NoeticError> {
         self.absorb_carry_over(ctx);
         match lock(state).fault.take() {
             Some(error) => Err(error.into()),
@@ -242,7 +255,7 @@ impl SteeringLayer {
     fn snapshot(inner: &Mutex<Inner>) -> SteeringState {
         let inner = lock(inner);
         SteeringState {
-            ledger: inner.ledger.iter().cloned().collect(),
+            ledger: inner.ledger.entries().collect(),
             pending_feedback: inner.pending.iter().cloned().collect(),
         }
     }

@@ -1,6 +1,5 @@
 //! The steering ledger: one entry per evaluated hook, bounded, oldest dropped first.
 
-use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +9,10 @@ use super::SteeringAction;
 use crate::error::ConfigError;
 use crate::layer::Outcome;
 use crate::model::Usage;
+
+mod kept;
+
+pub(crate) use kept::{Ledger, allowed_entry};
 
 /// What an entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,104 +194,10 @@ impl LedgerEntry {
         }
     }
 
-    /// Makes this entry what [`LedgerEntry::new`] makes, in place; its tool name's buffer, cleared, to reuse.
-    fn renew(&mut self, kind: LedgerKind, action: SteeringAction) -> Option<String> {
-        // Every field is named, so a new one cannot be left out here.
-        let LedgerEntry {
-            kind: old_kind,
-            timestamp,
-            tool_name,
-            tool_args,
-            usage,
-            action: old_action,
-            guidance,
-            rule_id,
-            evaluator,
-            failures,
-            duration,
-            outcome,
-            shadow,
-            escalated,
-            judges,
-            budget,
-            rewritten_args,
-            session_key,
-            index,
-            prev_sha256,
-            sha256,
-            signature,
-        } = self;
-        *old_kind = kind;
-        *timestamp = SystemTime::now();
-        *tool_args = None;
-        *usage = None;
-        *old_action = action;
-        *guidance = None;
-        *rule_id = None;
-        *evaluator = None;
-        failures.clear();
-        *duration = Duration::ZERO;
-        *outcome = None;
-        *shadow = None;
-        *escalated = false;
-        judges.clear();
-        *budget = None;
-        *rewritten_args = None;
-        *session_key = None;
-        *index = None;
-        *prev_sha256 = None;
-        *sha256 = None;
-        *signature = None;
-        tool_name.take().map(|mut name| {
-            name.clear();
-            name
-        })
-    }
-
     /// True for a shadow rule's would-be decision whose action differs from the live decision's.
     pub fn disagrees(&self) -> bool {
         self.shadow.is_some_and(|s| s.live != self.action)
     }
-}
-
-/// Appends `entry`, dropping the oldest entries beyond `max`.
-pub(crate) fn append(ledger: &mut VecDeque<LedgerEntry>, entry: LedgerEntry, max: usize) {
-    ledger.push_back(entry);
-    while ledger.len() > max {
-        ledger.pop_front();
-    }
-}
-
-/// Appends an entry of `kind` with `action`, made now, dropping the oldest entries beyond `max`, and returns it to be
-/// filled in where it lies, with the tool-name buffer of the entry it replaced (cleared, for reuse). A full ledger
-/// reuses its oldest entry's place, so the new one is neither built apart nor moved in. `None` when `max` is 0: the
-/// ledger keeps nothing.
-pub(crate) fn push_new(
-    ledger: &mut VecDeque<LedgerEntry>,
-    max: usize,
-    kind: LedgerKind,
-    action: SteeringAction,
-) -> Option<(&mut LedgerEntry, Option<String>)> {
-    if max == 0 {
-        ledger.clear();
-        return None;
-    }
-    while ledger.len() > max {
-        ledger.pop_front();
-    }
-    if ledger.len() < max {
-        ledger.push_back(LedgerEntry::new(kind, action));
-        return ledger.back_mut().map(|entry| (entry, None));
-    }
-    // Full for the first time: hold exactly `max` entries from now on, so that moving the oldest to the back (to
-    // be renewed there) moves the ring's start and no entry.
-    if ledger.capacity() > max {
-        ledger.shrink_to_fit();
-    }
-    ledger.rotate_left(1);
-    let entry = ledger.back_mut()?;
-    let name = entry.renew(kind, action);
-    Some((entry, name))
 }
 
 impl Evaluator {
@@ -318,19 +227,45 @@ impl FailureCause {
 /// Records a decision as a `steering.decision` event on the current span — the tool call's or the model call's
 /// the hook guarded (see [`crate::trace`]). Guidance is counted, not copied: it may quote content.
 pub(crate) fn trace(entry: &LedgerEntry, hook: &'static str) {
+    let guidance = entry.guidance.as_ref().map_or(0, String::len);
+    decision_event(
+        hook,
+        entry.action,
+        entry.rule_id.as_deref(),
+        entry.evaluator,
+        guidance,
+        &entry.failures,
+        entry.duration,
+    );
+}
+
+/// [`trace`] for an allow that no rule made, without its entry.
+pub(crate) fn trace_allow(hook: &'static str, duration: Duration) {
+    decision_event(hook, SteeringAction::Allow, None, None, 0, &[], duration);
+}
+
+#[inline(always)]
+fn decision_event(
+    hook: &'static str,
+    action: SteeringAction,
+    rule_id: Option<&str>,
+    evaluator: Option<Evaluator>,
+    guidance_length: usize,
+    failures: &[RuleFailure],
+    duration: Duration,
+) {
     tracing::info!(
         noetic.steering.hook = hook,
-        noetic.steering.action = crate::trace::action(entry.action),
-        noetic.steering.rule_id = entry.rule_id.as_deref(),
-        noetic.steering.evaluator = entry.evaluator.map(Evaluator::as_str),
-        noetic.steering.guidance.length = entry.guidance.as_ref().map_or(0, String::len),
-        noetic.steering.failure = (!entry.failures.is_empty()).then(|| entry
-            .failures
+        noetic.steering.action = crate::trace::action(action),
+        noetic.steering.rule_id = rule_id,
+        noetic.steering.evaluator = evaluator.map(Evaluator::as_str),
+        noetic.steering.guidance.length = guidance_length,
+        noetic.steering.failure = (!failures.is_empty()).then(|| failures
             .iter()
             .map(|f| format!("{}:{}", f.rule_id, f.cause.as_str()))
             .collect::<Vec<_>>()
             .join(",")),
-        noetic.steering.duration_us = u64::try_from(entry.duration.as_micros()).unwrap_or(u64::MAX),
+        noetic.steering.duration_us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
         "steering.decision"
     );
 }

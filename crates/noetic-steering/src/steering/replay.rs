@@ -324,7 +324,7 @@ impl<'l> Replayer<'l> {
         let state = self.state.clone();
         let turn = Turn { state: &state, execution };
         let evaluation = if self.layer.only_predicates(params.hook()) {
-            self.layer.evaluate_predicates(&params, turn)
+            self.layer.evaluate_predicates(&params, turn).evaluation()
         } else {
             self.evaluate(index, &params, &entry.judges, turn)?
         };

@@ -63,6 +63,7 @@ where
 
 /// Runs a hook's answer-at-once form (`recall_now`, `before_tool_call_now` …), turning a panic into
 /// [`HookFailure::Panicked`]; `None` when the layer has no answer at once (its hook must be awaited).
+#[inline]
 fn now<T>(hook: impl FnOnce() -> Option<Result<T, NoeticError>>) -> Option<Result<T, HookFailure>> {
     match std::panic::catch_unwind(AssertUnwindSafe(hook)) {
         Ok(answer) => answer.map(|r| r.map_err(HookFailure::Failed)),
@@ -159,7 +160,12 @@ pub fn estimate_tokens(item: &Item) -> u32 {
 /// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
 /// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
 pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
-    recall_shared(ctx, &mut Shares::Max).await
+    // The layers that answer at once are asked here, with no future of their own (see `recall_shared`).
+    let mut shares = Shares::Max;
+    match recall_start(ctx, &mut shares)? {
+        Progress::Done(out) => Ok(out),
+        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out, &mut shares)).await,
+    }
 }
 
 /// [`recall`] within a share of the window: each layer is offered what `allotter` gives it (its `max`, bounded by
@@ -202,16 +208,21 @@ impl Shares<'_> {
 }
 
 async fn recall_shared(ctx: &Context, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
-    // Layers that do not recall take nothing of the room (an allotter then leaves it all to the history).
-    if !ctx.layers().has_recall() {
-        return Ok(Vec::new());
-    }
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
     // must be awaited on, the rest run in a boxed future, so a model request whose layers never wait makes none.
-    match recall_at_once(ctx, shares)? {
+    match recall_start(ctx, shares)? {
         Progress::Done(out) => Ok(out),
         Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out, shares)).await,
     }
+}
+
+/// Asks the layers that answer at once, up to the first that must be awaited on.
+fn recall_start(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
+    // Layers that do not recall take nothing of the room (an allotter then leaves it all to the history).
+    if !ctx.layers().has_recall() {
+        return Ok(Progress::Done(Vec::new()));
+    }
+    recall_at_once(ctx, shares)
 }
 
 /// How far asking the layers at once got: an answer, or what the layers before the `n`th (which must be awaited
@@ -261,6 +272,7 @@ async fn recall_layers(
 
 /// Keeps what a layer recalled, trimmed to its budget; a failing recall is logged and skipped, a configuration
 /// error or a panic fails the step.
+#[inline]
 fn take_recalled(
     layer: &dyn MemoryLayer,
     budget: u32,
@@ -269,6 +281,11 @@ fn take_recalled(
     shares: &mut Shares<'_>,
 ) -> Result<(), NoeticError> {
     match answer {
+        // The usual answer: nothing to keep.
+        Ok(items) if items.is_empty() => {
+            shares.took(0);
+            Ok(())
+        }
         Ok(items) => {
             let mut used = 0u32;
             for item in items {

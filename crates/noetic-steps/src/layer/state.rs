@@ -26,6 +26,7 @@ pub enum ScopeKey {
 
 impl ScopeKey {
     /// The key a layer with `scope` uses in `ctx`: a thread falls back to the execution, a resource to the thread.
+    #[inline]
     pub fn for_context(ctx: &Context, scope: Scope) -> ScopeKey {
         let thread = || ctx.thread_id().map(|t| ScopeKey::Thread(Arc::from(t)));
         let execution = || ScopeKey::Execution(ctx.execution_id());

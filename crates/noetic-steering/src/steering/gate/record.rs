@@ -17,8 +17,9 @@ use crate::steering::rules::HookParams;
 
 impl SteeringLayer {
     /// Keeps the evaluation's ledger entry (the state's ledger, session records); its decision, or the
-    /// configuration error that ended it. The entry is made where the ledger keeps it (see [`ledger::push_new`]);
-    /// the session's records get a copy once the state is unlocked (keeping one may read layer states).
+    /// configuration error that ended it. The usual allow, which no rule made, is kept as what the hook saw and
+    /// when (see [`ledger::Ledger`]); the session's records get their copy once the state is unlocked (keeping
+    /// one may read layer states).
     pub(super) fn record(
         &self,
         ctx: &Context,
@@ -27,26 +28,36 @@ impl SteeringLayer {
         evaluation: Evaluation,
         started: Started,
     ) -> Result<SteeringDecision, NoeticError> {
+        if evaluation.no_rule_decided() {
+            let timestamp = SystemTime::now();
+            return self.record_allow(ctx, &params, state, timestamp, started.elapsed(timestamp));
+        }
         let records = ctx.records();
-        let kind = ledger_kind(&params);
-        let action = evaluation.decision.action;
-        let mut inner = lock(state);
-        let Some((entry, name)) = ledger::push_new(&mut inner.ledger, self.config().max_ledger_entries, kind, action)
-        else {
-            drop(inner);
-            let (entry, result) = self.entry_of(params, evaluation, started);
-            if let Some(records) = records {
-                records.ledger_entry(Box::new(entry));
-            }
-            return result;
-        };
-        let result = fill(entry, name, params, evaluation, started);
-        // Without session records (no copy to make) the entry is never moved.
-        let Some(records) = records else { return result };
-        let copy = entry.clone();
-        drop(inner);
-        records.ledger_entry(Box::new(copy));
+        let (entry, result) = self.entry_of(params, evaluation, started);
+        let copy = records.is_some().then(|| Box::new(entry.clone()));
+        lock(state).ledger.push(entry, self.config().max_ledger_entries);
+        if let (Some(records), Some(copy)) = (records, copy) {
+            records.ledger_entry(copy);
+        }
         result
+    }
+
+    /// Keeps the entry of an allow that no rule made, stamped `timestamp`, the evaluation having taken `duration`
+    /// (see [`record`](Self::record)).
+    pub(super) fn record_allow(
+        &self,
+        ctx: &Context,
+        params: &HookParams<'_>,
+        state: &Mutex<Inner>,
+        timestamp: SystemTime,
+        duration: Duration,
+    ) -> Result<SteeringDecision, NoeticError> {
+        ledger::trace_allow(hook_name(params), duration);
+        lock(state).ledger.push_allow(self.config().max_ledger_entries, params, timestamp, duration);
+        if let Some(records) = ctx.records() {
+            records.ledger_entry(Box::new(ledger::allowed_entry(params, timestamp, duration)));
+        }
+        Ok(SteeringDecision::allow())
     }
 
     /// The evaluation's ledger entry, traced, and the hook's result.
@@ -57,7 +68,7 @@ impl SteeringLayer {
         started: Started,
     ) -> (LedgerEntry, Result<SteeringDecision, NoeticError>) {
         let mut entry = LedgerEntry::new(ledger_kind(&params), evaluation.decision.action);
-        let result = fill(&mut entry, None, params, evaluation, started);
+        let result = fill(&mut entry, params, evaluation, started);
         (entry, result)
     }
 }
@@ -71,19 +82,16 @@ fn ledger_kind(params: &HookParams<'_>) -> LedgerKind {
 }
 
 /// Fills in a new entry (stamped now, with the evaluation's action) from the hook call and its evaluation, traces
-/// it, and gives the hook's result; `name` is a buffer to write the tool's name into.
+/// it, and gives the hook's result.
 fn fill(
     entry: &mut LedgerEntry,
-    name: Option<String>,
     params: HookParams<'_>,
     evaluation: Evaluation,
     started: Started,
 ) -> Result<SteeringDecision, NoeticError> {
     match params {
         HookParams::BeforeToolCall(c) => {
-            let mut name = name.unwrap_or_default();
-            name.push_str(c.name);
-            entry.tool_name = Some(name);
+            entry.tool_name = Some(c.name.to_owned());
             entry.tool_args = Some(c.args.clone());
         }
         HookParams::AfterModelCall(m) => entry.usage = Some(m.response.usage),

@@ -2,7 +2,6 @@
 //! lifecycle gives spawned children and fork paths states of their own and seals an ended execution's, and
 //! persistence keeps what outlives the process.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -18,7 +17,7 @@ use crate::layer::{
 };
 use crate::model::Item;
 use crate::steering::feedback::{self, Feedback, Forward, Inner};
-use crate::steering::ledger::{self, LedgerEntry, LedgerKind};
+use crate::steering::ledger::{Ledger, LedgerEntry, LedgerKind};
 use crate::steering::rules::HookParams;
 use crate::steering::{SteeringAction, SteeringDecision};
 
@@ -125,7 +124,7 @@ impl Lifecycle for SteeringLayer {
             let mut entry = LedgerEntry::new(LedgerKind::Custom, SteeringAction::Allow);
             entry.outcome = Some(outcome);
             ctx.record_ledger(&entry);
-            ledger::append(&mut lock(&state).ledger, entry, self.config.max_ledger_entries);
+            lock(&state).ledger.push(entry, self.config.max_ledger_entries);
             Ok(())
         })
     }
@@ -171,7 +170,7 @@ impl Persistence for SteeringLayer {
         let (ledger, pending) = match &own {
             Some(state) => {
                 let inner = lock(state);
-                (inner.ledger.iter().cloned().collect(), inner.pending.iter().cloned().collect())
+                (inner.ledger.entries().collect(), inner.pending.iter().cloned().collect())
             }
             None => (Vec::new(), Vec::new()),
         };
@@ -191,10 +190,7 @@ impl Persistence for SteeringLayer {
             self.carry.restore(thread, saved.carried);
         }
         if owns(self.config.scope, key) {
-            let mut ledger: VecDeque<LedgerEntry> = saved.ledger.into();
-            while ledger.len() > self.config.max_ledger_entries {
-                ledger.pop_front();
-            }
+            let ledger = Ledger::of(saved.ledger, self.config.max_ledger_entries);
             self.states.insert(key.clone(), Inner { ledger, pending: saved.pending.into(), ..Inner::default() });
         }
         Ok(())

@@ -242,38 +242,38 @@ enum AtOnce {
     Again(Value, Gating),
 }
 
-/// Asks the layers that answer at once without an await (so the hook's future stays small); from the first that
-/// must be awaited on, or the first rewrite, the rest run in a boxed future, so a call whose layers never wait and
-/// never rewrite makes none.
-async fn gate(ctx: &Context, call: GateCall<'_>) -> Result<Gate, NoeticError> {
-    match gate_at_once(ctx, call)? {
+/// The gate from where the layers that answer at once left it: from the first layer that must be awaited on, or
+/// the first rewrite (see [`before_tool_call`]).
+async fn gate_after(ctx: &Context, call: GateCall<'_>, at_once: AtOnce) -> Result<Gate, NoeticError> {
+    match at_once {
         AtOnce::Done(gate) => Ok(gate),
-        AtOnce::Wait(start, gating) => Box::pin(gate_rest(ctx, call, Progress::Wait(start, gating))).await,
-        AtOnce::Again(args, gating) => Box::pin(gate_rest(ctx, call, Progress::Done((args, gating)))).await,
+        AtOnce::Wait(start, gating) => gate_rest(ctx, call, Progress::Wait(start, gating)).await,
+        AtOnce::Again(args, gating) => gate_rest(ctx, call, Progress::Done((args, gating))).await,
     }
 }
 
 /// The gate, as far as the layers answer at once.
 fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
-    let mut gating = Gating::default();
+    // Made at the first answer that is not an allow: the usual gate has none.
+    let mut gating: Option<Gating> = None;
     for (i, layer) in ctx.layers().iter().enumerate() {
         let layer: &dyn MemoryLayer = layer.as_ref();
         let Some(gates) = layer.as_gates() else { continue };
         match now(|| call.now(gates, ctx)) {
             // The usual answer changes nothing in the gating: nothing to note.
             Some(Ok(ToolCallAction::Allow)) => {}
-            Some(answer) => match gating.note(ctx, layer, call, answer)? {
+            Some(answer) => match gating.get_or_insert_with(Gating::default).note(ctx, layer, call, answer)? {
                 Next::Go => {}
                 Next::End(gate) => return Ok(AtOnce::Done(gate)),
-                Next::Again(args) => return Ok(AtOnce::Again(args, gating)),
+                Next::Again(args) => return Ok(AtOnce::Again(args, gating.unwrap_or_default())),
             },
-            None => return Ok(AtOnce::Wait(i, gating)),
+            None => return Ok(AtOnce::Wait(i, gating.unwrap_or_default())),
         }
     }
-    if gating.guides.is_empty() && gating.rewrites.is_empty() {
-        return Ok(AtOnce::Done(Gate::allow()));
+    match gating {
+        Some(gating) if !gating.guides.is_empty() || !gating.rewrites.is_empty() => Ok(AtOnce::Done(gating.finish())),
+        _ => Ok(AtOnce::Done(Gate::allow())),
     }
-    Ok(AtOnce::Done(gating.finish()))
 }
 
 /// Asks the layers from where the at-once round stopped — the `start`th layer, or the first with rewritten
@@ -313,18 +313,28 @@ async fn gate_rest<'a>(
     }
 }
 
-/// Asks every layer about a tool call.
+/// Asks every layer about a tool call: the layers that answer at once without an await (so the hook's future stays
+/// small); from the first that must be awaited on, or the first rewrite, the rest in a boxed future, so a call whose
+/// layers never wait and never rewrite makes none.
 pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result<Gate, NoeticError> {
     if !ctx.layers().has_gates() {
         return Ok(Gate::allow());
     }
-    gate(ctx, GateCall::BeforeToolCall(call)).await
+    let call = GateCall::BeforeToolCall(call);
+    match gate_at_once(ctx, call)? {
+        AtOnce::Done(gate) => Ok(gate),
+        rest => Box::pin(gate_after(ctx, call, rest)).await,
+    }
 }
 
-/// Asks every layer about a model response.
+/// Asks every layer about a model response, as [`before_tool_call`] does.
 pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Result<Gate, NoeticError> {
     if !ctx.layers().has_gates() {
         return Ok(Gate::allow());
     }
-    gate(ctx, GateCall::AfterModelCall(call)).await
+    let call = GateCall::AfterModelCall(call);
+    match gate_at_once(ctx, call)? {
+        AtOnce::Done(gate) => Ok(gate),
+        rest => Box::pin(gate_after(ctx, call, rest)).await,
+    }
 }
