@@ -33,7 +33,7 @@
 //! entries, updates the summaries and sends the notifications, pipelined with the `COMMIT`: two round trips, and a
 //! thousand sessions appending at once share them. The common case takes one: a batch of one session's appends
 //! that continue where this writer last saw the session committed (it remembers each session's end, summary and
-//! append counter) is one statement pipelined between `BEGIN` and `COMMIT`, fenced by the append counter — any
+//! append counter) is one statement, a transaction of its own, fenced by the append counter — any
 //! append by anyone since, or a delete, changes it, and the statement then writes nothing and the batch
 //! transaction decides instead.
 //! [`PgLogStore::stats`] counts transactions and appends. A connection that drops before the commit is retried

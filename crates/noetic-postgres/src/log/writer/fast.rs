@@ -10,7 +10,7 @@ use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
 use super::super::errors::DbFailure;
-use super::{Failed, Known, Request, Writer, abandon};
+use super::{Failed, Known, Request, Writer};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
 /// entries, does `$released` (more of the statement) and announces the new end; answers the new append counter, or
@@ -84,7 +84,7 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
     Some(Plan { key, seen: remembered.seq, known: next, positions, entries, answers, release })
 }
 
-/// Writes `plan` in one round trip: the answers, or `None` when another wrote to the session since the writer
+/// Writes `plan` in one round trip, one statement: the answers, or `None` when another wrote to the session since the writer
 /// last saw it (nothing was written).
 pub(crate) async fn commit(
     writer: &mut Writer,
@@ -108,11 +108,10 @@ pub(crate) async fn commit(
     if let Some(holder) = &plan.release {
         params.push(holder);
     }
-    // Pipelined: one round trip. A statement that fails turns the COMMIT into a rollback.
-    let (begun, written, committed) =
-        tokio::join!(client.batch_execute("BEGIN"), client.query(&statement, &params), client.batch_execute("COMMIT"));
-    match (begun, written, committed) {
-        (Ok(()), Ok(rows), Ok(())) => {
+    // One statement outside a transaction block is a transaction of its own: one message, one answer, and a
+    // statement that fails writes nothing.
+    match client.query(&statement, &params).await {
+        Ok(rows) => {
             let Some(seq) = rows.first().and_then(|row| row.try_get::<_, i64>(0).ok()) else {
                 return Ok(None);
             };
@@ -121,12 +120,9 @@ pub(crate) async fn commit(
             writer.remember(plan.key, Known { seq, ..plan.known });
             Ok(Some(plan.answers.into_iter().map(Ok).collect()))
         }
-        // The server refused before anything ran (it ended the connection, say): nothing was written.
-        (Err(e), _, _) if e.as_db_error().is_some() => {
-            abandon(client).await;
-            Err(Failed::db(&target, e))
-        }
-        (Ok(()), Err(e), _) if e.as_db_error().is_some() => Err(Failed::db(&target, e)),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(Failed::Unknown(DbFailure::new(&target, e))),
+        // The server refused the statement: nothing was written.
+        Err(e) if e.as_db_error().is_some() => Err(Failed::db(&target, e)),
+        // The connection dropped while the statement ran: written or not, nobody knows.
+        Err(e) => Err(Failed::Unknown(DbFailure::new(&target, e))),
     }
 }
