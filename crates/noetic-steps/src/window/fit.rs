@@ -60,14 +60,17 @@ pub struct Compacted {
 /// A step's count of a text that never changes (its instructions), kept with the counter that counted it
 /// (`None`: [`Estimate`]): asked again with the same counter, it is not counted again.
 #[derive(Default)]
-pub(crate) struct KeptCount(std::sync::Mutex<Option<(Option<Arc<dyn TokenCounter>>, u32)>>);
+pub(crate) struct KeptCount(std::sync::Mutex<Option<(Counter, u32)>>);
+
+/// A model's own counter, or `None` for [`Estimate`].
+type Counter = Option<Arc<dyn TokenCounter>>;
 
 impl KeptCount {
     /// The count `count` gives with `counter`, counted only when no count with that counter is kept. The counter
     /// is held, so no other counter can take its address while it is kept.
-    pub(crate) fn count(&self, counter: Option<Arc<dyn TokenCounter>>, count: impl FnOnce() -> u32) -> u32 {
+    pub(crate) fn count(&self, counter: Counter, count: impl FnOnce() -> u32) -> u32 {
         let mut kept = crate::sync::lock(&self.0);
-        let same = |held: &Option<Arc<dyn TokenCounter>>| match (held, &counter) {
+        let same = |held: &Counter| match (held, &counter) {
             (None, None) => true,
             (Some(held), Some(counter)) => Arc::ptr_eq(held, counter),
             _ => false,
