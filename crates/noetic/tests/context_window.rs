@@ -341,3 +341,51 @@ async fn a_steering_message_injected_into_the_current_turn_is_never_compacted_aw
     assert_eq!(users[1..], [question(5), steered], "the current turn and the injected message are sent whole");
     assert!(request_tokens(&Estimate, after) <= 1_200);
 }
+
+/// Counts the times it is asked for the tokens of `watched`.
+struct Watching {
+    watched: &'static str,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl noetic::window::TokenCounter for Watching {
+    fn count(&self, text: &str) -> u32 {
+        if text == self.watched {
+            self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Estimate.count(text)
+    }
+}
+
+/// A model with a known window and a tokenizer of its own, answering as `conversational` does.
+struct Counted(Arc<Watching>);
+
+impl noetic::model::Model for Counted {
+    fn call(&self, request: ModelRequest) -> BoxFuture<'static, Result<ModelResponse, NoeticError>> {
+        let answer = conversational(&request);
+        Box::pin(async move { answer })
+    }
+    fn context_window(&self, _model: &str) -> Option<ContextWindow> {
+        Some(ContextWindow::new(100_000))
+    }
+    fn token_counter(&self, _model: &str) -> Option<Arc<dyn noetic::window::TokenCounter>> {
+        Some(self.0.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_step_counts_its_instructions_once_per_token_counter_not_on_every_request() {
+    const INSTRUCTIONS: &str = "You are a careful agent; read the notes before you answer.";
+    let counter = Arc::new(Watching { watched: INSTRUCTIONS, seen: Default::default() });
+    let read = Counter::new().tool("read", json!("x")).unwrap();
+    let model = Arc::new(Counted(counter.clone()));
+    let runtime = Runtime::builder().model(model).model_id("m").instructions(INSTRUCTIONS).tool(read).build().unwrap();
+    let session = runtime.session("s");
+    for k in 0..3 {
+        session.send(question(k)).await.unwrap().await.unwrap();
+    }
+    // Six requests (a tool call and an answer per turn), one count of the instructions (the runtime's builder
+    // counts them once more to check the window's room).
+    let seen = counter.seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(seen <= 2, "the instructions were counted {seen} times for 6 requests");
+}

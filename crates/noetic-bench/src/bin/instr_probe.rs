@@ -45,7 +45,10 @@
 //! runtime, its tool's compiled schema, the subscriber) and teardown; `instr_probe real-setup N` runs only those,
 //! so subtracting its (I(M) − I(N)) / ((M − N) · CALLS) leaves what the suite times. It prints the allocations per
 //! tool call of the N sessions too. `instr_probe parse N` parses the real path's tool-call answer N times with
-//! the OpenAI client's parser alone ((I(M) − I(N)) / (M − N) is one parse).
+//! the OpenAI client's parser alone ((I(M) − I(N)) / (M − N) is one parse). With N = 20, M = 120 (and the same
+//! for `real-setup`): 59,105 per real-path tool call at `85dc8d5`; 58,538 with the step's instructions counted once
+//! per token counter rather than on every request, 58,066 with the window table read without a `memcmp` per entry
+//! (101,738 → 101,078 at 100 calls, N = 2, M = 12; 86.8 allocations per call, unchanged).
 
 #[path = "../alloc_count.rs"]
 mod alloc_count;

@@ -146,6 +146,7 @@ pub(super) async fn call_model_once<I, O>(
         id: &s.id,
         model: &s.model,
         instructions: s.instructions.as_deref(),
+        instructions_tokens: Some(&s.instructions_tokens),
         max_tokens: s.params.max_tokens,
         compaction: s.compaction,
     };

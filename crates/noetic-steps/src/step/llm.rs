@@ -102,6 +102,9 @@ pub struct StepLlm<I, O> {
     pub(crate) id: Arc<str>,
     pub(crate) model: String,
     pub(crate) instructions: Option<String>,
+    /// The instructions' tokens, counted once per token counter: they never change between requests (counting
+    /// 3 KB of them on every request cost about 1,500 instructions).
+    pub(crate) instructions_tokens: crate::window::KeptCount,
     pub(crate) tools: Option<crate::tool::ToolSet>,
     pub(crate) output_schema: Option<Schema>,
     pub(crate) params: ModelParams,
@@ -376,6 +379,7 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
             id,
             model: self.model,
             instructions: self.instructions,
+            instructions_tokens: crate::window::KeptCount::default(),
             tools,
             output_schema,
             params: self.params,

@@ -20,6 +20,8 @@ pub(crate) struct StepWindow<'a> {
     pub model: &'a str,
     /// The step's instructions.
     pub instructions: Option<&'a str>,
+    /// Where the step keeps the instructions' tokens (counted once per counter).
+    pub instructions_tokens: Option<&'a KeptCount>,
     /// The step's cap on the answer, which replaces the window's reserve.
     pub max_tokens: Option<u32>,
     /// How the history is compacted.
@@ -55,6 +57,33 @@ pub struct Compacted {
     pub summarized: bool,
 }
 
+/// A step's count of a text that never changes (its instructions), kept with the counter that counted it
+/// (`None`: [`Estimate`]): asked again with the same counter, it is not counted again.
+#[derive(Default)]
+pub(crate) struct KeptCount(std::sync::Mutex<Option<(Counter, u32)>>);
+
+/// A model's own counter, or `None` for [`Estimate`].
+type Counter = Option<Arc<dyn TokenCounter>>;
+
+impl KeptCount {
+    /// The count `count` gives with `counter`, counted only when no count with that counter is kept. The counter
+    /// is held, so no other counter can take its address while it is kept.
+    pub(crate) fn count(&self, counter: Counter, count: impl FnOnce() -> u32) -> u32 {
+        let mut kept = crate::sync::lock(&self.0);
+        let same = |held: &Counter| match (held, &counter) {
+            (None, None) => true,
+            (Some(held), Some(counter)) => Arc::ptr_eq(held, counter),
+            _ => false,
+        };
+        if let Some((_, tokens)) = kept.as_ref().filter(|(held, _)| same(held)) {
+            return *tokens;
+        }
+        let tokens = count();
+        *kept = Some((counter, tokens));
+        tokens
+    }
+}
+
 fn to_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -72,6 +101,7 @@ pub(crate) async fn fit(
     refused: Option<Option<u64>>,
 ) -> Result<Option<Fitted>, NoeticError> {
     let counter = model.token_counter(step.model);
+    let counter_kept = counter.clone();
     let counter = counter.as_deref().unwrap_or(&Estimate);
     let history = ctx.history();
     let known = model.context_window(step.model);
@@ -94,7 +124,13 @@ pub(crate) async fn fit(
     let room = room - room / 32;
     // Counted in the counter's units: the room divided by the calibration.
     let raw_room = to_u32((f64::from(room) / ratio).floor() as u64);
-    let instructions = step.instructions.map_or(0, |i| counter.count(i).saturating_add(counter.per_message()));
+    let instructions = step.instructions.map_or(0, |i| {
+        let tokens = match step.instructions_tokens {
+            Some(kept) => kept.count(counter_kept, || counter.count(i)),
+            None => counter.count(i),
+        };
+        tokens.saturating_add(counter.per_message())
+    });
     let fixed = instructions
         .saturating_add(history.tally().tools_tokens(counter, tools))
         .saturating_add(items_tokens(counter, tail));
@@ -301,6 +337,13 @@ pub async fn compact_now(
         ContextWindow::new(to_u32(history.tally().tokens_from(counter, history.as_slice(), 0)).max(8_192))
     });
     let id: Arc<str> = Arc::from("");
-    let step = StepWindow { id: &id, model: model_id, instructions: None, max_tokens: None, compaction };
+    let step = StepWindow {
+        id: &id,
+        model: model_id,
+        instructions: None,
+        instructions_tokens: None,
+        max_tokens: None,
+        compaction,
+    };
     compact(ctx, model, &step, window, counter, window.input_room(None), true).await
 }

@@ -50,4 +50,4 @@ pub use crate::model::{
 };
 pub use compact::{Compaction, cut_points, folded_item, summary_request, turn_start, turn_starts};
 pub use fit::{Compacted, compact_now};
-pub(crate) use fit::{Fitted, StepWindow, fit};
+pub(crate) use fit::{Fitted, KeptCount, StepWindow, fit};
