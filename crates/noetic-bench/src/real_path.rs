@@ -109,7 +109,7 @@ pub fn search_tool() -> BenchResult<Arc<dyn Tool>> {
 }
 
 /// [`search_tool`], declared idempotent or not (a session log then writes a call's outcome with the next call's
-/// start, or before the next model request).
+/// start, or hands it over before the next model request).
 pub fn search_tool_of(idempotent: bool) -> BenchResult<Arc<dyn Tool>> {
     let result = Value::String(format!("src/config.rs:42: retry = RetryPolicy::new(3, ...)\n{}", "y".repeat(300)));
     Ok(Arc::new(

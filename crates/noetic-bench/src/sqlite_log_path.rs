@@ -113,8 +113,9 @@ pub async fn runtime_figures() -> BenchResult<()> {
     let plain = measure(5, || async { Ok(crate::real_path::session_tool_calls(calls, false).await?.0) }).await?;
     let memory = measure(5, || runtime_tool_call_us(calls, Arc::new(MemoryLogStore::new()), false)).await?;
     report("memory_log_added_per_tool_call_us", Stats::exact(memory.median - plain.median), "us", "");
-    // A tool that is not idempotent has its outcome written before the next model request (while the model
-    // answers); an idempotent one's waits for the next call's start.
+    // A tool that is not idempotent has its outcome handed over before the next model request (held up to 1 ms for
+    // the response's write, written while the model answers otherwise); an idempotent one's waits for the next
+    // call's start.
     for (idempotent, kind) in [(false, ""), (true, "_idempotent")] {
         let sqlite = measure(5, || async {
             runtime_tool_call_us(calls, Arc::new(SqliteLogStore::open(scratch("calls")?).await?), idempotent).await

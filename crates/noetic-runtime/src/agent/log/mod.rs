@@ -80,7 +80,9 @@
 //! outside any lock. The durable points of a turn:
 //! - its start (or resumption), with the messages a continuation starts with, before the agent runs;
 //! - before each model request: the items since the last write, the messages injected into this request, the core's
-//!   inputs — handed over without waiting (written while the model answers);
+//!   inputs — handed over without waiting; the writer holds them up to 1 ms for the next write (a model that answers
+//!   within it has them written with its response and the next call's start: one transaction per tool call), else
+//!   writes them while the model answers; an idempotent call's outcome waits for the next call's start anyway;
 //! - before each tool call: everything since, and the call's [`Entry::ToolStarted`] — waited for, so a call never
 //!   runs unrecorded; a turn's writes form a chain the writer refuses after one fails, so the turn never leaves a
 //!   hole and two of its writes may share a transaction;
