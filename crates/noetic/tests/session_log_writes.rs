@@ -284,16 +284,16 @@ async fn a_turn_on_a_shared_log_gives_its_lease_up_with_its_end_and_reads_nothin
     }
 }
 
-/// Answers as its scripted model does after a millisecond (of paused time: once every other task is idle), so the
-/// session's writer has written what the turn handed it before the request, as it does while a real model works:
-/// only what the turn kept back for its next write shares that write.
-struct Unhurried(ScriptedModel);
+/// Answers as its scripted model does after a while (of paused time: once every other task is idle). After a
+/// millisecond, the session's writer has written what the turn handed it before the request, as it does while a
+/// real model works: only what the turn kept back for its next write shares that write.
+struct After(std::time::Duration, ScriptedModel);
 
-impl Model for Unhurried {
+impl Model for After {
     fn call(&self, request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        let answer = self.0.call(request);
+        let (answer, after) = (self.1.call(request), self.0);
         Box::pin(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            tokio::time::sleep(after).await;
             answer.await
         })
     }
@@ -303,7 +303,7 @@ impl Model for Unhurried {
 async fn a_turn_writes_its_start_one_append_per_call_and_its_end_with_its_steps_end() {
     let recording = Arc::new(RecordingLogStore::default());
     let runs = Arc::default();
-    let model = Arc::new(Unhurried(ScriptedModel::responder(respond)));
+    let model = Arc::new(After(std::time::Duration::from_millis(1), ScriptedModel::responder(respond)));
     let rt = runtime_of(model, recording.clone(), true, &runs);
     let session = rt.open("s").await.unwrap();
     assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
@@ -382,24 +382,16 @@ async fn a_call_that_is_not_idempotent_shares_one_write_with_the_next_calls_star
     assert_eq!(appends.len(), CALLS + 2, "the turn's start, a write per call, its end: {appends:#?}");
 }
 
-/// Answers as its scripted model does after 50 ms.
-struct Slow(ScriptedModel);
-
-impl Model for Slow {
-    fn call(&self, request: ModelRequest) -> futures::future::BoxFuture<'static, Result<ModelResponse, NoeticError>> {
-        let answer = self.0.call(request);
-        Box::pin(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            answer.await
-        })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_call_that_is_not_idempotent_is_written_on_its_own_while_a_slow_model_answers() {
     let recording = Arc::new(RecordingLogStore::default());
     let runs = Arc::default();
-    let rt = runtime_of(Arc::new(Slow(ScriptedModel::responder(respond))), recording.clone(), false, &runs);
+    let rt = runtime_of(
+        Arc::new(After(std::time::Duration::from_millis(50), ScriptedModel::responder(respond))),
+        recording.clone(),
+        false,
+        &runs,
+    );
     let session = rt.open("s").await.unwrap();
     assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
     let appends = recording.appends();

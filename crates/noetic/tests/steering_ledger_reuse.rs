@@ -3,6 +3,8 @@
 //! decision still stands.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod steering_common;
+
 use std::time::SystemTime;
 
 use noetic::layer::{ModelCallParams, ToolCallParams};
@@ -10,18 +12,7 @@ use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind};
 use serde_json::{Value, json};
 
-fn rules() -> Vec<SteeringRule> {
-    vec![
-        SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |p| match p.tool_call() {
-            Some(c) if c.name == "rm" => SteeringDecision::deny("never rm"),
-            _ => SteeringDecision::allow(),
-        }),
-        SteeringRule::predicate("fragile", [Hook::BeforeToolCall], |p| match p.tool_call() {
-            Some(c) if c.name == "boom" => panic!("fragile rule broke"),
-            _ => SteeringDecision::allow(),
-        }),
-    ]
-}
+use steering_common::deny_rm_and_panic_on_boom as rules;
 
 async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
     layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()

@@ -32,3 +32,17 @@ pub fn judge(replies: &[&str]) -> ScriptedModel {
     let last = replies.last().copied().unwrap_or("ALLOW").to_owned();
     model.with_responder(move |_| Ok(ModelResponse::text(last.clone())))
 }
+
+/// Two tool-call rules: `no-rm` denies `rm`, `fragile` panics on `boom`; both allow anything else.
+pub fn deny_rm_and_panic_on_boom() -> Vec<SteeringRule> {
+    vec![
+        SteeringRule::predicate("no-rm", [Hook::BeforeToolCall], |p| match p.tool_call() {
+            Some(c) if c.name == "rm" => SteeringDecision::deny("never rm"),
+            _ => SteeringDecision::allow(),
+        }),
+        SteeringRule::predicate("fragile", [Hook::BeforeToolCall], |p| match p.tool_call() {
+            Some(c) if c.name == "boom" => panic!("fragile rule broke"),
+            _ => SteeringDecision::allow(),
+        }),
+    ]
+}
