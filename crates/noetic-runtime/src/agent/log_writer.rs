@@ -29,7 +29,7 @@ pub(crate) struct Batch {
     /// The lease holder that gives the session up once this lands (a turn's last write).
     pub(crate) release: Option<Arc<str>>,
     /// Nobody waits for it now (a turn's write handed over before a model request): the writer may hold it for
-    /// up to [`HOLD`] to write it with the batch that follows (see [`Writer::run`]).
+    /// up to [`HOLD`] to write it with the batch that follows (see [`gather`]).
     pub(crate) lazy: bool,
 }
 
