@@ -68,9 +68,9 @@ type Counter = Option<Arc<dyn TokenCounter>>;
 impl KeptCount {
     /// The count `count` gives with `counter`, counted only when no count with that counter is kept. The counter
     /// is held, so no other counter can take its address while it is kept.
-    pub(crate) fn count(&self, counter: Counter, count: impl FnOnce() -> u32) -> u32 {
+    pub(crate) fn count(&self, counter: &Counter, count: impl FnOnce() -> u32) -> u32 {
         let mut kept = crate::sync::lock(&self.0);
-        let same = |held: &Counter| match (held, &counter) {
+        let same = |held: &Counter| match (held, counter) {
             (None, None) => true,
             (Some(held), Some(counter)) => Arc::ptr_eq(held, counter),
             _ => false,
@@ -79,7 +79,7 @@ impl KeptCount {
             return *tokens;
         }
         let tokens = count();
-        *kept = Some((counter, tokens));
+        *kept = Some((counter.clone(), tokens));
         tokens
     }
 }
@@ -100,9 +100,9 @@ pub(crate) async fn fit(
     tail: &[Item],
     refused: Option<Option<u64>>,
 ) -> Result<Option<Fitted>, NoeticError> {
-    let counter = model.token_counter(step.model);
-    let counter_kept = counter.clone();
-    let counter = counter.as_deref().unwrap_or(&Estimate);
+    // The model's own counter, kept for the step's count of its instructions.
+    let own = model.token_counter(step.model);
+    let counter = own.as_deref().unwrap_or(&Estimate);
     let history = ctx.history();
     let known = model.context_window(step.model);
     let window = match (known, refused) {
@@ -126,7 +126,7 @@ pub(crate) async fn fit(
     let raw_room = to_u32((f64::from(room) / ratio).floor() as u64);
     let instructions = step.instructions.map_or(0, |i| {
         let tokens = match step.instructions_tokens {
-            Some(kept) => kept.count(counter_kept, || counter.count(i)),
+            Some(kept) => kept.count(&own, || counter.count(i)),
             None => counter.count(i),
         };
         tokens.saturating_add(counter.per_message())
