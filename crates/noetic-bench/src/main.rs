@@ -88,7 +88,7 @@ async fn run_step_us() -> BenchResult<f64> {
     const N: u32 = 10_000;
     let step = Step::run("noop", |x: u64, _| async move { Ok(x + 1) }).build()?;
     let looped = Step::loop_("loop", [step]).until(until::max_steps(N)).max_iterations(N + 1).build()?;
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let start = Instant::now();
     looped.execute(0, &ctx).await?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(N))
@@ -98,7 +98,7 @@ async fn fork_path_us() -> BenchResult<f64> {
     const N: usize = 1000;
     let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build()?;
     let fork = Step::fork("f", ForkMode::All).paths(vec![path; N]).merge(|v, _| Ok(v.len() as u64)).build()?;
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let start = Instant::now();
     fork.execute(1, &ctx).await?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / N as f64)

@@ -33,7 +33,7 @@ pub fn tool_calling_model(rounds: usize) -> ScriptedModel {
 pub async fn bare_tool_calls(rounds: usize, layers: Vec<Arc<dyn MemoryLayer>>) -> BenchResult<()> {
     let llm = Step::llm("assistant", "m").max_rounds(rounds as u32 + 1).build()?;
     let ctx =
-        Context::builder().model(Arc::new(tool_calling_model(rounds))).tools([noop_tool()?]).layers(layers).build();
+        StepContext::builder().model(Arc::new(tool_calling_model(rounds))).tools([noop_tool()?]).layers(layers).build();
     llm.execute("go".to_owned(), &ctx).await?;
     Ok(())
 }
@@ -59,7 +59,7 @@ pub async fn bare_batches(rounds: usize, batch: usize, limit: u32) -> BenchResul
     })
     .without_recording();
     let llm = Step::llm("assistant", "m").max_rounds(rounds as u32 + 1).parallel_tools(limit).build()?;
-    let ctx = Context::builder().model(Arc::new(model)).tools([concurrent_noop_tool()?]).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).tools([concurrent_noop_tool()?]).build();
     llm.execute("go".to_owned(), &ctx).await?;
     Ok(())
 }

@@ -64,7 +64,7 @@ async fn tool_call_us(rounds: usize, window: Option<ContextWindow>) -> BenchResu
         Some(window) => model.with_context_window(window),
         None => model,
     };
-    let ctx = Context::builder().model(Arc::new(model)).tools([noop_tool()?]).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).tools([noop_tool()?]).build();
     let start = Instant::now();
     llm.execute("go".to_owned(), &ctx).await?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / rounds as f64)

@@ -18,7 +18,7 @@ fn a_run_path_finishing_at_once_allocates_only_its_functions_future() {
     let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build().unwrap();
     let fork =
         Step::fork("f", ForkMode::All).paths(vec![path; PATHS]).merge(|v, _| Ok(v.len() as u64)).build().unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     rt.block_on(fork.execute(1, &ctx)).unwrap();
 
     let (allocations, out) = rt.block_on(alloc_count::allocations_during(fork.execute(1, &ctx)));

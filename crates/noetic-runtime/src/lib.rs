@@ -11,7 +11,7 @@
 use noetic_core::decision;
 use noetic_core::{budget, error, model, sync, trace};
 use noetic_steering::steering;
-use noetic_steps::{context, layer, run, step, tool, turn, window};
+use noetic_steps::{context, layer, run, scope, step, tool, turn, window};
 
 pub mod agent;
 

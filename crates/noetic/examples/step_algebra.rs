@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let sink = EventSink::new(256);
     let mut events = sink.subscribe().ok_or("event sink disabled")?;
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let printer = tokio::spawn(async move {
         while let Ok(event) = events.recv().await {
             match &event.kind {
@@ -84,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A heartbeat every 20 ms, stopped after five beats by cancelling its context.
     let beats = Arc::new(AtomicU32::new(0));
     let b = beats.clone();
-    let heartbeat = Step::run("beat", move |(): (), ctx: Context| {
+    let heartbeat = Step::run("beat", move |(): (), ctx: StepContext| {
         let n = b.fetch_add(1, Ordering::SeqCst) + 1;
         async move {
             if n == 5 {
@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .build()?;
     let every = Step::every("heartbeat", heartbeat, 20.0).jitter(5.0).build::<()>()?;
-    let hb_ctx = Context::new();
+    let hb_ctx = StepContext::new();
     let ended = every.execute((), &hb_ctx).await;
     println!(
         "heartbeat: {} beats, then {}",

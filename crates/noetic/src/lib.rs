@@ -154,7 +154,9 @@
 //!     .until(until::any([until::output_contains("papers"), until::max_steps(5)]))
 //!     .build()?;
 //!
-//! let ctx = Context::new();
+//! // A step runs in a step context: a `Context` (ids, cancellation, items, events) with the layers and tools in
+//! // scope; a runtime makes one per turn.
+//! let ctx = StepContext::new();
 //! let answer = agent.execute("rust async".to_string(), &ctx).await?;
 //! assert_eq!(answer, "web: notes on rust async | papers: notes on rust async | code: notes on rust async");
 //! # Ok(())
@@ -178,12 +180,13 @@
 //!
 //! | layer | crate | modules | what it holds |
 //! |---|---|---|---|
-//! | 10 | `noetic` | `testing` | the test kit |
-//! | 9 | `noetic-runtime` | [`agent`] | runtime, sessions, turns, bus, steering queue, the session log and its store seam |
-//! | 8 | `noetic-steering` | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
-//! | 7 | `noetic-steps` | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
-//! | 6 | `noetic-steps` | [`step`] | the step enum and builders, `until` predicates |
-//! | 5 | `noetic-steps` | [`window`] | the context window: counting, the allocation rule, compaction |
+//! | 11 | `noetic` | `testing` | the test kit |
+//! | 10 | `noetic-runtime` | [`agent`] | runtime, sessions, turns, bus, steering queue, the session log and its store seam |
+//! | 9 | `noetic-steering` | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
+//! | 8 | `noetic-steps` | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
+//! | 7 | `noetic-steps` | [`step`] | the step enum and builders, `until` predicates |
+//! | 6 | `noetic-steps` | [`window`] | the context window: counting, the allocation rule, compaction |
+//! | 5 | `noetic-steps` | [`scope`] | what a step runs in: a `Context` with, typed, the memory layers and tools in scope |
 //! | 4 | `noetic-steps` | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
 //! | 3 | `noetic-steps` | [`context`] | ids, cancellation, the item log, events and their log, channels |
 //! | 2 | `noetic-steps` | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
@@ -193,12 +196,12 @@
 pub use noetic_core::{budget, digest, error, model, time, trace};
 pub use noetic_runtime::agent;
 pub use noetic_steering::steering;
-pub use noetic_steps::{context, exec, layer, step, tool, turn, window};
+pub use noetic_steps::{context, exec, layer, scope, step, tool, turn, window};
 pub mod testing;
 
 pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
 pub use error::{ConfigCode, ConfigError, NoeticError};
-pub use noetic_steps::{execute, run};
+pub use noetic_steps::{InScope, StepContext, StepContextBuilder, execute, run};
 pub use step::{Step, StepKind, until};
 
 /// Everything most programs need, in one import.
@@ -212,6 +215,7 @@ pub mod prelude {
     pub use crate::model::{
         Item, Model, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall, ToolResult, Usage,
     };
+    pub use crate::scope::StepContext;
     pub use crate::steering::{
         LlmEval, SteeringAction, SteeringConfig, SteeringDecision, SteeringLayer, SteeringRule, steering,
     };

@@ -10,12 +10,12 @@ fn add(n: i64) -> Step<i64, i64> {
 #[tokio::test]
 async fn none_returns_the_input_unchanged() {
     let step = Step::branch("skip", |_: &i64, _| None).build().unwrap();
-    assert_eq!(step.execute(41, &Context::new()).await.unwrap(), 41);
+    assert_eq!(step.execute(41, &StepContext::new()).await.unwrap(), 41);
 }
 
 #[tokio::test]
 async fn the_chosen_step_runs_with_the_same_input_and_context() {
-    let marker = Step::run("mark", |x: i64, ctx: Context| async move {
+    let marker = Step::run("mark", |x: i64, ctx: StepContext| async move {
         ctx.push_item(Item::assistant(format!("saw {x}")));
         Ok(x)
     })
@@ -29,7 +29,7 @@ async fn the_chosen_step_runs_with_the_same_input_and_context() {
     })
     .build()
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     assert_eq!(step.execute(-5, &ctx).await.unwrap(), -4);
     assert_eq!(step.execute(5, &ctx).await.unwrap(), 15);
     assert_eq!(step.execute(0, &ctx).await.unwrap(), 0);
@@ -40,13 +40,13 @@ async fn the_chosen_step_runs_with_the_same_input_and_context() {
 async fn route_changes_types_when_it_always_chooses() {
     let to_text = Step::run("fmt", |x: u32, _| async move { Ok(format!("#{x}")) }).build().unwrap();
     let step: Step<u32, String> = Step::route("always", move |_, _| to_text.clone()).build().unwrap();
-    assert_eq!(step.execute(7, &Context::new()).await.unwrap(), "#7");
+    assert_eq!(step.execute(7, &StepContext::new()).await.unwrap(), "#7");
 }
 
 #[tokio::test]
 async fn a_panicking_route_is_a_step_failure() {
     let step = Step::branch("bad", |_: &u8, _| panic!("no route")).build().unwrap();
-    let err = step.execute(1, &Context::new()).await.unwrap_err();
+    let err = step.execute(1, &StepContext::new()).await.unwrap_err();
     match err {
         NoeticError::StepFailed { step_id, cause, .. } => {
             assert_eq!(step_id, "bad");

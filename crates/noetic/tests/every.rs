@@ -15,7 +15,7 @@ type Run = (Duration, Option<String>);
 /// A body that records the time of each run (relative to `origin`) and cancels the context after `stop_after`
 /// runs.
 fn recorder(origin: Instant, times: Arc<Mutex<Vec<Duration>>>, stop_after: usize) -> Step<(), ()> {
-    Step::run("tick", move |(): (), ctx: Context| {
+    Step::run("tick", move |(): (), ctx: StepContext| {
         let times = times.clone();
         async move {
             let n = {
@@ -49,7 +49,7 @@ async fn every_runs_the_body_immediately() {
     let origin = Instant::now();
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(origin, times.clone(), 1), 1000.0).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "enough runs");
     assert_eq!(*times.lock().unwrap(), vec![Duration::ZERO], "first run happens at time zero");
     assert_eq!(origin.elapsed(), Duration::ZERO, "no interval elapsed before the first run");
@@ -60,7 +60,7 @@ async fn every_spaces_runs_by_the_interval_without_jitter() {
     let origin = Instant::now();
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(origin, times.clone(), 5), 100.0).jitter(0.0).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "enough runs");
     let times = times.lock().unwrap().clone();
     assert_eq!(times, (0..5).map(|k| k * 100 * MS).collect::<Vec<_>>());
@@ -71,7 +71,7 @@ async fn every_spaces_runs_within_interval_plus_minus_jitter() {
     let origin = Instant::now();
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(origin, times.clone(), 40), 100.0).jitter(30.0).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "enough runs");
     let times = times.lock().unwrap().clone();
     assert_eq!(times.len(), 40);
@@ -89,7 +89,7 @@ async fn every_wake_on_ends_the_park_early_without_consuming_the_message() {
     let wake = Channel::<String>::queue("wake", 4).unwrap();
     let runs: Arc<Mutex<Vec<Run>>> = Arc::new(Mutex::new(Vec::new()));
     let (r, ch) = (runs.clone(), wake.clone());
-    let body = Step::run("drain", move |(): (), ctx: Context| {
+    let body = Step::run("drain", move |(): (), ctx: StepContext| {
         let (r, ch) = (r.clone(), ch.clone());
         async move {
             let n = {
@@ -111,7 +111,7 @@ async fn every_wake_on_ends_the_park_early_without_consuming_the_message() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         sender.try_send("wake up".to_owned()).unwrap();
     });
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "woken");
     assert_eq!(
         *runs.lock().unwrap(),
@@ -124,10 +124,10 @@ async fn every_wake_on_ends_the_park_early_without_consuming_the_message() {
 async fn every_on_error_continue_keeps_going_and_emits_iteration_error_events() {
     let sink = EventSink::new(256);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let runs = Arc::new(Mutex::new(0u32));
     let r = runs.clone();
-    let body = Step::run("sometimes_fails", move |(): (), ctx: Context| {
+    let body = Step::run("sometimes_fails", move |(): (), ctx: StepContext| {
         let r = r.clone();
         async move {
             let n = {
@@ -165,7 +165,7 @@ async fn every_on_error_continue_keeps_going_and_emits_iteration_error_events() 
 async fn every_on_error_continue_is_the_default() {
     let runs = Arc::new(Mutex::new(0u32));
     let r = runs.clone();
-    let body = Step::run("fails_once", move |(): (), ctx: Context| {
+    let body = Step::run("fails_once", move |(): (), ctx: StepContext| {
         let r = r.clone();
         async move {
             let n = {
@@ -182,7 +182,7 @@ async fn every_on_error_continue_is_the_default() {
     .build()
     .unwrap();
     let step: Step<(), ()> = Step::every("e", body, 10.0).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "second run");
     assert_eq!(*runs.lock().unwrap(), 2);
 }
@@ -202,7 +202,7 @@ async fn every_on_error_fail_returns_the_error() {
     .unwrap();
     let step: Step<(), ()> = Step::every("e", body, 10.0).on_error(EveryOnError::Fail).build().unwrap();
     let origin = Instant::now();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     match &err {
         NoeticError::StepFailed { step_id, cause, .. } => {
             assert_eq!(step_id, "fails");
@@ -219,7 +219,7 @@ async fn every_ends_with_cancelled_when_cancelled_during_a_park() {
     let origin = Instant::now();
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(origin, times.clone(), usize::MAX), 100.0).build().unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = ctx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(350)).await;
@@ -236,7 +236,7 @@ async fn every_ends_with_cancelled_when_the_body_cancels_after_n_runs() {
     let origin = Instant::now();
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(origin, times.clone(), 3), 20.0).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert_cancelled(&err, "enough runs");
     assert_eq!(times.lock().unwrap().len(), 3, "no run after cancellation");
 }
@@ -245,7 +245,7 @@ async fn every_ends_with_cancelled_when_the_body_cancels_after_n_runs() {
 async fn every_does_not_start_on_a_cancelled_context() {
     let times = Arc::new(Mutex::new(Vec::new()));
     let step: Step<(), ()> = Step::every("e", recorder(Instant::now(), times.clone(), 1), 10.0).build().unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     ctx.cancel("before start");
     let err = step.execute((), &ctx).await.unwrap_err();
     assert_cancelled(&err, "before start");

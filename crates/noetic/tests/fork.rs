@@ -31,7 +31,7 @@ async fn all_merges_in_path_order_whatever_the_completion_order() {
         .build()
         .unwrap();
 
-    let out = fork.execute(0, &Context::new()).await.unwrap();
+    let out = fork.execute(0, &StepContext::new()).await.unwrap();
 
     let completions: Vec<String> = entries(&log).into_iter().filter(|e| e.starts_with("done")).collect();
     assert_eq!(completions, ["done c", "done b", "done a"], "later paths finished first");
@@ -48,7 +48,7 @@ async fn all_runs_paths_concurrently() {
         .build()
         .unwrap();
     let start = Instant::now();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "ABC");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "ABC");
     assert_eq!(start.elapsed(), Duration::from_millis(100), "three 100 ms paths overlap");
 }
 
@@ -76,7 +76,7 @@ async fn all_fails_fast_cancelling_running_siblings_and_never_starting_queued_pa
         .build()
         .unwrap();
 
-    let err = within(fork.execute(0, &Context::new())).await.unwrap_err();
+    let err = within(fork.execute(0, &StepContext::new())).await.unwrap_err();
 
     for (name, probe) in [("p1", &p1), ("p3", &p3)] {
         assert!(probe.started.load(SeqCst), "{name} started");
@@ -117,7 +117,7 @@ async fn all_failure_ends_the_fork_without_waiting_for_long_siblings() {
         .build()
         .unwrap();
     let start = Instant::now();
-    let err = within(fork.execute(0, &Context::new())).await.unwrap_err();
+    let err = within(fork.execute(0, &StepContext::new())).await.unwrap_err();
     assert_eq!(start.elapsed(), Duration::from_millis(10), "the hour-long sibling was cut short");
     assert!(probe.stopped.load(SeqCst) && probe.cancelled_at_stop.load(SeqCst), "sibling stopped, cancelled");
     assert!(!entries(&log).contains(&"done slow".to_owned()));
@@ -145,7 +145,7 @@ async fn race_first_success_wins_and_losers_are_cancelled_and_stopped_before_it_
         .unwrap();
 
     let start = Instant::now();
-    let out = within(fork.execute(0, &Context::new())).await.unwrap();
+    let out = within(fork.execute(0, &StepContext::new())).await.unwrap();
 
     assert_eq!(out, "winner");
     assert_eq!(start.elapsed(), Duration::from_millis(10));
@@ -171,7 +171,7 @@ async fn race_never_starts_queued_paths_once_a_path_has_won() {
         .concurrency(2)
         .build()
         .unwrap();
-    assert_eq!(within(fork.execute(0, &Context::new())).await.unwrap(), "first");
+    assert_eq!(within(fork.execute(0, &StepContext::new())).await.unwrap(), "first");
     assert!(probe.observed_cancel.load(SeqCst));
     let started: Vec<String> = entries(&log).into_iter().filter(|e| e.starts_with("start")).collect();
     assert_eq!(started, ["start p0", "start p1"]);
@@ -191,7 +191,7 @@ async fn race_failure_launches_the_next_queued_path() {
         .build()
         .unwrap();
     let start = Instant::now();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "third time lucky");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "third time lucky");
     assert_eq!(start.elapsed(), Duration::from_millis(30), "paths ran one after another");
     assert_eq!(
         entries(&log),
@@ -211,7 +211,7 @@ async fn race_with_every_path_failing_reports_all_failures_in_path_order() {
         ])
         .build()
         .unwrap();
-    let err = fork.execute(0, &Context::new()).await.unwrap_err();
+    let err = fork.execute(0, &StepContext::new()).await.unwrap_err();
     let (step_id, succeeded, failed) = unpack_partial(err);
     assert_eq!(step_id, "race");
     assert!(succeeded.is_empty());
@@ -263,7 +263,7 @@ async fn settle_reports_every_outcome_in_path_order_and_does_not_fail_for_path_e
         })
         .build()
         .unwrap();
-    let out = fork.execute(0, &Context::new()).await.unwrap();
+    let out = fork.execute(0, &StepContext::new()).await.unwrap();
     assert_eq!(out, "A|<step 'b' failed: b broke>|C");
     let completions: Vec<String> = entries(&log).into_iter().filter(|e| !e.starts_with("start")).collect();
     assert_eq!(completions, ["fail b", "done c", "done a"], "completion order differed from path order");
@@ -277,7 +277,7 @@ async fn settle_runs_every_path_to_its_end_even_after_a_failure() {
         .merge_settled(|results: Vec<SettleResult<String>>, _ctx| Ok(format!("{}", results.len())))
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "2");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "2");
     assert!(entries(&log).contains(&"done late".to_owned()), "the failure did not cancel the sibling");
 }
 
@@ -295,6 +295,6 @@ async fn settle_merges_even_when_every_path_rejects() {
         })
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "2 rejected");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "2 rejected");
     assert_eq!(calls.load(SeqCst), 1);
 }

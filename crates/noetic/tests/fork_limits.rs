@@ -27,7 +27,7 @@ async fn all_never_runs_more_paths_than_the_concurrency_limit() {
         .concurrency(2)
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "g0,g1,g2,g3,g4,g5");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "g0,g1,g2,g3,g4,g5");
     assert_eq!(gauge.started.load(SeqCst), 6);
     assert_eq!(gauge.max.load(SeqCst), 2, "two at a time, never more");
 }
@@ -43,7 +43,7 @@ async fn settle_never_runs_more_paths_than_the_concurrency_limit() {
         .concurrency(3)
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "6");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "6");
     assert_eq!(gauge.started.load(SeqCst), 6);
     assert_eq!(gauge.max.load(SeqCst), 3, "three at a time, never more");
 }
@@ -52,7 +52,7 @@ async fn settle_never_runs_more_paths_than_the_concurrency_limit() {
 async fn race_never_runs_more_paths_than_the_concurrency_limit() {
     let gauge = Arc::new(Gauge::default());
     let fork = Step::fork("f", ForkMode::Race).paths(gauged_paths(&gauge, true)).concurrency(2).build().unwrap();
-    let err = fork.execute(0, &Context::new()).await.unwrap_err();
+    let err = fork.execute(0, &StepContext::new()).await.unwrap_err();
     let (_, succeeded, failed) = unpack_partial(err);
     assert!(succeeded.is_empty());
     assert_eq!(failed.iter().map(|f| f.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
@@ -112,7 +112,7 @@ async fn race_returns_cancelled_when_the_parent_is_cancelled() {
         .concurrency(2)
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = cancel_after(&ctx, 50);
     let start = Instant::now();
     assert_cancelled_by_parent(within(fork.execute(0, &ctx)).await);
@@ -137,7 +137,7 @@ async fn all_returns_cancelled_when_the_parent_is_cancelled_and_does_not_merge()
         })
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = cancel_after(&ctx, 50);
     assert_cancelled_by_parent(within(fork.execute(0, &ctx)).await);
     canceller.await.unwrap();
@@ -166,7 +166,7 @@ async fn settle_returns_cancelled_when_the_parent_is_cancelled_and_does_not_merg
         .concurrency(3)
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = cancel_after(&ctx, 50);
     // "failed" ends at 5 ms and frees a slot, so "queued" starts and finishes before the cancellation at 50 ms.
     assert_cancelled_by_parent(within(fork.execute(0, &ctx)).await);
@@ -186,7 +186,7 @@ async fn a_fork_on_an_already_cancelled_context_starts_no_path() {
             .merge_settled(|results: Vec<SettleResult<String>>, _ctx| Ok(format!("{}", results.len())))
             .build()
             .unwrap();
-        let ctx = Context::new();
+        let ctx = StepContext::new();
         ctx.cancel("parent stopped");
         assert_cancelled_by_parent(within(fork.execute(0, &ctx)).await);
     }
@@ -204,20 +204,20 @@ async fn all_and_settle_merge_an_empty_vec_when_there_are_no_paths() {
         .merge(|parts: Vec<String>, _ctx| Ok(format!("all merged {}", parts.len())))
         .build()
         .unwrap();
-    assert_eq!(all.execute(0, &Context::new()).await.unwrap(), "all merged 0");
+    assert_eq!(all.execute(0, &StepContext::new()).await.unwrap(), "all merged 0");
 
     let settle = Step::<u32, String>::fork("settle", ForkMode::Settle)
         .paths(Vec::new())
         .merge_settled(|results: Vec<SettleResult<String>>, _ctx| Ok(format!("settle merged {}", results.len())))
         .build()
         .unwrap();
-    assert_eq!(settle.execute(0, &Context::new()).await.unwrap(), "settle merged 0");
+    assert_eq!(settle.execute(0, &StepContext::new()).await.unwrap(), "settle merged 0");
 }
 
 #[tokio::test]
 async fn race_with_no_paths_fails_with_an_empty_fork_partial() {
     let race = Step::<u32, String>::fork("race", ForkMode::Race).paths(Vec::new()).build().unwrap();
-    let (step_id, succeeded, failed) = unpack_partial(race.execute(0, &Context::new()).await.unwrap_err());
+    let (step_id, succeeded, failed) = unpack_partial(race.execute(0, &StepContext::new()).await.unwrap_err());
     assert_eq!(step_id, "race");
     assert!(succeeded.is_empty());
     assert!(failed.is_empty());
@@ -241,7 +241,7 @@ async fn each_path_runs_in_its_own_child_context_with_a_copy_of_the_item_log() {
     let paths: Vec<S> = (0..3usize)
         .map(|i| {
             let seen = seen.clone();
-            Step::run(format!("p{i}"), move |_x: u32, ctx: Context| {
+            Step::run(format!("p{i}"), move |_x: u32, ctx: StepContext| {
                 let seen = seen.clone();
                 async move {
                     let items_at_start = ctx.items().iter().filter_map(|it| it.text().map(str::to_owned)).collect();
@@ -266,7 +266,7 @@ async fn each_path_runs_in_its_own_child_context_with_a_copy_of_the_item_log() {
         .build()
         .unwrap();
 
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     ctx.push_item(Item::user("from parent"));
     assert_eq!(fork.execute(0, &ctx).await.unwrap(), "p0p1p2");
 
@@ -290,7 +290,7 @@ async fn each_path_runs_in_its_own_child_context_with_a_copy_of_the_item_log() {
 #[tokio::test]
 async fn cancelling_one_path_context_does_not_cancel_the_parent() {
     let fork = Step::fork("f", ForkMode::Settle)
-        .paths([Step::run("self-cancel", |_x: u32, ctx: Context| async move {
+        .paths([Step::run("self-cancel", |_x: u32, ctx: StepContext| async move {
             ctx.cancel("path gave up");
             Err::<String, _>(ctx.cancelled_error())
         })
@@ -301,7 +301,7 @@ async fn cancelling_one_path_context_does_not_cancel_the_parent() {
         })
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let out = fork.execute(0, &ctx).await.unwrap();
     assert_eq!(out, "cancelled: path gave up");
     assert!(!ctx.is_cancelled(), "a path's own cancellation stays in the path");
@@ -318,7 +318,7 @@ async fn paths_fn_is_called_once_per_execution_and_receives_the_input() {
             seen.lock().unwrap().push(*input);
             (0..*input)
                 .map(|i| {
-                    Step::run(format!("p{i}"), move |x: u32, _ctx: Context| async move { Ok(format!("{i}/{x}")) })
+                    Step::run(format!("p{i}"), move |x: u32, _ctx: StepContext| async move { Ok(format!("{i}/{x}")) })
                         .build()
                         .unwrap()
                 })
@@ -329,7 +329,7 @@ async fn paths_fn_is_called_once_per_execution_and_receives_the_input() {
         .build()
         .unwrap();
 
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     assert_eq!(fork.execute(3, &ctx).await.unwrap(), "0/3 1/3 2/3");
     assert_eq!(calls.load(SeqCst), 1, "one call for one execution, even with queued paths");
     assert_eq!(fork.execute(2, &ctx).await.unwrap(), "0/2 1/2");
@@ -340,7 +340,7 @@ async fn paths_fn_is_called_once_per_execution_and_receives_the_input() {
 #[tokio::test]
 async fn a_path_whose_future_panics_becomes_a_path_error_not_a_crash() {
     let log = log();
-    let panicking = Step::run("boom", |x: u32, _ctx: Context| async move {
+    let panicking = Step::run("boom", |x: u32, _ctx: StepContext| async move {
         if x < 100 {
             panic!("path exploded");
         }
@@ -353,7 +353,7 @@ async fn a_path_whose_future_panics_becomes_a_path_error_not_a_crash() {
         .merge(|parts: Vec<String>, _ctx| Ok(parts.concat()))
         .build()
         .unwrap();
-    let (_, succeeded, failed) = unpack_partial(all.execute(0, &Context::new()).await.unwrap_err());
+    let (_, succeeded, failed) = unpack_partial(all.execute(0, &StepContext::new()).await.unwrap_err());
     let boom = failed.iter().find(|f| f.step_id == "boom").expect("the panicking path is reported as failed");
     assert_eq!(boom.index, 1);
     let msg = boom.error.to_string();
@@ -368,13 +368,13 @@ async fn a_path_whose_future_panics_becomes_a_path_error_not_a_crash() {
         })
         .build()
         .unwrap();
-    assert_eq!(settle.execute(0, &Context::new()).await.unwrap(), "Rejected,Fulfilled");
+    assert_eq!(settle.execute(0, &StepContext::new()).await.unwrap(), "Rejected,Fulfilled");
 }
 
 #[tokio::test]
 async fn a_path_closure_that_panics_before_returning_its_future_becomes_an_error_not_a_crash() {
     let log = log();
-    let panicking = Step::run("boom", |x: u32, _ctx: Context| {
+    let panicking = Step::run("boom", |x: u32, _ctx: StepContext| {
         if x < 100 {
             panic!("closure exploded");
         }
@@ -389,7 +389,7 @@ async fn a_path_closure_that_panics_before_returning_its_future_becomes_an_error
         })
         .build()
         .unwrap();
-    let out = tokio::spawn(async move { settle.execute(0, &Context::new()).await }).await;
+    let out = tokio::spawn(async move { settle.execute(0, &StepContext::new()).await }).await;
     let out = out.expect("the panic must not escape the fork").unwrap();
     assert_eq!(out, "Fulfilled,Rejected");
 }
@@ -401,7 +401,7 @@ async fn a_panicking_paths_fn_or_merge_becomes_an_error_not_a_crash() {
         .merge(|parts, _ctx| Ok(parts.concat()))
         .build()
         .unwrap();
-    let msg = fork.execute(0, &Context::new()).await.unwrap_err().to_string();
+    let msg = fork.execute(0, &StepContext::new()).await.unwrap_err().to_string();
     assert!(msg.contains("panicked") && msg.contains("no paths today"), "{msg}");
 
     let log = log();
@@ -410,6 +410,6 @@ async fn a_panicking_paths_fn_or_merge_becomes_an_error_not_a_crash() {
         .merge(|_parts, _ctx| panic!("merge exploded"))
         .build()
         .unwrap();
-    let msg = fork.execute(0, &Context::new()).await.unwrap_err().to_string();
+    let msg = fork.execute(0, &StepContext::new()).await.unwrap_err().to_string();
     assert!(msg.contains("panicked") && msg.contains("merge exploded"), "{msg}");
 }

@@ -15,7 +15,7 @@ type S = Step<u32, String>;
 /// A path that returns `out` at its first poll, counting its starts.
 fn at_once(id: &str, out: &str, starts: &Arc<AtomicUsize>) -> S {
     let (out, starts) = (out.to_owned(), starts.clone());
-    Step::run(id, move |_x: u32, _ctx: Context| {
+    Step::run(id, move |_x: u32, _ctx: StepContext| {
         starts.fetch_add(1, SeqCst);
         let out = out.clone();
         async move { Ok(out) }
@@ -27,7 +27,7 @@ fn at_once(id: &str, out: &str, starts: &Arc<AtomicUsize>) -> S {
 /// A path that fails at its first poll.
 fn fails_at_once(id: &str) -> S {
     let message = format!("{id} broke");
-    Step::run(id, move |_x: u32, _ctx: Context| {
+    Step::run(id, move |_x: u32, _ctx: StepContext| {
         let message = message.clone();
         async move { Err(NoeticError::other(message)) }
     })
@@ -38,7 +38,7 @@ fn fails_at_once(id: &str) -> S {
 /// A path that returns `out` after `ms` of virtual time.
 fn after(id: &str, ms: u64, out: &str) -> S {
     let out = out.to_owned();
-    Step::run(id, move |_x: u32, _ctx: Context| {
+    Step::run(id, move |_x: u32, _ctx: StepContext| {
         let out = out.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -52,7 +52,7 @@ fn after(id: &str, ms: u64, out: &str) -> S {
 /// A path that waits for its cancellation; `stopped` counts the paths whose future was dropped or finished.
 fn until_cancelled(id: &str, stopped: &Arc<AtomicUsize>) -> S {
     let stopped = stopped.clone();
-    Step::run(id, move |_x: u32, ctx: Context| {
+    Step::run(id, move |_x: u32, ctx: StepContext| {
         let stopped = stopped.clone();
         async move {
             struct Stopped(Arc<AtomicUsize>);
@@ -82,7 +82,7 @@ async fn paths_finishing_at_once_and_later_merge_in_path_order() {
         .merge(concat)
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "A,B,C,D");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "A,B,C,D");
     assert_eq!(starts.load(SeqCst), 2);
 }
 
@@ -90,7 +90,7 @@ async fn paths_finishing_at_once_and_later_merge_in_path_order() {
 async fn each_path_finishing_at_once_emits_its_events_in_path_order_under_its_own_execution_id() {
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let starts = Arc::new(AtomicUsize::new(0));
     let fork = Step::fork("f", ForkMode::Settle)
         .paths([at_once("p0", "0", &starts), fails_at_once("p1"), at_once("p2", "2", &starts)])
@@ -139,7 +139,7 @@ async fn a_path_finishing_at_once_leaves_nothing_of_its_context_to_the_next_path
     let paths: Vec<S> = (0..6u32)
         .map(|i| {
             let (seen, kept) = (seen.clone(), kept.clone());
-            Step::run(format!("p{i}"), move |_x: u32, ctx: Context| {
+            Step::run(format!("p{i}"), move |_x: u32, ctx: StepContext| {
                 let (seen, kept) = (seen.clone(), kept.clone());
                 async move {
                     let at_start = AtStart {
@@ -155,7 +155,7 @@ async fn a_path_finishing_at_once_leaves_nothing_of_its_context_to_the_next_path
                     ctx.add_usage(&Usage { input_tokens: 7, ..Usage::default() }, 0.5);
                     ctx.set_last_step_meta(StepMeta::default());
                     if i == 2 {
-                        kept.lock().unwrap().push(ctx.clone());
+                        kept.lock().unwrap().push(ctx.context().clone());
                     }
                     ctx.cancel(format!("p{i} is done with its context"));
                     Ok(format!("p{i}"))
@@ -166,7 +166,7 @@ async fn a_path_finishing_at_once_leaves_nothing_of_its_context_to_the_next_path
         })
         .collect();
     let fork = Step::fork("f", ForkMode::All).paths(paths).merge(concat).build().unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     ctx.push_item(Item::user("from parent"));
 
     assert_eq!(fork.execute(0, &ctx).await.unwrap(), "p0,p1,p2,p3,p4,p5");
@@ -199,7 +199,7 @@ async fn all_failure_at_once_cancels_running_paths_and_starts_no_more() {
         .merge(concat)
         .build()
         .unwrap();
-    let err = fork.execute(0, &Context::new()).await.unwrap_err();
+    let err = fork.execute(0, &StepContext::new()).await.unwrap_err();
     assert_eq!(starts.load(SeqCst), 1, "the path after the failure never started");
     assert_eq!(stopped.load(SeqCst), 1, "the waiting path was cancelled and stopped before the fork returned");
     let NoeticError::ForkPartial { succeeded, failed, .. } = err else { panic!("expected ForkPartial, got {err:?}") };
@@ -221,7 +221,7 @@ async fn race_won_at_once_cancels_running_paths_and_starts_no_more() {
         ])
         .build()
         .unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "W");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "W");
     assert_eq!(starts.load(SeqCst), 1, "only the winner of the two started");
     assert_eq!(stopped.load(SeqCst), 1, "the waiting loser stopped before the fork returned");
 }
@@ -230,9 +230,9 @@ async fn race_won_at_once_cancels_running_paths_and_starts_no_more() {
 async fn a_parent_cancelled_by_a_path_finishing_at_once_starts_no_further_path() {
     for mode in [ForkMode::All, ForkMode::Settle] {
         let starts = Arc::new(AtomicUsize::new(0));
-        let parent = Context::new();
+        let parent = StepContext::new();
         let to_cancel = parent.clone();
-        let canceller = Step::run("cancels", move |_x: u32, _ctx: Context| {
+        let canceller = Step::run("cancels", move |_x: u32, _ctx: StepContext| {
             to_cancel.cancel("parent stopped");
             async move { Ok("C".to_owned()) }
         })
@@ -259,7 +259,7 @@ async fn paths_finishing_at_once_respect_the_concurrency_limit_and_all_run() {
     let paths: Vec<S> = (0..5)
         .map(|i| {
             let (current, max) = (current.clone(), max.clone());
-            Step::run(format!("p{i}"), move |_x: u32, _ctx: Context| {
+            Step::run(format!("p{i}"), move |_x: u32, _ctx: StepContext| {
                 let now = current.fetch_add(1, SeqCst) + 1;
                 max.fetch_max(now, SeqCst);
                 let current = current.clone();
@@ -273,6 +273,6 @@ async fn paths_finishing_at_once_respect_the_concurrency_limit_and_all_run() {
         })
         .collect();
     let fork = Step::fork("f", ForkMode::All).paths(paths).merge(concat).concurrency(2).build().unwrap();
-    assert_eq!(fork.execute(0, &Context::new()).await.unwrap(), "0,1,2,3,4");
+    assert_eq!(fork.execute(0, &StepContext::new()).await.unwrap(), "0,1,2,3,4");
     assert_eq!(max.load(SeqCst), 1, "each finished before the next started");
 }

@@ -339,7 +339,7 @@ async fn an_approval_is_asked_about_the_rewritten_arguments() {
 async fn a_tool_step_runs_with_rewritten_arguments_and_refuses_ones_its_schema_does_not_accept() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let (layer, _) = dry_run(100, true);
-    let ctx = Context::builder().layers([layer]).build();
+    let ctx = StepContext::builder().layers([layer]).build();
     let step: Step<Value, Value> = Step::tool("tidy", rm_tool(&ran, false)).build().unwrap();
     let out = step.execute(json!({"path": "b.txt"}), &ctx).await.unwrap();
     assert_eq!(out, json!("removed"));
@@ -353,7 +353,7 @@ async fn a_tool_step_runs_with_rewritten_arguments_and_refuses_ones_its_schema_d
         .handler(|_, _| async { Ok(json!("removed")) })
         .build()
         .unwrap();
-    let ctx = Context::builder().layers([layer]).build();
+    let ctx = StepContext::builder().layers([layer]).build();
     let step: Step<Value, Value> = Step::tool("tidy", Arc::new(strict)).build().unwrap();
     let err = step.execute(json!({"path": "b.txt"}), &ctx).await.unwrap_err();
     assert!(err.to_string().contains("rewrote the arguments into ones the tool does not accept"), "{err}");

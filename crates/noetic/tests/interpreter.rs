@@ -12,7 +12,7 @@ async fn runaway_recursion_stops_at_the_depth_limit() {
     let inner = cell.clone();
     let recurse = Step::branch("recurse", move |_: &u32, _| inner.get().cloned()).build().unwrap();
     cell.set(recurse.clone()).unwrap();
-    let err = recurse.execute(0, &Context::new()).await.unwrap_err();
+    let err = recurse.execute(0, &StepContext::new()).await.unwrap_err();
     match err {
         NoeticError::DepthExceeded { step_id, depth, limit } => {
             assert_eq!(step_id, "recurse");
@@ -26,7 +26,7 @@ async fn runaway_recursion_stops_at_the_depth_limit() {
 async fn steps_emit_started_and_completed_events_in_nesting_order() {
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let inner = Step::run("inner", |x: u8, _| async move { Ok(x) }).build().unwrap();
     let outer = Step::spawn("outer", inner).build().unwrap();
     outer.execute(1, &ctx).await.unwrap();
@@ -45,7 +45,7 @@ async fn steps_emit_started_and_completed_events_in_nesting_order() {
 async fn a_failing_step_emits_step_failed_with_the_error() {
     let sink = EventSink::new(8);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let step = Step::run("bad", |_: (), _| async { Err::<(), _>(NoeticError::other("x")) }).build().unwrap();
     step.execute((), &ctx).await.unwrap_err();
     let _started = rx.try_recv().unwrap();
@@ -62,7 +62,7 @@ async fn a_failing_step_emits_step_failed_with_the_error() {
 async fn events_serialise_to_json_with_a_type_tag() {
     let sink = EventSink::new(8);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     Step::run("s", |x: u8, _| async move { Ok(x) }).build().unwrap().execute(0, &ctx).await.unwrap();
     let json = serde_json::to_value(&*rx.try_recv().unwrap()).unwrap();
     assert_eq!(json["type"], "step_started");
@@ -77,5 +77,5 @@ async fn steps_are_cheap_clones_that_share_their_definition() {
     let copy = step.clone();
     assert_eq!(copy.id(), "shared");
     assert_eq!(copy.kind(), StepKind::Run);
-    assert_eq!(copy.execute(1, &Context::new()).await.unwrap(), 2);
+    assert_eq!(copy.execute(1, &StepContext::new()).await.unwrap(), 2);
 }

@@ -105,12 +105,12 @@ impl Gates for Layer {
     }
 }
 
-fn context(log: &Log, layers: &[(&'static str, bool)], panicking: Option<&str>) -> Context {
+fn context(log: &Log, layers: &[(&'static str, bool)], panicking: Option<&str>) -> StepContext {
     let layers = layers.iter().enumerate().map(|(i, &(id, at_once))| {
         let layer = Layer { id, slot: i as u32 * 10, at_once, panics: panicking == Some(id), log: log.clone() };
         Arc::new(layer) as Arc<dyn MemoryLayer>
     });
-    Context::builder().layers(layers).build()
+    StepContext::builder().layers(layers).build()
 }
 
 fn taken(log: &Log) -> Vec<String> {
@@ -123,7 +123,8 @@ async fn layers_answering_at_once_and_layers_awaited_on_are_each_asked_once_in_s
     let ctx = context(&log, &[("a", true), ("b", false), ("c", true), ("d", false)], None);
     let args = json!({});
 
-    let gate = lifecycle::before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
+    let gate =
+        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
     let gate = gate.unwrap();
     assert_eq!(gate.decision, SteeringDecision::guide("a\nb\nc\nd"));
     assert_eq!(gate.layers, ["a", "b", "c", "d"]);
@@ -131,11 +132,11 @@ async fn layers_answering_at_once_and_layers_awaited_on_are_each_asked_once_in_s
 
     let response = ModelResponse::text("hi");
     let review = ModelCallParams { step_id: "s", model: "m", response: &response };
-    let gate = lifecycle::after_model_call(&ctx, review).await.unwrap();
+    let gate = lifecycle::after_model_call(&ctx, ctx.layers(), review).await.unwrap();
     assert_eq!(gate.layers, ["a", "b", "c", "d"]);
     assert_eq!(taken(&log), ["a after at once", "b after", "c after at once", "d after"]);
 
-    let recalled = lifecycle::recall(&ctx).await.unwrap();
+    let recalled = lifecycle::recall(&ctx, ctx.layers()).await.unwrap();
     assert_eq!(recalled, ["a", "b", "c", "d"].map(Item::developer));
     assert_eq!(taken(&log), ["a recall at once", "b recall", "c recall at once", "d recall"]);
 }
@@ -145,9 +146,10 @@ async fn layers_that_all_answer_at_once_give_the_same_aggregate() {
     let log = Log::default();
     let ctx = context(&log, &[("a", true), ("b", true)], None);
     let args = json!({});
-    let gate = lifecycle::before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
+    let gate =
+        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
     assert_eq!(gate.unwrap().decision, SteeringDecision::guide("a\nb"));
-    assert_eq!(lifecycle::recall(&ctx).await.unwrap(), ["a", "b"].map(Item::developer));
+    assert_eq!(lifecycle::recall(&ctx, ctx.layers()).await.unwrap(), ["a", "b"].map(Item::developer));
     assert_eq!(taken(&log), ["a before at once", "b before at once", "a recall at once", "b recall at once"]);
 }
 
@@ -156,13 +158,14 @@ async fn a_layer_panicking_while_answering_at_once_fails_the_hook_naming_it() {
     let log = Log::default();
     let ctx = context(&log, &[("a", true), ("broken", true), ("c", false)], Some("broken"));
     let args = json!({});
-    let error = lifecycle::before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: "t", args: &args })
-        .await
-        .unwrap_err()
-        .to_string();
+    let error =
+        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args })
+            .await
+            .unwrap_err()
+            .to_string();
     assert!(error.contains("before_tool_call hook of memory layer 'broken' panicked"), "{error}");
     assert!(error.contains("layer broken broke"), "{error}");
     assert_eq!(taken(&log), ["a before at once", "broken before at once"], "no layer after it was asked");
-    let error = lifecycle::recall(&ctx).await.unwrap_err().to_string();
+    let error = lifecycle::recall(&ctx, ctx.layers()).await.unwrap_err().to_string();
     assert!(error.contains("recall hook of memory layer 'broken' panicked"), "{error}");
 }

@@ -134,16 +134,20 @@ async fn each_hook_asks_only_the_layers_that_have_its_purpose() {
         Arc::new(Counter(log.clone())),
         Arc::new(Keeper),
     ];
-    let ctx = Context::builder().layers(layers).build();
+    let ctx = StepContext::builder().layers(layers).build();
     let response = ModelResponse::text("done");
 
-    lifecycle::init(&ctx).await.unwrap();
-    let recalled = lifecycle::recall(&ctx).await.unwrap();
-    let gate = lifecycle::before_tool_call(&ctx, tool_call()).await.unwrap();
-    let review =
-        lifecycle::after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await;
-    lifecycle::store(&ctx, &response).await;
-    lifecycle::complete(&ctx, Outcome::Success).await.unwrap();
+    lifecycle::init(&ctx, ctx.layers()).await.unwrap();
+    let recalled = lifecycle::recall(&ctx, ctx.layers()).await.unwrap();
+    let gate = lifecycle::before_tool_call(&ctx, ctx.layers(), tool_call()).await.unwrap();
+    let review = lifecycle::after_model_call(
+        &ctx,
+        ctx.layers(),
+        ModelCallParams { step_id: "s", model: "m", response: &response },
+    )
+    .await;
+    lifecycle::store(&ctx, ctx.layers(), &response).await;
+    lifecycle::complete(&ctx, ctx.layers(), Outcome::Success).await.unwrap();
 
     assert_eq!(recalled, vec![Item::developer("a note")]);
     assert_eq!(gate.decision, SteeringDecision::guide("careful"));
@@ -170,11 +174,11 @@ async fn each_hook_asks_only_the_layers_that_have_its_purpose() {
 async fn a_stack_without_gates_allows_a_tool_call_without_asking_a_layer() {
     let log: Log = Arc::default();
     let layers: Vec<Arc<dyn MemoryLayer>> = vec![Arc::new(Notes(log.clone())), Arc::new(Counter(log.clone()))];
-    let ctx = Context::builder().layers(layers).build();
+    let ctx = StepContext::builder().layers(layers).build();
 
     assert!(!ctx.layers().has_gates(), "neither layer gates");
     assert!(ctx.layers().has_recall() && ctx.layers().has_lifecycle());
-    let gate = lifecycle::before_tool_call(&ctx, tool_call()).await.unwrap();
+    let gate = lifecycle::before_tool_call(&ctx, ctx.layers(), tool_call()).await.unwrap();
 
     assert_eq!(gate.decision, SteeringDecision::allow());
     assert!(gate.layers.is_empty());
@@ -185,7 +189,7 @@ async fn a_stack_without_gates_allows_a_tool_call_without_asking_a_layer() {
 async fn a_run_with_only_gating_layers_calls_no_lifecycle_or_recall_hook() {
     let log: Log = Arc::default();
     let model = ScriptedModel::new([ModelResponse::text("hi")]);
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model))
         .layers([Arc::new(Guard(log.clone())) as Arc<dyn MemoryLayer>])
         .build();

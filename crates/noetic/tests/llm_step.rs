@@ -255,7 +255,7 @@ async fn an_approved_call_runs_the_tool() {
         })
     };
     let model = delete_then_answer();
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model.clone()))
         .tools([guarded_tool(&log)])
         .approver(Arc::new(approver))
@@ -277,7 +277,7 @@ async fn a_rejected_call_does_not_run_and_the_model_sees_the_reason() {
         Approval::Reject { reason: "deleting files is not allowed today".into() }
     });
     let model = delete_then_answer();
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model.clone()))
         .tools([guarded_tool(&log)])
         .approver(Arc::new(approver))

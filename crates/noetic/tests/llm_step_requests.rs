@@ -203,7 +203,7 @@ fn earlier_conversation() -> Vec<Item> {
 #[tokio::test]
 async fn a_non_empty_input_is_appended_as_a_user_message_after_the_context_history() {
     let model = ScriptedModel::new([ModelResponse::text("answer")]);
-    let ctx = Context::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
     assistant().execute("follow-up".to_string(), &ctx).await.unwrap();
     let mut expected = earlier_conversation();
     expected.push(Item::user("follow-up"));
@@ -215,7 +215,7 @@ async fn a_non_empty_input_is_appended_as_a_user_message_after_the_context_histo
 #[tokio::test]
 async fn an_empty_input_appends_no_user_message() {
     let model = ScriptedModel::new([ModelResponse::text("a"), ModelResponse::text("b")]);
-    let ctx = Context::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).items(earlier_conversation()).build();
     assistant().execute(String::new(), &ctx).await.unwrap();
     let unit: Step<(), String> = Step::llm("unit", MODEL).build().unwrap();
     unit.execute((), &ctx).await.unwrap();
@@ -355,7 +355,7 @@ async fn a_model_refusal_fails_the_step_with_model_refused() {
 
 #[tokio::test]
 async fn an_llm_step_without_a_model_is_a_no_model_provider_config_error() {
-    let err = assistant().execute("hi".to_string(), &Context::new()).await.unwrap_err();
+    let err = assistant().execute("hi".to_string(), &StepContext::new()).await.unwrap_err();
     match err {
         NoeticError::Config(e) => {
             assert_eq!(e.code, ConfigCode::NoModelProvider);
@@ -374,10 +374,10 @@ fn drain(events: &mut EventCollector) -> Vec<EventKind> {
     events.take().iter().map(|e| e.kind.clone()).collect()
 }
 
-fn evented_context(model: &ScriptedModel, log: &Log) -> (Context, EventCollector) {
+fn evented_context(model: &ScriptedModel, log: &Log) -> (StepContext, EventCollector) {
     let sink = EventSink::new(256);
     let events = EventCollector::new(sink.subscribe().unwrap());
-    let ctx = Context::builder().model(Arc::new(model.clone())).tools([add_tool(log)]).events(sink).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).tools([add_tool(log)]).events(sink).build();
     (ctx, events)
 }
 
@@ -482,8 +482,8 @@ impl noetic::model::Model for CancelsWhileAnswering {
 #[tokio::test]
 async fn cancelled_while_the_model_answers_the_step_fails_cancelled_appends_nothing_and_counts_the_usage() {
     let slot = Arc::new(std::sync::OnceLock::new());
-    let ctx = Context::builder().model(Arc::new(CancelsWhileAnswering { ctx: slot.clone() })).build();
-    slot.set(ctx.clone()).unwrap();
+    let ctx = StepContext::builder().model(Arc::new(CancelsWhileAnswering { ctx: slot.clone() })).build();
+    slot.set(ctx.context().clone()).unwrap();
     let err = assistant().execute("go".to_string(), &ctx).await.unwrap_err();
     assert!(matches!(&err, NoeticError::Cancelled { reason: Some(r) } if r == "the user stopped the turn"), "{err:?}");
     let history: Vec<String> = ctx.items().iter().map(|i| format!("{i:?}")).collect();

@@ -52,7 +52,7 @@ fn log<T>() -> Arc<Mutex<Vec<T>>> {
 async fn loop_stops_when_until_says_stop_and_returns_the_last_output() {
     let inputs = log();
     let step = Step::loop_("count", [add_one(inputs.clone())]).until(until::max_steps(3)).build().unwrap();
-    let out = step.execute(10, &Context::new()).await.unwrap();
+    let out = step.execute(10, &StepContext::new()).await.unwrap();
     assert_eq!(out, 13);
     assert_eq!(*inputs.lock().unwrap(), vec![10, 11, 12], "each output is the next iteration's input");
 }
@@ -81,7 +81,7 @@ async fn loop_pipes_output_through_multi_step_body_and_into_next_iteration() {
     .build()
     .unwrap();
     let step = Step::loop_("pipe", [inc, double]).until(until::max_steps(3)).build().unwrap();
-    let out = step.execute(0, &Context::new()).await.unwrap();
+    let out = step.execute(0, &StepContext::new()).await.unwrap();
     // 0 -> 1 -> 2; 2 -> 3 -> 6; 6 -> 7 -> 14
     assert_eq!(out, 14);
     assert_eq!(*first_inputs.lock().unwrap(), vec![0, 2, 6]);
@@ -93,7 +93,7 @@ async fn loop_exceeding_max_iterations_is_an_error_not_a_silent_stop() {
     let inputs = log();
     let step =
         Step::loop_("forever", [add_one(inputs.clone())]).until(until::never()).max_iterations(5).build().unwrap();
-    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    let err = step.execute(0, &StepContext::new()).await.unwrap_err();
     match err {
         NoeticError::LoopLimitExceeded { step_id, max_iterations } => {
             assert_eq!(step_id, "forever");
@@ -118,7 +118,7 @@ async fn loop_on_error_retry_reruns_the_iteration_with_the_same_input() {
         })
         .build()
         .unwrap();
-    let out = step.execute(5, &Context::new()).await.unwrap();
+    let out = step.execute(5, &StepContext::new()).await.unwrap();
     assert_eq!(out, 7);
     assert_eq!(*calls.lock().unwrap(), vec![5, 6, 6, 6], "retries rerun with the same input");
     assert_eq!(handler_calls.load(Ordering::SeqCst), 2);
@@ -137,7 +137,7 @@ async fn loop_on_error_skip_with_previous_output_reuses_it_and_evaluates_until()
         .on_error(|_err, _ctx| LoopErrorAction::Skip)
         .build()
         .unwrap();
-    let out = step.execute(0, &Context::new()).await.unwrap();
+    let out = step.execute(0, &StepContext::new()).await.unwrap();
     assert_eq!(out, 2);
     // Call 1: 0 -> 1. Call 2 fails: skip reuses 1 (until sees it, step_count unchanged). Call 3: 1 -> 2.
     assert_eq!(*calls.lock().unwrap(), vec![0, 1, 1]);
@@ -157,7 +157,7 @@ async fn loop_on_error_skip_without_previous_output_runs_again() {
         .on_error(|_err, _ctx| LoopErrorAction::Skip)
         .build()
         .unwrap();
-    let out = step.execute(3, &Context::new()).await.unwrap();
+    let out = step.execute(3, &StepContext::new()).await.unwrap();
     assert_eq!(out, 4);
     assert_eq!(*calls.lock().unwrap(), vec![3, 3], "the failed first iteration runs again with the same input");
     assert_eq!(until_calls.load(Ordering::SeqCst), 1, "until is not evaluated for a skip with nothing to reuse");
@@ -177,7 +177,7 @@ async fn loop_on_error_abort_returns_the_error() {
         })
         .build()
         .unwrap();
-    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    let err = step.execute(0, &StepContext::new()).await.unwrap_err();
     match &err {
         NoeticError::StepFailed { step_id, cause, .. } => {
             assert_eq!(step_id, "flaky");
@@ -193,7 +193,7 @@ async fn loop_on_error_abort_returns_the_error() {
 async fn loop_without_on_error_returns_the_error() {
     let calls = log();
     let step = Step::loop_("plain", [flaky(calls.clone(), &[2])]).until(until::max_steps(5)).build().unwrap();
-    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    let err = step.execute(0, &StepContext::new()).await.unwrap_err();
     assert!(matches!(&err, NoeticError::StepFailed { step_id, .. } if step_id == "flaky"), "got {err:?}");
     assert!(err.to_string().contains("boom on call 2"));
     assert_eq!(*calls.lock().unwrap(), vec![0, 1], "the loop stops at the first failure");
@@ -213,7 +213,7 @@ async fn loop_retries_count_toward_max_iterations() {
         })
         .build()
         .unwrap();
-    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    let err = step.execute(0, &StepContext::new()).await.unwrap_err();
     assert!(
         matches!(err, NoeticError::LoopLimitExceeded { max_iterations: 4, .. }),
         "expected LoopLimitExceeded, got {err:?}"
@@ -228,7 +228,7 @@ async fn loop_never_hands_cancellation_to_on_error() {
     let handler_calls = counter();
     let h = handler_calls.clone();
     let s = started.clone();
-    let body = Step::run("waits", move |_x: u32, ctx: Context| {
+    let body = Step::run("waits", move |_x: u32, ctx: StepContext| {
         let s = s.clone();
         async move {
             s.notify_one();
@@ -246,7 +246,7 @@ async fn loop_never_hands_cancellation_to_on_error() {
         })
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = {
         let ctx = ctx.clone();
         async move {
@@ -271,7 +271,7 @@ async fn loop_continues_on_inbox_message_appending_it_as_developer_message() {
         .inbox(inbox.clone())
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let out = step.execute(0, &ctx).await.unwrap();
     assert_eq!(out, 3, "one iteration per inbox message, then a final stop on an empty inbox");
     assert_eq!(*inputs.lock().unwrap(), vec![0, 1, 2]);
@@ -305,7 +305,7 @@ async fn loop_with_park_timeout_waits_for_a_later_inbox_message() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         sender.try_send("late message".to_owned()).unwrap();
     });
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let out = step.execute(0, &ctx).await.unwrap();
     late.await.unwrap();
     assert_eq!(out, 2, "the late message kept the loop running for one more iteration");
@@ -330,7 +330,7 @@ async fn loop_with_zero_park_timeout_does_not_wait_for_the_inbox() {
         sender.try_send("too late".to_owned()).unwrap();
     });
     let origin = Instant::now();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let out = step.execute(0, &ctx).await.unwrap();
     assert_eq!(origin.elapsed(), Duration::ZERO, "no time passed: the loop did not park");
     assert_eq!(out, 1);
@@ -369,7 +369,7 @@ async fn loop_prepare_next_receives_output_and_verdict_feedback() {
         })
         .build()
         .unwrap();
-    let out = step.execute("write".to_owned(), &Context::new()).await.unwrap();
+    let out = step.execute("write".to_owned(), &StepContext::new()).await.unwrap();
     assert_eq!(out, "draft with tests");
     assert_eq!(*prepared.lock().unwrap(), vec![("draft".to_owned(), false, Some("mention tests".to_owned()))]);
     assert_eq!(*body_inputs.lock().unwrap(), vec!["write".to_owned(), "draft | feedback: mention tests".to_owned()]);
@@ -392,7 +392,7 @@ async fn loop_map_turns_outputs_of_another_type_into_next_inputs() {
         .until(until::output_equals("xxx"))
         .build()
         .unwrap();
-    let out = step.execute(1, &Context::new()).await.unwrap();
+    let out = step.execute(1, &StepContext::new()).await.unwrap();
     assert_eq!(out, "xxx");
     assert_eq!(*inputs.lock().unwrap(), vec![1, 2, 3]);
 }
@@ -409,7 +409,7 @@ async fn loop_max_history_size_bounds_snapshot_history() {
         }))
         .build()
         .unwrap();
-    assert_eq!(step.execute(0, &Context::new()).await.unwrap(), 5);
+    assert_eq!(step.execute(0, &StepContext::new()).await.unwrap(), 5);
     assert_eq!(
         *histories.lock().unwrap(),
         vec![vec![1], vec![1, 2], vec![1, 2, 3], vec![2, 3, 4], vec![3, 4, 5]],
@@ -428,7 +428,7 @@ async fn loop_default_history_keeps_every_output_below_the_default_bound() {
         }))
         .build()
         .unwrap();
-    assert_eq!(step.execute(0, &Context::new()).await.unwrap(), 4);
+    assert_eq!(step.execute(0, &StepContext::new()).await.unwrap(), 4);
     assert_eq!(*lengths.lock().unwrap(), vec![1, 2, 3, 4]);
 }
 
@@ -460,7 +460,7 @@ async fn loop_stops_when_the_until_predicate_panics() {
         .until(until::custom(|_s| panic!("predicate exploded")))
         .build()
         .unwrap();
-    let out = step.execute(0, &Context::new()).await.unwrap();
+    let out = step.execute(0, &StepContext::new()).await.unwrap();
     assert_eq!(out, 1, "the loop stopped after the first iteration with its output");
     assert_eq!(*inputs.lock().unwrap(), vec![0]);
 }
@@ -481,7 +481,7 @@ async fn loop_panicking_predicate_yields_a_predicate_error_stop_verdict() {
         })
         .build()
         .unwrap();
-    let out = step.execute(0, &Context::new()).await.unwrap();
+    let out = step.execute(0, &StepContext::new()).await.unwrap();
     assert_eq!(out, 2);
     let verdicts = verdicts.lock().unwrap();
     assert_eq!(verdicts.len(), 1);
@@ -500,7 +500,7 @@ async fn loop_cancelled_while_parked_on_the_inbox_returns_cancelled() {
         .park_timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = ctx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;

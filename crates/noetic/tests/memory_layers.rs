@@ -172,8 +172,10 @@ fn entries(log: &Log, prefix: &str) -> Vec<String> {
     log.lock().unwrap().iter().filter(|l| l.contains(prefix)).cloned().collect()
 }
 
-async fn gate(ctx: &Context) -> lifecycle::Gate {
-    lifecycle::before_tool_call(ctx, ToolCallParams { call_id: "c", name: "t", args: &json!({}) }).await.unwrap()
+async fn gate(ctx: &StepContext) -> lifecycle::Gate {
+    lifecycle::before_tool_call(ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -183,8 +185,9 @@ async fn gating_hooks_run_in_slot_order_and_a_deny_stops_the_rest() {
     deny.gate = Gate::Decide(SteeringDecision::deny("stop"));
     let mut guide = probe("guider", 50, &log);
     guide.gate = Gate::Decide(SteeringDecision::guide("careful"));
-    let ctx =
-        Context::builder().layers(layers(vec![probe("late", 300, &log), deny, guide, probe("mid", 100, &log)])).build();
+    let ctx = StepContext::builder()
+        .layers(layers(vec![probe("late", 300, &log), deny, guide, probe("mid", 100, &log)]))
+        .build();
     let g = gate(&ctx).await;
     assert_eq!(g.decision, SteeringDecision::deny("stop"));
     assert_eq!(g.layers, vec!["denier"]);
@@ -198,7 +201,7 @@ async fn guides_from_several_layers_are_joined_with_newlines() {
     a.gate = Gate::Decide(SteeringDecision::guide("one"));
     let mut b = probe("b", 20, &log);
     b.gate = Gate::Decide(SteeringDecision::guide("two"));
-    let ctx = Context::builder().layers(layers(vec![b, a])).build();
+    let ctx = StepContext::builder().layers(layers(vec![b, a])).build();
     let g = gate(&ctx).await;
     assert_eq!(g.decision, SteeringDecision::guide("one\ntwo"));
     assert_eq!(g.layers, vec!["a", "b"]);
@@ -214,7 +217,7 @@ async fn a_timed_out_hook_is_cancelled_and_follows_the_layer_policy() {
         let mut slow = probe("slow", 10, &log);
         slow.gate = Gate::Hang(finished.clone());
         slow.policy = policy;
-        let ctx = Context::builder().layers(layers(vec![slow])).build();
+        let ctx = StepContext::builder().layers(layers(vec![slow])).build();
         let start = tokio::time::Instant::now();
         let g = gate(&ctx).await;
         assert_eq!(start.elapsed(), Duration::from_millis(100));
@@ -229,23 +232,24 @@ async fn a_failing_hook_abstains_or_denies_by_policy_but_a_config_error_fails_cl
     let log: Log = Arc::default();
     let mut failing = probe("failing", 10, &log);
     failing.gate = Gate::Fail(NoeticError::other("db down"));
-    let ctx = Context::builder().layers(layers(vec![failing])).build();
+    let ctx = StepContext::builder().layers(layers(vec![failing])).build();
     assert_eq!(gate(&ctx).await.decision.action, SteeringAction::Allow);
 
     let mut strict = probe("strict", 10, &log);
     strict.gate = Gate::Fail(NoeticError::other("db down"));
     strict.policy = HookErrorPolicy::Deny;
-    let ctx = Context::builder().layers(layers(vec![strict])).build();
+    let ctx = StepContext::builder().layers(layers(vec![strict])).build();
     let g = gate(&ctx).await;
     assert_eq!(g.decision.action, SteeringAction::Deny);
     assert!(g.decision.guidance.unwrap().contains("db down"));
 
     let mut misconfigured = probe("misconfigured", 10, &log);
     misconfigured.gate = Gate::Fail(ConfigError::new(ConfigCode::MissingCallModel, "m", "h").into());
-    let ctx = Context::builder().layers(layers(vec![misconfigured])).build();
-    let err = lifecycle::before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
-        .await
-        .unwrap_err();
+    let ctx = StepContext::builder().layers(layers(vec![misconfigured])).build();
+    let err =
+        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
+            .await
+            .unwrap_err();
     assert_eq!(err.kind(), "config");
 }
 
@@ -258,7 +262,7 @@ async fn recall_output_goes_before_the_history_in_slot_order_trimmed_to_each_bud
     first.recall = vec![Item::developer("from first"), Item::developer("x".repeat(100))];
     first.budget = 10;
     let model = ScriptedModel::new([ModelResponse::text("ok")]);
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model.clone()))
         .items(vec![Item::user("earlier")])
         .layers(layers(vec![second, first]))
@@ -321,10 +325,10 @@ async fn on_complete_and_dispose_run_at_the_end_of_every_session_turn_whatever_t
 #[tokio::test]
 async fn spawn_children_open_with_on_spawn_items_return_on_success_and_complete_either_way() {
     let log: Log = Arc::default();
-    let ctx = Context::builder().layers(layers(vec![probe("p", 100, &log)])).build();
+    let ctx = StepContext::builder().layers(layers(vec![probe("p", 100, &log)])).build();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
-    let ok = Step::run("ok", move |_: (), c: Context| {
+    let ok = Step::run("ok", move |_: (), c: StepContext| {
         *s.lock().unwrap() = c.items();
         async { Ok(()) }
     })
@@ -343,7 +347,7 @@ async fn spawn_children_open_with_on_spawn_items_return_on_success_and_complete_
 #[tokio::test]
 async fn fork_paths_get_on_spawn_and_on_return_and_complete_each() {
     let log: Log = Arc::default();
-    let ctx = Context::builder().layers(layers(vec![probe("p", 100, &log)])).build();
+    let ctx = StepContext::builder().layers(layers(vec![probe("p", 100, &log)])).build();
     let ok = Step::run("ok", |x: u8, _| async move { Ok(x) }).build().unwrap();
     let bad = Step::run("bad", |_: u8, _| async { Err::<u8, _>(NoeticError::other("x")) }).build().unwrap();
     let fork = Step::fork("f", ForkMode::Settle)
@@ -376,7 +380,7 @@ async fn thread_scoped_steering_keeps_its_ledger_across_turns_and_execution_scop
             .rev()
             .find(|e| matches!(e.kind, EventKind::TurnStarted { .. }))
             .map(|e| e.execution_id);
-        let ctx = Context::builder().thread_id("thread-1").build();
+        let ctx = StepContext::builder().thread_id("thread-1").build();
         let ledger_len = match scope {
             Scope::Thread => layer.state_for(&ctx).unwrap().ledger.len(),
             _ => layer.ledger(last_turn.unwrap()).len(),

@@ -15,7 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 /// continuation (empty input), with the last user message in the conversation.
 fn waiting_agent(started: &Arc<Notify>, proceed: &Arc<Semaphore>) -> Step<String, String> {
     let (started, proceed) = (started.clone(), proceed.clone());
-    Step::run("agent", move |input: String, ctx: Context| {
+    Step::run("agent", move |input: String, ctx: StepContext| {
         let (started, proceed) = (started.clone(), proceed.clone());
         async move {
             started.notify_one();

@@ -18,7 +18,7 @@ fn noting_agent(
     let (seen, started, proceed) = (seen.clone(), started.clone(), proceed.clone());
     // How many user items of the conversation earlier turns handled.
     let users_seen = Arc::new(Mutex::new(0usize));
-    Step::run("agent", move |input: String, ctx: Context| {
+    Step::run("agent", move |input: String, ctx: StepContext| {
         let (seen, started, proceed, users_seen) = (seen.clone(), started.clone(), proceed.clone(), users_seen.clone());
         async move {
             let users = ctx.with_items(|items| {

@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["turn"],
     &["context"],
     &["layer", "tool"],
+    &["scope"],
     &["window"],
     &["step"],
     &["exec"],

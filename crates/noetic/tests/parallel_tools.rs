@@ -69,7 +69,7 @@ fn agent(limit: u32, interrupt_running: bool) -> Step<String, String> {
 /// Runs one `llm` step limited to `limit` calls at once over `response` (then "done"); the paused time it took.
 async fn run_step(llm: Step<String, String>, response: ModelResponse, tools: Vec<Arc<dyn Tool>>) -> Duration {
     let model = ScriptedModel::new([response, ModelResponse::text("done")]);
-    let ctx = Context::builder().model(Arc::new(model)).tools(tools).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).tools(tools).build();
     let start = Instant::now();
     assert_eq!(llm.execute("go".to_owned(), &ctx).await.unwrap(), "done");
     start.elapsed()
@@ -171,7 +171,7 @@ async fn gates_run_in_call_order_before_the_group_starts_and_a_denied_call_does_
     ]);
     let model = ScriptedModel::new([response, ModelResponse::text("done")]);
     let layer = steering(SteeringConfig::new([rule])).unwrap();
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model.clone()))
         .tools([timed("read", true, &log)])
         .layers([layer as Arc<dyn noetic::layer::MemoryLayer>])
@@ -205,7 +205,7 @@ async fn approvals_are_asked_per_call_in_call_order_before_the_group_starts_and_
     let response =
         ModelResponse::tool_calls([("c1", "fetch", json!({})), ("c2", "fetch", json!({})), ("c3", "fetch", json!({}))]);
     let model = ScriptedModel::new([response, ModelResponse::text("done")]);
-    let ctx = Context::builder()
+    let ctx = StepContext::builder()
         .model(Arc::new(model.clone()))
         .tools([tool as Arc<dyn Tool>])
         .approver(Arc::new(approver))

@@ -56,7 +56,7 @@ fn rec(id: &'static str, slot: u32, tag: &'static str, log: &Log) -> Arc<dyn Mem
 /// A step that reports the layers in scope as `id:tag` strings, by asking each layer to log a probe.
 fn scope_probe(log: &Log) -> Step<(), Vec<(String, u32)>> {
     let log = log.clone();
-    Step::run("probe", move |_: (), ctx: Context| {
+    Step::run("probe", move |_: (), ctx: StepContext| {
         log.lock().unwrap().push("child ran".into());
         async move { Ok(ctx.layers().iter().map(|l| (l.id().to_owned(), l.slot().0)).collect()) }
     })
@@ -68,7 +68,7 @@ fn scope_probe(log: &Log) -> Step<(), Vec<(String, u32)>> {
 async fn provided_layers_are_in_scope_for_the_child_and_an_inner_id_overrides_an_outer_one() {
     let log: Log = Arc::default();
     let ctx =
-        Context::builder().layers([rec("memory", 100, "outer", &log), rec("steering", 90, "outer", &log)]).build();
+        StepContext::builder().layers([rec("memory", 100, "outer", &log), rec("steering", 90, "outer", &log)]).build();
     let step =
         Step::provide("p", scope_probe(&log), [rec("memory", 50, "inner", &log), rec("extra", 200, "inner", &log)])
             .build()
@@ -88,7 +88,7 @@ async fn provided_layers_are_initialised_before_and_completed_then_disposed_afte
     let log: Log = Arc::default();
     let step =
         Step::provide("p", scope_probe(&log), [rec("a", 100, "a", &log), rec("b", 100, "b", &log)]).build().unwrap();
-    step.execute((), &Context::new()).await.unwrap();
+    step.execute((), &StepContext::new()).await.unwrap();
     assert_eq!(
         *log.lock().unwrap(),
         vec!["init a", "init b", "child ran", "complete a Success", "complete b Success", "dispose b", "dispose a"]
@@ -100,7 +100,7 @@ async fn a_failing_child_completes_the_layers_with_failure() {
     let log: Log = Arc::default();
     let child = Step::run("fails", |_: (), _| async { Err::<(), _>(NoeticError::other("no")) }).build().unwrap();
     let step = Step::provide("p", child, [rec("a", 100, "a", &log)]).build().unwrap();
-    step.execute((), &Context::new()).await.unwrap_err();
+    step.execute((), &StepContext::new()).await.unwrap_err();
     assert_eq!(*log.lock().unwrap(), vec!["init a", "complete a Failure", "dispose a"]);
 }
 
@@ -110,7 +110,7 @@ async fn a_failing_init_stops_the_child_and_releases_the_layers_already_initiali
     let bad: Arc<dyn MemoryLayer> =
         Arc::new(Recording { id: "bad", slot: 100, tag: "bad", log: log.clone(), fail_init: true });
     let step = Step::provide("p", scope_probe(&log), [rec("a", 100, "a", &log), bad]).build().unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert!(err.to_string().contains("init failed"));
     assert_eq!(*log.lock().unwrap(), vec!["init a", "init bad", "complete a Failure", "dispose a"]);
 }

@@ -31,7 +31,7 @@ fn gaps(times: &[Duration]) -> Vec<Duration> {
 async fn attempt_gaps(policy: RetryPolicy) -> (Vec<Duration>, Duration, NoeticError) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let origin = Instant::now();
-    let err = failing(policy, log.clone(), origin).execute(1, &Context::new()).await.unwrap_err();
+    let err = failing(policy, log.clone(), origin).execute(1, &StepContext::new()).await.unwrap_err();
     let times = log.lock().unwrap().clone();
     let finished_after_last_attempt = origin.elapsed() - *times.last().unwrap();
     (gaps(&times), finished_after_last_attempt, err)
@@ -79,7 +79,7 @@ async fn no_sleep_follows_the_last_attempt() {
 #[tokio::test]
 async fn a_single_attempt_failure_is_not_marked_as_retries_exhausted() {
     let step = Step::run("once", |_: (), _| async { Err::<(), _>(NoeticError::other("bad")) }).build().unwrap();
-    match step.execute((), &Context::new()).await.unwrap_err() {
+    match step.execute((), &StepContext::new()).await.unwrap_err() {
         NoeticError::StepFailed { retries_exhausted, .. } => assert!(!retries_exhausted),
         other => panic!("expected StepFailed, got {other:?}"),
     }
@@ -96,7 +96,7 @@ async fn a_later_attempt_can_succeed_and_each_attempt_gets_the_input() {
     .retry(RetryPolicy::new(5, Backoff::Fixed, MS))
     .build()
     .unwrap();
-    assert_eq!(step.execute("hi".into(), &Context::new()).await.unwrap(), "hi!");
+    assert_eq!(step.execute("hi".into(), &StepContext::new()).await.unwrap(), "hi!");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
@@ -111,7 +111,7 @@ async fn a_cancelled_error_is_never_retried() {
     .retry(RetryPolicy::new(5, Backoff::Fixed, MS))
     .build()
     .unwrap();
-    let err = step.execute((), &Context::new()).await.unwrap_err();
+    let err = step.execute((), &StepContext::new()).await.unwrap_err();
     assert!(matches!(err, NoeticError::Cancelled { reason: Some(ref r) } if r == "gone"), "{err:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
@@ -127,7 +127,7 @@ async fn cancellation_interrupts_a_backoff_sleep() {
     .retry(RetryPolicy::new(3, Backoff::Fixed, Duration::from_secs(60)))
     .build()
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = ctx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -150,7 +150,7 @@ async fn a_cancelled_context_never_starts_the_step() {
     })
     .build()
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     ctx.cancel("before start");
     assert!(step.execute((), &ctx).await.unwrap_err().is_cancelled());
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -164,7 +164,7 @@ async fn cancelling_a_running_step_stops_it_at_its_next_await() {
     })
     .build()
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let canceller = ctx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -185,7 +185,7 @@ async fn a_panicking_step_fails_instead_of_crashing_the_runtime() {
     })
     .build()
     .unwrap();
-    let err = step.execute(1, &Context::new()).await.unwrap_err();
+    let err = step.execute(1, &StepContext::new()).await.unwrap_err();
     assert_eq!(err.kind(), "step_failed");
     assert!(err.to_string().contains("kaboom"), "{err}");
 }
@@ -246,7 +246,7 @@ async fn a_retrying_run_step_around_a_retrying_model_makes_its_own_attempts_only
     let inner = Failing { calls: calls.clone(), retry_after_ms: None };
     let model = Arc::new(inner.with_retry(RetryPolicy::new(3, Backoff::Fixed, MS)));
     let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS), model);
-    let err = step.execute(0, &Context::new()).await.unwrap_err();
+    let err = step.execute(0, &StepContext::new()).await.unwrap_err();
     assert!(err.to_string().contains("overloaded"), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 2, "the step's 2 attempts, not 2 × 3 requests");
 }
@@ -257,7 +257,7 @@ async fn a_retrying_run_step_waits_as_long_as_a_rate_limit_asks_within_its_longe
     let model = Arc::new(Failing { calls: calls.clone(), retry_after_ms: Some(400) });
     let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS).max_delay(Duration::from_secs(1)), model.clone());
     let started = Instant::now();
-    step.execute(0, &Context::new()).await.unwrap_err();
+    step.execute(0, &StepContext::new()).await.unwrap_err();
     assert_eq!((calls.load(Ordering::SeqCst), started.elapsed()), (2, Duration::from_millis(400)));
 
     // Asked to wait longer than the policy's longest delay: the step keeps its own backoff.
@@ -265,6 +265,6 @@ async fn a_retrying_run_step_waits_as_long_as_a_rate_limit_asks_within_its_longe
     let model = Arc::new(Failing { calls: calls.clone(), retry_after_ms: Some(60_000) });
     let step = asking(RetryPolicy::new(2, Backoff::Fixed, MS).max_delay(Duration::from_secs(1)), model);
     let started = Instant::now();
-    step.execute(0, &Context::new()).await.unwrap_err();
+    step.execute(0, &StepContext::new()).await.unwrap_err();
     assert_eq!((calls.load(Ordering::SeqCst), started.elapsed()), (2, MS));
 }

@@ -29,7 +29,7 @@ fn usage(tokens: u64) -> Usage {
 async fn the_child_runs_in_an_isolated_context() {
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s = seen.clone();
-    let child = Step::run("child", move |x: u32, ctx: Context| {
+    let child = Step::run("child", move |x: u32, ctx: StepContext| {
         *s.lock().unwrap() = Some((ctx.item_count(), ctx.execution_id(), ctx.parent_execution_id()));
         ctx.push_item(Item::assistant("child only"));
         async move { Ok(x + 1) }
@@ -37,7 +37,7 @@ async fn the_child_runs_in_an_isolated_context() {
     .build()
     .unwrap();
     let spawn = Step::spawn("spawn", child).build().unwrap();
-    let parent = Context::new();
+    let parent = StepContext::new();
     parent.push_item(Item::user("parent history"));
     assert_eq!(spawn.execute(1, &parent).await.unwrap(), 2);
     let (child_items, child_id, child_parent) = seen.lock().unwrap().unwrap();
@@ -50,14 +50,14 @@ async fn the_child_runs_in_an_isolated_context() {
 #[tokio::test]
 async fn usage_rolls_up_into_the_parent_on_success_only() {
     let spend = |ok: bool| {
-        Step::run("spend", move |_: (), ctx: Context| async move {
+        Step::run("spend", move |_: (), ctx: StepContext| async move {
             ctx.add_usage(&usage(10), 0.5);
             if ok { Ok(()) } else { Err(NoeticError::other("failed after spending")) }
         })
         .build()
         .unwrap()
     };
-    let parent = Context::new();
+    let parent = StepContext::new();
     Step::spawn("ok", spend(true)).build().unwrap().execute((), &parent).await.unwrap();
     assert_eq!(parent.usage(), usage(10));
     assert_eq!(parent.cost(), 0.5);
@@ -76,10 +76,10 @@ async fn a_child_outliving_its_timeout_is_cancelled_and_the_spawn_fails_with_tim
             self.1.store(self.0.is_cancelled(), Ordering::SeqCst);
         }
     }
-    let child = Step::run("slow", move |_: (), ctx: Context| {
+    let child = Step::run("slow", move |_: (), ctx: StepContext| {
         let flag = flag.clone();
         async move {
-            let _guard = Guard(ctx.clone(), flag);
+            let _guard = Guard(ctx.context().clone(), flag);
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Ok(())
         }
@@ -88,7 +88,7 @@ async fn a_child_outliving_its_timeout_is_cancelled_and_the_spawn_fails_with_tim
     .unwrap();
     let spawn = Step::spawn("bounded", child).timeout(Duration::from_secs(5)).build().unwrap();
     let start = Instant::now();
-    let err = spawn.execute((), &Context::new()).await.unwrap_err();
+    let err = spawn.execute((), &StepContext::new()).await.unwrap_err();
     assert!(
         matches!(err, NoeticError::Timeout { ref step_id, after } if step_id == "bounded" && after == Duration::from_secs(5)),
         "{err:?}"
@@ -101,7 +101,7 @@ async fn a_child_outliving_its_timeout_is_cancelled_and_the_spawn_fails_with_tim
 async fn the_child_token_is_cancelled_on_timeout_so_detached_work_stops_too() {
     let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
     let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
-    let child = Step::run("detaches", move |_: (), ctx: Context| {
+    let child = Step::run("detaches", move |_: (), ctx: StepContext| {
         let tx = tx.lock().unwrap().take();
         async move {
             let token = ctx.cancellation_token().clone();
@@ -118,7 +118,7 @@ async fn the_child_token_is_cancelled_on_timeout_so_detached_work_stops_too() {
     .build()
     .unwrap();
     let spawn = Step::spawn("bounded", child).timeout(Duration::from_millis(10)).build().unwrap();
-    assert!(matches!(spawn.execute((), &Context::new()).await, Err(NoeticError::Timeout { .. })));
+    assert!(matches!(spawn.execute((), &StepContext::new()).await, Err(NoeticError::Timeout { .. })));
     assert!(rx.await.unwrap(), "the detached task saw the child's cancellation");
 }
 
@@ -126,18 +126,21 @@ async fn the_child_token_is_cancelled_on_timeout_so_detached_work_stops_too() {
 async fn a_fast_child_is_not_affected_by_its_timeout() {
     let child = Step::run("fast", |x: u8, _| async move { Ok(x) }).build().unwrap();
     let spawn = Step::spawn("bounded", child).timeout(Duration::from_secs(1)).build().unwrap();
-    assert_eq!(spawn.execute(3, &Context::new()).await.unwrap(), 3);
+    assert_eq!(spawn.execute(3, &StepContext::new()).await.unwrap(), 3);
 }
 
 fn layer_ids() -> Step<(), Vec<String>> {
-    Step::run("ids", |_: (), ctx: Context| async move { Ok(ctx.layers().iter().map(|l| l.id().to_owned()).collect()) })
-        .build()
-        .unwrap()
+    Step::run(
+        "ids",
+        |_: (), ctx: StepContext| async move { Ok(ctx.layers().iter().map(|l| l.id().to_owned()).collect()) },
+    )
+    .build()
+    .unwrap()
 }
 
 #[tokio::test]
 async fn spawn_memory_replaces_the_parent_layers_and_without_it_the_parent_layers_are_inherited() {
-    let parent = Context::builder().layers([layer("outer")]).build();
+    let parent = StepContext::builder().layers([layer("outer")]).build();
     let inherit = Step::spawn("inherit", layer_ids()).build().unwrap();
     assert_eq!(inherit.execute((), &parent).await.unwrap(), vec!["outer"]);
     let local = Step::spawn("local", layer_ids()).memory([layer("local")]).build().unwrap();
@@ -146,14 +149,14 @@ async fn spawn_memory_replaces_the_parent_layers_and_without_it_the_parent_layer
 
 #[tokio::test]
 async fn cancelling_the_parent_cancels_the_child() {
-    let child = Step::run("waits", |_: (), ctx: Context| async move {
+    let child = Step::run("waits", |_: (), ctx: StepContext| async move {
         ctx.cancelled().await;
         Err::<(), _>(ctx.cancelled_error())
     })
     .build()
     .unwrap();
     let spawn = Step::spawn("s", child).build().unwrap();
-    let parent = Context::new();
+    let parent = StepContext::new();
     let p = parent.clone();
     let run = tokio::spawn(async move { spawn.execute((), &p).await });
     tokio::task::yield_now().await;

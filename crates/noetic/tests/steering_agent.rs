@@ -201,7 +201,7 @@ async fn a_direct_tool_step_fails_with_steering_denied_on_deny_and_on_guide() {
         SteeringRule::predicate("guide", [Hook::BeforeToolCall], |_| SteeringDecision::guide("ask first")),
     ] {
         let layer = steering(SteeringConfig::new([rule])).unwrap();
-        let ctx = Context::builder().layers([layer as Arc<dyn MemoryLayer>]).build();
+        let ctx = StepContext::builder().layers([layer as Arc<dyn MemoryLayer>]).build();
         let step: Step<Value, Value> = Step::tool("delete", delete_file_tool(&runs).unwrap()).build().unwrap();
         let err = step.execute(json!({"path": "/etc/hosts"}), &ctx).await.unwrap_err();
         assert!(matches!(err, NoeticError::SteeringDenied { guidance: Some(_) }), "{err:?}");

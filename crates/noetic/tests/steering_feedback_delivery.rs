@@ -211,7 +211,7 @@ async fn async_verdicts_in_a_hand_built_loop_reach_a_later_request_and_the_threa
             .unwrap()
     };
     let context = || {
-        Context::builder()
+        StepContext::builder()
             .model(model.clone())
             .tools([plain_tool()])
             .layers([layer.clone() as Arc<dyn MemoryLayer>])
@@ -257,7 +257,7 @@ async fn a_spawned_child_never_drains_its_parent_feedback_and_keeps_its_decision
             })
             .build()
             .unwrap();
-        let ctx = Context::builder()
+        let ctx = StepContext::builder()
             .model(JudgeRouter::new(agent.clone(), judge))
             .tools([Arc::new(tool) as Arc<dyn Tool>])
             .layers([layer.clone() as Arc<dyn MemoryLayer>])
@@ -303,7 +303,7 @@ async fn verdicts_restored_from_a_store_reach_the_model_also_through_a_layer_of_
         (Scope::Thread, json!({"pending": [{"rule_id": "report", "guidance": "tell the user c1 ran"}]})),
     ] {
         let layer = steering(SteeringConfig::new([predicate.clone()]).with_scope(scope)).unwrap();
-        let ctx = Context::builder().thread_id("s").build();
+        let ctx = StepContext::builder().thread_id("s").build();
         assert_eq!(layer.recall(&ctx, 500).await.unwrap(), Vec::<Item>::new());
         layer.load_state(&ScopeKey::Thread(Arc::from("s")), saved).unwrap();
         let block = feedback_block(&[("report", "tell the user c1 ran")]);

@@ -36,7 +36,7 @@ fn assert_no_provider(err: &NoeticError) {
 async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
     for policy in [FailurePolicy::Allow, FailurePolicy::Deny] {
         let layer = judged(LlmMode::Sync, policy);
-        let ctx = Context::builder().model(Arc::new(failing_judge())).build();
+        let ctx = StepContext::builder().model(Arc::new(failing_judge())).build();
         let err = layer
             .before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: "t", args: &json!({}) })
             .await
@@ -54,7 +54,7 @@ async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
 
         // Through a direct tool step and its lifecycle: the tool never runs.
         let runs = Counter::new();
-        let ctx = Context::builder()
+        let ctx = StepContext::builder()
             .model(Arc::new(failing_judge()))
             .layers([judged(LlmMode::Sync, policy) as Arc<dyn MemoryLayer>])
             .build();
@@ -83,7 +83,7 @@ async fn judge_config_error_after_a_model_call_fails_the_turn_and_runs_no_tool()
 #[tokio::test]
 async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
     let layer = judged(LlmMode::Async, FailurePolicy::Allow);
-    let ctx = Context::builder().model(Arc::new(failing_judge())).build();
+    let ctx = StepContext::builder().model(Arc::new(failing_judge())).build();
     let call = ToolCallParams { call_id: "c1", name: "t", args: &json!({}) };
     assert_eq!(
         layer.before_tool_call(&ctx, call).await.unwrap().decision().unwrap().action,
@@ -149,7 +149,7 @@ async fn after_model_judge_sees_every_message_of_the_response_and_its_tool_calls
     let layer =
         steering(SteeringConfig::new([SteeringRule::llm("tone", [Hook::AfterModelCall], LlmEval::sync("Kind?"))]))
             .unwrap();
-    let ctx = Context::builder().model(Arc::new(judge.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(judge.clone())).build();
     let mut response = ModelResponse::tool_calls([("c1", "search", json!({"q": "cats"}))]);
     response.items.insert(0, Item::assistant("First, the plan."));
     response.items.push(Item::assistant("Then the summary."));

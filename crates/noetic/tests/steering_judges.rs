@@ -28,7 +28,7 @@ async fn an_allow_after_llm_judges_ran_names_the_judged_rules_and_the_llm_evalua
         SteeringRule::llm("tidy", [Hook::BeforeToolCall], LlmEval::sync("Keep it tidy.")),
     ]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(judge(&["ALLOW"]))).build();
+    let ctx = StepContext::builder().model(Arc::new(judge(&["ALLOW"]))).build();
     assert_eq!(before(&layer, &ctx, "rm", json!({"path": "/tmp/x"})).await, SteeringDecision::allow());
     let entry = &state(&layer, &ctx).ledger[0];
     assert_eq!((entry.action, entry.guidance.as_deref()), (SteeringAction::Allow, None));
@@ -45,7 +45,7 @@ async fn a_guide_after_an_llm_judge_allowed_names_only_the_guiding_rule() {
         SteeringRule::predicate("drafts", [Hook::BeforeToolCall], |_| SteeringDecision::guide("use drafts/")),
     ]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(judge(&["ALLOW"]))).build();
+    let ctx = StepContext::builder().model(Arc::new(judge(&["ALLOW"]))).build();
     assert_eq!(before(&layer, &ctx, "write", json!({})).await, SteeringDecision::guide("use drafts/"));
     let entry = &state(&layer, &ctx).ledger[0];
     assert_eq!((entry.rule_id.as_deref(), entry.evaluator), (Some("drafts"), Some(Evaluator::Predicate)));
@@ -60,7 +60,7 @@ async fn a_sync_judge_decides_with_verbatim_guidance() {
         LlmEval::sync("Deleting needs confirmation.").model("judge-model"),
     )]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let d = before(&layer, &ctx, "rm", json!({"path": "/tmp/x"})).await;
     assert_eq!(d, SteeringDecision::guide("Ask the User before deleting"));
     let request = &model.requests()[0];
@@ -81,7 +81,7 @@ async fn the_judge_is_constrained_to_a_verdict_as_far_as_its_backend_allows() {
         .with_capabilities(Capabilities { grammar: false, json_schema: true });
     for model in [grammar.clone(), schema.clone()] {
         let layer = steering(SteeringConfig::new([rule()])).unwrap();
-        let ctx = Context::builder().model(Arc::new(model.clone())).build();
+        let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
         assert_eq!(before(&layer, &ctx, "rm", json!({})).await, SteeringDecision::deny("not here"));
         assert_eq!(model.requests()[0].params.max_tokens, Some(JUDGE_MAX_TOKENS));
     }
@@ -110,7 +110,7 @@ async fn the_after_model_call_judge_sees_the_response_text_and_tool_calls() {
     let layer =
         steering(SteeringConfig::new([SteeringRule::llm("tone", [Hook::AfterModelCall], LlmEval::sync("Be kind."))]))
             .unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let response = ModelResponse::tool_calls([("c9", "search", json!({"q": "cats"}))]).with_text("Let me search.");
     layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
     let prompt = model.requests()[0].history.as_slice()[0].text().unwrap().to_owned();
@@ -134,7 +134,7 @@ async fn unparseable_replies_are_retried_max_retries_times_then_the_policy_appli
         )]);
         config.max_retries = max_retries;
         let layer = steering(config).unwrap();
-        let ctx = Context::builder().model(Arc::new(model.clone())).build();
+        let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
         let d = before(&layer, &ctx, "t", json!({})).await;
         assert_eq!(d.action, expected);
         assert_eq!(model.calls(), max_retries as usize + 1, "exactly max_retries + 1 judge calls");
@@ -151,7 +151,7 @@ async fn a_parseable_reply_on_a_retry_is_used() {
     let model = judge(&["hmm", "DENY: nope"]);
     let layer =
         steering(SteeringConfig::new([SteeringRule::llm("r", [Hook::BeforeToolCall], LlmEval::sync("p"))])).unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     assert_eq!(before(&layer, &ctx, "t", json!({})).await, SteeringDecision::deny("nope"));
     assert_eq!(model.calls(), 2);
 }
@@ -172,7 +172,7 @@ async fn a_failing_judge_call_is_not_retried_and_the_policy_decides() {
         LlmEval::sync("p").on_failure(FailurePolicy::Deny),
     )]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     assert_eq!(before(&layer, &ctx, "t", json!({})).await.action, SteeringAction::Deny);
     assert_eq!(model.calls(), 1);
     let failures = &state(&layer, &ctx).ledger[0].failures;
@@ -205,7 +205,7 @@ async fn missing_call_model_fails_the_tool_step_even_through_the_lifecycle() {
             .unwrap();
     let tool = FnTool::builder("t", "d").handler(|a, _| async move { Ok(a) }).build().unwrap();
     let step: Step<Value, Value> = Step::tool("call", Arc::new(tool)).build().unwrap();
-    let ctx = Context::builder().layers([layer as Arc<dyn MemoryLayer>]).build();
+    let ctx = StepContext::builder().layers([layer as Arc<dyn MemoryLayer>]).build();
     let err = step.execute(json!({}), &ctx).await.unwrap_err();
     assert_eq!(err.kind(), "config");
 }
@@ -220,7 +220,7 @@ async fn a_slow_sync_judge_times_out_at_5000_ms_and_writes_nothing_late() {
         LlmEval::sync("p").on_failure(FailurePolicy::Deny),
     )]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let start = tokio::time::Instant::now();
     let d = before(&layer, &ctx, "t", json!({})).await;
     assert_eq!(start.elapsed(), Duration::from_millis(5000));
@@ -244,7 +244,7 @@ async fn async_verdicts_are_delivered_by_the_next_recall_exactly_once() {
         LlmEval::asynchronous("Check sources."),
     )]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let recall = || async { layer.recall(&ctx, 500).await.unwrap() };
     assert_eq!(
         before(&layer, &ctx, "search", json!({})).await.action,
@@ -290,7 +290,7 @@ async fn feedback_beyond_the_budget_stays_queued_for_the_next_recall() {
     let layer =
         steering(SteeringConfig::new([SteeringRule::llm("big", [Hook::BeforeToolCall], LlmEval::asynchronous("p"))]))
             .unwrap();
-    let ctx = Context::builder().model(Arc::new(model)).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).build();
     for _ in 0..5 {
         before(&layer, &ctx, "t", json!({})).await;
     }

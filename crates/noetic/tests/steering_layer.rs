@@ -40,7 +40,7 @@ async fn deny_short_circuits_later_rules() {
     ]))
     .unwrap();
     let model = judge(&["ALLOW"]);
-    let ctx = Context::builder().model(Arc::new(model.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let d = before(&layer, &ctx, "rm", json!({})).await;
     assert_eq!(d, SteeringDecision::deny("no"));
     assert_eq!((a.load(Ordering::SeqCst), b.load(Ordering::SeqCst), c.load(Ordering::SeqCst)), (1, 1, 0));
@@ -55,7 +55,7 @@ async fn guide_then_deny_aggregates_to_the_deny_with_its_guidance() {
         counted("d", vec![Hook::BeforeToolCall], SteeringDecision::deny("forbidden path"), &n),
     ]))
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     assert_eq!(before(&layer, &ctx, "rm", json!({})).await, SteeringDecision::deny("forbidden path"));
     let entry = state(&layer, &ctx).ledger.pop().unwrap();
     assert_eq!(entry.rule_id.as_deref(), Some("d"), "the ledger names the deciding rule");
@@ -76,7 +76,7 @@ async fn several_guides_join_their_texts_and_name_every_rule() {
         counted("g2", vec![Hook::BeforeToolCall], SteeringDecision::guide("second"), &n),
     ]))
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     assert_eq!(before(&layer, &ctx, "x", json!({})).await, SteeringDecision::guide("first\nsecond"));
     assert_eq!(state(&layer, &ctx).ledger[0].rule_id.as_deref(), Some("g1,quiet,g2"));
 }
@@ -89,7 +89,7 @@ async fn applies_to_limits_a_rule_to_its_hooks() {
         counted("models-only", vec![Hook::AfterModelCall], SteeringDecision::allow(), &model_rule),
     ]))
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     before(&layer, &ctx, "x", json!({})).await;
     assert_eq!((tool_rule.load(Ordering::SeqCst), model_rule.load(Ordering::SeqCst)), (1, 0));
     let response = ModelResponse::text("hi");
@@ -110,7 +110,7 @@ async fn the_predicate_sees_the_tool_name_and_arguments() {
         },
     )]))
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let denied = before(&layer, &ctx, "deleteFile", json!({"path": "/etc/passwd"})).await;
     assert_eq!(denied.action, SteeringAction::Deny);
     let allowed = before(&layer, &ctx, "deleteFile", json!({"path": "/workspace/a.txt"})).await;
@@ -129,7 +129,7 @@ async fn the_ledger_keeps_the_newest_entries_in_order() {
         SteeringConfig::new([SteeringRule::predicate("r", [Hook::BeforeToolCall], |_| SteeringDecision::allow())]);
     config.max_ledger_entries = 3;
     let layer = steering(config).unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     for i in 0..7 {
         before(&layer, &ctx, &format!("tool{i}"), json!({})).await;
     }
@@ -143,12 +143,12 @@ async fn a_spawned_child_gets_a_copy_of_the_ledger_and_an_empty_feedback_queue()
         SteeringDecision::guide(format!("checked {}", p.tool_call().map(|c| c.name).unwrap_or("")))
     })]))
     .unwrap();
-    let parent = Context::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
+    let parent = StepContext::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
     before(&layer, &parent, "parent-tool", json!({})).await;
     let l = layer.clone();
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s = seen.clone();
-    let child = Step::run("child", move |_: (), ctx: Context| {
+    let child = Step::run("child", move |_: (), ctx: StepContext| {
         let (l, s) = (l.clone(), s.clone());
         async move {
             *s.lock().unwrap() = l.state_for(&ctx);
@@ -170,7 +170,7 @@ async fn a_spawned_child_gets_a_copy_of_the_ledger_and_an_empty_feedback_queue()
 #[tokio::test]
 async fn the_outcome_is_appended_on_complete_and_the_state_stays_readable_after_dispose() {
     let layer = steering(SteeringConfig::new([])).unwrap();
-    let ctx = Context::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
+    let ctx = StepContext::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
     let step = Step::run("s", |_: (), _| async { Err::<(), _>(NoeticError::other("x")) }).build().unwrap();
     noetic::run(&step, (), &ctx).await.unwrap_err();
     let ledger = layer.ledger(ctx.execution_id());
@@ -187,7 +187,7 @@ async fn ended_executions_stay_readable_the_newest_always_and_about_64_at_most()
     let step = Step::run("s", |_: (), _| async { Ok(()) }).build().unwrap();
     let mut ids = Vec::new();
     for _ in 0..200 {
-        let ctx = Context::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
+        let ctx = StepContext::builder().layers([layer.clone() as Arc<dyn MemoryLayer>]).build();
         noetic::run(&step, (), &ctx).await.unwrap();
         ids.push(ctx.execution_id());
     }
@@ -204,7 +204,7 @@ async fn a_panicking_predicate_denies_and_is_recorded() {
         panic!("index out of bounds")
     })]))
     .unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     assert_eq!(before(&layer, &ctx, "t", json!({})).await.action, SteeringAction::Deny);
     let failures = &state(&layer, &ctx).ledger[0].failures;
     assert!(
@@ -225,7 +225,7 @@ async fn a_panicking_predicate_ends_the_run_as_its_own_deny_after_the_guides_bef
         }),
     ];
     let layer = steering(SteeringConfig::new(rules)).unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let decision = before(&layer, &ctx, "t", json!({})).await;
     assert_eq!(decision.action, SteeringAction::Deny);
     assert!(decision.guidance.unwrap().contains("rule 'buggy' could not be evaluated"));

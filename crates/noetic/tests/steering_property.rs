@@ -13,7 +13,7 @@ use noetic::layer::{Gates, Hook, MemoryLayer, Slot, ToolCallAction, ToolCallPara
 use noetic::steering::{
     Evaluator, LedgerKind, SteeringAction, SteeringConfig, SteeringDecision, SteeringRule, SteeringState, steering,
 };
-use noetic::{Context, NoeticError};
+use noetic::{Context, NoeticError, StepContext};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -141,7 +141,7 @@ proptest! {
             rules.insert(at.min(rules.len()), decoy);
         }
         let layer = steering(SteeringConfig::new(rules)).unwrap();
-        let ctx = Context::new();
+        let ctx = StepContext::new();
         let args = json!({});
 
         let (got, state) = runtime().block_on(async {
@@ -203,11 +203,11 @@ proptest! {
                 }) as Arc<dyn MemoryLayer>
             })
             .collect();
-        let ctx = Context::builder().layers(stack).build();
+        let ctx = StepContext::builder().layers(stack).build();
         let args = json!({});
 
         let gate: Gate = runtime()
-            .block_on(lifecycle::before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "t", args: &args }))
+            .block_on(lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &args }))
             .unwrap();
 
         // Slot order, stable for ties: sort the insertion indices by slot.

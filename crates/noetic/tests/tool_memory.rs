@@ -118,10 +118,10 @@ async fn a_context_built_with_memory_tools_has_their_layers_without_duplicates()
     let list: List = Arc::default();
     let tool = todo_tool(&list);
     let explicit = tool_memory_layers(std::slice::from_ref(&tool));
-    let ctx = Context::builder().tools([tool.clone()]).layers(explicit).build();
+    let ctx = StepContext::builder().tools([tool.clone()]).layers(explicit).build();
     let ids: Vec<_> = ctx.layers().iter().map(|l| l.id().to_owned()).collect();
     assert_eq!(ids, ["tool:add_todo"], "a layer already given is not added again");
-    let ctx = Context::builder().tools([tool]).build();
+    let ctx = StepContext::builder().tools([tool]).build();
     assert_eq!(ctx.layers().len(), 1);
 }
 

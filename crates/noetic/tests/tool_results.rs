@@ -81,7 +81,7 @@ async fn a_tool_with_an_output_schema_that_returns_no_structured_data_gets_an_er
 #[tokio::test]
 async fn a_tool_step_reads_its_output_from_the_structured_data_or_else_the_text() {
     let step: Step<Value, Value> = Step::tool("plot", plot_tool()).build().unwrap();
-    assert_eq!(step.execute(json!({}), &Context::new()).await.unwrap(), json!({"total": 1234}));
+    assert_eq!(step.execute(json!({}), &StepContext::new()).await.unwrap(), json!({"total": 1234}));
     let texts = Arc::new(
         FnTool::builder("say", "Says two lines.")
             .rich_handler(|_, _| async { Ok(ToolOutput::blocks([ContentBlock::text("a"), ContentBlock::text("b")])) })
@@ -89,7 +89,7 @@ async fn a_tool_step_reads_its_output_from_the_structured_data_or_else_the_text(
             .unwrap(),
     );
     let step: Step<Value, String> = Step::tool("say", texts).build().unwrap();
-    assert_eq!(step.execute(json!({}), &Context::new()).await.unwrap(), "a\nb");
+    assert_eq!(step.execute(json!({}), &StepContext::new()).await.unwrap(), "a\nb");
 }
 
 #[test]

@@ -51,7 +51,7 @@ async fn preset_args_override_the_input() {
     let mut preset = serde_json::Map::new();
     preset.insert("limit".into(), json!(5));
     let step: Step<Query, Listing> = Step::tool("ls", echo_tool()).args(preset).build().unwrap();
-    let out = step.execute(Query { path: "/workspace".into(), limit: 50 }, &Context::new()).await.unwrap();
+    let out = step.execute(Query { path: "/workspace".into(), limit: 50 }, &StepContext::new()).await.unwrap();
     assert_eq!(out, Listing { path: "/workspace".into(), limit: 5 });
 }
 
@@ -68,7 +68,7 @@ async fn arguments_that_break_the_input_schema_are_rejected_before_the_tool_runs
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let err = step.execute(json!({"n": "seven"}), &Context::new()).await.unwrap_err();
+    let err = step.execute(json!({"n": "seven"}), &StepContext::new()).await.unwrap_err();
     let msg = tool_failure(&err);
     assert!(msg.contains("invalid arguments") && msg.contains("/n"), "{msg}");
     assert!(!ran.load(Ordering::SeqCst), "the tool never ran");
@@ -82,7 +82,7 @@ async fn a_result_that_breaks_the_output_schema_fails_the_step() {
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    let msg = tool_failure(&step.execute(json!({}), &StepContext::new()).await.unwrap_err());
     assert!(msg.contains("output schema"), "{msg}");
 }
 
@@ -93,7 +93,7 @@ async fn a_tool_error_is_reported_with_its_message() {
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    let msg = tool_failure(&step.execute(json!({}), &StepContext::new()).await.unwrap_err());
     assert_eq!(msg, "disk full; free some space");
 }
 
@@ -105,7 +105,7 @@ async fn a_tool_error_stays_reachable_as_a_typed_source_through_the_step_failure
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let err = step.execute(json!({}), &Context::new()).await.unwrap_err();
+    let err = step.execute(json!({}), &StepContext::new()).await.unwrap_err();
     // StepFailed → ToolFailed → the tool's own error, walked with std's `source`.
     let tool_failed = std::error::Error::source(&err).expect("the step failure names its cause");
     let tools_own = tool_failed.source().expect("the tool failure keeps the tool's error");
@@ -134,7 +134,7 @@ async fn a_tool_needing_approval_is_rejected_when_no_approver_is_configured() {
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let msg = tool_failure(&step.execute(json!({}), &Context::new()).await.unwrap_err());
+    let msg = tool_failure(&step.execute(json!({}), &StepContext::new()).await.unwrap_err());
     assert!(msg.contains("approval"), "{msg}");
     assert!(!ran.load(Ordering::SeqCst));
 }
@@ -144,7 +144,7 @@ async fn a_non_object_input_cannot_take_preset_args() {
     let mut preset = serde_json::Map::new();
     preset.insert("x".into(), json!(1));
     let step: Step<u32, Value> = Step::tool("t", echo_tool()).args(preset).build().unwrap();
-    let msg = tool_failure(&step.execute(3, &Context::new()).await.unwrap_err());
+    let msg = tool_failure(&step.execute(3, &StepContext::new()).await.unwrap_err());
     assert!(msg.contains("JSON object"), "{msg}");
 }
 
@@ -168,7 +168,7 @@ async fn cancelling_the_context_reaches_a_running_tool() {
         .build()
         .unwrap();
     let step: Step<Value, Value> = Step::tool("t", Arc::new(tool)).build().unwrap();
-    let ctx = Context::new();
+    let ctx = StepContext::new();
     let c = ctx.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -211,7 +211,7 @@ fn tool_call_events(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>
 async fn a_direct_tool_step_emits_tool_call_started_and_completed_like_a_model_driven_call() {
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let step: Step<Value, Value> = Step::tool("ls-step", echo_tool()).build().unwrap();
     step.execute(json!({"path": "src", "limit": 3}), &ctx).await.unwrap();
     assert_eq!(
@@ -224,7 +224,7 @@ async fn a_direct_tool_step_emits_tool_call_started_and_completed_like_a_model_d
 async fn a_failing_direct_tool_step_completes_its_call_with_the_error() {
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).build();
+    let ctx = StepContext::builder().events(sink).build();
     let step: Step<Value, Value> = Step::tool("ls-step", echo_tool()).build().unwrap();
     let err = step.execute(json!({"path": "src", "limit": 1000}), &ctx).await.unwrap_err();
     let events = tool_call_events(&mut rx);
@@ -243,7 +243,7 @@ async fn an_approval_is_asked_and_recorded_with_the_sha256_of_the_exact_argument
     });
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().events(sink).approver(Arc::new(approver)).build();
+    let ctx = StepContext::builder().events(sink).approver(Arc::new(approver)).build();
     let tool = FnTool::builder("rm", "Deletes things.")
         .needs_approval(true)
         .handler(|_, _| async { Ok(Value::Null) })

@@ -107,7 +107,7 @@ async fn a_typed_tool_is_offered_to_and_called_by_the_model() {
         ModelResponse::tool_calls([("c1", "add", json!({"a": 2, "b": 3}))]),
         ModelResponse::text("5"),
     ]);
-    let ctx = Context::builder().model(Arc::new(model.clone())).tools([Arc::new(add) as Arc<dyn Tool>]).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).tools([Arc::new(add) as Arc<dyn Tool>]).build();
     let step: Step<String, String> = Step::llm("assistant", MODEL).build().unwrap();
     assert_eq!(step.execute("2+3?".to_string(), &ctx).await.unwrap(), "5");
     let requests = model.requests();
@@ -129,7 +129,8 @@ async fn a_typed_tool_is_offered_to_and_called_by_the_model() {
 async fn typed_argument_mismatches_become_error_results_for_the_model() {
     let model =
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "add", json!({"a": 2}))]), ModelResponse::text("sorry")]);
-    let ctx = Context::builder().model(Arc::new(model.clone())).tools([Arc::new(typed_add()) as Arc<dyn Tool>]).build();
+    let ctx =
+        StepContext::builder().model(Arc::new(model.clone())).tools([Arc::new(typed_add()) as Arc<dyn Tool>]).build();
     let step: Step<String, String> = Step::llm("assistant", MODEL).build().unwrap();
     assert_eq!(step.execute("2+?".to_string(), &ctx).await.unwrap(), "sorry");
     let results: Vec<ToolResult> = model.requests()[1]
@@ -166,7 +167,7 @@ async fn tool_progress_is_emitted_as_tool_progress_events_between_start_and_comp
     ]);
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().model(Arc::new(model)).tools([reporter]).events(sink).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).tools([reporter]).events(sink).build();
     let step: Step<String, String> = Step::llm("assistant", MODEL).build().unwrap();
     step.execute("index".to_string(), &ctx).await.unwrap();
 
@@ -229,7 +230,7 @@ async fn progress_breaking_the_event_schema_is_refused_and_not_emitted() {
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "index", json!({}))]), ModelResponse::text("ok")]);
     let sink = EventSink::new(64);
     let mut rx = sink.subscribe().unwrap();
-    let ctx = Context::builder().model(Arc::new(model.clone())).tools([reporter]).events(sink).build();
+    let ctx = StepContext::builder().model(Arc::new(model.clone())).tools([reporter]).events(sink).build();
     let step: Step<String, String> = Step::llm("assistant", MODEL).build().unwrap();
     step.execute("index".to_string(), &ctx).await.unwrap();
     let mut progress = Vec::new();

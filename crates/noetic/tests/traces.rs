@@ -276,7 +276,7 @@ async fn fork_paths_are_nested_under_their_fork_step_and_failures_set_the_status
         .merge(|v: Vec<u32>, _| Ok(v.len() as u32))
         .build()
         .unwrap();
-    assert!(fork.execute(1, &Context::new()).await.is_err());
+    assert!(fork.execute(1, &StepContext::new()).await.is_err());
 
     assert_eq!(recorder.tree(), ["step fork", "  step run", "  step run"]);
     let spans = recorder.spans();

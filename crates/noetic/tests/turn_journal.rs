@@ -75,12 +75,13 @@ fn context(
     tools: Vec<Arc<dyn Tool>>,
     journal: &Arc<MemoryJournal>,
     items: Vec<Item>,
-) -> Context {
-    let mut services = Services::default();
-    services.model = Some(Arc::new(model.clone()));
-    services.journal = Some(journal.clone() as Arc<dyn TurnJournal>);
-    services.add_tools(tools);
-    Context::builder().items(items).services(services).build()
+) -> StepContext {
+    let services = Services {
+        model: Some(Arc::new(model.clone())),
+        journal: Some(journal.clone() as Arc<dyn TurnJournal>),
+        ..Services::default()
+    };
+    StepContext::builder().items(items).services(services).tools(tools).build()
 }
 
 fn agent() -> Step<String, String> {

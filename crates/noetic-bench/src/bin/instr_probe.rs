@@ -104,7 +104,7 @@ fn main() -> BenchResult<()> {
                 let path = Step::run("p", |x: u64, _| async move { Ok(x) }).build()?;
                 let fork =
                     Step::fork("f", ForkMode::All).paths(vec![path; 1000]).merge(|v, _| Ok(v.len() as u64)).build()?;
-                let ctx = Context::new();
+                let ctx = StepContext::new();
                 let (allocations, done) = alloc_count::allocations_during(async {
                     for _ in 0..n {
                         fork.execute(1, &ctx).await?;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use super::*;
 use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError};
-use crate::layer::MemoryLayer;
+use crate::layer::{LayerStack, MemoryLayer};
 use crate::model::Model;
+use crate::scope::InScope;
 use crate::step::{Step, until};
 use crate::sync::{CachePadded, Spread};
 use crate::tool::{Approver, Tool};
@@ -17,6 +18,7 @@ use crate::tool::{Approver, Tool};
 #[derive(Default)]
 pub struct RuntimeBuilder {
     services: Services,
+    tools: crate::tool::Tools,
     layers: Vec<Arc<dyn MemoryLayer>>,
     agent: Option<Step<String, String>>,
     model_id: Option<String>,
@@ -44,20 +46,20 @@ impl RuntimeBuilder {
     /// Adds a tool to the tools in scope: an `Arc<dyn `[`Tool`]`>` — a typed tool
     /// ([`tool_fn`](crate::tool::tool_fn)), an [`FnTool`](crate::tool::FnTool), or your own implementation.
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.services.add_tools([tool]);
+        self.tools.add([tool]);
         self
     }
 
     /// Adds tools (each an `Arc<dyn `[`Tool`]`>`) to the tools in scope.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
-        self.services.add_tools(tools);
+        self.tools.add(tools);
         self
     }
 
     /// Adds a source of tools that may change while the runtime runs (see [`ToolSource`](crate::tool::ToolSource)):
     /// each model request offers its tools as they are then.
     pub fn tool_source(mut self, source: Arc<dyn crate::tool::ToolSource>) -> Self {
-        self.services.add_tool_source(source);
+        self.tools.add_source(source);
         self
     }
 
@@ -207,7 +209,7 @@ impl RuntimeBuilder {
             Some(agent) => agent,
             None => agent_step(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL), self.instructions, self.stream)?,
         };
-        if let Some(duplicate) = self.services.duplicate_tool() {
+        if let Some(duplicate) = self.tools.duplicate() {
             return Err(duplicate);
         }
         if let Err(e) = self.budget.validate() {
@@ -233,10 +235,11 @@ impl RuntimeBuilder {
         }
         // Memory declared by the tools becomes layers once, here, so every turn shares them.
         let mut layers = self.layers;
-        crate::tool::add_tool_memory_layers(&mut layers, &self.services.fixed_tools());
+        crate::tool::add_tool_memory_layers(&mut layers, self.tools.fixed());
         let shared = {
-            let (services, layers) = (self.services.clone(), layers.clone());
-            Spread::new(move || Shared::new(&services, &layers))
+            let (services, in_scope) =
+                (self.services.clone(), InScope::new(LayerStack::new(layers.clone()), self.tools));
+            Spread::new(move || Shared::new(&services, &in_scope))
         };
         let inner = Arc::new(RuntimeInner {
             model_id: Arc::from(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL)),

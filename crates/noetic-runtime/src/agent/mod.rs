@@ -67,9 +67,10 @@ pub fn thread_scope(key: &str) -> String {
     format!("thread:{key}")
 }
 
-use crate::context::{Carried, Services};
+use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::MemoryLayer;
+use crate::scope::InScope;
 use crate::step::Step;
 use crate::sync::{CachePadded, Spread};
 
@@ -113,18 +114,19 @@ pub(crate) struct RuntimeInner {
     pub(crate) global_load: tokio::sync::Mutex<()>,
 }
 
-/// The runtime's services and layers as a turn's context carries them (one copy of [`RuntimeInner::shared`]).
+/// The runtime's services, and the layers and tools in scope, as a turn's step context holds them (one copy of
+/// [`RuntimeInner::shared`]).
 pub(crate) struct Shared {
     pub(crate) services: Arc<CachePadded<Services>>,
-    pub(crate) layers: Carried,
+    pub(crate) in_scope: Arc<CachePadded<InScope>>,
 }
 
 impl Shared {
     /// A copy with reference counts of its own.
-    fn new(services: &Services, layers: &[Arc<dyn MemoryLayer>]) -> Shared {
+    fn new(services: &Services, in_scope: &InScope) -> Shared {
         Shared {
-            services: Arc::new(CachePadded::new(services.replica())),
-            layers: Carried::padded(crate::layer::LayerStack::new(layers.iter().cloned())),
+            services: Arc::new(CachePadded::new(services.clone())),
+            in_scope: Arc::new(CachePadded::new(in_scope.replica())),
         }
     }
 }

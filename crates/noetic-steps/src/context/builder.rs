@@ -1,4 +1,4 @@
-//! Building a root [`Context`]: its services, layers, cancellation, events and turn services.
+//! Building a root [`Context`]: its identity, items, services, cancellation, events and turn services.
 
 use super::*;
 
@@ -9,11 +9,9 @@ pub struct ContextBuilder {
     resource_id: Option<Arc<str>>,
     items: History,
     events: EventSink,
-    /// The memory layers (a `layer::LayerStack`, set through `ContextBuilder::layers`).
-    pub(crate) layers: Carried,
     cancel: Option<CancellationToken>,
-    /// Model, tools, approver … (set through `ContextBuilder::services` and `tools` in the tool module).
-    pub(crate) services: Services,
+    /// Model, approver …
+    services: Services,
     /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
     shared: Option<Arc<CachePadded<Services>>>,
     turn: Option<Arc<TurnServices>>,
@@ -82,11 +80,16 @@ impl ContextBuilder {
         self
     }
 
-    /// A runtime's services and layers, as they are (shared, not copied): what `services`, `model`, `approver`,
-    /// `capture_content`, `tools` and `layers` set is not used then.
-    pub fn shared_services(mut self, services: Arc<CachePadded<Services>>, layers: Carried) -> Self {
+    /// Model, approver and the rest at once (replacing what `model`, `approver` and `capture_content` set).
+    pub fn services(mut self, services: Services) -> Self {
+        self.services = services;
+        self
+    }
+
+    /// A runtime's services, as they are (shared, not copied): what `services`, `model`, `approver` and
+    /// `capture_content` set is not used then.
+    pub fn shared_services(mut self, services: Arc<CachePadded<Services>>) -> Self {
         self.shared = Some(services);
-        self.layers = layers;
         self
     }
 
@@ -114,7 +117,6 @@ impl ContextBuilder {
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
             }),
-            layers: self.layers,
             depth: 0,
         }
     }

@@ -1,22 +1,22 @@
-//! The execution context every step runs in.
+//! The context of an execution: what every step, memory-layer hook and tool sees of where it runs.
 //!
-//! A [`Context`] is a cheap handle (two `Arc`s and a depth) that carries:
+//! A [`Context`] is a cheap handle (one `Arc` and a depth) that carries:
 //! * identity — an [`ExecutionId`], optional thread and resource ids, the parent context;
 //! * cancellation — a [`CancellationToken`]; cancelling a context cancels all its descendants, never its parent;
 //! * the item log — the conversation so far;
 //! * token usage and cost, rolled up from spawned children on success;
-//! * the event sink and the memory layers in scope.
+//! * the event sink;
+//! * the services its tree shares, typed: the model, the approver, and a session turn's steering, journal, records
+//!   and budget meter ([`Services`], [`TurnServices`]) — what memory layers' hooks and tools may call on.
 //!
-//! (Over the house's ~500 lines, knowingly: `Context` still carries the session turn's services — #35 item 2 moves
-//! them to the runtime's driver as typed parameters, and this file shrinks with it.)
+//! The memory layers and the tools in scope are not here: a step runs in a `StepContext` (the `scope` module, above
+//! the layer and tool modules whose traits take a `Context`), which adds them to a `Context`, typed.
 //!
-//! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]);
-//! `provide` runs its child in the same context with more layers ([`Context::with_layers`]).
+//! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]).
 
 mod approval;
 mod builder;
 mod cancel;
-mod carried;
 mod channel;
 mod checkpoints;
 mod events;
@@ -33,8 +33,6 @@ use tokio_util::sync::CancellationToken;
 pub use approval::{Approval, ApprovalRequest, Approver, FnApprover};
 pub use builder::ContextBuilder;
 use cancel::Cancel;
-#[doc(hidden)]
-pub use carried::Carried;
 pub use channel::{Channel, ChannelMode, TrySendError, WakeHandle};
 pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, RewriteRecord, SKIPPED_RESULT};
 pub use events::{Event, EventKind, StepKind};
@@ -97,14 +95,12 @@ pub struct TurnServices {
     pub meter: Option<Arc<crate::budget::Meter>>,
 }
 
-/// What steps can call on: the model, the tools in scope and the approver. Shared by a whole execution tree.
+/// What steps and hooks can call on: the model and the approver (and, outside a session turn, a journal, records
+/// and steering of one's own). Shared by a whole execution tree.
 #[derive(Clone, Default)]
 pub struct Services {
     /// The model `llm` steps call.
     pub model: Option<Arc<dyn Model>>,
-    /// Tools in scope for `llm` steps that do not restrict them (the tool module's fixed set and sources, kept
-    /// opaque here: see `Services::tools` and `Services::add_tools` there).
-    pub(crate) tools: Carried,
     /// Decides on calls of tools that need approval.
     pub approver: Option<Arc<dyn Approver>>,
     /// The live steering of the session turn this execution belongs to.
@@ -167,8 +163,6 @@ pub use crate::sync::lock;
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Inner>,
-    /// The memory layers in scope (a `layer::LayerStack`; the layer module reads it — see `Context::layers`).
-    layers: Carried,
     depth: u32,
 }
 
@@ -189,7 +183,7 @@ impl Default for Context {
 }
 
 impl Context {
-    /// A root context with no layers, no events and an empty item log.
+    /// A root context with no services, no events and an empty item log.
     pub fn new() -> Self {
         ContextBuilder::default().build()
     }
@@ -283,16 +277,20 @@ impl Context {
     }
 
     /// A child context for a fork path: fresh execution id, a copy of the item log, its own cancellation linked to
-    /// this one, same thread, events and layers, one level deeper.
+    /// this one, same thread, events and services, one level deeper.
     pub fn fork_child(&self) -> Context {
-        let items = self.history();
-        self.child(items, self.layers.clone())
+        self.child(self.history())
     }
 
-    /// A child context: fresh execution id, the given item log and layers, cancellation linked to this one, usage
-    /// starting at zero (`Context::spawn_child` in the layer module names the layers' type). It shares its
-    /// root's thread, events and services.
-    pub(crate) fn child(&self, items: History, layers: Carried) -> Context {
+    /// A child context for a spawned step: fresh execution id, the given item log (usually empty), cancellation
+    /// linked to this one, usage starting at zero, same thread, events and services, one level deeper.
+    pub fn spawn_child(&self, items: Vec<Item>) -> Context {
+        self.child(History::new(items))
+    }
+
+    /// A child context: fresh execution id, the given item log, cancellation linked to this one, usage starting at
+    /// zero. It shares its root's thread, events and services.
+    fn child(&self, items: History) -> Context {
         Context {
             inner: Arc::new(Inner {
                 execution_id: ExecutionId::new(),
@@ -303,24 +301,13 @@ impl Context {
                 usage: Mutex::new((Usage::default(), 0.0)),
                 last_step_meta: Mutex::new(None),
             }),
-            layers,
             depth: self.depth + 1,
         }
     }
 
-    /// The same context (same execution, same depth) with other layers in scope.
-    pub(crate) fn with_carried_layers(&self, layers: Carried) -> Context {
-        Context { inner: self.inner.clone(), layers, depth: self.depth }
-    }
-
     /// The same context, one nesting level deeper (used for the children of composite steps).
     pub(crate) fn nested(&self) -> Context {
-        Context { inner: self.inner.clone(), layers: self.layers.clone(), depth: self.depth + 1 }
-    }
-
-    /// The memory layers in scope, as the layer module keeps them.
-    pub(crate) fn carried_layers(&self) -> &Carried {
-        &self.layers
+        Context { inner: self.inner.clone(), depth: self.depth + 1 }
     }
 
     /// Appends an item to the conversation.
@@ -440,11 +427,6 @@ impl Context {
         }
     }
 
-    /// The services shared by the execution tree.
-    pub(crate) fn services(&self) -> &Services {
-        &self.inner.tree().services
-    }
-
     /// The session turn's steering checkpoints (also for spawned children and fork paths).
     fn steering(&self) -> Option<&Arc<dyn Checkpoints>> {
         self.turn().and_then(|t| t.steering.as_ref()).or(self.inner.tree().services.steering.as_ref())
@@ -490,7 +472,7 @@ mod tests {
     fn cancelling_a_parent_cancels_children_but_not_the_reverse() {
         let root = Context::new();
         let a = root.fork_child();
-        let b = root.spawn_child(Vec::new(), root.layers().clone());
+        let b = root.spawn_child(Vec::new());
         let grandchild = a.fork_child();
         a.cancel("a only");
         assert!(a.is_cancelled() && grandchild.is_cancelled());
@@ -510,7 +492,7 @@ mod tests {
         path.push_item(Item::assistant("only in path"));
         assert_eq!(root.item_count(), 1);
         assert_eq!(path.item_count(), 2);
-        assert_eq!(root.spawn_child(Vec::new(), root.layers().clone()).item_count(), 0);
+        assert_eq!(root.spawn_child(Vec::new()).item_count(), 0);
         assert_ne!(path.execution_id(), root.execution_id());
         assert_eq!(path.parent_execution_id(), Some(root.execution_id()));
         assert_eq!(path.depth(), 1);

@@ -13,7 +13,7 @@ impl Context {
     /// a copy of this context's item log, no usage and no step meta.
     pub(crate) fn fork_child_reusing(&self, spare: Option<Context>) -> Context {
         let Some(mut ctx) = spare else { return self.fork_child() };
-        let reusable = ctx.depth == self.depth + 1 && ctx.layers.is(&self.layers);
+        let reusable = ctx.depth == self.depth + 1;
         match Arc::get_mut(&mut ctx.inner) {
             Some(inner) if reusable && inner.is_child_of(&self.inner) => {
                 inner.renew(self.history().0);

@@ -1,14 +1,14 @@
 //! Executes `branch` steps.
 
 use super::{execute as exec, guard, step_failed};
-use crate::context::Context;
 use crate::error::NoeticError;
+use crate::scope::StepContext;
 use crate::step::StepBranch;
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepBranch<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let chosen = guard(&s.id, "route function", || (s.route)(&input, ctx)).map_err(|e| step_failed(&s.id, e, false))?;
     match (chosen, s.passthrough) {

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use crate::context::{Context, EventKind};
+use crate::context::EventKind;
 use crate::error::NoeticError;
+use crate::scope::StepContext;
 use crate::step::{EveryOnError, StepEvery};
 
 /// A uniform draw in `interval ± jitter`, clamped at zero.
@@ -16,7 +17,11 @@ fn park_duration(s: &StepEvery<impl Sized>, rng: &mut fastrand::Rng) -> Duration
     Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(s.interval)
 }
 
-pub(super) async fn execute<I: Send + 'static, O>(s: &StepEvery<I>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+pub(super) async fn execute<I: Send + 'static, O>(
+    s: &StepEvery<I>,
+    input: I,
+    ctx: &StepContext,
+) -> Result<O, NoeticError> {
     let mut rng = fastrand::Rng::new();
     loop {
         ctx.check_cancelled()?;

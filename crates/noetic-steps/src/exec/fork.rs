@@ -15,23 +15,23 @@ use futures::{FutureExt, StreamExt};
 
 use super::run::{self, Started};
 use super::{execute as exec, guard, step_failed};
-use crate::context::Context;
 use crate::error::{NoeticError, PathFailure, PathSuccess};
 use crate::layer::{Outcome, lifecycle};
+use crate::scope::StepContext;
 use crate::step::fork::{Merge, PathList};
 use crate::step::{SettleResult, Step, StepFork, StepFuture};
 
 struct Paths<'a, I, O, F> {
     fork: &'a StepFork<I, O>,
     input: I,
-    parent: &'a Context,
+    parent: &'a StepContext,
     steps: &'a [Step<I, O>],
     /// The contexts of the paths still running, to cancel them.
-    contexts: Vec<Option<Context>>,
+    contexts: Vec<Option<StepContext>>,
     next: usize,
     running: FuturesUnordered<F>,
     /// A finished path's context, for the next path's to be made in.
-    spare: Option<Context>,
+    spare: Option<StepContext>,
     /// The paths' layers (the parent's) have lifecycle hooks.
     lifecycle: bool,
     start: StartPath<I, O, F>,
@@ -39,7 +39,7 @@ struct Paths<'a, I, O, F> {
 
 /// Starts a path (see [`start_path`]); a function pointer, so that [`Paths`] can name its running paths' type.
 type StartPath<I, O, F> =
-    fn(&Step<I, O>, I, &Context, &Context, usize, bool, &mut std::task::Context<'_>) -> Started<O, F>;
+    fn(&Step<I, O>, I, &StepContext, &StepContext, usize, bool, &mut std::task::Context<'_>) -> Started<O, F>;
 
 /// Starts the path `index`: its step on `input` in `path_ctx`. A `run` step without retries, outside traces and
 /// lifecycle hooks, is polled at once and may finish there; other paths are running futures yielding their index
@@ -47,8 +47,8 @@ type StartPath<I, O, F> =
 fn start_path<I: Send + 'static, O: Send + 'static>(
     step: &Step<I, O>,
     input: I,
-    parent: &Context,
-    path_ctx: &Context,
+    parent: &StepContext,
+    path_ctx: &StepContext,
     index: usize,
     lifecycle: bool,
     cx: &mut std::task::Context<'_>,
@@ -136,27 +136,27 @@ impl<I: Send + 'static, O: Send + 'static, F: Future<Output = (usize, Result<O, 
 
 /// Runs one path between its layers' `on_spawn` and `on_return` (on success), then completes the path's layers.
 async fn run_path<O>(
-    parent: Context,
-    path: Context,
+    parent: StepContext,
+    path: StepContext,
     run: impl Future<Output = Result<O, NoeticError>>,
 ) -> Result<O, NoeticError> {
-    if let Err(e) = lifecycle::spawn(&parent, &path).await {
+    if let Err(e) = lifecycle::spawn(&parent, &path, path.layers()).await {
         // The path already failed; a panic while completing it is logged by `complete`.
-        let _ = lifecycle::complete(&path, Outcome::Failure).await;
+        let _ = lifecycle::complete(&path, path.layers(), Outcome::Failure).await;
         return Err(e);
     }
     let result = run.await;
     if result.is_ok() {
-        lifecycle::return_(&parent, &path).await;
+        lifecycle::return_(&parent, &path, path.layers()).await;
     }
-    let completed = lifecycle::complete(&path, Outcome::of(&result)).await;
+    let completed = lifecycle::complete(&path, path.layers(), Outcome::of(&result)).await;
     result.and_then(|v| completed.map(|()| v))
 }
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepFork<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let made;
     let steps = match &s.paths {

@@ -14,10 +14,11 @@ use tracing::{Instrument, Span};
 use super::durable::{commit, finish, logs_inputs, poll, while_durable};
 use super::llm_model::{call_model, chat_span, traced_model_call};
 use super::tool_group::{GroupEnv, run_group};
-use crate::context::{Context, EventKind};
+use crate::context::EventKind;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, StepMeta, ToolSpec};
+use crate::scope::StepContext;
 use crate::step::StepLlm;
 use crate::tool::call::{run_tool_call, traced_tool_call};
 use crate::turn::{Action, Effect, Finished, Input, Replay, TurnCore, interrupted_result};
@@ -27,9 +28,9 @@ use crate::turn::{Action, Effect, Finished, Input, Replay, TurnCore, interrupted
 macro_rules! tool_call {
     ($ctx:expr, $step:expr, $tools:expr, $call:expr, $allow:expr) => {
         if crate::trace::on() {
-            traced_tool_call($ctx, $step, $tools, $call, $allow).await
+            traced_tool_call($ctx, $ctx.layers(), $step, $tools, $call, $allow).await
         } else {
-            run_tool_call($ctx, $step, $tools, $call, $allow).await.map(|(result, _)| result)
+            run_tool_call($ctx, $ctx.layers(), $step, $tools, $call, $allow).await.map(|(result, _)| result)
         }
     };
 }
@@ -46,14 +47,14 @@ fn parse_output<I, O>(s: &StepLlm<I, O>, text: &str) -> Result<O, NoeticError> {
     s.parse(text.trim()).map_err(parse_error)
 }
 
-pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
     // Borrowed for the step (the context outlives it): a clone would write the model's reference count, which
     // every turn on every thread shares.
     let model = ctx.model().ok_or_else(|| {
         ConfigError::new(
             ConfigCode::NoModelProvider,
             format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
-            "build the context with Context::builder().model(...) or run the step through a Runtime",
+            "build the scope with StepContext::builder().model(...) or run the step through a Runtime",
         )
     })?;
     // The tools as they are for each request (a source may change them while the turn runs); the calls of a
@@ -184,7 +185,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
                 let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
                 // The model call's span ends with its review.
                 let span = std::mem::replace(&mut chat, Span::none());
-                let review = lifecycle::after_model_call(ctx, review);
+                let review = lifecycle::after_model_call(ctx, ctx.layers(), review);
                 let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
                 let gate = if span.is_disabled() {
                     while_durable(ctx, at, ctx.run_cancellable(review)).await
@@ -195,7 +196,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
             }
             Action::Store(response) => {
                 let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
-                match while_durable(ctx, at, lifecycle::store(ctx, response)).await {
+                match while_durable(ctx, at, lifecycle::store(ctx, ctx.layers(), response)).await {
                     Ok(()) => Input::Stored,
                     Err(e) => Input::Failed(e),
                 }
@@ -272,7 +273,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &Context) ->
 
 /// Asks the turn's budget whether `action` may start (counting the tool calls it starts). Spawned children and
 /// fork paths ask the same meter as their turn, so they cannot spend past it.
-fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
+fn spend(ctx: &StepContext, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
     let Some(meter) = ctx.meter() else { return Ok(()) };
     match action {
         Action::CallModel { .. } => meter.before_model_call(),
@@ -289,7 +290,7 @@ fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> In
 }
 
 /// Applies one effect of the core: appends items, emits the events.
-fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
+fn apply<I, O>(ctx: &StepContext, s: &StepLlm<I, O>, effect: Effect) {
     match effect {
         Effect::Append(items) => ctx.extend_items(items),
         Effect::Push(item) => ctx.push_item(item),
@@ -312,7 +313,7 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
 }
 
 /// A call queued steering skipped: an event on the turn's span, and a tool span that only marks the call.
-fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
+fn trace_skipped(ctx: &StepContext, call_id: &str, tool: &str) {
     if let Some(turn) = ctx.turn_steering().and_then(|s| s.span()) {
         tracing::info!(parent: turn, gen_ai.tool.call.id = call_id, gen_ai.tool.name = tool, "tool.skipped");
     }

@@ -7,10 +7,11 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::durable::logs_inputs;
-use crate::context::{Context, EventKind};
+use crate::context::EventKind;
 use crate::error::NoeticError;
 use crate::layer::lifecycle;
 use crate::model::{Item, ModelRequest, ModelResponse, StreamDelta, ToolSpec};
+use crate::scope::StepContext;
 use crate::step::StepLlm;
 use crate::window::{self, Fitted, StepWindow};
 
@@ -18,7 +19,7 @@ use crate::window::{self, Fitted, StepWindow};
 /// so that traces cost nothing without a subscriber.
 pub(super) async fn traced_model_call<I, O>(
     s: &StepLlm<I, O>,
-    ctx: &Context,
+    ctx: &StepContext,
     model: &Arc<dyn crate::model::Model>,
     specs: &Arc<[ToolSpec]>,
     round: u32,
@@ -106,7 +107,7 @@ pub(super) fn trace_response(span: &Span, response: &ModelResponse, content: boo
 /// is then not used). A provider's "context length exceeded" answer compacts the history and retries once.
 pub(super) async fn call_model<I, O>(
     s: &StepLlm<I, O>,
-    ctx: &Context,
+    ctx: &StepContext,
     model: &Arc<dyn crate::model::Model>,
     specs: &Arc<[ToolSpec]>,
     round: u32,
@@ -125,7 +126,7 @@ pub(super) async fn call_model<I, O>(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn call_model_once<I, O>(
     s: &StepLlm<I, O>,
-    ctx: &Context,
+    ctx: &StepContext,
     model: &Arc<dyn crate::model::Model>,
     specs: &Arc<[ToolSpec]>,
     round: u32,
@@ -155,7 +156,7 @@ pub(super) async fn call_model_once<I, O>(
         Some(Fitted { context, history, counted, tokens, window }) => {
             (context, history, Some((counted, tokens, window)))
         }
-        None => (lifecycle::recall(ctx).await?, ctx.history(), None),
+        None => (lifecycle::recall(ctx, ctx.layers()).await?, ctx.history(), None),
     };
     let request = ModelRequest {
         model: s.model.clone(),

@@ -5,9 +5,10 @@ use std::collections::VecDeque;
 use tokio::time::Instant;
 
 use super::{execute_in as exec, guard, step_failed};
-use crate::context::{Context, EventKind};
+use crate::context::EventKind;
 use crate::error::NoeticError;
 use crate::model::Item;
+use crate::scope::StepContext;
 use crate::step::until::{Snapshot, Verdict};
 use crate::step::{LoopErrorAction, StepLoop};
 
@@ -15,7 +16,7 @@ use crate::step::{LoopErrorAction, StepLoop};
 async fn run_body<I: Send + 'static, O: Send + 'static>(
     s: &StepLoop<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let mut input = input;
     let last = s.steps.len().saturating_sub(1);
@@ -31,7 +32,7 @@ async fn run_body<I: Send + 'static, O: Send + 'static>(
 }
 
 /// The input of the next iteration.
-fn next_input<I, O>(s: &StepLoop<I, O>, output: O, verdict: &Verdict, ctx: &Context) -> Result<I, NoeticError> {
+fn next_input<I, O>(s: &StepLoop<I, O>, output: O, verdict: &Verdict, ctx: &StepContext) -> Result<I, NoeticError> {
     match (&s.prepare_next, s.chain) {
         (Some(prepare), _) => guard(&s.id, "prepare_next function", || prepare(output, verdict, ctx)),
         (None, Some(chain)) => Ok(chain(output)),
@@ -43,7 +44,7 @@ fn next_input<I, O>(s: &StepLoop<I, O>, output: O, verdict: &Verdict, ctx: &Cont
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepLoop<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let start = Instant::now();
     let body_ctx = ctx.nested();

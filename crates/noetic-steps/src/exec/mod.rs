@@ -22,12 +22,13 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
-use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
+use crate::context::{EventKind, MAX_DEPTH, StepKind};
 use crate::error::NoeticError;
+use crate::scope::StepContext;
 use crate::step::{Step, StepFuture, StepRun};
 
 /// Runs `step` on `input` in `ctx`.
-pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &Context) -> StepFuture<O> {
+pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I, ctx: &StepContext) -> StepFuture<O> {
     let ctx = ctx.clone();
     // Without a subscriber the step runs exactly as it would without traces.
     if crate::trace::on() {
@@ -47,7 +48,7 @@ pub fn execute<I: Send + 'static, O: Send + 'static>(step: &Step<I, O>, input: I
 async fn dispatch_run<I: Send + 'static, O: Send + 'static>(
     s: Arc<StepRun<I, O>>,
     input: I,
-    ctx: Context,
+    ctx: StepContext,
 ) -> Result<O, NoeticError> {
     let kind = StepKind::Run;
     if ctx.depth() >= MAX_DEPTH {
@@ -69,7 +70,7 @@ async fn dispatch_run<I: Send + 'static, O: Send + 'static>(
 pub(crate) fn execute_in<'a, I: Send + 'static, O: Send + 'static>(
     step: &'a Step<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> BoxFuture<'a, Result<O, NoeticError>> {
     let ctx = ctx.clone();
     if crate::trace::on() {
@@ -83,7 +84,7 @@ pub(crate) fn execute_in<'a, I: Send + 'static, O: Send + 'static>(
 async fn traced<I: Send + 'static, O: Send + 'static>(
     step: &Step<I, O>,
     input: I,
-    ctx: Context,
+    ctx: StepContext,
 ) -> Result<O, NoeticError> {
     // Opened at the first poll, so its parent is the span the caller runs in (a fork's paths and a spawned child
     // are polled inside their step's span).
@@ -112,7 +113,7 @@ fn step_span<I, O>(step: &Step<I, O>) -> tracing::Span {
 async fn dispatch<I: Send + 'static, O: Send + 'static>(
     step: &Step<I, O>,
     input: I,
-    ctx: Context,
+    ctx: StepContext,
 ) -> Result<O, NoeticError> {
     if ctx.depth() >= MAX_DEPTH {
         return Err(NoeticError::DepthExceeded { step_id: step.id().to_owned(), depth: ctx.depth(), limit: MAX_DEPTH });
@@ -163,7 +164,7 @@ pub(crate) fn step_failed(step_id: &str, cause: NoeticError, retries_exhausted: 
 impl<I: Send + 'static, O: Send + 'static> Step<I, O> {
     /// Runs the step on `input` in `ctx` (the interpreter implements the step's own method, so the step layer
     /// needs no import of it).
-    pub async fn execute(&self, input: I, ctx: &Context) -> Result<O, NoeticError> {
+    pub async fn execute(&self, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
         execute(self, input, ctx).await
     }
 }

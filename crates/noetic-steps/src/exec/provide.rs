@@ -1,15 +1,15 @@
 //! Executes `provide` steps.
 
 use super::execute_in as exec;
-use crate::context::Context;
 use crate::error::NoeticError;
 use crate::layer::Outcome;
+use crate::scope::StepContext;
 use crate::step::StepProvide;
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepProvide<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let inner = ctx.with_layers(&s.memory).nested();
     let mut initialised = 0;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::{guard, guard_async, step_failed};
-use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
+use crate::context::{EventKind, MAX_DEPTH, StepKind};
 use crate::error::{NoeticError, panicked};
 use crate::model::{as_retry_attempt, backoff_after};
+use crate::scope::StepContext;
 use crate::step::{StepFuture, StepRun};
 
 /// What starting a step and polling it once gave.
@@ -25,7 +26,7 @@ pub(super) enum Started<O, F> {
 pub(super) fn start<I, O: Send + 'static>(
     s: &Arc<StepRun<I, O>>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
     cx: &mut std::task::Context<'_>,
 ) -> Started<O, impl Future<Output = Result<O, NoeticError>> + Send + use<I, O>> {
     let kind = StepKind::Run;
@@ -48,13 +49,13 @@ pub(super) fn start<I, O: Send + 'static>(
 }
 
 /// A started `run` step's future after its first poll.
-async fn rest<I, O>(s: Arc<StepRun<I, O>>, fut: StepFuture<O>, ctx: Context) -> Result<O, NoeticError> {
+async fn rest<I, O>(s: Arc<StepRun<I, O>>, fut: StepFuture<O>, ctx: StepContext) -> Result<O, NoeticError> {
     let r = ctx.run_cancellable(guard_async(&s.id, "execute function", fut)).await;
     finish(&s, &ctx, r)
 }
 
 /// A `run` step's outcome as `dispatch_run` gives it, with its event.
-fn finish<I, O>(s: &StepRun<I, O>, ctx: &Context, r: Result<O, NoeticError>) -> Result<O, NoeticError> {
+fn finish<I, O>(s: &StepRun<I, O>, ctx: &StepContext, r: Result<O, NoeticError>) -> Result<O, NoeticError> {
     let kind = StepKind::Run;
     let r = r.map_err(|e| step_failed(&s.id, e, false));
     match &r {
@@ -64,13 +65,13 @@ fn finish<I, O>(s: &StepRun<I, O>, ctx: &Context, r: Result<O, NoeticError>) -> 
     r
 }
 
-async fn attempt<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+async fn attempt<I, O>(s: &StepRun<I, O>, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
     // The closure may panic before it returns its future, or while the future runs: both become errors.
     let fut = guard(&s.id, "execute function", || (s.execute)(input, ctx.nested()))?;
     ctx.run_cancellable(guard_async(&s.id, "execute function", fut)).await
 }
 
-pub(super) async fn execute<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+pub(super) async fn execute<I, O>(s: &StepRun<I, O>, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
     if s.retry.is_none() {
         return attempt(s, input, ctx).await.map_err(|e| step_failed(&s.id, e, false));
     }
@@ -79,7 +80,7 @@ pub(super) async fn execute<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) ->
 }
 
 /// Runs attempts by the step's retry policy.
-async fn retrying<I, O>(s: &StepRun<I, O>, input: I, ctx: &Context) -> Result<O, NoeticError> {
+async fn retrying<I, O>(s: &StepRun<I, O>, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
     let Some((policy, clone_input)) = &s.retry else {
         return attempt(s, input, ctx).await.map_err(|e| step_failed(&s.id, e, false));
     };

@@ -1,36 +1,36 @@
 //! Executes `spawn` steps.
 
 use super::execute as exec;
-use crate::context::Context;
 use crate::error::NoeticError;
 use crate::layer::{LayerStack, Outcome, lifecycle};
+use crate::scope::StepContext;
 use crate::step::StepSpawn;
 
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepSpawn<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let layers = match &s.memory {
         Some(layers) => LayerStack::new(layers.iter().cloned()),
         None => ctx.layers().clone(),
     };
     let child = ctx.spawn_child(Vec::new(), layers);
-    let opening = lifecycle::spawn(ctx, &child).await?;
+    let opening = lifecycle::spawn(ctx, &child, child.layers()).await?;
     child.extend_items(opening);
     let result = run_child(s, input, &child).await;
     if result.is_ok() {
-        lifecycle::return_(ctx, &child).await;
+        lifecycle::return_(ctx, &child, child.layers()).await;
         ctx.add_usage(&child.usage(), child.cost());
     }
-    let completed = lifecycle::complete(&child, Outcome::of(&result)).await;
+    let completed = lifecycle::complete(&child, child.layers(), Outcome::of(&result)).await;
     result.and_then(|v| completed.map(|()| v))
 }
 
 async fn run_child<I: Send + 'static, O: Send + 'static>(
     s: &StepSpawn<I, O>,
     input: I,
-    child: &Context,
+    child: &StepContext,
 ) -> Result<O, NoeticError> {
     let mut run = exec(&s.child, input, child);
     match s.timeout {

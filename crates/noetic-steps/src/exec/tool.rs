@@ -3,11 +3,12 @@
 use serde_json::Value;
 
 use super::{guard, guard_async, step_failed};
-use crate::context::{Context, EventKind};
+use crate::context::EventKind;
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle;
+use crate::scope::StepContext;
 use crate::step::StepTool;
 use crate::tool::call::check_structured;
 use crate::tool::{ToolContext, ToolOutput};
@@ -18,7 +19,7 @@ use crate::tool::{ToolContext, ToolOutput};
 pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     s: &StepTool<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<O, NoeticError> {
     let name = s.tool.name();
     ctx.emit(|| EventKind::ToolCallStarted {
@@ -53,7 +54,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
 async fn call<I: Send + 'static, O: Send + 'static>(
     s: &StepTool<I, O>,
     input: I,
-    ctx: &Context,
+    ctx: &StepContext,
 ) -> Result<ToolOutput, NoeticError> {
     let name = s.tool.name().to_owned();
     let fail = |message: String| {
@@ -72,7 +73,7 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     }
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
     let params = ToolCallParams { call_id: &s.id, name: &name, args: &args };
-    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
+    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, ctx.layers(), params)).await?;
     if gate.decision.action != SteeringAction::Allow {
         return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
     }
@@ -86,7 +87,7 @@ async fn call<I: Send + 'static, O: Send + 'static>(
         .await?
         .map_err(fail)?;
     let tcx = ToolContext {
-        ctx: ctx.nested(),
+        ctx: ctx.context().nested(),
         call_id: s.id.to_string(),
         tool: name.clone(),
         event_schema: s.tool.event_schema().cloned(),

@@ -12,10 +12,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{Instrument, Span};
 
 use super::durable::{commit, poll};
-use crate::context::{Checkpoints, Context, EventKind};
+use crate::context::{Checkpoints, EventKind};
 use crate::error::NoeticError;
 use crate::model::ToolErrorKind;
 use crate::model::{ToolCall, ToolResult};
+use crate::scope::StepContext;
 use crate::tool::ToolSet;
 use crate::tool::call::{
     EmitFilter, Outcome, Prepared, announce, conclude, execute, prepare, tool_span, trace_outcome,
@@ -24,7 +25,7 @@ use crate::turn::{Action, Effect, Input, TurnCore, TurnJournal, cancelled_result
 
 /// What a group runs with: the step's context, tools, event filter, journal and checkpoints.
 pub(super) struct GroupEnv<'a> {
-    pub(super) ctx: &'a Context,
+    pub(super) ctx: &'a StepContext,
     pub(super) step_id: &'a Arc<str>,
     pub(super) tools: &'a ToolSet,
     pub(super) allow: EmitFilter<'a>,
@@ -83,7 +84,7 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
         if !span.is_disabled() && env.ctx.captures_content() {
             span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
         }
-        match prepare(env.ctx, env.tools, call).instrument(span.clone()).await {
+        match prepare(env.ctx, env.ctx.layers(), env.tools, call).instrument(span.clone()).await {
             Err(e) => return (earlier, Input::Failed(e)),
             Ok(Prepared::Done(outcome)) => {
                 let outcome = finish(env, call, Ok(outcome), &span, watched);

@@ -95,11 +95,11 @@ fn fatal(layer: &str, hook: &str, f: HookFailure) -> Result<(), NoeticError> {
 }
 
 /// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
-pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
-    if !ctx.layers().has_lifecycle() {
+pub async fn init(ctx: &Context, layers: &LayerStack) -> Result<(), NoeticError> {
+    if !layers.has_lifecycle() {
         return Ok(());
     }
-    for layer in ctx.layers().iter() {
+    for layer in layers.iter() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
         timed(layer.timeouts().init, || hooks.init(ctx)).await.map_err(|f| match f {
             HookFailure::Failed(e) => e,
@@ -115,16 +115,15 @@ pub async fn init(ctx: &Context) -> Result<(), NoeticError> {
 /// Runs `on_complete(outcome)` on every layer, then `dispose` in reverse order — every hook, whatever the
 /// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
 /// naming the layer instead of a success that hides it.
-pub async fn complete(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
-    if !ctx.layers().has_lifecycle() {
+pub async fn complete(ctx: &Context, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
+    if !layers.has_lifecycle() {
         return Ok(());
     }
     // Boxed so that callers without layers (every fork path, for one) do not carry the hooks' state inline.
-    Box::pin(complete_layers(ctx, outcome)).await
+    Box::pin(complete_layers(ctx, layers, outcome)).await
 }
 
-async fn complete_layers(ctx: &Context, outcome: Outcome) -> Result<(), NoeticError> {
-    let layers = ctx.layers();
+async fn complete_layers(ctx: &Context, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
     let mut first_panic = None;
     let mut note = |layer: &str, hook: &str, f: HookFailure| {
         tracing::warn!(layer, hook, error = %describe(&f), "layer hook failed");
@@ -159,12 +158,12 @@ pub fn estimate_tokens(item: &Item) -> u32 {
 
 /// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
 /// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
-pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
+pub async fn recall(ctx: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
     // The layers that answer at once are asked here, with no future of their own (see `recall_shared`).
     let mut shares = Shares::Max;
-    match recall_start(ctx, &mut shares)? {
+    match recall_start(ctx, layers, &mut shares)? {
         Progress::Done(out) => Ok(out),
-        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out, &mut shares)).await,
+        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, layers, start, out, &mut shares)).await,
     }
 }
 
@@ -173,10 +172,11 @@ pub async fn recall(ctx: &Context) -> Result<Vec<Item>, NoeticError> {
 /// what the layers leave is [`Allotter::left`].
 pub async fn recall_within(
     ctx: &Context,
+    layers: &LayerStack,
     allotter: &mut Allotter,
     counter: &dyn TokenCounter,
 ) -> Result<Vec<Item>, NoeticError> {
-    recall_shared(ctx, &mut Shares::Allot(allotter, counter)).await
+    recall_shared(ctx, layers, &mut Shares::Allot(allotter, counter)).await
 }
 
 /// How the layers' budgets are given: each its `max` (no window known), or by an [`Allotter`].
@@ -207,22 +207,26 @@ impl Shares<'_> {
     }
 }
 
-async fn recall_shared(ctx: &Context, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
+async fn recall_shared(ctx: &Context, layers: &LayerStack, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
     // must be awaited on, the rest run in a boxed future, so a model request whose layers never wait makes none.
-    match recall_start(ctx, shares)? {
+    match recall_start(ctx, layers, shares)? {
         Progress::Done(out) => Ok(out),
-        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, start, out, shares)).await,
+        Progress::Wait(start, out) => Box::pin(recall_layers(ctx, layers, start, out, shares)).await,
     }
 }
 
 /// Asks the layers that answer at once, up to the first that must be awaited on.
-fn recall_start(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
+fn recall_start(
+    ctx: &Context,
+    layers: &LayerStack,
+    shares: &mut Shares<'_>,
+) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
     // Layers that do not recall take nothing of the room (an allotter then leaves it all to the history).
-    if !ctx.layers().has_recall() {
+    if !layers.has_recall() {
         return Ok(Progress::Done(Vec::new()));
     }
-    recall_at_once(ctx, shares)
+    recall_at_once(ctx, layers, shares)
 }
 
 /// How far asking the layers at once got: an answer, or what the layers before the `n`th (which must be awaited
@@ -232,9 +236,13 @@ enum Progress<D, W> {
     Wait(usize, W),
 }
 
-fn recall_at_once(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
+fn recall_at_once(
+    ctx: &Context,
+    layers: &LayerStack,
+    shares: &mut Shares<'_>,
+) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
     let mut out = Vec::new();
-    for (i, layer) in ctx.layers().iter().enumerate() {
+    for (i, layer) in layers.iter().enumerate() {
         let budget = shares.offer(layer.as_ref());
         // A layer without recall answers at once with nothing, and still takes its turn at the allotter.
         let answer = match layer.as_recall() {
@@ -252,11 +260,12 @@ fn recall_at_once(ctx: &Context, shares: &mut Shares<'_>) -> Result<Progress<Vec
 /// Recalls the layers from the `start`th on, after `out`.
 async fn recall_layers(
     ctx: &Context,
+    layers: &LayerStack,
     start: usize,
     mut out: Vec<Item>,
     shares: &mut Shares<'_>,
 ) -> Result<Vec<Item>, NoeticError> {
-    for layer in ctx.layers().iter().skip(start) {
+    for layer in layers.iter().skip(start) {
         let budget = shares.offer(layer.as_ref());
         let answer = match layer.as_recall() {
             Some(hooks) => match now(|| hooks.recall_now(ctx, budget)) {
@@ -309,15 +318,15 @@ fn take_recalled(
 }
 
 /// Runs `store` on every layer. Failures are logged.
-pub async fn store(ctx: &Context, response: &ModelResponse) {
-    if !ctx.layers().has_recall() {
+pub async fn store(ctx: &Context, layers: &LayerStack, response: &ModelResponse) {
+    if !layers.has_recall() {
         return;
     }
-    Box::pin(store_layers(ctx, response)).await;
+    Box::pin(store_layers(ctx, layers, response)).await;
 }
 
-async fn store_layers(ctx: &Context, response: &ModelResponse) {
-    for layer in ctx.layers().iter() {
+async fn store_layers(ctx: &Context, layers: &LayerStack, response: &ModelResponse) {
+    for layer in layers.iter() {
         let Some(hooks) = layer.as_recall() else { continue };
         if let Err(f) = timed(layer.timeouts().store, || hooks.store(ctx, response)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "store failed");
@@ -326,16 +335,16 @@ async fn store_layers(ctx: &Context, response: &ModelResponse) {
 }
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
-pub async fn spawn(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
-    if !child.layers().has_lifecycle() {
+pub async fn spawn(parent: &Context, child: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
+    if !layers.has_lifecycle() {
         return Ok(Vec::new());
     }
-    Box::pin(spawn_layers(parent, child)).await
+    Box::pin(spawn_layers(parent, child, layers)).await
 }
 
-async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, NoeticError> {
+async fn spawn_layers(parent: &Context, child: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
-    for layer in child.layers().iter() {
+    for layer in layers.iter() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
         match timed(layer.timeouts().on_spawn, || hooks.on_spawn(parent, child)).await {
             Ok(more) => items.extend(more),
@@ -349,15 +358,15 @@ async fn spawn_layers(parent: &Context, child: &Context) -> Result<Vec<Item>, No
 }
 
 /// Runs `on_return` on the child's layers after the child succeeded.
-pub async fn return_(parent: &Context, child: &Context) {
-    if !child.layers().has_lifecycle() {
+pub async fn return_(parent: &Context, child: &Context, layers: &LayerStack) {
+    if !layers.has_lifecycle() {
         return;
     }
-    Box::pin(return_layers(parent, child)).await;
+    Box::pin(return_layers(parent, child, layers)).await;
 }
 
-async fn return_layers(parent: &Context, child: &Context) {
-    for layer in child.layers().iter() {
+async fn return_layers(parent: &Context, child: &Context, layers: &LayerStack) {
+    for layer in layers.iter() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
         if let Err(f) = timed(layer.timeouts().on_return, || hooks.on_return(parent, child)).await {
             tracing::warn!(layer = layer.id(), error = %describe(&f), "on_return failed");

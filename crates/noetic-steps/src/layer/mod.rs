@@ -25,7 +25,7 @@ mod state;
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -36,9 +36,8 @@ pub use allot::{Allotter, check_minimums};
 pub use hooks::{Gates, Lifecycle, Persistence, Recall};
 pub use state::{LayerState, ScopeKey};
 
-use crate::context::{Carried, Context, ContextBuilder};
 use crate::error::NoeticError;
-use crate::model::{History, Item, ModelResponse};
+use crate::model::ModelResponse;
 
 /// Where a layer runs relative to others: lower slots run first. Ties keep insertion order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -360,44 +359,5 @@ impl Deref for LayerStack {
 impl fmt::Debug for LayerStack {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.layers.iter().map(|l| (l.id(), l.slot().0))).finish()
-    }
-}
-
-/// The layers of a context that has none.
-static NO_LAYERS: LazyLock<LayerStack> = LazyLock::new(|| LayerStack::new([]));
-
-/// The context carries its layers without knowing their type (it sits below this module); these read and set them.
-impl Context {
-    /// The memory layers in scope, in slot order.
-    pub fn layers(&self) -> &LayerStack {
-        self.carried_layers().get::<LayerStack>().unwrap_or(&NO_LAYERS)
-    }
-
-    /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
-    pub fn with_layers(&self, provided: &[Arc<dyn MemoryLayer>]) -> Context {
-        if provided.is_empty() {
-            return self.with_carried_layers(self.carried_layers().clone());
-        }
-        self.with_carried_layers(Carried::new(self.layers().merged(provided)))
-    }
-
-    /// A child context for a spawned step: fresh execution id, the given item log (usually empty), the given
-    /// layers, cancellation linked to this one, usage starting at zero.
-    pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> Context {
-        self.child(History::new(items), Carried::new(layers))
-    }
-}
-
-impl ContextBuilder {
-    /// Memory layers in scope for every step; a layer replaces one with the same id given before (a tool's
-    /// declared memory, say).
-    pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
-        let layers: Vec<Arc<dyn MemoryLayer>> = layers.into_iter().collect();
-        let merged = match self.layers.get::<LayerStack>() {
-            Some(current) => current.merged(&layers),
-            None => LayerStack::new(layers),
-        };
-        self.layers = Carried::new(merged);
-        self
     }
 }

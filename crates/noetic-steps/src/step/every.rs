@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Step, StepFuture, validate_id};
-use crate::context::{Context, WakeHandle};
+use crate::context::WakeHandle;
 use crate::error::{ConfigCode, ConfigError};
+use crate::scope::StepContext;
 
 /// What an `every` step does when its body fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -17,7 +18,7 @@ pub enum EveryOnError {
     Fail,
 }
 
-pub(crate) type BodyFn<I> = Arc<dyn Fn(I, Context) -> StepFuture<()> + Send + Sync>;
+pub(crate) type BodyFn<I> = Arc<dyn Fn(I, StepContext) -> StepFuture<()> + Send + Sync>;
 
 /// An `every` step: runs its body at once, then parks `interval ± jitter` (uniform, clamped at zero) between
 /// runs; a send on `wake_on` ends a park early. It never produces an output: it ends only with

@@ -4,13 +4,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{RetryPolicy, Step, StepFuture, validate_id};
-use crate::context::Context;
 use crate::error::{ConfigError, NoeticError};
+use crate::scope::StepContext;
 
 /// A retry policy with the function that copies the input for the next attempt.
 pub(crate) type Retry<I> = Option<(RetryPolicy, fn(&I) -> I)>;
 
-pub(crate) type RunFn<I, O> = Arc<dyn Fn(I, Context) -> StepFuture<O> + Send + Sync>;
+pub(crate) type RunFn<I, O> = Arc<dyn Fn(I, StepContext) -> StepFuture<O> + Send + Sync>;
 
 /// A `run` step: calls `execute(input, ctx)`, retrying failed attempts by its [`RetryPolicy`].
 pub struct StepRun<I, O> {
@@ -37,7 +37,7 @@ impl<I: Send + 'static, O: Send + 'static> Step<I, O> {
     /// ```
     pub fn run<F, Fut>(id: impl Into<String>, f: F) -> RunBuilder<I, O>
     where
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        F: Fn(I, StepContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, NoeticError>> + Send + 'static,
     {
         RunBuilder { id: id.into(), execute: Arc::new(move |i, c| Box::pin(f(i, c))), retry: None }

@@ -13,6 +13,7 @@ use crate::context::{ApprovalRecord, Context, EventKind};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::error::{guard, guard_async};
+use crate::layer::LayerStack;
 use crate::layer::ToolCallParams;
 use crate::layer::lifecycle::{self, Gate};
 use crate::model::{ToolCall, ToolResult};
@@ -98,6 +99,7 @@ pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 /// want spans, and the plain one otherwise, so that traces cost nothing without a subscriber.
 pub(crate) async fn traced_tool_call(
     ctx: &Context,
+    layers: &LayerStack,
     step_id: &Arc<str>,
     tools: &ToolSet,
     call: &ToolCall,
@@ -107,7 +109,7 @@ pub(crate) async fn traced_tool_call(
     if !span.is_disabled() && ctx.captures_content() {
         span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
     }
-    let result = run_tool_call(ctx, step_id, tools, call, allow).instrument(span.clone()).await;
+    let result = run_tool_call(ctx, layers, step_id, tools, call, allow).instrument(span.clone()).await;
     if !span.is_disabled() {
         match &result {
             Ok((result, kind)) => trace_outcome(&span, result, *kind, ctx.captures_content()),
@@ -160,6 +162,7 @@ pub(crate) fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolE
 /// result and, when it failed, the kind of failure.
 pub(crate) async fn run_tool_call(
     ctx: &Context,
+    layers: &LayerStack,
     step_id: &Arc<str>,
     tools: &ToolSet,
     call: &ToolCall,
@@ -169,7 +172,7 @@ pub(crate) async fn run_tool_call(
     if watched {
         announce(ctx, step_id, call, allow);
     }
-    let outcome = match prepare(ctx, tools, call).await? {
+    let outcome = match prepare(ctx, layers, tools, call).await? {
         Prepared::Done(outcome) => outcome,
         Prepared::Ready(ready) => execute(ctx, call, ready).await?,
     };
@@ -236,6 +239,7 @@ pub(crate) struct Ready<'t> {
 /// (which may rewrite the arguments), its arguments validated, its approval. Only cancellation is an error.
 pub(crate) async fn prepare<'t>(
     ctx: &Context,
+    layers: &LayerStack,
     tools: &'t ToolSet,
     call: &ToolCall,
 ) -> Result<Prepared<'t>, NoeticError> {
@@ -261,7 +265,7 @@ pub(crate) async fn prepare<'t>(
         return done(ToolErrorKind::NotFound, message);
     };
     let params = ToolCallParams { call_id: &call.id, name: &call.name, args: &args };
-    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, params)).await?;
+    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, layers, params)).await?;
     if gate.decision.action != SteeringAction::Allow {
         return Ok(Prepared::Done((steered(ctx, call, gate), Some(ToolErrorKind::PermissionDenied))));
     }

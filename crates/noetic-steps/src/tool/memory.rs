@@ -40,7 +40,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Tool;
-use crate::context::{Carried, Context};
+use crate::context::Context;
 use crate::error::NoeticError;
 use crate::layer::{self, LayerStack, LayerState, Lifecycle, MemoryLayer, Scope, ScopeKey, Slot};
 use crate::model::Item;
@@ -167,17 +167,15 @@ pub fn tool_memory_layers(tools: &[Arc<dyn Tool>]) -> Vec<Arc<dyn MemoryLayer>> 
     layers
 }
 
-/// Appends the layers `tools` declare whose ids `layers` does not hold yet. Allocates nothing when no tool declares
-/// memory (the common case, on every turn).
-/// The same, for the layers a context builder carries (a `LayerStack`); nothing changes when no tool declares
-/// memory.
-pub fn add_tool_memory_to(carried: &mut Carried, tools: &[Arc<dyn Tool>]) {
+/// Adds to `layers` the memory layers `tools` declare whose ids it does not hold yet (a layer given with a tool's
+/// memory id stands); nothing changes, and nothing is allocated, when no tool declares memory.
+pub fn add_tool_memory_to(layers: &mut LayerStack, tools: &[Arc<dyn Tool>]) {
     if tools.iter().all(|t| t.memory().is_none()) {
         return;
     }
-    let mut layers: Vec<Arc<dyn MemoryLayer>> = carried.get::<LayerStack>().map(|s| s.to_vec()).unwrap_or_default();
-    add_tool_memory_layers(&mut layers, tools);
-    *carried = Carried::new(LayerStack::new(layers));
+    let mut all: Vec<Arc<dyn MemoryLayer>> = layers.to_vec();
+    add_tool_memory_layers(&mut all, tools);
+    *layers = LayerStack::new(all);
 }
 
 /// Adds the memory layers `tools` declare (each tool with a memory) to `layers`.

@@ -11,7 +11,6 @@ mod schema;
 mod set;
 mod typed;
 
-use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +27,7 @@ pub use set::Tools;
 pub use set::{DynamicTools, ToolSet, ToolSource};
 pub use typed::{TypedTool, tool_fn};
 
-use crate::context::{Carried, Context, ContextBuilder, EventKind, Services};
+use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError};
 
 /// What a tool sees while it runs.
@@ -378,99 +377,4 @@ pub fn check_unique_names(tools: &[Arc<dyn Tool>], scope: &str) -> Result<(), Co
         }
     }
     Ok(())
-}
-
-/// The tools of a context's services: the context carries them without knowing their type (it sits below this
-/// module); these read and set them.
-impl Services {
-    fn tool_scope(&self) -> Option<&Tools> {
-        self.tools.get::<Tools>()
-    }
-
-    /// The tools in scope now (the fixed ones and each source's).
-    pub fn tools(&self) -> ToolSet {
-        self.tool_scope().map(Tools::snapshot).unwrap_or_default()
-    }
-
-    /// The tools in scope now, borrowed when they are a fixed set (no clone: its reference counts are the
-    /// runtime's, which every turn would write).
-    pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
-        self.tool_scope().map_or_else(|| Cow::Owned(ToolSet::default()), Tools::now)
-    }
-
-    /// These services with a tool scope of their own: a runtime's per-thread copy (see `sync::Spread`). It always
-    /// has a scope, even without tools, so no request falls back to the empty set every thread shares.
-    pub fn replica(&self) -> Services {
-        let tools = self.tool_scope().cloned().unwrap_or_default().replica();
-        Services { tools: Carried::new(tools), ..self.clone() }
-    }
-
-    /// Adds tools to the fixed ones in scope. A name given twice keeps the first tool; a runtime refuses to
-    /// build then (`DUPLICATE_TOOL_NAME`), see [`Services::duplicate_tool`].
-    pub fn add_tools(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
-        let mut scope = self.tool_scope().cloned().unwrap_or_default();
-        let all: Vec<Arc<dyn Tool>> = scope.fixed.iter().cloned().chain(tools).collect();
-        scope.fixed = match ToolSet::named(all.clone(), "the runtime") {
-            Ok(set) => set,
-            Err(e) => {
-                scope.duplicate.get_or_insert(e);
-                ToolSet::first_wins(all)
-            }
-        };
-        self.tools = Carried::new(scope);
-    }
-
-    /// Adds a source of tools that may change while the runtime runs; each model request sees its tools as they
-    /// are then.
-    pub fn add_tool_source(&mut self, source: Arc<dyn ToolSource>) {
-        let mut scope = self.tool_scope().cloned().unwrap_or_default();
-        scope.sources.push(source);
-        self.tools = Carried::new(scope);
-    }
-
-    /// The error of two fixed tools given with one name, if that happened.
-    pub fn duplicate_tool(&self) -> Option<ConfigError> {
-        self.tool_scope().and_then(|s| s.duplicate.clone())
-    }
-
-    /// The fixed tools (their declared memory becomes layers).
-    pub fn fixed_tools(&self) -> ToolSet {
-        self.tool_scope().map(|s| s.fixed.clone()).unwrap_or_default()
-    }
-}
-
-impl Context {
-    /// The tools in scope now (the fixed ones and each source's).
-    pub fn tools(&self) -> ToolSet {
-        self.services().tools()
-    }
-
-    /// [`Context::tools`], borrowed when they are a fixed set.
-    pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
-        self.services().tools_now()
-    }
-}
-
-impl ContextBuilder {
-    /// Tools in scope. Memory they declare joins the layers (unless a layer with that id is there).
-    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
-        let tools: Vec<Arc<dyn Tool>> = tools.into_iter().collect();
-        add_tool_memory_to(&mut self.layers, &tools);
-        self.services.add_tools(tools);
-        self
-    }
-
-    /// A source of tools that may change while the execution runs.
-    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
-        self.services.add_tool_source(source);
-        self
-    }
-
-    /// Model, tools and approver at once. Memory the tools declare joins the layers (unless a layer with that
-    /// id is there).
-    pub fn services(mut self, services: Services) -> Self {
-        add_tool_memory_to(&mut self.layers, &services.fixed_tools());
-        self.services = services;
-        self
-    }
 }

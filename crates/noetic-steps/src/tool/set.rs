@@ -224,8 +224,42 @@ pub struct Tools {
 }
 
 impl Tools {
+    /// Adds tools to the fixed ones. A name given twice keeps the first tool; a runtime refuses to build then
+    /// (`DUPLICATE_TOOL_NAME`), see [`Tools::duplicate`].
+    pub fn add(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
+        let all: Vec<Arc<dyn Tool>> = self.fixed.iter().cloned().chain(tools).collect();
+        self.fixed = match ToolSet::named(all.clone(), "the runtime") {
+            Ok(set) => set,
+            Err(e) => {
+                self.duplicate.get_or_insert(e);
+                ToolSet::first_wins(all)
+            }
+        };
+    }
+
+    /// Adds a source of tools that may change while the runtime runs; each model request sees its tools as they
+    /// are then.
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    /// True when there are neither fixed tools nor sources.
+    pub fn is_empty(&self) -> bool {
+        self.fixed.is_empty() && self.sources.is_empty() && self.duplicate.is_none()
+    }
+
+    /// The error of two fixed tools given with one name, if that happened.
+    pub fn duplicate(&self) -> Option<ConfigError> {
+        self.duplicate.clone()
+    }
+
+    /// The fixed tools (their declared memory becomes layers).
+    pub fn fixed(&self) -> &ToolSet {
+        &self.fixed
+    }
+
     /// The tools now: the fixed ones, then each source's (a name already taken is left out).
-    pub(crate) fn snapshot(&self) -> ToolSet {
+    pub fn snapshot(&self) -> ToolSet {
         self.sources.iter().fold(self.fixed.clone(), |set, source| set.merged(&source.snapshot()))
     }
 

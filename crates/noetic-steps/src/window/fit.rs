@@ -11,6 +11,7 @@ use crate::model::{
     ContextWindow, Estimate, Folded, History, Item, Model, ModelRequest, TokenCounter, ToolSpec, item_tokens,
     items_tokens,
 };
+use crate::scope::StepContext;
 
 /// What fitting needs to know of the `llm` step.
 pub(crate) struct StepWindow<'a> {
@@ -93,7 +94,7 @@ fn to_u32(n: u64) -> u32 {
 /// said it). `None` when the model's window is not known and nothing was refused: the caller sends the request as
 /// it is.
 pub(crate) async fn fit(
-    ctx: &Context,
+    ctx: &StepContext,
     model: &dyn Model,
     step: &StepWindow<'_>,
     tools: &Arc<[ToolSpec]>,
@@ -144,7 +145,7 @@ pub(crate) async fn fit(
     let protected = to_u32(history.tally().tokens_from(counter, items, protect));
     let mut allotter =
         Allotter::new(raw_room.saturating_sub(fixed).saturating_sub(protected), layers.iter().map(|l| l.budget()));
-    let context = lifecycle::recall_within(ctx, &mut allotter, counter).await?;
+    let context = lifecycle::recall_within(ctx, layers, &mut allotter, counter).await?;
     let older_room = allotter.left();
     let older = older_tokens(counter, &history, protect, protected);
     let must = force || older > u64::from(older_room) || too_many_turns(step.compaction, items, upto, protect);

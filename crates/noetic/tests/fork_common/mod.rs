@@ -26,7 +26,7 @@ pub fn entries(log: &Log) -> Vec<String> {
 /// A path that records its start, sleeps `ms` (virtual time), records its completion and returns `out`.
 pub fn ok_after(id: &str, ms: u64, out: &str, log: &Log) -> S {
     let (name, out, log) = (id.to_owned(), out.to_owned(), log.clone());
-    Step::run(id, move |_x: u32, _ctx: Context| {
+    Step::run(id, move |_x: u32, _ctx: StepContext| {
         let (name, out, log) = (name.clone(), out.clone(), log.clone());
         async move {
             log.lock().unwrap().push(format!("start {name}"));
@@ -42,7 +42,7 @@ pub fn ok_after(id: &str, ms: u64, out: &str, log: &Log) -> S {
 /// A path that records its start, sleeps `ms` (virtual time) and fails with `message`.
 pub fn fail_after(id: &str, ms: u64, message: &str, log: &Log) -> S {
     let (name, message, log) = (id.to_owned(), message.to_owned(), log.clone());
-    Step::run(id, move |_x: u32, _ctx: Context| {
+    Step::run(id, move |_x: u32, _ctx: StepContext| {
         let (name, message, log) = (name.clone(), message.clone(), log.clone());
         async move {
             log.lock().unwrap().push(format!("start {name}"));
@@ -83,12 +83,12 @@ impl Drop for StopGuard {
 /// A path that blocks until its context is cancelled, then returns the cancellation error.
 pub fn blocker(id: &str, probe: &Arc<Probe>, log: &Log) -> S {
     let (name, probe, log) = (id.to_owned(), probe.clone(), log.clone());
-    Step::run(id, move |_x: u32, ctx: Context| {
+    Step::run(id, move |_x: u32, ctx: StepContext| {
         let (name, probe, log) = (name.clone(), probe.clone(), log.clone());
         async move {
             log.lock().unwrap().push(format!("start {name}"));
             probe.started.store(true, SeqCst);
-            let _guard = StopGuard { probe: probe.clone(), ctx: ctx.clone() };
+            let _guard = StopGuard { probe: probe.clone(), ctx: ctx.context().clone() };
             ctx.cancelled().await;
             probe.observed_cancel.store(true, SeqCst);
             Err(ctx.cancelled_error())
@@ -101,12 +101,12 @@ pub fn blocker(id: &str, probe: &Arc<Probe>, log: &Log) -> S {
 /// A path that sleeps for a long time, recording whether it ever finished its sleep and when it stopped.
 pub fn long_sleeper(id: &str, probe: &Arc<Probe>, log: &Log) -> S {
     let (name, probe, log) = (id.to_owned(), probe.clone(), log.clone());
-    Step::run(id, move |_x: u32, ctx: Context| {
+    Step::run(id, move |_x: u32, ctx: StepContext| {
         let (name, probe, log) = (name.clone(), probe.clone(), log.clone());
         async move {
             log.lock().unwrap().push(format!("start {name}"));
             probe.started.store(true, SeqCst);
-            let _guard = StopGuard { probe: probe.clone(), ctx: ctx.clone() };
+            let _guard = StopGuard { probe: probe.clone(), ctx: ctx.context().clone() };
             sleep(Duration::from_secs(3600)).await;
             log.lock().unwrap().push(format!("done {name}"));
             Ok(format!("{name} slept"))
@@ -144,7 +144,7 @@ pub fn gauged_paths(gauge: &Arc<Gauge>, fail: bool) -> Vec<S> {
     (0..6u64)
         .map(|i| {
             let gauge = gauge.clone();
-            Step::run(format!("g{i}"), move |_x: u32, _ctx: Context| {
+            Step::run(format!("g{i}"), move |_x: u32, _ctx: StepContext| {
                 let gauge = gauge.clone();
                 async move {
                     let _g = enter(&gauge);

@@ -16,8 +16,8 @@ pub fn entries(log: &Log) -> Vec<String> {
     log.lock().unwrap().clone()
 }
 
-pub fn context(model: &ScriptedModel, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Context {
-    Context::builder().model(Arc::new(model.clone())).tools(tools).build()
+pub fn context(model: &ScriptedModel, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> StepContext {
+    StepContext::builder().model(Arc::new(model.clone())).tools(tools).build()
 }
 
 pub fn assistant() -> Step<String, String> {

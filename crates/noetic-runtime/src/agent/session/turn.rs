@@ -1,6 +1,7 @@
 //! A running turn: its handle, and how a session starts one on a claimed conversation.
 
 use super::*;
+use crate::scope::StepContext;
 
 /// A running turn, returned by [`Session::send`] (and [`Session::send_or_steer`], [`Session::continue_session`],
 /// [`Session::resume`]).
@@ -112,7 +113,7 @@ impl Session {
             .thread_id(state.key.clone())
             .history(history)
             .events(sink(state).clone())
-            .shared_services(shared.services.clone(), shared.layers.clone())
+            .shared_services(shared.services.clone())
             .turn_services(TurnServices {
                 steering: Some(steering.clone()),
                 journal,
@@ -121,6 +122,8 @@ impl Session {
             })
             .cancel_with(&cancel)
             .build();
+        // What the agent step runs in: the turn's context, with the runtime's layers and tools in scope.
+        let step_ctx = StepContext::of(ctx.clone(), shared.in_scope.clone());
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
         state.touch(crate::agent::tick(&self.runtime));
         // Messages a continuation starts with enter the conversation now, whatever the agent does next, so they
@@ -174,7 +177,7 @@ impl Session {
                 // Layers whose state could not be restored do not run: the turn fails, nothing else happens.
                 let result = match opened.and_then(|()| state.load_layer_states(runtime)) {
                     Err(e) => Err(e),
-                    Ok(()) => AssertUnwindSafe(crate::run(&runtime.agent, message, &ctx))
+                    Ok(()) => AssertUnwindSafe(crate::run(&runtime.agent, message, &step_ctx))
                         .catch_unwind()
                         .await
                         .unwrap_or_else(|p| {

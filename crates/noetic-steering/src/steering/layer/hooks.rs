@@ -102,15 +102,22 @@ impl Gates for SteeringLayer {
 }
 
 impl Lifecycle for SteeringLayer {
+    /// Makes the execution's state: an execution the layer is in scope of has one from its start, which is how
+    /// `on_spawn` tells a parent that uses this layer from one that does not.
+    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+        self.entry(ctx);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn on_spawn<'a>(
         &'a self,
         parent: &'a Context,
         child: &'a Context,
     ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
-            // The parent's state, if the parent uses this layer (a spawn may bring its own layers).
-            let parent_uses_layer = parent.layers().iter().any(|l| std::ptr::addr_eq(Arc::as_ptr(l), self));
-            let parent_state = parent_uses_layer.then(|| self.entry(parent));
+            // The parent's state, if the parent uses this layer (a spawn may bring its own layers): made by `init`,
+            // by `on_spawn` for a parent that is itself a child, or by any hook the parent ran.
+            let parent_state = self.states.get(&self.key(parent));
             let ledger = parent_state.as_ref().map(|s| lock(s).ledger.clone()).unwrap_or_default();
             lock(&self.children).insert(child.execution_id(), parent_state);
             self.states.insert(ScopeKey::Execution(child.execution_id()), Inner { ledger, ..Inner::default() });

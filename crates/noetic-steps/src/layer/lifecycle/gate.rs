@@ -12,7 +12,7 @@ use crate::context::{Context, EventKind, RewriteRecord};
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::layer::{
-    Gates, HookErrorPolicy, MAX_REWRITES, MemoryLayer, ModelCallParams, ToolCallAction, ToolCallParams,
+    Gates, HookErrorPolicy, LayerStack, MAX_REWRITES, MemoryLayer, ModelCallParams, ToolCallAction, ToolCallParams,
 };
 
 /// The aggregate of the gating layers' decisions.
@@ -244,19 +244,24 @@ enum AtOnce {
 
 /// The gate from where the layers that answer at once left it: from the first layer that must be awaited on, or
 /// the first rewrite (see [`before_tool_call`]).
-async fn gate_after(ctx: &Context, call: GateCall<'_>, at_once: AtOnce) -> Result<Gate, NoeticError> {
+async fn gate_after(
+    ctx: &Context,
+    layers: &LayerStack,
+    call: GateCall<'_>,
+    at_once: AtOnce,
+) -> Result<Gate, NoeticError> {
     match at_once {
         AtOnce::Done(gate) => Ok(gate),
-        AtOnce::Wait(start, gating) => gate_rest(ctx, call, Progress::Wait(start, gating)).await,
-        AtOnce::Again(args, gating) => gate_rest(ctx, call, Progress::Done((args, gating))).await,
+        AtOnce::Wait(start, gating) => gate_rest(ctx, layers, call, Progress::Wait(start, gating)).await,
+        AtOnce::Again(args, gating) => gate_rest(ctx, layers, call, Progress::Done((args, gating))).await,
     }
 }
 
 /// The gate, as far as the layers answer at once.
-fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
+fn gate_at_once(ctx: &Context, layers: &LayerStack, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
     // Made at the first answer that is not an allow: the usual gate has none.
     let mut gating: Option<Gating> = None;
-    for (i, layer) in ctx.layers().iter().enumerate() {
+    for (i, layer) in layers.iter().enumerate() {
         let layer: &dyn MemoryLayer = layer.as_ref();
         let Some(gates) = layer.as_gates() else { continue };
         match now(|| call.now(gates, ctx)) {
@@ -280,6 +285,7 @@ fn gate_at_once(ctx: &Context, call: GateCall<'_>) -> Result<AtOnce, NoeticError
 /// arguments — waiting where they need it, and every layer again after each rewrite.
 async fn gate_rest<'a>(
     ctx: &'a Context,
+    layers: &'a LayerStack,
     call: GateCall<'a>,
     from: Progress<(Value, Gating), Gating>,
 ) -> Result<Gate, NoeticError> {
@@ -292,7 +298,7 @@ async fn gate_rest<'a>(
             Some(args) => call.with_args(args),
             None => call,
         };
-        for layer in ctx.layers().iter().skip(start) {
+        for layer in layers.iter().skip(start) {
             let layer: &dyn MemoryLayer = layer.as_ref();
             let Some(gates) = layer.as_gates() else { continue };
             let answer = match now(|| call.now(gates, ctx)) {
@@ -316,25 +322,33 @@ async fn gate_rest<'a>(
 /// Asks every layer about a tool call: the layers that answer at once without an await (so the hook's future stays
 /// small); from the first that must be awaited on, or the first rewrite, the rest in a boxed future, so a call whose
 /// layers never wait and never rewrite makes none.
-pub async fn before_tool_call(ctx: &Context, call: ToolCallParams<'_>) -> Result<Gate, NoeticError> {
-    if !ctx.layers().has_gates() {
+pub async fn before_tool_call(
+    ctx: &Context,
+    layers: &LayerStack,
+    call: ToolCallParams<'_>,
+) -> Result<Gate, NoeticError> {
+    if !layers.has_gates() {
         return Ok(Gate::allow());
     }
     let call = GateCall::BeforeToolCall(call);
-    match gate_at_once(ctx, call)? {
+    match gate_at_once(ctx, layers, call)? {
         AtOnce::Done(gate) => Ok(gate),
-        rest => Box::pin(gate_after(ctx, call, rest)).await,
+        rest => Box::pin(gate_after(ctx, layers, call, rest)).await,
     }
 }
 
 /// Asks every layer about a model response, as [`before_tool_call`] does.
-pub async fn after_model_call(ctx: &Context, call: ModelCallParams<'_>) -> Result<Gate, NoeticError> {
-    if !ctx.layers().has_gates() {
+pub async fn after_model_call(
+    ctx: &Context,
+    layers: &LayerStack,
+    call: ModelCallParams<'_>,
+) -> Result<Gate, NoeticError> {
+    if !layers.has_gates() {
         return Ok(Gate::allow());
     }
     let call = GateCall::AfterModelCall(call);
-    match gate_at_once(ctx, call)? {
+    match gate_at_once(ctx, layers, call)? {
         AtOnce::Done(gate) => Ok(gate),
-        rest => Box::pin(gate_after(ctx, call, rest)).await,
+        rest => Box::pin(gate_after(ctx, layers, call, rest)).await,
     }
 }

@@ -1,0 +1,301 @@
+//! What a step runs in: a [`Context`] and, typed, the memory layers and the tools in scope.
+//!
+//! The layer and tool traits take a [`Context`] — identity, cancellation, the item log, events and the services
+//! hooks and tools call on. The interpreter passes a [`StepContext`], which adds what only steps use: the
+//! [`LayerStack`] whose hooks they run and the [`Tools`] an `llm` step offers the model. This module sits above
+//! the layer and tool modules, so it names their types; a `StepContext` dereferences to its `Context`.
+//!
+//! ```
+//! use noetic::prelude::*;
+//! use noetic::{StepContext, model::Item};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A run step gets the step context it runs in; through it, the context's item log.
+//! let step = Step::run("note", |text: String, ctx: StepContext| async move {
+//!     ctx.push_item(Item::user(text));
+//!     Ok(ctx.item_count())
+//! })
+//! .build()?;
+//! let ctx = StepContext::builder().items(vec![Item::user("hi")]).build();
+//! assert_eq!(step.execute("there".to_owned(), &ctx).await?, 2);
+//! assert!(ctx.layers().is_empty() && ctx.tools().is_empty());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{Approver, Context, ContextBuilder, EventSink, ExecutionId, Services, TurnServices};
+use crate::layer::{LayerStack, MemoryLayer};
+use crate::model::{History, Item, Model};
+use crate::sync::CachePadded;
+use crate::tool::{Tool, ToolSet, ToolSource, Tools, add_tool_memory_to};
+
+/// The memory layers and the tools in scope: one allocation, shared by every step context that has the same (a runtime
+/// keeps one per thread, alone on its cache lines, so threads do not write one reference count).
+#[derive(Clone, Default)]
+pub struct InScope {
+    layers: LayerStack,
+    tools: Tools,
+}
+
+impl InScope {
+    /// `layers` and `tools` in scope (the memory `tools` declare is not added here: see [`StepContextBuilder::tools`]).
+    pub fn new(layers: LayerStack, tools: Tools) -> Self {
+        InScope { layers, tools }
+    }
+
+    /// The memory layers, in slot order.
+    pub fn layers(&self) -> &LayerStack {
+        &self.layers
+    }
+
+    /// The tools (the fixed ones and the sources).
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
+    /// A copy whose fixed tools have reference counts of their own (a runtime's per-thread copy).
+    pub fn replica(&self) -> InScope {
+        InScope { layers: self.layers.clone(), tools: self.tools.replica() }
+    }
+}
+
+/// Nothing in scope, shared by the step contexts made without layers or tools.
+static NOTHING: LazyLock<Arc<CachePadded<InScope>>> = LazyLock::new(|| Arc::new(CachePadded::new(InScope::default())));
+
+/// What a step runs in: its [`Context`] (what [`Deref`] gives) and the memory layers and tools in scope. Cheap to
+/// clone; clones share everything.
+#[derive(Clone)]
+pub struct StepContext {
+    ctx: Context,
+    parts: Arc<CachePadded<InScope>>,
+}
+
+impl StepContext {
+    /// A root step context: a new context ([`Context::new`]), no layers, no tools.
+    pub fn new() -> Self {
+        StepContext::from(Context::new())
+    }
+
+    /// Starts building a root step context: its context's parts, and the layers and tools in scope.
+    pub fn builder() -> StepContextBuilder {
+        StepContextBuilder::default()
+    }
+
+    /// `ctx` with `parts` in scope (a runtime's per-thread copy, say).
+    pub fn of(ctx: Context, parts: Arc<CachePadded<InScope>>) -> Self {
+        StepContext { ctx, parts }
+    }
+
+    /// The context: what memory layers' hooks and tools receive.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The memory layers in scope, in slot order.
+    pub fn layers(&self) -> &LayerStack {
+        &self.parts.layers
+    }
+
+    /// The tools in scope now (the fixed ones and each source's).
+    pub fn tools(&self) -> ToolSet {
+        self.parts.tools.snapshot()
+    }
+
+    /// [`StepContext::tools`], borrowed when they are a fixed set (no clone: its reference counts are the runtime's,
+    /// which every turn would write).
+    pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
+        self.parts.tools.now()
+    }
+
+    /// A fork path's step context: [`Context::fork_child`], the same layers and tools.
+    pub fn fork_child(&self) -> StepContext {
+        StepContext { ctx: self.ctx.fork_child(), parts: self.parts.clone() }
+    }
+
+    /// [`StepContext::fork_child`], made in `spare`'s context allocation when `spare` is a finished fork path of
+    /// this step context that nothing else holds (see `Context::fork_child_reusing`).
+    pub(crate) fn fork_child_reusing(&self, spare: Option<StepContext>) -> StepContext {
+        let spare = spare.filter(|s| Arc::ptr_eq(&s.parts, &self.parts)).map(|s| s.ctx);
+        StepContext { ctx: self.ctx.fork_child_reusing(spare), parts: self.parts.clone() }
+    }
+
+    /// A spawned step's step context: [`Context::spawn_child`] with `items`, the given layers, the same tools.
+    pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> StepContext {
+        let parts = InScope { layers, tools: self.parts.tools.clone() };
+        StepContext { ctx: self.ctx.spawn_child(items), parts: Arc::new(CachePadded::new(parts)) }
+    }
+
+    /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
+    pub fn with_layers(&self, provided: &[Arc<dyn MemoryLayer>]) -> StepContext {
+        if provided.is_empty() {
+            return self.clone();
+        }
+        let parts = InScope { layers: self.parts.layers.merged(provided), tools: self.parts.tools.clone() };
+        StepContext { ctx: self.ctx.clone(), parts: Arc::new(CachePadded::new(parts)) }
+    }
+
+    /// The same step context, one nesting level deeper (used for the children of composite steps).
+    pub(crate) fn nested(&self) -> StepContext {
+        StepContext { ctx: self.ctx.nested(), parts: self.parts.clone() }
+    }
+}
+
+impl Default for StepContext {
+    fn default() -> Self {
+        StepContext::new()
+    }
+}
+
+impl From<Context> for StepContext {
+    /// `ctx` with no layers and no tools in scope.
+    fn from(ctx: Context) -> Self {
+        StepContext { ctx, parts: NOTHING.clone() }
+    }
+}
+
+impl Deref for StepContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+impl AsRef<Context> for StepContext {
+    fn as_ref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+impl fmt::Debug for StepContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepContext").field("ctx", &self.ctx).field("layers", self.layers()).finish_non_exhaustive()
+    }
+}
+
+/// Builds a root [`StepContext`]: what [`ContextBuilder`] sets, and the layers and tools.
+#[derive(Default)]
+pub struct StepContextBuilder {
+    ctx: ContextBuilder,
+    layers: LayerStack,
+    tools: Tools,
+}
+
+impl StepContextBuilder {
+    /// The context as `ctx` builds it (replacing what was set here before).
+    pub fn context(mut self, ctx: ContextBuilder) -> Self {
+        self.ctx = ctx;
+        self
+    }
+
+    /// The conversation thread this execution belongs to (scopes `Thread` layer state).
+    pub fn thread_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.ctx = self.ctx.thread_id(id);
+        self
+    }
+
+    /// The resource (user, project …) this execution belongs to (scopes `Resource` layer state).
+    pub fn resource_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.ctx = self.ctx.resource_id(id);
+        self
+    }
+
+    /// The conversation so far.
+    pub fn items(mut self, items: Vec<Item>) -> Self {
+        self.ctx = self.ctx.items(items);
+        self
+    }
+
+    /// The conversation so far, shared without copying.
+    pub fn history(mut self, history: History) -> Self {
+        self.ctx = self.ctx.history(history);
+        self
+    }
+
+    /// Where events go.
+    pub fn events(mut self, events: EventSink) -> Self {
+        self.ctx = self.ctx.events(events);
+        self
+    }
+
+    /// The model `llm` steps call.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.ctx = self.ctx.model(model);
+        self
+    }
+
+    /// The approver for tools that need approval.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.ctx = self.ctx.approver(approver);
+        self
+    }
+
+    /// Whether traces record content (see [`ContextBuilder::capture_content`]).
+    pub fn capture_content(mut self, on: bool) -> Self {
+        self.ctx = self.ctx.capture_content(on);
+        self
+    }
+
+    /// Uses this execution id instead of a fresh one.
+    pub fn execution_id(mut self, id: ExecutionId) -> Self {
+        self.ctx = self.ctx.execution_id(id);
+        self
+    }
+
+    /// Cancel the context when `token` is cancelled.
+    pub fn cancel_with(mut self, token: &CancellationToken) -> Self {
+        self.ctx = self.ctx.cancel_with(token);
+        self
+    }
+
+    /// Model, approver and the rest at once.
+    pub fn services(mut self, services: Services) -> Self {
+        self.ctx = self.ctx.services(services);
+        self
+    }
+
+    /// A session turn's steering, journal, records and meter.
+    pub fn turn_services(mut self, turn: TurnServices) -> Self {
+        self.ctx = self.ctx.turn_services(turn);
+        self
+    }
+
+    /// Memory layers in scope for every step; a layer replaces one with the same id given before (a tool's
+    /// declared memory, say).
+    pub fn layers(mut self, layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>) -> Self {
+        let layers: Vec<Arc<dyn MemoryLayer>> = layers.into_iter().collect();
+        self.layers = self.layers.merged(&layers);
+        self
+    }
+
+    /// Tools in scope. Memory they declare joins the layers (unless a layer with that id is there).
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        let tools: Vec<Arc<dyn Tool>> = tools.into_iter().collect();
+        add_tool_memory_to(&mut self.layers, &tools);
+        self.tools.add(tools);
+        self
+    }
+
+    /// A source of tools that may change while the execution runs.
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.tools.add_source(source);
+        self
+    }
+
+    /// Builds the step context.
+    pub fn build(self) -> StepContext {
+        let ctx = self.ctx.build();
+        if self.layers.is_empty() && self.tools.is_empty() {
+            return StepContext::from(ctx);
+        }
+        StepContext::of(ctx, Arc::new(CachePadded::new(InScope::new(self.layers, self.tools))))
+    }
+}
