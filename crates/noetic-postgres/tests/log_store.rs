@@ -394,6 +394,39 @@ async fn a_worker_continuing_a_session_another_worker_appended_to_is_fenced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_continuing_many_sessions_one_of_which_another_worker_appended_to_writes_the_rest() {
+    let Some(db) = database("log_stale_many").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    let keys: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    let first = [message("a1")];
+    let written = futures::future::join_all(keys.iter().map(|k| a.append(k, Expect::At(0), &first))).await;
+    assert!(written.iter().all(|r| matches!(r, Ok(1))), "{written:?}");
+    b.append("s7", Expect::End, &[message("from b")]).await.unwrap();
+    // A remembers every session at 1 and appends to all of them at once: s7 is refused, the others land.
+    let second = [message("a2")];
+    let answers = futures::future::join_all(keys.iter().map(|k| a.append(k, Expect::At(1), &second))).await;
+    for (key, answer) in keys.iter().zip(&answers) {
+        if key == "s7" {
+            assert!(matches!(answer, Err(StoreError::Conflict { expected: 1, actual: 2, .. })), "{key}: {answer:?}");
+        } else {
+            assert!(matches!(answer, Ok(2)), "{key}: {answer:?}");
+        }
+    }
+    // And again, everyone where they are now: all land, and the list's summaries say so.
+    let third = [message("a3")];
+    let answers = futures::future::join_all(keys.iter().map(|k| a.append(k, Expect::At(2), &third))).await;
+    assert!(answers.iter().all(|r| matches!(r, Ok(3))), "{answers:?}");
+    let lines = b.list().await.unwrap();
+    assert_eq!(lines.len(), keys.len());
+    assert!(lines.iter().all(|l| l.last == 3 && l.summary.queued == 3), "{lines:?}");
+    for key in &keys {
+        assert_eq!(b.read(key, 0, 10).await.unwrap().len(), 3, "{key}");
+    }
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_deleted_and_written_again_by_another_worker_keeps_a_true_summary() {
     let Some(db) = database("log_recreated").await else { return };
     let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());

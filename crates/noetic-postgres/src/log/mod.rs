@@ -31,11 +31,13 @@
 //! decided against what it returned (each stale one answered with its own [`StoreError::Conflict`], the others
 //! going ahead; two requests for one session in one batch apply in arrival order), and one statement inserts all
 //! entries, updates the summaries and sends the notifications, pipelined with the `COMMIT`: two round trips, and a
-//! thousand sessions appending at once share them. The common case takes one: a batch of one session's appends
-//! that continue where this writer last saw the session committed (it remembers each session's end, summary and
-//! append counter) is one statement, a transaction of its own, fenced by the append counter — any
-//! append by anyone since, or a delete, changes it, and the statement then writes nothing and the batch
-//! transaction decides instead.
+//! thousand sessions appending at once share them. The common cases take one: a batch of appends that continue
+//! where this writer last saw their sessions committed (it remembers each session's end, summary and append
+//! counter) is one statement, a transaction of its own, fenced by the append counters — any append by anyone
+//! since, or a delete, changes one, and the statement then writes nothing and the batch transaction decides
+//! instead. For one session the statement updates its row where the counter still holds; for several it locks
+//! their rows in key order and writes only when every counter holds (each summary row is written once, where the
+//! batch transaction writes it twice).
 //! [`PgLogStore::stats`] counts transactions and appends. A connection that drops before the commit is retried
 //! once on another; one that drops during the commit leaves it unknown whether the batch was written, and every
 //! request in it is answered so ([`StoreError::Unavailable`]): the writer reads [`LogStore::last`] and decides.

@@ -1,6 +1,6 @@
 //! Group commit: the store object's one writer task takes every queued append request and writes them in one
 //! transaction (see the [module docs](super)). [`batch`] is that transaction; [`fast`] the one round
-//! trip of a writer continuing a session it wrote last.
+//! trip of a writer continuing a session it wrote last, [`many`] the same for several sessions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use super::Counters;
 use super::errors::{DbFailure, Shared};
 mod batch;
 mod fast;
+mod many;
 
 /// How many requests the writer answers before it lets the runtime run other tasks: answering wakes each request's
 /// task, and a thousand woken at once would queue everything else on the worker (a timer, a request handler) behind
@@ -130,7 +131,7 @@ impl Writer {
         self.known.insert(key.to_owned(), known);
     }
 
-    /// Writes `batch`: in one round trip when it continues one session this writer knows, else (or when another
+    /// Writes `batch`: in one round trip when it continues sessions this writer knows, else (or when another
     /// wrote there meanwhile) in the batch transaction, once more on another connection if that failed before
     /// writing.
     async fn write(&mut self, batch: &[Request]) -> Result<Answers, Failed> {
@@ -141,6 +142,16 @@ impl Writer {
                 Ok(None) => {
                     self.known.remove(key);
                 }
+                Err(Failed::Before { error, .. }) => {
+                    tracing::info!(%error, "a session-log append failed before writing; trying the batch way");
+                }
+                Err(unknown) => return Err(unknown),
+            }
+        } else if let Some(plan) = many::plan(&self.known, batch) {
+            match many::commit(self, plan).await {
+                Ok(Some(answers)) => return Ok(answers),
+                // The batch transaction reads every session's row again and remembers what it finds.
+                Ok(None) => {}
                 Err(Failed::Before { error, .. }) => {
                     tracing::info!(%error, "a session-log append failed before writing; trying the batch way");
                 }
