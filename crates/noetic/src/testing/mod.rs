@@ -13,6 +13,8 @@
 //! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
 //! - [`delete_file_tool`] / [`workspace_rule`]: the agent turn the providers' tests run over their wire (a tool,
 //!   a rule that denies some of its calls).
+//! - [`wire`]: what the providers' wire tests share (body fingerprints checked against a committed fixture, the
+//!   histories of a growing log, the check that growing requests share their encoded bytes).
 //!
 //! Nothing here sleeps or reads the clock: waits are notifications, so tests stay exact under paused tokio time.
 //!
@@ -54,6 +56,7 @@ mod recording;
 mod steering;
 mod tools;
 mod transcript;
+pub mod wire;
 
 pub use agent_turn::{OUTSIDE_WORKSPACE, delete_file_tool, workspace_rule};
 pub use events::{EventCollector, event_type};
