@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use noetic::testing::wire;
 use noetic_core::model::ToolChoice;
 use noetic_core::model::{History, Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
 use serde_json::{Value, json};
@@ -17,8 +18,9 @@ fn reference(request: &ModelRequest, stream: bool, model: Option<&str>) -> Value
     body
 }
 
-fn parsed(body: ChunkedBody) -> Value {
-    serde_json::from_slice(&body.to_vec()).unwrap()
+/// The body `encode_body` makes, parsed.
+fn encoded(request: &ModelRequest, stream: bool, model: Option<&str>, cache: &HistoryCache) -> Value {
+    wire::json_of(encode_body(request, stream, model, cache).chunks()).unwrap()
 }
 
 /// Leading system items, then every merge rule: text + calls, results then text in one user message (results
@@ -77,13 +79,10 @@ fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body() {
     for context in contexts {
         for model in [None, Some("claude-override")] {
             let cache = HistoryCache::default();
-            let ctx = noetic::Context::new();
-            for item in items() {
-                ctx.push_item(item);
-                let request = request(ctx.history(), context.clone());
-                let body = parsed(encode_body(&request, true, model, &cache));
+            for history in wire::growing_histories(items()) {
+                let request = request(history, context.clone());
                 assert_eq!(
-                    body,
+                    encoded(&request, true, model, &cache),
                     reference(&request, true, model),
                     "{} items, context {context:?}, model {model:?}",
                     request.history.len()
@@ -109,6 +108,6 @@ fn a_cached_log_is_reused_and_other_logs_never_see_its_bytes() {
     ctx.push_item(Item::user("main only"));
     for history in [fork.history(), ctx.history(), History::new(items())] {
         let request = request(history, Vec::new());
-        assert_eq!(parsed(encode_body(&request, false, None, &cache)), reference(&request, false, None));
+        assert_eq!(encoded(&request, false, None, &cache), reference(&request, false, None));
     }
 }

@@ -59,6 +59,19 @@ pub fn check_fixture(path: &Path, bodies: &[impl AsRef<[u8]>]) -> Result<(), Wir
     }
 }
 
+/// The JSON value a body's chunks hold together (a provider's body is its chunks, in order).
+///
+/// ```
+/// let value = noetic::testing::wire::json_of(&[&b"{\"a\":"[..], &b"1}"[..]])?;
+/// assert_eq!(value, serde_json::json!({"a": 1}));
+/// # Ok::<(), noetic::testing::wire::WireFailure>(())
+/// ```
+pub fn json_of<C: AsRef<[u8]>>(chunks: &[C]) -> Result<serde_json::Value, WireFailure> {
+    let body: Vec<u8> = chunks.iter().flat_map(|c| c.as_ref().iter().copied()).collect();
+    serde_json::from_slice(&body)
+        .map_err(|e| WireFailure(format!("the body is not JSON ({e}): {}", String::from_utf8_lossy(&body))))
+}
+
 /// The histories a session's requests carry while its log grows by `items`, one at a time: after each item, a
 /// snapshot of the same log (so a provider's cache of that log is reused from request to request).
 ///
