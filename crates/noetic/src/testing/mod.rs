@@ -13,6 +13,8 @@
 //! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
 //! - [`delete_file_tool`] / [`workspace_rule`]: the agent turn the providers' tests run over their wire (a tool,
 //!   a rule that denies some of its calls).
+//! - [`limits`] / [`provider_limit_tests!`](crate::provider_limit_tests): the body-cap and idle-limit scenarios every
+//!   HTTP provider runs against a bare local server, one test each.
 //! - [`wire`]: what the providers' wire tests share (body fingerprints checked against a committed fixture, the
 //!   histories of a growing log, the check that growing requests share their encoded bytes).
 //!
@@ -51,7 +53,9 @@
 
 mod agent_turn;
 mod events;
+pub mod limits;
 mod log_store;
+mod raw_http;
 mod recording;
 mod steering;
 mod tools;
