@@ -183,19 +183,6 @@ pub fn write_sse_head_and_chunk(stream: &mut TcpStream, event: &str) {
     stream.flush().unwrap();
 }
 
-/// Writes the head of a chunked SSE response, and no body yet.
-pub fn write_sse_head(stream: &mut TcpStream) {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.flush().unwrap();
-}
-
-/// Writes one chunk of a chunked body (ignoring a client that went away).
-pub fn write_chunk(stream: &mut TcpStream, data: &str) {
-    let chunk = format!("{:x}\r\n{data}\r\n", data.len());
-    let _ = stream.write_all(chunk.as_bytes()).and_then(|()| stream.flush());
-}
-
 /// Blocks until the peer closes the connection (or it fails).
 pub fn wait_for_close(stream: &mut TcpStream) {
     let mut buf = [0u8; 1024];
