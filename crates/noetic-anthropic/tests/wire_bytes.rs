@@ -8,13 +8,11 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
-use noetic::model::{ContentBlock, History, Item, ModelRequest, ToolCall, ToolResult, ToolSpec};
-use noetic::step::{ModelParams, ToolChoice};
+use noetic::model::{ContentBlock, History, Item, ModelRequest, ToolCall, ToolResult};
+use noetic::step::ToolChoice;
 use noetic::testing::wire;
 use noetic_anthropic::{HistoryCache, encode_body};
-use serde_json::json;
 
 /// One body as bytes, with the cache an `AnthropicModel` keeps.
 fn encode(request: &ModelRequest, stream: bool, model: Option<&str>, cache: &HistoryCache) -> Vec<u8> {
@@ -25,7 +23,7 @@ fn call(id: &str, name: &str, args: &str) -> Item {
     Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
 }
 
-/// Leading system items, then every merge rule, with text that needs escaping.
+/// Leading system items, the kit's first tool round, then every other merge rule, with text that needs escaping.
 fn items() -> Vec<Item> {
     let rich = ToolResult {
         blocks: vec![
@@ -36,15 +34,8 @@ fn items() -> Vec<Item> {
         ],
         ..ToolResult::ok("c5", "ignored when blocks are sent")
     };
-    vec![
-        Item::system("early system"),
-        Item::developer("early developer"),
-        Item::user("Find \"retry\" in src/ — naïve? \u{1F600} \\ back\tslash \u{1}\u{1f} </script>"),
-        Item::assistant("Let me look."),
-        call("c1", "search", r#"{"query": "retry", "path":"src/lib.rs"}"#),
-        call("c2", "search", ""),
-        Item::ToolResult(ToolResult::ok("c1", "src/config.rs:42: retry = RetryPolicy::new(3, ...)\n")),
-        Item::ToolResult(ToolResult::error("c2", "arguments are not JSON")),
+    let leading = [Item::system("early system"), Item::developer("early developer")];
+    let rest = [
         Item::developer("steering: be brief"),
         call("c3", "search", "{\"path\": \"fo"),
         Item::ToolResult(ToolResult::ok("c3", "")),
@@ -59,54 +50,25 @@ fn items() -> Vec<Item> {
         Item::ToolResult(ToolResult::ok("c4", "ok")),
         Item::ToolResult(rich),
         Item::assistant("done: ünïcödé"),
-    ]
+    ];
+    leading.into_iter().chain(wire::first_tool_round()).chain(rest).collect()
 }
 
-fn tools() -> Arc<[ToolSpec]> {
-    Arc::from(vec![
-        ToolSpec {
-            name: "search".into(),
-            description: "Searches the workspace for \"text\".".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {"query": {"type": "string", "description": "what to find"},
-                               "path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1e3}},
-                "required": ["query"], "additionalProperties": false
-            }),
-        },
-        ToolSpec { name: "other".into(), description: String::new(), parameters: serde_json::Value::Null },
-        ToolSpec { name: "plot".into(), description: "Plots.".into(), parameters: json!({"type": "object"}) },
-    ])
-}
-
-/// The request shapes: bare, with instructions and tools, with context, tail and every optional field.
+/// The kit's request shapes; in shape 3, a conversational context item and a required tool choice.
 fn request(shape: usize, history: History) -> ModelRequest {
-    let mut request = ModelRequest { model: "anthropic/claude-x".into(), history, ..ModelRequest::default() };
-    if shape >= 1 {
-        request.instructions = Some("You are a careful agent.\nNever touch \"/etc\".".into());
-        request.tools = tools();
-        request.tool_choice = Some(ToolChoice::Auto);
-    }
-    if shape >= 2 {
-        request.context = vec![Item::developer("memory: the user is Ada"), Item::system("context system")];
-        request.tail = vec![Item::developer("correction: shorter")];
-        request.tool_choice = Some(ToolChoice::Named("search".into()));
-        request.params = ModelParams {
-            temperature: Some(0.2),
-            top_p: Some(0.9),
-            max_tokens: Some(256),
-            stop_sequences: vec!["\n\nUser:".into(), "</answer>".into()],
-        };
-        request.output_schema = Some(json!({"type": "object", "properties": {"summary": {"type": "string"}}}));
-    }
+    let mut request = wire::request_shape(shape, "anthropic/claude-x", history);
     if shape == 3 {
-        request.instructions = Some(String::new());
         request.context = vec![Item::user("context that is not a system message")];
         request.tool_choice = Some(ToolChoice::Required);
-        request.params.temperature = Some(f32::NAN);
-        request.tools = Arc::from(Vec::new());
     }
     request
+}
+
+#[test]
+fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
+    let cache = HistoryCache::default();
+    let encode = |history| encode_body(&request(1, history), false, None, &cache).chunks().to_vec();
+    wire::check_chunk_sharing(encode).unwrap();
 }
 
 /// Every body of the matrix.
@@ -129,11 +91,4 @@ fn bodies() -> Vec<Vec<u8>> {
 fn every_request_body_is_byte_for_byte_the_committed_one() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wire_bytes.txt");
     wire::check_fixture(&path, &bodies()).unwrap();
-}
-
-#[test]
-fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
-    let cache = HistoryCache::default();
-    let encode = |history| encode_body(&request(1, history), false, None, &cache).chunks().to_vec();
-    wire::check_chunk_sharing(encode).unwrap();
 }

@@ -1,12 +1,15 @@
-//! What the providers' wire tests share: a body's fingerprint, the check of every body against a committed fixture
-//! of fingerprints, the histories of a log growing item by item, and the check that growing requests hand on the
-//! bytes earlier requests encoded. Each provider keeps its own conversation, tools and request shapes; only the
-//! scaffolding lives here.
+//! What the providers' wire tests share: the request shapes and tools they encode, the first tool round of their
+//! conversations, a body's fingerprint, the check of every body against a committed fixture of fingerprints, the
+//! histories of a log growing item by item, and the check that growing requests hand on the bytes earlier requests
+//! encoded. Each provider adds the items and fields its own wire rules need.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
 
 use crate::Context;
-use crate::model::{History, Item, ToolCall, ToolResult};
+use crate::model::{History, Item, ModelParams, ModelRequest, ToolCall, ToolChoice, ToolResult, ToolSpec};
 
 /// The variable that, when set, makes [`check_fixture`] write the fixture anew (only for a deliberate change of the
 /// wire format) before comparing.
@@ -14,6 +17,82 @@ pub const BLESS_WIRE: &str = "NOETIC_BLESS_WIRE";
 
 /// How many chunks a request body may hold, however long its history: about log2 of the requests that grew it.
 pub const MAX_CHUNKS: usize = 14;
+
+/// The request shapes a wire test encodes, for `model` and `history`:
+/// - 0: bare;
+/// - 1: instructions (with a line break and quotes), the three [`tools`], tool choice `Auto`;
+/// - 2: shape 1 with context (a developer and a system item), a tail, the tool choice `search`, every sampling
+///   parameter and an output schema;
+/// - 3: shape 2 with edge values: empty instructions, no tools, a NaN temperature.
+///
+/// ```
+/// use noetic::model::History;
+/// let request = noetic::testing::wire::request_shape(2, "m", History::default());
+/// assert_eq!(request.tools.len(), 3);
+/// assert_eq!(request.params.max_tokens, Some(256));
+/// ```
+pub fn request_shape(shape: usize, model: &str, history: History) -> ModelRequest {
+    let mut request = ModelRequest { model: model.into(), history, ..ModelRequest::default() };
+    if shape >= 1 {
+        request.instructions = Some("You are a careful agent.\nNever touch \"/etc\".".into());
+        request.tools = tools();
+        request.tool_choice = Some(ToolChoice::Auto);
+    }
+    if shape >= 2 {
+        request.context = vec![Item::developer("memory: the user is Ada"), Item::system("context system")];
+        request.tail = vec![Item::developer("correction: shorter")];
+        request.tool_choice = Some(ToolChoice::Named("search".into()));
+        request.params = ModelParams {
+            temperature: Some(0.2),
+            top_p: Some(0.9),
+            max_tokens: Some(256),
+            stop_sequences: vec!["\n\nUser:".into(), "</answer>".into()],
+        };
+        request.output_schema = Some(json!({"type": "object", "properties": {"summary": {"type": "string"}}}));
+    }
+    if shape == 3 {
+        request.instructions = Some(String::new());
+        request.params.temperature = Some(f32::NAN);
+        request.tools = Arc::from(Vec::new());
+    }
+    request
+}
+
+/// The tools of [`request_shape`]: `search` (a description that needs escaping, a schema with nested properties
+/// and numbers), `other` (no description, no parameters) and `plot`.
+pub fn tools() -> Arc<[ToolSpec]> {
+    Arc::from(vec![
+        ToolSpec {
+            name: "search".into(),
+            description: "Searches the workspace for \"text\".".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "what to find"},
+                               "path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1e3}},
+                "required": ["query"], "additionalProperties": false
+            }),
+        },
+        ToolSpec { name: "other".into(), description: String::new(), parameters: serde_json::Value::Null },
+        ToolSpec { name: "plot".into(), description: "Plots.".into(), parameters: json!({"type": "object"}) },
+    ])
+}
+
+/// The round a wire test's conversation starts with: a user message with text that needs escaping (quotes,
+/// non-ASCII, an emoji, a backslash, a tab, control characters, `</script>`), a text answer, two `search` calls (the
+/// second with empty arguments) and their results, the second an error.
+pub fn first_tool_round() -> Vec<Item> {
+    let call = |id: &str, arguments: &str| {
+        Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: arguments.into() })
+    };
+    vec![
+        Item::user("Find \"retry\" in src/ — naïve? \u{1F600} \\ back\tslash \u{1}\u{1f} </script>"),
+        Item::assistant("Let me look."),
+        call("c1", r#"{"query": "retry", "path":"src/lib.rs"}"#),
+        call("c2", ""),
+        Item::ToolResult(ToolResult::ok("c1", "src/config.rs:42: retry = RetryPolicy::new(3, ...)\n")),
+        Item::ToolResult(ToolResult::error("c2", "arguments are not JSON")),
+    ]
+}
 
 /// A wire check that failed, and how.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
