@@ -23,19 +23,14 @@ fn encoded(request: &ModelRequest, stream: bool, model: Option<&str>, cache: &Hi
     wire::json_of(encode_body(request, stream, model, cache).chunks()).unwrap()
 }
 
-/// Leading system items, then every merge rule: text + calls, results then text in one user message (results
-/// first), developer and system items inside the conversation, empty texts, two assistant texts in a row.
+/// Leading system items, then every merge rule: text + calls (the kit's first tool round), results then text in one
+/// user message (results first), developer and system items inside the conversation, empty texts, two assistant
+/// texts in a row.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
     let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
-    vec![
-        Item::Message { role: Role::System, content: "early system".into() },
-        Item::user("hi"),
-        Item::assistant("Let me look."),
-        call("c1"),
-        call("c2"),
-        result("c1"),
-        result("c2"),
+    let leading = Item::Message { role: Role::System, content: "early system".into() };
+    let rest = [
         Item::developer("steering: be brief"),
         call("c3"),
         result("c3"),
@@ -48,7 +43,8 @@ fn items() -> Vec<Item> {
         call("c4"),
         result("c4"),
         Item::assistant("done"),
-    ]
+    ];
+    std::iter::once(leading).chain(wire::first_tool_round()).chain(rest).collect()
 }
 
 fn request(history: History, context: Vec<Item>) -> ModelRequest {

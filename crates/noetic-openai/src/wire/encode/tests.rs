@@ -57,18 +57,12 @@ fn encoded(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &
     wire::json_of(encode_body(request, stream, options, cache).chunks()).unwrap()
 }
 
-/// A conversation that exercises every merge rule: text + calls in one message, calls alone, a second text,
-/// system and developer items in the middle, results, user messages.
+/// A conversation that exercises every merge rule: text + calls in one message (the kit's first tool round), calls
+/// alone, a second text, system and developer items in the middle, results, user messages.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
     let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
-    vec![
-        Item::user("hi"),
-        Item::assistant("Let me look."),
-        call("c1"),
-        call("c2"),
-        result("c1"),
-        result("c2"),
+    let rest = [
         call("c3"),
         Item::Message { role: Role::System, content: "late system".into() },
         result("c3"),
@@ -79,7 +73,8 @@ fn items() -> Vec<Item> {
         call("c4"),
         result("c4"),
         Item::assistant("done"),
-    ]
+    ];
+    wire::first_tool_round().into_iter().chain(rest).collect()
 }
 
 fn request(history: History, instructions: bool, context: bool) -> ModelRequest {
