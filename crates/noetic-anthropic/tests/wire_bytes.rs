@@ -23,7 +23,8 @@ fn call(id: &str, name: &str, args: &str) -> Item {
     Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
 }
 
-/// Leading system items, the kit's first tool round, then every other merge rule, with text that needs escaping.
+/// Leading system items, the kit's first tool round, then every other merge rule, then the kit's last tool round
+/// with the provider's rich result.
 fn items() -> Vec<Item> {
     let rich = ToolResult {
         blocks: vec![
@@ -35,7 +36,7 @@ fn items() -> Vec<Item> {
         ..ToolResult::ok("c5", "ignored when blocks are sent")
     };
     let leading = [Item::system("early system"), Item::developer("early developer")];
-    let rest = [
+    let middle = [
         Item::developer("steering: be brief"),
         call("c3", "search", "{\"path\": \"fo"),
         Item::ToolResult(ToolResult::ok("c3", "")),
@@ -45,13 +46,8 @@ fn items() -> Vec<Item> {
         Item::assistant("second"),
         Item::user("more"),
         Item::user("even more"),
-        call("c4", "other", "[1, 2]"),
-        call("c5", "plot", "{}"),
-        Item::ToolResult(ToolResult::ok("c4", "ok")),
-        Item::ToolResult(rich),
-        Item::assistant("done: ünïcödé"),
     ];
-    leading.into_iter().chain(wire::first_tool_round()).chain(rest).collect()
+    leading.into_iter().chain(wire::first_tool_round()).chain(middle).chain(wire::last_tool_round(rich)).collect()
 }
 
 /// The kit's request shapes; in shape 3, a conversational context item and a required tool choice.

@@ -23,13 +23,14 @@ fn call(id: &str, name: &str, args: &str) -> Item {
     Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
 }
 
-/// The kit's first tool round, then every other merge rule, with text that needs escaping.
+/// The kit's first tool round, then every other merge rule, then the kit's last tool round
+/// with the provider's rich result.
 fn items() -> Vec<Item> {
     let rich = ToolResult {
         blocks: vec![ContentBlock::text("The plot:"), ContentBlock::image_url("image/png", "https://x.test/p.png")],
         ..ToolResult::ok("c5", "The plot:\n[image image/png: https://x.test/p.png]")
     };
-    let rest = [
+    let middle = [
         call("c3", "search", "{\"path\": \"fo"),
         Item::system("late system: answer in French"),
         Item::ToolResult(ToolResult::ok("c3", "")),
@@ -37,13 +38,8 @@ fn items() -> Vec<Item> {
         Item::assistant("first"),
         Item::assistant(""),
         Item::user("more"),
-        call("c4", "other", "[1, 2]"),
-        call("c5", "plot", "{}"),
-        Item::ToolResult(ToolResult::ok("c4", "ok")),
-        Item::ToolResult(rich),
-        Item::assistant("done: ünïcödé"),
     ];
-    wire::first_tool_round().into_iter().chain(rest).collect()
+    wire::first_tool_round().into_iter().chain(middle).chain(wire::last_tool_round(rich)).collect()
 }
 
 /// The kit's request shapes, with a grammar from shape 2 on and, in shape 3, no context and a named tool choice

@@ -94,6 +94,22 @@ pub fn first_tool_round() -> Vec<Item> {
     ]
 }
 
+/// The round a wire test's conversation ends with: calls `c4` and `c5` to the two other [`tools`] (`other` with an
+/// array as its arguments, `plot`), their results (`c5`'s is `plot`, the provider's own rich result for that id),
+/// and a final answer with non-ASCII text.
+pub fn last_tool_round(plot: ToolResult) -> Vec<Item> {
+    let call = |id: &str, name: &str, arguments: &str| {
+        Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: arguments.into() })
+    };
+    vec![
+        call("c4", "other", "[1, 2]"),
+        call("c5", "plot", "{}"),
+        Item::ToolResult(ToolResult::ok("c4", "ok")),
+        Item::ToolResult(plot),
+        Item::assistant("done: ünïcödé"),
+    ]
+}
+
 /// A wire check that failed, and how.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
