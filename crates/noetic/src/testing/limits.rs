@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::conformance::{Checked, ConformanceFailure, check, fail};
 use super::raw_http::{RawServer, Reply, whole};
 use crate::error::{ConfigError, NoeticError};
 use crate::model::{Model, ModelRequest, StreamDelta};
@@ -58,32 +59,12 @@ pub struct Provider {
     pub parse: fn(Vec<Vec<u8>>, usize) -> Items,
 }
 
-/// A scenario the provider failed, and how.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("provider limits, scenario '{scenario}': {message}")]
-pub struct LimitFailure {
-    /// The scenario.
-    pub scenario: &'static str,
-    /// What the provider did instead.
-    pub message: String,
-}
-
-type Checked = Result<(), LimitFailure>;
-
-fn fail(scenario: &'static str, message: impl Into<String>) -> LimitFailure {
-    LimitFailure { scenario, message: message.into() }
-}
-
-fn check(scenario: &'static str, ok: bool, message: impl FnOnce() -> String) -> Checked {
-    if ok { Ok(()) } else { Err(fail(scenario, message())) }
-}
-
 /// The cap, with idle and start limits no scenario reaches.
 fn capped() -> Limits {
     Limits { max_body_bytes: CAP, idle_timeout: Duration::from_secs(5), timeout: Duration::from_secs(30) }
 }
 
-fn start(scenario: &'static str, reply: Reply) -> Result<RawServer, LimitFailure> {
+fn start(scenario: &'static str, reply: Reply) -> Result<RawServer, ConformanceFailure> {
     RawServer::start(reply).map_err(|e| fail(scenario, format!("the test server did not start: {e}")))
 }
 
@@ -92,7 +73,7 @@ fn model(
     scenario: &'static str,
     server: &RawServer,
     limits: Limits,
-) -> Result<Arc<dyn Model>, LimitFailure> {
+) -> Result<Arc<dyn Model>, ConformanceFailure> {
     (p.model)(&server.base(), limits).map_err(|e| fail(scenario, format!("the model could not be made: {e}")))
 }
 
@@ -102,7 +83,7 @@ async fn streamed(model: &dyn Model, p: &Provider) -> Items {
 }
 
 /// The message of a non-retryable `ModelFailed` without a raw body; a failure on anything else (`None`: no error).
-fn final_failure<'e>(scenario: &'static str, error: Option<&'e NoeticError>) -> Result<&'e str, LimitFailure> {
+fn final_failure<'e>(scenario: &'static str, error: Option<&'e NoeticError>) -> Result<&'e str, ConformanceFailure> {
     match error {
         Some(NoeticError::ModelFailed { message, retryable: false, raw: None, .. }) => Ok(message),
         other => Err(fail(scenario, format!("expected a non-retryable ModelFailed, got {other:?}"))),
@@ -118,7 +99,7 @@ fn last_error(items: &[Result<StreamDelta, NoeticError>]) -> Option<&NoeticError
 fn only_retryable_failure<'e>(
     scenario: &'static str,
     items: &'e [Result<StreamDelta, NoeticError>],
-) -> Result<&'e str, LimitFailure> {
+) -> Result<&'e str, ConformanceFailure> {
     match items {
         [Err(NoeticError::ModelFailed { message, retryable: true, status: None, .. })] => Ok(message),
         other => Err(fail(scenario, format!("expected only a retryable ModelFailed, got {other:?}"))),
@@ -132,7 +113,7 @@ fn hel_then_one_more(scenario: &'static str, items: &[Result<StreamDelta, Noetic
 }
 
 /// The provider's answer padded with spaces to `size` bytes: still valid, so only the cap can refuse it.
-fn padded(p: &Provider, scenario: &'static str, size: usize) -> Result<String, LimitFailure> {
+fn padded(p: &Provider, scenario: &'static str, size: usize) -> Result<String, ConformanceFailure> {
     let pad = size.checked_sub(p.answer.len()).ok_or_else(|| fail(scenario, "the answer is longer than the cap"))?;
     Ok(format!("{}{}", p.answer, " ".repeat(pad)))
 }
@@ -262,14 +243,14 @@ macro_rules! provider_limit_tests {
 
         #[test]
         fn one_event_over_the_limit_is_a_typed_error_in_the_pure_parser()
-        -> Result<(), $crate::testing::limits::LimitFailure> {
+        -> Result<(), $crate::testing::ConformanceFailure> {
             $crate::testing::limits::one_event_over_the_limit_is_a_typed_error_in_the_pure_parser(&$provider)
         }
     };
     (@async $provider:expr, $($scenario:ident),+) => {
         $(
             #[tokio::test]
-            async fn $scenario() -> Result<(), $crate::testing::limits::LimitFailure> {
+            async fn $scenario() -> Result<(), $crate::testing::ConformanceFailure> {
                 $crate::testing::limits::$scenario(&$provider).await
             }
         )+

@@ -3,28 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::conformance::{Checked, ConformanceFailure, check, fail};
 use crate::agent::SteerMessage;
 use crate::agent::log::{Entry, Expect, LogStore, Record, Snapshot, StoreError};
-
-/// A scenario the store failed, and how.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("log store conformance, scenario '{scenario}': {message}")]
-pub struct ConformanceFailure {
-    /// The scenario.
-    pub scenario: &'static str,
-    /// What the store did instead.
-    pub message: String,
-}
-
-type Checked = Result<(), ConformanceFailure>;
-
-fn fail(scenario: &'static str, message: impl Into<String>) -> ConformanceFailure {
-    ConformanceFailure { scenario, message: message.into() }
-}
-
-fn check(scenario: &'static str, ok: bool, message: impl FnOnce() -> String) -> Checked {
-    if ok { Ok(()) } else { Err(fail(scenario, message())) }
-}
 
 fn store_error(scenario: &'static str) -> impl Fn(StoreError) -> ConformanceFailure {
     move |e| fail(scenario, format!("the store failed: {e}"))

@@ -52,6 +52,7 @@
 //! ```
 
 mod agent_turn;
+mod conformance;
 mod events;
 pub mod limits;
 mod log_store;
@@ -63,8 +64,9 @@ mod transcript;
 pub mod wire;
 
 pub use agent_turn::{OUTSIDE_WORKSPACE, delete_file_tool, workspace_rule};
+pub use conformance::ConformanceFailure;
 pub use events::{EventCollector, event_type};
-pub use log_store::{ConformanceFailure, check_log_store};
+pub use log_store::check_log_store;
 pub use recording::RecordingLogStore;
 pub use steering::{JudgeRouter, is_judge, steering_state};
 pub use tools::{Counter, Gate, gated_tool};
