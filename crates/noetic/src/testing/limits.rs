@@ -2,7 +2,7 @@
 //! typed error read once; a stall before the first body byte is retried, a stall later ends the stream. A provider
 //! describes itself as a [`Provider`] (how to make its model, what its wire looks like) and runs them all with
 //! [`provider_limit_tests!`](crate::provider_limit_tests), one test each; the scenarios talk to a bare server on
-//! 127.0.0.1 that this kit runs, so nothing here needs a mock-server crate.
+//! 127.0.0.1 ([`raw_http`](super::raw_http)), so nothing here needs a mock-server crate.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,7 +127,7 @@ pub async fn a_response_body_over_the_cap_is_a_typed_error_naming_the_limit_read
     let message = final_failure(S, error.as_ref())?;
     let setting = format!("{}::max_body_bytes", p.config);
     check(S, message.contains("1000 bytes") && message.contains(&setting), || message.to_owned())?;
-    check(S, server.requests() == 1, || format!("{} requests, not 1", server.requests()))?;
+    check(S, server.connections() == 1, || format!("{} requests, not 1", server.connections()))?;
     let at_cap = start(S, whole(200, "application/json", &padded(p, S, CAP)?))?;
     let answer = model(p, S, &at_cap, capped())?.call(p.request.clone()).await;
     let answer = answer.map_err(|e| fail(S, format!("an answer of exactly the cap failed: {e}")))?;
@@ -144,7 +144,7 @@ pub async fn an_error_body_over_the_cap_is_read_once_and_not_retried(p: &Provide
     let message = final_failure(S, error.as_ref())?;
     let (http, setting) = (format!("HTTP {}", p.retried_status), format!("{}::max_body_bytes", p.config));
     check(S, message.contains(&http) && message.contains(&setting), || message.to_owned())?;
-    check(S, server.requests() == 1, || format!("{} requests, not 1", server.requests()))
+    check(S, server.connections() == 1, || format!("{} requests, not 1", server.connections()))
 }
 
 /// A streamed answer longer than the cap ends with a non-retryable error naming the config setting, every item
@@ -157,7 +157,7 @@ pub async fn a_streamed_response_over_the_cap_ends_with_a_typed_error_and_is_not
     let message = final_failure(S, last_error(&items))?;
     check(S, message.contains(&format!("{}::max_body_bytes", p.config)), || message.to_owned())?;
     check(S, items[..items.len() - 1].iter().all(Result::is_ok), || format!("{items:?}"))?;
-    check(S, server.requests() == 1, || format!("{} requests, not 1", server.requests()))
+    check(S, server.connections() == 1, || format!("{} requests, not 1", server.connections()))
 }
 
 /// A stream whose body passes the cap after its first delta keeps that delta, then fails, and is not retried.
@@ -170,7 +170,7 @@ pub async fn a_stream_passing_the_cap_after_it_began_keeps_its_deltas_and_then_f
     let message = final_failure(S, last_error(&items))?;
     let limit = "streamed response is larger than the limit of 1000 bytes";
     check(S, message.contains(limit), || message.to_owned())?;
-    check(S, server.requests() == 1, || format!("{} requests, not 1", server.requests()))
+    check(S, server.connections() == 1, || format!("{} requests, not 1", server.connections()))
 }
 
 /// The provider's parser alone: one event over its limit is the only item, a non-retryable error naming the limit.
@@ -194,7 +194,7 @@ pub async fn a_stream_that_stalls_after_its_headers_is_retried_then_fails_with_a
     let items = streamed(&*model(p, S, &server, limits)?, p).await;
     let message = only_retryable_failure(S, &items)?;
     check(S, message.contains("no data for 50 ms") && message.contains("idle_timeout"), || message.to_owned())?;
-    let requests = server.requests();
+    let requests = server.connections();
     check(S, requests == 3, || format!("{requests} requests: a stall before the first body byte is retried"))
 }
 
@@ -207,7 +207,7 @@ pub async fn a_stream_that_stalls_before_its_headers_is_retried_too(p: &Provider
     let items = streamed(&*model(p, S, &server, limits)?, p).await;
     let retryable = matches!(items.as_slice(), [Err(NoeticError::ModelFailed { retryable: true, .. })]);
     check(S, retryable, || format!("expected only a retryable ModelFailed, got {items:?}"))?;
-    check(S, server.requests() == 3, || format!("{} requests, not 3", server.requests()))
+    check(S, server.connections() == 3, || format!("{} requests, not 3", server.connections()))
 }
 
 /// A stream that pauses past the idle limit after its first delta keeps that delta, then ends with a
@@ -221,7 +221,7 @@ pub async fn a_stream_that_stalls_after_a_delta_ends_with_an_idle_error_and_is_n
     let message = final_failure(S, last_error(&items))?;
     let idle = message.contains("no data arrived for 50 ms mid-stream") && message.contains("idle_timeout");
     check(S, idle, || message.to_owned())?;
-    let requests = server.requests();
+    let requests = server.connections();
     check(S, requests == 1, || format!("{requests} requests: never retried after a delta was handed out"))
 }
 

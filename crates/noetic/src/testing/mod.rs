@@ -15,6 +15,7 @@
 //!   a rule that denies some of its calls).
 //! - [`limits`] / [`provider_limit_tests!`](crate::provider_limit_tests): the body-cap and idle-limit scenarios every
 //!   HTTP provider runs against a bare local server, one test each.
+//! - [`raw_http`]: a bare HTTP/1.1 server on 127.0.0.1 (standard library only) for what a mock server cannot send.
 //! - [`wire`]: what the providers' wire tests share (body fingerprints checked against a committed fixture, the
 //!   histories of a growing log, the check that growing requests share their encoded bytes).
 //!
@@ -56,7 +57,7 @@ mod conformance;
 mod events;
 pub mod limits;
 mod log_store;
-mod raw_http;
+pub mod raw_http;
 mod recording;
 mod steering;
 mod tools;
