@@ -6,13 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    RawServer, config_for, fast_retry, fixture, model_for, user_request, wait_for_close, write_sse_head_and_chunk,
-};
+use common::{config_for, fast_retry, fixture, model_for, user_request};
 use futures::StreamExt;
 use noetic::error::ErrorSource;
 use noetic::model::{ModelExt, StreamDelta};
 use noetic::prelude::*;
+use noetic::testing::raw_http::{RawServer, hold, write_stream};
 use noetic_openai::{OpenAiConfig, OpenAiModel};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -239,10 +238,8 @@ async fn an_error_chunk_inside_a_stream_ends_it_with_a_typed_error_after_the_tex
 #[tokio::test]
 async fn a_connection_cut_after_the_first_streamed_byte_is_not_retried() {
     let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
-    let server = RawServer::start(move |mut stream| {
-        write_sse_head_and_chunk(&mut stream, first);
-        // Close without the final chunk: the body ends early.
-    });
+    // Close without the final chunk: the body ends early.
+    let server = RawServer::serving(move |stream| write_stream(stream, &[first]).unwrap()).unwrap();
     let model = OpenAiModel::new(config_for(&server.base())).unwrap();
     let deltas: Vec<_> = model.stream(user_request("hi")).collect().await;
     assert!(matches!(&deltas[0], Ok(StreamDelta::Text { text }) if text == "Hel"), "{deltas:?}");
@@ -307,13 +304,14 @@ async fn a_timeout_is_a_retryable_model_failed() {
 async fn dropping_a_stream_mid_response_closes_the_connection() {
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
     let closed_tx = std::sync::Mutex::new(Some(closed_tx));
-    let server = RawServer::start(move |mut stream| {
-        write_sse_head_and_chunk(&mut stream, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n");
-        wait_for_close(&mut stream);
+    let server = RawServer::serving(move |stream| {
+        write_stream(stream, &["data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n"]).unwrap();
+        hold(stream);
         if let Some(tx) = closed_tx.lock().unwrap().take() {
             let _ = tx.send(());
         }
-    });
+    })
+    .unwrap();
     let model = OpenAiModel::new(config_for(&server.base())).unwrap();
     let mut stream = model.stream(user_request("hi"));
     assert!(matches!(stream.next().await, Some(Ok(StreamDelta::Text { .. }))));
@@ -330,12 +328,13 @@ async fn dropping_a_call_in_flight_aborts_the_request() {
     let (received_tx, received_rx) = tokio::sync::oneshot::channel();
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
     let senders = std::sync::Mutex::new(Some((received_tx, closed_tx)));
-    let server = RawServer::start(move |mut stream| {
+    let server = RawServer::serving(move |stream| {
         let Some((received, closed)) = senders.lock().unwrap().take() else { return };
         let _ = received.send(());
-        wait_for_close(&mut stream);
+        hold(stream);
         let _ = closed.send(());
-    });
+    })
+    .unwrap();
     let model = OpenAiModel::new(config_for(&server.base())).unwrap();
     let mut call = model.call(user_request("hi"));
     tokio::select! {

@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::path::Path;
 
-use noetic::model::{ContentBlock, History, ToolResult, ToolSpec};
+use noetic::model::{ContentBlock, History, ToolResult};
 use noetic::prelude::*;
-use noetic_http::ChunkedBody;
+use noetic::testing::wire;
 use noetic_openai::wire::{BodyOptions, HistoryCache, encode_body};
-use serde_json::json;
 
 /// One body as bytes, with the cache an `OpenAiModel` keeps.
 fn encode(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> Vec<u8> {
@@ -24,19 +23,14 @@ fn call(id: &str, name: &str, args: &str) -> Item {
     Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: args.into() })
 }
 
-/// A conversation through every merge rule, with text that needs escaping.
+/// The kit's first tool round, then every other merge rule, then the kit's last tool round
+/// with the provider's rich result.
 fn items() -> Vec<Item> {
     let rich = ToolResult {
         blocks: vec![ContentBlock::text("The plot:"), ContentBlock::image_url("image/png", "https://x.test/p.png")],
         ..ToolResult::ok("c5", "The plot:\n[image image/png: https://x.test/p.png]")
     };
-    vec![
-        Item::user("Find \"retry\" in src/ — naïve? \u{1F600} \\ back\tslash \u{1}\u{1f} </script>"),
-        Item::assistant("Let me look."),
-        call("c1", "search", r#"{"query": "retry", "path":"src/lib.rs"}"#),
-        call("c2", "search", ""),
-        Item::ToolResult(ToolResult::ok("c1", "src/config.rs:42: retry = RetryPolicy::new(3, ...)\n")),
-        Item::ToolResult(ToolResult::error("c2", "arguments are not JSON")),
+    let middle = [
         call("c3", "search", "{\"path\": \"fo"),
         Item::system("late system: answer in French"),
         Item::ToolResult(ToolResult::ok("c3", "")),
@@ -44,70 +38,33 @@ fn items() -> Vec<Item> {
         Item::assistant("first"),
         Item::assistant(""),
         Item::user("more"),
-        call("c4", "other", "[1, 2]"),
-        call("c5", "plot", "{}"),
-        Item::ToolResult(ToolResult::ok("c4", "ok")),
-        Item::ToolResult(rich),
-        Item::assistant("done: ünïcödé"),
-    ]
+    ];
+    wire::first_tool_round().into_iter().chain(middle).chain(wire::last_tool_round(rich)).collect()
 }
 
-fn tools() -> Arc<[ToolSpec]> {
-    Arc::from(vec![
-        ToolSpec {
-            name: "search".into(),
-            description: "Searches the workspace for \"text\".".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {"query": {"type": "string", "description": "what to find"},
-                               "path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1e3}},
-                "required": ["query"], "additionalProperties": false
-            }),
-        },
-        ToolSpec { name: "other".into(), description: String::new(), parameters: serde_json::Value::Null },
-        ToolSpec { name: "plot".into(), description: "Plots.".into(), parameters: json!({"type": "object"}) },
-    ])
-}
-
-/// The request shapes: bare, with instructions, context and tail, with every optional field.
+/// The kit's request shapes, with a grammar from shape 2 on and, in shape 3, no context and a named tool choice
+/// that names no tool.
 fn request(shape: usize, history: History) -> ModelRequest {
-    let mut request = ModelRequest { model: "openai/gpt-4o-mini".into(), history, ..ModelRequest::default() };
-    if shape >= 1 {
-        request.instructions = Some("You are a careful agent.\nNever touch \"/etc\".".into());
-        request.tools = tools();
-        request.tool_choice = Some(ToolChoice::Auto);
-    }
+    let mut request = wire::request_shape(shape, "openai/gpt-4o-mini", history);
     if shape >= 2 {
-        request.context = vec![Item::developer("memory: the user is Ada"), Item::system("context system")];
-        request.tail = vec![Item::developer("correction: shorter")];
-        request.tool_choice = Some(ToolChoice::Named("search".into()));
-        request.params = ModelParams {
-            temperature: Some(0.2),
-            top_p: Some(0.9),
-            max_tokens: Some(256),
-            stop_sequences: vec!["\n\nUser:".into(), "</answer>".into()],
-        };
-        request.output_schema = Some(json!({"type": "object", "properties": {"summary": {"type": "string"}}}));
         request.grammar = Some("root ::= \"yes\" | \"no\"".into());
     }
     if shape == 3 {
-        request.instructions = Some(String::new());
         request.context = Vec::new();
         request.tool_choice = Some(ToolChoice::Named("missing".into()));
-        request.params.temperature = Some(f32::NAN);
-        request.tools = Arc::from(Vec::new());
     }
     request
 }
 
-/// A body's length and 64-bit FNV-1a hash.
-fn fingerprint(body: &[u8]) -> String {
-    let hash = body.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
-    format!("{} {hash:016x}", body.len())
+#[test]
+fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
+    let cache = HistoryCache::default();
+    let encode = |history| encode_body(&request(2, history), false, &BodyOptions::default(), &cache).chunks().to_vec();
+    wire::check_chunk_sharing(encode).unwrap();
 }
 
 /// Every body of the matrix, one per line.
-fn bodies() -> Vec<String> {
+fn bodies() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for shape in 0..4 {
         for (late, narrow, grammar, model) in [
@@ -119,17 +76,9 @@ fn bodies() -> Vec<String> {
             let options = BodyOptions { model, grammar, narrow_named_tool_choice: narrow, late_system_as_user: late };
             for stream in [false, true] {
                 let cache = HistoryCache::default();
-                let ctx = noetic::Context::new();
-                for item in items() {
-                    ctx.push_item(item);
-                    out.push(
-                        String::from_utf8(encode(&request(shape, ctx.history()), stream, &options, &cache)).unwrap(),
-                    );
+                for history in wire::growing_then_again_and_copied(items()) {
+                    out.push(encode(&request(shape, history), stream, &options, &cache));
                 }
-                // The same log again from the start of a new turn, and a copy of it (a new log).
-                out.push(String::from_utf8(encode(&request(shape, ctx.history()), stream, &options, &cache)).unwrap());
-                let copy = request(shape, History::new(items()));
-                out.push(String::from_utf8(encode(&copy, stream, &options, &cache)).unwrap());
             }
         }
     }
@@ -138,61 +87,8 @@ fn bodies() -> Vec<String> {
 
 #[test]
 fn every_request_body_is_byte_for_byte_the_committed_one() {
-    let path = format!("{}/tests/fixtures/wire_bytes.txt", env!("CARGO_MANIFEST_DIR"));
-    let bodies = bodies();
-    let made: Vec<String> = bodies.iter().map(|b| fingerprint(b.as_bytes())).collect();
-    if std::env::var_os("NOETIC_BLESS_WIRE").is_some() {
-        std::fs::write(&path, made.join("\n") + "\n").unwrap();
-    }
-    let committed = common::fixture("wire_bytes.txt");
-    for (line, (fingerprint, expected)) in made.iter().zip(committed.lines()).enumerate() {
-        assert_eq!(
-            fingerprint,
-            expected,
-            "body {} of the matrix differs from the committed one: {}",
-            line + 1,
-            bodies[line]
-        );
-    }
-    assert_eq!(made.len(), committed.lines().count());
-}
-
-/// The bytes `body` holds that `earlier` does not hold in the same memory: what this request newly wrote.
-fn new_bytes(body: &ChunkedBody, earlier: &ChunkedBody) -> usize {
-    let shared = |c: &bytes::Bytes| earlier.chunks().iter().any(|e| e.as_ptr() == c.as_ptr() && e.len() == c.len());
-    body.chunks().iter().filter(|c| !shared(c)).map(|c| c.len()).sum()
-}
-
-#[test]
-fn a_request_hands_on_the_bytes_earlier_requests_encoded_instead_of_copying_them() {
-    let cache = HistoryCache::default();
-    let ctx = noetic::Context::new();
-    ctx.push_item(Item::user("find the retry policy"));
-    let rounds = 300;
-    let (mut earlier, mut written, mut sizes) = (None::<ChunkedBody>, 0, 0);
-    for round in 0..rounds {
-        let args = format!(r#"{{"query":"retry","context":"{}"}}"#, "x".repeat(300));
-        ctx.push_item(call(&format!("c{round}"), "search", &args));
-        ctx.push_item(Item::ToolResult(ToolResult::ok(format!("c{round}"), "y".repeat(350))));
-        let body = encode_body(&request(2, ctx.history()), false, &BodyOptions::default(), &cache);
-        if let Some(earlier) = &earlier {
-            // The head (instructions) and the suffix (tool specs, settings) are the very same bytes every time.
-            let same =
-                |a: Option<&bytes::Bytes>, b: Option<&bytes::Bytes>| a.map(|a| a.as_ptr()) == b.map(|b| b.as_ptr());
-            assert!(same(body.chunks().first(), earlier.chunks().first()), "round {round}: the head was encoded again");
-            assert!(same(body.chunks().last(), earlier.chunks().last()), "round {round}: the suffix was encoded again");
-            written += new_bytes(&body, earlier);
-        }
-        // A few chunks, however long the history: about log2 of the requests.
-        assert!(body.chunks().len() <= 14, "round {round}: {} chunks", body.chunks().len());
-        sizes += body.len();
-        earlier = Some(body);
-    }
-    let last = earlier.map_or(0, |b| b.len());
-    // Copying the history into every body would write about rounds / 2 times the last body; sharing it writes each
-    // history byte about log2(rounds) times in all.
-    assert!(written < 12 * last, "{written} bytes written over {rounds} requests, the last body is {last} bytes");
-    assert!(sizes > 100 * last, "the bodies themselves hold {sizes} bytes");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wire_bytes.txt");
+    wire::check_fixture(&path, &bodies()).unwrap();
 }
 
 #[tokio::test]
@@ -205,12 +101,10 @@ async fn the_client_sends_the_encoded_bytes_with_a_content_length() {
         .mount(&server)
         .await;
     let model = common::model_for(&server);
-    let ctx = noetic::Context::new();
     let mut expected = Vec::new();
     let cache = HistoryCache::default();
-    for item in items() {
-        ctx.push_item(item);
-        let request = request(2, ctx.history());
+    for history in wire::growing_histories(items()) {
+        let request = request(2, history);
         expected.push(encode(&request, false, &BodyOptions::default(), &cache));
         model.call(request).await.unwrap();
     }

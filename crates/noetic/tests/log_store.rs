@@ -26,13 +26,11 @@ async fn a_store_that_breaks_a_rule_fails_the_kit_naming_the_scenario() {
     /// A store that forgets fencing: it appends wherever the writer says.
     struct Unfenced(MemoryLogStore);
     impl LogStore for Unfenced {
-        fn append<'a>(
+        fn commit<'a>(
             &'a self,
-            key: &'a str,
-            _expect: Expect,
-            entries: &'a [noetic::agent::log::Entry],
+            append: noetic::agent::log::Append<'a>,
         ) -> futures::future::BoxFuture<'a, Result<u64, noetic::agent::log::StoreError>> {
-            self.0.append(key, Expect::End, entries)
+            self.0.commit(noetic::agent::log::Append { expect: Expect::End, ..append })
         }
         fn read<'a>(
             &'a self,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use noetic::agent::log::{Entry, Expect, LogStore, MemoryLogStore};
+use noetic::agent::log::{Append, Entry, Expect, LogStore, MemoryLogStore};
 use noetic::model::{ModelRequest, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
 use noetic::testing::RecordingLogStore;
@@ -199,20 +199,9 @@ impl Calls {
 type Answer<'a, T> = futures::future::BoxFuture<'a, Result<T, noetic::agent::log::StoreError>>;
 
 impl LogStore for Calls {
-    fn append<'a>(&'a self, key: &'a str, expect: Expect, entries: &'a [Entry]) -> Answer<'a, u64> {
-        self.note("append");
-        self.inner.append(key, expect, entries)
-    }
-
-    fn append_and_release<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-        holder: &'a str,
-    ) -> Answer<'a, u64> {
-        self.note("append_and_release");
-        self.inner.append_and_release(key, expect, entries, holder)
+    fn commit<'a>(&'a self, append: Append<'a>) -> Answer<'a, u64> {
+        self.note(if append.release.is_some() { "append_and_release" } else { "append" });
+        self.inner.commit(append)
     }
 
     fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> Answer<'a, Vec<noetic::agent::log::Record>> {

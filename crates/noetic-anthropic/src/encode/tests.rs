@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use noetic::testing::wire;
 use noetic_core::model::ToolChoice;
 use noetic_core::model::{History, Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
 use serde_json::{Value, json};
@@ -17,23 +18,19 @@ fn reference(request: &ModelRequest, stream: bool, model: Option<&str>) -> Value
     body
 }
 
-fn parsed(body: ChunkedBody) -> Value {
-    serde_json::from_slice(&body.to_vec()).unwrap()
+/// The body `encode_body` makes, parsed.
+fn encoded(request: &ModelRequest, stream: bool, model: Option<&str>, cache: &HistoryCache) -> Value {
+    wire::json_of(encode_body(request, stream, model, cache).chunks()).unwrap()
 }
 
-/// Leading system items, then every merge rule: text + calls, results then text in one user message (results
-/// first), developer and system items inside the conversation, empty texts, two assistant texts in a row.
+/// Leading system items, then every merge rule: text + calls (the kit's first tool round), results then text in one
+/// user message (results first), developer and system items inside the conversation, empty texts, two assistant
+/// texts in a row.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
     let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
-    vec![
-        Item::Message { role: Role::System, content: "early system".into() },
-        Item::user("hi"),
-        Item::assistant("Let me look."),
-        call("c1"),
-        call("c2"),
-        result("c1"),
-        result("c2"),
+    let leading = Item::Message { role: Role::System, content: "early system".into() };
+    let rest = [
         Item::developer("steering: be brief"),
         call("c3"),
         result("c3"),
@@ -46,7 +43,8 @@ fn items() -> Vec<Item> {
         call("c4"),
         result("c4"),
         Item::assistant("done"),
-    ]
+    ];
+    std::iter::once(leading).chain(wire::first_tool_round()).chain(rest).collect()
 }
 
 fn request(history: History, context: Vec<Item>) -> ModelRequest {
@@ -77,13 +75,10 @@ fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body() {
     for context in contexts {
         for model in [None, Some("claude-override")] {
             let cache = HistoryCache::default();
-            let ctx = noetic::Context::new();
-            for item in items() {
-                ctx.push_item(item);
-                let request = request(ctx.history(), context.clone());
-                let body = parsed(encode_body(&request, true, model, &cache));
+            for history in wire::growing_histories(items()) {
+                let request = request(history, context.clone());
                 assert_eq!(
-                    body,
+                    encoded(&request, true, model, &cache),
                     reference(&request, true, model),
                     "{} items, context {context:?}, model {model:?}",
                     request.history.len()
@@ -109,6 +104,6 @@ fn a_cached_log_is_reused_and_other_logs_never_see_its_bytes() {
     ctx.push_item(Item::user("main only"));
     for history in [fork.history(), ctx.history(), History::new(items())] {
         let request = request(history, Vec::new());
-        assert_eq!(parsed(encode_body(&request, false, None, &cache)), reference(&request, false, None));
+        assert_eq!(encoded(&request, false, None, &cache), reference(&request, false, None));
     }
 }

@@ -32,29 +32,31 @@ fn a_plain_request_has_model_max_tokens_and_one_user_message() {
 
 #[test]
 fn a_tool_result_with_images_sends_text_and_image_blocks_and_a_plain_one_sends_its_text() {
-    let rich = ToolResult {
-        blocks: vec![
-            ContentBlock::text("The plot:"),
+    // Each block beside what it becomes on the wire.
+    let blocks = [
+        (ContentBlock::text("The plot:"), json!({"type": "text", "text": "The plot:"})),
+        (
             ContentBlock::image_base64("image/png", "iVBORw0KGgo="),
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}),
+        ),
+        (
             ContentBlock::image_url("image/jpeg", "https://example.com/a.jpg"),
+            json!({"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}),
+        ),
+        (
             ContentBlock::image_base64("image/svg+xml", "PHN2Zz4="),
-            ContentBlock::json(json!({"n": 1})),
+            json!({"type": "text", "text": "[image image/svg+xml, 5 bytes]"}),
+        ),
+        (ContentBlock::json(json!({"n": 1})), json!({"type": "text", "text": "{\"n\":1}"})),
+        (
             ContentBlock::resource("file:///a.txt", None, Some("hello".into())),
-        ],
-        ..ToolResult::ok("c1", "ignored when blocks are sent")
-    };
+            json!({"type": "text", "text": "[resource file:///a.txt]\nhello"}),
+        ),
+    ];
+    let (blocks, wire): (Vec<ContentBlock>, Vec<Value>) = blocks.into_iter().unzip();
+    let rich = ToolResult { blocks, ..ToolResult::ok("c1", "ignored when blocks are sent") };
     let body = request_body(&request(vec![call("c1", "plot", "{}"), Item::ToolResult(rich)]), false);
-    assert_eq!(
-        body["messages"][1]["content"][0]["content"],
-        json!([
-            {"type": "text", "text": "The plot:"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}},
-            {"type": "text", "text": "[image image/svg+xml, 5 bytes]"},
-            {"type": "text", "text": "{\"n\":1}"},
-            {"type": "text", "text": "[resource file:///a.txt]\nhello"},
-        ])
-    );
+    assert_eq!(body["messages"][1]["content"][0]["content"], Value::Array(wire));
     let text_only = ToolResult { blocks: vec![ContentBlock::text("a")], ..ToolResult::ok("c2", "a") };
     let body = request_body(&request(vec![call("c2", "say", "{}"), Item::ToolResult(text_only)]), false);
     assert_eq!(body["messages"][1]["content"][0]["content"], "a");

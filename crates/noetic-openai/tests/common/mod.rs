@@ -1,12 +1,8 @@
-//! Helpers shared by the HTTP tests: fixtures, a client for a local server, and a raw TCP server for what
-//! wiremock cannot do (cutting a response short, noticing a closed connection).
+//! Helpers shared by the HTTP tests: fixtures and a client for a local server (a raw one, for what wiremock cannot
+//! do, is the test kit's `noetic::testing::raw_http`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
+use std::io::Write;
 use std::time::Duration;
 
 use noetic::prelude::*;
@@ -93,116 +89,5 @@ pub fn user_request(text: &str) -> ModelRequest {
         model: "openai/gpt-4o-mini".into(),
         history: noetic::model::History::new(vec![Item::user(text)]),
         ..ModelRequest::default()
-    }
-}
-
-/// A blocking HTTP/1.1 server on 127.0.0.1 that hands each connection (after reading its whole request) to
-/// `serve`. Stops and joins its thread on drop.
-pub struct RawServer {
-    pub addr: SocketAddr,
-    pub connections: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl RawServer {
-    pub fn start(serve: impl Fn(TcpStream) + Send + 'static) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let connections = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (count, stopped) = (connections.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stopped.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(mut stream) = stream else { continue };
-                count.fetch_add(1, Ordering::SeqCst);
-                if read_request(&mut stream) {
-                    serve(stream);
-                }
-            }
-        });
-        RawServer { addr, connections, stop, thread: Some(thread) }
-    }
-
-    pub fn base(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for RawServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept so the thread sees the flag.
-        let _ = TcpStream::connect(self.addr);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Reads one request's head and its `content-length` body; false when the peer sent nothing.
-fn read_request(stream: &mut TcpStream) -> bool {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 4096];
-    let head_end = loop {
-        if let Some(pos) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => data.extend_from_slice(&buf[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&data[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-        .unwrap_or(0);
-    while data.len() < head_end + length {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => data.extend_from_slice(&buf[..n]),
-        }
-    }
-    true
-}
-
-/// Writes the head of a chunked SSE response and one chunk holding `event`, in one write (so no pause falls
-/// between them).
-pub fn write_sse_head_and_chunk(stream: &mut TcpStream, event: &str) {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    let chunk = format!("{head}{:x}\r\n{event}\r\n", event.len());
-    stream.write_all(chunk.as_bytes()).unwrap();
-    stream.flush().unwrap();
-}
-
-/// Writes the head of a chunked SSE response, and no body yet.
-pub fn write_sse_head(stream: &mut TcpStream) {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.flush().unwrap();
-}
-
-/// Writes one chunk of a chunked body (ignoring a client that went away).
-pub fn write_chunk(stream: &mut TcpStream, data: &str) {
-    let chunk = format!("{:x}\r\n{data}\r\n", data.len());
-    let _ = stream.write_all(chunk.as_bytes()).and_then(|()| stream.flush());
-}
-
-/// Blocks until the peer closes the connection (or it fails).
-pub fn wait_for_close(stream: &mut TcpStream) {
-    let mut buf = [0u8; 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
     }
 }

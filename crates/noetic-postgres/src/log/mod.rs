@@ -98,8 +98,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
-    encode_row,
+    Append, Appended, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken, encode_row,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -278,13 +277,8 @@ impl PgLogStore {
         }
     }
 
-    async fn append_now(
-        &self,
-        key: &str,
-        expect: Expect,
-        entries: &[Entry],
-        release: Option<&str>,
-    ) -> Result<u64, StoreError> {
+    async fn append_now(&self, append: Append<'_>) -> Result<u64, StoreError> {
+        let Append { key, expect, entries, release } = append;
         if entries.is_empty() {
             return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
         }
@@ -321,24 +315,9 @@ fn storable(key: &str) -> bool {
 }
 
 impl LogStore for PgLogStore {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_now(key, expect, entries, None))
-    }
-
     /// The release goes in the append's transaction (in its statement), only if the append passes its fence.
-    fn append_and_release<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_now(key, expect, entries, Some(holder)))
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_now(append))
     }
 
     fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {

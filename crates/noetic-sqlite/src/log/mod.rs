@@ -83,8 +83,7 @@ use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use noetic_runtime::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken,
-    encode_row,
+    Append, Appended, Leases, LogStore, Record, SessionLine, Snapshot, StoreError, SummaryChange, Taken, encode_row,
 };
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
@@ -213,13 +212,8 @@ impl SqliteLogStore {
     }
 
     /// Appends `entries` (giving `release`'s lease up in the same transaction).
-    async fn append_with(
-        &self,
-        key: &str,
-        expect: Expect,
-        entries: &[Entry],
-        release: Option<&str>,
-    ) -> Result<u64, StoreError> {
+    async fn append_with(&self, append: Append<'_>) -> Result<u64, StoreError> {
+        let Append { key, expect, entries, release } = append;
         if entries.is_empty() {
             return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
         }
@@ -251,24 +245,9 @@ impl SqliteLogStore {
 }
 
 impl LogStore for SqliteLogStore {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_with(key, expect, entries, None))
-    }
-
-    /// The append and the release in one transaction: a turn's end and giving its session up are one commit.
-    fn append_and_release<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_with(key, expect, entries, Some(holder)))
+    /// The append and its release in one transaction: a turn's end and giving its session up are one commit.
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.append_with(append))
     }
 
     /// Taking the lease and reading where the log ends in one transaction on the writer thread, answered at once

@@ -3,28 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::conformance::{Checked, ConformanceFailure, check, fail};
 use crate::agent::SteerMessage;
 use crate::agent::log::{Entry, Expect, LogStore, Record, Snapshot, StoreError};
-
-/// A scenario the store failed, and how.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("log store conformance, scenario '{scenario}': {message}")]
-pub struct ConformanceFailure {
-    /// The scenario.
-    pub scenario: &'static str,
-    /// What the store did instead.
-    pub message: String,
-}
-
-type Checked = Result<(), ConformanceFailure>;
-
-fn fail(scenario: &'static str, message: impl Into<String>) -> ConformanceFailure {
-    ConformanceFailure { scenario, message: message.into() }
-}
-
-fn check(scenario: &'static str, ok: bool, message: impl FnOnce() -> String) -> Checked {
-    if ok { Ok(()) } else { Err(fail(scenario, message())) }
-}
 
 fn store_error(scenario: &'static str) -> impl Fn(StoreError) -> ConformanceFailure {
     move |e| fail(scenario, format!("the store failed: {e}"))
@@ -60,6 +41,7 @@ pub async fn check_log_store(store: &dyn LogStore, prefix: &str) -> Checked {
     a_large_batch_reads_back_whole_in_pages(store, &key("large")).await?;
     unusual_keys_are_kept_apart(store, prefix).await?;
     leases_have_one_holder_at_a_time(store, &key("lease")).await?;
+    a_release_goes_with_its_append_only_when_the_append_lands(store, &key("release")).await?;
     Ok(())
 }
 
@@ -261,4 +243,20 @@ async fn leases_have_one_holder_at_a_time(store: &dyn LogStore, key: &str) -> Ch
     check(S, taken.is_none(), || format!("a lapsed lease could not be taken over: held by {taken:?}"))?;
     let holder = leases.holder(key).await.map_err(store_error(S))?;
     check(S, holder.as_deref() == Some("worker-b"), || format!("held by {holder:?} after the takeover"))
+}
+
+async fn a_release_goes_with_its_append_only_when_the_append_lands(store: &dyn LogStore, key: &str) -> Checked {
+    const S: &str = "a release goes with its append, only when the append lands";
+    let Some(leases) = store.leases() else { return Ok(()) };
+    let taken = leases.acquire(key, "worker-a", Duration::from_secs(60)).await.map_err(store_error(S))?;
+    check(S, taken.is_none(), || format!("a free lease was refused: held by {taken:?}"))?;
+    let fenced = store.append_and_release(key, Expect::At(1), &[message("late")], "worker-a").await;
+    check(S, matches!(fenced, Err(StoreError::Conflict { .. })), || format!("a fenced append answered {fenced:?}"))?;
+    let holder = leases.holder(key).await.map_err(store_error(S))?;
+    check(S, holder.as_deref() == Some("worker-a"), || format!("a fenced append gave the lease up: {holder:?}"))?;
+    let end = [message("end")];
+    let last = store.append_and_release(key, Expect::At(0), &end, "worker-a").await.map_err(store_error(S))?;
+    check(S, last == 1, || format!("the last append ended at {last}, not 1"))?;
+    let holder = leases.holder(key).await.map_err(store_error(S))?;
+    check(S, holder.is_none(), || format!("the append landed, yet the lease is held by {holder:?}"))
 }

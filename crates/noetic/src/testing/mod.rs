@@ -13,6 +13,11 @@
 //! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
 //! - [`delete_file_tool`] / [`workspace_rule`]: the agent turn the providers' tests run over their wire (a tool,
 //!   a rule that denies some of its calls).
+//! - [`limits`] / [`provider_limit_tests!`](crate::provider_limit_tests): the body-cap and idle-limit scenarios every
+//!   HTTP provider runs against a bare local server, one test each.
+//! - [`raw_http`]: a bare HTTP/1.1 server on 127.0.0.1 (standard library only) for what a mock server cannot send.
+//! - [`wire`]: what the providers' wire tests share (body fingerprints checked against a committed fixture, the
+//!   histories of a growing log, the check that growing requests share their encoded bytes).
 //!
 //! Nothing here sleeps or reads the clock: waits are notifications, so tests stay exact under paused tokio time.
 //!
@@ -48,16 +53,21 @@
 //! ```
 
 mod agent_turn;
+mod conformance;
 mod events;
+pub mod limits;
 mod log_store;
+pub mod raw_http;
 mod recording;
 mod steering;
 mod tools;
 mod transcript;
+pub mod wire;
 
 pub use agent_turn::{OUTSIDE_WORKSPACE, delete_file_tool, workspace_rule};
+pub use conformance::ConformanceFailure;
 pub use events::{EventCollector, event_type};
-pub use log_store::{ConformanceFailure, check_log_store};
+pub use log_store::check_log_store;
 pub use recording::RecordingLogStore;
 pub use steering::{JudgeRouter, is_judge, steering_state};
 pub use tools::{Counter, Gate, gated_tool};

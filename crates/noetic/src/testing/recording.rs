@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio::sync::broadcast;
 
-use crate::agent::log::{Appended, Entry, Expect, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError};
+use crate::agent::log::{
+    Append, Appended, Entry, Expect, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
+};
 use crate::context::lock;
 
 /// A [`MemoryLogStore`] that keeps the entries of each append in order. A crash test runs a turn on it, then, for
@@ -51,15 +53,10 @@ impl RecordingLogStore {
 }
 
 impl LogStore for RecordingLogStore {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let last = self.inner.append(key, expect, entries).await?;
-            lock(&self.appends).push(entries.to_vec());
+            let last = self.inner.commit(append).await?;
+            lock(&self.appends).push(append.entries.to_vec());
             Ok(last)
         })
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use noetic::agent::log::{
-    Appended, Entry, Expect, Leases, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
+    Append, Appended, Entry, Leases, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
 };
 use tokio::sync::{Notify, broadcast};
 
@@ -34,21 +34,16 @@ impl FlakyLog {
 }
 
 impl LogStore for FlakyLog {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             self.check(&self.fail_writes, "appending", "disk full")?;
             if self.hold_messages.load(Ordering::SeqCst)
-                && entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. }))
+                && append.entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. }))
             {
                 self.held.notify_one();
                 self.release.notified().await;
             }
-            self.inner.append(key, expect, entries).await
+            self.inner.commit(append).await
         })
     }
 

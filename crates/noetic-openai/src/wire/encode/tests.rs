@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use noetic::testing::wire;
 use noetic_core::model::{Item, ModelRequest, Role, ToolCall, ToolResult, ToolSpec};
 use serde_json::{Map, Value, json};
 
@@ -51,22 +52,17 @@ fn reference(request: &ModelRequest, stream: bool, options: &BodyOptions) -> Val
     body
 }
 
-fn parsed(body: ChunkedBody) -> Value {
-    serde_json::from_slice(&body.to_vec()).unwrap()
+/// The body `encode_body` makes, parsed.
+fn encoded(request: &ModelRequest, stream: bool, options: &BodyOptions, cache: &HistoryCache) -> Value {
+    wire::json_of(encode_body(request, stream, options, cache).chunks()).unwrap()
 }
 
-/// A conversation that exercises every merge rule: text + calls in one message, calls alone, a second text,
-/// system and developer items in the middle, results, user messages.
+/// A conversation that exercises every merge rule: text + calls in one message (the kit's first tool round), calls
+/// alone, a second text, system and developer items in the middle, results, user messages.
 fn items() -> Vec<Item> {
     let call = |id: &str| Item::ToolCall(ToolCall { id: id.into(), name: "search".into(), arguments: "{}".into() });
     let result = |id: &str| Item::ToolResult(ToolResult::ok(id, format!("r{id}")));
-    vec![
-        Item::user("hi"),
-        Item::assistant("Let me look."),
-        call("c1"),
-        call("c2"),
-        result("c1"),
-        result("c2"),
+    let rest = [
         call("c3"),
         Item::Message { role: Role::System, content: "late system".into() },
         result("c3"),
@@ -77,7 +73,8 @@ fn items() -> Vec<Item> {
         call("c4"),
         result("c4"),
         Item::assistant("done"),
-    ]
+    ];
+    wire::first_tool_round().into_iter().chain(rest).collect()
 }
 
 fn request(history: History, instructions: bool, context: bool) -> ModelRequest {
@@ -110,13 +107,10 @@ fn every_growing_request_of_a_log_encodes_exactly_like_the_plain_body_whatever_t
                 };
                 let cache = HistoryCache::default();
                 // One log growing item by item, as a session's does: each request reuses the cache.
-                let ctx = noetic::Context::new();
-                for item in items() {
-                    ctx.push_item(item);
-                    let request = request(ctx.history(), instructions, context);
-                    let body = parsed(encode_body(&request, true, &options, &cache));
+                for history in wire::growing_histories(items()) {
+                    let request = request(history, instructions, context);
                     assert_eq!(
-                        body,
+                        encoded(&request, true, &options, &cache),
                         reference(&request, true, &options),
                         "{} items, options {options:?}, instructions {instructions}, context {context}",
                         request.history.len()
@@ -138,19 +132,19 @@ fn requests_of_other_logs_or_with_leading_messages_that_moved_do_not_reuse_the_w
     }
     // Cached with the history first in the body …
     let first = request(ctx.history(), false, false);
-    assert_eq!(parsed(encode_body(&first, false, &options, &cache)), reference(&first, false, &options));
+    assert_eq!(encoded(&first, false, &options, &cache), reference(&first, false, &options));
     // … then the same log behind instructions: its first message is no longer first (so it is demoted).
     let moved = request(ctx.history(), true, false);
-    assert_eq!(parsed(encode_body(&moved, false, &options, &cache)), reference(&moved, false, &options));
+    assert_eq!(encoded(&moved, false, &options, &cache), reference(&moved, false, &options));
     // A different log with the same items and one that diverged after a copy.
     let other = request(History::new(items()), false, false);
-    assert_eq!(parsed(encode_body(&other, false, &options, &cache)), reference(&other, false, &options));
+    assert_eq!(encoded(&other, false, &options, &cache), reference(&other, false, &options));
     let fork = ctx.fork_child();
     fork.push_item(Item::user("fork only"));
     ctx.push_item(Item::user("main only"));
     for history in [fork.history(), ctx.history()] {
         let request = request(history, false, false);
-        assert_eq!(parsed(encode_body(&request, false, &options, &cache)), reference(&request, false, &options));
+        assert_eq!(encoded(&request, false, &options, &cache), reference(&request, false, &options));
     }
 }
 

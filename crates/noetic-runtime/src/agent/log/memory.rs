@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::future::BoxFuture;
 use tokio::sync::broadcast;
 
-use super::entry::{Entry, Record};
-use super::seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
+use super::entry::Record;
+use super::seam::{Append, Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError};
 use super::summary::Summary;
 use crate::context::lock;
 
@@ -69,7 +69,9 @@ impl MemoryLogStore {
         }
     }
 
-    fn append_now(&self, key: &str, expect: Expect, entries: &[Entry]) -> Result<u64, StoreError> {
+    /// Makes `append` under the store's lock, its release included: one step, as a database's transaction.
+    fn commit_now(&self, append: Append<'_>) -> Result<u64, StoreError> {
+        let Append { key, expect, entries, release } = append;
         if entries.is_empty() {
             return Err(StoreError::Refused { message: format!("session '{key}': nothing to append") });
         }
@@ -88,7 +90,11 @@ impl MemoryLogStore {
                 log.records.push(Record { pos: actual + 1 + i as u64, at, entry: entry.clone() });
             }
             log.updated_at = Some(at);
-            log.records.len() as u64
+            let last = log.records.len() as u64;
+            if let Some(holder) = release {
+                release_lease(&mut held, key, holder);
+            }
+            last
         };
         // Nobody watching is not an error.
         let _ = self.appended.send(Appended { key: key.to_owned(), last });
@@ -96,14 +102,17 @@ impl MemoryLogStore {
     }
 }
 
+/// Gives up `key`'s lease if `holder` holds it.
+fn release_lease(held: &mut Held, key: &str, holder: &str) {
+    if held.leases.get(key).is_some_and(|l| l.holder == holder) {
+        held.leases.remove(key);
+    }
+}
+
 impl LogStore for MemoryLogStore {
-    fn append<'a>(
-        &'a self,
-        key: &'a str,
-        expect: Expect,
-        entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(std::future::ready(self.append_now(key, expect, entries)))
+    /// The append and its release under one lock.
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(std::future::ready(self.commit_now(append)))
     }
 
     fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
@@ -195,10 +204,7 @@ impl Leases for MemoryLogStore {
     }
 
     fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        let mut held = lock(&self.held);
-        if held.leases.get(key).is_some_and(|l| l.holder == holder) {
-            held.leases.remove(key);
-        }
+        release_lease(&mut lock(&self.held), key, holder);
         Box::pin(std::future::ready(Ok(())))
     }
 

@@ -132,5 +132,5 @@ pub use projection::{AwaitedApproval, OpenTurn, Projection, Settings};
 pub use recorded::{Recording, RecordingError, RecordingFilter};
 pub use remote::{queue_message, rename, request_stop};
 pub use rows::{RowReader, encode_row};
-pub use seam::{Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError, Taken};
+pub use seam::{Append, Appended, Expect, Leases, LogStore, SessionLine, Snapshot, StoreError, Taken};
 pub use summary::{Summary, SummaryChange};

@@ -106,15 +106,26 @@ pub struct Snapshot {
 
 /// Session logs: append, read, be told of appends, list, delete, snapshot. Every method is async and does its I/O
 /// off the caller's tokio worker (on the store's own connection pool or thread).
+///
+/// A store implements one write, [`LogStore::commit`], which carries the lease release a turn's last append asks
+/// for; callers use [`LogStore::append`] and [`LogStore::append_and_release`], which make the [`Append`].
 pub trait LogStore: Send + Sync + 'static {
-    /// Appends `entries` to `key`'s log (created by its first append), all or nothing, where `expect` says;
-    /// returns the position of the last one. An empty `entries` is refused.
+    /// Makes `append`, all or nothing: its entries go on its key's log (created by its first append) where its
+    /// `expect` says, and when it names a holder to `release`, that holder's lease of the key is given up in the
+    /// same step, only if the entries land (a store without leases has none to give up). Returns the position of
+    /// the last entry. An empty append is refused.
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// Appends `entries` to `key`'s log where `expect` says; returns the position of the last one
+    /// ([`LogStore::commit`] without a release).
     fn append<'a>(
         &'a self,
         key: &'a str,
         expect: Expect,
         entries: &'a [Entry],
-    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.commit(Append { key, expect, entries, release: None })
+    }
 
     /// Up to `limit` entries of `key`'s log after position `after`, in order (none for a log it does not hold).
     fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>>;
@@ -170,9 +181,8 @@ pub trait LogStore: Send + Sync + 'static {
         })
     }
 
-    /// Appends as [`LogStore::append`] does and, when the append lands, gives up `holder`'s lease of `key` (a
-    /// turn's last write): a store may do both in one transaction. The default appends, then releases; a release
-    /// that fails is logged (the lease then runs out) and the append's answer stands.
+    /// Appends as [`LogStore::append`] does and, when the append lands, gives up `holder`'s lease of `key` in the
+    /// same step (a turn's last write: [`LogStore::commit`] with a release).
     fn append_and_release<'a>(
         &'a self,
         key: &'a str,
@@ -180,16 +190,21 @@ pub trait LogStore: Send + Sync + 'static {
         entries: &'a [Entry],
         holder: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let last = self.append(key, expect, entries).await?;
-            if let Some(leases) = self.leases()
-                && let Err(e) = leases.release(key, holder).await
-            {
-                tracing::warn!(session = %key, error = %e, "could not give the session's lease up (it runs out)");
-            }
-            Ok(last)
-        })
+        self.commit(Append { key, expect, entries, release: Some(holder) })
     }
+}
+
+/// One write to a session log, as [`LogStore::commit`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Append<'a> {
+    /// The session.
+    pub key: &'a str,
+    /// Where the entries must land.
+    pub expect: Expect,
+    /// The entries, in order.
+    pub entries: &'a [Entry],
+    /// The holder whose lease of the session this write gives up when it lands (a turn's last write), if any.
+    pub release: Option<&'a str>,
 }
 
 /// What [`LogStore::take_lease`] found.
