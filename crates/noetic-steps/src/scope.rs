@@ -67,15 +67,17 @@ impl InScope {
     }
 }
 
-/// Nothing in scope, shared by the step contexts made without layers or tools.
-static NOTHING: LazyLock<Arc<CachePadded<InScope>>> = LazyLock::new(|| Arc::new(CachePadded::new(InScope::default())));
+/// Nothing in scope: what a step context made without layers or tools reads (it holds no reference to it, so its
+/// clones write no reference count).
+static NOTHING: LazyLock<InScope> = LazyLock::new(InScope::default);
 
 /// What a step runs in: its [`Context`] (what [`Deref`] gives) and the memory layers and tools in scope. Cheap to
 /// clone; clones share everything.
 #[derive(Clone)]
 pub struct StepContext {
     ctx: Context,
-    parts: Arc<CachePadded<InScope>>,
+    /// `None`: nothing in scope.
+    parts: Option<Arc<CachePadded<InScope>>>,
 }
 
 impl StepContext {
@@ -91,7 +93,21 @@ impl StepContext {
 
     /// `ctx` with `parts` in scope (a runtime's per-thread copy, say).
     pub fn of(ctx: Context, parts: Arc<CachePadded<InScope>>) -> Self {
-        StepContext { ctx, parts }
+        StepContext { ctx, parts: Some(parts) }
+    }
+
+    /// What is in scope.
+    fn in_scope(&self) -> &InScope {
+        match &self.parts {
+            Some(parts) => parts,
+            None => &NOTHING,
+        }
+    }
+
+    /// The same parts, in a new allocation with `layers` instead.
+    fn with_parts(&self, ctx: Context, layers: LayerStack) -> StepContext {
+        let parts = InScope { layers, tools: self.in_scope().tools.clone() };
+        StepContext { ctx, parts: Some(Arc::new(CachePadded::new(parts))) }
     }
 
     /// The context: what memory layers' hooks and tools receive.
@@ -101,18 +117,18 @@ impl StepContext {
 
     /// The memory layers in scope, in slot order.
     pub fn layers(&self) -> &LayerStack {
-        &self.parts.layers
+        &self.in_scope().layers
     }
 
     /// The tools in scope now (the fixed ones and each source's).
     pub fn tools(&self) -> ToolSet {
-        self.parts.tools.snapshot()
+        self.in_scope().tools.snapshot()
     }
 
     /// [`StepContext::tools`], borrowed when they are a fixed set (no clone: its reference counts are the runtime's,
     /// which every turn would write).
     pub(crate) fn tools_now(&self) -> Cow<'_, ToolSet> {
-        self.parts.tools.now()
+        self.in_scope().tools.now()
     }
 
     /// A fork path's step context: [`Context::fork_child`], the same layers and tools.
@@ -123,14 +139,17 @@ impl StepContext {
     /// [`StepContext::fork_child`], made in `spare`'s context allocation when `spare` is a finished fork path of
     /// this step context that nothing else holds (see `Context::fork_child_reusing`).
     pub(crate) fn fork_child_reusing(&self, spare: Option<StepContext>) -> StepContext {
-        let spare = spare.filter(|s| Arc::ptr_eq(&s.parts, &self.parts)).map(|s| s.ctx);
+        let same = |s: &StepContext| match (&s.parts, &self.parts) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        let spare = spare.filter(same).map(|s| s.ctx);
         StepContext { ctx: self.ctx.fork_child_reusing(spare), parts: self.parts.clone() }
     }
 
     /// A spawned step's step context: [`Context::spawn_child`] with `items`, the given layers, the same tools.
     pub fn spawn_child(&self, items: Vec<Item>, layers: LayerStack) -> StepContext {
-        let parts = InScope { layers, tools: self.parts.tools.clone() };
-        StepContext { ctx: self.ctx.spawn_child(items), parts: Arc::new(CachePadded::new(parts)) }
+        self.with_parts(self.ctx.spawn_child(items), layers)
     }
 
     /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
@@ -138,8 +157,7 @@ impl StepContext {
         if provided.is_empty() {
             return self.clone();
         }
-        let parts = InScope { layers: self.parts.layers.merged(provided), tools: self.parts.tools.clone() };
-        StepContext { ctx: self.ctx.clone(), parts: Arc::new(CachePadded::new(parts)) }
+        self.with_parts(self.ctx.clone(), self.layers().merged(provided))
     }
 
     /// The same step context, one nesting level deeper (used for the children of composite steps).
@@ -157,7 +175,7 @@ impl Default for StepContext {
 impl From<Context> for StepContext {
     /// `ctx` with no layers and no tools in scope.
     fn from(ctx: Context) -> Self {
-        StepContext { ctx, parts: NOTHING.clone() }
+        StepContext { ctx, parts: None }
     }
 }
 
