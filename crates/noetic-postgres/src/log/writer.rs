@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use deadpool_postgres::{Object, Pool};
 use noetic_runtime::agent::log::{Appended, Expect, StoreError, Summary, SummaryChange};
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_postgres::Statement;
 
 use super::Counters;
 use super::errors::{DbFailure, Shared};
@@ -123,6 +124,17 @@ impl Writer {
         })
     }
 
+    /// A pooled connection with `sql` prepared on it, checked to be open (a statement sent on a closed one fails
+    /// without saying whether it was written).
+    pub(crate) async fn prepared(&self, sql: &str) -> Result<(Object, Statement), Failed> {
+        let client = self.connection().await?;
+        let statement = client.prepare_cached(sql).await.map_err(|e| Failed::db(&self.target, e))?;
+        if client.is_closed() {
+            return Err(Failed::Before { error: "the pooled connection was closed".into(), retryable: true });
+        }
+        Ok((client, statement))
+    }
+
     /// Remembers `key` as committed at `known`.
     pub(crate) fn remember(&mut self, key: &str, known: Known) {
         if self.known.len() >= REMEMBERED && !self.known.contains_key(key) {
@@ -169,6 +181,12 @@ impl Writer {
             other => other,
         }
     }
+}
+
+/// Why a statement sent alone (a transaction of its own) failed: the server refused it (nothing was written), or the
+/// connection dropped while it ran (written or not, nobody knows).
+pub(crate) fn statement_failed(target: &str, e: tokio_postgres::Error) -> Failed {
+    if e.as_db_error().is_some() { Failed::db(target, e) } else { Failed::Unknown(DbFailure::new(target, e)) }
 }
 
 /// Answers each request of `batch` and tells watchers of what landed, [`ANSWER_SLICE`] requests at a time.

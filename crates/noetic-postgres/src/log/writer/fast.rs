@@ -9,8 +9,7 @@ use std::sync::atomic::Ordering;
 use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
-use super::super::errors::DbFailure;
-use super::{Failed, Known, Request, Writer};
+use super::{Failed, Known, Request, Writer, statement_failed};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
 /// entries, does `$released` (more of the statement) and announces the new end; answers the new append counter, or
@@ -90,13 +89,8 @@ pub(crate) async fn commit(
     writer: &mut Writer,
     plan: Plan<'_>,
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
-    let target = writer.target.clone();
-    let client = writer.connection().await?;
     let sql = if plan.release.is_some() { CONTINUE_RELEASING } else { CONTINUE };
-    let statement = client.prepare_cached(sql).await.map_err(|e| Failed::db(&target, e))?;
-    if client.is_closed() {
-        return Err(Failed::Before { error: "the pooled connection was closed".into(), retryable: true });
-    }
+    let (client, statement) = writer.prepared(sql).await?;
     let summary = serde_json::to_string(&plan.known.summary).map_err(|e| Failed::Before {
         error: format!("a session summary could not be encoded: {e}").into(),
         retryable: false,
@@ -120,9 +114,6 @@ pub(crate) async fn commit(
             writer.remember(plan.key, Known { seq, ..plan.known });
             Ok(Some(plan.answers.into_iter().map(Ok).collect()))
         }
-        // The server refused the statement: nothing was written.
-        Err(e) if e.as_db_error().is_some() => Err(Failed::db(&target, e)),
-        // The connection dropped while the statement ran: written or not, nobody knows.
-        Err(e) => Err(Failed::Unknown(DbFailure::new(&target, e))),
+        Err(e) => Err(statement_failed(&writer.target, e)),
     }
 }

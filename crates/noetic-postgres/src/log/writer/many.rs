@@ -12,8 +12,7 @@ use std::sync::atomic::Ordering;
 use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
-use super::super::errors::DbFailure;
-use super::{Failed, Known, Request, Writer};
+use super::{Failed, Known, Request, Writer, statement_failed};
 
 /// Locks the rows of the sessions (`$1`) that still hold their remembered counters (`$2`), in key order; updates
 /// them only if all `$n` (the array's length) were locked, then inserts the appends (`$6`–`$8`), gives up the leases
@@ -111,12 +110,7 @@ pub(crate) async fn commit(
     writer: &mut Writer,
     plan: Plan<'_>,
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
-    let target = writer.target.clone();
-    let client = writer.connection().await?;
-    let statement = client.prepare_cached(CONTINUE_MANY).await.map_err(|e| Failed::db(&target, e))?;
-    if client.is_closed() {
-        return Err(Failed::Before { error: "the pooled connection was closed".into(), retryable: true });
-    }
+    let (client, statement) = writer.prepared(CONTINUE_MANY).await?;
     let n = plan.sessions.len();
     let (mut keys, mut seen, mut lasts, mut summaries, mut payloads) = (
         Vec::with_capacity(n),
@@ -161,9 +155,6 @@ pub(crate) async fn commit(
             }
             Ok(Some(plan.answers.into_iter().map(Ok).collect()))
         }
-        // The server refused the statement: nothing was written.
-        Err(e) if e.as_db_error().is_some() => Err(Failed::db(&target, e)),
-        // The connection dropped while the statement ran: written or not, nobody knows.
-        Err(e) => Err(Failed::Unknown(DbFailure::new(&target, e))),
+        Err(e) => Err(statement_failed(&writer.target, e)),
     }
 }
