@@ -152,6 +152,11 @@ impl StepContext {
         self.with_parts(self.ctx.spawn_child(items), layers)
     }
 
+    /// A spawned step's step context with this one's layers and tools in scope (shared, not copied).
+    pub(crate) fn spawn_child_in_scope(&self, items: Vec<Item>) -> StepContext {
+        StepContext { ctx: self.ctx.spawn_child(items), parts: self.parts.clone() }
+    }
+
     /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
     pub fn with_layers(&self, provided: &[Arc<dyn MemoryLayer>]) -> StepContext {
         if provided.is_empty() {

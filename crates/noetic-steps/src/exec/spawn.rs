@@ -11,11 +11,10 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     input: I,
     ctx: &StepContext,
 ) -> Result<O, NoeticError> {
-    let layers = match &s.memory {
-        Some(layers) => LayerStack::new(layers.iter().cloned()),
-        None => ctx.layers().clone(),
+    let child = match &s.memory {
+        Some(layers) => ctx.spawn_child(Vec::new(), LayerStack::new(layers.iter().cloned())),
+        None => ctx.spawn_child_in_scope(Vec::new()),
     };
-    let child = ctx.spawn_child(Vec::new(), layers);
     let opening = lifecycle::spawn(ctx, &child, child.layers()).await?;
     child.extend_items(opening);
     let result = run_child(s, input, &child).await;
