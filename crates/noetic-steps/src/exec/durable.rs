@@ -1,16 +1,15 @@
 //! What an `llm` step makes durable: its commits to the turn journal (the items since the last one, the core's
 //! position, calls about to start), the step's end, and the steering checkpoint polls whose findings it records.
 
-use crate::context::Checkpoints;
+use crate::context::{Checkpoints, Context};
 use crate::error::NoeticError;
 use crate::model::{Item, ToolCall};
-use crate::scope::StepContext;
 use crate::turn::{Finished, Input, Polled, TurnCommit, TurnCore, TurnJournal};
 
 /// Commits what is new in the conversation since the journal's last commit, the injected message ids and the
 /// core (`None`: the step ended).
 pub(super) async fn commit(
-    ctx: &StepContext,
+    ctx: &Context,
     journal: &dyn TurnJournal,
     (step_id, path): (&str, &str),
     core: Option<&TurnCore>,
@@ -27,7 +26,7 @@ pub(super) async fn commit(
 /// journal records inputs, the response it works on is committed while it runs: a crash during a slow review (an
 /// LLM judge) never asks the model for that response again, and a quick one adds no write of its own.
 pub(super) async fn while_durable<T>(
-    ctx: &StepContext,
+    ctx: &Context,
     (journal, at, core): (Option<&dyn TurnJournal>, (&str, &str), &TurnCore),
     work: impl std::future::Future<Output = T>,
 ) -> Result<T, NoeticError> {
@@ -44,7 +43,7 @@ pub(super) async fn while_durable<T>(
 /// waiting: what comes next (the next step's first write, the turn's end) is written after it, often in the same
 /// transaction.
 pub(super) async fn finish(
-    ctx: &StepContext,
+    ctx: &Context,
     journal: &dyn TurnJournal,
     (step_id, path): (&str, &str),
     finished: Option<Finished>,
@@ -67,7 +66,7 @@ pub(super) async fn finish(
 }
 
 /// True when the session log records this execution's model responses and tool starts (a session turn's root).
-pub(super) fn logs_inputs(ctx: &StepContext) -> bool {
+pub(super) fn logs_inputs(ctx: &Context) -> bool {
     ctx.journal().is_some_and(|j| j.records_inputs())
 }
 

@@ -14,7 +14,7 @@ use tracing::{Instrument, Span};
 use super::durable::{commit, finish, logs_inputs, poll, while_durable};
 use super::llm_model::{call_model, chat_span, traced_model_call};
 use super::tool_group::{GroupEnv, run_group};
-use crate::context::EventKind;
+use crate::context::{Context, EventKind};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, StepMeta, ToolSpec};
@@ -54,7 +54,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
         ConfigError::new(
             ConfigCode::NoModelProvider,
             format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
-            "build the scope with StepContext::builder().model(...) or run the step through a Runtime",
+            "build the step context with StepContext::builder().model(...) or run the step through a Runtime",
         )
     })?;
     // The tools as they are for each request (a source may change them while the turn runs); the calls of a
@@ -273,7 +273,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
 
 /// Asks the turn's budget whether `action` may start (counting the tool calls it starts). Spawned children and
 /// fork paths ask the same meter as their turn, so they cannot spend past it.
-fn spend(ctx: &StepContext, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
+fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
     let Some(meter) = ctx.meter() else { return Ok(()) };
     match action {
         Action::CallModel { .. } => meter.before_model_call(),
@@ -290,7 +290,7 @@ fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> In
 }
 
 /// Applies one effect of the core: appends items, emits the events.
-fn apply<I, O>(ctx: &StepContext, s: &StepLlm<I, O>, effect: Effect) {
+fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
     match effect {
         Effect::Append(items) => ctx.extend_items(items),
         Effect::Push(item) => ctx.push_item(item),
@@ -313,7 +313,7 @@ fn apply<I, O>(ctx: &StepContext, s: &StepLlm<I, O>, effect: Effect) {
 }
 
 /// A call queued steering skipped: an event on the turn's span, and a tool span that only marks the call.
-fn trace_skipped(ctx: &StepContext, call_id: &str, tool: &str) {
+fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
     if let Some(turn) = ctx.turn_steering().and_then(|s| s.span()) {
         tracing::info!(parent: turn, gen_ai.tool.call.id = call_id, gen_ai.tool.name = tool, "tool.skipped");
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::{guard, guard_async, step_failed};
-use crate::context::{EventKind, MAX_DEPTH, StepKind};
+use crate::context::{Context, EventKind, MAX_DEPTH, StepKind};
 use crate::error::{NoeticError, panicked};
 use crate::model::{as_retry_attempt, backoff_after};
 use crate::scope::StepContext;
@@ -55,7 +55,7 @@ async fn rest<I, O>(s: Arc<StepRun<I, O>>, fut: StepFuture<O>, ctx: StepContext)
 }
 
 /// A `run` step's outcome as `dispatch_run` gives it, with its event.
-fn finish<I, O>(s: &StepRun<I, O>, ctx: &StepContext, r: Result<O, NoeticError>) -> Result<O, NoeticError> {
+fn finish<I, O>(s: &StepRun<I, O>, ctx: &Context, r: Result<O, NoeticError>) -> Result<O, NoeticError> {
     let kind = StepKind::Run;
     let r = r.map_err(|e| step_failed(&s.id, e, false));
     match &r {

@@ -44,9 +44,9 @@ SELECT s.key, s.seq, (SELECT count(*) FROM pg_notify('noetic_log', v.payload)) F
 
 /// A batch that continues several remembered sessions: what it writes and answers.
 pub(crate) struct Plan<'a> {
-    /// Each session once, in the order of its first request: its key, the counter it was seen at, and what it
-    /// will be once written (its end and summary; the counter is the database's).
-    sessions: Vec<(&'a str, i64, Known)>,
+    /// Each session once, in the order of its first request: its key and what it will be once written (its end and
+    /// summary; its counter stays the one remembered, the fence, until the database answers the new one).
+    sessions: Vec<(&'a str, Known)>,
     /// Each request's rows: its session, its first position, its entries.
     keys: Vec<&'a str>,
     positions: Vec<i64>,
@@ -79,13 +79,13 @@ pub(crate) fn plan<'a>(known: &HashMap<String, Known>, batch: &'a [Request]) -> 
             Some(&i) => i,
             None => {
                 let remembered = known.get(key)?;
-                plan.sessions.push((key, remembered.seq, remembered.clone()));
+                plan.sessions.push((key, remembered.clone()));
                 plan.holders.push(None);
                 at.insert(key, plan.sessions.len() - 1);
                 plan.sessions.len() - 1
             }
         };
-        let next = &mut plan.sessions[i].2;
+        let next = &mut plan.sessions[i].1;
         if let Expect::At(expected) = request.expect
             && expected != next.last
         {
@@ -119,13 +119,13 @@ pub(crate) async fn commit(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    for (key, seq, known) in &plan.sessions {
+    for (key, known) in &plan.sessions {
         let summary = serde_json::to_string(&known.summary).map_err(|e| Failed::Before {
             error: format!("a session summary could not be encoded: {e}").into(),
             retryable: false,
         })?;
         keys.push(*key);
-        seen.push(*seq);
+        seen.push(known.seq);
         lasts.push(i64::try_from(known.last).unwrap_or(i64::MAX));
         summaries.push(summary);
         payloads.push(format!("{}\t{}\t{key}", writer.id, known.last));
@@ -145,7 +145,7 @@ pub(crate) async fn commit(
             writer.counters.transactions.fetch_add(1, Ordering::Relaxed);
             writer.counters.appends.fetch_add(plan.answers.len() as u64, Ordering::Relaxed);
             // All of them were written (the statement writes all or none).
-            for (key, _, known) in plan.sessions {
+            for (key, known) in plan.sessions {
                 match written.get(key) {
                     Some(&seq) => writer.remember(key, Known { seq, ..known }),
                     None => {
