@@ -117,7 +117,7 @@ pub fn encode_body(
     let leading_items: Vec<&Item> = request.messages().take(leading).collect();
     let system: Option<Cow<'_, str>> = match (&request.instructions, leading, &request.output_schema) {
         // The usual request: the instructions alone make the system prompt, with no copy of them.
-        (Some(instructions), 0, None) => Some(instructions.as_str()).filter(|s| !s.is_empty()).map(Cow::Borrowed),
+        (Some(instructions), 0, None) => Some(&**instructions).filter(|s| !s.is_empty()).map(Cow::Borrowed),
         _ => system_prompt(request, &leading_items).map(Cow::Owned),
     };
     let model = model_override.unwrap_or_else(|| model_id(&request.model));

@@ -91,9 +91,9 @@ impl Answer<'_> {
             match block.kind.as_deref() {
                 Some("text") => parts.text.push_str(block.text.as_deref().unwrap_or_default()),
                 Some("tool_use") => parts.calls.push(ToolCall {
-                    id: block.id.unwrap_or_default(),
-                    name: block.name.unwrap_or_default(),
-                    arguments: block.input.map_or_else(|| "{}".to_owned(), |input| input.to_string()),
+                    id: block.id.unwrap_or_default().into(),
+                    name: block.name.unwrap_or_default().into(),
+                    arguments: block.input.map_or_else(|| "{}".into(), |input| input.to_string().into()),
                 }),
                 _ => {}
             }
@@ -133,11 +133,11 @@ pub(super) fn value_response(body: &str, step_id: &str) -> Result<ModelResponse,
         match block["type"].as_str() {
             Some("text") => parts.text.push_str(block["text"].as_str().unwrap_or_default()),
             Some("tool_use") => parts.calls.push(ToolCall {
-                id: string(&block["id"]),
-                name: string(&block["name"]),
+                id: string(&block["id"]).into(),
+                name: string(&block["name"]).into(),
                 arguments: match &block["input"] {
-                    Value::Null => "{}".to_owned(),
-                    input => input.to_string(),
+                    Value::Null => "{}".into(),
+                    input => input.to_string().into(),
                 },
             }),
             _ => {}

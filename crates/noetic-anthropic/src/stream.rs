@@ -95,15 +95,15 @@ impl StreamAccumulator {
                     }
                     Some("tool_use") => {
                         let position = self.parts.calls.len();
-                        let call = ToolCall {
-                            id: block["id"].as_str().unwrap_or_default().to_owned(),
-                            name: block["name"].as_str().unwrap_or_default().to_owned(),
-                            arguments: String::new(),
-                        };
+                        let call = ToolCall::new(
+                            block["id"].as_str().unwrap_or_default(),
+                            block["name"].as_str().unwrap_or_default(),
+                            "",
+                        );
                         deltas.push(StreamDelta::ToolCall {
                             index: position,
-                            id: Some(call.id.clone()),
-                            name: Some(call.name.clone()),
+                            id: Some(call.id.to_string()),
+                            name: Some(call.name.to_string()),
                             arguments: String::new(),
                         });
                         self.parts.calls.push(call);
@@ -227,11 +227,11 @@ impl StreamAccumulator {
         let streamed = self.arguments.get(position).cloned().unwrap_or_default();
         if let Some(call) = self.parts.calls.get_mut(position) {
             call.arguments = if !streamed.is_empty() {
-                streamed
+                streamed.into()
             } else if !initial_input.is_empty() {
-                initial_input
+                initial_input.into()
             } else {
-                "{}".to_owned()
+                "{}".into()
             };
         }
     }
@@ -296,7 +296,7 @@ mod tests {
             json!({"type": "message_stop"}),
         ]);
         let response = response.unwrap_or_default();
-        let args: Vec<_> = response.tool_calls_iter().map(|c| c.arguments.as_str()).collect();
+        let args: Vec<_> = response.tool_calls_iter().map(|c| &*c.arguments).collect();
         assert_eq!(args, vec!["{}", r#"{"x":1}"#]);
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (7, 9));

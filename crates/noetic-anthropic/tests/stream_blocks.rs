@@ -41,7 +41,7 @@ fn argument_pieces_of_thousands_of_open_blocks_go_to_their_own_calls() {
     let (deltas, calls) = feed(events);
     assert_eq!(calls.len(), BLOCKS as usize);
     for (k, call) in calls.iter().enumerate() {
-        assert_eq!(call, &ToolCall { id: format!("toolu_{k}"), name: "f".into(), arguments: format!("{{\"n\":{k}}}") });
+        assert_eq!(call, &ToolCall::new(format!("toolu_{k}"), "f", format!("{{\"n\":{k}}}")));
     }
     let pieces = deltas.iter().filter(|d| matches!(d, StreamDelta::ToolCall { id: None, .. })).count();
     assert_eq!(pieces, 2 * BLOCKS as usize);
@@ -61,7 +61,7 @@ fn sparse_indices_and_a_reused_index_refer_to_the_latest_block_with_it() {
         stop(4),
         stop(9),
     ]);
-    let got: Vec<_> = calls.iter().map(|c| (c.id.as_str(), c.arguments.as_str())).collect();
+    let got: Vec<_> = calls.iter().map(|c| (&*c.id, &*c.arguments)).collect();
     assert_eq!(got, vec![("a", "{\"a\":1}"), ("b", "{}"), ("c", "{\"c\":1}")]);
     assert!(!deltas.iter().any(|d| matches!(d, StreamDelta::Text { .. })), "text at a tool block's index is dropped");
 }

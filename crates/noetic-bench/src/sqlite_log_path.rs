@@ -34,7 +34,7 @@ fn tool_call(n: usize) -> Vec<Entry> {
     vec![
         Entry::Core { turn: 1, step: step.clone(), input: Input::ToolDone(result.clone()) },
         Entry::Appended { turn: 1, items: vec![Item::ToolResult(result)] },
-        Entry::ToolStarted { turn: 1, step, call_id: format!("call-{}", n + 1), tool: "search".into() },
+        Entry::ToolStarted { turn: 1, step, call_id: format!("call-{}", n + 1).into(), tool: "search".into() },
     ]
 }
 

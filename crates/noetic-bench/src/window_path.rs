@@ -19,9 +19,9 @@ fn history_100kb() -> Vec<Item> {
         let turn = [
             Item::user(format!("Question {k}: what does the note in notes/{k}.txt say about the failing build?")),
             Item::ToolCall(ToolCall {
-                id: format!("c{k}"),
+                id: format!("c{k}").into(),
                 name: "read_file".into(),
-                arguments: format!("{{\"path\":\"notes/{k}.txt\"}}"),
+                arguments: format!("{{\"path\":\"notes/{k}.txt\"}}").into(),
             }),
             Item::ToolResult(ToolResult::ok(format!("c{k}"), "The build failed because parse_args returns an error when the --config flag is missing; the fix is to fall back to noetic.toml in the working directory and to run the tests again before the release. ".repeat(2))),
             Item::assistant(format!("Note {k} says the build failed on a missing --config flag; fall back to noetic.toml.")),

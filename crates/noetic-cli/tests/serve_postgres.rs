@@ -246,7 +246,7 @@ async fn a_worker_killed_at_random_moments_never_makes_a_tool_run_twice_or_a_mes
         let calls: Vec<String> = history
             .iter()
             .filter_map(|i| match i {
-                Item::ToolCall(c) => Some(c.id.clone()),
+                Item::ToolCall(c) => Some(c.id.to_string()),
                 _ => None,
             })
             .collect();

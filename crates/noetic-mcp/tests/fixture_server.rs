@@ -208,7 +208,7 @@ async fn progress_notifications_become_tool_progress_events_of_the_call() {
         .kinds()
         .into_iter()
         .filter_map(|k| match k {
-            EventKind::ToolProgress { call_id, data, .. } if call_id == "c1" => Some(data["progress"].clone()),
+            EventKind::ToolProgress { call_id, data, .. } if &*call_id == "c1" => Some(data["progress"].clone()),
             _ => None,
         })
         .collect();

@@ -203,8 +203,8 @@ async fn a_recorded_llama_cpp_stream_assembles_the_same_call() {
     let response = done(&deltas);
     let calls: Vec<_> = response.tool_calls_iter().collect();
     assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].name, "get_weather");
-    assert_eq!(calls[0].arguments, r#"{"city": "Paris"}"#);
+    assert_eq!(&*calls[0].name, "get_weather");
+    assert_eq!(&*calls[0].arguments, r#"{"city": "Paris"}"#);
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
     assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (173, 32));
 }
@@ -233,7 +233,7 @@ async fn a_tool_call_response_is_parsed_with_usage_and_cached_tokens() {
         Item::ToolCall(ToolCall {
             id: id.into(),
             name: "get_weather".into(),
-            arguments: format!(r#"{{"city":"{city}","unit":"celsius"}}"#),
+            arguments: format!(r#"{{"city":"{city}","unit":"celsius"}}"#).into(),
         })
     };
     assert_eq!(

@@ -69,7 +69,7 @@ fn assert_weather_call(response: &ModelResponse) {
     assert_eq!(response.finish_reason, FinishReason::ToolCalls, "{response:?}");
     let calls: Vec<_> = response.tool_calls_iter().collect();
     assert_eq!(calls.len(), 1, "{response:?}");
-    assert_eq!(calls[0].name, "get_weather");
+    assert_eq!(&*calls[0].name, "get_weather");
     assert!(!calls[0].id.is_empty(), "the server gives every call an id");
     // Argument values are the model's business; their shape is the grammar's.
     let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
@@ -135,7 +135,7 @@ async fn a_named_tool_choice_calls_that_tool() {
         },
     ]);
     let response = model.call(request).await.unwrap();
-    let names: Vec<_> = response.tool_calls_iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<_> = response.tool_calls_iter().map(|c| &*c.name).collect();
     assert_eq!(names, ["get_time"], "{response:?}");
 }
 

@@ -54,7 +54,7 @@ fn pieces_of_thousands_of_interleaved_calls_accumulate_per_index() {
     let (deltas, calls) = feed(chunks);
     assert_eq!(calls.len(), CALLS);
     for (k, call) in calls.iter().enumerate() {
-        assert_eq!(call, &ToolCall { id: format!("call_{k}"), name: "f".into(), arguments: format!("{{\"n\":{k}}}") });
+        assert_eq!(call, &ToolCall::new(format!("call_{k}"), "f", format!("{{\"n\":{k}}}")));
     }
     let argument_pieces = deltas.iter().filter(|d| matches!(d, StreamDelta::ToolCall { id: None, .. })).count();
     assert_eq!(argument_pieces, 3 * CALLS, "every fragment is passed on once");
@@ -71,7 +71,7 @@ fn sparse_and_out_of_order_indices_keep_the_order_calls_first_appeared_in() {
         chunks.push(chunk(vec![json!({"index": index, "function": {"arguments": format!("[\"{name}\"]")}})]));
     }
     let (deltas, calls) = feed(chunks);
-    let names: Vec<_> = calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
+    let names: Vec<_> = calls.iter().map(|c| (&*c.name, &*c.arguments)).collect();
     assert_eq!(names, vec![("e", "[\"e\"]"), ("m", "[\"m\"]"), ("z", "[\"z\"]"), ("x", "[\"x\"]")]);
     // Deltas name calls by their position, not by the server's index.
     let positions: Vec<_> =
@@ -88,7 +88,7 @@ fn without_indices_pieces_are_matched_by_id_among_many_calls() {
         .extend((0..CALLS).rev().map(|k| chunk(vec![json!({"id": format!("c{k}"), "function": {"arguments": "{}"}})])));
     let (_, calls) = feed(chunks);
     assert_eq!(calls.len(), CALLS);
-    assert!(calls.iter().enumerate().all(|(k, c)| c.id == format!("c{k}") && c.arguments == "{}"));
+    assert!(calls.iter().enumerate().all(|(k, c)| *c.id == format!("c{k}") && &*c.arguments == "{}"));
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn a_new_id_at_a_used_index_starts_a_call_that_later_pieces_at_that_index_contin
         // A piece with neither continues the last call.
         chunk(vec![json!({"function": {"arguments": " "}})]),
     ]);
-    let got: Vec<_> = calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+    let got: Vec<_> = calls.iter().map(|c| (&*c.id, &*c.name, &*c.arguments)).collect();
     assert_eq!(got, vec![("a", "f", "{\"a\":2}"), ("b", "g", "{}"), ("c", "h", "{\"c\":1} ")]);
     assert!(matches!(deltas[3], StreamDelta::ToolCall { index: 2, .. }));
     assert!(matches!(deltas[4], StreamDelta::ToolCall { index: 0, .. }));
@@ -117,6 +117,6 @@ fn an_id_that_arrives_after_the_first_piece_is_found_by_later_pieces_without_an_
         chunk(vec![json!({"index": 3, "id": "late", "function": {"arguments": "\"k\""}})]),
         chunk(vec![json!({"id": "late", "function": {"arguments": ":1}"}})]),
     ]);
-    let got: Vec<_> = calls.iter().map(|c| (c.id.as_str(), c.arguments.as_str())).collect();
+    let got: Vec<_> = calls.iter().map(|c| (&*c.id, &*c.arguments)).collect();
     assert_eq!(got, vec![("late", "{\"k\":1}"), ("other", "{}")]);
 }

@@ -353,7 +353,7 @@ fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
     let (history, rest, ledger) = left(db);
     assert_eq!(history.last(), Some(&Item::assistant("done")), "trial {trial}: the turn finished");
     assert!(!rest, "trial {trial}: nothing left");
-    let mut results: HashMap<String, Vec<String>> = HashMap::new();
+    let mut results: HashMap<std::sync::Arc<str>, Vec<String>> = HashMap::new();
     let mut calls = Vec::new();
     for item in &history {
         match item {
@@ -368,7 +368,7 @@ fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
     }
     let happened = lines(effects);
     for id in &calls {
-        let times = happened.iter().filter(|l| *l == id).count();
+        let times = happened.iter().filter(|l| l.as_str() == &**id).count();
         assert!(times <= 1, "trial {trial}: the side effect of {id} happened {times} times");
         if results[id][0] == "effect done" {
             assert_eq!(times, 1, "trial {trial}: {id} says it ran, the effect happened {times} times");

@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             match &event.kind {
                 EventKind::ToolCallStarted { call_id, tool, .. } => {
                     println!("  [tool started]   {call_id} {tool}");
-                    if call_id == "call-1" {
+                    if **call_id == *"call-1" {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         println!("  [user types]     only Rust, skip the others");
                         if let Err(e) = typist.steer("Only Rust, skip the others.").await {

@@ -179,8 +179,8 @@ async fn a_rewritten_call_runs_with_the_new_arguments_and_the_model_keeps_its_ow
         assert_eq!(
             rewritten,
             [(
-                "c1".to_owned(),
-                "rm".to_owned(),
+                "c1".into(),
+                "rm".into(),
                 "dry-run".to_owned(),
                 r#"{"dry_run":true,"path":"a.txt"}"#.to_owned(),
                 "deletions run dry in this workspace".to_owned()

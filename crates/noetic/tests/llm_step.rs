@@ -208,7 +208,7 @@ async fn every_tool_call_id_gets_exactly_one_result_when_several_calls_fail_in_o
     let ctx = context(&model, [add_tool(&log), failing]);
     assert_eq!(assistant().execute("go".to_string(), &ctx).await.unwrap(), "done");
     let results = tool_results(&model.requests()[1].history);
-    let summary: Vec<(&str, bool)> = results.iter().map(|r| (r.call_id.as_str(), r.is_error)).collect();
+    let summary: Vec<(&str, bool)> = results.iter().map(|r| (&*r.call_id, r.is_error)).collect();
     assert_eq!(summary, [("c1", true), ("c2", true), ("c3", true), ("c4", true), ("c5", false)]);
     assert_eq!(results[4].content, "3");
     assert_eq!(entries(&log), ["add(1,2)"], "only the valid call ran");

@@ -148,7 +148,7 @@ async fn params_tool_choice_and_instructions_reach_every_model_request_unchanged
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     for request in &requests {
-        assert_eq!(request.model, MODEL);
+        assert_eq!(request.model, MODEL.into());
         assert_eq!(request.params, params);
         assert_eq!(request.tool_choice, Some(ToolChoice::Named("add".into())));
         assert_eq!(request.instructions.as_deref(), Some("Answer with a number."));

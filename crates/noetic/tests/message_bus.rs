@@ -83,7 +83,7 @@ async fn a_message_for_a_busy_session_is_steered_into_the_running_turn() {
     assert!(
         history
             .iter()
-            .any(|i| matches!(i, Item::ToolResult(r) if r.call_id == "c2" && r.content.starts_with("Skipped")))
+            .any(|i| matches!(i, Item::ToolResult(r) if &*r.call_id == "c2" && r.content.starts_with("Skipped")))
     );
     assert!(replies.try_recv().is_err(), "no extra turn ran");
 }

@@ -38,7 +38,7 @@ fn tools(runs: &Runs, concurrent: bool) -> Vec<Arc<dyn Tool>> {
         .map(|(name, concurrent)| {
             let runs = runs.clone();
             let builder = FnTool::builder(name, "Takes a while.").handler(move |args: Value, tcx| {
-                *runs.lock().unwrap().entry(tcx.call_id.clone()).or_default() += 1;
+                *runs.lock().unwrap().entry(tcx.call_id.to_string()).or_default() += 1;
                 async move {
                     tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(10))).await;
                     Ok(json!(format!("{} done", tcx.call_id)))
@@ -95,7 +95,7 @@ fn tool_result(item: &Item) -> Option<&ToolResult> {
 }
 
 fn started(entries: &[Entry], id: &str) -> usize {
-    entries.iter().filter(|e| matches!(e, Entry::ToolStarted { call_id, .. } if call_id == id)).count()
+    entries.iter().filter(|e| matches!(e, Entry::ToolStarted { call_id, .. } if **call_id == *id)).count()
 }
 
 fn outcomes(entries: &[Entry]) -> Vec<ToolResult> {
@@ -155,9 +155,9 @@ async fn a_turn_cut_at_any_append_in_the_middle_of_a_group_resumes_with_no_call_
                 "cut {cut}: {id} started {before} time(s) before the cut and ran {after} after"
             );
             let results: Vec<&ToolResult> =
-                history.iter().filter_map(tool_result).filter(|r| r.call_id == id).collect();
+                history.iter().filter_map(tool_result).filter(|r| *r.call_id == *id).collect();
             assert_eq!(results.len(), 1, "cut {cut}: {id} has exactly one result");
-            match recorded.iter().find(|r| r.call_id == id) {
+            match recorded.iter().find(|r| *r.call_id == *id) {
                 Some(kept) => assert_eq!(results[0], kept, "cut {cut}: {id} keeps its recorded result"),
                 None if before == 1 => {
                     assert_eq!(results[0].content, INTERRUPTED_RESULT, "cut {cut}: {id} started, no outcome")
@@ -165,7 +165,7 @@ async fn a_turn_cut_at_any_append_in_the_middle_of_a_group_resumes_with_no_call_
                 None => assert_eq!(results[0].content, format!("{id} done"), "cut {cut}"),
             }
         }
-        let ids: Vec<&str> = history.iter().filter_map(tool_result).map(|r| r.call_id.as_str()).collect();
+        let ids: Vec<&str> = history.iter().filter_map(tool_result).map(|r| &*r.call_id).collect();
         assert_eq!(ids, ["c1", "c2", "c3", "c4"], "cut {cut}: results in call order");
         let log: Vec<Entry> = store.read("s", 0, usize::MAX).await.unwrap().into_iter().map(|r| r.entry).collect();
         assert!(replays_to_the_end(&log), "cut {cut}: the final log replays to the turn's end");

@@ -86,10 +86,8 @@ async fn cancelling_a_turn_reaches_the_running_tool_and_keeps_the_history_well_f
     assert!(matches!(err, NoeticError::Cancelled { reason: Some(ref r) } if r == "user pressed stop"), "{err:?}");
     assert!(saw_cancel.load(Ordering::SeqCst), "the tool observed the cancellation");
     let history = session.history();
-    let results: Vec<&str> = history
-        .iter()
-        .filter_map(|i| if let Item::ToolResult(r) = i { Some(r.call_id.as_str()) } else { None })
-        .collect();
+    let results: Vec<&str> =
+        history.iter().filter_map(|i| if let Item::ToolResult(r) = i { Some(&*r.call_id) } else { None }).collect();
     assert_eq!(results, vec!["c1", "c2"], "every call has exactly one result");
     assert!(!session.is_busy());
     assert_eq!(session.send("again").await.unwrap().await.unwrap(), "after the cancel", "the session is usable again");

@@ -263,9 +263,9 @@ async fn each_tool_call_is_logged_as_started_before_its_outcome_and_the_turn_end
     let log = entries(&store, "s").await;
     let at = |wanted: &dyn Fn(&Entry) -> bool| log.iter().position(wanted).unwrap();
     for id in ["c1", "c2"] {
-        let started = at(&|e| matches!(e, Entry::ToolStarted { call_id, .. } if call_id == id));
+        let started = at(&|e| matches!(e, Entry::ToolStarted { call_id, .. } if **call_id == *id));
         let outcome =
-            at(&|e| matches!(e, Entry::Core { input: noetic::turn::Input::ToolDone(r), .. } if r.call_id == id));
+            at(&|e| matches!(e, Entry::Core { input: noetic::turn::Input::ToolDone(r), .. } if *r.call_id == *id));
         assert!(started < outcome, "{id} is started in the log before its outcome");
     }
     assert!(matches!(&log[0], Entry::Settings { .. }), "a session's log starts with its settings");

@@ -45,7 +45,7 @@ fn tools(runs: &Arc<Mutex<HashMap<String, usize>>>) -> Vec<Arc<dyn Tool>> {
             Arc::new(
                 FnTool::builder(name, "A tool.")
                     .handler(move |_, tcx| {
-                        *runs.lock().unwrap().entry(tcx.tool.clone()).or_default() += 1;
+                        *runs.lock().unwrap().entry(tcx.tool.to_string()).or_default() += 1;
                         async { Ok(Value::from("ok")) }
                     })
                     .build()
@@ -71,7 +71,7 @@ fn responses(entries: &[Entry]) -> usize {
 }
 
 fn started(entries: &[Entry], tool: &str) -> usize {
-    entries.iter().filter(|e| matches!(e, Entry::ToolStarted { tool: t, .. } if t == tool)).count()
+    entries.iter().filter(|e| matches!(e, Entry::ToolStarted { tool: t, .. } if **t == *tool)).count()
 }
 
 /// Each call of `items` has exactly one result, after it.
@@ -80,7 +80,7 @@ fn well_formed(items: &[Item]) -> bool {
     for item in items {
         match item {
             Item::ToolCall(c) => open.push(&c.id),
-            Item::ToolResult(r) => match open.iter().position(|id| *id == r.call_id) {
+            Item::ToolResult(r) => match open.iter().position(|id| **id == *r.call_id) {
                 Some(at) => {
                     open.remove(at);
                 }

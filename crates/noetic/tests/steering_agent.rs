@@ -14,7 +14,7 @@ fn tool_results(items: &[Item]) -> Vec<(String, String, bool)> {
     items
         .iter()
         .filter_map(|i| match i {
-            Item::ToolResult(r) => Some((r.call_id.clone(), r.content.clone(), r.is_error)),
+            Item::ToolResult(r) => Some((r.call_id.to_string(), r.content.clone(), r.is_error)),
             _ => None,
         })
         .collect()
@@ -52,7 +52,7 @@ async fn a_denied_call_does_not_run_and_the_model_sees_why_and_changes_course() 
             execution = Some(e.execution_id);
         }
         if let EventKind::SteeringDenied { call_id, error, .. } = &e.kind {
-            assert_eq!(call_id, "c1");
+            assert_eq!(&**call_id, "c1");
             assert!(matches!(error, NoeticError::SteeringDenied { guidance: Some(g) } if g.contains("/workspace/")));
             denied_events += 1;
         }

@@ -156,7 +156,7 @@ async fn after_model_judge_sees_every_message_of_the_response_and_its_tool_calls
     response.items.push(Item::ToolCall(ToolCall {
         id: "c2".into(),
         name: "delete".into(),
-        arguments: json!({"path": "/tmp/x"}).to_string(),
+        arguments: json!({"path": "/tmp/x"}).to_string().into(),
     }));
     layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
     let prompt = judge.requests()[0].history.as_slice()[0].text().unwrap().to_owned();

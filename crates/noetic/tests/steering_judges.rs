@@ -64,7 +64,7 @@ async fn a_sync_judge_decides_with_verbatim_guidance() {
     let d = before(&layer, &ctx, "rm", json!({"path": "/tmp/x"})).await;
     assert_eq!(d, SteeringDecision::guide("Ask the User before deleting"));
     let request = &model.requests()[0];
-    assert_eq!(request.model, "judge-model");
+    assert_eq!(request.model, "judge-model".into());
     let prompt = request.history.as_slice()[0].text().unwrap().to_owned();
     assert!(prompt.starts_with("Deleting needs confirmation."), "{prompt}");
     assert!(prompt.contains("Tool: rm\nArgs: {\"path\":\"/tmp/x\"}"), "{prompt}");

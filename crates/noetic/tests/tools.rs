@@ -119,7 +119,7 @@ async fn a_typed_tool_is_offered_to_and_called_by_the_model() {
         _ => None,
     });
     let result = result.expect("the tool result reaches the model");
-    assert_eq!(result.call_id, "c1");
+    assert_eq!(&*result.call_id, "c1");
     assert!(!result.is_error, "{result:?}");
     let value: Value = serde_json::from_str(&result.content).unwrap();
     assert_eq!(value, json!({"sum": 5, "label": null}));
@@ -207,7 +207,7 @@ async fn tool_progress_without_a_subscriber_is_harmless() {
     tcx.progress(json!({"n": 2})).unwrap();
     let event = rx.try_recv().unwrap();
     assert!(
-        matches!(&event.kind, EventKind::ToolProgress { call_id, data, .. } if call_id == "c2" && *data == json!({"n": 2})),
+        matches!(&event.kind, EventKind::ToolProgress { call_id, data, .. } if **call_id == *"c2" && *data == json!({"n": 2})),
         "{:?}",
         event.kind
     );
@@ -408,8 +408,8 @@ async fn the_default_stream_replays_a_response_as_deltas_ending_in_done() {
     assert_eq!(
         done.tool_calls_iter().cloned().collect::<Vec<_>>(),
         vec![
-            ToolCall { id: "c1".into(), name: "add".into(), arguments: json!({"a": 1, "b": 2}).to_string() },
-            ToolCall { id: "c2".into(), name: "mul".into(), arguments: json!({"x": 3}).to_string() },
+            ToolCall { id: "c1".into(), name: "add".into(), arguments: json!({"a": 1, "b": 2}).to_string().into() },
+            ToolCall { id: "c2".into(), name: "mul".into(), arguments: json!({"x": 3}).to_string().into() },
         ]
     );
 }

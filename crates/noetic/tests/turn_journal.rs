@@ -99,7 +99,7 @@ async fn a_journaled_turn_commits_every_call_before_it_runs_and_ends_with_everyt
                 let core = journal.saved_core().unwrap();
                 let running = match core.action() {
                     Action::RunTool(call) => call.id.clone(),
-                    other => format!("{other:?}"),
+                    other => format!("{other:?}").into(),
                 };
                 seen.lock().unwrap().push(format!("{} runs; journal: running {running}", tcx.call_id));
                 async { Ok(json!("ok")) }

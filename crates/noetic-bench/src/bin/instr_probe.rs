@@ -68,7 +68,7 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork" | "parse") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork" | "parse" | "many") => args.remove(0),
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -98,6 +98,33 @@ fn main() -> BenchResult<()> {
                 .await;
                 done?;
                 println!("allocations per tool call: {:.1}", allocations as f64 / (n * calls) as f64);
+                Ok(())
+            }
+            "many" => {
+                // `n` sessions at once on one runtime with each session's log in memory, each opened and then
+                // TURNS turns of ROUNDS_PER_TURN tool calls: the load of `pg-runtime`'s in-memory row.
+                let turns: usize = match args.get(1) {
+                    Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of turns"))?,
+                    None => 2,
+                };
+                let store = std::sync::Arc::new(noetic::agent::log::MemoryLogStore::new());
+                let (runtime, _) = real_path::wire_runtime_with(real_path::Kept::Log(store))?;
+                let tasks: Vec<_> = (0..n)
+                    .map(|s| {
+                        let runtime = runtime.clone();
+                        tokio::spawn(async move {
+                            let session = runtime.open(&format!("many-{s}")).await.map_err(|e| e.to_string())?;
+                            for t in 0..turns {
+                                let turn = session.send(format!("turn {t}: find the retry policy")).await;
+                                turn.map_err(|e| e.to_string())?.await.map_err(|e| e.to_string())?;
+                            }
+                            Ok::<(), String>(())
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await??;
+                }
                 Ok(())
             }
             "fork" => {

@@ -294,7 +294,7 @@ struct Chat {
     execution: Option<ExecutionId>,
     turn_started: Option<Instant>,
     /// Running tool calls: call id → (tool, start).
-    tools: HashMap<String, (String, Instant)>,
+    tools: HashMap<Arc<str>, (Arc<str>, Instant)>,
     /// How long each call's approval question waited (left out of the call's time).
     waits: HashMap<String, timing::Waited>,
     /// When the running model call started.

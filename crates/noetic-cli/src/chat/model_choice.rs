@@ -43,8 +43,8 @@ impl ModelChoice {
     }
 
     fn rewrite(&self, mut request: ModelRequest) -> ModelRequest {
-        if request.model == *self.configured {
-            request.model = self.current();
+        if *request.model == *self.configured {
+            request.model = self.current().into();
         }
         request
     }

@@ -12,12 +12,12 @@ pub(super) fn interrupted(history: &[Item]) -> Vec<&ToolCall> {
     history
         .iter()
         .filter_map(|item| match item {
-            Item::ToolResult(r) if r.content == INTERRUPTED_RESULT => Some(r.call_id.as_str()),
+            Item::ToolResult(r) if r.content == INTERRUPTED_RESULT => Some(&*r.call_id),
             _ => None,
         })
         .filter_map(|id| {
             history.iter().find_map(|item| match item {
-                Item::ToolCall(call) if call.id == id => Some(call),
+                Item::ToolCall(call) if *call.id == *id => Some(call),
                 _ => None,
             })
         })
@@ -27,7 +27,7 @@ pub(super) fn interrupted(history: &[Item]) -> Vec<&ToolCall> {
 /// What the chat says about an interrupted call.
 pub(super) fn interrupted_line(call: &ToolCall) -> String {
     let what = match serde_json::from_str::<serde_json::Value>(&call.arguments) {
-        Ok(args) if call.name == "run_command" && args["command"].is_string() => {
+        Ok(args) if &*call.name == "run_command" && args["command"].is_string() => {
             format!("`{}`", shorten(args["command"].as_str().unwrap_or_default(), 80))
         }
         _ => shorten(&call.arguments, 80),

@@ -61,7 +61,7 @@ impl Chat {
         let started = self.turn_started?;
         let frame = FRAMES[tick % FRAMES.len()];
         let waiting = self.approvals.iter().any(|p| !p.reply.is_closed());
-        let mut running: Vec<(&String, &(String, Instant))> = self.tools.iter().collect();
+        let mut running: Vec<_> = self.tools.iter().collect();
         running.sort_by_key(|(_, (_, started))| *started);
         let mut parts = Vec::new();
         for (id, (tool, _)) in running {

@@ -140,9 +140,8 @@ fn scripted_model(typed: Typed) -> ScriptedModel {
     let script: VecDeque<ModelResponse> = rounds
         .into_iter()
         .map(|calls| {
-            let items = calls
-                .into_iter()
-                .map(|(id, name, args)| Item::ToolCall(ToolCall { id, name, arguments: args.to_string() }));
+            let items =
+                calls.into_iter().map(|(id, name, args)| Item::ToolCall(ToolCall::new(id, name, args.to_string())));
             ModelResponse { items: items.collect(), ..ModelResponse::default() }
         })
         .collect();
@@ -275,7 +274,7 @@ pub async fn run(plain: bool, pace: Option<Duration>) -> DemoResult<()> {
             }
             match &event.kind {
                 EventKind::TurnStarted { .. } => execution = Some(event.execution_id),
-                EventKind::ToolCallStarted { call_id, .. } if call_id == "c6" && !steered => {
+                EventKind::ToolCallStarted { call_id, .. } if &**call_id == "c6" && !steered => {
                     steered = true;
                     let typed_already = person.typed.load(std::sync::atomic::Ordering::SeqCst);
                     if waits && !typed_already {

@@ -31,7 +31,7 @@ fn facts(history: &[Item]) -> Facts {
             .and_then(|a| a["path"].as_str().map(str::to_owned))
             .unwrap_or_default();
         let skipped = result.content == SKIPPED_RESULT;
-        match call.name.as_str() {
+        match &*call.name {
             "delete_file" if result.content.starts_with("deleted ") => facts.cache_deleted = true,
             "delete_file" if path.starts_with("/etc") && result.content.starts_with("Steering denied") => {
                 facts.etc_refused = true
@@ -118,7 +118,7 @@ mod tests {
     fn call(id: &str, name: &str, path: &str, result: &str, is_error: bool) -> [Item; 2] {
         let arguments = serde_json::json!({ "path": path }).to_string();
         [
-            Item::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments }),
+            Item::ToolCall(ToolCall::new(id, name, arguments)),
             Item::ToolResult(ToolResult::new(id.to_owned(), result.to_owned(), is_error)),
         ]
     }

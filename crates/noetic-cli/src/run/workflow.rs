@@ -240,9 +240,9 @@ fn response(def: &ScriptedResponse, number: usize) -> ModelResponse {
         .enumerate()
         .map(|(i, c)| {
             Item::ToolCall(ToolCall {
-                id: c.id.clone().unwrap_or_else(|| format!("call-{number}-{}", i + 1)),
-                name: c.name.clone(),
-                arguments: c.args.to_string(),
+                id: c.id.clone().unwrap_or_else(|| format!("call-{number}-{}", i + 1)).into(),
+                name: c.name.as_str().into(),
+                arguments: c.args.to_string().into(),
             })
         })
         .collect();

@@ -27,9 +27,9 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelRequest {
     /// The model id, e.g. `openai/gpt-4o-mini`.
-    pub model: String,
+    pub model: Arc<str>,
     /// System instructions.
-    pub instructions: Option<String>,
+    pub instructions: Option<Arc<str>>,
     /// Context recalled by memory layers, placed after the instructions and before the history.
     pub context: Vec<Item>,
     /// The conversation.
@@ -56,7 +56,7 @@ pub struct ModelRequest {
 impl Default for ModelRequest {
     fn default() -> Self {
         ModelRequest {
-            model: String::new(),
+            model: "".into(),
             instructions: None,
             context: Vec::new(),
             history: History::default(),
@@ -127,9 +127,7 @@ impl ModelResponse {
     pub fn tool_calls<'a>(calls: impl IntoIterator<Item = (&'a str, &'a str, Value)>) -> Self {
         let items = calls
             .into_iter()
-            .map(|(id, name, args)| {
-                Item::ToolCall(ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: args.to_string() })
-            })
+            .map(|(id, name, args)| Item::ToolCall(ToolCall::new(id, name, args.to_string())))
             .collect();
         ModelResponse { items, finish_reason: FinishReason::ToolCalls, ..Default::default() }
     }
@@ -271,9 +269,9 @@ pub fn replay(response: ModelResponse) -> Vec<StreamDelta> {
             Item::ToolCall(c) => {
                 deltas.push(StreamDelta::ToolCall {
                     index,
-                    id: Some(c.id.clone()),
-                    name: Some(c.name.clone()),
-                    arguments: c.arguments.clone(),
+                    id: Some(c.id.to_string()),
+                    name: Some(c.name.to_string()),
+                    arguments: c.arguments.to_string(),
                 });
                 index += 1;
             }

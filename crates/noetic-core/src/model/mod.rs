@@ -120,11 +120,19 @@ impl std::fmt::Display for Item {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The provider's call id; the result must carry the same id.
-    pub id: String,
+    pub id: Arc<str>,
     /// The tool's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// The arguments as the raw JSON text the model produced (it may be malformed).
-    pub arguments: String,
+    pub arguments: Arc<str>,
+}
+
+impl ToolCall {
+    /// A call of `name` with `arguments` (JSON text), whose id is `id`. The three are shared, not copied, by the
+    /// call's clones, its events and its result.
+    pub fn new(id: impl Into<Arc<str>>, name: impl Into<Arc<str>>, arguments: impl Into<Arc<str>>) -> Self {
+        ToolCall { id: id.into(), name: name.into(), arguments: arguments.into() }
+    }
 }
 
 /// The result of one tool call.
@@ -136,7 +144,7 @@ pub struct ToolCall {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The id of the call this answers.
-    pub call_id: String,
+    pub call_id: Arc<str>,
     /// The result text shown to the model.
     pub content: String,
     /// True when the call failed, was denied or was skipped.
@@ -151,17 +159,17 @@ pub struct ToolResult {
 
 impl ToolResult {
     /// A text result.
-    pub fn new(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn new(call_id: impl Into<Arc<str>>, content: impl Into<String>, is_error: bool) -> Self {
         ToolResult { call_id: call_id.into(), content: content.into(), is_error, ..ToolResult::default() }
     }
 
     /// A successful text result.
-    pub fn ok(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+    pub fn ok(call_id: impl Into<Arc<str>>, content: impl Into<String>) -> Self {
         ToolResult::new(call_id, content, false)
     }
 
     /// An error result.
-    pub fn error(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+    pub fn error(call_id: impl Into<Arc<str>>, content: impl Into<String>) -> Self {
         ToolResult::new(call_id, content, true)
     }
 

@@ -75,43 +75,44 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
 /// A choice: its message (whole answers) or delta (streamed chunks), and why it finished.
 #[derive(Deserialize)]
 pub(super) struct Choice<'a> {
-    #[serde(default)]
-    pub message: Option<Message>,
-    #[serde(default)]
-    pub delta: Option<Message>,
+    #[serde(default, borrow)]
+    pub message: Option<Message<'a>>,
+    #[serde(default, borrow)]
+    pub delta: Option<Message<'a>>,
     #[serde(default, borrow)]
     pub finish_reason: Option<Cow<'a, str>>,
 }
 
 /// A message or a delta.
 #[derive(Deserialize)]
-pub(super) struct Message {
+pub(super) struct Message<'a> {
     #[serde(default)]
     pub content: Option<Content>,
     #[serde(default)]
     pub refusal: Option<String>,
-    #[serde(default)]
-    pub tool_calls: Option<Vec<Call>>,
+    #[serde(default, borrow)]
+    pub tool_calls: Option<Vec<Call<'a>>>,
 }
 
-/// A tool call, or a piece of one in a stream.
+/// A tool call, or a piece of one in a stream. Its strings are borrowed from the answer when they hold no escape:
+/// a call's id, name and arguments are made once, where they are kept.
 #[derive(Deserialize)]
-pub(super) struct Call {
+pub(super) struct Call<'a> {
     #[serde(default)]
     pub index: Option<u64>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
-    pub function: Option<Function>,
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub function: Option<Function<'a>>,
 }
 
 /// A call's function: its name and its arguments as JSON text (the typed reading takes only a string).
 #[derive(Deserialize)]
-pub(super) struct Function {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub arguments: Option<String>,
+pub(super) struct Function<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub arguments: Option<Cow<'a, str>>,
 }
 
 /// Message content as text: a string, or the `text` of each part of an array of content parts.

@@ -42,7 +42,7 @@ use super::message::Message;
 /// ```
 pub fn request_body(request: &ModelRequest, stream: bool) -> Value {
     let mut body = fields(request, stream);
-    body.insert("model".into(), Value::String(request.model.clone()));
+    body.insert("model".into(), Value::String(request.model.to_string()));
     body.insert("messages".into(), Value::Array(messages(request)));
     Value::Object(body)
 }

@@ -60,8 +60,9 @@ pub(super) fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<Model
         }
         for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
             let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
-            let (id, name, arguments) = (call.id.unwrap_or_default(), name.unwrap_or_default(), arguments);
-            items.push(Item::ToolCall(tool_call(index, id, name, arguments.unwrap_or_default())));
+            let (id, name, arguments) = (call.id.as_deref(), name.as_deref(), arguments.as_deref());
+            let text = Option::unwrap_or_default;
+            items.push(Item::ToolCall(tool_call(index, text(id), text(name), text(arguments))));
         }
         refusal = message.refusal.filter(|r| !r.is_empty());
     }
@@ -95,9 +96,9 @@ pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
             let function = &call["function"];
             items.push(Item::ToolCall(tool_call(
                 index,
-                call["id"].as_str().unwrap_or("").to_owned(),
-                function["name"].as_str().unwrap_or("").to_owned(),
-                arguments_text(&function["arguments"]),
+                call["id"].as_str().unwrap_or(""),
+                function["name"].as_str().unwrap_or(""),
+                &arguments_text(&function["arguments"]),
             )));
         }
     }
@@ -112,11 +113,11 @@ pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
 }
 
 /// A tool call with the defaults applied: a missing id becomes `call_<index>`, empty arguments `{}`.
-pub(crate) fn tool_call(index: usize, id: String, name: String, arguments: String) -> ToolCall {
+pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: &str) -> ToolCall {
     ToolCall {
-        id: if id.is_empty() { format!("call_{index}") } else { id },
-        name,
-        arguments: if arguments.trim().is_empty() { "{}".to_owned() } else { arguments },
+        id: if id.is_empty() { format!("call_{index}").into() } else { id.into() },
+        name: name.into(),
+        arguments: if arguments.trim().is_empty() { "{}".into() } else { arguments.into() },
     }
 }
 
@@ -279,7 +280,7 @@ mod tests {
         let r = parse_response(&body).unwrap_or_default();
         let calls: Vec<_> = r.tool_calls_iter().cloned().collect();
         assert_eq!(calls[0], ToolCall { id: "call_0".into(), name: "clock".into(), arguments: "{}".into() });
-        assert_eq!(calls[1].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(&*calls[1].arguments, r#"{"city":"Paris"}"#);
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
     }
 

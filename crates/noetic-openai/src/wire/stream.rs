@@ -1,5 +1,6 @@
 //! Streamed chat completions: SSE `data:` payloads → [`StreamDelta`]s.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use noetic_core::NoeticError;
@@ -117,7 +118,8 @@ impl StreamAccumulator {
                     let (name, arguments) = piece.function.map_or((None, None), |f| (f.name, f.arguments));
                     let id = piece.id.as_deref().filter(|s| !s.is_empty());
                     let name = name.as_deref().filter(|s| !s.is_empty());
-                    deltas.extend(self.tool_piece(piece.index, id, name, arguments.unwrap_or_default()));
+                    let arguments = arguments.map(Cow::into_owned).unwrap_or_default();
+                    deltas.extend(self.tool_piece(piece.index, id, name, arguments));
                 }
             }
             if let Some(reason) = choice.finish_reason {
@@ -214,7 +216,7 @@ impl StreamAccumulator {
             items.push(Item::assistant(self.text.clone()));
         }
         for (index, call) in self.calls.iter().enumerate() {
-            items.push(Item::ToolCall(tool_call(index, call.id.clone(), call.name.clone(), call.arguments.clone())));
+            items.push(Item::ToolCall(tool_call(index, &call.id, &call.name, &call.arguments)));
         }
         ModelResponse {
             items,

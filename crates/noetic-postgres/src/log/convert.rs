@@ -78,12 +78,12 @@ fn open_calls(history: &[Item]) -> impl Iterator<Item = &str> {
     let answered: HashSet<&str> = history
         .iter()
         .filter_map(|item| match item {
-            Item::ToolResult(result) => Some(result.call_id.as_str()),
+            Item::ToolResult(result) => Some(&*result.call_id),
             _ => None,
         })
         .collect();
     history.iter().filter_map(move |item| match item {
-        Item::ToolCall(call) if !answered.contains(call.id.as_str()) => Some(call.id.as_str()),
+        Item::ToolCall(call) if !answered.contains(&*call.id) => Some(&*call.id),
         _ => None,
     })
 }

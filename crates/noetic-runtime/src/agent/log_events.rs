@@ -44,13 +44,16 @@ pub(crate) async fn backfill(store: Arc<dyn LogStore>, key: Arc<str>, after: u64
         .collect()
 }
 
+/// A call's tool and arguments, by (turn, call id).
+type Calls = HashMap<(u64, Arc<str>), (Arc<str>, Arc<str>)>;
+
 /// What mapping entries to events needs to remember across them.
 pub(crate) struct Events {
     session: Arc<str>,
     /// Each turn's execution and start time.
     turns: HashMap<u64, (ExecutionId, std::time::SystemTime)>,
     /// Each call's tool and arguments, by (turn, call id).
-    calls: HashMap<(u64, String), (String, String)>,
+    calls: Calls,
     /// Responses per step path so far (the round of the next).
     rounds: HashMap<String, u32>,
     /// Items no longer sent after the last compaction read.

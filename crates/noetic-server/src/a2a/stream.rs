@@ -137,7 +137,7 @@ impl Follow {
                 }))),
                 EventKind::ApprovalRequested { call_id, .. } => {
                     let waiting = self.state.approvals.pending(Some(self.session.key()));
-                    if waiting.iter().any(|p| p.call_id == *call_id) || event.seq > replayed_to {
+                    if waiting.iter().any(|p| *p.call_id == **call_id) || event.seq > replayed_to {
                         return Some(self.input_required(tx, &event).await);
                     }
                     None
@@ -183,12 +183,12 @@ impl Follow {
     async fn input_required(&self, tx: Option<&Tx>, event: &noetic::context::Event) -> View {
         let mut view = self.ended().await;
         if let EventKind::ApprovalRequested { call_id, tool, arguments, arguments_sha256 } = &event.kind
-            && !view.waiting.iter().any(|p| p.call_id == *call_id)
+            && !view.waiting.iter().any(|p| *p.call_id == **call_id)
         {
             view.waiting.push(PendingApproval {
-                call_id: call_id.clone(),
+                call_id: call_id.to_string(),
                 session: Some(self.id.key.clone()),
-                tool: tool.clone(),
+                tool: tool.to_string(),
                 arguments: arguments.clone(),
                 arguments_sha256: arguments_sha256.clone(),
                 requested_at: event.at,

@@ -97,8 +97,8 @@ fn turn(turn: u64, history: Vec<Item>, unfinished: bool) -> Vec<Entry> {
 
 /// The ids of the tool calls without a result, in call order. Ids may repeat across turns: a result answers the
 /// earliest open call of its id.
-fn open_calls(history: &[Item]) -> Vec<String> {
-    let mut open: Vec<String> = Vec::new();
+fn open_calls(history: &[Item]) -> Vec<std::sync::Arc<str>> {
+    let mut open: Vec<std::sync::Arc<str>> = Vec::new();
     for item in history {
         match item {
             Item::ToolCall(call) => open.push(call.id.clone()),
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn a_reused_call_id_is_open_only_where_its_last_call_has_no_result() {
         let history = [call("c1"), Item::ToolResult(ToolResult::ok("c1", "one")), call("c1"), call("c2")];
-        assert_eq!(open_calls(&history), ["c1", "c2"]);
+        assert_eq!(open_calls(&history), [std::sync::Arc::from("c1"), std::sync::Arc::from("c2")]);
     }
 
     #[test]

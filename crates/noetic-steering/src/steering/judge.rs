@@ -44,7 +44,7 @@ pub fn verdict_schema() -> serde_json::Value {
 pub fn request(model: &dyn Model, model_id: &str, prompt: String) -> ModelRequest {
     let capabilities = model.capabilities();
     let mut request = ModelRequest {
-        model: model_id.to_owned(),
+        model: model_id.into(),
         params: ModelParams { max_tokens: Some(JUDGE_MAX_TOKENS), ..ModelParams::default() },
         ..ModelRequest::default()
     };

@@ -310,7 +310,7 @@ impl SteeringRule {
         let Some(tools) = &self.tools else { return true };
         match params {
             HookParams::BeforeToolCall(call) => tools.iter().any(|t| t == call.name),
-            HookParams::AfterModelCall(m) => m.response.tool_calls_iter().any(|c| tools.contains(&c.name)),
+            HookParams::AfterModelCall(m) => m.response.tool_calls_iter().any(|c| tools.iter().any(|t| **t == *c.name)),
         }
     }
 }

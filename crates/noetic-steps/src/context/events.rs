@@ -94,7 +94,7 @@ pub enum EventKind {
         /// The llm step.
         step_id: Arc<str>,
         /// The model id.
-        model: String,
+        model: Arc<str>,
         /// The round within the step (0-based).
         round: u32,
         /// Messages sent (context, history and tail).
@@ -148,21 +148,21 @@ pub enum EventKind {
         /// The step the call belongs to: the `llm` step whose model asked for it, or the `tool` step itself.
         step_id: Arc<str>,
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// The arguments as the model wrote them (untrusted; possibly malformed JSON); empty for a direct `tool`
         /// step, whose input is a typed value.
-        arguments: String,
+        arguments: Arc<str>,
     },
     /// A tool call ended (ran, failed, or was refused before running).
     ToolCallCompleted {
         /// The step the call belongs to (as in `tool_call_started`).
         step_id: Arc<str>,
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// True when the result is an error.
         is_error: bool,
         /// The result text given to the model.
@@ -174,9 +174,9 @@ pub enum EventKind {
     /// A steering decision stopped a tool call (deny or guide); the tool did not run.
     SteeringDenied {
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// The layers that decided.
         layers: Vec<String>,
         /// `deny` or `guide` (a guided call gets the guidance as its result and the model may try again).
@@ -188,9 +188,9 @@ pub enum EventKind {
     /// `arguments` if every gate allows them. The model's own call keeps the arguments it wrote.
     ToolCallRewritten {
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// The layer that rewrote the arguments.
         layer: String,
         /// The new arguments (JSON text).
@@ -233,27 +233,27 @@ pub enum EventKind {
         /// The `llm` step whose model asked for the call.
         step_id: Arc<str>,
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool it asked for.
-        tool: String,
+        tool: Arc<str>,
         /// Why.
         reason: String,
     },
     /// A running tool reported progress.
     ToolProgress {
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// What the tool reported.
         data: serde_json::Value,
     },
     /// A call of a tool that needs approval waits for the approver's decision.
     ApprovalRequested {
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// The validated arguments (written by the model: untrusted).
         arguments: serde_json::Value,
         /// The SHA-256 of the arguments' canonical JSON (the approval request's `arguments_sha256`).
@@ -263,9 +263,9 @@ pub enum EventKind {
     /// The approver decided on a call (a rejected call does not run; the reason goes to the model).
     ApprovalDecided {
         /// The call id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        tool: String,
+        tool: Arc<str>,
         /// True when the call may run.
         approved: bool,
         /// The SHA-256 of the arguments' canonical JSON the decision was given for.

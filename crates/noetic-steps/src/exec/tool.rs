@@ -24,15 +24,15 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     let name = s.tool.name();
     ctx.emit(|| EventKind::ToolCallStarted {
         step_id: s.id.clone(),
-        call_id: s.id.to_string(),
-        tool: name.to_owned(),
-        arguments: String::new(),
+        call_id: s.id.clone(),
+        tool: name.into(),
+        arguments: "".into(),
     });
     let outcome = call(s, input, ctx).await;
     let completed = |is_error: bool, output: String| EventKind::ToolCallCompleted {
         step_id: s.id.clone(),
-        call_id: s.id.to_string(),
-        tool: name.to_owned(),
+        call_id: s.id.clone(),
+        tool: name.into(),
         is_error,
         output,
         error_kind: is_error.then_some(crate::model::ToolErrorKind::Failed),
@@ -88,8 +88,8 @@ async fn call<I: Send + 'static, O: Send + 'static>(
         .map_err(fail)?;
     let tcx = ToolContext {
         ctx: ctx.context().nested(),
-        call_id: s.id.to_string(),
-        tool: name.clone(),
+        call_id: s.id.clone(),
+        tool: name.as_str().into(),
         event_schema: s.tool.event_schema().cloned(),
     };
     let call = async {

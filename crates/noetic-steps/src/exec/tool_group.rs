@@ -82,7 +82,7 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
         }
         let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
         if !span.is_disabled() && env.ctx.captures_content() {
-            span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+            span.record("gen_ai.tool.call.arguments", &*call.arguments);
         }
         match prepare(env.ctx, env.ctx.layers(), env.tools, call).instrument(span.clone()).await {
             Err(e) => return (earlier, Input::Failed(e)),

@@ -100,8 +100,8 @@ type ParseOutput<O> = fn(&str) -> Result<O, String>;
 /// An `llm` step.
 pub struct StepLlm<I, O> {
     pub(crate) id: Arc<str>,
-    pub(crate) model: String,
-    pub(crate) instructions: Option<String>,
+    pub(crate) model: Arc<str>,
+    pub(crate) instructions: Option<Arc<str>>,
     /// The instructions' tokens, counted once per token counter: they never change between requests (counting
     /// 3 KB of them on every request cost about 1,500 instructions).
     pub(crate) instructions_tokens: crate::window::KeptCount,
@@ -377,8 +377,8 @@ impl<I: IntoPrompt + Send + 'static, O: Send + 'static> LlmBuilder<I, O> {
         }
         Ok(Step::Llm(Arc::new(StepLlm {
             id,
-            model: self.model,
-            instructions: self.instructions,
+            model: self.model.into(),
+            instructions: self.instructions.map(Arc::from),
             instructions_tokens: crate::window::KeptCount::default(),
             tools,
             output_schema,

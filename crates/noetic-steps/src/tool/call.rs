@@ -42,8 +42,8 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
         arguments_sha256: &arguments_sha256,
     });
     ctx.emit(|| EventKind::ApprovalRequested {
-        call_id: call_id.to_owned(),
-        tool: tool.name().to_owned(),
+        call_id: call_id.into(),
+        tool: tool.name().into(),
         arguments: args.clone(),
         arguments_sha256: arguments_sha256.clone(),
     });
@@ -54,8 +54,8 @@ pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args:
     };
     ctx.record_approval(ApprovalRecord::Decided { call_id, approved: approval == Approval::Approve, reason });
     ctx.emit(|| EventKind::ApprovalDecided {
-        call_id: call_id.to_owned(),
-        tool: tool.name().to_owned(),
+        call_id: call_id.into(),
+        tool: tool.name().into(),
         approved: approval == Approval::Approve,
         arguments_sha256,
         reason: match &approval {
@@ -107,7 +107,7 @@ pub(crate) async fn traced_tool_call(
 ) -> Result<ToolResult, NoeticError> {
     let span = tool_span(&call.id, &call.name);
     if !span.is_disabled() && ctx.captures_content() {
-        span.record("gen_ai.tool.call.arguments", call.arguments.as_str());
+        span.record("gen_ai.tool.call.arguments", &*call.arguments);
     }
     let result = run_tool_call(ctx, layers, step_id, tools, call, allow).instrument(span.clone()).await;
     if !span.is_disabled() {

@@ -36,9 +36,9 @@ pub struct ToolContext {
     /// The context of the step that called the tool; watch `ctx.cancelled()` in long-running tools.
     pub ctx: Context,
     /// The id of this call (the model's call id, or the step id for a `tool` step).
-    pub call_id: String,
+    pub call_id: Arc<str>,
     /// The tool's name.
-    pub tool: String,
+    pub tool: Arc<str>,
     /// The tool's event schema, if it declares one; progress data is checked against it.
     pub event_schema: Option<Schema>,
 }

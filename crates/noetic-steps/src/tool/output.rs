@@ -1,5 +1,7 @@
 //! What a tool returns: structured data, content blocks (text, JSON, image and resource references), or both.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::model::{ContentBlock, ToolResult, blocks_text};
@@ -102,7 +104,7 @@ impl ToolOutput {
 
     /// The successful tool result for call `call_id`: the text, and the blocks and structured data only when the
     /// text does not already say everything (see [`ToolResult`]).
-    pub(crate) fn into_result(self, call_id: &str) -> ToolResult {
+    pub(crate) fn into_result(self, call_id: &Arc<str>) -> ToolResult {
         let content = match (&self.blocks[..], self.structured) {
             // A plain string (most tools' answer) is the text as it is: moved, not copied.
             ([], Some(Value::String(text))) => text,
@@ -111,10 +113,10 @@ impl ToolOutput {
             (blocks, structured) => {
                 let text = blocks_text(blocks);
                 let blocks = if self.blocks.iter().all(ContentBlock::is_text) { Vec::new() } else { self.blocks };
-                return ToolResult { call_id: call_id.to_owned(), content: text, is_error: false, blocks, structured };
+                return ToolResult { call_id: call_id.clone(), content: text, is_error: false, blocks, structured };
             }
         };
-        ToolResult { call_id: call_id.to_owned(), content, is_error: false, blocks: Vec::new(), structured: None }
+        ToolResult { call_id: call_id.clone(), content, is_error: false, blocks: Vec::new(), structured: None }
     }
 }
 
@@ -127,15 +129,15 @@ mod tests {
 
     #[test]
     fn a_plain_json_result_is_only_text_in_the_tool_result() {
-        let result = ToolOutput::from(json!({"sum": 5})).into_result("c1");
+        let result = ToolOutput::from(json!({"sum": 5})).into_result(&"c1".into());
         assert_eq!(result, ToolResult::ok("c1", r#"{"sum":5}"#));
-        let result = ToolOutput::from(json!("sunny")).into_result("c2");
+        let result = ToolOutput::from(json!("sunny")).into_result(&"c2".into());
         assert_eq!(result, ToolResult::ok("c2", "sunny"));
     }
 
     #[test]
     fn text_blocks_become_the_text_and_structured_data_beside_them_is_kept() {
-        let result = ToolOutput::text("2 files").with_structured(json!({"count": 2})).into_result("c1");
+        let result = ToolOutput::text("2 files").with_structured(json!({"count": 2})).into_result(&"c1".into());
         assert_eq!(result.content, "2 files");
         assert!(result.blocks.is_empty(), "text blocks say nothing the content does not: {result:?}");
         assert_eq!(result.structured, Some(json!({"count": 2})));
@@ -144,7 +146,7 @@ mod tests {
     #[test]
     fn an_image_block_is_kept_beside_its_text_form() {
         let image = ContentBlock::image_url("image/png", "https://example.com/p.png");
-        let result = ToolOutput::text("the plot:").with_block(image.clone()).into_result("c1");
+        let result = ToolOutput::text("the plot:").with_block(image.clone()).into_result(&"c1".into());
         assert_eq!(result.content, "the plot:\n[image image/png: https://example.com/p.png]");
         assert_eq!(result.blocks, vec![ContentBlock::text("the plot:"), image]);
         assert!(result.has_rich_blocks());

@@ -22,6 +22,8 @@
 //! - what a steering decision on a model-driven tool call makes the model see ([`steered_result`]);
 //! - which calls of a response run together ([`batch`]: groups of calls declared safe to run concurrently).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{SteeringAction, SteeringDecision};
@@ -178,9 +180,9 @@ pub enum Effect {
     /// This call will not start: queued steering skipped it (its result is in the `Append` before).
     Skipped {
         /// The skipped call's id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool it asked for.
-        tool: String,
+        tool: Arc<str>,
     },
     /// The after-model review steered the response (deny or guide).
     Steered {

@@ -33,7 +33,7 @@ pub(super) fn describe(effects: Vec<Effect>, action: Action<'_>) -> Vec<String> 
         Action::ResumeTool(call) => format!("resume {}", call.id),
         Action::Classify(calls) => format!("classify {} call(s)", calls.len()),
         Action::RunGroup(group) => {
-            let ids: Vec<&str> = group.to_run().map(|c| c.id.as_str()).collect();
+            let ids: Vec<&str> = group.to_run().map(|c| &*c.id).collect();
             let resumed = if group.resumed { "resume" } else { "run" };
             format!("{resumed} together {}", ids.join(" "))
         }

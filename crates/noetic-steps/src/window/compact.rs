@@ -36,10 +36,10 @@ pub fn cut_points(items: &[Item], from: usize, to: usize) -> Vec<usize> {
         }
         match item {
             Item::ToolCall(c) => {
-                open.insert(c.id.as_str());
+                open.insert(&*c.id);
             }
             Item::ToolResult(r) => {
-                open.remove(r.call_id.as_str());
+                open.remove(&*r.call_id);
             }
             // A call left without a result (a turn that failed) does not hold every later cut.
             Item::Message { role: Role::User, .. } => open.clear(),
@@ -110,8 +110,8 @@ pub fn summary_request(
     text.push_str("The conversation to summarise:\n");
     text.push_str(&lines.join("\n"));
     ModelRequest {
-        model: model.to_owned(),
-        instructions: Some(SUMMARISE.to_owned()),
+        model: model.into(),
+        instructions: Some(SUMMARISE.into()),
         history: crate::model::History::new(vec![Item::user(text)]),
         params: ModelParams { max_tokens: Some(max_tokens), ..ModelParams::default() },
         ..ModelRequest::default()

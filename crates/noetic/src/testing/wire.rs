@@ -51,7 +51,7 @@ pub fn request_shape(shape: usize, model: &str, history: History) -> ModelReques
         request.output_schema = Some(json!({"type": "object", "properties": {"summary": {"type": "string"}}}));
     }
     if shape == 3 {
-        request.instructions = Some(String::new());
+        request.instructions = Some("".into());
         request.params.temperature = Some(f32::NAN);
         request.tools = Arc::from(Vec::new());
     }
@@ -213,8 +213,8 @@ pub fn check_chunk_sharing<C: AsRef<[u8]>>(mut encode: impl FnMut(History) -> Ve
     let (mut earlier, mut written, mut sizes) = (None::<Vec<C>>, 0, 0);
     for round in 0..rounds {
         let args = format!(r#"{{"query":"retry","context":"{}"}}"#, "x".repeat(300));
-        let id = format!("c{round}");
-        ctx.push_item(Item::ToolCall(ToolCall { id: id.clone(), name: "search".into(), arguments: args }));
+        let id: Arc<str> = format!("c{round}").into();
+        ctx.push_item(Item::ToolCall(ToolCall::new(id.clone(), "search", args)));
         ctx.push_item(Item::ToolResult(ToolResult::ok(id, "y".repeat(350))));
         let body = encode(ctx.history());
         if let Some(earlier) = &earlier {

@@ -79,14 +79,14 @@ pub fn assert_every_call_has_one_result(items: &[Item]) {
     let calls: Vec<&str> = items
         .iter()
         .filter_map(|i| match i {
-            Item::ToolCall(c) => Some(c.id.as_str()),
+            Item::ToolCall(c) => Some(&*c.id),
             _ => None,
         })
         .collect();
     let results: Vec<&str> = items
         .iter()
         .filter_map(|i| match i {
-            Item::ToolResult(r) => Some(r.call_id.as_str()),
+            Item::ToolResult(r) => Some(&*r.call_id),
             _ => None,
         })
         .collect();
@@ -97,5 +97,5 @@ pub fn assert_every_call_has_one_result(items: &[Item]) {
     assert_eq!(calls.len(), results.len(), "no result without a call: {items:?}");
 }
 pub fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-    ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: arguments.to_owned() }
+    ToolCall::new(id, name, arguments)
 }

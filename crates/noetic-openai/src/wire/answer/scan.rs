@@ -106,6 +106,11 @@ impl<'a> Scan<'a> {
         self.optional(|scan| scan.string().map(Cow::into_owned))
     }
 
+    /// A string or `null`, borrowed from the answer when it holds no escape.
+    fn text_ref(&mut self) -> Option<Option<Cow<'a, str>>> {
+        self.optional(Scan::string)
+    }
+
     /// A count or `null`.
     fn count(&mut self) -> Option<Option<Count>> {
         self.optional(|scan| scan.whole().map(Count))
@@ -321,7 +326,7 @@ impl<'a> Scan<'a> {
         Some(choice)
     }
 
-    fn message(&mut self, depth: usize) -> Option<Message> {
+    fn message(&mut self, depth: usize) -> Option<Message<'a>> {
         let mut message = Message { content: None, refusal: None, tool_calls: None };
         let mut seen = [false; 3];
         self.object(depth, |scan, key| {
@@ -343,7 +348,7 @@ impl<'a> Scan<'a> {
         Some(message)
     }
 
-    fn calls(&mut self, depth: usize) -> Option<Vec<Call>> {
+    fn calls(&mut self, depth: usize) -> Option<Vec<Call<'a>>> {
         let mut calls = Vec::new();
         self.elements(depth, |scan, depth| {
             calls.push(scan.call(depth)?);
@@ -352,13 +357,13 @@ impl<'a> Scan<'a> {
         Some(calls)
     }
 
-    fn call(&mut self, depth: usize) -> Option<Call> {
+    fn call(&mut self, depth: usize) -> Option<Call<'a>> {
         let mut call = Call { index: None, id: None, function: None };
         let mut seen = [false; 3];
         self.object(depth, |scan, key| {
             match key {
                 "index" => call.index = scan.field(&mut seen[0], |scan| scan.optional(Scan::whole))?,
-                "id" => call.id = scan.field(&mut seen[1], Scan::text)?,
+                "id" => call.id = scan.field(&mut seen[1], Scan::text_ref)?,
                 "function" => {
                     call.function = scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.function(depth + 1)))?
                 }
@@ -369,14 +374,14 @@ impl<'a> Scan<'a> {
         Some(call)
     }
 
-    fn function(&mut self, depth: usize) -> Option<Function> {
+    fn function(&mut self, depth: usize) -> Option<Function<'a>> {
         let mut function = Function { name: None, arguments: None };
         let mut seen = [false; 2];
         self.object(depth, |scan, key| {
             match key {
-                "name" => function.name = scan.field(&mut seen[0], Scan::text)?,
+                "name" => function.name = scan.field(&mut seen[0], Scan::text_ref)?,
                 // Arguments sent as an object are the typed view's to refuse.
-                "arguments" => function.arguments = scan.field(&mut seen[1], Scan::text)?,
+                "arguments" => function.arguments = scan.field(&mut seen[1], Scan::text_ref)?,
                 _ => scan.skip(depth + 1)?,
             }
             Some(())

@@ -80,7 +80,7 @@ fn items() -> Vec<Item> {
 fn request(history: History, instructions: bool, context: bool) -> ModelRequest {
     ModelRequest {
         model: "gpt".into(),
-        instructions: instructions.then(|| "Be helpful.".to_owned()),
+        instructions: instructions.then(|| "Be helpful.".into()),
         context: if context { vec![Item::developer("memory: x")] } else { Vec::new() },
         history,
         tail: vec![Item::developer("correction")],

@@ -67,7 +67,7 @@ fn calls_without_index_are_matched_by_id_and_a_new_id_at_index_zero_is_a_new_cal
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}}]}),
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "h", "arguments": "{}"}}]}}]}),
     ]);
-    let ids: Vec<_> = done(&deltas).tool_calls_iter().map(|c| c.id.clone()).collect();
+    let ids: Vec<_> = done(&deltas).tool_calls_iter().map(|c| c.id.to_string()).collect();
     assert_eq!(ids, vec!["a", "b", "c"]);
 }
 

@@ -1,5 +1,6 @@
 //! The entries of a session log and their encoding (see the [module docs](super) for what each records and why).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -157,9 +158,9 @@ pub enum Entry {
         /// The `llm` step.
         step: StepPath,
         /// The call id (unique within its turn, not across turns).
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool.
-        tool: String,
+        tool: Arc<str>,
     },
     /// A call waits for a person's approval.
     ApprovalAsked {

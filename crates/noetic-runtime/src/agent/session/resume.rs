@@ -148,7 +148,7 @@ pub(super) fn unanswered_calls(items: &[Item]) -> Vec<String> {
         match item {
             Item::ToolCall(c) => open.push(&c.id),
             Item::ToolResult(r) => {
-                if let Some(at) = open.iter().position(|id| *id == r.call_id) {
+                if let Some(at) = open.iter().position(|id| **id == *r.call_id) {
                     open.remove(at);
                 }
             }

@@ -168,8 +168,8 @@ fn keep(ctx: &Context, call: ToolCallParams<'_>, rewrite: &GateRewrite) {
         reason: &rewrite.reason,
     });
     ctx.emit(|| EventKind::ToolCallRewritten {
-        call_id: call.call_id.to_owned(),
-        tool: call.name.to_owned(),
+        call_id: call.call_id.into(),
+        tool: call.name.into(),
         layer: rewrite.layer.clone(),
         arguments: rewrite.after.to_string(),
         reason: rewrite.reason.clone(),
