@@ -175,7 +175,7 @@ const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/w
 /// placeholder text).
 fn tool_result_content(result: &ToolResult) -> Value {
     if !result.has_rich_blocks() {
-        return Value::String(result.content.clone());
+        return Value::String(result.content.to_string());
     }
     let blocks: Vec<Value> = result
         .blocks

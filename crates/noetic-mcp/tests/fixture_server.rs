@@ -114,7 +114,7 @@ async fn an_agent_turn_calls_a_server_tool_by_its_prefixed_name_and_gets_its_res
     let slow = fixture.server.snapshot().get("fix__slow").cloned().unwrap();
     assert!(!slow.concurrent(), "a tool without readOnlyHint runs alone");
     let result = call_once(&fixture, "fix__echo", json!({"text": "hello"})).await;
-    assert_eq!(result.content, "hello");
+    assert_eq!(&*result.content, "hello");
     assert!(!result.is_error);
     assert_eq!(result.structured, Some(json!({"echoed": "hello"})));
     assert_eq!(fixture.log(), ["call echo"]);
@@ -150,7 +150,7 @@ async fn a_steering_rule_denying_an_mcp_tool_keeps_the_call_from_the_server() {
         .unwrap();
     runtime.session("s").send("go").await.unwrap().await.unwrap();
     let results = results(model.requests()[1].history.as_slice());
-    assert_eq!(results[0].content, "Steering denied: echo is not allowed here");
+    assert_eq!(&*results[0].content, "Steering denied: echo is not allowed here");
     assert_eq!(fixture.log(), ["call fail"], "the server saw only the allowed call");
 }
 
@@ -179,8 +179,8 @@ async fn a_tool_that_requires_approval_reaches_the_server_only_when_the_approver
         .unwrap();
     runtime.session("s").send("go").await.unwrap().await.unwrap();
     let results = results(model.requests()[1].history.as_slice());
-    assert_eq!(results[0].content, "Error: the call of 'fix__echo' was rejected: not that");
-    assert_eq!(results[1].content, "ls");
+    assert_eq!(&*results[0].content, "Error: the call of 'fix__echo' was rejected: not that");
+    assert_eq!(&*results[1].content, "ls");
     assert_eq!(fixture.log(), ["call echo"], "only the approved call reached the server");
 }
 
@@ -188,9 +188,9 @@ async fn a_tool_that_requires_approval_reaches_the_server_only_when_the_approver
 async fn an_error_result_is_a_tool_error_the_model_reads_and_an_image_is_a_rich_result() {
     let fixture = fixture("rich", |c| c).await;
     let failed = call_once(&fixture, "fix__fail", json!({})).await;
-    assert_eq!((failed.is_error, failed.content.as_str()), (true, "Error: the disk is full"));
+    assert_eq!((failed.is_error, &*failed.content), (true, "Error: the disk is full"));
     let image = call_once(&fixture, "fix__image", json!({})).await;
-    assert_eq!(image.content, "a red dot:\n[image image/png, 8 bytes]");
+    assert_eq!(&*image.content, "a red dot:\n[image image/png, 8 bytes]");
     assert_eq!(image.blocks[1], ContentBlock::image_base64("image/png", "iVBORw0KGgo="));
 }
 
@@ -260,7 +260,7 @@ async fn a_server_that_crashes_fails_the_call_naming_it_and_is_restarted() {
     tokio::time::timeout(GIVE_UP, connections.wait_for(|n| *n >= 2)).await.expect("restarted").unwrap();
     assert!(fixture.server.is_connected());
     let echoed = call_once(&fixture, "fix__echo", json!({"text": "back"})).await;
-    assert_eq!(echoed.content, "back");
+    assert_eq!(&*echoed.content, "back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +274,7 @@ async fn a_tool_list_change_offers_the_new_tool_in_the_next_request_and_it_runs(
         ScriptedModel::new([ModelResponse::tool_calls([("c1", "fix__late", json!({}))]), ModelResponse::text("ok")]);
     fixture.runtime(&model).session("s").send("go").await.unwrap().await.unwrap();
     assert!(model.requests()[0].tools.iter().any(|t| t.name == "fix__late"), "offered in the next request");
-    assert_eq!(results(model.requests()[1].history.as_slice())[0].content, "late result");
+    assert_eq!(&*results(model.requests()[1].history.as_slice())[0].content, "late result");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,7 @@ async fn a_result_over_max_result_bytes_is_cut_with_a_note_saying_how_much_there
                 'fix' is 65536); ask the tool for less]";
     let expected = format!("{}\n{note}", "x".repeat(65_536));
     assert!(
-        !result.is_error && result.content == expected,
+        !result.is_error && *result.content == *expected,
         "64 KiB by default, like read_file: {}",
         end(&result.content)
     );
@@ -312,7 +312,7 @@ async fn a_result_over_max_result_bytes_is_cut_with_a_note_saying_how_much_there
     let expected = format!("{}\n[… truncated: the result has 5000 bytes; showing the first 1000", "x".repeat(1_000));
     assert!(result.content.starts_with(&expected), "{}", end(&result.content));
     let whole = call_once(&small, "fix__big", json!({"bytes": 1_000})).await;
-    assert!(whole.content == "x".repeat(1_000), "within the limit: whole, without a note: {}", end(&whole.content));
+    assert!(*whole.content == "x".repeat(1_000), "within the limit: whole, without a note: {}", end(&whole.content));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,5 +332,5 @@ async fn a_message_over_16_mib_fails_its_call_at_once_naming_the_size_and_the_li
         result.content
     );
     let echoed = call_once(&fixture, "fix__echo", json!({"text": "still there"})).await;
-    assert_eq!(echoed.content, "still there", "the connection goes on");
+    assert_eq!(echoed.content, "still there".into(), "the connection goes on");
 }

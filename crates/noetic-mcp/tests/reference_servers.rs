@@ -90,7 +90,7 @@ async fn the_everything_server_gives_text_an_image_structured_content_and_progre
     let server = Arc::new(McpServer::start(McpServerConfig::stdio("every", bin.display().to_string())).await.unwrap());
 
     let (echo, _) = call_once(&server, "every__echo", json!({"message": "hi"})).await;
-    assert_eq!(echo.content, "Echo: hi");
+    assert_eq!(&*echo.content, "Echo: hi");
 
     let (image, _) = call_once(&server, "every__get-tiny-image", json!({})).await;
     assert!(
@@ -138,7 +138,7 @@ async fn the_everything_server_over_streamable_http_answers_a_call() {
     let config = McpServerConfig::http("web", format!("http://127.0.0.1:{port}/mcp")).header("x-test", "noetic");
     let server = Arc::new(McpServer::start(config).await.unwrap());
     let (echo, _) = call_once(&server, "web__echo", json!({"message": "over http"})).await;
-    assert_eq!(echo.content, "Echo: over http");
+    assert_eq!(&*echo.content, "Echo: over http");
     child.kill().await.unwrap();
 }
 

@@ -238,7 +238,7 @@ async fn an_agent_turn_denies_a_tool_and_the_real_model_receives_the_denial() {
         })
         .expect("the second request carries the tool result");
     assert!(denial.is_error);
-    assert_eq!(denial.content, "Steering denied: Deleting files is not allowed here.");
+    assert_eq!(&*denial.content, "Steering denied: Deleting files is not allowed here.");
     let call_ids: Vec<_> = requests[1]
         .messages()
         .filter_map(|i| match i {

@@ -27,10 +27,13 @@ pub(crate) fn run_turn(state: &AppState, session: Session, turn: Turn) {
 
 /// Every `every`, resumes the turns dead workers left and runs messages nobody took (SPEC 6: a turn whose
 /// worker's lease ran out, or whose process is gone). Several workers may try the same session: its lease lets
-/// exactly one resume it.
+/// exactly one resume it. The first look is one period after the start, not at once: a message sent to a session a
+/// stopped process left, right after this one starts, resumes its turn with the message queued before the turn's
+/// first checkpoint (as when it arrives later), rather than racing a takeover that would resume the turn without
+/// it and leave the message for a later checkpoint.
 pub(crate) async fn take_over(state: Arc<AppState>, every: std::time::Duration) {
     let Some(store) = state.runtime.log_store().cloned() else { return };
-    let mut interval = tokio::time::interval(every);
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;

@@ -358,7 +358,7 @@ fn check(trial: usize, db: &Path, effects: &Path, accepted: &Path) {
     for item in &history {
         match item {
             Item::ToolCall(c) => calls.push(c.id.clone()),
-            Item::ToolResult(r) => results.entry(r.call_id.clone()).or_default().push(r.content.clone()),
+            Item::ToolResult(r) => results.entry(r.call_id.clone()).or_default().push(r.content.to_string()),
             _ => {}
         }
     }

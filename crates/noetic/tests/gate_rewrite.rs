@@ -139,7 +139,7 @@ fn tool_results(history: &[Item]) -> Vec<String> {
     history
         .iter()
         .filter_map(|item| match item {
-            Item::ToolResult(r) => Some(r.content.clone()),
+            Item::ToolResult(r) => Some(r.content.to_string()),
             _ => None,
         })
         .collect()

@@ -131,7 +131,7 @@ async fn a_tool_error_becomes_an_error_result_with_its_message() {
             .unwrap(),
     );
     let result = run_bad_call(call("c1", "divide", "{}"), vec![failing]).await;
-    assert_eq!(result.content, "Error: division by zero; pass b != 0");
+    assert_eq!(&*result.content, "Error: division by zero; pass b != 0");
 }
 
 #[tokio::test]
@@ -210,7 +210,7 @@ async fn every_tool_call_id_gets_exactly_one_result_when_several_calls_fail_in_o
     let results = tool_results(&model.requests()[1].history);
     let summary: Vec<(&str, bool)> = results.iter().map(|r| (&*r.call_id, r.is_error)).collect();
     assert_eq!(summary, [("c1", true), ("c2", true), ("c3", true), ("c4", true), ("c5", false)]);
-    assert_eq!(results[4].content, "3");
+    assert_eq!(&*results[4].content, "3");
     assert_eq!(entries(&log), ["add(1,2)"], "only the valid call ran");
     assert_every_call_has_one_result(&ctx.items());
 }

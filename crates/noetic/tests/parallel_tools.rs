@@ -282,7 +282,7 @@ async fn with_interrupt_running_a_message_steered_while_a_group_runs_cancels_the
     let cancelled = events
         .kinds()
         .into_iter()
-        .filter(|k| matches!(k, EventKind::ToolCallCompleted { output, .. } if output == CANCELLED_RESULT))
+        .filter(|k| matches!(k, EventKind::ToolCallCompleted { output, .. } if **output == *CANCELLED_RESULT))
         .count();
     assert_eq!(cancelled, 4, "each cancelled call is told as completed, with its id");
     let logged = store
@@ -290,7 +290,9 @@ async fn with_interrupt_running_a_message_steered_while_a_group_runs_cancels_the
         .await
         .unwrap()
         .into_iter()
-        .filter(|r| matches!(&r.entry, Entry::Core { input: Input::ToolDone(t), .. } if t.content == CANCELLED_RESULT))
+        .filter(
+            |r| matches!(&r.entry, Entry::Core { input: Input::ToolDone(t), .. } if &*t.content == CANCELLED_RESULT),
+        )
         .count();
     assert_eq!(logged, 4, "each cancellation is the call's recorded outcome");
 }

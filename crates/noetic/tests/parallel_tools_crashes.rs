@@ -160,9 +160,9 @@ async fn a_turn_cut_at_any_append_in_the_middle_of_a_group_resumes_with_no_call_
             match recorded.iter().find(|r| *r.call_id == *id) {
                 Some(kept) => assert_eq!(results[0], kept, "cut {cut}: {id} keeps its recorded result"),
                 None if before == 1 => {
-                    assert_eq!(results[0].content, INTERRUPTED_RESULT, "cut {cut}: {id} started, no outcome")
+                    assert_eq!(results[0].content, INTERRUPTED_RESULT.into(), "cut {cut}: {id} started, no outcome")
                 }
-                None => assert_eq!(results[0].content, format!("{id} done"), "cut {cut}"),
+                None => assert_eq!(results[0].content, format!("{id} done").into(), "cut {cut}"),
             }
         }
         let ids: Vec<&str> = history.iter().filter_map(tool_result).map(|r| &*r.call_id).collect();

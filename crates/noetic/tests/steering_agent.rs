@@ -14,7 +14,7 @@ fn tool_results(items: &[Item]) -> Vec<(String, String, bool)> {
     items
         .iter()
         .filter_map(|i| match i {
-            Item::ToolResult(r) => Some((r.call_id.to_string(), r.content.clone(), r.is_error)),
+            Item::ToolResult(r) => Some((r.call_id.to_string(), r.content.to_string(), r.is_error)),
             _ => None,
         })
         .collect()

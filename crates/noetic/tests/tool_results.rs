@@ -43,7 +43,7 @@ async fn a_tool_returning_an_image_gives_the_model_its_text_and_keeps_the_blocks
     let results = tool_results(model.requests()[1].history.as_slice());
     assert_eq!(results.len(), 1);
     let result = &results[0];
-    assert_eq!(result.content, "Sales per day in May:\n[image image/png, 8 bytes]");
+    assert_eq!(&*result.content, "Sales per day in May:\n[image image/png, 8 bytes]");
     assert!(!result.is_error);
     assert_eq!(
         result.blocks,
@@ -75,6 +75,7 @@ async fn a_tool_with_an_output_schema_that_returns_no_structured_data_gets_an_er
     assert_eq!(
         result.content,
         "Error: tool 'count' returned an invalid result: it declares an output schema but returned no structured data"
+            .into()
     );
 }
 

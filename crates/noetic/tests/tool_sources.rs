@@ -94,7 +94,7 @@ async fn the_kind_of_a_tool_failure_travels_with_its_completed_event_and_the_mod
     let session = runtime.session("s");
     let mut events = EventCollector::of(&session);
     session.send("go").await.unwrap().await.unwrap();
-    let kinds: Vec<(std::sync::Arc<str>, Option<ToolErrorKind>, String)> = events
+    let kinds: Vec<(std::sync::Arc<str>, Option<ToolErrorKind>, std::sync::Arc<str>)> = events
         .kinds()
         .into_iter()
         .filter_map(|k| match k {

@@ -50,6 +50,15 @@
 //! per token counter rather than on every request, 58,066 with the window table read without a `memcmp` per entry
 //! (101,738 → 101,078 at 100 calls, N = 2, M = 12; 86.8 allocations per call, unchanged).
 
+//!
+//! `instr_probe many N [TURNS]` opens N sessions at once on one runtime whose logs are in memory and runs TURNS
+//! turns (2 by default) of ROUNDS_PER_TURN real-path tool calls in each — the load of `pg-runtime`'s in-memory row.
+//! With 1000 sessions it is memory-bound, not instruction-bound: at `02a6cb6` a tool call cost ~94,000
+//! instructions here (58,000 in one session); at `18d6c03` the same run with at most 4 turns running at once (a
+//! semaphore in the probe, since removed) took the same instructions (1.61 against 1.63 billion) in 0.44 s instead
+//! of 1.02 s. Sharing a call's strings (#36 item 2) took 1000 × 2 from 204 MB to 153 MB and from 1.86 to 1.59
+//! billion instructions.
+
 #[path = "../alloc_count.rs"]
 mod alloc_count;
 #[path = "../probe.rs"]

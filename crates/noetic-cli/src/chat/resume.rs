@@ -12,7 +12,7 @@ pub(super) fn interrupted(history: &[Item]) -> Vec<&ToolCall> {
     history
         .iter()
         .filter_map(|item| match item {
-            Item::ToolResult(r) if r.content == INTERRUPTED_RESULT => Some(&*r.call_id),
+            Item::ToolResult(r) if &*r.content == INTERRUPTED_RESULT => Some(&*r.call_id),
             _ => None,
         })
         .filter_map(|id| {

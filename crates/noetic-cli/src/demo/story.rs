@@ -30,7 +30,7 @@ fn facts(history: &[Item]) -> Facts {
             .ok()
             .and_then(|a| a["path"].as_str().map(str::to_owned))
             .unwrap_or_default();
-        let skipped = result.content == SKIPPED_RESULT;
+        let skipped = &*result.content == SKIPPED_RESULT;
         match &*call.name {
             "delete_file" if result.content.starts_with("deleted ") => facts.cache_deleted = true,
             "delete_file" if path.starts_with("/etc") && result.content.starts_with("Steering denied") => {

@@ -229,7 +229,7 @@ pub fn tool_results(history: &[Item]) -> Vec<(String, String)> {
     history
         .iter()
         .filter_map(|i| match i {
-            Item::ToolResult(r) => Some((r.call_id.to_string(), r.content.clone())),
+            Item::ToolResult(r) => Some((r.call_id.to_string(), r.content.to_string())),
             _ => None,
         })
         .collect()

@@ -146,7 +146,7 @@ pub struct ToolResult {
     /// The id of the call this answers.
     pub call_id: Arc<str>,
     /// The result text shown to the model.
-    pub content: String,
+    pub content: Arc<str>,
     /// True when the call failed, was denied or was skipped.
     pub is_error: bool,
     /// The content blocks, when the text alone does not carry them (providers that can send them do).
@@ -159,17 +159,17 @@ pub struct ToolResult {
 
 impl ToolResult {
     /// A text result.
-    pub fn new(call_id: impl Into<Arc<str>>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn new(call_id: impl Into<Arc<str>>, content: impl Into<Arc<str>>, is_error: bool) -> Self {
         ToolResult { call_id: call_id.into(), content: content.into(), is_error, ..ToolResult::default() }
     }
 
     /// A successful text result.
-    pub fn ok(call_id: impl Into<Arc<str>>, content: impl Into<String>) -> Self {
+    pub fn ok(call_id: impl Into<Arc<str>>, content: impl Into<Arc<str>>) -> Self {
         ToolResult::new(call_id, content, false)
     }
 
     /// An error result.
-    pub fn error(call_id: impl Into<Arc<str>>, content: impl Into<String>) -> Self {
+    pub fn error(call_id: impl Into<Arc<str>>, content: impl Into<Arc<str>>) -> Self {
         ToolResult::new(call_id, content, true)
     }
 

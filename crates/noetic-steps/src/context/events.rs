@@ -166,7 +166,7 @@ pub enum EventKind {
         /// True when the result is an error.
         is_error: bool,
         /// The result text given to the model.
-        output: String,
+        output: Arc<str>,
         /// What kind of failure, when the result is an error.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error_kind: Option<crate::model::ToolErrorKind>,

@@ -34,7 +34,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         call_id: s.id.clone(),
         tool: name.into(),
         is_error,
-        output,
+        output: output.into(),
         error_kind: is_error.then_some(crate::model::ToolErrorKind::Failed),
     };
     match &outcome {

@@ -146,7 +146,7 @@ pub(crate) fn tool_span(call_id: &str, name: &str) -> Span {
 pub(crate) fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolErrorKind>, content: bool) {
     span.record("noetic.tool.result.size", result.content.len());
     if content {
-        span.record("gen_ai.tool.call.result", result.content.as_str());
+        span.record("gen_ai.tool.call.result", &*result.content);
     }
     if !result.is_error {
         span.record("noetic.tool.outcome", "ok");

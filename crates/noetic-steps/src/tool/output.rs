@@ -113,10 +113,22 @@ impl ToolOutput {
             (blocks, structured) => {
                 let text = blocks_text(blocks);
                 let blocks = if self.blocks.iter().all(ContentBlock::is_text) { Vec::new() } else { self.blocks };
-                return ToolResult { call_id: call_id.clone(), content: text, is_error: false, blocks, structured };
+                return ToolResult {
+                    call_id: call_id.clone(),
+                    content: text.into(),
+                    is_error: false,
+                    blocks,
+                    structured,
+                };
             }
         };
-        ToolResult { call_id: call_id.clone(), content, is_error: false, blocks: Vec::new(), structured: None }
+        ToolResult {
+            call_id: call_id.clone(),
+            content: content.into(),
+            is_error: false,
+            blocks: Vec::new(),
+            structured: None,
+        }
     }
 }
 
@@ -138,7 +150,7 @@ mod tests {
     #[test]
     fn text_blocks_become_the_text_and_structured_data_beside_them_is_kept() {
         let result = ToolOutput::text("2 files").with_structured(json!({"count": 2})).into_result(&"c1".into());
-        assert_eq!(result.content, "2 files");
+        assert_eq!(&*result.content, "2 files");
         assert!(result.blocks.is_empty(), "text blocks say nothing the content does not: {result:?}");
         assert_eq!(result.structured, Some(json!({"count": 2})));
     }
@@ -147,7 +159,7 @@ mod tests {
     fn an_image_block_is_kept_beside_its_text_form() {
         let image = ContentBlock::image_url("image/png", "https://example.com/p.png");
         let result = ToolOutput::text("the plot:").with_block(image.clone()).into_result(&"c1".into());
-        assert_eq!(result.content, "the plot:\n[image image/png: https://example.com/p.png]");
+        assert_eq!(&*result.content, "the plot:\n[image image/png: https://example.com/p.png]");
         assert_eq!(result.blocks, vec![ContentBlock::text("the plot:"), image]);
         assert!(result.has_rich_blocks());
     }

@@ -315,10 +315,10 @@ fn steering_decisions_on_tool_calls_become_the_results_the_model_sees() {
     let deny = steered_result("c1", &SteeringDecision::deny("no rm"));
     assert_eq!(deny, ToolResult::error("c1", "Steering denied: no rm"));
     let guide = steered_result("c2", &SteeringDecision::guide("use ls"));
-    assert_eq!(guide.content, "Steering guidance: use ls");
+    assert_eq!(&*guide.content, "Steering guidance: use ls");
     assert!(guide.is_error);
     let bare = steered_result("c3", &SteeringDecision { action: SteeringAction::Deny, guidance: None });
-    assert_eq!(bare.content, "Steering denied: steering rule violation");
+    assert_eq!(&*bare.content, "Steering denied: steering rule violation");
 }
 
 #[test]

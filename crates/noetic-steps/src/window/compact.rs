@@ -122,8 +122,8 @@ fn transcript_line(item: &Item) -> String {
     let (who, text) = match item {
         Item::Message { role, content } => (role_name(*role), content.as_str()),
         Item::ToolCall(c) => return cut(&format!("assistant called {}({})", c.name, c.arguments)),
-        Item::ToolResult(r) if r.is_error => ("tool error", r.content.as_str()),
-        Item::ToolResult(r) => ("tool result", r.content.as_str()),
+        Item::ToolResult(r) if r.is_error => ("tool error", &*r.content),
+        Item::ToolResult(r) => ("tool result", &*r.content),
     };
     cut(&format!("{who}: {text}"))
 }

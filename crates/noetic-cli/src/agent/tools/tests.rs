@@ -66,7 +66,7 @@ async fn call_many(workspace: &Path, rules: RuleSet, tool: &str, args: Value) ->
         .history()
         .into_iter()
         .filter_map(|item| match item {
-            Item::ToolResult(result) => Some((result.is_error, result.content)),
+            Item::ToolResult(result) => Some((result.is_error, result.content.to_string())),
             _ => None,
         })
         .collect();
