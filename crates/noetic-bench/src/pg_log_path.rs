@@ -211,6 +211,15 @@ async fn runtime_figures(url: &str) -> BenchResult<()> {
         let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{which}");
         report(&name, Stats::of(lateness, None), "ms", if workers == 0 { "" } else { "< 2" });
     }
+    // #36 item 5: 1000 sessions on each worker (2 and 4 workers: 2000 and 4000 sessions on the one database).
+    for workers in [2, 4] {
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            rates.push(runtime_turns_per_s(url, workers, 1000 * workers, 2).await?.0);
+        }
+        let name = format!("pg_log_runtime_turns_per_s_1000_sessions_per_worker_{workers}_workers");
+        report(&name, Stats::of(rates, None), "turns/s", "");
+    }
     Ok(())
 }
 

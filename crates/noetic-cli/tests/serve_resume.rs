@@ -5,10 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::noetic;
+use common::served::{Served, workflow_command};
 use serde_json::{Value, json};
 
 /// The first process's script: three commands, each needing approval. The second one's: only the answer (the
@@ -32,21 +31,11 @@ const ANSWER: &str = r#"
 text = "Resumed, and noted your message."
 "#;
 
-fn start(workflow: &Path, workspace: &Path, db: &Path) -> (Child, String) {
-    let mut child = noetic()
-        .args(["serve", "--bind", "127.0.0.1:0", "--workflow"])
-        .arg(workflow)
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--db")
-        .arg(db)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = common::served_address(&mut child);
-    (child, base)
+/// `noetic serve` of `workflow`; a test that fails stops it too (`Served` kills it when dropped).
+fn start(workflow: &Path, workspace: &Path, db: &Path) -> (Served, String) {
+    let served = Served::spawn(workflow_command(workflow, workspace, db, &[]));
+    let base = served.base.clone();
+    (served, base)
 }
 
 /// Polls `GET path` until `done` holds of the answer (a real process: bounded by a generous deadline).
@@ -81,10 +70,10 @@ async fn a_message_for_a_turn_a_killed_server_left_is_accepted_and_resumes_the_t
         a["approvals"].as_array().is_some_and(|l| l.iter().any(|p| p["call_id"] == "c1"))
     })
     .await;
-    killed.kill().unwrap();
-    killed.wait().unwrap();
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
 
-    let (mut served, base) = start(&second, &workspace, &db);
+    let (served, base) = start(&second, &workspace, &db);
     let session_url = format!("{base}/api/sessions/r1");
     let before: Value = client.get(&session_url).send().await.unwrap().json().await.unwrap();
     assert!(before["unfinished_turn"].is_string(), "the killed server left the turn unfinished: {before}");
@@ -114,8 +103,7 @@ async fn a_message_for_a_turn_a_killed_server_left_is_accepted_and_resumes_the_t
     assert_eq!(shown, 1, "the message reached the conversation once: {history:?}");
     assert_eq!(history.last().unwrap()["content"], "Resumed, and noted your message.", "{history:?}");
     assert_eq!(after["queued"], json!([]));
-    served.kill().unwrap();
-    served.wait().unwrap();
+    drop(served);
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
