@@ -60,9 +60,9 @@ pub(super) fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<Model
         }
         for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
             let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
-            let (id, name, arguments) = (call.id.as_deref(), name.as_deref(), arguments.as_deref());
-            let text = Option::unwrap_or_default;
-            items.push(Item::ToolCall(tool_call(index, text(id), text(name), text(arguments))));
+            let id = call.id.as_deref().unwrap_or_default();
+            let (name, arguments) = (name.as_deref().unwrap_or_default(), arguments.as_deref().unwrap_or_default());
+            items.push(Item::ToolCall(tool_call(index, id, name, arguments)));
         }
         refusal = message.refusal.filter(|r| !r.is_empty());
     }

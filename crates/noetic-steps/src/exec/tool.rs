@@ -1,5 +1,7 @@
 //! Executes `tool` steps: merge preset arguments, validate, approve, call, validate the result.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::{guard, guard_async, step_failed};
@@ -56,9 +58,10 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     input: I,
     ctx: &StepContext,
 ) -> Result<ToolOutput, NoeticError> {
-    let name = s.tool.name().to_owned();
+    // Made once: the tool's context shares it.
+    let name: Arc<str> = s.tool.name().into();
     let fail = |message: String| {
-        step_failed(&s.id, NoeticError::ToolFailed { tool: name.clone(), message, source: None }, false)
+        step_failed(&s.id, NoeticError::ToolFailed { tool: name.to_string(), message, source: None }, false)
     };
     let mut args = (s.to_json)(input).map_err(|e| fail(format!("the step input does not serialise to JSON: {e}")))?;
     match &mut args {
@@ -89,13 +92,13 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     let tcx = ToolContext {
         ctx: ctx.context().nested(),
         call_id: s.id.clone(),
-        tool: name.as_str().into(),
+        tool: name.clone(),
         event_schema: s.tool.event_schema().cloned(),
     };
     let call = async {
         let call = guard(&s.id, "tool", || s.tool.call(args, tcx))?;
         call.await.map_err(|e| NoeticError::ToolFailed {
-            tool: name.clone(),
+            tool: name.to_string(),
             message: e.message.clone(),
             source: Some(crate::error::ErrorSource::new(e)),
         })
