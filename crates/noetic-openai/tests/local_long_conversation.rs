@@ -1,9 +1,10 @@
-//! The offline long conversation (#32 item 5): the real SmolLM2-135M on llama.cpp (a 4,096-token window per slot),
-//! a scripted conversation of 200 turns, each with a tool call, keeps working through several compactions, and no
-//! request ever exceeds the window the server reports.
+//! The offline long conversation (#32 item 5): the real SmolLM2-135M on llama.cpp (a 4,096-token window per slot,
+//! of which the runtime is told [`WINDOW`]), a scripted conversation of 200 turns, each with a tool call, keeps
+//! working through several compactions, and no request ever exceeds that window as the server counts its prompt.
 //!
 //! Skips (saying why) without a local server; `NOETIC_E2E_REQUIRED=1` makes a missing server a failure (see
-//! `tests/common`). It takes minutes on one CPU thread: `.ci/run` runs it with the other local-model tests.
+//! `tests/common`). It takes about 9 minutes with the server on two CPU threads (as `.ci/run` starts it), with the
+//! other local-model tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -21,6 +22,11 @@ use serde_json::json;
 
 const MODEL_ID: &str = "smollm2-135m";
 const TURNS: usize = 200;
+/// The window the runtime keeps to: a quarter of the server's slot, so that two hundred turns on one CPU thread take
+/// minutes (every answer token attends to the whole prompt; at 4,096 tokens a turn took 7 s, 25 min in all).
+const WINDOW: u32 = 2048;
+/// A reply's cap: a short sentence, or the tool call (about 15 tokens).
+const ANSWER_TOKENS: u32 = 24;
 
 /// What each call asked and what the server said it read.
 #[derive(Default)]
@@ -70,9 +76,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_conversation_with_the_local_model_keeps_within_its_window_through_several_compactions() {
     let Some(base) = common::local_server().await else { return };
-    let (window, tokens) = llama_cpp_window(&base, Duration::from_secs(30)).await.unwrap();
+    let (served, tokens) = llama_cpp_window(&base, Duration::from_secs(30)).await.unwrap();
+    assert!(served.tokens <= 8_192, "SmolLM2's small window as the server reports it: {}", served.tokens);
+    assert!(served.tokens >= WINDOW, "the server's window ({}) holds the test's", served.tokens);
+    let window = ContextWindow::new(WINDOW).output_reserve(WINDOW / 16);
     let n_ctx = window.tokens;
-    assert!(n_ctx <= 8_192, "SmolLM2's small window as the server reports it: {n_ctx}");
     let config = OpenAiConfig::llama_cpp(base)
         .model_override(MODEL_ID)
         .timeout(Duration::from_secs(300))
@@ -80,26 +88,18 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
         .token_counter(Arc::new(tokens));
     let seen = Arc::new(Seen::default());
     let model = Recording { inner: Arc::new(OpenAiModel::new(config).unwrap()), seen: seen.clone() };
-    // One possible argument: the server's grammar makes the model write `{"topic": "build"}`, a call of a few tokens.
+    // No arguments: the server's grammar makes the model write `{}`, the shortest call there is (its tokens are
+    // decoded one at a time, and the answer's cap holds them too).
     let calls = Arc::new(AtomicUsize::new(0));
     let note: Arc<dyn noetic::tool::Tool> = {
         let calls = calls.clone();
         Arc::new(
-            noetic::tool::FnTool::builder("read_note", "Reads the note about the failing build.")
-                .input_schema(json!({
-                    "type": "object",
-                    "properties": {"topic": {"type": "string", "enum": ["build"]}},
-                    "required": ["topic"],
-                    "additionalProperties": false
-                }))
+            noetic::tool::FnTool::builder("note", "Reads the note about the failing build.")
+                .input_schema(json!({"type": "object", "properties": {}, "additionalProperties": false}))
                 .handler(move |_, _| {
                     calls.fetch_add(1, Ordering::SeqCst);
                     async {
-                        Ok(json!(
-                            "The note says: the build failed because parse_args returns an error when the --config \
-                             flag is missing; the fix is to fall back to noetic.toml in the working directory, then \
-                             run the tests."
-                        ))
+                        Ok(json!("parse_args fails without --config; fall back to noetic.toml, then run the tests."))
                     }
                 })
                 .build()
@@ -111,7 +111,7 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
         .instructions("You are a terse assistant. Read the note when asked, then answer in one short sentence.")
         .first_round_tool_choice(ToolChoice::Required)
         .tool_choice(ToolChoice::None)
-        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(40), ..ModelParams::default() })
+        .params(ModelParams { temperature: Some(0.0), max_tokens: Some(ANSWER_TOKENS), ..ModelParams::default() })
         .max_rounds(2)
         .build()
         .unwrap();
@@ -119,15 +119,21 @@ async fn a_long_conversation_with_the_local_model_keeps_within_its_window_throug
     let session = rt.session("long");
     let mut compactions = 0;
     let mut events = session.subscribe();
+    let started = std::time::Instant::now();
     for k in 1..=TURNS {
         let turn = session.send(format!("Turn {k}: read the note and tell me what failed.")).await.unwrap();
         if let Err(e) = turn.await {
             panic!("turn {k} failed: {e}");
         }
+        // Checked each turn: a conversation that stopped calling the tool fails at once instead of minutes later.
+        assert_eq!(calls.load(Ordering::SeqCst), k, "turn {k} called the tool once");
         while let Ok(event) = events.try_recv() {
             if matches!(event.kind, EventKind::ContextCompacted { .. }) {
                 compactions += 1;
             }
+        }
+        if k % 20 == 0 {
+            eprintln!("turn {k}: {compactions} compactions, {:.0} s", started.elapsed().as_secs_f64());
         }
     }
     assert_eq!(calls.load(Ordering::SeqCst), TURNS, "a tool call per turn");
