@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use noetic_core::model::{Item, ModelRequest, Role, ToolSpec};
 use noetic_core::model::{ModelParams, ToolChoice};
-use noetic_http::{ChunkLog, ChunkedBody, write_json_str};
+use noetic_http::{ChunkLog, ChunkedBody, is_key_text, key_text, write_json_str};
 use serde_json::Value;
 
 use crate::request::{DEFAULT_MAX_TOKENS, fields, model_id, system_prompt, turns};
@@ -38,7 +38,8 @@ pub struct Prefix {
 struct HeadKey {
     model: String,
     max_tokens: u32,
-    system: Option<String>,
+    /// The request's instructions themselves when they alone are the system prompt (see [`key_text`]).
+    system: Option<Arc<str>>,
 }
 
 /// What the suffix depends on.
@@ -123,9 +124,17 @@ pub fn encode_body(
     let model = model_override.unwrap_or_else(|| model_id(&request.model));
     let max_tokens = request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let head = cache.0.heads.get_or_encode(
-        |key| key.max_tokens == max_tokens && key.model == model && key.system.as_deref() == system.as_deref(),
+        |key| {
+            key.max_tokens == max_tokens
+                && key.model == model
+                && match (key.system.as_deref(), system.as_deref()) {
+                    (Some(kept), Some(system)) => is_key_text(kept, system),
+                    (kept, system) => kept.is_none() && system.is_none(),
+                }
+        },
         || {
-            let key = HeadKey { model: model.to_owned(), max_tokens, system: system.as_deref().map(str::to_owned) };
+            let kept = system.as_deref().map(|text| key_text(text, request.instructions.as_ref()));
+            let key = HeadKey { model: model.to_owned(), max_tokens, system: kept };
             (key, head(model, max_tokens, system.as_deref()))
         },
     );

@@ -19,6 +19,8 @@ pub use crossbeam_utils::CachePadded;
 pub struct Spread<T> {
     copies: Box<[OnceLock<T>]>,
     make: Box<dyn Fn() -> T + Send + Sync>,
+    /// The copy the first thread to ask takes instead of one `make` makes (see [`Spread::with_first`]).
+    first: Mutex<Option<T>>,
 }
 
 impl<T> Spread<T> {
@@ -27,12 +29,26 @@ impl<T> Spread<T> {
     pub fn new(make: impl Fn() -> T + Send + Sync + 'static) -> Self {
         // Twice the cores, so the runtime's workers and the few other threads that run turns rarely share one.
         let copies = (cores() * 2).clamp(2, 64);
-        Spread { copies: std::iter::repeat_with(OnceLock::new).take(copies).collect(), make: Box::new(make) }
+        Spread {
+            copies: std::iter::repeat_with(OnceLock::new).take(copies).collect(),
+            make: Box::new(make),
+            first: Mutex::new(None),
+        }
+    }
+
+    /// Like [`Spread::new`], but the first thread to ask takes `first` instead of a copy `make` makes: a value that
+    /// may share its reference counts with what `make` copies from (which `make` only reads), so that a runtime
+    /// whose turns run on one thread makes no deep copy at all.
+    pub fn with_first(first: T, make: impl Fn() -> T + Send + Sync + 'static) -> Self {
+        let spread = Spread::new(make);
+        *lock(&spread.first) = Some(first);
+        spread
     }
 
     /// This thread's copy.
     pub fn local(&self) -> &T {
-        self.copies[thread_slot() % self.copies.len()].get_or_init(|| (self.make)())
+        self.copies[thread_slot() % self.copies.len()]
+            .get_or_init(|| lock(&self.first).take().unwrap_or_else(|| (self.make)()))
     }
 
     /// The copies made so far (to check them in tests).
@@ -105,6 +121,37 @@ mod tests {
         assert_eq!(distinct.len(), copies.len(), "two slots share one copy");
         assert!(distinct.contains(&other));
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), copies.len(), "a copy was made twice");
+    }
+
+    #[test]
+    fn the_first_thread_to_ask_takes_the_given_copy_and_later_threads_get_made_ones() {
+        let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let given = Arc::new(CachePadded::new(1u32));
+        let spread = {
+            let made = made.clone();
+            Arc::new(Spread::with_first(given.clone(), move || {
+                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Arc::new(CachePadded::new(2u32))
+            }))
+        };
+        assert!(Arc::ptr_eq(spread.local(), &given), "the first thread did not get the given copy");
+        assert!(Arc::ptr_eq(spread.local(), &given), "asked again, the first thread got another copy");
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 0, "a copy was made for the first thread");
+        // Threads until one lands on another slot: it gets a made copy, never the given one.
+        let other = loop {
+            let spread = spread.clone();
+            let (value, ptr) = std::thread::spawn(move || {
+                let copy = spread.local();
+                (***copy, Arc::as_ptr(copy) as usize)
+            })
+            .join()
+            .expect("thread panicked");
+            if ptr != Arc::as_ptr(&given) as usize {
+                break value;
+            }
+        };
+        assert_eq!(other, 2, "another slot's copy is made by make");
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), spread.made().len() - 1);
     }
 
     #[test]

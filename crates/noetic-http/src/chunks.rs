@@ -13,6 +13,22 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 
+/// A cache key's copy of `text`: the request's shared string itself when `text` is that string (`shared`), else a
+/// copy. A later request holding the same shared string then matches the key by address ([`is_key_text`]) instead
+/// of comparing every byte (a system prompt of a few kilobytes, compared before every request).
+pub fn key_text(text: &str, shared: Option<&Arc<str>>) -> Arc<str> {
+    match shared {
+        Some(shared) if std::ptr::eq(&**shared, text) => shared.clone(),
+        _ => Arc::from(text),
+    }
+}
+
+/// True when `key` (made by [`key_text`]) holds `text`: at once when both are the same string in memory (the key
+/// keeps its string alive, so no other text can take that address while it lives), else byte by byte.
+pub fn is_key_text(key: &str, text: &str) -> bool {
+    std::ptr::eq(key, text) || key == text
+}
+
 /// A request body made of shared chunks. Cloning it (a retry) copies no bytes.
 #[derive(Debug, Clone)]
 pub struct ChunkedBody {
@@ -202,6 +218,19 @@ mod tests {
     use http_body::Body;
 
     use super::*;
+
+    #[test]
+    fn a_key_keeps_the_shared_string_it_was_made_from_and_matches_equal_text_wherever_it_lies() {
+        let shared: Arc<str> = Arc::from("You are a careful agent.");
+        let key = key_text(&shared, Some(&shared));
+        assert!(Arc::ptr_eq(&key, &shared), "the key copied the shared string");
+        let elsewhere = String::from("You are a careful agent.");
+        let copied = key_text(&elsewhere, Some(&shared));
+        assert!(!Arc::ptr_eq(&copied, &shared), "text elsewhere is not the shared string, however equal");
+        assert!(is_key_text(&key, &shared) && is_key_text(&key, &elsewhere) && is_key_text(&copied, &shared));
+        assert!(!is_key_text(&key, "You are a careless agent."));
+        assert!(!is_key_text(&key, &shared[..10]), "the same address with another length is other text");
+    }
 
     #[test]
     fn an_attempt_yields_the_shared_chunks_in_order_with_the_exact_length_left_and_a_retry_starts_again() {

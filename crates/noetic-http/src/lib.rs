@@ -39,7 +39,7 @@ mod status;
 mod transport;
 
 pub use body::{BodyError, error_body_text, first_chunk, guard_body, read_body, too_large};
-pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache};
+pub use chunks::{ChunkBody, ChunkLog, ChunkedBody, PART_CACHE_ENTRIES, PartCache, is_key_text, key_text};
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_RETRY, DEFAULT_TIMEOUT, HttpConfig, non_empty_var,
 };

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use noetic_core::model::{History, Item, ModelRequest, Role, ToolSpec};
 use noetic_core::model::{ModelParams, ToolChoice};
-use noetic_http::{ChunkLog, ChunkedBody};
+use noetic_http::{ChunkLog, ChunkedBody, is_key_text, key_text};
 use serde_json::Value;
 
 use super::message::{Message, string, value};
@@ -58,7 +58,8 @@ pub struct Prefix {
 /// What the head depends on: the model id sent and the leading system message's text.
 struct HeadKey {
     model: String,
-    system: Option<String>,
+    /// The request's instructions themselves when they alone are the system message (see [`key_text`]).
+    system: Option<Arc<str>>,
 }
 
 /// What the suffix depends on.
@@ -252,9 +253,16 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
     let system = system_message(request, system_from);
     let model = options.model.as_deref().unwrap_or(&request.model);
     let head = cache.0.heads.get_or_encode(
-        |key| key.model == model && key.system.as_deref() == system.as_deref(),
+        |key| {
+            key.model == model
+                && match (key.system.as_deref(), system.as_deref()) {
+                    (Some(kept), Some(system)) => is_key_text(kept, system),
+                    (kept, system) => kept.is_none() && system.is_none(),
+                }
+        },
         || {
-            let key = HeadKey { model: model.to_owned(), system: system.as_deref().map(str::to_owned) };
+            let kept = system.as_deref().map(|text| key_text(text, request.instructions.as_ref()));
+            let key = HeadKey { model: model.to_owned(), system: kept };
             let bytes = head(model, system.as_deref());
             (key, bytes)
         },

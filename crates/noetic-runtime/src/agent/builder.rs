@@ -239,7 +239,7 @@ impl RuntimeBuilder {
         let shared = {
             let (services, in_scope) =
                 (self.services.clone(), InScope::new(LayerStack::new(layers.clone()), self.tools));
-            Spread::new(move || Shared::new(&services, &in_scope))
+            Spread::with_first(Shared::first(&services, &in_scope), move || Shared::new(&services, &in_scope))
         };
         let inner = Arc::new(RuntimeInner {
             model_id: Arc::from(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL)),

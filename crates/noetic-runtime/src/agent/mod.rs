@@ -129,6 +129,15 @@ impl Shared {
             in_scope: Arc::new(CachePadded::new(in_scope.replica())),
         }
     }
+
+    /// The first thread's copy: the layers and tools in scope shared with `in_scope`, not copied (the copies
+    /// [`Shared::new`] makes for other threads only read `in_scope`'s counts, once each).
+    fn first(services: &Services, in_scope: &InScope) -> Shared {
+        Shared {
+            services: Arc::new(CachePadded::new(services.clone())),
+            in_scope: Arc::new(CachePadded::new(in_scope.clone())),
+        }
+    }
 }
 
 /// Runs agent sessions. Cheap to clone. Build one with [`Runtime::builder`] (a [`RuntimeBuilder`]); open a

@@ -1,5 +1,5 @@
 //! The usual whole answer read by hand, in one pass over the text: keys compared in place, strings without
-//! escapes borrowed, an escaped string (a call's arguments) unescaped into one allocation of its size. Serde's
+//! escapes borrowed, an escaped string (a call's arguments) unescaped into one allocation. Serde's
 //! generic machinery spent about 15,000 instructions on a 500-byte tool-call answer, most of it per key and per
 //! string. The scan takes only what it is sure of: anything it does not know to read exactly as the typed view
 //! reads it — a `\u` escape, a number that is not a plain whole number where one is read (a count, an index), a
@@ -56,6 +56,14 @@ pub(in crate::wire) fn surely_json(text: &str) -> bool {
     }
 }
 
+/// A string the answer keeps: no more room than its text (an unescaped one was given room for the rest of the body;
+/// it shrinks in place).
+fn kept(text: Cow<'_, str>) -> String {
+    let mut text = text.into_owned();
+    text.shrink_to_fit();
+    text
+}
+
 /// Marks a field seen; `None` the second time (a duplicated field is the typed view's to refuse).
 fn once(seen: &mut bool) -> Option<()> {
     (!std::mem::replace(seen, true)).then_some(())
@@ -103,7 +111,7 @@ impl<'a> Scan<'a> {
 
     /// A string or `null`, owned.
     fn text(&mut self) -> Option<Option<String>> {
-        self.optional(|scan| scan.string().map(Cow::into_owned))
+        self.optional(|scan| scan.string().map(kept))
     }
 
     /// A string or `null`, borrowed from the answer when it holds no escape.
@@ -125,8 +133,8 @@ impl<'a> Scan<'a> {
         read(self).map(Some)
     }
 
-    /// A string: borrowed when it holds no escape, else unescaped into one allocation of its size; `None` for a
-    /// `\u` escape or a control character.
+    /// A string: borrowed when it holds no escape, else unescaped into one allocation (of at least its size: see
+    /// [`kept`]); `None` for a `\u` escape or a control character.
     fn string(&mut self) -> Option<Cow<'a, str>> {
         self.eat(b'"')?;
         let start = self.at;
@@ -162,8 +170,8 @@ impl<'a> Scan<'a> {
         }
         text.push_str(&self.text[copied..at]);
         self.at = at + 1;
-        // Kept as long as the call it belongs to: no more room than its text (shrunk in place).
-        text.shrink_to_fit();
+        // Room for the rest of the body, maybe: what keeps the text shrinks it ([`kept`]); what copies it (a call's
+        // strings become shared ones) need not.
         Some(Cow::Owned(text))
     }
 
@@ -333,9 +341,8 @@ impl<'a> Scan<'a> {
             match key {
                 // Content parts (an array) are the typed view's to join.
                 "content" => {
-                    message.content = scan.field(&mut seen[0], |scan| {
-                        scan.optional(|scan| scan.string().map(|c| Content(c.into_owned())))
-                    })?
+                    message.content =
+                        scan.field(&mut seen[0], |scan| scan.optional(|scan| scan.string().map(|c| Content(kept(c)))))?
                 }
                 "refusal" => message.refusal = scan.field(&mut seen[1], Scan::text)?,
                 "tool_calls" => {
