@@ -12,6 +12,7 @@
 //! | [`error`] | `NoeticError` (while steps run) and `ConfigError` (built wrongly, with a stable code) |
 //! | [`budget`] | limits, spending, the turn's meter |
 //! | [`digest`] | canonical JSON and its SHA-256 |
+//! | [`json`] | JSON read by hand where serde's machinery costs more than the text (string escapes, tool arguments) |
 //! | [`time`] | RFC 3339 times and their serde helpers |
 //! | [`trace`] | the `tracing` spans the runtime opens |
 //! | `decision` | the steering decision type (its public home is `noetic::steering`) |
@@ -21,6 +22,7 @@ pub mod budget;
 pub mod decision;
 pub mod digest;
 pub mod error;
+pub mod json;
 pub mod model;
 #[doc(hidden)]
 pub mod sync;

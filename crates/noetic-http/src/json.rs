@@ -2,59 +2,7 @@
 //! bytes at a time: request bodies are mostly text that needs no escape (instructions, tool results), and a
 //! byte-at-a-time escaper spent most of a request's encoding there.
 
-/// Eight copies of byte `b`.
-const fn splat(b: u8) -> u64 {
-    0x0101_0101_0101_0101 * b as u64
-}
-
-const HIGH: u64 = splat(0x80);
-
-/// High bit of each byte of `word` that is zero (exact for the lowest such byte, the only one used).
-const fn zero_bytes(word: u64) -> u64 {
-    word.wrapping_sub(splat(1)) & !word & HIGH
-}
-
-/// High bit of each byte of `word` that JSON must escape: a control character, `"` or `\` (exact for the lowest).
-const fn escapes(word: u64) -> u64 {
-    let control = word.wrapping_sub(splat(0x20)) & !word & HIGH;
-    control | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
-}
-
-/// Where the first byte from `from` on lies that a JSON string cannot hold as it is — `"`, `\` or a control
-/// character — scanning sixteen bytes at a time (a reader's way through a string: everything before it is text as it
-/// is). `None` when there is none.
-///
-/// ```
-/// assert_eq!(noetic_http::find_json_escape(br#"abc\"d""#, 0), Some(3));
-/// assert_eq!(noetic_http::find_json_escape(b"plain text", 2), None);
-/// ```
-pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
-    // Sixteen bytes a turn (two words, one branch), then one word, then the last few bytes one by one.
-    while let Some(sixteen) = bytes.get(from..from + 16) {
-        let (low, high) = (escapes(word(&sixteen[..8])), escapes(word(&sixteen[8..])));
-        if low | high != 0 {
-            let within = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
-            return Some(from + (within / 8) as usize);
-        }
-        from += 16;
-    }
-    if let Some(eight) = bytes.get(from..from + 8) {
-        let mask = escapes(word(eight));
-        if mask != 0 {
-            return Some(from + (mask.trailing_zeros() / 8) as usize);
-        }
-        from += 8;
-    }
-    let rest = bytes.get(from..)?;
-    rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| from + i)
-}
-
-/// Eight bytes as a little-endian word.
-fn word(eight: &[u8]) -> u64 {
-    let mut word = [0; 8];
-    word.copy_from_slice(eight);
-    u64::from_le_bytes(word)
-}
+pub use noetic_core::json::find_json_escape;
 
 /// Appends `text` as a JSON string (quotes included): the bytes `serde_json::to_string(text)` gives.
 ///

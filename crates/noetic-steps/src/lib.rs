@@ -17,7 +17,7 @@
 //! | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
 
 // The core's modules under the names this crate's modules have always used for them (`crate::model::Item` …).
-use noetic_core::{budget, decision, digest, error, model, sync, time, trace};
+use noetic_core::{budget, decision, digest, error, json, model, sync, time, trace};
 
 pub mod context;
 pub mod exec;

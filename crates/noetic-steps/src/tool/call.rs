@@ -247,7 +247,8 @@ pub(crate) async fn prepare<'t>(
     let args: Value = if call.arguments.trim().is_empty() {
         Value::Object(serde_json::Map::new())
     } else {
-        match serde_json::from_str(&call.arguments) {
+        // The usual arguments by hand; anything it is not sure of (and every error's wording) is serde's.
+        match crate::json::parse_value(&call.arguments).map_or_else(|| serde_json::from_str(&call.arguments), Ok) {
             Ok(v) => v,
             Err(e) => {
                 let message = format!(

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+use noetic_core::json::{skip_ws, unescape_rest};
 use noetic_http::find_json_escape;
 
 use super::{Answer, Call, Choice, Content, Count, Details, First, Function, Message, WireUsage};
@@ -77,9 +78,7 @@ struct Scan<'a> {
 
 impl<'a> Scan<'a> {
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
-            self.at += 1;
-        }
+        self.at = skip_ws(self.bytes, self.at);
     }
 
     /// The next byte after whitespace, not consumed.
@@ -138,7 +137,7 @@ impl<'a> Scan<'a> {
     fn string(&mut self) -> Option<Cow<'a, str>> {
         self.eat(b'"')?;
         let start = self.at;
-        let mut at = find_json_escape(self.bytes, start)?;
+        let at = find_json_escape(self.bytes, start)?;
         if self.bytes[at] == b'"' {
             self.at = at + 1;
             return Some(Cow::Borrowed(&self.text[start..at]));
@@ -147,29 +146,7 @@ impl<'a> Scan<'a> {
         // after), else by where the string ends (found by a pass of its own).
         let rest = self.bytes.len() - start;
         let mut text = String::with_capacity(if rest <= SMALL_REST { rest } else { self.string_end(at)? - start });
-        let mut copied = start;
-        while self.bytes[at] != b'"' {
-            if self.bytes[at] != b'\\' {
-                return None;
-            }
-            let escaped = match self.bytes.get(at + 1)? {
-                b'"' => '"',
-                b'\\' => '\\',
-                b'/' => '/',
-                b'b' => '\u{8}',
-                b'f' => '\u{c}',
-                b'n' => '\n',
-                b'r' => '\r',
-                b't' => '\t',
-                _ => return None,
-            };
-            text.push_str(&self.text[copied..at]);
-            text.push(escaped);
-            copied = at + 2;
-            at = find_json_escape(self.bytes, copied)?;
-        }
-        text.push_str(&self.text[copied..at]);
-        self.at = at + 1;
+        self.at = unescape_rest(self.text, start, at, &mut text)? + 1;
         // Room for the rest of the body, maybe: what keeps the text shrinks it ([`kept`]); what copies it (a call's
         // strings become shared ones) need not.
         Some(Cow::Owned(text))

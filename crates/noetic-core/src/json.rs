@@ -1,0 +1,380 @@
+//! JSON read by hand where `serde_json`'s generic machinery costs more than the text: the search for the end of a
+//! string's plain text ([`find_json_escape`], shared with the providers' encoders and answer scans) and a parse of
+//! the usual tool arguments into a [`Value`] ([`parse_value`]). The parse gives up — leaving the text to
+//! `serde_json`, its errors included — wherever it is not sure it reads exactly what `serde_json::from_str` reads.
+
+use serde_json::{Map, Number, Value};
+
+/// Eight copies of byte `b`.
+const fn splat(b: u8) -> u64 {
+    0x0101_0101_0101_0101 * b as u64
+}
+
+const HIGH: u64 = splat(0x80);
+
+/// High bit of each byte of `word` that is zero (exact for the lowest such byte, the only one used).
+const fn zero_bytes(word: u64) -> u64 {
+    word.wrapping_sub(splat(1)) & !word & HIGH
+}
+
+/// High bit of each byte of `word` that JSON must escape: a control character, `"` or `\` (exact for the lowest).
+const fn escapes(word: u64) -> u64 {
+    let control = word.wrapping_sub(splat(0x20)) & !word & HIGH;
+    control | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
+}
+
+/// Where the first byte from `from` on lies that a JSON string cannot hold as it is — `"`, `\` or a control
+/// character — scanning sixteen bytes at a time (a reader's way through a string: everything before it is text as it
+/// is). `None` when there is none.
+///
+/// ```
+/// assert_eq!(noetic_core::json::find_json_escape(br#"abc\"d""#, 0), Some(3));
+/// assert_eq!(noetic_core::json::find_json_escape(b"plain text", 2), None);
+/// ```
+pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
+    // Sixteen bytes a turn (two words, one branch), then one word, then the last few bytes one by one.
+    while let Some(sixteen) = bytes.get(from..from + 16) {
+        let (low, high) = (escapes(word(&sixteen[..8])), escapes(word(&sixteen[8..])));
+        if low | high != 0 {
+            let within = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
+            return Some(from + (within / 8) as usize);
+        }
+        from += 16;
+    }
+    if let Some(eight) = bytes.get(from..from + 8) {
+        let mask = escapes(word(eight));
+        if mask != 0 {
+            return Some(from + (mask.trailing_zeros() / 8) as usize);
+        }
+        from += 8;
+    }
+    let rest = bytes.get(from..)?;
+    rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| from + i)
+}
+
+/// Appends the rest of a JSON string's text to `text`, unescaped: `copied` is where its plain text not yet
+/// appended starts in `source`, `at` the first escape after it (as [`find_json_escape`] found it). Returns where the
+/// closing quote lies; `None` for a `\u` escape, a control character or a string that does not end (the caller
+/// leaves those to `serde_json`).
+///
+/// ```
+/// let source = r#""say \"hi\"\n" tail"#;
+/// let at = noetic_core::json::find_json_escape(source.as_bytes(), 1).unwrap();
+/// let mut text = String::new();
+/// assert_eq!(noetic_core::json::unescape_rest(source, 1, at, &mut text), Some(13));
+/// assert_eq!(text, "say \"hi\"\n");
+/// ```
+pub fn unescape_rest(source: &str, mut copied: usize, mut at: usize, text: &mut String) -> Option<usize> {
+    let bytes = source.as_bytes();
+    while *bytes.get(at)? != b'"' {
+        if bytes[at] != b'\\' {
+            return None;
+        }
+        let escaped = match bytes.get(at + 1)? {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            _ => return None,
+        };
+        text.push_str(source.get(copied..at)?);
+        text.push(escaped);
+        copied = at + 2;
+        at = find_json_escape(bytes, copied)?;
+    }
+    text.push_str(source.get(copied..at)?);
+    Some(at)
+}
+
+/// Where the first byte from `at` on lies that is not JSON whitespace (`bytes.len()` when there is none).
+pub fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Eight bytes as a little-endian word.
+fn word(eight: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(eight);
+    u64::from_le_bytes(word)
+}
+
+/// Deeper values are left to `serde_json` (whose own limit is 128).
+const MAX_DEPTH: usize = 64;
+
+/// `text` as `serde_json::from_str::<Value>` reads it, or `None` where this parse is not sure: a `\u` escape, a
+/// number that is not a whole one within `u64` / `i64` (or is `-0`, which `serde_json` reads as a float), nesting
+/// deeper than 64, or text that is not JSON. Callers then ask `serde_json`, which also words the error.
+///
+/// About half of `serde_json`'s cost on a tool call's arguments (an object of a few strings): the same
+/// allocations, without the generic visitor between the text and each value.
+///
+/// ```
+/// use serde_json::json;
+/// let text = r#"{"path": "src/lib.rs", "limit": 20, "tags": ["a", "b\n"], "deep": {"ok": true, "none": null}}"#;
+/// assert_eq!(noetic_core::json::parse_value(text), Some(serde_json::from_str(text).unwrap()));
+/// assert_eq!(noetic_core::json::parse_value(r#"{"x": 1.5}"#), None, "floats are serde_json's to read");
+/// ```
+pub fn parse_value(text: &str) -> Option<Value> {
+    let mut parser = Parser { text, bytes: text.as_bytes(), at: 0 };
+    let value = parser.value(0)?;
+    parser.ws();
+    (parser.at == parser.bytes.len()).then_some(value)
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn ws(&mut self) {
+        self.at = skip_ws(self.bytes, self.at);
+    }
+
+    /// The next byte after whitespace, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        match self.peek()? {
+            b'"' => self.string().map(Value::String),
+            b'{' => self.object(depth + 1),
+            b'[' => self.array(depth + 1),
+            b't' => self.literal("true", Value::Bool(true)),
+            b'f' => self.literal("false", Value::Bool(false)),
+            b'n' => self.literal("null", Value::Null),
+            _ => self.whole(),
+        }
+    }
+
+    fn literal(&mut self, word: &str, value: Value) -> Option<Value> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word.as_bytes()).then(|| {
+            self.at = end;
+            value
+        })
+    }
+
+    /// A string at the quote under the cursor, unescaped; `None` for a `\u` escape or a control character.
+    fn string(&mut self) -> Option<String> {
+        let start = self.at + 1;
+        let at = find_json_escape(self.bytes, start)?;
+        if self.bytes[at] == b'"' {
+            self.at = at + 1;
+            return self.text.get(start..at).map(str::to_owned);
+        }
+        let mut text = String::with_capacity(at - start + 16);
+        self.at = unescape_rest(self.text, start, at, &mut text)? + 1;
+        Some(text)
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.at += 1;
+        let mut map = Map::new();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(Value::Object(map));
+        }
+        loop {
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.at += 1;
+            let value = self.value(depth)?;
+            // A repeated key: the last value, as `serde_json` keeps it.
+            map.insert(key, value);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(Value::Object(map));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.at += 1;
+        let mut items = Vec::new();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(Value::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(Value::Array(items));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A whole number as `serde_json` keeps it: `u64` when not negative, `i64` when negative; `None` for a fraction,
+    /// an exponent, a leading zero, `-0` or a number beyond both (those `serde_json` reads as floats or refuses).
+    fn whole(&mut self) -> Option<Value> {
+        let start = self.at;
+        let negative = self.bytes.get(self.at) == Some(&b'-');
+        if negative {
+            self.at += 1;
+        }
+        let digits = self.at;
+        while let Some(b'0'..=b'9') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+        let count = self.at - digits;
+        if count == 0 || (count > 1 && self.bytes[digits] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = self.bytes.get(self.at) {
+            return None;
+        }
+        let text = self.text.get(start..self.at)?;
+        if negative {
+            let n: i64 = text.parse().ok()?;
+            (n != 0).then(|| Value::Number(Number::from(n)))
+        } else {
+            text.parse::<u64>().ok().map(|n| Value::Number(Number::from(n)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Any JSON value, floats and every kind of character in strings included.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1.0e6f64..1.0e6).prop_map(Value::from),
+            "(?s).{0,24}".prop_map(Value::String),
+            "[a-z \"\\\\/\n\t]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec(("[a-z_\"\\\\]{0,8}", inner), 0..6)
+                    .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn any_value_the_hand_parse_reads_is_read_as_serde_json_reads_it(value in any_value(), pretty in any::<bool>()) {
+            let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) }.unwrap();
+            let serde: Value = serde_json::from_str(&text).unwrap();
+            if let Some(parsed) = parse_value(&text) {
+                prop_assert_eq!(parsed, serde);
+            }
+        }
+
+        #[test]
+        fn text_the_hand_parse_reads_is_json_that_serde_json_reads_the_same(
+            text in "[ \\[\\]{}\":,0-9.eE+\\-tfrulnsa\\\\/\u{e9}\t\n]{0,24}",
+        ) {
+            if let Some(parsed) = parse_value(&text) {
+                let serde: Result<Value, _> = serde_json::from_str(&text);
+                prop_assert!(serde.is_ok(), "parsed {text:?}, which serde_json refuses");
+                prop_assert_eq!(parsed, serde.unwrap());
+            }
+        }
+
+        #[test]
+        fn values_without_floats_or_unicode_escapes_are_read_by_hand(value in hand_value(), pretty in any::<bool>()) {
+            let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) }.unwrap();
+            prop_assert_eq!(parse_value(&text), Some(value));
+        }
+    }
+
+    /// Values the hand parse reads whole: no floats, and no character `serde_json` writes as a `\u` escape.
+    fn hand_value() -> impl Strategy<Value = Value> {
+        let text = "[^\\x00-\\x07\\x0b\\x0e-\\x1f]{0,16}";
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            text.prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec((text, inner), 0..6)
+                    .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn usual_tool_arguments_are_read_by_hand() {
+        for text in [
+            r#"{"path": "src/lib.rs", "query": "where is \"retry\" configured?", "limit": 20}"#,
+            r#"{"command":"ls -la","cwd":"/tmp","env":{"A":"1"},"args":["-v",true,null,-3]}"#,
+            "{}",
+            " [ ] ",
+        ] {
+            assert_eq!(parse_value(text), Some(serde_json::from_str::<Value>(text).unwrap()), "{text}");
+        }
+    }
+
+    #[test]
+    fn what_the_hand_parse_is_not_sure_of_is_left_to_serde_json() {
+        for text in [
+            r#"{"a": "\u00e9"}"#,
+            r#"{"a": 1.5}"#,
+            r#"{"a": 1e3}"#,
+            r#"{"a": -0}"#,
+            r#"{"a": 18446744073709551616}"#,
+            r#"{"a": -9223372036854775809}"#,
+            r#"{"a": 01}"#,
+            "{\"a\": \"tab\there\"}",
+            r#"{"a": 1,}"#,
+            r#"{"a" 1}"#,
+            r#"{"a": tru}"#,
+            r#"{"a": 1} x"#,
+            r#"{"a": "open"#,
+            "",
+        ] {
+            assert_eq!(parse_value(text), None, "{text}");
+        }
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        assert_eq!(parse_value(&deep), None, "nesting deeper than 64");
+        assert_eq!(parse_value(r#"{"a": 1, "a": 2}"#), Some(json!({"a": 2})), "the last of a repeated key");
+        assert_eq!(parse_value("-7"), Some(json!(-7)));
+    }
+}
