@@ -131,6 +131,9 @@ pub(crate) struct Writer {
     pub(crate) foreign: Foreign,
     /// A turn of the session runs in this process.
     pub(crate) running: Arc<std::sync::atomic::AtomicBool>,
+    /// Messages accepted in this process not written yet (see `Logged::unwritten`): each leaves once its write
+    /// was tried.
+    pub(crate) unwritten: Arc<Mutex<Vec<super::queue::MessageId>>>,
 }
 
 impl Writer {
@@ -243,6 +246,16 @@ impl Writer {
             return;
         }
         let answer = self.append(&entries, release.as_deref()).await;
+        // Written (and in the projection) or failed (their senders take them out of the queue): either way no
+        // longer on their way.
+        if entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. })) {
+            let mut unwritten = lock(&self.unwritten);
+            for entry in &entries {
+                if let Entry::MessageAccepted { message } = entry {
+                    unwritten.retain(|id| *id != message.id);
+                }
+            }
+        }
         match &answer {
             Ok(_) => self.first = None,
             Err(_) => chains.iter().for_each(|c| c.store(true, Ordering::SeqCst)),

@@ -56,6 +56,9 @@ pub(crate) struct Logged {
     pub(crate) events: Mutex<super::log_events::Events>,
     /// Where this process left the session's ledger chain (see `log_chain`).
     pub(crate) chain: Head,
+    /// Messages accepted here whose entries the writer has not written yet (the writer takes each out once it
+    /// tried): the projection does not hold them, so whatever replaces the queue with the projection's keeps them.
+    pub(crate) unwritten: Arc<Mutex<Vec<super::queue::MessageId>>>,
 }
 
 impl Logged {
@@ -75,7 +78,15 @@ impl Logged {
             held: Mutex::new(None),
             events: Mutex::new(super::log_events::Events::new(Arc::from(""))),
             chain: Head::default(),
+            unwritten: Arc::default(),
         }
+    }
+
+    /// The messages accepted here not written yet, then the projection: in that order, so a message written in
+    /// between is in the projection (it was read after) rather than in neither.
+    pub(crate) fn projection_and_unwritten(&self) -> (Projection, Vec<super::queue::MessageId>) {
+        let unwritten = lock(&self.unwritten).clone();
+        (lock(&self.projection).clone(), unwritten)
     }
 
     /// Reads `key`'s log (its snapshot and what follows), starts its writer, and returns the projection (and the
@@ -105,6 +116,7 @@ impl Logged {
             positions: self.last.clone(),
             foreign,
             running: self.running.clone(),
+            unwritten: self.unwritten.clone(),
         };
         tokio::spawn(writer.run(rx, watch));
         let _ = self.writer.set(tx);

@@ -253,6 +253,10 @@ pub(super) fn enqueue(
     let result = state.queue.admit(&state.key, text, state.settings.capacity());
     let mut receipt = None;
     if let Ok(message) = &result {
+        // Noted before it is handed over: the writer takes it out once written.
+        if let Some(logged) = state.logged() {
+            lock(&logged.unwritten).push(message.id);
+        }
         receipt = state.submit(vec![Entry::MessageAccepted { message: message.clone() }]);
         state.queue.push_admitted(message.clone());
     }

@@ -86,7 +86,7 @@ impl SessionState {
                 });
                 match logged.open(&self.key, first, foreign).await {
                     Ok(projection) => {
-                        self.apply_projection(projection);
+                        self.apply_projection(projection, &[]);
                         Ok(())
                     }
                     Err(e) => Err(format!("could not open session '{}' from its log: {e}", self.key)),
@@ -137,13 +137,13 @@ impl SessionState {
             }
         }
         if others && let Some(logged) = self.logged() {
-            let projection = lock(&logged.projection).clone();
+            let (projection, unwritten) = logged.projection_and_unwritten();
             if projection.open_turn.is_none() {
                 // The turn this process found open when it opened the session ended elsewhere.
                 *lock(&logged.unfinished) = None;
             }
             logged.set_persisted(projection.conversation.len());
-            self.apply_projection(projection);
+            self.apply_projection(projection, &unwritten);
             // Another worker's turn may have changed the thread's layer state: the next turn here loads it again.
             logged.layers.reset();
         }
@@ -167,11 +167,11 @@ impl SessionState {
             // A turn (a resumption, say) started here meanwhile: it took what there was to resume.
             return Ok(());
         }
-        let projection = lock(&logged.projection).clone();
+        let (projection, unwritten) = logged.projection_and_unwritten();
         let open = projection.open_turn.clone();
         if !self.is_running() {
             logged.set_persisted(projection.conversation.len());
-            self.apply_projection(projection);
+            self.apply_projection(projection, &unwritten);
             logged.layers.reset();
         }
         let records = match open {
@@ -191,9 +191,20 @@ impl SessionState {
         }
     }
 
-    /// Takes what the log says of the session (it was just opened; nothing ran in it yet).
-    pub(super) fn apply_projection(&self, projection: Projection) {
+    /// Takes what the log says of the session (it was just opened, or read again while no turn runs here). The
+    /// queue becomes the log's, followed by this process's messages in `unwritten` (accepted here, their entries
+    /// still on their way to the log, where they will follow everything the projection holds): a message steered
+    /// while the log was read again is not lost.
+    pub(super) fn apply_projection(&self, projection: Projection, unwritten: &[crate::agent::queue::MessageId]) {
+        // Under the conversation lock, which every acceptance holds: those accepted since the caller's look are
+        // still unwritten now (they were not when the projection was read either).
         let mut conversation = lock(&self.conversation);
+        let now = self.logged().map(|l| lock(&l.unwritten).clone()).unwrap_or_default();
+        let on_their_way: Vec<_> = if unwritten.is_empty() && now.is_empty() {
+            Vec::new()
+        } else {
+            self.queue.peek().into_iter().filter(|m| unwritten.contains(&m.id) || now.contains(&m.id)).collect()
+        };
         if projection.last > 0 {
             self.settings.set_mode(projection.settings.mode);
             self.settings.set_capacity(projection.settings.capacity as usize);
@@ -202,6 +213,7 @@ impl SessionState {
         self.turns.store(projection.turns, Ordering::SeqCst);
         self.queue.clear();
         self.queue.push_existing(projection.queue);
+        self.queue.push_existing(on_their_way);
         if let Conversation::Idle(history) = &mut *conversation {
             *history = History::new(projection.conversation).with_folded(projection.compacted);
         }
