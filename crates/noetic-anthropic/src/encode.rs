@@ -125,12 +125,7 @@ pub fn encode_body(
     let max_tokens = request.params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let head = cache.0.heads.get_or_encode(
         |key| {
-            key.max_tokens == max_tokens
-                && key.model == model
-                && match (key.system.as_deref(), system.as_deref()) {
-                    (Some(kept), Some(system)) => is_key_text(kept, system),
-                    (kept, system) => kept.is_none() && system.is_none(),
-                }
+            key.max_tokens == max_tokens && key.model == model && is_key_text(key.system.as_deref(), system.as_deref())
         },
         || {
             let kept = system.as_deref().map(|text| key_text(text, request.instructions.as_ref()));

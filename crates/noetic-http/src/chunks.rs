@@ -23,10 +23,14 @@ pub fn key_text(text: &str, shared: Option<&Arc<str>>) -> Arc<str> {
     }
 }
 
-/// True when `key` (made by [`key_text`]) holds `text`: at once when both are the same string in memory (the key
-/// keeps its string alive, so no other text can take that address while it lives), else byte by byte.
-pub fn is_key_text(key: &str, text: &str) -> bool {
-    std::ptr::eq(key, text) || key == text
+/// True when `key` (made by [`key_text`]) holds `text` (both absent counts): at once when both are the same string
+/// in memory (the key keeps its string alive, so no other text can take that address while it lives), else byte by
+/// byte.
+pub fn is_key_text(key: Option<&str>, text: Option<&str>) -> bool {
+    match (key, text) {
+        (Some(key), Some(text)) => std::ptr::eq(key, text) || key == text,
+        (key, text) => key.is_none() && text.is_none(),
+    }
 }
 
 /// A request body made of shared chunks. Cloning it (a retry) copies no bytes.
@@ -227,9 +231,11 @@ mod tests {
         let elsewhere = String::from("You are a careful agent.");
         let copied = key_text(&elsewhere, Some(&shared));
         assert!(!Arc::ptr_eq(&copied, &shared), "text elsewhere is not the shared string, however equal");
-        assert!(is_key_text(&key, &shared) && is_key_text(&key, &elsewhere) && is_key_text(&copied, &shared));
-        assert!(!is_key_text(&key, "You are a careless agent."));
-        assert!(!is_key_text(&key, &shared[..10]), "the same address with another length is other text");
+        let holds = |key: &str, text: &str| is_key_text(Some(key), Some(text));
+        assert!(holds(&key, &shared) && holds(&key, &elsewhere) && holds(&copied, &shared));
+        assert!(!holds(&key, "You are a careless agent."));
+        assert!(!holds(&key, &shared[..10]), "the same address with another length is other text");
+        assert!(is_key_text(None, None) && !is_key_text(Some(&key), None) && !is_key_text(None, Some(&shared)));
     }
 
     #[test]

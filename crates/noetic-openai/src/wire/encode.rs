@@ -253,13 +253,7 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
     let system = system_message(request, system_from);
     let model = options.model.as_deref().unwrap_or(&request.model);
     let head = cache.0.heads.get_or_encode(
-        |key| {
-            key.model == model
-                && match (key.system.as_deref(), system.as_deref()) {
-                    (Some(kept), Some(system)) => is_key_text(kept, system),
-                    (kept, system) => kept.is_none() && system.is_none(),
-                }
-        },
+        |key| key.model == model && is_key_text(key.system.as_deref(), system.as_deref()),
         || {
             let kept = system.as_deref().map(|text| key_text(text, request.instructions.as_ref()));
             let key = HeadKey { model: model.to_owned(), system: kept };
