@@ -295,10 +295,10 @@ async fn an_llm_rule_judged_by_the_real_model_records_a_parsed_verdict() {
     let mut config = SteeringConfig::new([rule]);
     config.before_tool_call_timeout = std::time::Duration::from_secs(120);
     let layer = steering(config).unwrap();
-    let ctx = Context::builder().model(Arc::new(model)).build();
+    let ctx = StepContext::builder().model(Arc::new(model)).build();
     let args = json!({"path": "/etc/passwd"});
     let params = noetic::layer::ToolCallParams { call_id: "c1", name: "delete_file", args: &args };
-    layer.before_tool_call(&ctx, params).await.unwrap();
+    layer.before_tool_call(&ctx.hooks(), params).await.unwrap();
     let ledger = layer.state_for(&ctx).unwrap().ledger;
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert!(ledger[0].failures.is_empty(), "the constrained verdict parsed: {ledger:?}");

@@ -1,9 +1,10 @@
-//! What a step runs in: a [`Context`] and, typed, the memory layers and the tools in scope.
+//! What a step runs in: a [`Context`] and, typed, the services, the memory layers and the tools in scope.
 //!
-//! The layer and tool traits take a [`Context`] — identity, cancellation, the item log, events and the services
-//! hooks and tools call on. The interpreter passes a [`StepContext`], which adds what only steps use: the
-//! [`LayerStack`] whose hooks they run and the [`Tools`] an `llm` step offers the model. This module sits above
-//! the layer and tool modules, so it names their types; a `StepContext` dereferences to its `Context`.
+//! A [`Context`] is identity, cancellation, the item log and events; tools receive it. The interpreter passes a
+//! [`StepContext`], which adds what steps use: the [`Services`] (the model, the approver …) and a session turn's
+//! [`TurnServices`], the [`LayerStack`] whose hooks they run — each hook gets a [`HookContext`], the context and
+//! the services — and the [`Tools`] an `llm` step offers the model. This module sits above the layer and tool
+//! modules, so it names their types; a `StepContext` dereferences to its `Context`.
 //!
 //! ```
 //! use noetic::prelude::*;
@@ -31,24 +32,36 @@ use std::sync::{Arc, LazyLock};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{Approver, Context, ContextBuilder, EventSink, ExecutionId, Services, TurnServices};
+use crate::context::{Approver, Context, ContextBuilder, EventSink, ExecutionId, HookContext, Services, TurnServices};
 use crate::layer::{LayerStack, MemoryLayer};
 use crate::model::{History, Item, Model};
 use crate::sync::CachePadded;
 use crate::tool::{Tool, ToolSet, ToolSource, Tools, add_tool_memory_to};
 
-/// The memory layers and the tools in scope: one allocation, shared by every step context that has the same (a runtime
-/// keeps one per thread, alone on its cache lines, so threads do not write one reference count).
+/// The services, the memory layers and the tools in scope: one allocation, shared by every step context that has the
+/// same (a runtime keeps one per thread, alone on its cache lines, so threads do not write one reference count).
 #[derive(Clone, Default)]
 pub struct InScope {
     layers: LayerStack,
     tools: Tools,
+    services: Services,
 }
 
 impl InScope {
-    /// `layers` and `tools` in scope (the memory `tools` declare is not added here: see [`StepContextBuilder::tools`]).
+    /// `layers` and `tools` in scope, no services (the memory `tools` declare is not added here: see
+    /// [`StepContextBuilder::tools`]).
     pub fn new(layers: LayerStack, tools: Tools) -> Self {
-        InScope { layers, tools }
+        InScope { layers, tools, services: Services::default() }
+    }
+
+    /// The same with `services`.
+    pub fn with_services(self, services: Services) -> Self {
+        InScope { services, ..self }
+    }
+
+    /// The services.
+    pub fn services(&self) -> &Services {
+        &self.services
     }
 
     /// The memory layers, in slot order.
@@ -63,7 +76,7 @@ impl InScope {
 
     /// A copy whose fixed tools have reference counts of their own (a runtime's per-thread copy).
     pub fn replica(&self) -> InScope {
-        InScope { layers: self.layers.clone(), tools: self.tools.replica() }
+        InScope { layers: self.layers.clone(), tools: self.tools.replica(), services: self.services.clone() }
     }
 }
 
@@ -71,13 +84,16 @@ impl InScope {
 /// clones write no reference count).
 static NOTHING: LazyLock<InScope> = LazyLock::new(InScope::default);
 
-/// What a step runs in: its [`Context`] (what [`Deref`] gives) and the memory layers and tools in scope. Cheap to
-/// clone; clones share everything.
+/// What a step runs in: its [`Context`] (what [`Deref`] gives), the services, and the memory layers and tools in
+/// scope. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct StepContext {
     ctx: Context,
     /// `None`: nothing in scope.
     parts: Option<Arc<CachePadded<InScope>>>,
+    /// The session turn's own services (none outside a session turn); its spawned children and fork paths share
+    /// them.
+    turn: Option<Arc<TurnServices>>,
 }
 
 impl StepContext {
@@ -93,7 +109,13 @@ impl StepContext {
 
     /// `ctx` with `parts` in scope (a runtime's per-thread copy, say).
     pub fn of(ctx: Context, parts: Arc<CachePadded<InScope>>) -> Self {
-        StepContext { ctx, parts: Some(parts) }
+        StepContext { ctx, parts: Some(parts), turn: None }
+    }
+
+    /// The same, in a session turn with `turn`'s steering, journal, records and meter.
+    #[doc(hidden)]
+    pub fn in_turn(self, turn: TurnServices) -> Self {
+        StepContext { turn: Some(Arc::new(turn)), ..self }
     }
 
     /// What is in scope.
@@ -106,13 +128,29 @@ impl StepContext {
 
     /// The same parts, in a new allocation with `layers` instead.
     fn with_parts(&self, ctx: Context, layers: LayerStack) -> StepContext {
-        let parts = InScope { layers, tools: self.in_scope().tools.clone() };
-        StepContext { ctx, parts: Some(Arc::new(CachePadded::new(parts))) }
+        let scope = self.in_scope();
+        let parts = InScope { layers, tools: scope.tools.clone(), services: scope.services.clone() };
+        StepContext { ctx, parts: Some(Arc::new(CachePadded::new(parts))), turn: self.turn.clone() }
     }
 
-    /// The context: what memory layers' hooks and tools receive.
+    /// A child's step context: `ctx` with this one's parts and turn.
+    fn with_ctx(&self, ctx: Context) -> StepContext {
+        StepContext { ctx, parts: self.parts.clone(), turn: self.turn.clone() }
+    }
+
+    /// The context: what tools receive.
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// What memory layers' hooks receive: the context and the services.
+    pub fn hooks(&self) -> HookContext<'_> {
+        HookContext::new(&self.ctx, &self.in_scope().services, self.turn.as_deref())
+    }
+
+    /// The services (the model, the approver …).
+    pub fn services(&self) -> &Services {
+        &self.in_scope().services
     }
 
     /// The memory layers in scope, in slot order.
@@ -133,7 +171,7 @@ impl StepContext {
 
     /// A fork path's step context: [`Context::fork_child`], the same layers and tools.
     pub fn fork_child(&self) -> StepContext {
-        StepContext { ctx: self.ctx.fork_child(), parts: self.parts.clone() }
+        self.with_ctx(self.ctx.fork_child())
     }
 
     /// [`StepContext::fork_child`], made in `spare`'s context allocation when `spare` is a finished fork path of
@@ -144,7 +182,7 @@ impl StepContext {
             (a, b) => a.is_none() && b.is_none(),
         };
         let spare = spare.filter(same).map(|s| s.ctx);
-        StepContext { ctx: self.ctx.fork_child_reusing(spare), parts: self.parts.clone() }
+        self.with_ctx(self.ctx.fork_child_reusing(spare))
     }
 
     /// A spawned step's step context: [`Context::spawn_child`] with `items`, the given layers, the same tools.
@@ -154,7 +192,7 @@ impl StepContext {
 
     /// A spawned step's step context with this one's layers and tools in scope (shared, not copied).
     pub(crate) fn spawn_child_in_scope(&self, items: Vec<Item>) -> StepContext {
-        StepContext { ctx: self.ctx.spawn_child(items), parts: self.parts.clone() }
+        self.with_ctx(self.ctx.spawn_child(items))
     }
 
     /// The same context with more memory layers in scope (a provided layer replaces one with the same id).
@@ -167,7 +205,7 @@ impl StepContext {
 
     /// The same step context, one nesting level deeper (used for the children of composite steps).
     pub(crate) fn nested(&self) -> StepContext {
-        StepContext { ctx: self.ctx.nested(), parts: self.parts.clone() }
+        self.with_ctx(self.ctx.nested())
     }
 }
 
@@ -180,7 +218,7 @@ impl Default for StepContext {
 impl From<Context> for StepContext {
     /// `ctx` with no layers and no tools in scope.
     fn from(ctx: Context) -> Self {
-        StepContext { ctx, parts: None }
+        StepContext { ctx, parts: None, turn: None }
     }
 }
 
@@ -189,6 +227,13 @@ impl Deref for StepContext {
 
     fn deref(&self) -> &Context {
         &self.ctx
+    }
+}
+
+impl<'a> From<&'a StepContext> for HookContext<'a> {
+    /// What hooks called in `ctx` receive ([`StepContext::hooks`]).
+    fn from(ctx: &'a StepContext) -> Self {
+        ctx.hooks()
     }
 }
 
@@ -210,6 +255,8 @@ pub struct StepContextBuilder {
     ctx: ContextBuilder,
     layers: LayerStack,
     tools: Tools,
+    services: Services,
+    turn: Option<TurnServices>,
 }
 
 impl StepContextBuilder {
@@ -251,19 +298,20 @@ impl StepContextBuilder {
 
     /// The model `llm` steps call.
     pub fn model(mut self, model: Arc<dyn Model>) -> Self {
-        self.ctx = self.ctx.model(model);
+        self.services.model = Some(model);
         self
     }
 
     /// The approver for tools that need approval.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.ctx = self.ctx.approver(approver);
+        self.services.approver = Some(approver);
         self
     }
 
-    /// Whether traces record content (see [`ContextBuilder::capture_content`]).
+    /// Whether traces record content — prompts, responses, tool arguments and results (default off: only sizes
+    /// and ids; see [`crate::trace`]).
     pub fn capture_content(mut self, on: bool) -> Self {
-        self.ctx = self.ctx.capture_content(on);
+        self.services.capture_content = on;
         self
     }
 
@@ -279,15 +327,16 @@ impl StepContextBuilder {
         self
     }
 
-    /// Model, approver and the rest at once.
+    /// Model, approver and the rest at once (replacing what `model`, `approver` and `capture_content` set).
     pub fn services(mut self, services: Services) -> Self {
-        self.ctx = self.ctx.services(services);
+        self.services = services;
         self
     }
 
     /// A session turn's steering, journal, records and meter.
+    #[doc(hidden)]
     pub fn turn_services(mut self, turn: TurnServices) -> Self {
-        self.ctx = self.ctx.turn_services(turn);
+        self.turn = Some(turn);
         self
     }
 
@@ -316,9 +365,11 @@ impl StepContextBuilder {
     /// Builds the step context.
     pub fn build(self) -> StepContext {
         let ctx = self.ctx.build();
-        if self.layers.is_empty() && self.tools.is_empty() {
-            return StepContext::from(ctx);
+        let turn = self.turn.map(Arc::new);
+        if self.layers.is_empty() && self.tools.is_empty() && self.services.is_empty() {
+            return StepContext { ctx, parts: None, turn };
         }
-        StepContext::of(ctx, Arc::new(CachePadded::new(InScope::new(self.layers, self.tools))))
+        let parts = InScope::new(self.layers, self.tools).with_services(self.services);
+        StepContext { ctx, parts: Some(Arc::new(CachePadded::new(parts))), turn }
     }
 }

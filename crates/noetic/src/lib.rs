@@ -186,9 +186,9 @@
 //! | 8 | `noetic-steps` | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
 //! | 7 | `noetic-steps` | [`step`] | the step enum and builders, `until` predicates |
 //! | 6 | `noetic-steps` | [`window`] | the context window: counting, the allocation rule, compaction |
-//! | 5 | `noetic-steps` | [`scope`] | what a step runs in: a `Context` with, typed, the memory layers and tools in scope |
+//! | 5 | `noetic-steps` | [`scope`] | what a step runs in: a `Context` with, typed, the services, memory layers and tools in scope |
 //! | 4 | `noetic-steps` | [`layer`], [`tool`] | memory layers, their lifecycle and budgets · tools, approvals, tool calls |
-//! | 3 | `noetic-steps` | [`context`] | ids, cancellation, the item log, events and their log, channels |
+//! | 3 | `noetic-steps` | [`context`] | ids, cancellation, the item log, events and their log, channels · the services and the view hooks get |
 //! | 2 | `noetic-steps` | [`turn`] | the pure, serialisable turn core: every decision of a model-driven turn |
 //! | 1 | `noetic-core` | [`model`], `decision`, [`trace`], [`budget`] | items, requests, the `Model` trait, wrappers · steering decisions · span helpers · budgets: limits, spending, the turn's meter |
 //! | 0 | `noetic-core` | [`error`], `sync`, [`digest`] | errors · lock helpers · canonical JSON and SHA-256 |
@@ -199,7 +199,9 @@ pub use noetic_steering::steering;
 pub use noetic_steps::{context, exec, layer, scope, step, tool, turn, window};
 pub mod testing;
 
-pub use context::{Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed};
+pub use context::{
+    Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed, HookContext,
+};
 pub use error::{ConfigCode, ConfigError, NoeticError};
 pub use noetic_steps::{InScope, StepContext, StepContextBuilder, execute, run};
 pub use step::{Step, StepKind, until};
@@ -207,7 +209,7 @@ pub use step::{Step, StepKind, until};
 /// Everything most programs need, in one import.
 pub mod prelude {
     pub use crate::agent::{Runtime, Session, Turn};
-    pub use crate::context::{Channel, Context, EventKind, EventSink};
+    pub use crate::context::{Channel, Context, EventKind, EventSink, HookContext};
     pub use crate::error::{ConfigCode, ConfigError, NoeticError};
     pub use crate::layer::{
         Gates, Hook, Lifecycle, MemoryLayer, Outcome, Persistence, Recall, Scope, Slot, ToolCallAction,

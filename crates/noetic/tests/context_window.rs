@@ -230,7 +230,7 @@ impl MemoryLayer for Reserved {
 }
 
 impl Recall for Reserved {
-    fn recall<'a>(&'a self, _ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, _ctx: &'a HookContext<'a>, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         // Fills what it is offered.
         Box::pin(async move { Ok(vec![Item::developer("y".repeat((budget as usize - 4) * 4))]) })
     }

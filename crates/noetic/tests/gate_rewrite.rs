@@ -50,7 +50,7 @@ impl MemoryLayer for DryRun {
 impl Gates for DryRun {
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         (!self.waits).then(|| Ok(self.decide(call)))
@@ -58,7 +58,7 @@ impl Gates for DryRun {
 
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
@@ -83,7 +83,7 @@ impl MemoryLayer for Restless {
 impl Gates for Restless {
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         let mut n = self.0.lock().unwrap();
@@ -274,7 +274,7 @@ async fn a_rewrite_the_tool_schema_refuses_fails_closed() {
     impl Gates for Bad {
         fn before_tool_call_now(
             &self,
-            _ctx: &Context,
+            _ctx: &HookContext<'_>,
             call: ToolCallParams<'_>,
         ) -> Option<Result<ToolCallAction, NoeticError>> {
             let rewrite = if call.args.get("force").is_some() {
@@ -374,7 +374,7 @@ async fn a_rewrite_to_the_same_arguments_allows_and_records_nothing() {
     impl Gates for Same {
         fn before_tool_call_now(
             &self,
-            _ctx: &Context,
+            _ctx: &HookContext<'_>,
             call: ToolCallParams<'_>,
         ) -> Option<Result<ToolCallAction, NoeticError>> {
             Some(Ok(ToolCallAction::rewrite(call.args.clone(), "no change")))

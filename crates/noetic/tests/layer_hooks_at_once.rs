@@ -49,14 +49,14 @@ impl MemoryLayer for Layer {
 }
 
 impl Recall for Layer {
-    fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+    fn recall_now(&self, _ctx: &HookContext<'_>, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
         self.at_once.then(|| {
             self.asked("recall at once");
             Ok(vec![Item::developer(self.id)])
         })
     }
 
-    fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, _ctx: &'a HookContext<'a>, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
             tokio::task::yield_now().await;
             self.asked("recall");
@@ -68,7 +68,7 @@ impl Recall for Layer {
 impl Gates for Layer {
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         _call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         self.at_once.then(|| Ok(self.asked("before at once").into()))
@@ -76,7 +76,7 @@ impl Gates for Layer {
 
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
@@ -87,7 +87,7 @@ impl Gates for Layer {
 
     fn after_model_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         _call: ModelCallParams<'_>,
     ) -> Option<Result<SteeringDecision, NoeticError>> {
         self.at_once.then(|| Ok(self.asked("after at once")))
@@ -95,7 +95,7 @@ impl Gates for Layer {
 
     fn after_model_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         Box::pin(async move {
@@ -123,8 +123,12 @@ async fn layers_answering_at_once_and_layers_awaited_on_are_each_asked_once_in_s
     let ctx = context(&log, &[("a", true), ("b", false), ("c", true), ("d", false)], None);
     let args = json!({});
 
-    let gate =
-        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
+    let gate = lifecycle::before_tool_call(
+        &HookContext::from(&ctx),
+        ctx.layers(),
+        ToolCallParams { call_id: "c1", name: "t", args: &args },
+    )
+    .await;
     let gate = gate.unwrap();
     assert_eq!(gate.decision, SteeringDecision::guide("a\nb\nc\nd"));
     assert_eq!(gate.layers, ["a", "b", "c", "d"]);
@@ -132,11 +136,11 @@ async fn layers_answering_at_once_and_layers_awaited_on_are_each_asked_once_in_s
 
     let response = ModelResponse::text("hi");
     let review = ModelCallParams { step_id: "s", model: "m", response: &response };
-    let gate = lifecycle::after_model_call(&ctx, ctx.layers(), review).await.unwrap();
+    let gate = lifecycle::after_model_call(&HookContext::from(&ctx), ctx.layers(), review).await.unwrap();
     assert_eq!(gate.layers, ["a", "b", "c", "d"]);
     assert_eq!(taken(&log), ["a after at once", "b after", "c after at once", "d after"]);
 
-    let recalled = lifecycle::recall(&ctx, ctx.layers()).await.unwrap();
+    let recalled = lifecycle::recall(&HookContext::from(&ctx), ctx.layers()).await.unwrap();
     assert_eq!(recalled, ["a", "b", "c", "d"].map(Item::developer));
     assert_eq!(taken(&log), ["a recall at once", "b recall", "c recall at once", "d recall"]);
 }
@@ -146,10 +150,17 @@ async fn layers_that_all_answer_at_once_give_the_same_aggregate() {
     let log = Log::default();
     let ctx = context(&log, &[("a", true), ("b", true)], None);
     let args = json!({});
-    let gate =
-        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args }).await;
+    let gate = lifecycle::before_tool_call(
+        &HookContext::from(&ctx),
+        ctx.layers(),
+        ToolCallParams { call_id: "c1", name: "t", args: &args },
+    )
+    .await;
     assert_eq!(gate.unwrap().decision, SteeringDecision::guide("a\nb"));
-    assert_eq!(lifecycle::recall(&ctx, ctx.layers()).await.unwrap(), ["a", "b"].map(Item::developer));
+    assert_eq!(
+        lifecycle::recall(&HookContext::from(&ctx), ctx.layers()).await.unwrap(),
+        ["a", "b"].map(Item::developer)
+    );
     assert_eq!(taken(&log), ["a before at once", "b before at once", "a recall at once", "b recall at once"]);
 }
 
@@ -158,14 +169,17 @@ async fn a_layer_panicking_while_answering_at_once_fails_the_hook_naming_it() {
     let log = Log::default();
     let ctx = context(&log, &[("a", true), ("broken", true), ("c", false)], Some("broken"));
     let args = json!({});
-    let error =
-        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c1", name: "t", args: &args })
-            .await
-            .unwrap_err()
-            .to_string();
+    let error = lifecycle::before_tool_call(
+        &HookContext::from(&ctx),
+        ctx.layers(),
+        ToolCallParams { call_id: "c1", name: "t", args: &args },
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(error.contains("before_tool_call hook of memory layer 'broken' panicked"), "{error}");
     assert!(error.contains("layer broken broke"), "{error}");
     assert_eq!(taken(&log), ["a before at once", "broken before at once"], "no layer after it was asked");
-    let error = lifecycle::recall(&ctx, ctx.layers()).await.unwrap_err().to_string();
+    let error = lifecycle::recall(&HookContext::from(&ctx), ctx.layers()).await.unwrap_err().to_string();
     assert!(error.contains("recall hook of memory layer 'broken' panicked"), "{error}");
 }

@@ -31,11 +31,15 @@ impl MemoryLayer for Notes {
 }
 
 impl Recall for Notes {
-    fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+    fn recall_now(&self, _ctx: &HookContext<'_>, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
         note(&self.0, "notes recall".into());
         Some(Ok(vec![Item::developer("a note")]))
     }
-    fn store<'a>(&'a self, _ctx: &'a Context, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn store<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        response: &'a ModelResponse,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         note(&self.0, format!("notes store {}", response.text_output()));
         Box::pin(async { Ok(()) })
     }
@@ -59,7 +63,7 @@ impl MemoryLayer for Guard {
 impl Gates for Guard {
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         note(&self.0, format!("guard before {}", call.name));
@@ -67,7 +71,7 @@ impl Gates for Guard {
     }
     fn after_model_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         note(&self.0, "guard after".into());
@@ -88,15 +92,19 @@ impl MemoryLayer for Counter {
 }
 
 impl Lifecycle for Counter {
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         note(&self.0, "counter init".into());
         Box::pin(async { Ok(()) })
     }
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         note(&self.0, format!("counter complete {outcome:?}"));
         Box::pin(async { Ok(()) })
     }
-    fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         note(&self.0, "counter dispose".into());
         Box::pin(async { Ok(()) })
     }
@@ -137,17 +145,17 @@ async fn each_hook_asks_only_the_layers_that_have_its_purpose() {
     let ctx = StepContext::builder().layers(layers).build();
     let response = ModelResponse::text("done");
 
-    lifecycle::init(&ctx, ctx.layers()).await.unwrap();
-    let recalled = lifecycle::recall(&ctx, ctx.layers()).await.unwrap();
-    let gate = lifecycle::before_tool_call(&ctx, ctx.layers(), tool_call()).await.unwrap();
+    lifecycle::init(&HookContext::from(&ctx), ctx.layers()).await.unwrap();
+    let recalled = lifecycle::recall(&HookContext::from(&ctx), ctx.layers()).await.unwrap();
+    let gate = lifecycle::before_tool_call(&HookContext::from(&ctx), ctx.layers(), tool_call()).await.unwrap();
     let review = lifecycle::after_model_call(
-        &ctx,
+        &ctx.hooks(),
         ctx.layers(),
         ModelCallParams { step_id: "s", model: "m", response: &response },
     )
     .await;
-    lifecycle::store(&ctx, ctx.layers(), &response).await;
-    lifecycle::complete(&ctx, ctx.layers(), Outcome::Success).await.unwrap();
+    lifecycle::store(&HookContext::from(&ctx), ctx.layers(), &response).await;
+    lifecycle::complete(&HookContext::from(&ctx), ctx.layers(), Outcome::Success).await.unwrap();
 
     assert_eq!(recalled, vec![Item::developer("a note")]);
     assert_eq!(gate.decision, SteeringDecision::guide("careful"));
@@ -178,7 +186,7 @@ async fn a_stack_without_gates_allows_a_tool_call_without_asking_a_layer() {
 
     assert!(!ctx.layers().has_gates(), "neither layer gates");
     assert!(ctx.layers().has_recall() && ctx.layers().has_lifecycle());
-    let gate = lifecycle::before_tool_call(&ctx, ctx.layers(), tool_call()).await.unwrap();
+    let gate = lifecycle::before_tool_call(&HookContext::from(&ctx), ctx.layers(), tool_call()).await.unwrap();
 
     assert_eq!(gate.decision, SteeringDecision::allow());
     assert!(gate.layers.is_empty());

@@ -49,7 +49,7 @@ impl MemoryLayer for TurnCounter {
 }
 
 impl Recall for TurnCounter {
-    fn recall<'a>(&'a self, ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, ctx: &'a HookContext<'a>, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         let key = ScopeKey::for_context(ctx, self.scope);
         let seen = self.counts.lock().unwrap().get(&key).copied().unwrap_or(0);
         Box::pin(async move { Ok(vec![Item::developer(format!("turns before this one: {seen}"))]) })
@@ -57,7 +57,11 @@ impl Recall for TurnCounter {
 }
 
 impl Lifecycle for TurnCounter {
-    fn on_complete<'a>(&'a self, ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        ctx: &'a HookContext<'a>,
+        _outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         let key = ScopeKey::for_context(ctx, self.scope);
         *self.counts.lock().unwrap().entry(key).or_default() += 1;
         Box::pin(async { Ok(()) })

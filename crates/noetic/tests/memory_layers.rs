@@ -100,13 +100,17 @@ impl MemoryLayer for Probe {
 }
 
 impl Recall for Probe {
-    fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, _ctx: &'a HookContext<'a>, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         self.note("recall");
         let items = self.recall.clone();
         Box::pin(async move { Ok(items) })
     }
 
-    fn store<'a>(&'a self, _ctx: &'a Context, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn store<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        response: &'a ModelResponse,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note(&format!("store {}", response.text_output()));
         Box::pin(async { Ok(()) })
     }
@@ -115,7 +119,7 @@ impl Recall for Probe {
 impl Gates for Probe {
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         self.note(&format!("before {}", call.name));
@@ -124,7 +128,7 @@ impl Gates for Probe {
 
     fn after_model_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         self.note("after");
@@ -133,32 +137,40 @@ impl Gates for Probe {
 }
 
 impl Lifecycle for Probe {
-    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note(&format!("init d{}", ctx.depth()));
         Box::pin(async { Ok(()) })
     }
 
     fn on_spawn<'a>(
         &'a self,
-        _parent: &'a Context,
-        _child: &'a Context,
+        _parent: &'a HookContext<'a>,
+        _child: &'a HookContext<'a>,
     ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         self.note("spawn");
         let id = self.id;
         Box::pin(async move { Ok(vec![Item::developer(format!("opened by {id}"))]) })
     }
 
-    fn on_return<'a>(&'a self, _parent: &'a Context, _child: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_return<'a>(
+        &'a self,
+        _parent: &'a HookContext<'a>,
+        _child: &'a HookContext<'a>,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note("return");
         Box::pin(async { Ok(()) })
     }
 
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note(&format!("complete {outcome:?}"));
         Box::pin(async { Ok(()) })
     }
 
-    fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.note("dispose");
         Box::pin(async { Ok(()) })
     }
@@ -173,9 +185,13 @@ fn entries(log: &Log, prefix: &str) -> Vec<String> {
 }
 
 async fn gate(ctx: &StepContext) -> lifecycle::Gate {
-    lifecycle::before_tool_call(ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
-        .await
-        .unwrap()
+    lifecycle::before_tool_call(
+        &ctx.hooks(),
+        ctx.layers(),
+        ToolCallParams { call_id: "c", name: "t", args: &json!({}) },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -246,10 +262,13 @@ async fn a_failing_hook_abstains_or_denies_by_policy_but_a_config_error_fails_cl
     let mut misconfigured = probe("misconfigured", 10, &log);
     misconfigured.gate = Gate::Fail(ConfigError::new(ConfigCode::MissingCallModel, "m", "h").into());
     let ctx = StepContext::builder().layers(layers(vec![misconfigured])).build();
-    let err =
-        lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
-            .await
-            .unwrap_err();
+    let err = lifecycle::before_tool_call(
+        &HookContext::from(&ctx),
+        ctx.layers(),
+        ToolCallParams { call_id: "c", name: "t", args: &json!({}) },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.kind(), "config");
 }
 

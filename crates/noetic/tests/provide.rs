@@ -32,18 +32,22 @@ impl MemoryLayer for Recording {
 }
 
 impl Lifecycle for Recording {
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.log.lock().unwrap().push(format!("init {}", self.tag));
         let fail = self.fail_init;
         Box::pin(async move { if fail { Err(NoeticError::other("init failed")) } else { Ok(()) } })
     }
 
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.log.lock().unwrap().push(format!("complete {} {outcome:?}", self.tag));
         Box::pin(async { Ok(()) })
     }
 
-    fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.log.lock().unwrap().push(format!("dispose {}", self.tag));
         Box::pin(async { Ok(()) })
     }

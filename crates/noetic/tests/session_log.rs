@@ -84,7 +84,7 @@ impl MemoryLayer for SlowReview {
 impl Gates for SlowReview {
     fn after_model_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         Box::pin(async move {

@@ -154,7 +154,7 @@ impl MemoryLayer for TurnCounter {
 impl Lifecycle for TurnCounter {
     fn on_complete<'a>(
         &'a self,
-        ctx: &'a Context,
+        ctx: &'a HookContext<'a>,
         _outcome: noetic::layer::Outcome,
     ) -> futures::future::BoxFuture<'a, Result<(), NoeticError>> {
         let thread = ctx.thread_id().unwrap_or_default().to_owned();

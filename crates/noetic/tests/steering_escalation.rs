@@ -8,8 +8,18 @@ use noetic::layer::ToolCallParams;
 use noetic::prelude::*;
 use serde_json::{Value, json};
 
-async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
+async fn before<'c>(
+    layer: &SteeringLayer,
+    ctx: impl Into<HookContext<'c>>,
+    name: &str,
+    args: Value,
+) -> SteeringDecision {
+    layer
+        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
+        .await
+        .unwrap()
+        .decision()
+        .unwrap()
 }
 
 fn dry_run() -> SteeringRule {
@@ -65,7 +75,7 @@ async fn a_judged_rule_escalates_too() {
     )
     .escalate_after(1)]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(judge)).build();
+    let ctx = StepContext::builder().model(Arc::new(judge)).build();
     assert_eq!(before(&layer, &ctx, "send_mail", json!({})).await, SteeringDecision::guide("ask first"));
     let second = before(&layer, &ctx, "send_mail", json!({})).await;
     assert_eq!(second.action, SteeringAction::Deny);

@@ -266,7 +266,7 @@ async fn a_spawned_child_never_drains_its_parent_feedback_and_keeps_its_decision
             .build();
         let args = json!({});
         let call = noetic::layer::ToolCallParams { call_id: "p1", name: "parent-tool", args: &args };
-        layer.before_tool_call(&ctx, call).await.unwrap();
+        layer.before_tool_call(&HookContext::from(&ctx), call).await.unwrap();
         until("the parent's verdict is queued", || steering_state(&layer, &ctx).pending_feedback.len() == 1)
             .await
             .unwrap();
@@ -304,10 +304,14 @@ async fn verdicts_restored_from_a_store_reach_the_model_also_through_a_layer_of_
     ] {
         let layer = steering(SteeringConfig::new([predicate.clone()]).with_scope(scope)).unwrap();
         let ctx = StepContext::builder().thread_id("s").build();
-        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), Vec::<Item>::new());
+        assert_eq!(layer.recall(&HookContext::from(&ctx), 500).await.unwrap(), Vec::<Item>::new());
         layer.load_state(&ScopeKey::Thread(Arc::from("s")), saved).unwrap();
         let block = feedback_block(&[("report", "tell the user c1 ran")]);
-        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), vec![block], "{scope:?}");
-        assert_eq!(layer.recall(&ctx, 500).await.unwrap(), Vec::<Item>::new(), "shown once ({scope:?})");
+        assert_eq!(layer.recall(&HookContext::from(&ctx), 500).await.unwrap(), vec![block], "{scope:?}");
+        assert_eq!(
+            layer.recall(&HookContext::from(&ctx), 500).await.unwrap(),
+            Vec::<Item>::new(),
+            "shown once ({scope:?})"
+        );
     }
 }

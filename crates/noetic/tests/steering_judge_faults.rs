@@ -38,7 +38,7 @@ async fn judge_config_error_fails_the_step_whatever_on_failure_says() {
         let layer = judged(LlmMode::Sync, policy);
         let ctx = StepContext::builder().model(Arc::new(failing_judge())).build();
         let err = layer
-            .before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: "t", args: &json!({}) })
+            .before_tool_call(&HookContext::from(&ctx), ToolCallParams { call_id: "c1", name: "t", args: &json!({}) })
             .await
             .unwrap_err();
         assert_no_provider(&err);
@@ -86,7 +86,7 @@ async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
     let ctx = StepContext::builder().model(Arc::new(failing_judge())).build();
     let call = ToolCallParams { call_id: "c1", name: "t", args: &json!({}) };
     assert_eq!(
-        layer.before_tool_call(&ctx, call).await.unwrap().decision().unwrap().action,
+        layer.before_tool_call(&HookContext::from(&ctx), call).await.unwrap().decision().unwrap().action,
         SteeringAction::Allow,
         "async never blocks"
     );
@@ -98,7 +98,7 @@ async fn async_judge_config_error_fails_the_next_gate_of_its_execution() {
     assert!(matches!(&entry.failures[0].cause, FailureCause::Config { .. }), "{entry:?}");
     assert_eq!(entry.action, SteeringAction::Deny, "a configuration error is never recorded as allowed");
     assert!(steering_state(&layer, &ctx).pending_feedback.is_empty(), "the error is not feedback for the model");
-    assert_no_provider(&layer.before_tool_call(&ctx, call).await.unwrap_err());
+    assert_no_provider(&layer.before_tool_call(&HookContext::from(&ctx), call).await.unwrap_err());
 }
 
 #[tokio::test]
@@ -158,7 +158,10 @@ async fn after_model_judge_sees_every_message_of_the_response_and_its_tool_calls
         name: "delete".into(),
         arguments: json!({"path": "/tmp/x"}).to_string().into(),
     }));
-    layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
+    layer
+        .after_model_call(&HookContext::from(&ctx), ModelCallParams { step_id: "s", model: "m", response: &response })
+        .await
+        .unwrap();
     let prompt = judge.requests()[0].history.as_slice()[0].text().unwrap().to_owned();
     let summary: Vec<&str> =
         prompt.lines().filter(|l| l.starts_with("Response text: ") || l.starts_with("Tool call: ")).collect();

@@ -112,7 +112,10 @@ async fn the_after_model_call_judge_sees_the_response_text_and_tool_calls() {
             .unwrap();
     let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
     let response = ModelResponse::tool_calls([("c9", "search", json!({"q": "cats"}))]).with_text("Let me search.");
-    layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
+    layer
+        .after_model_call(&HookContext::from(&ctx), ModelCallParams { step_id: "s", model: "m", response: &response })
+        .await
+        .unwrap();
     let prompt = model.requests()[0].history.as_slice()[0].text().unwrap().to_owned();
     assert!(prompt.contains("Response text: Let me search."), "{prompt}");
     assert!(prompt.contains("Tool call: search {\"q\":\"cats\"}"), "{prompt}");
@@ -185,7 +188,7 @@ async fn llm_rules_without_a_model_fail_closed_with_missing_call_model_in_both_m
         let layer = steering(SteeringConfig::new([SteeringRule::llm("judged", [Hook::BeforeToolCall], eval)])).unwrap();
         let ctx = Context::new();
         let err = layer
-            .before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
+            .before_tool_call(&HookContext::from(&ctx), ToolCallParams { call_id: "c", name: "t", args: &json!({}) })
             .await
             .unwrap_err();
         match err {
@@ -245,7 +248,7 @@ async fn async_verdicts_are_delivered_by_the_next_recall_exactly_once() {
     )]))
     .unwrap();
     let ctx = StepContext::builder().model(Arc::new(model.clone())).build();
-    let recall = || async { layer.recall(&ctx, 500).await.unwrap() };
+    let recall = || async { layer.recall(&HookContext::from(&ctx), 500).await.unwrap() };
     assert_eq!(
         before(&layer, &ctx, "search", json!({})).await.action,
         SteeringAction::Allow,
@@ -303,7 +306,7 @@ async fn feedback_beyond_the_budget_stays_queued_for_the_next_recall() {
     assert_eq!(state(&layer, &ctx).pending_feedback.len(), 5, "all five async verdicts resolved");
     let mut lines = 0;
     for _ in 0..5 {
-        let items = layer.recall(&ctx, 500).await.unwrap();
+        let items = layer.recall(&HookContext::from(&ctx), 500).await.unwrap();
         assert_eq!(items.len(), 1);
         let text = items[0].text().unwrap();
         assert!(text.chars().count().div_ceil(4) <= 500, "each block fits the budget");

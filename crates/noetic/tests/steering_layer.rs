@@ -93,7 +93,10 @@ async fn applies_to_limits_a_rule_to_its_hooks() {
     before(&layer, &ctx, "x", json!({})).await;
     assert_eq!((tool_rule.load(Ordering::SeqCst), model_rule.load(Ordering::SeqCst)), (1, 0));
     let response = ModelResponse::text("hi");
-    layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
+    layer
+        .after_model_call(&HookContext::from(&ctx), ModelCallParams { step_id: "s", model: "m", response: &response })
+        .await
+        .unwrap();
     assert_eq!((tool_rule.load(Ordering::SeqCst), model_rule.load(Ordering::SeqCst)), (1, 1));
 }
 
@@ -152,7 +155,11 @@ async fn a_spawned_child_gets_a_copy_of_the_ledger_and_an_empty_feedback_queue()
         let (l, s) = (l.clone(), s.clone());
         async move {
             *s.lock().unwrap() = l.state_for(&ctx);
-            l.before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "child-tool", args: &json!({}) }).await?;
+            l.before_tool_call(
+                &HookContext::from(&ctx),
+                ToolCallParams { call_id: "c", name: "child-tool", args: &json!({}) },
+            )
+            .await?;
             Ok(())
         }
     })

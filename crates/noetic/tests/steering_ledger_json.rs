@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use steering_common::deny_rm_and_panic_on_boom as rules;
 
-async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap();
+async fn before<'c>(layer: &SteeringLayer, ctx: impl Into<HookContext<'c>>, name: &str, args: Value) {
+    layer.before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap();
 }
 
 /// An entry's JSON with its timestamp and duration fixed (they differ from run to run).
@@ -37,7 +37,10 @@ async fn ledger_entries_read_back_serialise_exactly_as_before() {
     before(&layer, &ctx, "rm", json!({})).await;
     before(&layer, &ctx, "ls", json!({"path": "/", "all": true})).await;
     let response = ModelResponse::text("done");
-    layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
+    layer
+        .after_model_call(&HookContext::from(&ctx), ModelCallParams { step_id: "s", model: "m", response: &response })
+        .await
+        .unwrap();
     before(&layer, &ctx, "rm", json!({"path": "/"})).await;
 
     let ledger = layer.state_for(&ctx).unwrap().ledger;

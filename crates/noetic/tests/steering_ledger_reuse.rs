@@ -14,8 +14,18 @@ use serde_json::{Value, json};
 
 use steering_common::deny_rm_and_panic_on_boom as rules;
 
-async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
+async fn before<'c>(
+    layer: &SteeringLayer,
+    ctx: impl Into<HookContext<'c>>,
+    name: &str,
+    args: Value,
+) -> SteeringDecision {
+    layer
+        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
+        .await
+        .unwrap()
+        .decision()
+        .unwrap()
 }
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {
@@ -46,7 +56,10 @@ async fn a_full_ledger_s_new_entry_keeps_nothing_of_the_entry_it_replaces() {
 
     // … then a model turn no rule looks at: a bare allow entry with the response's usage, in the deny's place.
     let response = ModelResponse::text("done");
-    layer.after_model_call(&ctx, ModelCallParams { step_id: "s", model: "m", response: &response }).await.unwrap();
+    layer
+        .after_model_call(&HookContext::from(&ctx), ModelCallParams { step_id: "s", model: "m", response: &response })
+        .await
+        .unwrap();
     let [turn] = ledger(&layer, &ctx).try_into().unwrap();
     let mut expected = LedgerEntry::new(LedgerKind::ModelTurn, SteeringAction::Allow);
     expected.usage = Some(response.usage);

@@ -13,7 +13,7 @@ use noetic::layer::{Gates, Hook, MemoryLayer, Slot, ToolCallAction, ToolCallPara
 use noetic::steering::{
     Evaluator, LedgerKind, SteeringAction, SteeringConfig, SteeringDecision, SteeringRule, SteeringState, steering,
 };
-use noetic::{Context, NoeticError, StepContext};
+use noetic::{HookContext, NoeticError, StepContext};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -93,7 +93,7 @@ impl MemoryLayer for FixedLayer {
 impl Gates for FixedLayer {
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
@@ -145,7 +145,7 @@ proptest! {
         let args = json!({});
 
         let (got, state) = runtime().block_on(async {
-            let got = layer.before_tool_call(&ctx, ToolCallParams { call_id: "c", name: "t", args: &args }).await;
+            let got = layer.before_tool_call(&HookContext::from(&ctx), ToolCallParams { call_id: "c", name: "t", args: &args }).await;
             (got, layer.state_for(&ctx))
         });
         let got = got.unwrap().decision().unwrap();
@@ -207,7 +207,7 @@ proptest! {
         let args = json!({});
 
         let gate: Gate = runtime()
-            .block_on(lifecycle::before_tool_call(&ctx, ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &args }))
+            .block_on(lifecycle::before_tool_call(&HookContext::from(&ctx), ctx.layers(), ToolCallParams { call_id: "c", name: "t", args: &args }))
             .unwrap();
 
         // Slot order, stable for ties: sort the insertion indices by slot.

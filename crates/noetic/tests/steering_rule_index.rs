@@ -23,7 +23,7 @@ async fn ask(layer: &SteeringLayer, seen: &Arc<Mutex<Vec<String>>>, tool: &str) 
     let args = json!({"path": "notes.txt"});
     let ctx = Context::new();
     let decision = layer
-        .before_tool_call(&ctx, ToolCallParams { call_id: "c1", name: tool, args: &args })
+        .before_tool_call(&HookContext::from(&ctx), ToolCallParams { call_id: "c1", name: tool, args: &args })
         .await
         .unwrap()
         .decision()
@@ -102,7 +102,10 @@ async fn every_checked_call_is_in_the_ledger_with_the_rules_that_decided() {
     let ctx = Context::new();
     let args = json!({"path": "a"});
     for tool in ["files__write_file", "list_dir"] {
-        layer.before_tool_call(&ctx, ToolCallParams { call_id: "c", name: tool, args: &args }).await.unwrap();
+        layer
+            .before_tool_call(&HookContext::from(&ctx), ToolCallParams { call_id: "c", name: tool, args: &args })
+            .await
+            .unwrap();
     }
     let ledger = layer.state_for(&ctx).unwrap().ledger;
     let rows: Vec<_> = ledger

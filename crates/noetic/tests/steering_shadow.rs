@@ -9,8 +9,18 @@ use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind, Shadow};
 use serde_json::{Value, json};
 
-async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
+async fn before<'c>(
+    layer: &SteeringLayer,
+    ctx: impl Into<HookContext<'c>>,
+    name: &str,
+    args: Value,
+) -> SteeringDecision {
+    layer
+        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
+        .await
+        .unwrap()
+        .decision()
+        .unwrap()
 }
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {
@@ -81,7 +91,7 @@ async fn a_shadow_judge_is_asked_and_its_deny_does_not_stop_the_call() {
     )
     .shadow()]))
     .unwrap();
-    let ctx = Context::builder().model(Arc::new(judge.clone())).build();
+    let ctx = StepContext::builder().model(Arc::new(judge.clone())).build();
     assert_eq!(before(&layer, &ctx, "run_command", json!({"command": "make"})).await, SteeringDecision::allow());
     assert_eq!(judge.calls(), 1, "a shadow judge is awaited, also one written async");
     let entries = ledger(&layer, &ctx);

@@ -46,7 +46,7 @@ impl MemoryLayer for Panicky {
 impl Gates for Panicky {
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async move {
@@ -57,12 +57,16 @@ impl Gates for Panicky {
 }
 
 impl Lifecycle for Panicky {
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.maybe_panic("init");
         Box::pin(async { Ok(()) })
     }
 
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        _outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             self.maybe_panic("on_complete");
             Ok(())

@@ -110,7 +110,7 @@ async fn load(sessions: usize, turns: usize) -> BenchResult<()> {
         Arc::new(
             FnTool::builder("work", "Works until the client has steered.")
                 .handler(move |_, ctx| {
-                    let key = ctx.ctx.session_key().map(str::to_owned).unwrap_or_default();
+                    let key = ctx.ctx.thread_id().map(str::to_owned).unwrap_or_default();
                     let notify = lock(&shared.release).get(&key).cloned();
                     async move {
                         if let Some(notify) = notify {

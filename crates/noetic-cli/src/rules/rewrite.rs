@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use noetic::layer::{Gates, MemoryLayer, Slot, ToolCallAction, ToolCallParams};
-use noetic::{Context, NoeticError};
+use noetic::{HookContext, NoeticError};
 use regex::Regex;
 use serde_json::Value;
 
@@ -119,7 +119,7 @@ impl MemoryLayer for RewriteLayer {
 impl Gates for RewriteLayer {
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         Some(Ok(self.decide(call)))
@@ -127,7 +127,7 @@ impl Gates for RewriteLayer {
 
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(std::future::ready(Ok(self.decide(call))))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use noetic::layer::{Gates, ToolCallAction, ToolCallParams};
 use noetic::model::{ModelResponse, ScriptedModel};
-use noetic::prelude::Context;
+use noetic::prelude::{HookContext, StepContext};
 use noetic::steering::{HookParams, SteeringConfig, SteeringDecision, SteeringLayer, steering};
 use serde_json::{Value, json};
 
@@ -139,8 +139,9 @@ async fn an_llm_rule_scoped_to_tools_never_asks_the_judge_about_other_tools() {
             .unwrap();
     let layer = steering(SteeringConfig::new(set.steering_rules("judge", &ws))).unwrap();
     let judge = ScriptedModel::new([ModelResponse::text("DENY: curl reaches the network")]);
-    let ctx = Context::builder().model(Arc::new(judge.clone())).build();
-    async fn call(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> ToolCallAction {
+    let ctx = StepContext::builder().model(Arc::new(judge.clone())).build();
+    let ctx = ctx.hooks();
+    async fn call(layer: &SteeringLayer, ctx: &HookContext<'_>, name: &str, args: Value) -> ToolCallAction {
         layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap()
     }
     assert_eq!(call(&layer, &ctx, "list_dir", json!({"path": "."})).await, ToolCallAction::Allow);

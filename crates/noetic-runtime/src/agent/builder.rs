@@ -237,9 +237,9 @@ impl RuntimeBuilder {
         let mut layers = self.layers;
         crate::tool::add_tool_memory_layers(&mut layers, self.tools.fixed());
         let shared = {
-            let (services, in_scope) =
-                (self.services.clone(), InScope::new(LayerStack::new(layers.clone()), self.tools));
-            Spread::with_first(Shared::first(&services, &in_scope), move || Shared::new(&services, &in_scope))
+            let in_scope =
+                InScope::new(LayerStack::new(layers.clone()), self.tools).with_services(self.services.clone());
+            Spread::with_first(super::first(&in_scope), move || super::replica(&in_scope))
         };
         let inner = Arc::new(RuntimeInner {
             model_id: Arc::from(self.model_id.as_deref().unwrap_or(DEFAULT_MODEL)),

@@ -67,7 +67,6 @@ pub fn thread_scope(key: &str) -> String {
     format!("thread:{key}")
 }
 
-use crate::context::Services;
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::MemoryLayer;
 use crate::scope::InScope;
@@ -116,28 +115,17 @@ pub(crate) struct RuntimeInner {
 
 /// The runtime's services, and the layers and tools in scope, as a turn's step context holds them (one copy of
 /// [`RuntimeInner::shared`]).
-pub(crate) struct Shared {
-    pub(crate) services: Arc<CachePadded<Services>>,
-    pub(crate) in_scope: Arc<CachePadded<InScope>>,
+pub(crate) type Shared = Arc<CachePadded<InScope>>;
+
+/// A copy with reference counts of its own.
+fn replica(in_scope: &InScope) -> Shared {
+    Arc::new(CachePadded::new(in_scope.replica()))
 }
 
-impl Shared {
-    /// A copy with reference counts of its own.
-    fn new(services: &Services, in_scope: &InScope) -> Shared {
-        Shared {
-            services: Arc::new(CachePadded::new(services.clone())),
-            in_scope: Arc::new(CachePadded::new(in_scope.replica())),
-        }
-    }
-
-    /// The first thread's copy: the layers and tools in scope shared with `in_scope`, not copied (the copies
-    /// [`Shared::new`] makes for other threads only read `in_scope`'s counts, once each).
-    fn first(services: &Services, in_scope: &InScope) -> Shared {
-        Shared {
-            services: Arc::new(CachePadded::new(services.clone())),
-            in_scope: Arc::new(CachePadded::new(in_scope.clone())),
-        }
-    }
+/// The first thread's copy: the services, layers and tools in scope shared with `in_scope`, not copied (the copies
+/// [`replica`] makes for other threads only read `in_scope`'s counts, once each).
+fn first(in_scope: &InScope) -> Shared {
+    Arc::new(CachePadded::new(in_scope.clone()))
 }
 
 /// Runs agent sessions. Cheap to clone. Build one with [`Runtime::builder`] (a [`RuntimeBuilder`]); open a

@@ -23,7 +23,7 @@ use super::layer::SteeringLayer;
 use super::ledger::{self, Evaluator, FailureCause, JudgeVerdict, LedgerEntry, LedgerKind, RuleFailure};
 use super::rules::{FailurePolicy, HookParams, LlmMode, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
-use crate::context::{Context, lock};
+use crate::context::{HookContext, lock};
 use crate::error::{ConfigCode, ConfigError, NoeticError, panicked};
 use crate::exec::guard;
 use crate::layer::Hook;
@@ -89,7 +89,7 @@ impl Predicates {
 }
 
 impl SteeringLayer {
-    async fn evaluate(&self, ctx: &Context, params: HookParams<'_>, turn: Turn<'_>) -> Evaluation {
+    async fn evaluate(&self, ctx: &HookContext<'_>, params: HookParams<'_>, turn: Turn<'_>) -> Evaluation {
         let hook = params.hook();
         if self.only_predicates(hook) {
             return self.evaluate_predicates(&params, turn).evaluation();
@@ -126,10 +126,17 @@ impl SteeringLayer {
                 let summary = summary.get_or_insert_with(|| judge::summary(&params));
                 let prompt = judge::prompt(&eval.prompt, summary);
                 if eval.mode == LlmMode::Async {
-                    self.fire_async(rule, model, ctx.clone(), prompt, turn.state.clone());
+                    self.fire_async(rule, model, ctx, prompt, turn.state.clone());
                     continue;
                 }
-                let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
+                let call = judge::judge(
+                    model,
+                    ctx.context().clone(),
+                    ctx.meter().cloned(),
+                    eval,
+                    prompt,
+                    self.config().max_retries,
+                );
                 let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                 // Boxed: a judge call's state is large, and inline it would be carried (and copied) by every
                 // gate future, also when only predicates run.
@@ -219,7 +226,7 @@ impl SteeringLayer {
         &self,
         rule: &SteeringRule,
         model: Arc<dyn crate::model::Model>,
-        ctx: Context,
+        ctx: &HookContext<'_>,
         prompt: String,
         state: Arc<Mutex<Inner>>,
     ) {
@@ -227,6 +234,9 @@ impl SteeringLayer {
         let rule_id = rule.id.clone();
         let (max_retries, max_ledger) = (self.config().max_retries, self.config().max_ledger_entries);
         let carry: Arc<CarryOver> = self.carry_over().clone();
+        // The verdict outlives the hook call: it takes the context and the services it uses with it.
+        let (records, meter) = (ctx.records().cloned(), ctx.meter().cloned());
+        let ctx = ctx.context().clone();
         // The verdict outlives the call it judges: it gets a span of its own, linked to the call's.
         let span = tracing::info_span!(
             parent: None,
@@ -238,7 +248,7 @@ impl SteeringLayer {
         span.follows_from(tracing::Span::current().id());
         let task = async move {
             let started = Instant::now();
-            let verdict = judge::judge(model, ctx.clone(), &eval, prompt, max_retries).await;
+            let verdict = judge::judge(model, ctx, meter, &eval, prompt, max_retries).await;
             let (decision, failures, late) = match verdict {
                 Ok(d) => {
                     let late = (d.action != SteeringAction::Allow).then(|| {
@@ -277,7 +287,9 @@ impl SteeringLayer {
             if let Some(late) = late {
                 feedback::deliver(&state, late, &carry);
             }
-            ctx.record_ledger(&entry);
+            if let Some(records) = records {
+                records.ledger_entry(Box::new(entry.clone()));
+            }
             lock(&state).ledger.push(entry, max_ledger);
         };
         tokio::spawn(task.instrument(span));
@@ -339,7 +351,11 @@ impl SteeringLayer {
 
     /// Evaluates the rules for one hook call and records the decision. Fails with the configuration error an
     /// earlier async judge of this execution hit, or one met now.
-    pub(super) async fn gate(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
+    pub(super) async fn gate(
+        &self,
+        ctx: &HookContext<'_>,
+        params: HookParams<'_>,
+    ) -> Result<SteeringDecision, NoeticError> {
         let started = Started::Clock(Instant::now());
         let state = self.entry(ctx);
         self.surface_fault(ctx, &state)?;
@@ -362,7 +378,11 @@ impl SteeringLayer {
 
     /// [`gate`](Self::gate) for a hook whose live rules are all predicates (or that has none) when there are no
     /// shadow rules: the same decision and ledger entry, made at once, so the hook needs no state machine.
-    pub(super) fn gate_now(&self, ctx: &Context, params: HookParams<'_>) -> Result<SteeringDecision, NoeticError> {
+    pub(super) fn gate_now(
+        &self,
+        ctx: &HookContext<'_>,
+        params: HookParams<'_>,
+    ) -> Result<SteeringDecision, NoeticError> {
         // Read from the clock that stamps the entry, so the entry takes one clock read less.
         let started = SystemTime::now();
         let state = self.entry(ctx);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::ledger::FailureCause;
 use super::rules::{FailurePolicy, HookParams, LlmEval};
 use super::{SteeringDecision, parse_verdict};
+use crate::budget::Meter;
 use crate::context::Context;
 use crate::error::NoeticError;
 use crate::model::{History, Item, Model, ModelRequest};
@@ -128,10 +129,12 @@ pub fn failure_decision(rule_id: &str, policy: FailurePolicy, cause: &FailureCau
 }
 
 /// Calls the judge up to `max_retries + 1` times until a reply parses. A failing call is not retried; a
-/// configuration error comes back as [`FailureCause::Config`]. The judge's usage is added to the context's.
+/// configuration error comes back as [`FailureCause::Config`]. The judge's usage is added to the context's, and
+/// counted by `meter` (a session turn's budget), if any.
 pub async fn judge(
     model: Arc<dyn Model>,
     ctx: Context,
+    meter: Option<Arc<Meter>>,
     eval: &LlmEval,
     prompt: String,
     max_retries: u32,
@@ -146,7 +149,7 @@ pub async fn judge(
         })?;
         ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
         // Counted towards the turn's budget; the session log holds no response of it.
-        if let Some(meter) = ctx.meter() {
+        if let Some(meter) = &meter {
             meter.model_call(&response.usage, false);
         }
         if let Some(decision) = read_verdict(response.text_output()) {

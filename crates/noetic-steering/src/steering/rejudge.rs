@@ -44,7 +44,8 @@ pub async fn rejudge(
             let Some(rule) = layer.config().rules.iter().find(|r| &r.id == rule_id) else { continue };
             let Some(eval) = &rule.llm_eval else { continue };
             let prompt = judge::prompt(&eval.prompt, &summary);
-            let verdict = judge::judge(model.clone(), ctx.clone(), eval, prompt, layer.config().max_retries).await;
+            let verdict =
+                judge::judge(model.clone(), ctx.clone(), None, eval, prompt, layer.config().max_retries).await;
             let decision = match verdict {
                 Ok(decision) => decision,
                 Err(FailureCause::Config { error }) => return Err(error),

@@ -15,7 +15,7 @@ use super::layer::SteeringLayer;
 use super::ledger::{Evaluator, FailureCause, LedgerEntry, LedgerKind, RuleFailure, Shadow};
 use super::rules::{FailurePolicy, HookParams, SteeringRule};
 use super::{SteeringAction, SteeringDecision};
-use crate::context::Context;
+use crate::context::HookContext;
 use crate::exec::guard;
 use crate::layer::Hook;
 
@@ -24,7 +24,7 @@ impl SteeringLayer {
     /// the `live` decision.
     pub(super) async fn shadow(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         params: &HookParams<'_>,
         turn: Turn<'_>,
         live: SteeringAction,
@@ -68,7 +68,7 @@ impl SteeringLayer {
     /// What `rule` would decide, how it evaluated, and why it could not decide on its own, if so.
     async fn would_decide(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         params: &HookParams<'_>,
         rule: &SteeringRule,
         deadline: Instant,
@@ -98,7 +98,8 @@ impl SteeringLayer {
             return (d, Evaluator::LlmSync, f);
         };
         let prompt = judge::prompt(&eval.prompt, &judge::summary(params));
-        let call = judge::judge(model, ctx.clone(), eval, prompt, self.config().max_retries);
+        let call =
+            judge::judge(model, ctx.context().clone(), ctx.meter().cloned(), eval, prompt, self.config().max_retries);
         let verdict = match Box::pin(tokio::time::timeout_at(deadline, call)).await {
             Ok(verdict) => verdict,
             Err(_) => Err(FailureCause::Timeout),

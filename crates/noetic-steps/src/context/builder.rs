@@ -1,4 +1,4 @@
-//! Building a root [`Context`]: its identity, items, services, cancellation, events and turn services.
+//! Building a root [`Context`]: its identity, items, cancellation and events.
 
 use super::*;
 
@@ -10,11 +10,6 @@ pub struct ContextBuilder {
     items: History,
     events: EventSink,
     cancel: Option<CancellationToken>,
-    /// Model, approver …
-    services: Services,
-    /// A runtime's copy of its services, used instead of `services` (see `ContextBuilder::shared_services`).
-    shared: Option<Arc<CachePadded<Services>>>,
-    turn: Option<Arc<TurnServices>>,
     execution_id: Option<ExecutionId>,
 }
 
@@ -49,25 +44,6 @@ impl ContextBuilder {
         self
     }
 
-    /// The model `llm` steps call.
-    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
-        self.services.model = Some(model);
-        self
-    }
-
-    /// The approver for tools that need approval.
-    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.services.approver = Some(approver);
-        self
-    }
-
-    /// Whether traces record content — prompts, responses, tool arguments and results (default off: only sizes
-    /// and ids; see [`crate::trace`]).
-    pub fn capture_content(mut self, on: bool) -> Self {
-        self.services.capture_content = on;
-        self
-    }
-
     /// Uses this execution id instead of a fresh one.
     pub fn execution_id(mut self, id: ExecutionId) -> Self {
         self.execution_id = Some(id);
@@ -80,25 +56,6 @@ impl ContextBuilder {
         self
     }
 
-    /// Model, approver and the rest at once (replacing what `model`, `approver` and `capture_content` set).
-    pub fn services(mut self, services: Services) -> Self {
-        self.services = services;
-        self
-    }
-
-    /// A runtime's services, as they are (shared, not copied): what `services`, `model`, `approver` and
-    /// `capture_content` set is not used then.
-    pub fn shared_services(mut self, services: Arc<CachePadded<Services>>) -> Self {
-        self.shared = Some(services);
-        self
-    }
-
-    /// A session turn's steering, journal and records.
-    pub fn turn_services(mut self, turn: TurnServices) -> Self {
-        self.turn = Some(Arc::new(turn));
-        self
-    }
-
     /// Builds the context.
     pub fn build(self) -> Context {
         Context {
@@ -108,8 +65,6 @@ impl ContextBuilder {
                     thread_id: self.thread_id,
                     resource_id: self.resource_id,
                     events: self.events,
-                    services: self.shared.unwrap_or_else(|| Arc::new(CachePadded::new(self.services))),
-                    turn: self.turn,
                 }),
                 cancel: Cancel::root(self.cancel.unwrap_or_default()),
                 cancel_reason: OnceLock::new(),

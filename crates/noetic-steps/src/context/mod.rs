@@ -5,12 +5,13 @@
 //! * cancellation — a [`CancellationToken`]; cancelling a context cancels all its descendants, never its parent;
 //! * the item log — the conversation so far;
 //! * token usage and cost, rolled up from spawned children on success;
-//! * the event sink;
-//! * the services its tree shares, typed: the model, the approver, and a session turn's steering, journal, records
-//!   and budget meter ([`Services`], [`TurnServices`]) — what memory layers' hooks and tools may call on.
+//! * the event sink.
 //!
-//! The memory layers and the tools in scope are not here: a step runs in a `StepContext` (the `scope` module, above
-//! the layer and tool modules whose traits take a `Context`), which adds them to a `Context`, typed.
+//! The services an execution calls on are not here, nor the memory layers and tools in scope: a step runs in a
+//! `StepContext` (the `scope` module, above the layer and tool modules whose traits take a `Context`), which holds
+//! them beside its `Context`, typed, and hands memory layers' hooks a [`HookContext`] — the context and the
+//! services ([`Services`], [`TurnServices`]: the model, the approver, and a session turn's steering, journal,
+//! records and budget meter).
 //!
 //! Fork paths and spawned children run in child contexts ([`Context::fork_child`], [`Context::spawn_child`]).
 
@@ -22,6 +23,7 @@ mod checkpoints;
 mod events;
 mod ids;
 mod reuse;
+mod services;
 mod sink;
 
 use std::fmt;
@@ -38,12 +40,11 @@ pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, RewriteRecord, SK
 pub use events::{Event, EventKind, StepKind};
 pub use ids::ExecutionId;
 pub use ids::new_v7;
+pub use services::{HookContext, Services, TurnServices};
 pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
 
 use crate::error::NoeticError;
-use crate::model::{History, Item, Log, Model, StepMeta, Usage};
-use crate::sync::CachePadded;
-use crate::turn::TurnJournal;
+use crate::model::{History, Item, Log, StepMeta, Usage};
 
 /// Steps may nest at most this deep (counting every composite step and child context).
 pub const MAX_DEPTH: u32 = 64;
@@ -69,49 +70,11 @@ enum Origin {
     Child(Arc<Inner>),
 }
 
-/// What every execution of a tree shares: identity, events and services.
+/// What every execution of a tree shares: its thread, resource and events.
 struct Tree {
     thread_id: Option<Arc<str>>,
     resource_id: Option<Arc<str>>,
     events: EventSink,
-    /// Alone on its cache lines: a runtime hands every turn on a thread the same copy (see `sync::Spread`).
-    services: Arc<CachePadded<Services>>,
-    /// The session turn's own services (none outside a session turn).
-    turn: Option<Arc<TurnServices>>,
-}
-
-/// What a session turn adds to its runtime's [`Services`]: its steering, journal and records. They are made per
-/// turn, while the model, tools and approver stay in the runtime's copy, so a turn clones one reference count of
-/// its thread instead of one per service that every thread shares.
-#[doc(hidden)]
-pub struct TurnServices {
-    /// The turn's live steering (its checkpoints).
-    pub steering: Option<Arc<dyn Checkpoints>>,
-    /// Where the turn's position is journalled.
-    pub journal: Option<Arc<dyn TurnJournal>>,
-    /// Where the turn's durable facts are recorded.
-    pub records: Option<Arc<dyn RecordSink>>,
-    /// What the turn may spend, and what it spent (its whole tree counts towards it).
-    pub meter: Option<Arc<crate::budget::Meter>>,
-}
-
-/// What steps and hooks can call on: the model and the approver (and, outside a session turn, a journal, records
-/// and steering of one's own). Shared by a whole execution tree.
-#[derive(Clone, Default)]
-pub struct Services {
-    /// The model `llm` steps call.
-    pub model: Option<Arc<dyn Model>>,
-    /// Decides on calls of tools that need approval.
-    pub approver: Option<Arc<dyn Approver>>,
-    /// The live steering of the session turn this execution belongs to.
-    pub steering: Option<Arc<dyn Checkpoints>>,
-    /// Where the session turn's state goes so that another process can resume it (a durable store's).
-    pub journal: Option<Arc<dyn TurnJournal>>,
-    /// Where lasting records (steering ledger entries) go.
-    pub records: Option<Arc<dyn RecordSink>>,
-    /// Traces record prompts, responses, tool arguments and results (off: only sizes and ids; see
-    /// [`crate::trace`]).
-    pub capture_content: bool,
 }
 
 impl Inner {
@@ -183,7 +146,7 @@ impl Default for Context {
 }
 
 impl Context {
-    /// A root context with no services, no events and an empty item log.
+    /// A root context with no events and an empty item log.
     pub fn new() -> Self {
         ContextBuilder::default().build()
     }
@@ -277,19 +240,19 @@ impl Context {
     }
 
     /// A child context for a fork path: fresh execution id, a copy of the item log, its own cancellation linked to
-    /// this one, same thread, events and services, one level deeper.
+    /// this one, same thread and events, one level deeper.
     pub fn fork_child(&self) -> Context {
         self.child(self.history())
     }
 
     /// A child context for a spawned step: fresh execution id, the given item log (usually empty), cancellation
-    /// linked to this one, usage starting at zero, same thread, events and services, one level deeper.
+    /// linked to this one, usage starting at zero, same thread and events, one level deeper.
     pub fn spawn_child(&self, items: Vec<Item>) -> Context {
         self.child(History::new(items))
     }
 
     /// A child context: fresh execution id, the given item log, cancellation linked to this one, usage starting at
-    /// zero. It shares its root's thread, events and services.
+    /// zero. It shares its root's thread and events.
     fn child(&self, items: History) -> Context {
         Context {
             inner: Arc::new(Inner {
@@ -373,84 +336,10 @@ impl Context {
         *lock(&self.inner.last_step_meta) = Some(Arc::new(meta));
     }
 
-    /// The model, if one is configured.
-    pub fn model(&self) -> Option<&Arc<dyn Model>> {
-        self.inner.tree().services.model.as_ref()
-    }
-
-    /// The approver, if one is configured.
-    pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
-        self.inner.tree().services.approver.as_ref()
-    }
-
-    /// True when traces record content (see [`crate::trace`]).
-    pub fn captures_content(&self) -> bool {
-        self.inner.tree().services.capture_content
-    }
-
     /// True for a root context (a session turn's, or one built by [`ContextBuilder`]); false for a spawned child's
     /// or a fork path's.
     pub fn is_root(&self) -> bool {
         matches!(self.inner.origin, Origin::Root(_))
-    }
-
-    /// The turn journal, when it applies to this execution: the root's own, not a spawned child's or a fork
-    /// path's (those are not resumed).
-    pub(crate) fn journal(&self) -> Option<&Arc<dyn TurnJournal>> {
-        let journal = self.turn().and_then(|t| t.journal.as_ref()).or(self.inner.tree().services.journal.as_ref());
-        journal.filter(|_| self.is_root())
-    }
-
-    /// Where the session keeps its records (steering ledger entries, approvals), if it keeps any.
-    pub fn records(&self) -> Option<&Arc<dyn RecordSink>> {
-        self.turn().and_then(|t| t.records.as_ref()).or(self.inner.tree().services.records.as_ref())
-    }
-
-    /// Keeps a steering ledger entry where the session keeps its records, if it keeps any.
-    pub fn record_ledger<T: Clone + Send + 'static>(&self, entry: &T) {
-        if let Some(records) = self.records() {
-            records.ledger_entry(Box::new(entry.clone()));
-        }
-    }
-
-    /// Keeps an approval's request or decision where the session keeps its records, if it keeps any.
-    pub(crate) fn record_approval(&self, approval: crate::context::ApprovalRecord<'_>) {
-        if let Some(records) = self.records() {
-            records.approval(approval);
-        }
-    }
-
-    /// Keeps a gating layer's rewrite of a call's arguments where the session keeps its records, if it keeps any.
-    pub(crate) fn record_rewrite(&self, rewrite: crate::context::RewriteRecord<'_>) {
-        if let Some(records) = self.records() {
-            records.rewrite(rewrite);
-        }
-    }
-
-    /// The session turn's steering checkpoints (also for spawned children and fork paths).
-    fn steering(&self) -> Option<&Arc<dyn Checkpoints>> {
-        self.turn().and_then(|t| t.steering.as_ref()).or(self.inner.tree().services.steering.as_ref())
-    }
-
-    /// The session turn's own services, if this execution belongs to one.
-    fn turn(&self) -> Option<&TurnServices> {
-        self.inner.tree().turn.as_deref()
-    }
-
-    /// The budget meter of the session turn this execution belongs to (also for spawned children and fork paths:
-    /// what they spend counts towards the turn's budget).
-    pub fn meter(&self) -> Option<&Arc<crate::budget::Meter>> {
-        self.turn().and_then(|t| t.meter.as_ref())
-    }
-
-    /// The key of the session whose turn this execution belongs to (also for spawned children and fork paths).
-    pub fn session_key(&self) -> Option<&str> {
-        self.steering().map(|s| s.session())
-    }
-
-    /// The steering checkpoints of the current session turn, when they apply to this execution.
-    pub(crate) fn turn_steering(&self) -> Option<&Arc<dyn Checkpoints>> {
-        self.steering().filter(|s| s.applies_to(self))
     }
 
     /// The event sink.

@@ -1,7 +1,7 @@
 //! What an `llm` step makes durable: its commits to the turn journal (the items since the last one, the core's
 //! position, calls about to start), the step's end, and the steering checkpoint polls whose findings it records.
 
-use crate::context::{Checkpoints, Context};
+use crate::context::{Checkpoints, Context, HookContext};
 use crate::error::NoeticError;
 use crate::model::{Item, ToolCall};
 use crate::turn::{Finished, Input, Polled, TurnCommit, TurnCore, TurnJournal};
@@ -66,7 +66,7 @@ pub(super) async fn finish(
 }
 
 /// True when the session log records this execution's model responses and tool starts (a session turn's root).
-pub(super) fn logs_inputs(ctx: &Context) -> bool {
+pub(super) fn logs_inputs(ctx: &HookContext<'_>) -> bool {
     ctx.journal().is_some_and(|j| j.records_inputs())
 }
 

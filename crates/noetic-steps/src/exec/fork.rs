@@ -140,16 +140,16 @@ async fn run_path<O>(
     path: StepContext,
     run: impl Future<Output = Result<O, NoeticError>>,
 ) -> Result<O, NoeticError> {
-    if let Err(e) = lifecycle::spawn(&parent, &path, path.layers()).await {
+    if let Err(e) = lifecycle::spawn(&parent.hooks(), &path.hooks(), path.layers()).await {
         // The path already failed; a panic while completing it is logged by `complete`.
-        let _ = lifecycle::complete(&path, path.layers(), Outcome::Failure).await;
+        let _ = lifecycle::complete(&path.hooks(), path.layers(), Outcome::Failure).await;
         return Err(e);
     }
     let result = run.await;
     if result.is_ok() {
-        lifecycle::return_(&parent, &path, path.layers()).await;
+        lifecycle::return_(&parent.hooks(), &path.hooks(), path.layers()).await;
     }
-    let completed = lifecycle::complete(&path, path.layers(), Outcome::of(&result)).await;
+    let completed = lifecycle::complete(&path.hooks(), path.layers(), Outcome::of(&result)).await;
     result.and_then(|v| completed.map(|()| v))
 }
 

@@ -14,7 +14,7 @@ use tracing::{Instrument, Span};
 use super::durable::{commit, finish, logs_inputs, poll, while_durable};
 use super::llm_model::{call_model, chat_span, traced_model_call};
 use super::tool_group::{GroupEnv, run_group};
-use crate::context::{Context, EventKind};
+use crate::context::{EventKind, HookContext};
 use crate::error::{ConfigCode, ConfigError, NoeticError};
 use crate::layer::{ModelCallParams, lifecycle};
 use crate::model::{Item, StepMeta, ToolSpec};
@@ -28,9 +28,9 @@ use crate::turn::{Action, Effect, Finished, Input, Replay, TurnCore, interrupted
 macro_rules! tool_call {
     ($ctx:expr, $step:expr, $tools:expr, $call:expr, $allow:expr) => {
         if crate::trace::on() {
-            traced_tool_call($ctx, $ctx.layers(), $step, $tools, $call, $allow).await
+            traced_tool_call(&$ctx.hooks(), $ctx.layers(), $step, $tools, $call, $allow).await
         } else {
-            run_tool_call($ctx, $ctx.layers(), $step, $tools, $call, $allow).await.map(|(result, _)| result)
+            run_tool_call(&$ctx.hooks(), $ctx.layers(), $step, $tools, $call, $allow).await.map(|(result, _)| result)
         }
     };
 }
@@ -50,7 +50,8 @@ fn parse_output<I, O>(s: &StepLlm<I, O>, text: &str) -> Result<O, NoeticError> {
 pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext) -> Result<O, NoeticError> {
     // Borrowed for the step (the context outlives it): a clone would write the model's reference count, which
     // every turn on every thread shares.
-    let model = ctx.model().ok_or_else(|| {
+    let hooks = ctx.hooks();
+    let model = hooks.model().ok_or_else(|| {
         ConfigError::new(
             ConfigCode::NoModelProvider,
             format!("llm step '{}' needs a model (\"{}\") and the context has none", s.id, s.model),
@@ -66,8 +67,8 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
     let mut tools = current_tools();
     let mut specs: Arc<[ToolSpec]> = tools.specs();
     let allow = |kind: &EventKind| s.emit.allows(kind);
-    let steering = ctx.turn_steering().cloned();
-    let journal = ctx.journal().cloned();
+    let steering = hooks.turn_steering().cloned();
+    let journal = hooks.journal().cloned();
     let path = journal.as_ref().map(|j| j.enter(&s.id)).unwrap_or_default();
     // The decisions are the core's; this loop performs its actions and feeds their outcomes back. A turn a
     // stopped process left in the journal continues where it was: a run that finished gives its answer again
@@ -122,7 +123,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
         // steering they inject).
         let action = core.action();
         // The budget's checkpoint: before a model request or a tool call starts (and is journaled), never after.
-        if let Err(reached) = spend(ctx, &action) {
+        if let Err(reached) = spend(&hooks, &action) {
             input = Input::Failed(reached.into());
             continue;
         }
@@ -185,7 +186,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
                 let review = ModelCallParams { step_id: &s.id, model: &s.model, response };
                 // The model call's span ends with its review.
                 let span = std::mem::replace(&mut chat, Span::none());
-                let review = lifecycle::after_model_call(ctx, ctx.layers(), review);
+                let review = lifecycle::after_model_call(&hooks, ctx.layers(), review);
                 let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
                 let gate = if span.is_disabled() {
                     while_durable(ctx, at, ctx.run_cancellable(review)).await
@@ -196,7 +197,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
             }
             Action::Store(response) => {
                 let at = (journal.as_deref(), (&*s.id, path.as_str()), &core);
-                match while_durable(ctx, at, lifecycle::store(ctx, ctx.layers(), response)).await {
+                match while_durable(ctx, at, lifecycle::store(&hooks, ctx.layers(), response)).await {
                     Ok(()) => Input::Stored,
                     Err(e) => Input::Failed(e),
                 }
@@ -273,7 +274,7 @@ pub(super) async fn execute<I, O>(s: &StepLlm<I, O>, input: I, ctx: &StepContext
 
 /// Asks the turn's budget whether `action` may start (counting the tool calls it starts). Spawned children and
 /// fork paths ask the same meter as their turn, so they cannot spend past it.
-fn spend(ctx: &Context, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
+fn spend(ctx: &HookContext<'_>, action: &Action<'_>) -> Result<(), crate::budget::BudgetReached> {
     let Some(meter) = ctx.meter() else { return Ok(()) };
     match action {
         Action::CallModel { .. } => meter.before_model_call(),
@@ -290,12 +291,12 @@ fn outcome<T>(result: Result<T, NoeticError>, ok: impl FnOnce(T) -> Input) -> In
 }
 
 /// Applies one effect of the core: appends items, emits the events.
-fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
+fn apply<I, O>(ctx: &StepContext, s: &StepLlm<I, O>, effect: Effect) {
     match effect {
         Effect::Append(items) => ctx.extend_items(items),
         Effect::Push(item) => ctx.push_item(item),
         Effect::Skipped { call_id, tool } => {
-            trace_skipped(ctx, &call_id, &tool);
+            trace_skipped(&ctx.hooks(), &call_id, &tool);
             ctx.emit(|| EventKind::ToolSkipped {
                 step_id: s.id.clone(),
                 call_id,
@@ -313,7 +314,7 @@ fn apply<I, O>(ctx: &Context, s: &StepLlm<I, O>, effect: Effect) {
 }
 
 /// A call queued steering skipped: an event on the turn's span, and a tool span that only marks the call.
-fn trace_skipped(ctx: &Context, call_id: &str, tool: &str) {
+fn trace_skipped(ctx: &HookContext<'_>, call_id: &str, tool: &str) {
     if let Some(turn) = ctx.turn_steering().and_then(|s| s.span()) {
         tracing::info!(parent: turn, gen_ai.tool.call.id = call_id, gen_ai.tool.name = tool, "tool.skipped");
     }

@@ -28,7 +28,7 @@ pub(super) async fn traced_model_call<I, O>(
 ) -> Result<ModelResponse, NoeticError> {
     let result = call_model(s, ctx, model, specs, round, tail, span).instrument(span.clone()).await;
     match &result {
-        Ok(response) => trace_response(span, response, ctx.captures_content()),
+        Ok(response) => trace_response(span, response, ctx.hooks().captures_content()),
         Err(e) => crate::trace::fail_with(span, e),
     }
     result
@@ -156,7 +156,7 @@ pub(super) async fn call_model_once<I, O>(
         Some(Fitted { context, history, counted, tokens, window }) => {
             (context, history, Some((counted, tokens, window)))
         }
-        None => (lifecycle::recall(ctx, ctx.layers()).await?, ctx.history(), None),
+        None => (lifecycle::recall(&ctx.hooks(), ctx.layers()).await?, ctx.history(), None),
     };
     let request = ModelRequest {
         model: s.model.clone(),
@@ -173,7 +173,7 @@ pub(super) async fn call_model_once<I, O>(
     };
     if !span.is_disabled() {
         span.record("noetic.request.messages", request.messages().count());
-        if ctx.captures_content() {
+        if ctx.hooks().captures_content() {
             let messages: Vec<&Item> = request.messages().collect();
             if let Ok(json) = serde_json::to_string(&messages) {
                 span.record("gen_ai.input.messages", json);
@@ -204,8 +204,8 @@ pub(super) async fn call_model_once<I, O>(
     };
     let response = answer?;
     ctx.add_usage(&response.usage, response.usage.cost.unwrap_or(0.0));
-    if let Some(meter) = ctx.meter() {
-        meter.model_call(&response.usage, logs_inputs(ctx));
+    if let Some(meter) = ctx.hooks().meter() {
+        meter.model_call(&response.usage, logs_inputs(&ctx.hooks()));
     }
     if let Some((counted, _, _)) = counted {
         ctx.history().calibration().observe(counted, response.usage.input_tokens);

@@ -19,7 +19,7 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
             initialised += 1;
             continue;
         };
-        if let Err(e) = hooks.init(&inner).await {
+        if let Err(e) = hooks.init(&inner.hooks()).await {
             result = Err(e);
             break;
         }
@@ -33,13 +33,13 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
     let ready = &s.memory[..initialised];
     for layer in ready {
         let Some(hooks) = layer.as_lifecycle() else { continue };
-        if let Err(e) = hooks.on_complete(&inner, outcome).await {
+        if let Err(e) = hooks.on_complete(&inner.hooks(), outcome).await {
             tracing::warn!(step_id = %s.id, layer = layer.id(), error = %e, "on_complete of a provided layer failed");
         }
     }
     for layer in ready.iter().rev() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
-        if let Err(e) = hooks.dispose(&inner).await {
+        if let Err(e) = hooks.dispose(&inner.hooks()).await {
             tracing::warn!(step_id = %s.id, layer = layer.id(), error = %e, "dispose of a provided layer failed");
         }
     }

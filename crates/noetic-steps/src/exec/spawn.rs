@@ -15,14 +15,14 @@ pub(super) async fn execute<I: Send + 'static, O: Send + 'static>(
         Some(layers) => ctx.spawn_child(Vec::new(), LayerStack::new(layers.iter().cloned())),
         None => ctx.spawn_child_in_scope(Vec::new()),
     };
-    let opening = lifecycle::spawn(ctx, &child, child.layers()).await?;
+    let opening = lifecycle::spawn(&ctx.hooks(), &child.hooks(), child.layers()).await?;
     child.extend_items(opening);
     let result = run_child(s, input, &child).await;
     if result.is_ok() {
-        lifecycle::return_(ctx, &child, child.layers()).await;
+        lifecycle::return_(&ctx.hooks(), &child.hooks(), child.layers()).await;
         ctx.add_usage(&child.usage(), child.cost());
     }
-    let completed = lifecycle::complete(&child, child.layers(), Outcome::of(&result)).await;
+    let completed = lifecycle::complete(&child.hooks(), child.layers(), Outcome::of(&result)).await;
     result.and_then(|v| completed.map(|()| v))
 }
 

@@ -76,7 +76,7 @@ async fn call<I: Send + 'static, O: Send + 'static>(
     }
     s.tool.input_schema().validate(&args).map_err(|problems| fail(format!("invalid arguments:\n{problems}")))?;
     let params = ToolCallParams { call_id: &s.id, name: &name, args: &args };
-    let gate = ctx.run_cancellable(lifecycle::before_tool_call(ctx, ctx.layers(), params)).await?;
+    let gate = ctx.run_cancellable(lifecycle::before_tool_call(&ctx.hooks(), ctx.layers(), params)).await?;
     if gate.decision.action != SteeringAction::Allow {
         return Err(NoeticError::SteeringDenied { guidance: gate.decision.guidance });
     }
@@ -86,7 +86,7 @@ async fn call<I: Send + 'static, O: Send + 'static>(
         })?;
         args = rewritten.clone();
     }
-    ctx.run_cancellable(async { Ok(crate::tool::call::approve(ctx, s.tool.as_ref(), &s.id, &args).await) })
+    ctx.run_cancellable(async { Ok(crate::tool::call::approve(&ctx.hooks(), s.tool.as_ref(), &s.id, &args).await) })
         .await?
         .map_err(fail)?;
     let tcx = ToolContext {

@@ -81,10 +81,10 @@ async fn outcomes(env: &GroupEnv<'_>, core: &TurnCore) -> (Vec<Input>, Input) {
             announce(env.ctx, env.step_id, call, env.allow);
         }
         let span = if crate::trace::on() { tool_span(&call.id, &call.name) } else { Span::none() };
-        if !span.is_disabled() && env.ctx.captures_content() {
+        if !span.is_disabled() && env.ctx.hooks().captures_content() {
             span.record("gen_ai.tool.call.arguments", &*call.arguments);
         }
-        match prepare(env.ctx, env.ctx.layers(), env.tools, call).instrument(span.clone()).await {
+        match prepare(&env.ctx.hooks(), env.ctx.layers(), env.tools, call).instrument(span.clone()).await {
             Err(e) => return (earlier, Input::Failed(e)),
             Ok(Prepared::Done(outcome)) => {
                 let outcome = finish(env, call, Ok(outcome), &span, watched);
@@ -161,7 +161,7 @@ fn finish(
     let outcome = outcome.map(|outcome| conclude(env.ctx, (env.step_id, env.tools, call), outcome, env.allow, watched));
     if !span.is_disabled() {
         match &outcome {
-            Ok((result, kind)) => trace_outcome(span, result, *kind, env.ctx.captures_content()),
+            Ok((result, kind)) => trace_outcome(span, result, *kind, env.ctx.hooks().captures_content()),
             Err(e) => {
                 span.record("noetic.tool.outcome", "error");
                 crate::trace::fail_with(span, e);

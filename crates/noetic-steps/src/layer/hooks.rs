@@ -7,7 +7,7 @@
 use futures::future::BoxFuture;
 
 use super::{ModelCallParams, Outcome, ScopeKey, ToolCallAction, ToolCallParams};
-use crate::context::Context;
+use crate::context::HookContext;
 use crate::decision::SteeringDecision;
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse};
@@ -16,19 +16,23 @@ use crate::model::{Item, ModelResponse};
 pub trait Recall: Send + Sync {
     /// Context for the model, placed before the history; at most `budget` tokens (estimated as chars / 4; a
     /// model whose window is known offers the share the allocation gives the layer — see `noetic::window`).
-    fn recall<'a>(&'a self, _ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, _ctx: &'a HookContext<'a>, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
 
     /// [`Recall::recall`] when the layer can answer at once: `Some` is its answer, and `recall` is not called.
     /// The default, `None`, always calls `recall`. A layer whose recall never waits implements it, so a model
     /// request makes no future (no allocation) for the layer.
-    fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+    fn recall_now(&self, _ctx: &HookContext<'_>, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
         None
     }
 
     /// Sees the response an `llm` step accepted.
-    fn store<'a>(&'a self, _ctx: &'a Context, _response: &'a ModelResponse) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn store<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        _response: &'a ModelResponse,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -39,7 +43,7 @@ pub trait Gates: Send + Sync {
     /// [`SteeringDecision`] converts with `.into()`).
     fn before_tool_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         Box::pin(async { Ok(ToolCallAction::Allow) })
@@ -49,7 +53,7 @@ pub trait Gates: Send + Sync {
     /// `before_tool_call` is not called. The default, `None`, always calls `before_tool_call`.
     fn before_tool_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         _call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         None
@@ -58,7 +62,7 @@ pub trait Gates: Send + Sync {
     /// Reviews a model response.
     fn after_model_call<'a>(
         &'a self,
-        _ctx: &'a Context,
+        _ctx: &'a HookContext<'a>,
         _call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         Box::pin(async { Ok(SteeringDecision::allow()) })
@@ -68,7 +72,7 @@ pub trait Gates: Send + Sync {
     /// `after_model_call` is not called. The default, `None`, always calls `after_model_call`.
     fn after_model_call_now(
         &self,
-        _ctx: &Context,
+        _ctx: &HookContext<'_>,
         _call: ModelCallParams<'_>,
     ) -> Option<Result<SteeringDecision, NoeticError>> {
         None
@@ -78,7 +82,7 @@ pub trait Gates: Send + Sync {
 /// An execution's start and end, and the spawned children and fork paths it starts.
 pub trait Lifecycle: Send + Sync {
     /// Called once before the layer is first used in an execution.
-    fn init<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -86,24 +90,32 @@ pub trait Lifecycle: Send + Sync {
     /// the child's conversation.
     fn on_spawn<'a>(
         &'a self,
-        _parent: &'a Context,
-        _child: &'a Context,
+        _parent: &'a HookContext<'a>,
+        _child: &'a HookContext<'a>,
     ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
 
     /// A spawned child or fork path succeeded: merge its state back into the parent's.
-    fn on_return<'a>(&'a self, _parent: &'a Context, _child: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_return<'a>(
+        &'a self,
+        _parent: &'a HookContext<'a>,
+        _child: &'a HookContext<'a>,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
     }
 
     /// Called when an execution that used the layer ends, whatever the outcome.
-    fn on_complete<'a>(&'a self, _ctx: &'a Context, _outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(
+        &'a self,
+        _ctx: &'a HookContext<'a>,
+        _outcome: Outcome,
+    ) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
     }
 
     /// Called last, after [`Lifecycle::on_complete`], to release resources.
-    fn dispose<'a>(&'a self, _ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, _ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async { Ok(()) })
     }
 }

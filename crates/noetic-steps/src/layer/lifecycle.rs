@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use super::{Allotter, LayerStack, MemoryLayer, Outcome, ScopeKey};
-use crate::context::{Context, ExecutionId};
+use crate::context::{ExecutionId, HookContext};
 use crate::error::NoeticError;
 use crate::model::{Item, ModelResponse, TokenCounter};
 
@@ -95,7 +95,7 @@ fn fatal(layer: &str, hook: &str, f: HookFailure) -> Result<(), NoeticError> {
 }
 
 /// Runs `init` on every layer in scope, in slot order. The first failure fails the execution.
-pub async fn init(ctx: &Context, layers: &LayerStack) -> Result<(), NoeticError> {
+pub async fn init(ctx: &HookContext<'_>, layers: &LayerStack) -> Result<(), NoeticError> {
     if !layers.has_lifecycle() {
         return Ok(());
     }
@@ -115,7 +115,7 @@ pub async fn init(ctx: &Context, layers: &LayerStack) -> Result<(), NoeticError>
 /// Runs `on_complete(outcome)` on every layer, then `dispose` in reverse order — every hook, whatever the
 /// others do. Failures are logged; a panic is also returned (the first one), so the execution ends with an error
 /// naming the layer instead of a success that hides it.
-pub async fn complete(ctx: &Context, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
+pub async fn complete(ctx: &HookContext<'_>, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
     if !layers.has_lifecycle() {
         return Ok(());
     }
@@ -123,7 +123,7 @@ pub async fn complete(ctx: &Context, layers: &LayerStack, outcome: Outcome) -> R
     Box::pin(complete_layers(ctx, layers, outcome)).await
 }
 
-async fn complete_layers(ctx: &Context, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
+async fn complete_layers(ctx: &HookContext<'_>, layers: &LayerStack, outcome: Outcome) -> Result<(), NoeticError> {
     let mut first_panic = None;
     let mut note = |layer: &str, hook: &str, f: HookFailure| {
         tracing::warn!(layer, hook, error = %describe(&f), "layer hook failed");
@@ -158,7 +158,7 @@ pub fn estimate_tokens(item: &Item) -> u32 {
 
 /// Collects every layer's recall output in slot order, each trimmed to the layer's budget (whole items that do
 /// not fit are left out). A failing recall is logged and skipped; a configuration error fails the step.
-pub async fn recall(ctx: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
+pub async fn recall(ctx: &HookContext<'_>, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
     // The layers that answer at once are asked here, with no future of their own (see `recall_shared`).
     let mut shares = Shares::Max;
     match recall_start(ctx, layers, &mut shares)? {
@@ -171,7 +171,7 @@ pub async fn recall(ctx: &Context, layers: &LayerStack) -> Result<Vec<Item>, Noe
 /// what the layers before it used and the minimums of those after it) and its items are counted with `counter`;
 /// what the layers leave is [`Allotter::left`].
 pub async fn recall_within(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     allotter: &mut Allotter,
     counter: &dyn TokenCounter,
@@ -207,7 +207,11 @@ impl Shares<'_> {
     }
 }
 
-async fn recall_shared(ctx: &Context, layers: &LayerStack, shares: &mut Shares<'_>) -> Result<Vec<Item>, NoeticError> {
+async fn recall_shared(
+    ctx: &HookContext<'_>,
+    layers: &LayerStack,
+    shares: &mut Shares<'_>,
+) -> Result<Vec<Item>, NoeticError> {
     // Layers that answer at once are asked without an await (so this future stays small); from the first that
     // must be awaited on, the rest run in a boxed future, so a model request whose layers never wait makes none.
     match recall_start(ctx, layers, shares)? {
@@ -218,7 +222,7 @@ async fn recall_shared(ctx: &Context, layers: &LayerStack, shares: &mut Shares<'
 
 /// Asks the layers that answer at once, up to the first that must be awaited on.
 fn recall_start(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     shares: &mut Shares<'_>,
 ) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
@@ -237,7 +241,7 @@ enum Progress<D, W> {
 }
 
 fn recall_at_once(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     shares: &mut Shares<'_>,
 ) -> Result<Progress<Vec<Item>, Vec<Item>>, NoeticError> {
@@ -259,7 +263,7 @@ fn recall_at_once(
 
 /// Recalls the layers from the `start`th on, after `out`.
 async fn recall_layers(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     start: usize,
     mut out: Vec<Item>,
@@ -318,14 +322,14 @@ fn take_recalled(
 }
 
 /// Runs `store` on every layer. Failures are logged.
-pub async fn store(ctx: &Context, layers: &LayerStack, response: &ModelResponse) {
+pub async fn store(ctx: &HookContext<'_>, layers: &LayerStack, response: &ModelResponse) {
     if !layers.has_recall() {
         return;
     }
     Box::pin(store_layers(ctx, layers, response)).await;
 }
 
-async fn store_layers(ctx: &Context, layers: &LayerStack, response: &ModelResponse) {
+async fn store_layers(ctx: &HookContext<'_>, layers: &LayerStack, response: &ModelResponse) {
     for layer in layers.iter() {
         let Some(hooks) = layer.as_recall() else { continue };
         if let Err(f) = timed(layer.timeouts().store, || hooks.store(ctx, response)).await {
@@ -335,14 +339,22 @@ async fn store_layers(ctx: &Context, layers: &LayerStack, response: &ModelRespon
 }
 
 /// Runs `on_spawn` on the child's layers; returns the items they open the child's conversation with.
-pub async fn spawn(parent: &Context, child: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
+pub async fn spawn(
+    parent: &HookContext<'_>,
+    child: &HookContext<'_>,
+    layers: &LayerStack,
+) -> Result<Vec<Item>, NoeticError> {
     if !layers.has_lifecycle() {
         return Ok(Vec::new());
     }
     Box::pin(spawn_layers(parent, child, layers)).await
 }
 
-async fn spawn_layers(parent: &Context, child: &Context, layers: &LayerStack) -> Result<Vec<Item>, NoeticError> {
+async fn spawn_layers(
+    parent: &HookContext<'_>,
+    child: &HookContext<'_>,
+    layers: &LayerStack,
+) -> Result<Vec<Item>, NoeticError> {
     let mut items = Vec::new();
     for layer in layers.iter() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
@@ -358,14 +370,14 @@ async fn spawn_layers(parent: &Context, child: &Context, layers: &LayerStack) ->
 }
 
 /// Runs `on_return` on the child's layers after the child succeeded.
-pub async fn return_(parent: &Context, child: &Context, layers: &LayerStack) {
+pub async fn return_(parent: &HookContext<'_>, child: &HookContext<'_>, layers: &LayerStack) {
     if !layers.has_lifecycle() {
         return;
     }
     Box::pin(return_layers(parent, child, layers)).await;
 }
 
-async fn return_layers(parent: &Context, child: &Context, layers: &LayerStack) {
+async fn return_layers(parent: &HookContext<'_>, child: &HookContext<'_>, layers: &LayerStack) {
     for layer in layers.iter() {
         let Some(hooks) = layer.as_lifecycle() else { continue };
         if let Err(f) = timed(layer.timeouts().on_return, || hooks.on_return(parent, child)).await {

@@ -213,7 +213,7 @@ pub struct ModelCallParams<'a> {
 /// ```
 /// use noetic::layer::{MemoryLayer, Recall};
 /// use noetic::model::Item;
-/// use noetic::{Context, NoeticError};
+/// use noetic::{HookContext, NoeticError};
 ///
 /// /// Reminds the model of the date.
 /// struct Today;
@@ -228,7 +228,7 @@ pub struct ModelCallParams<'a> {
 /// }
 ///
 /// impl Recall for Today {
-///     fn recall_now(&self, _ctx: &Context, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+///     fn recall_now(&self, _ctx: &HookContext<'_>, _budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
 ///         Some(Ok(vec![Item::developer("Today is Thursday.")]))
 ///     }
 /// }

@@ -9,7 +9,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::{Approval, ApprovalRequest, Tool, ToolContext, ToolErrorKind, ToolOutput, ToolSet};
-use crate::context::{ApprovalRecord, Context, EventKind};
+use crate::context::{ApprovalRecord, Context, EventKind, HookContext};
 use crate::decision::SteeringAction;
 use crate::error::NoeticError;
 use crate::error::{guard, guard_async};
@@ -19,7 +19,7 @@ use crate::layer::lifecycle::{self, Gate};
 use crate::model::{ToolCall, ToolResult};
 
 /// Asks the approver about a call of a tool that needs approval. `Err` carries the message for the model.
-pub(crate) async fn approve(ctx: &Context, tool: &dyn Tool, call_id: &str, args: &Value) -> Result<(), String> {
+pub(crate) async fn approve(ctx: &HookContext<'_>, tool: &dyn Tool, call_id: &str, args: &Value) -> Result<(), String> {
     if !tool.needs_approval() {
         return Ok(());
     }
@@ -98,7 +98,7 @@ pub(crate) type EmitFilter<'a> = &'a (dyn Fn(&EventKind) -> bool + Sync);
 /// [`run_tool_call`] in the call's span (see [`crate::trace`]): the driver calls this one when a subscriber may
 /// want spans, and the plain one otherwise, so that traces cost nothing without a subscriber.
 pub(crate) async fn traced_tool_call(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     step_id: &Arc<str>,
     tools: &ToolSet,
@@ -161,7 +161,7 @@ pub(crate) fn trace_outcome(span: &Span, result: &ToolResult, kind: Option<ToolE
 /// Runs `call` against `tools`, emitting `tool_call_started` / `tool_call_completed` where `allow` lets them; the
 /// result and, when it failed, the kind of failure.
 pub(crate) async fn run_tool_call(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     step_id: &Arc<str>,
     tools: &ToolSet,
@@ -238,7 +238,7 @@ pub(crate) struct Ready<'t> {
 /// Everything before a call runs, in order: its arguments parsed, its tool found, the layers' `before_tool_call`
 /// (which may rewrite the arguments), its arguments validated, its approval. Only cancellation is an error.
 pub(crate) async fn prepare<'t>(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     tools: &'t ToolSet,
     call: &ToolCall,

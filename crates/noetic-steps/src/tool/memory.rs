@@ -40,7 +40,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Tool;
-use crate::context::Context;
+use crate::context::{Context, HookContext};
 use crate::error::NoeticError;
 use crate::layer::{self, LayerStack, LayerState, Lifecycle, MemoryLayer, Scope, ScopeKey, Slot};
 use crate::model::Item;
@@ -135,11 +135,11 @@ impl MemoryLayer for ToolMemoryLayer {
 
 /// Sets up the memory's state for an execution, and lets it go when the execution ends.
 impl Lifecycle for ToolMemoryLayer {
-    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move { self.state(ctx).map(|_| ()) })
     }
 
-    fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             self.states.remove(&ScopeKey::for_context(ctx, Scope::Execution));
             Ok(())
@@ -149,7 +149,7 @@ impl Lifecycle for ToolMemoryLayer {
 
 /// Shows the memory's state to the model.
 impl layer::Recall for ToolMemoryLayer {
-    fn recall<'a>(&'a self, ctx: &'a Context, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, ctx: &'a HookContext<'a>, _budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
             // A nested execution that skipped init gets its state here.
             let state = self.state(ctx)?;

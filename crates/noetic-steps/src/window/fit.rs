@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::compact::{Compaction, cut_points, folded_item, summary_request, turn_starts};
-use crate::context::{Context, EventKind};
+use crate::context::{Context, EventKind, HookContext};
 use crate::error::NoeticError;
 use crate::layer::{Allotter, check_minimums, lifecycle};
 use crate::model::{
@@ -145,14 +145,14 @@ pub(crate) async fn fit(
     let protected = to_u32(history.tally().tokens_from(counter, items, protect));
     let mut allotter =
         Allotter::new(raw_room.saturating_sub(fixed).saturating_sub(protected), layers.iter().map(|l| l.budget()));
-    let context = lifecycle::recall_within(ctx, layers, &mut allotter, counter).await?;
+    let context = lifecycle::recall_within(&ctx.hooks(), layers, &mut allotter, counter).await?;
     let older_room = allotter.left();
     let older = older_tokens(counter, &history, protect, protected);
     let must = force || older > u64::from(older_room) || too_many_turns(step.compaction, items, upto, protect);
     // Let go of the snapshot first: recording the compaction then changes the conversation without copying it.
     drop(history);
     if must {
-        compact(ctx, model, step, window, counter, older_room, force).await?;
+        compact(&ctx.hooks(), model, step, window, counter, older_room, force).await?;
     }
     let history = ctx.history();
     let sent = match history.folded() {
@@ -211,7 +211,7 @@ fn older_tokens(counter: &dyn TokenCounter, history: &History, protect: usize, p
 /// Compacts the older history of `ctx` (everything before the current turn) so that it takes at most half of
 /// `older_room` tokens (all of it with `force`). `None` when there was nothing to fold.
 async fn compact(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     model: &dyn Model,
     step: &StepWindow<'_>,
     window: ContextWindow,
@@ -287,7 +287,7 @@ async fn compact(
 /// Asks the model for a summary of `items` after `previous`'s; `None` (the items are left out instead) when even
 /// the summary request does not fit.
 async fn summarise(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     model: &dyn Model,
     step: &StepWindow<'_>,
     window: ContextWindow,
@@ -346,5 +346,5 @@ pub async fn compact_now(
         max_tokens: None,
         compaction,
     };
-    compact(ctx, model, &step, window, counter, window.input_room(None), true).await
+    compact(&HookContext::from(ctx), model, &step, window, counter, window.input_room(None), true).await
 }

@@ -18,8 +18,18 @@ pub fn counted(id: &str, hooks: Vec<Hook>, decision: SteeringDecision, calls: &A
     })
 }
 
-pub async fn before(layer: &SteeringLayer, ctx: &Context, name: &str, args: Value) -> SteeringDecision {
-    layer.before_tool_call(ctx, ToolCallParams { call_id: "c1", name, args: &args }).await.unwrap().decision().unwrap()
+pub async fn before<'c>(
+    layer: &SteeringLayer,
+    ctx: impl Into<HookContext<'c>>,
+    name: &str,
+    args: Value,
+) -> SteeringDecision {
+    layer
+        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
+        .await
+        .unwrap()
+        .decision()
+        .unwrap()
 }
 
 pub fn state(layer: &SteeringLayer, ctx: &Context) -> SteeringState {

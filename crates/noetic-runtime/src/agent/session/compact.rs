@@ -25,15 +25,11 @@ impl Session {
             Conversation::Idle(history) => Ok(history.clone()),
             Conversation::Running { .. } => Err(busy()),
         })?;
-        let Some(model) = self.runtime.shared.local().services.model.clone() else {
+        let Some(model) = self.runtime.shared.local().services().model.clone() else {
             return Err(NoeticError::other("the runtime has no model to write the summary"));
         };
         // The session's sink: its followers (the page, the chat) see the compaction as it happens.
-        let ctx = Context::builder()
-            .history(history.clone())
-            .model(model.clone())
-            .events(super::sink(&self.live()).clone())
-            .build();
+        let ctx = Context::builder().history(history.clone()).events(super::sink(&self.live()).clone()).build();
         let Some(compacted) = compact_now(&ctx, model.as_ref(), model_id, Compaction::Summarize).await? else {
             return Ok(None);
         };

@@ -113,17 +113,16 @@ impl Session {
             .thread_id(state.key.clone())
             .history(history)
             .events(sink(state).clone())
-            .shared_services(shared.services.clone())
-            .turn_services(TurnServices {
-                steering: Some(steering.clone()),
-                journal,
-                records,
-                meter: Some(meter.clone()),
-            })
             .cancel_with(&cancel)
             .build();
-        // What the agent step runs in: the turn's context, with the runtime's layers and tools in scope.
-        let step_ctx = StepContext::of(ctx.clone(), shared.in_scope.clone());
+        // What the agent step runs in: the turn's context, with the runtime's services, layers and tools in scope,
+        // and the turn's own services.
+        let step_ctx = StepContext::of(ctx.clone(), shared.clone()).in_turn(TurnServices {
+            steering: Some(steering.clone()),
+            journal,
+            records,
+            meter: Some(meter.clone()),
+        });
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
         state.touch(crate::agent::tick(&self.runtime));
         // Messages a continuation starts with enter the conversation now, whatever the agent does next, so they

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::Evaluation;
-use crate::context::{Context, lock};
+use crate::context::{HookContext, lock};
 use crate::error::NoeticError;
 use crate::steering::SteeringDecision;
 use crate::steering::feedback::Inner;
@@ -22,7 +22,7 @@ impl SteeringLayer {
     /// one may read layer states).
     pub(super) fn record(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         params: HookParams<'_>,
         state: &Mutex<Inner>,
         evaluation: Evaluation,
@@ -46,7 +46,7 @@ impl SteeringLayer {
     /// (see [`record`](Self::record)).
     pub(super) fn record_allow(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         params: &HookParams<'_>,
         state: &Mutex<Inner>,
         timestamp: SystemTime,

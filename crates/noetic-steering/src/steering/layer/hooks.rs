@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{RECENT_PER_GROUP, SteeringLayer};
-use crate::context::{Context, lock};
+use crate::context::{HookContext, lock};
 use crate::error::NoeticError;
 use crate::layer::{
     Gates, Hook, Lifecycle, ModelCallParams, Outcome, Persistence, Recall, Scope, ScopeKey, ToolCallAction,
@@ -45,12 +45,12 @@ fn owns(scope: Scope, key: &ScopeKey) -> bool {
 
 /// Recall delivers what async judges queued; it never waits.
 impl Recall for SteeringLayer {
-    fn recall<'a>(&'a self, ctx: &'a Context, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
+    fn recall<'a>(&'a self, ctx: &'a HookContext<'a>, budget: u32) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(std::future::ready(self.recall_at_once(ctx, budget)))
     }
 
     /// Recall never waits: it takes what async judges already queued.
-    fn recall_now(&self, ctx: &Context, budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
+    fn recall_now(&self, ctx: &HookContext<'_>, budget: u32) -> Option<Result<Vec<Item>, NoeticError>> {
         Some(self.recall_at_once(ctx, budget))
     }
 }
@@ -60,7 +60,7 @@ impl Gates for SteeringLayer {
     /// A hook whose live rules are all predicates decides at once (with no shadow rules).
     fn before_tool_call_now(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         call: ToolCallParams<'_>,
     ) -> Option<Result<ToolCallAction, NoeticError>> {
         self.answers_at_once(Hook::BeforeToolCall)
@@ -70,7 +70,7 @@ impl Gates for SteeringLayer {
     /// A hook whose live rules are all predicates decides at once (with no shadow rules).
     fn after_model_call_now(
         &self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         call: ModelCallParams<'_>,
     ) -> Option<Result<SteeringDecision, NoeticError>> {
         self.answers_at_once(Hook::AfterModelCall).then(|| self.gate_now(ctx, HookParams::AfterModelCall(call)))
@@ -78,7 +78,7 @@ impl Gates for SteeringLayer {
 
     fn before_tool_call<'a>(
         &'a self,
-        ctx: &'a Context,
+        ctx: &'a HookContext<'a>,
         call: ToolCallParams<'a>,
     ) -> BoxFuture<'a, Result<ToolCallAction, NoeticError>> {
         let params = HookParams::BeforeToolCall(call);
@@ -90,7 +90,7 @@ impl Gates for SteeringLayer {
 
     fn after_model_call<'a>(
         &'a self,
-        ctx: &'a Context,
+        ctx: &'a HookContext<'a>,
         call: ModelCallParams<'a>,
     ) -> BoxFuture<'a, Result<SteeringDecision, NoeticError>> {
         let params = HookParams::AfterModelCall(call);
@@ -104,15 +104,15 @@ impl Gates for SteeringLayer {
 impl Lifecycle for SteeringLayer {
     /// Makes the execution's state: an execution the layer is in scope of has one from its start, which is how
     /// `on_spawn` tells a parent that uses this layer from one that does not.
-    fn init<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn init<'a>(&'a self, ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         self.entry(ctx);
         Box::pin(std::future::ready(Ok(())))
     }
 
     fn on_spawn<'a>(
         &'a self,
-        parent: &'a Context,
-        child: &'a Context,
+        parent: &'a HookContext<'a>,
+        child: &'a HookContext<'a>,
     ) -> BoxFuture<'a, Result<Vec<Item>, NoeticError>> {
         Box::pin(async move {
             // The parent's state, if the parent uses this layer (a spawn may bring its own layers): made by `init`,
@@ -125,7 +125,7 @@ impl Lifecycle for SteeringLayer {
         })
     }
 
-    fn on_complete<'a>(&'a self, ctx: &'a Context, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn on_complete<'a>(&'a self, ctx: &'a HookContext<'a>, outcome: Outcome) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             let state = self.entry(ctx);
             let mut entry = LedgerEntry::new(LedgerKind::Custom, SteeringAction::Allow);
@@ -136,7 +136,7 @@ impl Lifecycle for SteeringLayer {
         })
     }
 
-    fn dispose<'a>(&'a self, ctx: &'a Context) -> BoxFuture<'a, Result<(), NoeticError>> {
+    fn dispose<'a>(&'a self, ctx: &'a HookContext<'a>) -> BoxFuture<'a, Result<(), NoeticError>> {
         Box::pin(async move {
             let key @ ScopeKey::Execution(id) = self.key(ctx) else { return Ok(()) };
             let parent = if ctx.is_root() { None } else { lock(&self.children).remove(&id) };

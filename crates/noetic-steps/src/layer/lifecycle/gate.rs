@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{HookFailure, Progress, describe, fatal, now, timed};
-use crate::context::{Context, EventKind, RewriteRecord};
+use crate::context::{EventKind, HookContext, RewriteRecord};
 use crate::decision::{SteeringAction, SteeringDecision};
 use crate::error::NoeticError;
 use crate::layer::{
@@ -75,7 +75,7 @@ impl Gating {
     /// arguments.
     fn note(
         &mut self,
-        ctx: &Context,
+        ctx: &HookContext<'_>,
         layer: &dyn MemoryLayer,
         call: GateCall<'_>,
         answer: Result<ToolCallAction, HookFailure>,
@@ -158,7 +158,7 @@ impl Gating {
 }
 
 /// Keeps a rewrite of `call`'s arguments in the session's records (the ledger) and reports it.
-fn keep(ctx: &Context, call: ToolCallParams<'_>, rewrite: &GateRewrite) {
+fn keep(ctx: &HookContext<'_>, call: ToolCallParams<'_>, rewrite: &GateRewrite) {
     ctx.record_rewrite(RewriteRecord {
         call_id: call.call_id,
         tool: call.name,
@@ -217,14 +217,14 @@ impl<'a> GateCall<'a> {
         }
     }
 
-    fn now(self, gates: &dyn Gates, ctx: &Context) -> Option<Result<ToolCallAction, NoeticError>> {
+    fn now(self, gates: &dyn Gates, ctx: &HookContext<'_>) -> Option<Result<ToolCallAction, NoeticError>> {
         match self {
             GateCall::BeforeToolCall(call) => gates.before_tool_call_now(ctx, call),
             GateCall::AfterModelCall(call) => gates.after_model_call_now(ctx, call).map(|r| r.map(Into::into)),
         }
     }
 
-    async fn hook(self, gates: &'a dyn Gates, ctx: &'a Context) -> Result<ToolCallAction, NoeticError> {
+    async fn hook(self, gates: &'a dyn Gates, ctx: &'a HookContext<'a>) -> Result<ToolCallAction, NoeticError> {
         match self {
             GateCall::BeforeToolCall(call) => gates.before_tool_call(ctx, call).await,
             GateCall::AfterModelCall(call) => gates.after_model_call(ctx, call).await.map(Into::into),
@@ -245,7 +245,7 @@ enum AtOnce {
 /// The gate from where the layers that answer at once left it: from the first layer that must be awaited on, or
 /// the first rewrite (see [`before_tool_call`]).
 async fn gate_after(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     call: GateCall<'_>,
     at_once: AtOnce,
@@ -258,7 +258,7 @@ async fn gate_after(
 }
 
 /// The gate, as far as the layers answer at once.
-fn gate_at_once(ctx: &Context, layers: &LayerStack, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
+fn gate_at_once(ctx: &HookContext<'_>, layers: &LayerStack, call: GateCall<'_>) -> Result<AtOnce, NoeticError> {
     // Made at the first answer that is not an allow: the usual gate has none.
     let mut gating: Option<Gating> = None;
     for (i, layer) in layers.iter().enumerate() {
@@ -284,7 +284,7 @@ fn gate_at_once(ctx: &Context, layers: &LayerStack, call: GateCall<'_>) -> Resul
 /// Asks the layers from where the at-once round stopped — the `start`th layer, or the first with rewritten
 /// arguments — waiting where they need it, and every layer again after each rewrite.
 async fn gate_rest<'a>(
-    ctx: &'a Context,
+    ctx: &'a HookContext<'a>,
     layers: &'a LayerStack,
     call: GateCall<'a>,
     from: Progress<(Value, Gating), Gating>,
@@ -323,7 +323,7 @@ async fn gate_rest<'a>(
 /// small); from the first that must be awaited on, or the first rewrite, the rest in a boxed future, so a call whose
 /// layers never wait and never rewrite makes none.
 pub async fn before_tool_call(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     call: ToolCallParams<'_>,
 ) -> Result<Gate, NoeticError> {
@@ -339,7 +339,7 @@ pub async fn before_tool_call(
 
 /// Asks every layer about a model response, as [`before_tool_call`] does.
 pub async fn after_model_call(
-    ctx: &Context,
+    ctx: &HookContext<'_>,
     layers: &LayerStack,
     call: ModelCallParams<'_>,
 ) -> Result<Gate, NoeticError> {
