@@ -145,12 +145,15 @@ impl StepContext {
 
     /// What memory layers' hooks receive: the context and the services.
     pub fn hooks(&self) -> HookContext<'_> {
-        HookContext::new(&self.ctx, &self.in_scope().services, self.turn.as_deref())
+        HookContext::new(&self.ctx, self.services(), self.turn.as_deref())
     }
 
     /// The services (the model, the approver …).
     pub fn services(&self) -> &Services {
-        &self.in_scope().services
+        match &self.parts {
+            Some(parts) => &parts.services,
+            None => &crate::context::NO_SERVICES,
+        }
     }
 
     /// The memory layers in scope, in slot order.
@@ -177,12 +180,19 @@ impl StepContext {
     /// [`StepContext::fork_child`], made in `spare`'s context allocation when `spare` is a finished fork path of
     /// this step context that nothing else holds (see `Context::fork_child_reusing`).
     pub(crate) fn fork_child_reusing(&self, spare: Option<StepContext>) -> StepContext {
-        let same = |s: &StepContext| match (&s.parts, &self.parts) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        let spare = spare.filter(same).map(|s| s.ctx);
-        self.with_ctx(self.ctx.fork_child_reusing(spare))
+        fn same<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (a, b) => a.is_none() && b.is_none(),
+            }
+        }
+        match spare {
+            // The spare's parts and turn are this one's: kept as they are, so no reference count is written.
+            Some(StepContext { ctx, parts, turn }) if same(&parts, &self.parts) && same(&turn, &self.turn) => {
+                StepContext { ctx: self.ctx.fork_child_reusing(Some(ctx)), parts, turn }
+            }
+            _ => self.fork_child(),
+        }
     }
 
     /// A spawned step's step context: [`Context::spawn_child`] with `items`, the given layers, the same tools.

@@ -40,6 +40,7 @@ pub use checkpoints::{ApprovalRecord, Checkpoints, RecordSink, RewriteRecord, SK
 pub use events::{Event, EventKind, StepKind};
 pub use ids::ExecutionId;
 pub use ids::new_v7;
+pub(crate) use services::NONE as NO_SERVICES;
 pub use services::{HookContext, Services, TurnServices};
 pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
 

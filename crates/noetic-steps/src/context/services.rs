@@ -45,8 +45,9 @@ impl Services {
     }
 }
 
-/// No services: what a hook called with a bare context sees.
-static NONE: Services =
+/// No services: what a hook called with a bare context sees (a `static`, not a lazily made one: reading it takes no
+/// check).
+pub(crate) static NONE: Services =
     Services { model: None, approver: None, steering: None, journal: None, records: None, capture_content: false };
 
 /// What a session turn adds to its runtime's [`Services`]: its steering, journal, records and budget meter. They
