@@ -133,7 +133,7 @@ async fn a_session_whose_log_cannot_be_read_runs_and_queues_nothing_and_says_why
     let runtime = runtime(&model, store.clone());
     runtime.session("s").send("one").await.unwrap().await.unwrap();
     assert!(runtime.evict("s").unwrap());
-    store.fail_reads.store(true, Ordering::SeqCst);
+    store.hooks.fail_reads.store(true, Ordering::SeqCst);
 
     let err = runtime.open("s").await.err().unwrap();
     assert!(err.to_string().contains("database unreachable"), "{err}");
@@ -143,7 +143,7 @@ async fn a_session_whose_log_cannot_be_read_runs_and_queues_nothing_and_says_why
     assert_eq!(model.calls(), 1);
 
     // Once the log answers again, the session comes back whole.
-    store.fail_reads.store(false, Ordering::SeqCst);
+    store.hooks.fail_reads.store(false, Ordering::SeqCst);
     let back = runtime.open("s").await.unwrap();
     assert_eq!(back.history().len(), 2);
     assert_eq!(back.send("two").await.unwrap().await.unwrap(), "answer 1");

@@ -36,7 +36,7 @@ async fn when_the_log_cannot_be_written_a_message_is_not_queued_and_a_turn_fails
     let model = ScriptedModel::new([ModelResponse::tool_calls([("c1", "quick", json!({}))])]);
     let runtime = runtime(&model, store.clone(), counter.tool("quick", json!("ok")).unwrap());
     let session = runtime.open("s").await.unwrap();
-    store.fail_writes.store(true, Ordering::SeqCst);
+    store.hooks.fail_writes.store(true, Ordering::SeqCst);
     assert!(matches!(session.steer("hey").await, Err(SteerError::Store { .. })));
     assert_eq!(session.queued(), 0);
     let err = session.send("go").await.unwrap().await.unwrap_err();

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
-use noetic::agent::log::{Append, Entry, Expect, LogStore, MemoryLogStore, StoreError};
+use noetic::agent::log::{Append, Entry, Expect, LogStore, StoreError};
 use noetic::model::{ModelRequest, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
-use noetic::testing::RecordingLogStore;
+use noetic::testing::{HookedLogStore, ReadCall, RecordingLogStore, StoreHooks};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -36,68 +36,39 @@ fn runtime(model: &ScriptedModel, store: Arc<dyn LogStore>) -> Runtime {
     Runtime::builder().model(Arc::new(model.clone())).tool(Arc::new(search)).log_store(store).build().unwrap()
 }
 
-type Answer<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
-
 /// A memory store which, once armed, holds its first read until the test says the message is queued, and holds
 /// the message's append until a later read (the session reading the left turn again, after its queue was set).
+type Gated = HookedLogStore<Holds>;
+
 #[derive(Default)]
-struct Gated {
-    inner: MemoryLogStore,
+struct Holds {
     armed: AtomicBool,
     reads: AtomicUsize,
     queued: Notify,
     read_again: Notify,
 }
 
-impl LogStore for Gated {
-    fn commit<'a>(&'a self, append: Append<'a>) -> Answer<'a, u64> {
+impl StoreHooks for Holds {
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let message = append.entries.iter().any(|e| matches!(e, Entry::MessageAccepted { .. }));
             if self.armed.load(Ordering::SeqCst) && message && self.reads.load(Ordering::SeqCst) < 2 {
                 self.read_again.notified().await;
             }
-            self.inner.commit(append).await
+            Ok(())
         })
     }
 
-    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> Answer<'a, Vec<noetic::agent::log::Record>> {
+    fn read<'a>(&'a self, call: ReadCall, _key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            if self.armed.load(Ordering::SeqCst) {
+            if call == ReadCall::Entries && self.armed.load(Ordering::SeqCst) {
                 match self.reads.fetch_add(1, Ordering::SeqCst) {
                     0 => self.queued.notified().await,
                     _ => self.read_again.notify_one(),
                 }
             }
-            self.inner.read(key, after, limit).await
+            Ok(())
         })
-    }
-
-    fn last<'a>(&'a self, key: &'a str) -> Answer<'a, u64> {
-        self.inner.last(key)
-    }
-
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<noetic::agent::log::Appended> {
-        self.inner.watch()
-    }
-
-    fn list(&self) -> Answer<'_, Vec<noetic::agent::log::SessionLine>> {
-        self.inner.list()
-    }
-
-    fn delete<'a>(&'a self, key: &'a str) -> Answer<'a, bool> {
-        self.inner.delete(key)
-    }
-
-    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: noetic::agent::log::Snapshot) -> Answer<'a, ()> {
-        self.inner.save_snapshot(key, snapshot)
-    }
-
-    fn snapshot<'a>(&'a self, key: &'a str) -> Answer<'a, Option<noetic::agent::log::Snapshot>> {
-        self.inner.snapshot(key)
-    }
-
-    fn leases(&self) -> Option<&dyn noetic::agent::log::Leases> {
-        self.inner.leases()
     }
 }
 
@@ -122,21 +93,23 @@ async fn a_message_steered_while_the_left_turn_is_read_again_reaches_the_resumed
     let rt = runtime(&model, store.clone());
     let session = rt.open("s").await.unwrap();
     assert!(session.unfinished_turn().is_some(), "the log holds a turn left open");
-    store.armed.store(true, Ordering::SeqCst);
+    store.hooks.armed.store(true, Ordering::SeqCst);
 
     // Resuming takes the lease and reads the log again, through the writer: held at the gate.
     let resumed = tokio::spawn({
         let session = session.clone();
         async move { session.resume().await }
     });
-    noetic::testing::until("the log is being read again", || store.reads.load(Ordering::SeqCst) == 1).await.unwrap();
+    noetic::testing::until("the log is being read again", || store.hooks.reads.load(Ordering::SeqCst) == 1)
+        .await
+        .unwrap();
     // Steered meanwhile: queued here at once, its acceptance behind the read in the writer's queue.
     let steered = tokio::spawn({
         let session = session.clone();
         async move { session.steer("prefer the cache").await }
     });
     noetic::testing::until("the message is queued", || session.queued() == 1).await.unwrap();
-    store.queued.notify_one();
+    store.hooks.queued.notify_one();
 
     let turn = resumed.await.unwrap().unwrap().expect("the left turn resumes");
     assert_eq!(turn.await.unwrap(), "found it");

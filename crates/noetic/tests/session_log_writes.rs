@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use noetic::agent::log::{Append, Entry, Expect, LogStore, MemoryLogStore};
+use futures::future::BoxFuture;
+use noetic::agent::log::{Append, Entry, Expect, LogStore, MemoryLogStore, StoreError};
 use noetic::model::{ModelRequest, ModelResponse, ScriptedModel};
 use noetic::prelude::*;
-use noetic::testing::RecordingLogStore;
+use noetic::testing::{HookedLogStore, LeaseCall, ReadCall, RecordingLogStore, StoreHooks};
 use noetic::turn::Input;
 use serde_json::{Value, json};
 
@@ -180,79 +181,44 @@ async fn a_finished_call_that_is_not_idempotent_is_written_while_the_model_works
 }
 
 /// A store with leases that keeps which calls a session makes of it, by name.
+type Calls = HookedLogStore<Noted>;
+
 #[derive(Default)]
-struct Calls {
-    inner: MemoryLogStore,
-    calls: std::sync::Mutex<Vec<&'static str>>,
-}
+struct Noted(std::sync::Mutex<Vec<&'static str>>);
 
-impl Calls {
+impl Noted {
     fn note(&self, call: &'static str) {
-        self.calls.lock().unwrap().push(call);
-    }
-
-    fn take(&self) -> Vec<&'static str> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
+        self.0.lock().unwrap().push(call);
     }
 }
 
-type Answer<'a, T> = futures::future::BoxFuture<'a, Result<T, noetic::agent::log::StoreError>>;
-
-impl LogStore for Calls {
-    fn commit<'a>(&'a self, append: Append<'a>) -> Answer<'a, u64> {
+impl StoreHooks for Noted {
+    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         self.note(if append.release.is_some() { "append_and_release" } else { "append" });
-        self.inner.commit(append)
+        Box::pin(std::future::ready(Ok(())))
     }
 
-    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> Answer<'a, Vec<noetic::agent::log::Record>> {
-        self.note("read");
-        self.inner.read(key, after, limit)
+    fn read<'a>(&'a self, call: ReadCall, _key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        match call {
+            ReadCall::Entries => self.note("read"),
+            ReadCall::Last => self.note("last"),
+            ReadCall::Snapshot => {}
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 
-    fn last<'a>(&'a self, key: &'a str) -> Answer<'a, u64> {
-        self.note("last");
-        self.inner.last(key)
-    }
-
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<noetic::agent::log::Appended> {
-        self.inner.watch()
-    }
-
-    fn list(&self) -> Answer<'_, Vec<noetic::agent::log::SessionLine>> {
-        self.inner.list()
-    }
-
-    fn delete<'a>(&'a self, key: &'a str) -> Answer<'a, bool> {
-        self.inner.delete(key)
-    }
-
-    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: noetic::agent::log::Snapshot) -> Answer<'a, ()> {
-        self.inner.save_snapshot(key, snapshot)
-    }
-
-    fn snapshot<'a>(&'a self, key: &'a str) -> Answer<'a, Option<noetic::agent::log::Snapshot>> {
-        self.inner.snapshot(key)
-    }
-
-    fn leases(&self) -> Option<&dyn noetic::agent::log::Leases> {
-        Some(self)
+    fn lease(&self, call: LeaseCall) {
+        match call {
+            LeaseCall::Acquire => self.note("acquire"),
+            LeaseCall::Release => self.note("release"),
+            LeaseCall::Holder => {}
+        }
     }
 }
 
-impl noetic::agent::log::Leases for Calls {
-    fn acquire<'a>(&'a self, key: &'a str, holder: &'a str, term: std::time::Duration) -> Answer<'a, Option<String>> {
-        self.note("acquire");
-        self.inner.leases().unwrap().acquire(key, holder, term)
-    }
-
-    fn release<'a>(&'a self, key: &'a str, holder: &'a str) -> Answer<'a, ()> {
-        self.note("release");
-        self.inner.leases().unwrap().release(key, holder)
-    }
-
-    fn holder<'a>(&'a self, key: &'a str) -> Answer<'a, Option<String>> {
-        self.inner.leases().unwrap().holder(key)
-    }
+/// The calls noted since the last look.
+fn take(store: &Calls) -> Vec<&'static str> {
+    std::mem::take(&mut *store.hooks.0.lock().unwrap())
 }
 
 #[tokio::test]
@@ -262,9 +228,9 @@ async fn a_turn_on_a_shared_log_gives_its_lease_up_with_its_end_and_reads_nothin
     let rt = runtime(&ScriptedModel::responder(respond), store.clone(), true, &runs);
     let session = rt.open("s").await.unwrap();
     for turn in 0..2 {
-        store.take();
+        take(&store);
         assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
-        let calls = store.take();
+        let calls = take(&store);
         assert_eq!(calls.iter().filter(|c| **c == "acquire").count(), 1, "turn {turn}: {calls:?}");
         assert!(!calls.contains(&"read"), "turn {turn}: nothing new in the log, nothing read: {calls:?}");
         assert!(!calls.contains(&"release"), "turn {turn}: the lease goes with the end, not on its own: {calls:?}");

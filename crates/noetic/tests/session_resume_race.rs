@@ -33,7 +33,7 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
     let left = recorded.cut(started + 1).await.unwrap();
 
     let store = Arc::new(FlakyLog { inner: left, ..FlakyLog::default() });
-    store.hold_messages.store(true, Ordering::SeqCst);
+    store.hooks.hold_messages.store(true, Ordering::SeqCst);
     let model = ScriptedModel::new([ModelResponse::text("done, as steered")]);
     let second =
         Runtime::builder().model(Arc::new(model.clone())).tool(tool()).log_store(store.clone()).build().unwrap();
@@ -44,7 +44,7 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
         let session = session.clone();
         async move { session.steer("use the cache").await }
     });
-    store.held.notified().await;
+    store.hooks.held.notified().await;
     let resume = tokio::spawn({
         let session = session.clone();
         async move { session.resume().await }
@@ -54,7 +54,7 @@ async fn a_message_steered_into_a_left_turn_while_its_append_is_on_the_way_reach
     for _ in 0..1_000 {
         tokio::task::yield_now().await;
     }
-    store.release.notify_one();
+    store.hooks.release.notify_one();
     steer.await.unwrap().unwrap();
     if let Some(turn) = resume.await.unwrap().unwrap() {
         turn.await.unwrap();

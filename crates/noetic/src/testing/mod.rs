@@ -11,6 +11,7 @@
 //! - [`until`]: yields to other tasks until a condition holds, with a bound instead of a hang.
 //! - [`check_log_store`]: the conformance kit every session-log store runs (in memory, SQLite, PostgreSQL).
 //! - [`RecordingLogStore`]: a session-log store that keeps each append, so a crash test can cut the log at each.
+//! - [`HookedLogStore`]: a memory session-log store with [`StoreHooks`] around its calls (fail, hold back, count).
 //! - [`delete_file_tool`] / [`workspace_rule`]: the agent turn the providers' tests run over their wire (a tool,
 //!   a rule that denies some of its calls).
 //! - [`limits`] / [`provider_limit_tests!`](crate::provider_limit_tests): the body-cap and idle-limit scenarios every
@@ -55,6 +56,7 @@
 mod agent_turn;
 mod conformance;
 mod events;
+mod hooked;
 pub mod limits;
 mod log_store;
 pub mod raw_http;
@@ -67,8 +69,9 @@ pub mod wire;
 pub use agent_turn::{OUTSIDE_WORKSPACE, delete_file_tool, workspace_rule};
 pub use conformance::ConformanceFailure;
 pub use events::{EventCollector, event_type};
+pub use hooked::{HookedLogStore, LeaseCall, ReadCall, StoreHooks};
 pub use log_store::check_log_store;
-pub use recording::RecordingLogStore;
+pub use recording::{Recorder, RecordingLogStore};
 pub use steering::{JudgeRouter, is_judge, steering_state};
 pub use tools::{Counter, Gate, gated_tool};
 pub use transcript::{transcript, transcript_line};

@@ -2,12 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
-use tokio::sync::broadcast;
-
-use crate::agent::log::{
-    Append, Appended, Entry, Expect, LogStore, MemoryLogStore, Record, SessionLine, Snapshot, StoreError,
-};
+use super::hooked::{HookedLogStore, StoreHooks};
+use crate::agent::log::{Append, Entry, Expect, LogStore, MemoryLogStore, StoreError};
 use crate::context::lock;
 
 /// A [`MemoryLogStore`] that keeps the entries of each append in order. A crash test runs a turn on it, then, for
@@ -28,16 +24,28 @@ use crate::context::lock;
 /// # Ok(())
 /// # }
 /// ```
+pub type RecordingLogStore = HookedLogStore<Recorder>;
+
+/// What a [`RecordingLogStore`] keeps: the entries of each append, in order. A store without leases.
 #[derive(Default, Clone)]
-pub struct RecordingLogStore {
-    inner: MemoryLogStore,
+pub struct Recorder {
     appends: Arc<Mutex<Vec<Vec<Entry>>>>,
 }
 
-impl RecordingLogStore {
+impl StoreHooks for Recorder {
+    fn committed(&self, append: Append<'_>, _last: u64) {
+        lock(&self.appends).push(append.entries.to_vec());
+    }
+
+    fn leased(&self) -> bool {
+        false
+    }
+}
+
+impl HookedLogStore<Recorder> {
     /// The entries of each append so far, in order.
     pub fn appends(&self) -> Vec<Vec<Entry>> {
-        lock(&self.appends).clone()
+        lock(&self.hooks.appends).clone()
     }
 
     /// A fresh store holding the first `n` appends of session `s`'s log as one append (what a process that died
@@ -49,36 +57,5 @@ impl RecordingLogStore {
             store.append("s", Expect::At(0), &prefix).await?;
         }
         Ok(store)
-    }
-}
-
-impl LogStore for RecordingLogStore {
-    fn commit<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let last = self.inner.commit(append).await?;
-            lock(&self.appends).push(append.entries.to_vec());
-            Ok(last)
-        })
-    }
-    fn read<'a>(&'a self, key: &'a str, after: u64, limit: usize) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
-        self.inner.read(key, after, limit)
-    }
-    fn last<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last(key)
-    }
-    fn watch(&self) -> broadcast::Receiver<Appended> {
-        self.inner.watch()
-    }
-    fn list(&self) -> BoxFuture<'_, Result<Vec<SessionLine>, StoreError>> {
-        self.inner.list()
-    }
-    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.delete(key)
-    }
-    fn save_snapshot<'a>(&'a self, key: &'a str, snapshot: Snapshot) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.save_snapshot(key, snapshot)
-    }
-    fn snapshot<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Snapshot>, StoreError>> {
-        self.inner.snapshot(key)
     }
 }
