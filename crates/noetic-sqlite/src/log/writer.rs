@@ -30,6 +30,11 @@ const MAX_BATCH: usize = 4096;
 /// (the start follows at once unless the session first reads what others wrote; see `Done::taken_for_turn`).
 pub(crate) const LINGER: Duration = Duration::from_millis(5);
 
+/// How long the thread looks for the next request before it sleeps: a turn's next write usually follows the answer
+/// to its last within this, and waking a sleeping thread (and the wait for a core to run it on) costs more than
+/// looking. It gives its core up between looks, so a busy machine loses nothing to it.
+const LOOK: Duration = Duration::from_micros(200);
+
 /// What the thread needs to start.
 pub(crate) struct Setup {
     pub path: PathBuf,
@@ -57,7 +62,7 @@ pub(crate) fn run(setup: Setup, queue: mpsc::Receiver<Request>, ready: oneshot::
             Some(_) => writer.linger,
             None => next_poll.saturating_duration_since(Instant::now()),
         };
-        match queue.recv_timeout(wait) {
+        match next(&queue, wait) {
             Ok(first) => {
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH {
@@ -75,6 +80,24 @@ pub(crate) fn run(setup: Setup, queue: mpsc::Receiver<Request>, ready: oneshot::
             writer.poll();
             next_poll = Instant::now() + POLL;
         }
+    }
+}
+
+/// The next request, waiting at most `wait`: looked for (giving the core up between looks) for up to [`LOOK`], then
+/// slept for.
+fn next(queue: &mpsc::Receiver<Request>, wait: Duration) -> Result<Request, mpsc::RecvTimeoutError> {
+    let start = Instant::now();
+    loop {
+        match queue.try_recv() {
+            Ok(request) => return Ok(request),
+            Err(mpsc::TryRecvError::Disconnected) => return Err(mpsc::RecvTimeoutError::Disconnected),
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        let looked = start.elapsed();
+        if looked >= LOOK.min(wait) {
+            return queue.recv_timeout(wait.saturating_sub(looked));
+        }
+        std::thread::yield_now();
     }
 }
 
