@@ -72,7 +72,7 @@ pub(crate) fn error_from_failure(failure: &HttpFailure<'_>) -> NoeticError {
 /// The error an Anthropic error object (`{"type": "error", "error": {"type", "message"}}`) stands for, or `None`
 /// when `value` is not one. Used for error objects that arrive with a 2xx status or inside a stream: rate-limit
 /// and overload errors are marked retryable so a caller that has received nothing yet may try again. A rate limit's
-/// `step_id` is empty (see [`error_from_body_of`] for a request's step).
+/// `step_id` is empty (see `error_from_body_of` for a request's step).
 pub fn error_from_body(status: Option<u16>, value: &Value, raw: &str) -> Option<NoeticError> {
     error_from_body_of("", status, value, raw)
 }

@@ -1,14 +1,14 @@
 //! # noetic-anthropic — Anthropic Messages API provider for noetic
 //!
-//! [`AnthropicModel`] implements [`noetic::model::Model`] over Anthropic's Messages API (`POST /v1/messages`),
-//! non-streamed ([`Model::call`](noetic::model::Model::call)) and streamed
-//! ([`Model::stream`](noetic::model::Model::stream)), with tool calls, usage, retries and typed errors.
+//! [`AnthropicModel`] implements [`noetic_core::model::Model`] over Anthropic's Messages API (`POST /v1/messages`),
+//! non-streamed ([`Model::call`](noetic_core::model::Model::call)) and streamed
+//! ([`Model::stream`](noetic_core::model::Model::stream)), with tool calls, usage, retries and typed errors.
 //!
 //! The crate is two layers:
 //!
 //! * **Pure translation**, no I/O: [`request_body`] (request → JSON body), [`parse_response`] (JSON body →
-//!   [`ModelResponse`](noetic::model::ModelResponse)), [`StreamAccumulator`] and [`stream_deltas`] (server-sent
-//!   events → [`StreamDelta`](noetic::model::StreamDelta)s, from any stream of byte chunks), and the error mapping
+//!   [`ModelResponse`](noetic_core::model::ModelResponse)), [`StreamAccumulator`] and [`stream_deltas`] (server-sent
+//!   events → [`StreamDelta`](noetic_core::model::StreamDelta)s, from any stream of byte chunks), and the error mapping
 //!   ([`error_from_status`], [`error_from_body`]; `Retry-After` is read by `noetic-http`'s
 //!   [`parse_retry_after`](noetic_http::parse_retry_after), shared with the OpenAI-compatible provider).
 //! * **Glue**: [`AnthropicModel`] hands these functions to `noetic-http`'s transport and driver (shared with the

@@ -1,7 +1,7 @@
 //! # noetic-mcp — tools from Model Context Protocol servers
 //!
 //! An [`McpServer`] spawns an MCP server over stdio (or reaches one over streamable HTTP), lists its tools and offers them to a noetic runtime as a
-//! [`ToolSource`](noetic::tool::ToolSource). Its tools are then steered, approved, cancelled and timed out like
+//! [`ToolSource`](noetic_steps::tool::ToolSource). Its tools are then steered, approved, cancelled and timed out like
 //! built-in tools: steering rules see the call before the server does, a cancelled turn sends the server
 //! `notifications/cancelled`, and a call that outlives the server's timeout (default 60 s) ends with a
 //! `timeout` tool error.
@@ -10,7 +10,7 @@
 //! `-`, `_`, no `__`) keeps two servers' tools apart; characters providers refuse in tool names become `_`, and
 //! names are cut to 64 characters.
 //!
-//! **Results.** MCP content blocks become [rich tool results](noetic::tool::ToolOutput) (text, images, embedded
+//! **Results.** MCP content blocks become [rich tool results](noetic_steps::tool::ToolOutput) (text, images, embedded
 //! resources and resource links), `structuredContent` their structured data (checked against the tool's output
 //! schema), and an `isError` result a tool error whose text the model reads. A result is kept to the server's
 //! [`max_result_bytes`](McpServerConfig::max_result_bytes) (64 KiB by default), the rest cut with a note saying

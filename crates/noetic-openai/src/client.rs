@@ -17,7 +17,7 @@ use crate::wire::{BodyOptions, HistoryCache, StreamAccumulator, encode_body, par
 /// `call` posts a non-streaming request; `stream` posts `stream: true` and parses the server-sent events.
 ///
 /// **Retries.** Rate limits (429, waiting at least what `Retry-After` asks), server errors (5xx, 408, 409),
-/// timeouts and connection errors are retried with the configured [`RetryPolicy`](noetic::step::RetryPolicy)
+/// timeouts and connection errors are retried with the configured [`RetryPolicy`](noetic_core::model::RetryPolicy)
 /// (default 3 attempts, exponential from 500 ms). A `Retry-After` longer than the policy's `max_delay` is not
 /// waited out: the [`NoeticError::ModelRateLimit`] is returned at once so the caller decides (its delay clamped to
 /// [`MAX_RETRY_AFTER`](noetic_http::MAX_RETRY_AFTER); a NaN or negative one counts as absent). A stream is retried

@@ -164,7 +164,7 @@ impl OpenAiConfig {
     }
 
     /// What the server can enforce on its output (default: nothing claimed). `grammar` makes requests carry
-    /// [`ModelRequest::grammar`](noetic::model::ModelRequest::grammar) as llama.cpp's `grammar` field — OpenAI's
+    /// [`ModelRequest::grammar`](noetic_core::model::ModelRequest::grammar) as llama.cpp's `grammar` field — OpenAI's
     /// own API rejects that field, so claim it only for servers that take it (llama.cpp; see
     /// [`OpenAiConfig::llama_cpp`]).
     pub fn capabilities(mut self, capabilities: Capabilities) -> Self {

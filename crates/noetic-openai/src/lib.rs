@@ -1,6 +1,6 @@
 //! # noetic-openai — OpenAI-compatible chat completions for noetic
 //!
-//! One [`Model`](noetic::model::Model) for every server that speaks the chat-completions wire format: OpenAI,
+//! One [`Model`](noetic_core::model::Model) for every server that speaks the chat-completions wire format: OpenAI,
 //! OpenRouter (model ids like `openai/gpt-4o-mini`), Ollama, vLLM and llama.cpp's server.
 //!
 //! * [`OpenAiConfig`] — base URL, API key, extra headers, timeouts (request, idle), body cap, retries; from code

@@ -182,7 +182,7 @@
 //! |---|---|---|---|
 //! | 11 | `noetic` | `testing` | the test kit |
 //! | 10 | `noetic-runtime` | [`agent`] | runtime, sessions, turns, bus, steering queue, the session log and its store seam |
-//! | 9 | `noetic-steering` | [`steering`] | the steering layer: rules, judge, verdicts, ledger, feedback |
+//! | 9 | `noetic-steering` | [`steering`](mod@steering) | the steering layer: rules, judge, verdicts, ledger, feedback |
 //! | 8 | `noetic-steps` | [`exec`] | the interpreter, one file per step kind; the turn driver (`exec/llm.rs`) |
 //! | 7 | `noetic-steps` | [`step`] | the step enum and builders, `until` predicates |
 //! | 6 | `noetic-steps` | [`window`] | the context window: counting, the allocation rule, compaction |

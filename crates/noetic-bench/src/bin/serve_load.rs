@@ -2,8 +2,10 @@
 //! each running tool-calling turns that a client steers while the tool runs. Prints JSON lines: turns per second,
 //! the time from a steer request to the message being in the next model request (p50/p99), and memory.
 //!
-//!   cargo run --profile profiling -p noetic-bench --bin serve_load [SESSIONS] [TURNS_PER_SESSION]   (default 1000 × 3)
-//!   cargo run --profile profiling -p noetic-bench --bin serve_load agui [RUNS] [RUNS_PER_THREAD]   (default 1000 × 1)
+//! ```text
+//! cargo run --profile profiling -p noetic-bench --bin serve_load [SESSIONS] [TURNS_PER_SESSION]   (default 1000 × 3)
+//! cargo run --profile profiling -p noetic-bench --bin serve_load agui [RUNS] [RUNS_PER_THREAD]   (default 1000 × 1)
+//! ```
 //!
 //! The model is scripted (no network), the tool waits until the client's steer was accepted, so every turn
 //! exercises claim, SSE, a steer into a running tool batch, the skip of the rest of the batch and injection.

@@ -1,4 +1,4 @@
-//! The chat at a terminal: keys from the [`Screen`]'s input line, echoed lines, and the prompt saying what a
+//! The chat at a terminal: keys from the [`Screen`](crate::output::screen::Screen)'s input line, echoed lines, and the prompt saying what a
 //! typed line will do.
 
 use super::{Action, Chat};

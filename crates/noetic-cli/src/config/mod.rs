@@ -51,7 +51,7 @@ use crate::agent::remembered::AllowToml;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConfigArg {
     /// Defaults file (default: ./noetic.toml when present); keys under [agents.defaults], each overridable by
-    /// NOETIC_AGENTS_DEFAULTS_<KEY>.
+    /// `NOETIC_AGENTS_DEFAULTS_<KEY>`.
     #[arg(long = "config", value_name = "FILE", global = true)]
     pub path: Option<std::path::PathBuf>,
 }

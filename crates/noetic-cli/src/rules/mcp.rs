@@ -122,8 +122,9 @@ impl RuleSet {
         self.missing_tools(offered, &[])
     }
 
-    /// Like [`RuleSet::missing_mcp_tools`], where `agents` are the started A2A agents' tool prefixes: a name with
-    /// one of them is said to be the agent's, and a name with no source's prefix is told every tool there is.
+    /// The MCP tools (and `deny_arg` arguments) the rules name that none of `offered` has, where `agents` are the
+    /// started A2A agents' tool prefixes: a name with one of them is said to be the agent's, and a name with no
+    /// source's prefix is told every tool there is.
     pub fn missing_tools(&self, offered: &[ToolSet], agents: &[String]) -> Vec<Missing> {
         let mut missing = Vec::new();
         for rule in &self.rules {
@@ -165,7 +166,7 @@ impl RuleSet {
     }
 
     /// Checks the MCP tools the rules name against the started servers' tools (see
-    /// [`RuleSet::missing_mcp_tools`]); the first missing one is the error.
+    /// [`RuleSet::missing_mcp_tools`](Self::missing_mcp_tools)); the first missing one is the error.
     #[cfg(test)]
     pub fn check_mcp_tools(&self, offered: &[ToolSet]) -> Result<(), SourceError> {
         self.check_tools(offered, &[])

@@ -45,7 +45,7 @@
 //!
 //! Every tool a rule names must exist: a misspelt name would switch the rule off. Built-in tools are checked as
 //! the rules are read; a tool of a configured MCP server (`<server>__<tool>`, see [`ToolNames`]) once the servers
-//! have listed their tools ([`RuleSet::check_mcp_tools`]).
+//! have listed their tools (`RuleSet::check_mcp_tools`).
 
 use std::collections::{BTreeSet, HashSet};
 

@@ -47,7 +47,7 @@ pub struct ServeArgs {
     /// address is loopback.
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
-    /// A host to answer besides the server's own names (its address, localhost, 127.0.0.1 and [::1], with its
+    /// A host to answer besides the server's own names (its address, localhost, 127.0.0.1 and `[::1]`, with its
     /// port): HOST on any port, HOST:PORT on that port only. Repeatable; more from $NOETIC_SERVER_ALLOWED_HOSTS
     /// (comma-separated). Needed to reach the server by a DNS name or through a proxy that passes its own Host;
     /// other names are refused, so a web page cannot reach the server by pointing its name here (DNS rebinding).

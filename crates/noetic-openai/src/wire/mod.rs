@@ -1,10 +1,10 @@
 //! The chat-completions wire format as pure functions — no I/O, so each piece is tested without sockets.
 //!
-//! * [`request_body`] — [`ModelRequest`](noetic::model::ModelRequest) → JSON body.
+//! * [`request_body`] — [`ModelRequest`](noetic_core::model::ModelRequest) → JSON body.
 //! * [`encode_body`] — the same as shared byte chunks, with server adjustments, linear in what is new and sharing
 //!   what an earlier request encoded ([`HistoryCache`]).
-//! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic::model::ModelResponse).
-//! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic::model::StreamDelta)s.
+//! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic_core::model::ModelResponse).
+//! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic_core::model::StreamDelta)s.
 //! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas (framed by `noetic-http`, linear in the input).
 
 mod answer;

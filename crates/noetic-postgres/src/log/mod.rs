@@ -15,8 +15,8 @@
 //! # Tables (schema version 4)
 //!
 //! `noetic_log` holds one row per append (`session`, `pos` — its first entry's position —, and its entries'
-//! JSON from [`noetic::agent::log::encode`], one per line; a tool call's entries are one row); `noetic_log_sessions` one row per session: where its log ends (`last`), its
-//! [`Summary`](noetic::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
+//! JSON from [`noetic_runtime::agent::log::encode`], one per line; a tool call's entries are one row); `noetic_log_sessions` one row per session: where its log ends (`last`), its
+//! [`Summary`](noetic_runtime::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
 //! list's order, newest first), the transaction that appended last (`written_by`, for watchers catching up) and
 //! the database's time of that append. Snapshots and leases have a table each. A session exists while it has
 //! entries; deleting it removes its rows from all four. An entry's time ([`Record::at`]) is the appending worker's
@@ -63,12 +63,12 @@
 //! Connecting to a database that the store before the session log made (versions 1–2) adds the log's tables and converts every
 //! session into log entries, in one transaction under the migration lock, once:
 //!
-//! 1. an [`Entry::Settings`] with the session's mode, capacity and batch
+//! 1. an [`Entry::Settings`](noetic_runtime::agent::log::Entry::Settings) with the session's mode, capacity and batch
 //!    policy;
 //! 2. when the session had turns (T ≥ 1, or items with T = 0, which count as turn 1): `TurnStarted { turn: T,
 //!    input: "" }` with a new execution id, one `Appended { turn: T }` with the whole history, then — if the old
 //!    row held an unfinished turn's journal — an `Appended` with the interrupted result
-//!    ([`noetic::turn::interrupted_result`]) for every tool call of the history without a result and `TurnEnded {
+//!    ([`noetic_steps::turn::interrupted_result`]) for every tool call of the history without a result and `TurnEnded {
 //!    outcome: Discarded }`, else `TurnEnded { outcome: Completed { answer } }` with the text of the last assistant
 //!    message (or ""). The old journal cannot be replayed by the log's runtime: a turn the old version left
 //!    unfinished is given up, every open call getting the interrupted result;

@@ -57,15 +57,15 @@
 //! Every entry of a migrated session carries the time of the session's last write, and the sessions keep their
 //! order in the list. The old tables stay as they were; nothing reads or writes them after the migration.
 //!
-//! [`Entry::Settings`]: noetic::agent::log::Entry::Settings
-//! [`Entry::TurnStarted`]: noetic::agent::log::Entry::TurnStarted
-//! [`Entry::Appended`]: noetic::agent::log::Entry::Appended
-//! [`Entry::TurnEnded`]: noetic::agent::log::Entry::TurnEnded
-//! [`Entry::MessageAccepted`]: noetic::agent::log::Entry::MessageAccepted
-//! [`Entry::Decision`]: noetic::agent::log::Entry::Decision
-//! [`Entry::LayerState`]: noetic::agent::log::Entry::LayerState
-//! [`TurnOutcome::Discarded`]: noetic::agent::log::TurnOutcome::Discarded
-//! [`TurnOutcome::Completed`]: noetic::agent::log::TurnOutcome::Completed
+//! [`Entry::Settings`]: noetic_runtime::agent::log::Entry::Settings
+//! [`Entry::TurnStarted`]: noetic_runtime::agent::log::Entry::TurnStarted
+//! [`Entry::Appended`]: noetic_runtime::agent::log::Entry::Appended
+//! [`Entry::TurnEnded`]: noetic_runtime::agent::log::Entry::TurnEnded
+//! [`Entry::MessageAccepted`]: noetic_runtime::agent::log::Entry::MessageAccepted
+//! [`Entry::Decision`]: noetic_runtime::agent::log::Entry::Decision
+//! [`Entry::LayerState`]: noetic_runtime::agent::log::Entry::LayerState
+//! [`TurnOutcome::Discarded`]: noetic_runtime::agent::log::TurnOutcome::Discarded
+//! [`TurnOutcome::Completed`]: noetic_runtime::agent::log::TurnOutcome::Completed
 
 mod convert;
 mod heads;

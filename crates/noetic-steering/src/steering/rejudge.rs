@@ -12,7 +12,7 @@ use crate::error::ConfigError;
 use crate::layer::{ModelCallParams, ToolCallParams};
 use crate::model::Model;
 
-/// Asks `model` every judge call `replay` still needs (its [`ReplaySummary::judge_calls_needed`]
+/// Asks `model` every judge call `replay` still needs (its [`ReplaySummary::judge_calls_needed`](super::replay::ReplaySummary::judge_calls_needed)
 /// (super::replay::ReplaySummary::judge_calls_needed)): for each decision reported
 /// [`Unreplayable::NotJudged`], each listed rule's judge, on the same recorded decision — `recorded` as given to
 /// [`replay`](super::replay::replay). A judge without a verdict decides by its rule's failure policy, as it would

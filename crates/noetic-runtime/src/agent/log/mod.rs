@@ -5,7 +5,7 @@
 //! This module holds the log's format ([`Entry`], [`encode`], [`decode`]), the fold that turns a log into what a
 //! session shows ([`Projection`], [`Summary`]), the async store seam ([`LogStore`], [`Leases`], [`StoreError`]), the
 //! in-memory store ([`MemoryLogStore`]) and the recorded steering decisions of a store, read to be replayed through
-//! new rules ([`Recording`], see [`crate::steering::replay`]). `noetic::testing::check_log_store` is the
+//! new rules ([`Recording`], see [`crate::steering::replay`](mod@crate::steering::replay)). `noetic::testing::check_log_store` is the
 //! conformance kit every store runs.
 //!
 //! # Why one log
