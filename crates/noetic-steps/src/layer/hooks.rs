@@ -3,6 +3,10 @@
 //! [`Persistence`] (state that outlives the process). A layer implements the ones it uses and returns itself from
 //! the matching accessor of [`MemoryLayer`](super::MemoryLayer); the runtime never calls a layer for a purpose it
 //! lacks. Every method has a default that does nothing.
+//!
+//! A hook receives a [`HookContext`]: the execution's context (ids, cancellation, the item log, events — it
+//! dereferences to a [`Context`](crate::context::Context)) and the services the hook may call on, typed: the model
+//! (an LLM judge's), the session's records (a ledger's), the turn's budget meter, the session's key.
 
 use futures::future::BoxFuture;
 
