@@ -88,14 +88,6 @@ impl<'a> HookContext<'a> {
         self.ctx
     }
 
-    /// The same services for another context of the execution's tree (a spawned child's, a fork path's).
-    pub fn with_context<'b>(&self, ctx: &'b Context) -> HookContext<'b>
-    where
-        'a: 'b,
-    {
-        HookContext { ctx, services: self.services, turn: self.turn }
-    }
-
     /// The model, if one is configured.
     pub fn model(&self) -> Option<&'a Arc<dyn Model>> {
         self.services.model.as_ref()
