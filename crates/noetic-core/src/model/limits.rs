@@ -56,9 +56,29 @@ const KNOWN: &[(&str, u32, u32)] = &[
 /// `smollm2-135m` …), `None` for one this table does not know: then only configuration says
 /// ([`Model::context_window`](crate::model::Model::context_window)).
 pub fn known_window(model: &str) -> Option<ContextWindow> {
-    // Asked before every model request: the name's head is lowercased on the stack, no copy of it is made, and the
-    // starts are compared byte by byte (most differ at their first byte; a call to `memcmp` per start and a
-    // `rsplit` searcher cost about 900 instructions a request).
+    // Asked before every model request, nearly always with the name asked last on the thread: that name's answer is
+    // kept (comparing a name costs a few dozen instructions; looking it up in the table about 550).
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Box<str>, Option<ContextWindow>)>> = const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((name, window)) if **name == *model => *window,
+            _ => {
+                let window = look_up(model);
+                *last = Some((model.into(), window));
+                window
+            }
+        }
+    })
+}
+
+/// [`known_window`], from the table.
+fn look_up(model: &str) -> Option<ContextWindow> {
+    // The name's head is lowercased on the stack, no copy of it is made, and the starts are compared byte by byte
+    // (most differ at their first byte; a call to `memcmp` per start and a `rsplit` searcher cost about 900
+    // instructions a request).
     let bytes = model.as_bytes();
     let name = bytes.iter().rposition(|&b| b == b'/').map_or(bytes, |slash| &bytes[slash + 1..]);
     let head = &name[..name.len().min(LONGEST_START)];
@@ -84,6 +104,19 @@ const LONGEST_START: usize = 16;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_asked_again_gets_its_answer_again_and_the_next_name_its_own() {
+        for _ in 0..2 {
+            for _ in 0..2 {
+                assert_eq!(known_window("gpt-4-0613").map(|w| w.tokens), Some(8_192));
+            }
+            for _ in 0..2 {
+                assert_eq!(known_window("my-own-model"), None);
+            }
+            assert_eq!(known_window("openai/GPT-4o").map(|w| w.tokens), Some(128_000));
+        }
+    }
 
     #[test]
     fn known_models_are_found_by_the_start_of_their_name_whatever_the_provider_prefix() {
