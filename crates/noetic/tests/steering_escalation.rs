@@ -2,25 +2,13 @@
 //! is a DENY that tells the model why, ledgered as escalated.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod steering_common;
+
 use std::sync::Arc;
 
-use noetic::layer::ToolCallParams;
 use noetic::prelude::*;
-use serde_json::{Value, json};
-
-async fn before<'c>(
-    layer: &SteeringLayer,
-    ctx: impl Into<HookContext<'c>>,
-    name: &str,
-    args: Value,
-) -> SteeringDecision {
-    layer
-        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
-        .await
-        .unwrap()
-        .decision()
-        .unwrap()
-}
+use serde_json::json;
+use steering_common::before;
 
 fn dry_run() -> SteeringRule {
     SteeringRule::predicate("dry-run", [Hook::BeforeToolCall], |_| SteeringDecision::guide("use --dry-run first"))

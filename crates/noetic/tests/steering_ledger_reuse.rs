@@ -7,26 +7,13 @@ mod steering_common;
 
 use std::time::SystemTime;
 
-use noetic::layer::{ModelCallParams, ToolCallParams};
+use noetic::layer::ModelCallParams;
 use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use steering_common::before;
 use steering_common::deny_rm_and_panic_on_boom as rules;
-
-async fn before<'c>(
-    layer: &SteeringLayer,
-    ctx: impl Into<HookContext<'c>>,
-    name: &str,
-    args: Value,
-) -> SteeringDecision {
-    layer
-        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
-        .await
-        .unwrap()
-        .decision()
-        .unwrap()
-}
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {
     layer.state_for(ctx).unwrap_or_default().ledger

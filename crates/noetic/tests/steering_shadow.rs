@@ -2,26 +2,14 @@
 //! the live one in the ledger, marked shadow.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod steering_common;
+
 use std::sync::Arc;
 
-use noetic::layer::ToolCallParams;
 use noetic::prelude::*;
 use noetic::steering::{Evaluator, FailureCause, LedgerEntry, LedgerKind, Shadow};
-use serde_json::{Value, json};
-
-async fn before<'c>(
-    layer: &SteeringLayer,
-    ctx: impl Into<HookContext<'c>>,
-    name: &str,
-    args: Value,
-) -> SteeringDecision {
-    layer
-        .before_tool_call(&ctx.into(), ToolCallParams { call_id: "c1", name, args: &args })
-        .await
-        .unwrap()
-        .decision()
-        .unwrap()
-}
+use serde_json::json;
+use steering_common::before;
 
 fn ledger(layer: &SteeringLayer, ctx: &Context) -> Vec<LedgerEntry> {
     layer.state_for(ctx).unwrap_or_default().ledger
