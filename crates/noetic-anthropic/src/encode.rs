@@ -159,9 +159,6 @@ pub fn encode_body(
             .unwrap_or(Prefix { leading, items: leading, messages: 0, log: ChunkLog::default() }),
         None => Prefix { leading, items: leading, messages: 0, log: ChunkLog::default() },
     };
-    let mut chunks = Vec::with_capacity(prefix.log.chunks().len() + 3);
-    chunks.push(head);
-    chunks.extend(prefix.log.chunks().iter().cloned());
     let reused = prefix.messages > 0;
     // Without reuse this is every conversation item; with it, the history from its first uncached message on.
     let from = if history_leading.is_some() { context + prefix.items } else { leading };
@@ -186,15 +183,18 @@ pub fn encode_body(
         }
     }
     let fresh = Bytes::from(out);
+    // Head, the cached history (as it was before this request's final messages join it), the new bytes, suffix: a
+    // list of known length, collected into the body's shared list in one allocation.
+    let body = ChunkedBody::from_parts(
+        std::iter::once(head).chain(prefix.log.chunks().iter().cloned()).chain([fresh.clone(), suffix]),
+    );
     if let Some((start, end)) = finals {
         prefix.log.push(fresh.slice(start..end));
     }
     if history_leading.is_some() {
         cache.0.logs.put(log, prefix);
     }
-    chunks.push(fresh);
-    chunks.push(suffix);
-    ChunkedBody::new(chunks)
+    body
 }
 
 #[cfg(test)]

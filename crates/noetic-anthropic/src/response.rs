@@ -65,8 +65,8 @@ struct Block<'a> {
     text: Option<Cow<'a, str>>,
     #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
     #[serde(default)]
     input: Option<Value>,
 }
@@ -92,7 +92,7 @@ impl Answer<'_> {
                 Some("text") => parts.text.push_str(block.text.as_deref().unwrap_or_default()),
                 Some("tool_use") => parts.calls.push(ToolCall {
                     id: block.id.unwrap_or_default().into(),
-                    name: block.name.unwrap_or_default().into(),
+                    name: ToolCall::shared_name(block.name.as_deref().unwrap_or_default()),
                     arguments: block.input.map_or_else(|| "{}".into(), |input| input.to_string().into()),
                 }),
                 _ => {}
@@ -134,7 +134,7 @@ pub(super) fn value_response(body: &str, step_id: &str) -> Result<ModelResponse,
             Some("text") => parts.text.push_str(block["text"].as_str().unwrap_or_default()),
             Some("tool_use") => parts.calls.push(ToolCall {
                 id: string(&block["id"]).into(),
-                name: string(&block["name"]).into(),
+                name: ToolCall::shared_name(block["name"].as_str().unwrap_or_default()),
                 arguments: match &block["input"] {
                     Value::Null => "{}".into(),
                     input => input.to_string().into(),

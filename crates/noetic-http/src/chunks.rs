@@ -48,6 +48,16 @@ impl ChunkedBody {
         ChunkedBody { chunks: Arc::from(chunks), len }
     }
 
+    /// The body of these chunks, in order, collected straight into its shared list: one allocation when the
+    /// iterator knows its exact length (a chain of `Option`s, `iter::once`s and a slice's `cloned()` does), where
+    /// [`ChunkedBody::new`] takes a `Vec` and copies it. Empty chunks may stay in the list; they are skipped when
+    /// the body is sent.
+    pub fn from_parts(chunks: impl IntoIterator<Item = Bytes>) -> Self {
+        let chunks: Arc<[Bytes]> = chunks.into_iter().collect();
+        let len = chunks.iter().map(Bytes::len).sum();
+        ChunkedBody { chunks, len }
+    }
+
     /// Bytes in the body.
     pub fn len(&self) -> usize {
         self.len
@@ -94,6 +104,10 @@ impl http_body::Body for ChunkBody {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        // An empty chunk (see `ChunkedBody::from_parts`) is no frame.
+        while self.chunks.get(self.next).is_some_and(Bytes::is_empty) {
+            self.next += 1;
+        }
         let Some(chunk) = self.chunks.get(self.next).cloned() else {
             return Poll::Ready(None);
         };
@@ -254,6 +268,23 @@ mod tests {
             assert_eq!(sent, b"{\"a\":[1,2]}");
             assert_eq!(sent, body.to_vec());
         }
+    }
+
+    #[test]
+    fn a_body_collected_from_parts_sends_no_empty_frame_and_the_same_bytes() {
+        let parts = ["", "{\"a\":", "", "[1,2]", "}", ""].map(|s| Bytes::from_static(s.as_bytes()));
+        let body = ChunkedBody::from_parts(parts.clone());
+        assert_eq!((body.len(), body.chunks().len()), (11, 6), "the parts are kept as they came");
+        let mut http = body.http_body();
+        let mut frames = Vec::new();
+        while let Some(frame) =
+            futures::executor::block_on(std::future::poll_fn(|cx| Pin::new(&mut http).poll_frame(cx)))
+        {
+            frames.push(frame.ok().and_then(|f| f.into_data().ok()).unwrap_or_default());
+        }
+        assert_eq!(frames, ["{\"a\":", "[1,2]", "}"], "each non-empty chunk is one frame, in order");
+        assert!(http.is_end_stream());
+        assert_eq!(body.to_vec(), ChunkedBody::new(parts.to_vec()).to_vec());
     }
 
     #[test]

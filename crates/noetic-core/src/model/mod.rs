@@ -133,6 +133,40 @@ impl ToolCall {
     pub fn new(id: impl Into<Arc<str>>, name: impl Into<Arc<str>>, arguments: impl Into<Arc<str>>) -> Self {
         ToolCall { id: id.into(), name: name.into(), arguments: arguments.into() }
     }
+
+    /// `name` as a call's shared name: the very string an earlier call on this thread was given when the name is
+    /// one of the last few asked for (a model calls the same few tools again and again), so an answer's parser
+    /// allocates no name for them; else a new one, kept in place of the least recently given.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use noetic_core::model::ToolCall;
+    ///
+    /// let first = ToolCall::shared_name("search");
+    /// assert!(Arc::ptr_eq(&first, &ToolCall::shared_name("search")));
+    /// assert_eq!(&*ToolCall::shared_name("read_file"), "read_file");
+    /// ```
+    pub fn shared_name(name: &str) -> Arc<str> {
+        /// How many names a thread keeps.
+        const KEPT: usize = 4;
+        thread_local! {
+            /// The names given last, the most recent first.
+            static NAMES: std::cell::RefCell<[Option<Arc<str>>; KEPT]> = const { std::cell::RefCell::new([None, None, None, None]) };
+        }
+        NAMES.with(|names| {
+            let mut names = names.borrow_mut();
+            let found = names.iter().position(|kept| kept.as_deref() == Some(name));
+            let shared = match found {
+                Some(at) => names[at].clone().unwrap_or_else(|| Arc::from(name)),
+                None => Arc::from(name),
+            };
+            // The one found (or the least recent, for a new name) moves to the front.
+            let at = found.unwrap_or(KEPT - 1);
+            names[..=at].rotate_right(1);
+            names[0] = Some(shared.clone());
+            shared
+        })
+    }
 }
 
 /// The result of one tool call.
@@ -436,6 +470,27 @@ pub struct StepMeta {
 mod tests {
     #![allow(clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_tool_name_given_again_is_the_same_string_until_four_newer_names_pushed_it_out() {
+        // A thread of its own: the kept names are the thread's.
+        std::thread::spawn(|| {
+            let search = ToolCall::shared_name("search");
+            for name in ["read", "write", "search", "list"] {
+                let _ = ToolCall::shared_name(name);
+            }
+            // "search" was asked for again, so it is the second most recent and still kept.
+            assert!(Arc::ptr_eq(&search, &ToolCall::shared_name("search")));
+            for name in ["a", "b", "c", "d"] {
+                let _ = ToolCall::shared_name(name);
+            }
+            let again = ToolCall::shared_name("search");
+            assert!(!Arc::ptr_eq(&search, &again), "four newer names push the oldest out");
+            assert_eq!((&*again, &*ToolCall::shared_name("")), ("search", ""));
+        })
+        .join()
+        .expect("the thread ran");
+    }
 
     #[test]
     fn histories_made_on_many_threads_at_once_never_share_a_log_id() {

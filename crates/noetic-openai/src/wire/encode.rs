@@ -323,17 +323,15 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
     });
     // One buffer for everything new, its parts handed on as slices of it.
     let fresh = Bytes::from(messages.out);
-    let mut chunks = Vec::with_capacity(prefix.log.chunks().len() + 4);
-    chunks.push(head);
-    match cached_at {
-        Some(at) => {
-            chunks.push(fresh.slice(..at));
-            chunks.extend(prefix.log.chunks().iter().cloned());
-            chunks.push(fresh.slice(at..));
-        }
-        None => chunks.push(fresh.clone()),
-    }
-    chunks.push(suffix);
+    // Head, the context's bytes, the cached history, the new bytes, suffix: a list of known length, collected
+    // into the body's shared list in one allocation.
+    let (before, after) = match cached_at {
+        Some(at) => (Some(fresh.slice(..at)), fresh.slice(at..)),
+        None => (None, fresh.clone()),
+    };
+    let body = ChunkedBody::from_parts(
+        std::iter::once(head).chain(before).chain(prefix.log.chunks().iter().cloned()).chain([after, suffix]),
+    );
     if let Some((mut start, end)) = newly_closed {
         // The log's first chunk starts with its first message, later ones with the separator before theirs.
         if prefix.log.is_empty() && fresh.get(start) == Some(&b',') {
@@ -342,7 +340,7 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
         prefix.log.push(fresh.slice(start..end));
     }
     cache.0.logs.put(history.log_id(), prefix);
-    ChunkedBody::new(chunks)
+    body
 }
 
 #[cfg(test)]

@@ -116,7 +116,7 @@ pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
 pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: &str) -> ToolCall {
     ToolCall {
         id: if id.is_empty() { format!("call_{index}").into() } else { id.into() },
-        name: name.into(),
+        name: ToolCall::shared_name(name),
         arguments: if arguments.trim().is_empty() { "{}".into() } else { arguments.into() },
     }
 }
