@@ -312,11 +312,19 @@ async fn a_dropped_listening_connection_comes_back_and_later_appends_are_heard()
     let Some(db) = database("log_relisten").await else { return };
     let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
     assert_eq!(a.stats().listening, 1, "the store listens once connected");
+    // A session A knows is continued in one statement on the listening connection.
+    a.append("mine", Expect::At(0), &[message("1")]).await.unwrap();
+    a.append("mine", Expect::At(1), &[message("2")]).await.unwrap();
+    assert_eq!(a.stats().on_listening_connection, 1, "{:?}", a.stats());
     let mut watch = a.watch();
     terminate_listener(&db, &a).await;
     until("the store listens again", async || a.stats().listening == 2).await;
     b.append("s", Expect::End, &[message("after")]).await.unwrap();
     assert_eq!(heard(&mut watch, "s").await, Some(1));
+    // And on the new listening connection once it listens.
+    a.append("mine", Expect::At(2), &[message("3")]).await.unwrap();
+    assert_eq!(a.stats().on_listening_connection, 2, "{:?}", a.stats());
+    assert_eq!(a.read("mine", 0, 10).await.unwrap().len(), 3);
     drop((a, b));
     db.remove().await.unwrap();
 }
@@ -358,20 +366,28 @@ async fn a_key_the_database_cannot_hold_is_refused_saying_what_to_use() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appends_and_reads_go_on_after_the_server_ends_the_pools_connections() {
+async fn appends_and_reads_go_on_after_the_server_ends_the_pools_connections_and_the_listening_one() {
     let Some(db) = database("log_pool_dropped").await else { return };
     let store = PgLogStore::connect(&db.url).await.unwrap();
     store.append("s", Expect::At(0), &[message("before")]).await.unwrap();
-    let end_the_pools_connections = async || {
-        let name = format!("noetic-log {}", store.id());
+    // How many of the store's connections named `role` (`noetic-log`: the pool's; `noetic-listen`: the listening
+    // one, which also carries the one-statement appends while it listens) the server ended.
+    let end = async |role: &str| -> i64 {
+        let name = format!("{role} {}", store.id());
         let sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1";
-        let ended: i64 = db.admin.query_one(sql, &[&name]).await.unwrap().get(0);
-        assert!(ended >= 1, "the pool had a connection open");
+        db.admin.query_one(sql, &[&name]).await.unwrap().get(0)
     };
-    end_the_pools_connections().await;
-    assert_eq!(store.append("s", Expect::At(1), &[message("after")]).await.unwrap(), 2);
-    end_the_pools_connections().await;
-    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 2);
+    assert!(end("noetic-log").await >= 1, "the pool had a connection open");
+    assert_eq!(store.append("s", Expect::At(1), &[message("after the pool's")]).await.unwrap(), 2);
+    assert_eq!(end("noetic-listen").await, 1, "one listening connection");
+    // At once, before the store may have noticed: the append lands on another connection, or on the listening
+    // one once it listens again.
+    assert_eq!(store.append("s", Expect::At(2), &[message("after the listening one")]).await.unwrap(), 3);
+    assert_eq!(store.append("s", Expect::At(3), &[message("and again")]).await.unwrap(), 4);
+    end("noetic-log").await;
+    let texts: Vec<String> = store.read("s", 0, 10).await.unwrap().iter().map(|r| format!("{:?}", r.entry)).collect();
+    assert_eq!(texts.len(), 4, "{texts:?}");
+    assert!(texts[3].contains("and again"), "{texts:?}");
     drop(store);
     db.remove().await.unwrap();
 }

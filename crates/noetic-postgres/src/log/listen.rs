@@ -31,6 +31,9 @@ pub(crate) struct Listener {
     pub id: String,
     pub appended: broadcast::Sender<Appended>,
     pub counters: Arc<Counters>,
+    /// The connection while it listens, for the writer's one-statement appends (their notifications then come
+    /// back on the socket read for their answers).
+    pub client: tokio::sync::watch::Sender<Option<super::writer::Listening>>,
 }
 
 /// Ends the task that drives a connection when the listening session ends.
@@ -82,24 +85,35 @@ impl Listener {
             Err(e) => return format!("connecting failed: {e}"),
         };
         let (heard, mut hearing) = mpsc::unbounded_channel();
+        // This store object's own appends are not news to it: left here, without waking the listening task.
+        let own = format!("{}\t", self.id);
         let driving = Driving(tokio::spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(Ok(message)) = messages.next().await {
                 if let AsyncMessage::Notification(n) = message
+                    && !n.payload().starts_with(&own)
                     && heard.send(n).is_err()
                 {
                     return;
                 }
             }
         }));
+        let client = Arc::new(client);
         let error = match self.start(&client, seen).await {
             Ok(()) => {
                 *backoff = MIN_BACKOFF;
                 self.counters.listening.fetch_add(1, Ordering::Relaxed);
+                // Published only with its server process known (see `Writer::settle`).
+                if let Ok(pid) = client.query_one("SELECT pg_backend_pid()", &[]).await.and_then(|r| r.try_get(0)) {
+                    let name = format!("noetic-listen {}", self.id);
+                    self.client.send_replace(Some(super::writer::Listening { client: client.clone(), pid, name }));
+                }
                 if let Some(ready) = ready.take() {
                     let _ = ready.send(());
                 }
-                self.hear(&client, seen, &mut hearing).await
+                let error = self.hear(&client, seen, &mut hearing).await;
+                self.client.send_replace(None);
+                error
             }
             Err(e) => e,
         };

@@ -38,9 +38,17 @@
 //! instead. For one session the statement updates its row where the counter still holds; for several it locks
 //! their rows in key order and writes only when every counter holds (each summary row is written once, where the
 //! batch transaction writes it twice).
-//! [`PgLogStore::stats`] counts transactions and appends. A connection that drops before the commit is retried
-//! once on another; one that drops during the commit leaves it unknown whether the batch was written, and every
-//! request in it is answered so ([`StoreError::Unavailable`]): the writer reads [`LogStore::last`] and decides.
+//! Those one-statement appends run on the store object's listening connection while it listens (see *Watching*):
+//! their own notifications then come back with their answers, on the socket being read for them, where on a
+//! connection of their own each woke the listening connection's task and its server process once more (an append
+//! took ~280 µs that way on a 2-core machine, ~175 µs this way); the batch transaction, reads and leases use the
+//! pool. [`PgLogStore::stats`] counts transactions and appends, and those written on the listening connection.
+//! A connection that drops before the commit is retried once on another; one that drops during the commit leaves
+//! it unknown whether the batch was written, and every request in it is answered so ([`StoreError::Unavailable`]):
+//! the writer reads [`LogStore::last`] and decides. When a statement on the listening connection fails without an
+//! answer, the writer first ends that connection's server process (it can then commit nothing more) and reads the
+//! statement's fence: a counter that still holds means nothing was written, and the batch transaction writes the
+//! batch instead.
 //!
 //! # Watching
 //!
@@ -138,6 +146,9 @@ pub struct PgLogStats {
     pub listening: u64,
     /// Sessions broadcast after a reconnection because an append may have been missed while away.
     pub caught_up: u64,
+    /// Of the transactions, those written on the listening connection (the one-statement appends of sessions the
+    /// writer knows, while it listens; their notifications come back with their answers).
+    pub on_listening_connection: u64,
 }
 
 /// The counters behind [`PgLogStats`].
@@ -147,6 +158,7 @@ struct Counters {
     appends: AtomicU64,
     listening: AtomicU64,
     caught_up: AtomicU64,
+    on_listening_connection: AtomicU64,
 }
 
 /// Session logs in a PostgreSQL database that several workers share (see the [module docs](self)). Cloning gives
@@ -218,6 +230,8 @@ impl PgLogStore {
         let counters = Arc::new(Counters::default());
         let appended = broadcast::channel(WATCH_CAPACITY).0;
         let (appends, queue) = mpsc::channel(options.max_batch.saturating_mul(4));
+        // The listening connection, published while it listens: the writer's one-statement appends run on it.
+        let listening_client = tokio::sync::watch::Sender::new(None);
         let writer = writer::Writer {
             pool: pool.clone(),
             target: target.clone(),
@@ -226,6 +240,8 @@ impl PgLogStore {
             counters: counters.clone(),
             max_batch: options.max_batch,
             known: std::collections::HashMap::new(),
+            listening: listening_client.subscribe(),
+            listening_statements: None,
         };
         tokio::spawn(writer.run(queue));
         let (listening, closing) = oneshot::channel();
@@ -236,6 +252,7 @@ impl PgLogStore {
             id: id.clone(),
             appended: appended.clone(),
             counters: counters.clone(),
+            client: listening_client,
         };
         let (ready, listening_now) = oneshot::channel();
         tokio::spawn(listener.run(closing, ready));
@@ -274,6 +291,7 @@ impl PgLogStore {
             appends: c.appends.load(Ordering::Relaxed),
             listening: c.listening.load(Ordering::Relaxed),
             caught_up: c.caught_up.load(Ordering::Relaxed),
+            on_listening_connection: c.on_listening_connection.load(Ordering::Relaxed),
         }
     }
 

@@ -4,12 +4,11 @@
 //! statement writes nothing, and the batch transaction ([`super::batch`], beside it) does it instead.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
-use super::{Failed, Known, Request, Writer, statement_failed};
+use super::{Conn, Failed, Known, Request, Writer, statement_failed};
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
 /// entries, does `$released` (more of the statement) and announces the new end; answers the new append counter, or
@@ -90,7 +89,7 @@ pub(crate) async fn commit(
     plan: Plan<'_>,
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
     let sql = if plan.release.is_some() { CONTINUE_RELEASING } else { CONTINUE };
-    let (client, statement) = writer.prepared(sql).await?;
+    let (client, statement) = writer.statement(sql).await?;
     let summary = serde_json::to_string(&plan.known.summary).map_err(|e| Failed::Before {
         error: format!("a session summary could not be encoded: {e}").into(),
         retryable: false,
@@ -109,11 +108,18 @@ pub(crate) async fn commit(
             let Some(seq) = rows.first().and_then(|row| row.try_get::<_, i64>(0).ok()) else {
                 return Ok(None);
             };
-            writer.counters.transactions.fetch_add(1, Ordering::Relaxed);
-            writer.counters.appends.fetch_add(plan.answers.len() as u64, Ordering::Relaxed);
+            writer.count(&client, plan.answers.len());
             writer.remember(plan.key, Known { seq, ..plan.known });
             Ok(Some(plan.answers.into_iter().map(Ok).collect()))
         }
-        Err(e) => Err(statement_failed(&writer.target, e)),
+        Err(e) => match &client {
+            // Whether it was written is known once the listening connection's server process is gone.
+            Conn::Listening(listening)
+                if e.as_db_error().is_none() && writer.settle(listening, (plan.key, plan.seen)).await =>
+            {
+                Err(Failed::Before { error: Box::new(e), retryable: true })
+            }
+            _ => Err(statement_failed(&writer.target, e)),
+        },
     }
 }

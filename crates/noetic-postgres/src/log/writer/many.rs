@@ -7,12 +7,11 @@
 //! locked by an update first), and answers in one message instead of two.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
-use super::{Failed, Known, Request, Writer, statement_failed};
+use super::{Conn, Failed, Known, Request, Writer, statement_failed};
 
 /// Locks the rows of the sessions (`$1`) that still hold their remembered counters (`$2`), in key order; updates
 /// them only if all `$n` (the array's length) were locked, then inserts the appends (`$6`–`$8`), gives up the leases
@@ -110,7 +109,7 @@ pub(crate) async fn commit(
     writer: &mut Writer,
     plan: Plan<'_>,
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
-    let (client, statement) = writer.prepared(CONTINUE_MANY).await?;
+    let (client, statement) = writer.statement(CONTINUE_MANY).await?;
     let n = plan.sessions.len();
     let (mut keys, mut seen, mut lasts, mut summaries, mut payloads) = (
         Vec::with_capacity(n),
@@ -142,8 +141,7 @@ pub(crate) async fn commit(
                 // Another writer moved a session on: the statement wrote nothing.
                 return Ok(None);
             }
-            writer.counters.transactions.fetch_add(1, Ordering::Relaxed);
-            writer.counters.appends.fetch_add(plan.answers.len() as u64, Ordering::Relaxed);
+            writer.count(&client, plan.answers.len());
             // All of them were written (the statement writes all or none).
             for (key, known) in plan.sessions {
                 match written.get(key) {
@@ -155,6 +153,15 @@ pub(crate) async fn commit(
             }
             Ok(Some(plan.answers.into_iter().map(Ok).collect()))
         }
-        Err(e) => Err(statement_failed(&writer.target, e)),
+        Err(e) => match (&client, plan.sessions.first()) {
+            // Whether it was written is known once the listening connection's server process is gone: the
+            // statement writes all of its sessions or none, so one of them tells.
+            (Conn::Listening(listening), Some((key, known)))
+                if e.as_db_error().is_none() && writer.settle(listening, (key, known.seq)).await =>
+            {
+                Err(Failed::Before { error: Box::new(e), retryable: true })
+            }
+            _ => Err(statement_failed(&writer.target, e)),
+        },
     }
 }
