@@ -67,6 +67,7 @@
 //! [`TurnOutcome::Discarded`]: noetic_runtime::agent::log::TurnOutcome::Discarded
 //! [`TurnOutcome::Completed`]: noetic_runtime::agent::log::TurnOutcome::Completed
 
+mod checkpoint;
 mod convert;
 mod heads;
 mod leases;

@@ -11,6 +11,7 @@ use noetic_steps::ExecutionId;
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
+use super::checkpoint::Checkpointer;
 use super::failed;
 use super::heads::Heads;
 use super::leases::{self, LeaseOp};
@@ -104,6 +105,8 @@ fn next(queue: &mpsc::Receiver<Request>, wait: Duration) -> Result<Request, mpsc
 struct Writer {
     /// Closed first when the thread ends, so the write connection is the file's last and folds the WAL back in.
     _readers: Arc<ReadPool>,
+    /// The thread the WAL's checkpoints run on (ended, and its connection closed, before `conn` closes).
+    checkpointer: Option<Checkpointer>,
     conn: Connection,
     path: PathBuf,
     /// This store's id in the rows it writes (to tell its own appends from other processes').
@@ -129,14 +132,24 @@ struct Open {
     clock: i64,
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(checkpointer) = &mut self.checkpointer {
+            checkpointer.stop(&mut self.conn);
+        }
+    }
+}
+
 impl Writer {
     fn open(setup: Setup) -> Result<Writer, StoreError> {
-        let conn = super::open::open_connection(&setup.path, setup.durability)?;
+        let mut conn = super::open::open_connection(&setup.path, setup.durability)?;
+        let checkpointer = Checkpointer::start(&mut conn, &setup.path);
         let path = setup.path;
         let data_version = data_version(&conn).map_err(|e| failed(&path, "reading the data version", e))?;
         let seen = tables::clock(&conn).map_err(|e| failed(&path, "reading the append counter", e))?;
         Ok(Writer {
             _readers: setup.readers,
+            checkpointer,
             conn,
             path,
             id: ExecutionId::new().to_string(),
