@@ -155,15 +155,23 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    #[test]
-    fn a_wal_past_a_thousand_pages_is_checkpointed_by_the_thread() {
+    /// A new file in WAL mode with a table `t`, in a directory of its own: its directory, the writer's connection
+    /// and its checkpointer.
+    fn file_with_checkpointer() -> (std::path::PathBuf, Connection, Checkpointer) {
         let dir = std::env::temp_dir().join(format!("noetic-checkpoint-{}-{}", std::process::id(), fastrand::u64(..)));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("log.db");
         let mut writer = Connection::open(&path).unwrap();
         writer.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)).unwrap();
+        writer.busy_timeout(Duration::from_secs(5)).unwrap();
         writer.execute_batch("CREATE TABLE t (body BLOB NOT NULL)").unwrap();
-        let mut checkpointer = Checkpointer::start(&mut writer, &path).expect("started");
+        let checkpointer = Checkpointer::start(&mut writer, &path).expect("started");
+        (dir, writer, checkpointer)
+    }
+
+    #[test]
+    fn a_wal_past_a_thousand_pages_is_checkpointed_by_the_thread() {
+        let (dir, mut writer, mut checkpointer) = file_with_checkpointer();
         // Each commit adds its pages to the WAL (a 3 KB row and the table's pages): past a thousand, and below the
         // limit at which the writer would checkpoint itself.
         let row = vec![7u8; 3000];
@@ -190,14 +198,7 @@ mod tests {
 
     #[test]
     fn commits_back_to_back_keep_the_wal_below_the_writers_own_limit() {
-        let dir = std::env::temp_dir().join(format!("noetic-checkpoint-{}-{}", std::process::id(), fastrand::u64(..)));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("log.db");
-        let mut writer = Connection::open(&path).unwrap();
-        writer.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)).unwrap();
-        writer.busy_timeout(Duration::from_secs(5)).unwrap();
-        writer.execute_batch("CREATE TABLE t (body BLOB NOT NULL)").unwrap();
-        let mut checkpointer = Checkpointer::start(&mut writer, &path).expect("started");
+        let (dir, mut writer, mut checkpointer) = file_with_checkpointer();
         // ~12,000 frames with no pause between commits: three times the writer's own limit.
         let row = vec![7u8; 3000];
         for _ in 0..4000 {
