@@ -169,15 +169,19 @@ mod tests {
         (dir, writer, checkpointer)
     }
 
+    /// Commits `n` rows of 3 KB one by one: each adds its pages to the WAL (the row's and the table's, ~3 a commit).
+    fn insert_rows(writer: &Connection, n: usize) {
+        let row = vec![7u8; 3000];
+        for _ in 0..n {
+            writer.execute("INSERT INTO t (body) VALUES (?1)", [&row]).unwrap();
+        }
+    }
+
     #[test]
     fn a_wal_past_a_thousand_pages_is_checkpointed_by_the_thread() {
         let (dir, mut writer, mut checkpointer) = file_with_checkpointer();
-        // Each commit adds its pages to the WAL (a 3 KB row and the table's pages): past a thousand, and below the
-        // limit at which the writer would checkpoint itself.
-        let row = vec![7u8; 3000];
-        for _ in 0..1100 {
-            writer.execute("INSERT INTO t (body) VALUES (?1)", [&row]).unwrap();
-        }
+        // Past a thousand WAL pages, and below the limit at which the writer would checkpoint itself.
+        insert_rows(&writer, 1100);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let (checkpoints, copied) = loop {
             if let Some(settled) = checkpointer.settled() {
@@ -200,10 +204,7 @@ mod tests {
     fn commits_back_to_back_keep_the_wal_below_the_writers_own_limit() {
         let (dir, mut writer, mut checkpointer) = file_with_checkpointer();
         // ~12,000 frames with no pause between commits: three times the writer's own limit.
-        let row = vec![7u8; 3000];
-        for _ in 0..4000 {
-            writer.execute("INSERT INTO t (body) VALUES (?1)", [&row]).unwrap();
-        }
+        insert_rows(&writer, 4000);
         checkpointer.stop(&mut writer);
         // The WAL file keeps the size of the most frames it held (4 KB pages and a 24-byte header each).
         let most = std::fs::metadata(dir.join("log.db-wal")).unwrap().len() / (4096 + 24);
