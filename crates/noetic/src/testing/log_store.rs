@@ -39,6 +39,7 @@ pub async fn check_log_store(store: &dyn LogStore, prefix: &str) -> Checked {
     snapshots_are_kept_up_to_the_logs_end(store, &key("snapshot")).await?;
     a_deleted_log_is_gone(store, &key("delete")).await?;
     a_large_batch_reads_back_whole_in_pages(store, &key("large")).await?;
+    entries_that_share_content_read_back_whole_from_any_position(store, &key("shared")).await?;
     unusual_keys_are_kept_apart(store, prefix).await?;
     leases_have_one_holder_at_a_time(store, &key("lease")).await?;
     a_release_goes_with_its_append_only_when_the_append_lands(store, &key("release")).await?;
@@ -199,6 +200,44 @@ async fn a_large_batch_reads_back_whole_in_pages(store: &dyn LogStore, key: &str
     }
     let in_order = read.iter().enumerate().all(|(i, r)| r.pos == i as u64 + 1 && text_of(r) == Some(&format!("m{i}")));
     check(S, read.len() == 1000 && in_order, || format!("{} entries read back, in order: {in_order}", read.len()))
+}
+
+/// A tool call's append as a turn makes it: two results joining the conversation and reaching the core (in another
+/// order than they joined), a response whose items join too, a result that differs from the one that joined.
+fn sharing_append() -> Vec<Entry> {
+    use crate::agent::log::StepPath;
+    use crate::model::{Item, ModelResponse, ToolResult};
+    use crate::turn::Input;
+    let step = StepPath("agent#0".into());
+    let (first, second) = (ToolResult::ok("c1", "first\nresult"), ToolResult::error("c2", "second \"result\""));
+    let response = ModelResponse::tool_calls([("c3", "search", serde_json::json!({"q": "retry"}))]);
+    let core = |input| Entry::Core { turn: 1, step: step.clone(), input };
+    vec![
+        Entry::Appended { turn: 1, items: vec![Item::ToolResult(first.clone()), Item::ToolResult(second.clone())] },
+        core(Input::ToolDone(second)),
+        core(Input::ToolDone(first)),
+        core(Input::ToolDone(ToolResult::ok("c1", "not what joined"))),
+        Entry::Appended { turn: 1, items: response.items.clone() },
+        core(Input::response(response)),
+        Entry::ToolStarted { turn: 1, step, call_id: "c3".into(), tool: "search".into() },
+    ]
+}
+
+async fn entries_that_share_content_read_back_whole_from_any_position(store: &dyn LogStore, key: &str) -> Checked {
+    const S: &str = "entries that share content read back whole from any position";
+    let batch = sharing_append();
+    let shown = |entries: &[&Entry]| entries.iter().map(|e| serde_json::to_string(e).unwrap_or_default()).collect();
+    let written: Vec<String> = shown(&batch.iter().collect::<Vec<_>>());
+    let last = store.append(key, Expect::At(0), &batch).await.map_err(store_error(S))?;
+    check(S, last == batch.len() as u64, || format!("an append of {} entries ended at {last}", batch.len()))?;
+    for after in 0..last {
+        let read = store.read(key, after, 100).await.map_err(store_error(S))?;
+        let got: Vec<String> = shown(&read.iter().map(|r| &r.entry).collect::<Vec<_>>());
+        check(S, got[..] == written[after as usize..], || {
+            format!("read after {after}: {got:?}, not {:?}", &written[after as usize..])
+        })?;
+    }
+    Ok(())
 }
 
 async fn unusual_keys_are_kept_apart(store: &dyn LogStore, prefix: &str) -> Checked {

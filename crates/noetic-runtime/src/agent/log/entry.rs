@@ -14,8 +14,17 @@ use crate::model::Item;
 use crate::steering::LedgerEntry;
 use crate::turn::Input;
 
-/// The encoding version this build writes ([`encode`]) and the newest it reads ([`decode`]).
-pub const ENTRY_VERSION: u32 = 1;
+/// The newest encoding version this build reads. An entry on its own is written as version 1 ([`encode`]); version
+/// 2 is an entry of a stored row that leaves out what it shares with the `appended` entry before it in the same row
+/// (see [`encode_row`](super::encode_row)): a build that reads only version 1 refuses it instead of reading an entry
+/// with its content missing.
+pub const ENTRY_VERSION: u32 = 2;
+
+/// The version of an entry written whole.
+const WHOLE: u32 = 1;
+
+/// The version of an entry that shares content with the row's `appended` entry before it ([`Shared`]).
+const SHARING: u32 = 2;
 
 /// Where a step runs within its turn: the ids of the steps from the agent down, each with how many times its parent
 /// had started a step of that id before (`plan#0/act#0`, a loop's third iteration `loop#0/act#2`). The same agent
@@ -300,6 +309,8 @@ pub struct Record {
 struct Encoded<'a> {
     v: u32,
     at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared: Option<Shared>,
     #[serde(flatten)]
     entry: &'a Entry,
 }
@@ -308,8 +319,23 @@ struct Encoded<'a> {
 struct Decoded {
     v: u32,
     at_ms: u64,
+    #[serde(default)]
+    shared: Option<Shared>,
     #[serde(flatten)]
     entry: Value,
+}
+
+/// What a stored `core` entry leaves out because the last `appended` entry before it in its row holds it (a turn
+/// appends a call's result to the conversation and gives it to its core in one append; likewise a model response's
+/// items): `"shared":"items"`, a response whose items are all that entry's items; `"shared":{"item":n}`, a tool
+/// outcome that is that entry's `n`-th item (0 first). Written as version 2 ([`ENTRY_VERSION`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Shared {
+    /// The response's items.
+    Items,
+    /// The tool outcome: the `appended` entry's item at this index.
+    Item(u32),
 }
 
 /// Why an encoded entry could not be read.
@@ -339,26 +365,52 @@ fn millis(at: SystemTime) -> u64 {
 
 /// The stored form of `entry` appended at `at`: one JSON object, `{"v":1,"at_ms":…,"type":…,…}`.
 pub fn encode(entry: &Entry, at: SystemTime) -> Result<String, DecodeError> {
-    serde_json::to_string(&Encoded { v: ENTRY_VERSION, at_ms: millis(at), entry })
+    serde_json::to_string(&Encoded { v: WHOLE, at_ms: millis(at), shared: None, entry })
         .map_err(|e| DecodeError::Unreadable { message: format!("could not encode the entry: {e}") })
 }
 
 /// [`encode`], written at the end of `out` instead of into a string of its own (a store keeping several entries in
 /// one text writes them one after the other). On an error, `out` may hold part of the entry.
 pub fn encode_into(entry: &Entry, at: SystemTime, out: &mut Vec<u8>) -> Result<(), DecodeError> {
-    serde_json::to_writer(out, &Encoded { v: ENTRY_VERSION, at_ms: millis(at), entry })
+    encode_line(entry, None, at, out)
+}
+
+/// [`encode_into`]; with `shared`, `entry` is the stripped entry of a row's line that shares it (version 2).
+pub(super) fn encode_line(
+    entry: &Entry,
+    shared: Option<Shared>,
+    at: SystemTime,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeError> {
+    let v = if shared.is_some() { SHARING } else { WHOLE };
+    serde_json::to_writer(out, &Encoded { v, at_ms: millis(at), shared, entry })
         .map_err(|e| DecodeError::Unreadable { message: format!("could not encode the entry: {e}") })
 }
 
 /// Reads what [`encode`] wrote, as the entry at `pos`. A newer version is refused ([`DecodeError::Newer`]), so
-/// is anything that is not an entry.
+/// is anything that is not an entry, and an entry of a row that shares content with the entry before it (only its
+/// row reads it: [`RowReader`](super::RowReader)).
 pub fn decode(pos: u64, text: &str) -> Result<Record, DecodeError> {
+    match decode_line(pos, text)? {
+        (record, None) => Ok(record),
+        (_, Some(_)) => Err(DecodeError::Unreadable {
+            message: "the entry leaves out what it shares with an earlier entry of its row: read it with its row"
+                .into(),
+        }),
+    }
+}
+
+/// Reads one line of a row: the entry (stripped of what it shares, if anything) and what it shares.
+pub(super) fn decode_line(pos: u64, text: &str) -> Result<(Record, Option<Shared>), DecodeError> {
     let decoded: Decoded =
         serde_json::from_str(text).map_err(|e| DecodeError::Unreadable { message: e.to_string() })?;
     if decoded.v > ENTRY_VERSION {
         return Err(DecodeError::Newer { found: decoded.v });
     }
+    if decoded.shared.is_some() && decoded.v < SHARING {
+        return Err(DecodeError::Unreadable { message: format!("version {} shares no content", decoded.v) });
+    }
     let entry =
         serde_json::from_value(decoded.entry).map_err(|e| DecodeError::Unreadable { message: e.to_string() })?;
-    Ok(Record { pos, at: UNIX_EPOCH + Duration::from_millis(decoded.at_ms), entry })
+    Ok((Record { pos, at: UNIX_EPOCH + Duration::from_millis(decoded.at_ms), entry }, decoded.shared))
 }

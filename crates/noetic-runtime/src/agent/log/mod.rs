@@ -48,6 +48,13 @@
 //! cannot read would rebuild a session that never was. A later version adds entry kinds or optional fields; it
 //! never changes what a field of version 1 means.
 //!
+//! Version 2 exists only inside a store's row ([`encode_row`]: an append's entries, one per line): a `core` entry
+//! that hands the turn core what the row's last `appended` entry before it holds — a tool call's result, a model
+//! response's items — leaves that out and says what it shares: `{"v":2,"at_ms":…,"shared":{"item":0},"type":"core",…}`
+//! (the entry's result is that `appended` entry's first item), `"shared":"items"` (the response's items are all of
+//! its items). Only a row reader puts it back ([`RowReader`]); read alone, such a line is refused, and a build that
+//! reads only version 1 refuses it as newer rather than read a result without its text.
+//!
 //! # Positions and events
 //!
 //! A session's first entry is at position 1, each next one 1 more; positions never repeat, also across processes,

@@ -219,16 +219,19 @@ impl Projection {
 
     /// The projection as a snapshot's bytes.
     pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&SnapshotForm { v: super::ENTRY_VERSION, projection: self })
+        serde_json::to_vec(&SnapshotForm { v: SNAPSHOT_VERSION, projection: self })
     }
 
     /// Reads what [`Projection::encode`] wrote; a snapshot of a newer version, or one that does not read, is
     /// `None`: the caller rebuilds the projection from the log instead (a snapshot is only a shortcut).
     pub fn decode(bytes: &[u8]) -> Option<Projection> {
         let read: SnapshotRead = serde_json::from_slice(bytes).ok()?;
-        (read.v == super::ENTRY_VERSION).then_some(read.projection)
+        (read.v == SNAPSHOT_VERSION).then_some(read.projection)
     }
 }
+
+/// The version of a snapshot's form ([`Projection::encode`]); one of another version is rebuilt from the log.
+pub(crate) const SNAPSHOT_VERSION: u32 = 1;
 
 #[derive(Serialize)]
 struct SnapshotForm<'a> {

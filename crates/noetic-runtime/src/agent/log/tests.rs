@@ -110,8 +110,8 @@ fn an_encoded_entry_is_one_json_object_with_its_version_time_and_type() {
 
 #[test]
 fn an_entry_of_a_newer_version_or_an_unknown_kind_is_refused_not_skipped() {
-    let newer = decode(3, r#"{"v":2,"at_ms":0,"type":"stop_requested","reason":"x"}"#).unwrap_err();
-    assert_eq!(newer, DecodeError::Newer { found: 2 });
+    let newer = decode(3, r#"{"v":3,"at_ms":0,"type":"stop_requested","reason":"x"}"#).unwrap_err();
+    assert_eq!(newer, DecodeError::Newer { found: 3 });
     assert!(newer.to_string().contains("upgrade noetic"), "{newer}");
     for text in [
         r#"{"v":1,"at_ms":0,"type":"teleported"}"#,
@@ -277,6 +277,6 @@ fn the_budget_is_projected_from_responses_tool_starts_turn_times_and_budget_entr
     // A snapshot written before budgets existed reads with nothing spent.
     let mut old = serde_json::to_value(Projection::default()).unwrap();
     old.as_object_mut().unwrap().remove("budget");
-    let bytes = serde_json::to_vec(&json!({"v": ENTRY_VERSION, "projection": old})).unwrap();
+    let bytes = serde_json::to_vec(&json!({"v": super::projection::SNAPSHOT_VERSION, "projection": old})).unwrap();
     assert_eq!(Projection::decode(&bytes).unwrap().budget, crate::budget::Account::default());
 }
