@@ -2,6 +2,7 @@
 //! outcome waits for the next call's start (or the step's end) instead of a write of its own before the next model
 //! request, and a crash in between costs only running that call again; any other call's outcome goes with the next
 //! call's start when the model answers within the writer's hold, and is written while the model works otherwise.
+//! A turn's start is handed over the same way before its first model request.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -263,9 +264,12 @@ async fn a_turn_writes_its_start_one_append_per_call_and_its_end_with_its_steps_
     let session = rt.open("s").await.unwrap();
     assert_eq!(session.send("find it").await.unwrap().await.unwrap(), "found it");
     let appends = recording.appends();
-    // The turn's start; the step's start and its first response ride with the first call's start; the last
-    // outcome, the answer and the step's end with the turn's end.
+    // The turn's start (written on its own while the model works); the step's start and its first response ride
+    // with the first call's start; the last outcome, the answer and the step's end with the turn's end.
     assert_eq!(appends.len(), CALLS + 2, "{appends:#?}");
+    let start = &appends[0];
+    assert!(start.iter().any(|e| matches!(e, Entry::TurnStarted { .. })), "{start:?}");
+    assert!(!start.iter().any(|e| matches!(e, Entry::Core { .. })), "{start:?}");
     let first_call = &appends[1];
     assert!(first_call.iter().any(|e| matches!(e, Entry::Core { input: Input::Start, .. })), "{first_call:?}");
     assert!(first_call.iter().any(|e| tool_started(e) == Some("c0")), "{first_call:?}");
@@ -334,7 +338,11 @@ async fn a_call_that_is_not_idempotent_shares_one_write_with_the_next_calls_star
         let outcome = appends.iter().find(|a| a.iter().any(|e| tool_done(e) == Some(&id))).unwrap();
         assert!(outcome.iter().any(|e| tool_started(e) == Some(&next)), "{id} with {next}'s start: {outcome:?}");
     }
-    assert_eq!(appends.len(), CALLS + 2, "the turn's start, a write per call, its end: {appends:#?}");
+    // The turn's start needs no write of its own either: it goes with the first call's start.
+    let first = &appends[0];
+    assert!(first.iter().any(|e| matches!(e, Entry::TurnStarted { .. })), "{first:?}");
+    assert!(first.iter().any(|e| tool_started(e) == Some("c0")), "{first:?}");
+    assert_eq!(appends.len(), CALLS + 1, "a write per call, the turn's end: {appends:#?}");
 }
 
 #[tokio::test(start_paused = true)]

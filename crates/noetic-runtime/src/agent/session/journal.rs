@@ -84,6 +84,10 @@ pub(crate) struct LogJournal {
     before: std::sync::atomic::AtomicUsize,
     /// The turn's writes, refused after one fails.
     chain: crate::agent::logged::Chain,
+    /// The turn's opening is the commit handed over without waiting ([`LogJournal::open`]).
+    opening: AtomicBool,
+    /// Why the turn's opening did not land, once that is known.
+    unopened: Mutex<Option<String>>,
 }
 
 impl LogJournal {
@@ -99,12 +103,38 @@ impl LogJournal {
             written: Mutex::default(),
             before: std::sync::atomic::AtomicUsize::new(0),
             chain: Arc::default(),
+            opening: AtomicBool::new(false),
+            unopened: Mutex::default(),
         }
+    }
+
+    /// Hands the turn's opening (its start, and the messages it shows the model first) to the writer without
+    /// waiting: the turn goes on to its first model request meanwhile, and its first durable write (the response,
+    /// with the call it starts) goes after it — in the same append when the model answers within the writer's hold
+    /// — and only if it landed. `before`: where the conversation's durable part ended before the opening's items.
+    /// A crash before it lands loses the turn's start, as a crash before a start written on its own did; nothing the
+    /// turn did before its first durable write is in the log either.
+    pub(crate) fn open(&self, entries: Vec<Entry>, before: usize) {
+        let Some(logged) = self.state.logged() else { return };
+        let receipt = logged.submit_lazy(entries, Some(self.chain.clone()));
+        self.before.store(before, Ordering::SeqCst);
+        self.opening.store(true, Ordering::SeqCst);
+        *lock(&self.written) = Some((receipt, logged.persisted()));
+    }
+
+    /// Whether the turn's opening landed; waited for when no write of the turn waited for it yet.
+    pub(crate) async fn opened(&self) -> Result<(), String> {
+        if self.opening.load(Ordering::SeqCst) {
+            // Its error, if any, is kept below.
+            let _ = self.landed().await;
+        }
+        lock(&self.unopened).clone().map_or(Ok(()), Err)
     }
 
     /// Waits for the commit handed over without waiting, if any: an error when it did not land.
     async fn landed(&self) -> Result<(), String> {
         let Some((mut receipt, persisted)) = lock(&self.written).take() else { return Ok(()) };
+        let opening = self.opening.swap(false, Ordering::SeqCst);
         let Some(logged) = self.state.logged() else { return Ok(()) };
         let answer = match receipt.try_recv() {
             Ok(answer) => answer,
@@ -123,6 +153,9 @@ impl LogJournal {
             Err(e) => {
                 // Its items are not in the log: the next write of this session starts from them again.
                 logged.set_persisted(self.before.load(Ordering::SeqCst));
+                if opening {
+                    *lock(&self.unopened) = Some(e.clone());
+                }
                 Err(e)
             }
         }

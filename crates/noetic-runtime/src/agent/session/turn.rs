@@ -97,7 +97,8 @@ impl Session {
                 as Arc<dyn RecordSink>
         });
         // In a session log, the turn's start (or its resumption by this process) and the messages a continuation
-        // starts with are one append; the turn's task waits for it before it does anything.
+        // starts with are one append. A resumption is waited for before the turn does anything; a start goes with
+        // the turn's first durable write, and nothing the turn does is durable (no tool runs) unless it landed.
         let mut opening = log_journal.as_ref().map(|_| {
             vec![match kind {
                 TurnKind::Resumed => Entry::TurnResumed { turn: number, by: process_name() },
@@ -125,6 +126,7 @@ impl Session {
         });
         *conversation = Conversation::Running { ctx: ctx.clone(), steering: steering.clone() };
         state.touch(crate::agent::tick(&self.runtime));
+        let durable_before = state.logged().map_or(0, |logged| logged.persisted());
         // Messages a continuation starts with enter the conversation now, whatever the agent does next, so they
         // are shown (and persisted) exactly once.
         if !pending.is_empty() {
@@ -139,7 +141,15 @@ impl Session {
             ctx.emit(|| EventKind::SteeringInjected { session: state.key.clone(), count });
             tracing::info!(parent: &span, noetic.steering.count = count, "steering.injected");
         }
-        let opening = opening.and_then(|entries| state.submit(entries));
+        // A fresh turn's opening goes with its first durable write (see `LogJournal::open`); a resumed one's is
+        // waited for first (it takes the turn over from another process).
+        let opening = match (opening, &log_journal) {
+            (Some(entries), Some(journal)) if kind != TurnKind::Resumed => {
+                journal.open(entries, durable_before);
+                None
+            }
+            (opening, _) => opening.and_then(|entries| state.submit(entries)),
+        };
         let renewing = CancellationToken::new();
         if let Some(lease) = &lease {
             lease.keep(cancel.clone(), renewing.clone());
@@ -161,14 +171,14 @@ impl Session {
                 let started = tokio::time::Instant::now();
                 ctx.events().set_turn(Some(number));
                 ctx.emit(|| EventKind::TurnStarted { session: session.clone(), turn: number });
-                // A turn the log does not hold does not run.
+                // A resumption the log does not hold does not run (a start: see `LogJournal::open`).
                 let opened = match opening {
                     Some(receipt) => settled(receipt).await.map(|_| ()).map_err(|e| {
                         NoeticError::other(format!("turn {number} of session '{session}' could not be logged: {e}"))
                     }),
                     None => Ok(()),
                 };
-                let logged = opened.is_ok();
+                let mut logged = opened.is_ok();
                 let opened = match opened {
                     Ok(()) => crate::agent::persist::load_global(runtime).await,
                     failed => failed,
@@ -185,6 +195,19 @@ impl Session {
                                 crate::error::panic_message(&*p)
                             )))
                         }),
+                };
+                // A turn whose opening did not land is not in the log: it failed, whatever it answered.
+                let result = match (&log_journal, logged) {
+                    (Some(journal), true) => match journal.opened().await {
+                        Ok(()) => result,
+                        Err(e) => {
+                            logged = false;
+                            Err(NoeticError::other(format!(
+                                "turn {number} of session '{session}' could not be logged: {e}"
+                            )))
+                        }
+                    },
+                    _ => result,
                 };
                 // Said once the session is idle (see `Release`): whoever hears it finds the turn over.
                 release.ended = Some(match &result {
