@@ -263,6 +263,49 @@ impl Parser<'_> {
     }
 }
 
+/// How many texts a thread keeps as read JSON ([`note_json`]).
+const NOTED: usize = 4;
+
+thread_local! {
+    /// The texts this thread noted last as JSON, the most recent first. Each is kept alive here, so a text at the
+    /// same address and of the same length is the same text.
+    static NOTED_JSON: std::cell::RefCell<[Option<std::sync::Arc<str>>; NOTED]> =
+        const { std::cell::RefCell::new([None, None, None, None]) };
+}
+
+/// Notes that `text` was read as one JSON value (a tool call's arguments, parsed before its tool ran), so that a
+/// writer about to check the same text again on this thread — an encoder putting the call back into the next
+/// request — may skip the check ([`is_noted_json`]). The thread keeps the last four texts noted.
+pub fn note_json(text: &std::sync::Arc<str>) {
+    NOTED_JSON.with(|noted| {
+        let mut noted = noted.borrow_mut();
+        noted.rotate_right(1);
+        noted[0] = Some(text.clone());
+    });
+}
+
+/// Whether `text` is — the very string, not an equal one — among the last texts this thread noted as JSON
+/// ([`note_json`]). `false` says nothing: the caller checks the text itself.
+///
+/// ```
+/// use std::sync::Arc;
+/// use noetic_core::json::{is_noted_json, note_json};
+///
+/// let arguments: Arc<str> = Arc::from(r#"{"path": "src/lib.rs"}"#);
+/// note_json(&arguments);
+/// assert!(is_noted_json(&arguments));
+/// assert!(!is_noted_json(r#"{"path": "src/lib.rs"}"#), "an equal text elsewhere is not the one noted");
+/// ```
+pub fn is_noted_json(text: &str) -> bool {
+    NOTED_JSON.with(|noted| {
+        noted
+            .borrow()
+            .iter()
+            .flatten()
+            .any(|kept| std::ptr::eq(kept.as_ptr(), text.as_ptr()) && kept.len() == text.len())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -270,6 +313,23 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_noted_text_stays_known_while_it_is_among_the_last_four_noted_even_after_its_owner_dropped_it() {
+        let first: std::sync::Arc<str> = std::sync::Arc::from(r#"{"q": 0}"#);
+        let (at, len) = (first.as_ptr(), first.len());
+        note_json(&first);
+        drop(first);
+        // The text is kept alive by the note: nothing else can be allocated at its address meanwhile.
+        let kept = NOTED_JSON.with(|noted| noted.borrow()[0].clone().unwrap());
+        assert!(std::ptr::eq(kept.as_ptr(), at) && kept.len() == len);
+        assert!(is_noted_json(&kept));
+        assert!(!is_noted_json(&kept[..len - 1]), "a part of it is not the text noted");
+        for n in 1..=4 {
+            note_json(&std::sync::Arc::from(format!(r#"{{"q": {n}}}"#)));
+            assert_eq!(is_noted_json(&kept), n < 4, "after {n} newer notes");
+        }
+    }
 
     /// Any JSON value, floats and every kind of character in strings included.
     fn any_value() -> impl Strategy<Value = Value> {

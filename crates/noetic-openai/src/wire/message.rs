@@ -126,7 +126,11 @@ pub(crate) fn value(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized))
 /// be stuck for good; the call's result already tells the model its arguments were not JSON.
 pub(crate) fn wire_arguments(raw: &str) -> Cow<'_, str> {
     // The hand scan is sure of the usual arguments at less than serde's cost; serde decides the rest.
-    if super::answer::surely_json(raw) || serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
+    // Arguments a tool was given were parsed before it ran (and noted on this thread); any others are checked here.
+    if noetic_core::json::is_noted_json(raw)
+        || super::answer::surely_json(raw)
+        || serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok()
+    {
         Cow::Borrowed(raw)
     } else {
         Cow::Owned(json!({ "_raw": raw }).to_string())

@@ -249,7 +249,11 @@ pub(crate) async fn prepare<'t>(
     } else {
         // The usual arguments by hand; anything it is not sure of (and every error's wording) is serde's.
         match crate::json::parse_value(&call.arguments).map_or_else(|| serde_json::from_str(&call.arguments), Ok) {
-            Ok(v) => v,
+            Ok(v) => {
+                // The call goes back to the model in the next request: its encoder need not check the text again.
+                crate::json::note_json(&call.arguments);
+                v
+            }
             Err(e) => {
                 let message = format!(
                     "malformed JSON in tool arguments ({e}): {}; send the arguments as one JSON object",
