@@ -260,3 +260,25 @@ async fn a_store_appends_after_what_another_store_on_the_file_appended_since_its
     assert!(b.delete("s").await.unwrap());
     assert_eq!(a.append("s", Expect::At(0), &[stop("again")]).await.unwrap(), 1, "a deleted log starts again");
 }
+
+#[tokio::test]
+async fn an_append_that_fails_halfway_alone_in_its_transaction_leaves_nothing_behind() {
+    let path = scratch("halfway").join("sessions.db");
+    let store = SqliteLogStore::open(&path).await.unwrap();
+    store.append("other", Expect::At(0), &[stop("a")]).await.unwrap();
+    // An append's second statement (its session's row) fails for "boom", after its entries' row went in.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER boom BEFORE INSERT ON log_sessions WHEN NEW.key = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;",
+    )
+    .unwrap();
+    let err = store.append("boom", Expect::At(0), &[stop("x")]).await.unwrap_err();
+    assert!(err.to_string().contains("boom"), "{err}");
+    let rows: i64 =
+        conn.query_row("SELECT COUNT(*) FROM log_entries WHERE session = 'boom'", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 0, "the entries' row went with the failed append");
+    conn.execute_batch("DROP TRIGGER boom").unwrap();
+    assert_eq!(store.append("boom", Expect::At(0), &[stop("y")]).await.unwrap(), 1);
+    assert_eq!(reasons(&store.read("boom", 0, 10).await.unwrap()), ["y"]);
+    assert_eq!(reasons(&store.read("other", 0, 10).await.unwrap()), ["a"]);
+}

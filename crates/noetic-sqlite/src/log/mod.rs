@@ -6,7 +6,8 @@
 //!   answered through oneshot channels, so no tokio worker ever waits on SQLite. It takes every request queued when
 //!   it looks (group commit): one `BEGIN IMMEDIATE`, each append checked against where its log ends *inside* that
 //!   transaction (one that fails is answered with its own [`StoreError::Conflict`] and the others go on; each
-//!   request is a savepoint of its own), one `COMMIT`, then every answer. A commit answers only what it made
+//!   request is a savepoint of its own, unless it is alone: then a failure rolls the transaction back), one
+//!   `COMMIT`, then every answer. A commit answers only what it made
 //!   durable. After a commit it looks for the next request for a moment (`writer::LOOK`, yielding its core between
 //!   looks) before it sleeps: a turn's next write usually comes within it, and waking a sleeping thread costs more. The thread ends when the last handle on the store is dropped: dropping the channel's sender lets it
 //!   finish its queue and exit, so `Drop` does no I/O. Between transactions it keeps each session's end and

@@ -62,6 +62,16 @@ impl Done {
         matches!(self, Done::Lease { turn: true, result: Ok((None, _)), .. })
     }
 
+    /// Whether it failed (its answer is an error).
+    pub(crate) fn failed(&self) -> bool {
+        match self {
+            Done::Append { result, .. } => result.is_err(),
+            Done::Delete { result, .. } => result.is_err(),
+            Done::Snapshot { result, .. } => result.is_err(),
+            Done::Lease { result, .. } => result.is_err(),
+        }
+    }
+
     /// Answers after the commit; a caller that went away is not an error.
     pub(crate) fn answer(self, appended: &broadcast::Sender<Appended>) {
         match self {
