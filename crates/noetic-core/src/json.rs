@@ -263,25 +263,17 @@ impl Parser<'_> {
     }
 }
 
-/// How many texts a thread keeps as read JSON ([`note_json`]).
-const NOTED: usize = 4;
-
 thread_local! {
-    /// The texts this thread noted last as JSON, the most recent first. Each is kept alive here, so a text at the
-    /// same address and of the same length is the same text.
-    static NOTED_JSON: std::cell::RefCell<[Option<std::sync::Arc<str>>; NOTED]> =
-        const { std::cell::RefCell::new([None, None, None, None]) };
+    /// The texts this thread noted last as JSON. Each is kept alive here, so a text at the same address and of the
+    /// same length is the same text.
+    static NOTED_JSON: std::cell::RefCell<crate::sync::Recent> = const { std::cell::RefCell::new(crate::sync::Recent::new()) };
 }
 
 /// Notes that `text` was read as one JSON value (a tool call's arguments, parsed before its tool ran), so that a
 /// writer about to check the same text again on this thread — an encoder putting the call back into the next
 /// request — may skip the check ([`is_noted_json`]). The thread keeps the last four texts noted.
 pub fn note_json(text: &std::sync::Arc<str>) {
-    NOTED_JSON.with(|noted| {
-        let mut noted = noted.borrow_mut();
-        noted.rotate_right(1);
-        noted[0] = Some(text.clone());
-    });
+    NOTED_JSON.with(|noted| noted.borrow_mut().keep(text.clone(), None));
 }
 
 /// Whether `text` is — the very string, not an equal one — among the last texts this thread noted as JSON
@@ -298,11 +290,7 @@ pub fn note_json(text: &std::sync::Arc<str>) {
 /// ```
 pub fn is_noted_json(text: &str) -> bool {
     NOTED_JSON.with(|noted| {
-        noted
-            .borrow()
-            .iter()
-            .flatten()
-            .any(|kept| std::ptr::eq(kept.as_ptr(), text.as_ptr()) && kept.len() == text.len())
+        noted.borrow().position(|kept| std::ptr::eq(kept.as_ptr(), text.as_ptr()) && kept.len() == text.len()).is_some()
     })
 }
 
@@ -321,7 +309,7 @@ mod tests {
         note_json(&first);
         drop(first);
         // The text is kept alive by the note: nothing else can be allocated at its address meanwhile.
-        let kept = NOTED_JSON.with(|noted| noted.borrow()[0].clone().unwrap());
+        let kept = NOTED_JSON.with(|noted| noted.borrow().get(0).cloned().unwrap());
         assert!(std::ptr::eq(kept.as_ptr(), at) && kept.len() == len);
         assert!(is_noted_json(&kept));
         assert!(!is_noted_json(&kept[..len - 1]), "a part of it is not the text noted");

@@ -1,6 +1,6 @@
 //! Small synchronisation helpers every layer of the crate uses (the bottom layer, beside `error`).
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: the runtime's locks guard plain data
 /// whose invariants hold between statements, and a panic elsewhere must not take every later caller down too.
@@ -79,6 +79,38 @@ fn thread_slot() -> usize {
         static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
     }
     SLOT.with(|slot| *slot)
+}
+
+/// How many strings a [`Recent`] keeps.
+const RECENT: usize = 4;
+
+/// The last few shared strings a thread kept (the value of a thread-local), the most recent first: a call's tool
+/// names given out again ([`ToolCall::shared_name`](crate::model::ToolCall::shared_name)), texts read as JSON
+/// ([`note_json`](crate::json::note_json)).
+pub(crate) struct Recent([Option<Arc<str>>; RECENT]);
+
+impl Recent {
+    pub(crate) const fn new() -> Self {
+        Recent([None, None, None, None])
+    }
+
+    /// Where the first string kept that `found` accepts is.
+    pub(crate) fn position(&self, found: impl Fn(&str) -> bool) -> Option<usize> {
+        self.0.iter().position(|kept| kept.as_deref().is_some_and(&found))
+    }
+
+    /// The string kept at `at`.
+    pub(crate) fn get(&self, at: usize) -> Option<&Arc<str>> {
+        self.0.get(at)?.as_ref()
+    }
+
+    /// Keeps `text` first, in place of the one at `replacing` (the least recent when `None`); those before it move
+    /// one down.
+    pub(crate) fn keep(&mut self, text: Arc<str>, replacing: Option<usize>) {
+        let at = replacing.unwrap_or(RECENT - 1).min(RECENT - 1);
+        self.0[..=at].rotate_right(1);
+        self.0[0] = Some(text);
+    }
 }
 
 #[cfg(test)]

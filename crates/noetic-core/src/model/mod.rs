@@ -147,23 +147,16 @@ impl ToolCall {
     /// assert_eq!(&*ToolCall::shared_name("read_file"), "read_file");
     /// ```
     pub fn shared_name(name: &str) -> Arc<str> {
-        /// How many names a thread keeps.
-        const KEPT: usize = 4;
         thread_local! {
-            /// The names given last, the most recent first.
-            static NAMES: std::cell::RefCell<[Option<Arc<str>>; KEPT]> = const { std::cell::RefCell::new([None, None, None, None]) };
+            /// The names given last.
+            static NAMES: std::cell::RefCell<crate::sync::Recent> = const { std::cell::RefCell::new(crate::sync::Recent::new()) };
         }
         NAMES.with(|names| {
             let mut names = names.borrow_mut();
-            let found = names.iter().position(|kept| kept.as_deref() == Some(name));
-            let shared = match found {
-                Some(at) => names[at].clone().unwrap_or_else(|| Arc::from(name)),
-                None => Arc::from(name),
-            };
-            // The one found (or the least recent, for a new name) moves to the front.
-            let at = found.unwrap_or(KEPT - 1);
-            names[..=at].rotate_right(1);
-            names[0] = Some(shared.clone());
+            let found = names.position(|kept| kept == name);
+            let shared = found.and_then(|at| names.get(at)).cloned().unwrap_or_else(|| Arc::from(name));
+            // The one found (or a new name, in place of the least recent) moves to the front.
+            names.keep(shared.clone(), found);
             shared
         })
     }

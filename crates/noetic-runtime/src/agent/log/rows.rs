@@ -141,10 +141,9 @@ impl<'a> RowReader<'a> {
                     return Ok(false);
                 }
                 let record = match decode_line(at, line) {
-                    Ok((mut record, Some(shared))) => self
-                        .shared_items(first, &skipped, pos)
-                        .and_then(|items| restore(&mut record.entry, shared, &items))
-                        .map(|()| record),
+                    Ok((mut record, Some(shared))) => {
+                        self.restore_shared(&mut record.entry, shared, first, &skipped, pos).map(|()| record)
+                    }
                     Ok((record, None)) => Ok(record),
                     Err(e) => Err(e),
                 };
@@ -158,22 +157,31 @@ impl<'a> RowReader<'a> {
         Ok(self.records.len() < self.limit)
     }
 
-    /// The items of the last `appended` entry of the row so far: among the entries kept from it (those after
-    /// `first`), else among its `skipped` lines (at `pos` on), read for this.
-    fn shared_items(&self, first: usize, skipped: &[&str], pos: u64) -> Result<Vec<Item>, DecodeError> {
-        let appended = |entry: &Entry| match entry {
-            Entry::Appended { items, .. } => Some(items.clone()),
-            _ => None,
-        };
+    /// Puts back into `entry` what it shares with the last `appended` entry of the row so far: among the entries
+    /// kept from it (those after `first`), else among its `skipped` lines (at `pos` on), read for this.
+    fn restore_shared(
+        &self,
+        entry: &mut Entry,
+        shared: Shared,
+        first: usize,
+        skipped: &[&str],
+        pos: u64,
+    ) -> Result<(), DecodeError> {
+        fn appended(entry: &Entry) -> Option<&[Item]> {
+            match entry {
+                Entry::Appended { items, .. } => Some(items),
+                _ => None,
+            }
+        }
         if let Some(items) = self.records[first..].iter().rev().find_map(|r| appended(&r.entry)) {
-            return Ok(items);
+            return restore(entry, shared, items);
         }
         for (i, line) in skipped.iter().enumerate().rev() {
             // A line that shares content is no `appended` entry; any other is read whole.
             if let Ok((record, None)) = decode_line(pos + i as u64, line)
                 && let Some(items) = appended(&record.entry)
             {
-                return Ok(items);
+                return restore(entry, shared, items);
             }
         }
         Err(DecodeError::Unreadable {
