@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use noetic::agent::Runtime;
 use noetic::model::{Model, ModelRequest, ModelResponse};
 use noetic::prelude::*;
-use noetic_openai::wire::{BodyOptions, HistoryCache, encode_body, parse_response};
+use noetic_openai::wire::{BodyOptions, HistoryCache, encode_body, parse_response_keeping};
 use serde_json::{Value, json};
 
 use crate::BenchResult;
@@ -104,7 +104,7 @@ impl Model for WireModel {
             .filter(|item| matches!(item, Item::ToolResult(_)))
             .count();
         let answer = if results < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
-        let response = parse_response(answer);
+        let response = parse_response_keeping(answer, &self.history_cache);
         Box::pin(async move { response })
     }
 }

@@ -46,7 +46,7 @@ pub use config::{
 pub use decode::{ByteChunks, EventDecoder, decode_events, sse_deltas};
 pub use driver::{HttpDriver, WireFormat};
 pub use json::{find_json_escape, write_json_str};
-pub use log_cache::{BodyCache, LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
+pub use log_cache::{BodyCache, IdHasher, IdMap, LOG_CACHE_BYTES, LOG_CACHE_ENTRIES, LogCache, Weighed};
 pub use noetic_core::model::{DEFAULT_MAX_DELAY, retry_delay, with_retries};
 pub use retry_after::{MAX_RETRY_AFTER, parse_retry_after};
 pub use sse::{SseError, SseEvent, SseFramer, SseStreamError, sse_events};

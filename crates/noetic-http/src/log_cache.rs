@@ -20,10 +20,10 @@ struct Entry<P> {
     last_used: u64,
 }
 
-/// Hashes a log id with one multiplication: ids are numbers this process hands out, not input, so SipHash's
-/// defence against chosen keys buys nothing on a lookup made twice per request.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
+/// The hasher of [`IdMap`]: an id hashed with one multiplication. Ids are numbers this process hands out (log ids,
+/// addresses), not input, so SipHash's defence against chosen keys buys nothing on a lookup made per request.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -42,7 +42,9 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A map keyed by ids that are already spread over their low bits (counters, addresses shifted past their
+/// alignment), hashed by one multiplication instead of SipHash.
+pub type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 struct Entries<P> {
     by_log: IdMap<Entry<P>>,
@@ -164,10 +166,11 @@ impl<P, H, S> BodyCache<P, H, S> {
 /// A provider's public `HistoryCache`: a [`BodyCache`] of its own (private) prefix, head and suffix types, with
 /// `Default`, `Debug` and `usage()`. `body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey)` declares it; the
 /// provider reaches the parts as `cache.0`. The prefix type keeps its messages in a field `log: ChunkLog`, which is
-/// what it weighs against the cache's bound.
+/// what it weighs against the cache's bound. A fifth type, when given, is a further part of the provider's own
+/// (`Default` and `Debug`), reached as `cache.1`.
 #[macro_export]
 macro_rules! body_cache_type {
-    ($name:ident, $prefix:ty, $head:ty, $suffix:ty) => {
+    ($name:ident, $prefix:ty, $head:ty, $suffix:ty $(, $extra:ty)?) => {
         impl $crate::Weighed for $prefix {
             fn bytes(&self) -> usize {
                 self.log.len()
@@ -177,7 +180,7 @@ macro_rules! body_cache_type {
         /// What a model keeps between requests: the encoded history messages per item log and the heads and
         /// suffixes of bodies (bounded: see [`BodyCache`]($crate::BodyCache)).
         #[derive(Default, Debug)]
-        pub struct $name($crate::BodyCache<$prefix, $head, $suffix>);
+        pub struct $name(pub(crate) $crate::BodyCache<$prefix, $head, $suffix> $(, pub(crate) $extra)?);
 
         impl $name {
             /// How many logs it remembers and how many bytes of messages they hold.

@@ -10,7 +10,7 @@ use noetic_http::{Auth, ChunkedBody, HttpDriver, HttpFailure, Names, Transport, 
 
 use crate::config::{OPENAI_BASE_URL_ENV, OpenAiConfig};
 use crate::status::status_error;
-use crate::wire::{BodyOptions, HistoryCache, StreamAccumulator, encode_body, parse_response};
+use crate::wire::{BodyOptions, HistoryCache, StreamAccumulator, encode_body, parse_response_keeping};
 
 /// An OpenAI-compatible chat-completions model: OpenAI, OpenRouter, Ollama, vLLM, llama.cpp's server.
 ///
@@ -67,8 +67,9 @@ impl WireFormat for Wire {
     type Decoder = StreamAccumulator;
 
     fn parse_response(&self, body: &str, _step_id: &str) -> Result<ModelResponse, NoeticError> {
-        // A whole answer's errors (malformed JSON, an error object) are failures, which name no step.
-        parse_response(body)
+        // A whole answer's errors (malformed JSON, an error object) are failures, which name no step. The calls'
+        // arguments are kept as escaped for the request that sends them back.
+        parse_response_keeping(body, &self.history_cache)
     }
 
     fn status_error(&self, failure: &HttpFailure<'_>) -> NoeticError {

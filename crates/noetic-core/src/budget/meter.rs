@@ -12,6 +12,8 @@ use crate::sync::lock;
 #[derive(Debug)]
 pub struct Meter {
     budget: Budget,
+    /// False when the budget sets no limit at all: nothing to check (most turns run without one).
+    limited: bool,
     /// What the session spent before this turn (including, for a resumed turn, what it spent before the stop).
     before: Spent,
     started: tokio::time::Instant,
@@ -32,6 +34,7 @@ impl Meter {
     /// resumed turn's own spending so far).
     pub fn new(budget: Budget, before: Spent, turn: Spent) -> Meter {
         Meter {
+            limited: !(budget.session.is_empty() && budget.turn.is_empty()),
             budget,
             before,
             started: tokio::time::Instant::now(),
@@ -85,6 +88,9 @@ impl Meter {
     /// Checks every limit: the continuous ones (tokens, cost, wall time) are reached once spent; calls of the
     /// kind about to start (`next`, `n` of them) are reached when they would go past the limit.
     fn check(&self, next: Limit, n: u64) -> Result<(), BudgetReached> {
+        if !self.limited {
+            return Ok(());
+        }
         let mut state = lock(&self.state);
         if let Some(reached) = &state.reached {
             return Err(reached.clone());
@@ -127,5 +133,40 @@ fn over(limits: &Limits, spent: &Spent, next: Limit, n: u64, scope: Scope) -> Op
 impl Default for Meter {
     fn default() -> Self {
         Meter::new(Budget::default(), Spent::default(), Spent::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn spent_calls(tool_calls: u64) -> Spent {
+        Spent { tool_calls, model_calls: tool_calls, ..Spent::default() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_meter_without_limits_lets_every_call_start_and_still_counts_what_the_turn_spends() {
+        let meter = Meter::new(Budget::default(), spent_calls(1_000_000), Spent::default());
+        for _ in 0..100 {
+            assert!(meter.before_model_call().is_ok());
+            assert!(meter.before_tool_calls(3, true).is_ok());
+        }
+        assert_eq!(meter.turn_spent().tool_calls, 300);
+        assert_eq!(meter.reached(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_of_either_scope_alone_is_checked_and_stays_reached() {
+        let turn =
+            Meter::new(Budget::default().turn(Limits::default().tool_calls(2)), Spent::default(), Spent::default());
+        assert!(turn.before_tool_calls(2, true).is_ok());
+        let reached = turn.before_tool_calls(1, true).unwrap_err();
+        assert_eq!((reached.scope, reached.limit), (Scope::Turn, Limit::ToolCalls));
+        assert_eq!(turn.before_model_call().unwrap_err(), reached, "reached stays reached");
+        let session = Budget::default().session(Limits::default().model_calls(5));
+        let meter = Meter::new(session, spent_calls(5), Spent::default());
+        assert_eq!(meter.before_model_call().unwrap_err().scope, Scope::Session);
     }
 }

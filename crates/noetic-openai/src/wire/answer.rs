@@ -113,6 +113,10 @@ pub(super) struct Function<'a> {
     pub name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub arguments: Option<Cow<'a, str>>,
+    /// The arguments' text as the answer held it, escaped (between the quotes), when they held an escape; the
+    /// scan's alone (see `escaped`).
+    #[serde(skip)]
+    pub escaped: Option<&'a str>,
 }
 
 /// Message content as text: a string, or the `text` of each part of an array of content parts.

@@ -21,6 +21,7 @@ use noetic_core::model::{ModelParams, ToolChoice};
 use noetic_http::{ChunkLog, ChunkedBody, is_key_text, key_text};
 use serde_json::Value;
 
+use super::escaped::EscapedArguments;
 use super::message::{Message, string, value};
 use super::request::{closes_message, float, walk};
 
@@ -88,23 +89,25 @@ impl SuffixKey {
     }
 }
 
-noetic_http::body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey);
+noetic_http::body_cache_type!(HistoryCache, Prefix, HeadKey, SuffixKey, super::escaped::EscapedArguments);
 
 /// Writes the body's messages, demoting late `system` messages when asked.
-struct Messages {
+struct Messages<'c> {
     out: Vec<u8>,
+    /// Calls' arguments as answers escaped them (see `escaped`).
+    escaped: &'c EscapedArguments,
     count: usize,
     late_system_as_user: bool,
 }
 
-impl Messages {
+impl Messages<'_> {
     /// Appends one message (with its separator) and returns where it starts (at the separator).
     fn push(&mut self, message: Message<'_>) -> usize {
         let start = self.out.len();
         if self.count > 0 {
             self.out.push(b',');
         }
-        message.write(self.late_system_as_user && self.count > 0, &mut self.out);
+        message.write(self.late_system_as_user && self.count > 0, &mut self.out, Some(self.escaped));
         self.count += 1;
         start
     }
@@ -147,7 +150,7 @@ fn head(model: &str, system: Option<&str>) -> Bytes {
     string(&mut out, model);
     out.extend_from_slice(b",\"messages\":[");
     if let Some(system) = system {
-        Message::Text { role: "system", content: system }.write(false, &mut out);
+        Message::Text { role: "system", content: system }.write(false, &mut out, None);
     }
     Bytes::from(out)
 }
@@ -279,6 +282,7 @@ pub fn encode_body(request: &ModelRequest, stream: bool, options: &BodyOptions, 
 
     let mut messages = Messages {
         out: Vec::with_capacity(1024),
+        escaped: &cache.1,
         count: usize::from(system.is_some()),
         late_system_as_user: options.late_system_as_user,
     };

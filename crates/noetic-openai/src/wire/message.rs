@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use noetic_core::model::{Item, ToolCall};
 use serde_json::{Map, Value, json};
 
+use super::escaped::EscapedArguments;
+
 /// A message of the body, borrowing from the request's items.
 pub(crate) enum Message<'a> {
     /// `user` or `system` text.
@@ -48,8 +50,9 @@ impl Message<'_> {
         }
     }
 
-    /// Appends the message's JSON to `out`: the bytes of [`Message::to_value`]'s serialisation.
-    pub(crate) fn write(&self, demote: bool, out: &mut Vec<u8>) {
+    /// Appends the message's JSON to `out`: the bytes of [`Message::to_value`]'s serialisation. A call's arguments
+    /// kept in `escaped` as its answer escaped them are copied from there (the same bytes, see `escaped`).
+    pub(crate) fn write(&self, demote: bool, out: &mut Vec<u8>, escaped: Option<&EscapedArguments>) {
         match self {
             Message::Text { role: "system", content } if demote => {
                 out.extend_from_slice(b"{\"content\":");
@@ -86,7 +89,16 @@ impl Message<'_> {
                             out.push(b',');
                         }
                         out.extend_from_slice(b"{\"function\":{\"arguments\":");
-                        string(out, &wire_arguments(&call.arguments));
+                        let kept = escaped.and_then(|e| e.take(&call.arguments));
+                        match (wire_arguments(&call.arguments), kept) {
+                            // Sent as they are, and kept as the answer escaped them: those bytes.
+                            (Cow::Borrowed(_), Some(wire)) => {
+                                out.push(b'"');
+                                out.extend_from_slice(wire.as_bytes());
+                                out.push(b'"');
+                            }
+                            (arguments, _) => string(out, &arguments),
+                        }
                         out.extend_from_slice(b",\"name\":");
                         string(out, &call.name);
                         out.extend_from_slice(b"},\"id\":");

@@ -3,12 +3,14 @@
 //! * [`request_body`] — [`ModelRequest`](noetic_core::model::ModelRequest) → JSON body.
 //! * [`encode_body`] — the same as shared byte chunks, with server adjustments, linear in what is new and sharing
 //!   what an earlier request encoded ([`HistoryCache`]).
-//! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic_core::model::ModelResponse).
+//! * [`parse_response`] — non-streaming body → [`ModelResponse`](noetic_core::model::ModelResponse);
+//!   [`parse_response_keeping`] also keeps the calls' arguments as the answer escaped them, for the next request.
 //! * [`StreamAccumulator`] — SSE `data:` payloads → [`StreamDelta`](noetic_core::model::StreamDelta)s.
 //! * [`sse_deltas`] — an SSE byte stream, split anyhow → deltas (framed by `noetic-http`, linear in the input).
 
 mod answer;
 mod encode;
+mod escaped;
 mod message;
 mod request;
 mod response;
@@ -17,7 +19,7 @@ mod stream;
 
 pub use encode::{BodyOptions, HistoryCache, encode_body};
 pub use request::request_body;
-pub use response::parse_response;
 pub(crate) use response::{ProviderError, quote};
+pub use response::{parse_response, parse_response_keeping};
 pub use sse::{sse_deltas, sse_deltas_limited};
 pub use stream::{StreamAccumulator, replay};

@@ -10,7 +10,11 @@ use noetic_core::NoeticError;
 use noetic_core::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
 use serde_json::Value;
 
+use std::borrow::Cow;
+
+use super::HistoryCache;
 use super::answer::Answer;
+use super::escaped::{EscapedArguments, escaped_as_encoded};
 
 /// The longest provider text quoted in an error message.
 const MAX_QUOTED: usize = 500;
@@ -33,6 +37,20 @@ pub fn parse_response(body: &str) -> Result<ModelResponse, NoeticError> {
     }
 }
 
+/// [`parse_response`], keeping in `cache` each tool call's arguments as the answer escaped them (where that is how
+/// [`encode_body`](super::encode_body) would escape them), so that a request with the same cache that sends the
+/// call back copies those bytes instead of escaping the arguments again. What is parsed is the same.
+///
+/// # Errors
+///
+/// As [`parse_response`].
+pub fn parse_response_keeping(body: &str, cache: &HistoryCache) -> Result<ModelResponse, NoeticError> {
+    match Answer::read_whole(body) {
+        Some(answer) => read_response(answer, body, Some(&cache.1)),
+        None => value_response(body),
+    }
+}
+
 /// The answer has no choice to read.
 fn no_choices(body: &str) -> NoeticError {
     NoeticError::ModelFailed {
@@ -47,7 +65,16 @@ fn no_choices(body: &str) -> NoeticError {
 }
 
 /// [`parse_response`] from the typed view.
-pub(super) fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<ModelResponse, NoeticError> {
+pub(super) fn typed_response(answer: Answer<'_>, body: &str) -> Result<ModelResponse, NoeticError> {
+    read_response(answer, body, None)
+}
+
+/// [`typed_response`], keeping the calls' escaped arguments in `escaped` when given.
+fn read_response(
+    mut answer: Answer<'_>,
+    body: &str,
+    escaped: Option<&EscapedArguments>,
+) -> Result<ModelResponse, NoeticError> {
     let Some(choice) = answer.choice() else {
         return Err(no_choices(body));
     };
@@ -59,10 +86,19 @@ pub(super) fn typed_response(mut answer: Answer<'_>, body: &str) -> Result<Model
             items.push(Item::assistant(text));
         }
         for (index, call) in message.tool_calls.unwrap_or_default().into_iter().enumerate() {
-            let (name, arguments) = call.function.map_or((None, None), |f| (f.name, f.arguments));
+            let (name, arguments, wire) =
+                call.function.map_or((None, None, None), |f| (f.name, f.arguments, f.escaped));
             let id = call.id.as_deref().unwrap_or_default();
-            let (name, arguments) = (name.as_deref().unwrap_or_default(), arguments.as_deref().unwrap_or_default());
-            items.push(Item::ToolCall(tool_call(index, id, name, arguments)));
+            let made =
+                tool_call(index, id, name.as_deref().unwrap_or_default(), arguments.as_deref().unwrap_or_default());
+            // The unescaped text's buffer, about to be freed, keeps the escaped text instead.
+            if let (Some(kept), Some(wire), Some(Cow::Owned(text))) = (escaped, wire, arguments)
+                && !blank(&text)
+                && escaped_as_encoded(wire)
+            {
+                kept.note(&made.arguments, wire, text);
+            }
+            items.push(Item::ToolCall(made));
         }
         refusal = message.refusal.filter(|r| !r.is_empty());
     }
@@ -117,8 +153,13 @@ pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: &str) -> 
     ToolCall {
         id: if id.is_empty() { format!("call_{index}").into() } else { id.into() },
         name: ToolCall::shared_name(name),
-        arguments: if arguments.trim().is_empty() { "{}".into() } else { arguments.into() },
+        arguments: if blank(arguments) { "{}".into() } else { arguments.into() },
     }
+}
+
+/// Arguments that are only whitespace, which a call gets as `{}`.
+fn blank(arguments: &str) -> bool {
+    arguments.trim().is_empty()
 }
 
 /// Arguments as raw JSON text: OpenAI sends a string; a few servers send an object.

@@ -65,6 +65,9 @@ struct Live {
     log: Option<Mutex<LogState>>,
 }
 
+/// The events a session's log has room for before it first grows.
+const RECENT_ROOM: usize = 64;
+
 struct LogState {
     /// The number the next event gets (at least: by position, a number past it).
     next: u64,
@@ -135,7 +138,10 @@ impl SinkCore {
             let (tx, _) = broadcast::channel(self.capacity);
             let from = self.positions.as_ref().map_or(0, |p| p.last.load(Ordering::SeqCst));
             let log = self.log_capacity.map(|capacity| {
-                Mutex::new(LogState { next: 1, recent: VecDeque::new(), capacity, at: None, evicted: false, from })
+                // Room for a short turn's events at once (a turn of ten tool calls emits about fifty), instead of
+                // five doublings on the way there.
+                let recent = VecDeque::with_capacity(capacity.min(RECENT_ROOM));
+                Mutex::new(LogState { next: 1, recent, capacity, at: None, evicted: false, from })
             });
             Live { tx, log }
         })

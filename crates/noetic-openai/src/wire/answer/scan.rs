@@ -233,17 +233,20 @@ impl<'a> Scan<'a> {
     /// A whole number without sign, fraction or exponent that fits a `u64`.
     fn whole(&mut self) -> Option<u64> {
         let start = self.at;
-        while let Some(b'0'..=b'9') = self.bytes.get(self.at) {
+        // Summed as read (one pass, no second parse); past `u64::MAX` the scan gives up, as the parse would.
+        let mut value: u64 = 0;
+        while let Some(&digit @ b'0'..=b'9') = self.bytes.get(self.at) {
+            value = value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
             self.at += 1;
         }
-        let digits = &self.text[start..self.at];
-        if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        let digits = self.at - start;
+        if digits == 0 || (digits > 1 && self.bytes[start] == b'0') {
             return None;
         }
         if let Some(b'.' | b'e' | b'E') = self.bytes.get(self.at) {
             return None;
         }
-        digits.parse().ok()
+        Some(value)
     }
 
     /// Any value, checked and passed over (strings only without `\u`).
@@ -359,13 +362,21 @@ impl<'a> Scan<'a> {
     }
 
     fn function(&mut self, depth: usize) -> Option<Function<'a>> {
-        let mut function = Function { name: None, arguments: None };
+        let mut function = Function { name: None, arguments: None, escaped: None };
         let mut seen = [false; 2];
         self.object(depth, |scan, key| {
             match key {
                 "name" => function.name = scan.field(&mut seen[0], Scan::text_ref)?,
                 // Arguments sent as an object are the typed view's to refuse.
-                "arguments" => function.arguments = scan.field(&mut seen[1], Scan::text_ref)?,
+                "arguments" => {
+                    scan.ws();
+                    let open = scan.at;
+                    function.arguments = scan.field(&mut seen[1], Scan::text_ref)?;
+                    if let Some(Cow::Owned(_)) = function.arguments {
+                        // Between the quotes: the string was read, so both lie where they were found.
+                        function.escaped = scan.text.get(open + 1..scan.at - 1);
+                    }
+                }
                 _ => scan.skip(depth + 1)?,
             }
             Some(())

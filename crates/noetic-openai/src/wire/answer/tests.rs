@@ -26,6 +26,8 @@ fn count() -> impl Strategy<Value = Option<Value>> {
         Some(json!(2.7)),
         Some(json!("9")),
         Some(json!(1e30)),
+        Some(json!(0)),
+        Some(json!(u64::MAX)),
     ])
 }
 

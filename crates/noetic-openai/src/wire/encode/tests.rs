@@ -157,3 +157,66 @@ fn the_cache_stays_bounded_in_logs() {
     }
     assert_eq!(cache.usage().0, noetic_http::LOG_CACHE_ENTRIES);
 }
+
+/// An answer calling `search` with `escaped` as the arguments string's text (between its quotes, as a server wrote
+/// it).
+fn answer_with_arguments(escaped: &str) -> String {
+    format!(
+        r#"{{"id":"c","object":"chat.completion","model":"m","choices":[{{"index":0,"finish_reason":"tool_calls","message":{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"search","arguments":"{escaped}"}}}}]}}}}]}}"#
+    )
+}
+
+/// The request sending `call` back with its result.
+fn sending_back(call: ToolCall) -> ModelRequest {
+    let result = ToolResult::ok(call.id.clone(), "found");
+    request(History::new(vec![Item::user("find it"), Item::ToolCall(call), Item::ToolResult(result)]), true, false)
+}
+
+#[test]
+fn arguments_kept_as_the_answer_escaped_them_go_back_as_exactly_the_bytes_the_encoder_writes() {
+    // (the arguments string as the server wrote it, whether it is kept)
+    let cases = [
+        (r#"{\"path\":\"src/lib.rs\",\"q\":\"say \\\"hi\\\"\\n\",\"x\":1}"#, true),
+        (r#"{\"tab\":\"a\tb\",\"nl\":\"c\nd\",\"back\":\"e\\\\f\",\"cr\":\"\r\",\"bf\":\"\b\f\"}"#, true),
+        (r#"{\"é\":\"ü — ☃\"}"#, true),
+        // `\/` is JSON the encoder never writes (it writes `/`): escaped again instead.
+        (r#"{\"url\":\"http:\/\/x\"}"#, false),
+        // Not JSON: sent back wrapped, never as the answer held it.
+        (r#"{\"a\":"#, true),
+        // No escape at all: nothing to keep.
+        ("{}", false),
+        // Blank: the call gets `{}`, not what the answer held.
+        (r#"\n "#, false),
+    ];
+    for (escaped, kept) in cases {
+        let cache = HistoryCache::default();
+        let response = crate::wire::parse_response_keeping(&answer_with_arguments(escaped), &cache).unwrap();
+        assert_eq!(response, crate::wire::parse_response(&answer_with_arguments(escaped)).unwrap(), "{escaped}");
+        assert_eq!(cache.1.len(), usize::from(kept), "{escaped}");
+        let Some(Item::ToolCall(call)) = response.items.first().cloned() else { panic!("no call in {escaped}") };
+        let request = sending_back(call);
+        let options = BodyOptions::default();
+        let with_kept = encode_body(&request, false, &options, &cache).to_vec();
+        let escaped_again = encode_body(&request, false, &options, &HistoryCache::default()).to_vec();
+        assert_eq!(String::from_utf8_lossy(&with_kept), String::from_utf8_lossy(&escaped_again), "{escaped}");
+        assert_eq!(serde_json::from_slice::<Value>(&with_kept).unwrap(), reference(&request, false, &options));
+        assert_eq!(cache.1.len(), 0, "taken when sent: {escaped}");
+    }
+}
+
+#[test]
+fn a_kept_wire_form_is_what_the_request_sends_for_that_very_call_only() {
+    let call = ToolCall::new("call_1", "search", r#"{"q":"x"}"#);
+    let cache = HistoryCache::default();
+    // A marker instead of the real escaping shows which bytes went out.
+    cache.1.note(&call.arguments, "MARK", String::new());
+    let other = ToolCall::new("call_1", "search", r#"{"q":"x"}"#);
+    let body = encode_body(&sending_back(other), false, &BodyOptions::default(), &cache).to_vec();
+    assert!(!String::from_utf8_lossy(&body).contains("MARK"), "equal arguments of another call are escaped");
+    let body = encode_body(&sending_back(call), false, &BodyOptions::default(), &HistoryCache::default()).to_vec();
+    assert!(!String::from_utf8_lossy(&body).contains("MARK"));
+    let call = ToolCall::new("call_1", "search", r#"{"q":"x"}"#);
+    cache.1.note(&call.arguments, "MARK", String::new());
+    let body = encode_body(&sending_back(call), false, &BodyOptions::default(), &cache).to_vec();
+    assert!(String::from_utf8_lossy(&body).contains(r#""arguments":"MARK""#));
+}
