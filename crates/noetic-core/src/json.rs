@@ -32,15 +32,13 @@ const fn escapes(word: u64) -> u64 {
 /// assert_eq!(noetic_core::json::find_json_escape(b"plain text", 2), None);
 /// ```
 pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
-    // Sixteen bytes a turn (two words, one branch), then one word, then the last few bytes one by one.
     while let Some(sixteen) = bytes.get(from..from + 16) {
-        let (low, high) = (escapes(word(&sixteen[..8])), escapes(word(&sixteen[8..])));
-        if low | high != 0 {
-            let within = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
-            return Some(from + (within / 8) as usize);
+        if let Some(within) = first_escape_of_sixteen(sixteen) {
+            return Some(from + within);
         }
         from += 16;
     }
+    // The last few bytes: one word, then one by one.
     if let Some(eight) = bytes.get(from..from + 8) {
         let mask = escapes(word(eight));
         if mask != 0 {
@@ -50,6 +48,45 @@ pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
     }
     let rest = bytes.get(from..)?;
     rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| from + i)
+}
+
+/// Where the first byte of `sixteen` (sixteen bytes) lies that JSON must escape. With SSE2 — every x86-64
+/// processor has it — three comparisons of all sixteen bytes at once and one mask of them, through `safe_arch`'s
+/// safe wrappers of the instructions (a third of the instructions of two words tested by arithmetic).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn first_escape_of_sixteen(sixteen: &[u8]) -> Option<usize> {
+    use safe_arch::{
+        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
+    };
+    let Ok(sixteen) = <&[u8; 16]>::try_from(sixteen) else {
+        return first_escape_in_words(sixteen);
+    };
+    let text = load_unaligned_m128i(sixteen);
+    let splat = |byte: u8| set_splat_i8_m128i(i8::from_ne_bytes([byte]));
+    let quote = cmp_eq_mask_i8_m128i(text, splat(b'"'));
+    let backslash = cmp_eq_mask_i8_m128i(text, splat(b'\\'));
+    // A control character is a byte that the smaller of it and 0x1f is.
+    let control = cmp_eq_mask_i8_m128i(min_u8_m128i(text, splat(0x1f)), text);
+    let mask = move_mask_i8_m128i(bitor_m128i(bitor_m128i(quote, backslash), control)).cast_unsigned();
+    (mask != 0).then(|| mask.trailing_zeros() as usize)
+}
+
+/// Elsewhere: [`first_escape_in_words`].
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn first_escape_of_sixteen(sixteen: &[u8]) -> Option<usize> {
+    first_escape_in_words(sixteen)
+}
+
+/// [`first_escape_of_sixteen`] by arithmetic on two words (any processor; used where SSE2 is not, and tested
+/// against it everywhere).
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+fn first_escape_in_words(sixteen: &[u8]) -> Option<usize> {
+    let (low, high) = (escapes(word(sixteen.get(..8)?)), escapes(word(sixteen.get(8..16)?)));
+    match (low, high) {
+        (0, 0) => None,
+        (0, high) => Some(8 + (high.trailing_zeros() / 8) as usize),
+        (low, _) => Some((low.trailing_zeros() / 8) as usize),
+    }
 }
 
 /// Appends the rest of a JSON string's text to `text`, unescaped: `copied` is where its plain text not yet
@@ -301,6 +338,38 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The first byte from `from` on that JSON must escape, one byte at a time.
+    fn first_escape_bytewise(bytes: &[u8], from: usize) -> Option<usize> {
+        (from..bytes.len()).find(|&i| matches!(bytes[i], b'"' | b'\\' | 0x00..=0x1f))
+    }
+
+    #[test]
+    fn every_byte_value_is_told_apart_in_every_lane_of_sixteen() {
+        for byte in 0..=u8::MAX {
+            let needs = matches!(byte, b'"' | b'\\' | 0x00..=0x1f);
+            for lane in 0..16 {
+                let mut sixteen = [b'a'; 16];
+                sixteen[lane] = byte;
+                let expected = needs.then_some(lane);
+                assert_eq!(first_escape_of_sixteen(&sixteen), expected, "byte {byte:#x} in lane {lane}");
+                assert_eq!(first_escape_in_words(&sixteen), expected, "words: byte {byte:#x} in lane {lane}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_first_escape_is_found_wherever_the_search_starts(
+            bytes in proptest::collection::vec(prop_oneof![any::<u8>(), Just(b'a'), Just(b'"'), Just(b'\\')], 0..80),
+            from in 0usize..90,
+        ) {
+            prop_assert_eq!(find_json_escape(&bytes, from), first_escape_bytewise(&bytes, from));
+            if let Some(sixteen) = bytes.get(from..from + 16) {
+                prop_assert_eq!(first_escape_in_words(sixteen), first_escape_of_sixteen(sixteen));
+            }
+        }
+    }
 
     #[test]
     fn a_noted_text_stays_known_while_it_is_among_the_last_four_noted_even_after_its_owner_dropped_it() {
