@@ -1,15 +1,14 @@
 //! Tool-call arguments as the server escaped them in an answer, kept until the call is sent back.
 //!
-//! A call's arguments arrive as a JSON string inside the answer (`"arguments":"{\"path\":…}"`) and go back the
-//! same way in the next request's history. Where the server escaped them as the encoder would (the escapes
-//! `serde_json` writes: no `\/`, no `\u`), the answer's bytes are the bytes the request needs: the parser keeps
-//! them — in the buffer it unescaped the text into, which would otherwise be freed, so keeping them allocates
-//! nothing — and the encoder copies them instead of escaping the text again (arguments of a few hundred bytes full
-//! of quotes: about 2,000 instructions a call). Entries are found by the arguments' shared string (its address; the
-//! entry keeps the string alive, so no other text can take that address), and taken when used: a call goes back
-//! once, after which its message is part of the encoded history. Bounded: when full, everything kept is dropped
-//! (answers whose calls were never sent back — a cancelled turn — would otherwise stay), and calls then noted or
-//! sent are escaped as before.
+//! A call's arguments arrive as a JSON string inside the answer (`"arguments":"{\"path\":…}"`) and go back the same way
+//! in the next request's history. Where the server escaped them as the encoder would (the escapes `serde_json` writes:
+//! no `\/`, no `\u`), the answer's bytes are the bytes the request needs: the parser keeps them — in the buffer it
+//! unescaped the text into, which would otherwise be freed, so keeping them allocates nothing — and the encoder copies
+//! them instead of escaping the text again (the suite's real path, arguments of about 400 bytes with a dozen quotes:
+//! about 1,000 instructions a call). Entries are found by the arguments' shared string (its address; the entry keeps
+//! the string alive, so no other text can take that address), and taken when used: a call goes back once, after which
+//! its message is part of the encoded history. Bounded: when full, everything kept is dropped (answers whose calls were
+//! never sent back — a cancelled turn — would otherwise stay), and calls then noted or sent are escaped as before.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -6,11 +6,11 @@
 //! usual shape are read by typed views without a `serde_json::Value` tree (see `answer`); the rest — error objects,
 //! oddly typed fields — by walking a `Value`, with the same result.
 
+use std::borrow::Cow;
+
 use noetic_core::NoeticError;
 use noetic_core::model::{FinishReason, Item, ModelResponse, ToolCall, Usage};
 use serde_json::Value;
-
-use std::borrow::Cow;
 
 use super::HistoryCache;
 use super::answer::Answer;
