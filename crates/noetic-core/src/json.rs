@@ -32,7 +32,7 @@ const fn escapes(word: u64) -> u64 {
 /// assert_eq!(noetic_core::json::find_json_escape(b"plain text", 2), None);
 /// ```
 pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
-    while let Some(sixteen) = bytes.get(from..from + 16) {
+    while let Some(sixteen) = bytes.get(from..from + 16).and_then(|s| <&[u8; 16]>::try_from(s).ok()) {
         if let Some(within) = first_escape_of_sixteen(sixteen) {
             return Some(from + within);
         }
@@ -54,12 +54,9 @@ pub fn find_json_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
 /// processor has it — three comparisons of all sixteen bytes at once and one mask of them, through `safe_arch`'s
 /// safe wrappers of the instructions (a third of the instructions of two words tested by arithmetic).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn first_escape_of_sixteen(sixteen: &[u8]) -> Option<usize> {
+fn first_escape_of_sixteen(sixteen: &[u8; 16]) -> Option<usize> {
     use safe_arch::{
         bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
-    };
-    let Ok(sixteen) = <&[u8; 16]>::try_from(sixteen) else {
-        return first_escape_in_words(sixteen);
     };
     let text = load_unaligned_m128i(sixteen);
     let splat = |byte: u8| set_splat_i8_m128i(i8::from_ne_bytes([byte]));
@@ -73,15 +70,15 @@ fn first_escape_of_sixteen(sixteen: &[u8]) -> Option<usize> {
 
 /// Elsewhere: [`first_escape_in_words`].
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn first_escape_of_sixteen(sixteen: &[u8]) -> Option<usize> {
+fn first_escape_of_sixteen(sixteen: &[u8; 16]) -> Option<usize> {
     first_escape_in_words(sixteen)
 }
 
 /// [`first_escape_of_sixteen`] by arithmetic on two words (any processor; used where SSE2 is not, and tested
 /// against it everywhere).
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
-fn first_escape_in_words(sixteen: &[u8]) -> Option<usize> {
-    let (low, high) = (escapes(word(sixteen.get(..8)?)), escapes(word(sixteen.get(8..16)?)));
+fn first_escape_in_words(sixteen: &[u8; 16]) -> Option<usize> {
+    let (low, high) = (escapes(word(&sixteen[..8])), escapes(word(&sixteen[8..])));
     match (low, high) {
         (0, 0) => None,
         (0, high) => Some(8 + (high.trailing_zeros() / 8) as usize),
@@ -365,7 +362,7 @@ mod tests {
             from in 0usize..90,
         ) {
             prop_assert_eq!(find_json_escape(&bytes, from), first_escape_bytewise(&bytes, from));
-            if let Some(sixteen) = bytes.get(from..from + 16) {
+            if let Some(sixteen) = bytes.get(from..from + 16).and_then(|s| <&[u8; 16]>::try_from(s).ok()) {
                 prop_assert_eq!(first_escape_in_words(sixteen), first_escape_of_sixteen(sixteen));
             }
         }

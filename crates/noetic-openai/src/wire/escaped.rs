@@ -20,9 +20,11 @@ pub(crate) const ESCAPED_ENTRIES: usize = 4096;
 /// Most bytes kept at once (the buffers' capacity, which may be the rest of an answer's body).
 pub(crate) const ESCAPED_BYTES: usize = 8 << 20;
 
-/// See the module docs.
+/// See the module docs. Not a `noetic_http::LogCache`: that one finds its least recently used entry by walking all
+/// of them, fine for the logs it keeps, but entries here that are never taken (a cancelled turn's) fill the map for
+/// good, and every note would then pay that walk; dropping everything at once costs nothing per note.
 #[derive(Default)]
-pub struct EscapedArguments {
+pub(crate) struct EscapedArguments {
     kept: Mutex<Kept>,
 }
 
@@ -56,6 +58,9 @@ impl EscapedArguments {
     /// Keeps `escaped` (the text between the quotes) as `arguments`' wire form; `buffer` is the buffer to keep it
     /// in (its capacity counts against the bound).
     pub(crate) fn note(&self, arguments: &Arc<str>, escaped: &str, mut buffer: String) {
+        if buffer.capacity().max(escaped.len()) > ESCAPED_BYTES {
+            return;
+        }
         buffer.clear();
         buffer.push_str(escaped);
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
@@ -120,6 +125,9 @@ mod tests {
         kept.note(&bigger, "{}", String::with_capacity(ESCAPED_BYTES / 2 + 1));
         assert_eq!(kept.len(), 1, "the second half of the bytes bound dropped what was kept");
         assert!(kept.take(&bigger).is_some() && kept.take(&big).is_none());
+        let huge: Arc<str> = Arc::from("{}");
+        kept.note(&huge, "{}", String::with_capacity(ESCAPED_BYTES + 1));
+        assert!(kept.take(&huge).is_none(), "a buffer larger than the whole bound is not kept");
     }
 
     #[test]
