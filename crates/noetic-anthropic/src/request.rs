@@ -207,7 +207,7 @@ fn tool_input(arguments: &str) -> Value {
 
 /// A tool definition in Anthropic's shape.
 fn tool(spec: &ToolSpec) -> Value {
-    let schema = match &spec.parameters {
+    let schema = match &*spec.parameters {
         Value::Null => json!({"type": "object", "properties": {}}),
         other => other.clone(),
     };

@@ -52,8 +52,8 @@ struct Answer<'a> {
     stop_reason: Option<String>,
     #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
-    model: Option<String>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
 }
 
 /// A content block: text, a tool use, or one this crate does not surface.
@@ -108,7 +108,7 @@ impl Answer<'_> {
                 cost: None,
             };
         }
-        parts.model = self.model.filter(|m| !m.is_empty());
+        parts.model = self.model.filter(|m| !m.is_empty()).map(|m| ModelResponse::shared_model_name(&m));
         parts.into_response()
     }
 }
@@ -145,7 +145,7 @@ pub(super) fn value_response(body: &str, step_id: &str) -> Result<ModelResponse,
     }
     parts.stop_reason = value["stop_reason"].as_str().map(str::to_owned);
     parts.usage = usage(&value["usage"]);
-    parts.model = value["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned);
+    parts.model = value["model"].as_str().filter(|m| !m.is_empty()).map(ModelResponse::shared_model_name);
     Ok(parts.into_response())
 }
 
@@ -175,7 +175,7 @@ pub(crate) struct Parts {
     pub(crate) stop_reason: Option<String>,
     pub(crate) usage: Usage,
     /// The model that answered.
-    pub(crate) model: Option<String>,
+    pub(crate) model: Option<std::sync::Arc<str>>,
 }
 
 impl Parts {

@@ -79,7 +79,8 @@ impl StreamAccumulator {
             "message_start" => {
                 self.started = true;
                 self.parts.usage = usage(&event["message"]["usage"]);
-                self.parts.model = event["message"]["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned);
+                self.parts.model =
+                    event["message"]["model"].as_str().filter(|m| !m.is_empty()).map(ModelResponse::shared_model_name);
             }
             "content_block_start" => {
                 let index = event["index"].as_u64().unwrap_or(self.blocks.len() as u64);

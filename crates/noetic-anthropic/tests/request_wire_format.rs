@@ -37,7 +37,8 @@ fn rich_request() -> ModelRequest {
         tools: Arc::from(vec![ToolSpec {
             name: "get_weather".into(),
             description: "Current weather in a city.".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+                .into(),
         }]),
         params: ModelParams {
             temperature: Some(0.2),

@@ -124,6 +124,35 @@ pub fn unescape_rest(source: &str, mut copied: usize, mut at: usize, text: &mut 
     Some(at)
 }
 
+/// The first byte from `*at` on that is not JSON whitespace, `*at` moved to it; `None` when there is none. A
+/// compact body has no whitespace between tokens: one comparison answers there.
+#[inline]
+pub fn peek_past_ws(bytes: &[u8], at: &mut usize) -> Option<u8> {
+    let byte = *bytes.get(*at)?;
+    if byte > b' ' {
+        return Some(byte);
+    }
+    *at = skip_ws(bytes, *at);
+    bytes.get(*at).copied()
+}
+
+/// True when `text` is empty or only whitespace (as `str::trim` tells it: Unicode's), as a call's arguments may be.
+/// Text that starts with a visible ASCII character — a JSON object does — is told by its first byte.
+///
+/// ```
+/// assert!(noetic_core::json::blank(" \n\u{a0}"));
+/// assert!(!noetic_core::json::blank("{}"));
+/// assert!(!noetic_core::json::blank(" x "));
+/// ```
+#[inline]
+pub fn blank(text: &str) -> bool {
+    match text.as_bytes().first() {
+        None => true,
+        Some(&byte) if byte > b' ' && byte.is_ascii() => false,
+        Some(_) => text.trim().is_empty(),
+    }
+}
+
 /// Where the first byte from `at` on lies that is not JSON whitespace (`bytes.len()` when there is none).
 pub fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
     while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
@@ -175,8 +204,7 @@ impl Parser<'_> {
 
     /// The next byte after whitespace, not consumed.
     fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.bytes.get(self.at).copied()
+        peek_past_ws(self.bytes, &mut self.at)
     }
 
     fn value(&mut self, depth: usize) -> Option<Value> {
@@ -356,6 +384,29 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn blank_is_what_trimming_leaves_empty(
+            text in proptest::collection::vec(
+                prop_oneof![Just(' '), Just('\t'), Just('\n'), Just('\u{b}'), Just('\u{a0}'), Just('\u{3000}'), Just('{'), Just('x'), any::<char>()],
+                0..6,
+            ).prop_map(|chars| chars.into_iter().collect::<String>()),
+        ) {
+            prop_assert_eq!(blank(&text), text.trim().is_empty());
+        }
+
+        #[test]
+        fn whitespace_is_passed_over_to_the_first_byte_that_is_not(
+            text in "[ \t\n\r]{0,4}[a-z{\"\u{a0}]?[ ]{0,2}",
+            from in 0usize..8,
+        ) {
+            let bytes = text.as_bytes();
+            let mut at = from;
+            let found = peek_past_ws(bytes, &mut at);
+            let expected = skip_ws(bytes, from);
+            prop_assert_eq!(found, bytes.get(expected).copied());
+            prop_assert_eq!(at, expected);
+        }
+
         #[test]
         fn the_first_escape_is_found_wherever_the_search_starts(
             bytes in proptest::collection::vec(prop_oneof![any::<u8>(), Just(b'a'), Just(b'"'), Just(b'\\')], 0..80),

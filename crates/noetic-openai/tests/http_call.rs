@@ -49,12 +49,13 @@ fn full_request() -> ModelRequest {
             ToolSpec {
                 name: "get_weather".into(),
                 description: "Current weather for a city.".into(),
-                parameters: weather_schema,
+                parameters: weather_schema.into(),
             },
             ToolSpec {
                 name: "get_time".into(),
                 description: "Local time in a time zone.".into(),
-                parameters: json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}),
+                parameters: json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]})
+                    .into(),
             },
         ]),
         params: ModelParams {

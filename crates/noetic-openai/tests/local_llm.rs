@@ -39,7 +39,7 @@ fn weather_tool() -> ToolSpec {
     ToolSpec {
         name: "get_weather".into(),
         description: "Get the current weather for a city.".into(),
-        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}).into(),
     }
 }
 
@@ -131,7 +131,8 @@ async fn a_named_tool_choice_calls_that_tool() {
         ToolSpec {
             name: "get_time".into(),
             description: "Get the local time in a time zone.".into(),
-            parameters: json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}),
+            parameters: json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]})
+                .into(),
         },
     ]);
     let response = model.call(request).await.unwrap();

@@ -107,7 +107,7 @@ async fn a_tool_list_sends_only_those_tools() {
     let request = &model.requests()[0];
     assert_eq!(tool_names(request), ["alpha"]);
     assert_eq!(request.tools[0].description, "Records that it ran.");
-    assert_eq!(request.tools[0].parameters, json!({"type": "object"}));
+    assert_eq!(*request.tools[0].parameters, json!({"type": "object"}));
 }
 
 #[tokio::test]

@@ -113,7 +113,7 @@ async fn a_typed_tool_is_offered_to_and_called_by_the_model() {
     let requests = model.requests();
     assert_eq!(requests[0].tools.len(), 1);
     assert_eq!(requests[0].tools[0].name, "add");
-    assert_eq!(requests[0].tools[0].parameters, schema);
+    assert_eq!(*requests[0].tools[0].parameters, schema);
     let result = requests[1].history.iter().find_map(|i| match i {
         Item::ToolResult(r) => Some(r.clone()),
         _ => None,

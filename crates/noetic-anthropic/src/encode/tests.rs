@@ -57,7 +57,7 @@ fn request(history: History, context: Vec<Item>) -> ModelRequest {
         tools: Arc::from(vec![ToolSpec {
             name: "search".into(),
             description: "d".into(),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         }]),
         tool_choice: Some(ToolChoice::Required),
         ..ModelRequest::default()

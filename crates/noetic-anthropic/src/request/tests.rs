@@ -156,8 +156,8 @@ fn params_tools_and_tool_choice_are_forwarded() {
         stop_sequences: vec!["END".into()],
     };
     req.tools = Arc::from(vec![
-        ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) },
-        ToolSpec { name: "u".into(), description: "e".into(), parameters: Value::Null },
+        ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}).into() },
+        ToolSpec { name: "u".into(), description: "e".into(), parameters: Value::Null.into() },
     ]);
     for (choice, wire) in [
         (ToolChoice::Auto, json!({"type": "auto"})),

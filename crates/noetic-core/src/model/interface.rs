@@ -19,8 +19,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What it does.
     pub description: String,
-    /// JSON Schema of its arguments.
-    pub parameters: Value,
+    /// JSON Schema of its arguments, shared with the tool's schema (a spec is made for every tool set a model is
+    /// offered, and copied per thread: the schema is not).
+    pub parameters: Arc<Value>,
 }
 
 /// One model call.
@@ -114,7 +115,7 @@ pub struct ModelResponse {
     pub refusal: Option<String>,
     /// The model that answered, as the provider names it (it may differ from the one asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Arc<str>>,
 }
 
 impl ModelResponse {
@@ -130,6 +131,25 @@ impl ModelResponse {
             .map(|(id, name, args)| Item::ToolCall(ToolCall::new(id, name, args.to_string())))
             .collect();
         ModelResponse { items, finish_reason: FinishReason::ToolCalls, ..Default::default() }
+    }
+
+    /// `name` as a response's shared model name: the very string an earlier response on this thread was given when
+    /// the name is one of the last few (a provider names the same model in every answer), so a parser allocates
+    /// no name for it; else a new one, kept in place of the least recently given.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use noetic_core::model::ModelResponse;
+    ///
+    /// let first = ModelResponse::shared_model_name("gpt-4o-mini-2024-07-18");
+    /// assert!(Arc::ptr_eq(&first, &ModelResponse::shared_model_name("gpt-4o-mini-2024-07-18")));
+    /// ```
+    pub fn shared_model_name(name: &str) -> Arc<str> {
+        thread_local! {
+            /// The model names given last.
+            static MODELS: std::cell::RefCell<crate::sync::Recent> = const { std::cell::RefCell::new(crate::sync::Recent::new()) };
+        }
+        MODELS.with(|models| super::shared_from(&mut models.borrow_mut(), name))
     }
 
     /// Adds an assistant message before the items (text said alongside tool calls).

@@ -151,15 +151,18 @@ impl ToolCall {
             /// The names given last.
             static NAMES: std::cell::RefCell<crate::sync::Recent> = const { std::cell::RefCell::new(crate::sync::Recent::new()) };
         }
-        NAMES.with(|names| {
-            let mut names = names.borrow_mut();
-            let found = names.position(|kept| kept == name);
-            let shared = found.and_then(|at| names.get(at)).cloned().unwrap_or_else(|| Arc::from(name));
-            // The one found (or a new name, in place of the least recent) moves to the front.
-            names.keep(shared.clone(), found);
-            shared
-        })
+        NAMES.with(|names| shared_from(&mut names.borrow_mut(), name))
     }
+}
+
+/// `text` as the string `recent` keeps when it is one of them (moved to the front), else a new one kept in place of
+/// the least recent.
+pub(crate) fn shared_from(recent: &mut crate::sync::Recent, text: &str) -> Arc<str> {
+    let found = recent.position(|kept| kept == text);
+    let shared = found.and_then(|at| recent.get(at)).cloned().unwrap_or_else(|| Arc::from(text));
+    // The one found (or a new one, in place of the least recent) moves to the front.
+    recent.keep(shared.clone(), found);
+    shared
 }
 
 /// The result of one tool call.

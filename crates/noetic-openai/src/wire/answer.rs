@@ -22,8 +22,9 @@ pub(super) struct Answer<'a> {
     pub choices: Option<First<Choice<'a>>>,
     #[serde(default)]
     pub usage: Option<WireUsage>,
-    #[serde(default)]
-    pub model: Option<String>,
+    /// Borrowed from the answer: a response shares the name (`ModelResponse::shared_model_name`).
+    #[serde(default, borrow)]
+    pub model: Option<Cow<'a, str>>,
 }
 
 impl<'a> Answer<'a> {

@@ -108,7 +108,7 @@ fn read_response(
         usage: answer.usage.as_ref().map_or_else(Usage::default, |u| u.usage()),
         finish_reason: finish_reason(choice.finish_reason.as_deref(), has_calls),
         refusal,
-        model: answer.model.filter(|m| !m.is_empty()),
+        model: answer.model.filter(|m| !m.is_empty()).map(|m| ModelResponse::shared_model_name(&m)),
     })
 }
 
@@ -144,7 +144,7 @@ pub(super) fn value_response(body: &str) -> Result<ModelResponse, NoeticError> {
         usage: usage(&value["usage"]),
         finish_reason: finish_reason(choice["finish_reason"].as_str(), has_calls),
         refusal: message["refusal"].as_str().filter(|r| !r.is_empty()).map(str::to_owned),
-        model: value["model"].as_str().filter(|m| !m.is_empty()).map(str::to_owned),
+        model: value["model"].as_str().filter(|m| !m.is_empty()).map(ModelResponse::shared_model_name),
     })
 }
 
@@ -159,7 +159,7 @@ pub(crate) fn tool_call(index: usize, id: &str, name: &str, arguments: &str) -> 
 
 /// Arguments that are only whitespace, which a call gets as `{}`.
 fn blank(arguments: &str) -> bool {
-    arguments.trim().is_empty()
+    noetic_core::json::blank(arguments)
 }
 
 /// Arguments as raw JSON text: OpenAI sends a string; a few servers send an object.
@@ -285,6 +285,8 @@ impl ProviderError {
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::json;
 
     use super::*;
@@ -297,6 +299,22 @@ mod tests {
         assert_eq!(r.usage, Usage::default());
         assert_eq!(r.finish_reason, FinishReason::Stop);
         assert_eq!(r.usage.cost, None);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn answers_naming_the_same_model_share_one_name_and_an_empty_name_is_none() {
+        let body = |model: &str| json!({"model": model, "choices": [{"message": {"content": "hi"}}]}).to_string();
+        let first = parse_response(&body("gpt-4o-mini-2024-07-18")).unwrap().model.unwrap();
+        let second = parse_response(&body("gpt-4o-mini-2024-07-18")).unwrap().model.unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "the second answer's name is the first's");
+        assert_eq!(&*first, "gpt-4o-mini-2024-07-18");
+        let escaped = parse_response(&body("gpt-\"4o\"")).unwrap().model.unwrap();
+        assert_eq!(&*escaped, "gpt-\"4o\"");
+        assert_eq!(parse_response(&body("")).unwrap().model, None);
+        // The `Value` walk (any JSON) shares the name too.
+        let walked = value_response(&body("gpt-4o-mini-2024-07-18")).unwrap().model.unwrap();
+        assert!(Arc::ptr_eq(&first, &walked));
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub struct StreamAccumulator {
     usage: Usage,
     finish: Option<String>,
     /// The model named by the chunks.
-    model: Option<String>,
+    model: Option<std::sync::Arc<str>>,
     done: bool,
 }
 
@@ -101,7 +101,7 @@ impl StreamAccumulator {
             self.usage = usage.usage();
         }
         if self.model.is_none() {
-            self.model = chunk.model.take().filter(|m| !m.is_empty());
+            self.model = chunk.model.take().filter(|m| !m.is_empty()).map(|m| ModelResponse::shared_model_name(&m));
         }
         let mut deltas = Vec::new();
         if let Some(choice) = chunk.choice() {
@@ -156,7 +156,7 @@ impl StreamAccumulator {
         if self.model.is_none()
             && let Some(model) = chunk["model"].as_str().filter(|m| !m.is_empty())
         {
-            self.model = Some(model.to_owned());
+            self.model = Some(ModelResponse::shared_model_name(model));
         }
         let mut deltas = Vec::new();
         let first = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first());

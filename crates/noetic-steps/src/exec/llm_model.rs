@@ -95,7 +95,7 @@ pub(super) fn trace_response(span: &Span, response: &ModelResponse, content: boo
     span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
     span.record("noetic.response.tool_calls", response.tool_calls_iter().count());
     if let Some(model) = &response.model {
-        span.record("gen_ai.response.model", model.as_str());
+        span.record("gen_ai.response.model", &**model);
     }
     if content && let Ok(json) = serde_json::to_string(&response.items) {
         span.record("gen_ai.output.messages", json);

@@ -244,7 +244,7 @@ pub(crate) async fn prepare<'t>(
     call: &ToolCall,
 ) -> Result<Prepared<'t>, NoeticError> {
     let done = |kind, message| Ok(Prepared::Done(error_result(call, kind, message)));
-    let args: Value = if call.arguments.trim().is_empty() {
+    let args: Value = if noetic_core::json::blank(&call.arguments) {
         Value::Object(serde_json::Map::new())
     } else {
         // The usual arguments by hand; anything it is not sure of (and every error's wording) is serde's.

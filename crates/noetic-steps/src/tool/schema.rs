@@ -38,6 +38,11 @@ impl Schema {
         &self.json
     }
 
+    /// The schema as JSON, shared (no copy).
+    pub fn shared_json(&self) -> Arc<Value> {
+        self.json.clone()
+    }
+
     /// Checks `instance`; on failure returns every violation, one per line, each with its JSON pointer.
     pub fn validate(&self, instance: &Value) -> Result<(), String> {
         if self.validator.is_valid(instance) {

@@ -135,7 +135,7 @@ fn spec(tool: &dyn Tool) -> ToolSpec {
     ToolSpec {
         name: tool.name().to_owned(),
         description: tool.description().to_owned(),
-        parameters: tool.input_schema().json().clone(),
+        parameters: tool.input_schema().shared_json(),
     }
 }
 
@@ -295,6 +295,19 @@ mod tests {
         assert_eq!(specs[1].description, "The b tool.");
         assert!(Arc::ptr_eq(&specs, &set.specs()));
         assert!(Arc::ptr_eq(&specs, &set.clone().specs()));
+    }
+
+    #[test]
+    fn a_spec_shares_its_tools_schema_in_every_set_and_every_replica() {
+        let search = tool("search");
+        let schema = search.input_schema().shared_json();
+        let set = ToolSet::new([search.clone()]).expect("one name");
+        let other = ToolSet::new([tool("a"), search]).expect("distinct names");
+        for specs in [set.specs(), set.replica().specs(), other.specs()] {
+            let spec = specs.iter().find(|s| s.name == "search").expect("offered");
+            assert!(Arc::ptr_eq(&spec.parameters, &schema), "the schema is shared, not copied");
+            assert_eq!(*spec.parameters, serde_json::json!({"type": "object"}));
+        }
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub(super) fn group_end(concurrent: &[bool], next: usize, limit: u32) -> Option<
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Group {
     /// The response's calls (the group and those after it).
-    pub(super) calls: Vec<ToolCall>,
+    pub(super) calls: super::Calls,
     pub(super) first: usize,
     pub(super) end: usize,
     /// The outcomes already in, by position in the group.
@@ -107,7 +107,7 @@ pub(super) struct Group {
 }
 
 impl Group {
-    pub(super) fn new(calls: Vec<ToolCall>, first: usize, end: usize) -> Self {
+    pub(super) fn new(calls: super::Calls, first: usize, end: usize) -> Self {
         Group { results: vec![None; end.saturating_sub(first)], calls, first, end, resumed: false }
     }
 }

@@ -193,6 +193,10 @@ pub enum Effect {
     },
 }
 
+/// A response's tool calls, as the core works through them: one call (what most answers ask for) is held in place,
+/// without an allocation of its own; serialised as a list either way.
+type Calls = smallvec::SmallVec<[ToolCall; 1]>;
+
 /// Where the turn is: what the core waits for. The large payloads are boxed (serialised as if inline), so the
 /// phase stays a few words and moving it on every input costs no copy of a response or an error.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -211,15 +215,15 @@ enum Phase {
     /// Waiting for the checkpoint after the final answer (already appended).
     AnswerPoll { text: String },
     /// Waiting for the outcome of `calls[next]`.
-    Tool { calls: Vec<ToolCall>, next: usize },
+    Tool { calls: Calls, next: usize },
     /// Waiting to learn which of `calls` may run concurrently.
-    Classifying { calls: Vec<ToolCall> },
+    Classifying { calls: Calls },
     /// Waiting for the outcomes of calls that run together.
     Group(Box<batch::Group>),
     /// A resumed turn: `calls[next]` was running when the process stopped; waiting for its outcome.
-    ResumingTool { calls: Vec<ToolCall>, next: usize },
+    ResumingTool { calls: Calls, next: usize },
     /// Waiting for the checkpoint after the outcome of `calls[next - 1]`.
-    ToolPoll { calls: Vec<ToolCall>, next: usize },
+    ToolPoll { calls: Calls, next: usize },
     /// The step produced its answer.
     Finished { text: String },
     /// The step failed.
@@ -489,7 +493,7 @@ impl TurnCore {
         }
         self.corrections.clear();
         self.round += 1;
-        let calls: Vec<ToolCall> = response.tool_calls_iter().cloned().collect();
+        let calls: Calls = response.tool_calls_iter().cloned().collect();
         if calls.is_empty() {
             return Phase::Storing { response };
         }
@@ -500,7 +504,7 @@ impl TurnCore {
     }
 
     /// The call at `next` runs alone, or starts a group with the concurrent-safe calls that follow it.
-    fn next_call(&mut self, calls: Vec<ToolCall>, next: usize) -> Phase {
+    fn next_call(&mut self, calls: Calls, next: usize) -> Phase {
         if next >= calls.len() {
             return self.request();
         }

@@ -403,3 +403,18 @@ fn a_resumed_turn_repeats_the_checkpoint_it_was_at_and_a_finished_one_has_nothin
     let lines = step(&mut reloaded(&done), Input::Resume);
     assert!(lines[0].contains("already ended; there is nothing to resume"), "{lines:?}");
 }
+
+#[test]
+fn a_turn_saved_while_its_one_call_runs_keeps_the_call_as_a_list_and_continues_after_restoring() {
+    let mut core = started();
+    step(&mut core, Input::response(calls(&["c1"])));
+    assert_eq!(step(&mut core, allow()), [r#"append -> c1 search({"q":"c1"})"#, "run c1"]);
+    let saved = serde_json::to_value(&core).unwrap();
+    // The stored form is the one a list of calls always had: journals written before read back, and after.
+    let phase = saved.as_object().and_then(|o| o.values().find(|v| v.get("calls").is_some())).unwrap();
+    assert_eq!(phase["calls"].as_array().map(Vec::len), Some(1), "{saved}");
+    assert_eq!(phase["calls"][0]["id"], json!("c1"));
+    let mut restored: TurnCore = serde_json::from_value(saved).unwrap();
+    assert_eq!(restored, core);
+    assert_eq!(step(&mut restored, result("c1", "one", false)), step(&mut core, result("c1", "one", false)));
+}

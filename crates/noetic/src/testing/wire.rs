@@ -70,10 +70,11 @@ pub fn tools() -> Arc<[ToolSpec]> {
                 "properties": {"query": {"type": "string", "description": "what to find"},
                                "path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1e3}},
                 "required": ["query"], "additionalProperties": false
-            }),
+            })
+            .into(),
         },
-        ToolSpec { name: "other".into(), description: String::new(), parameters: serde_json::Value::Null },
-        ToolSpec { name: "plot".into(), description: "Plots.".into(), parameters: json!({"type": "object"}) },
+        ToolSpec { name: "other".into(), description: String::new(), parameters: serde_json::Value::Null.into() },
+        ToolSpec { name: "plot".into(), description: "Plots.".into(), parameters: json!({"type": "object"}).into() },
     ])
 }
 

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use noetic_core::json::{skip_ws, unescape_rest};
+use noetic_core::json::{peek_past_ws, skip_ws, unescape_rest};
 use noetic_http::find_json_escape;
 
 use super::{Answer, Call, Choice, Content, Count, Details, First, Function, Message, WireUsage};
@@ -38,7 +38,7 @@ pub(super) fn answer(text: &str) -> Option<Answer<'_>> {
                     scan.field(&mut seen[2], |scan| scan.optional(|scan| scan.first(1, Scan::choice).map(First)))?
             }
             "usage" => answer.usage = scan.field(&mut seen[3], |scan| scan.optional(|scan| scan.usage(1)))?,
-            "model" => answer.model = scan.field(&mut seen[4], Scan::text)?,
+            "model" => answer.model = scan.field(&mut seen[4], Scan::text_ref)?,
             _ => scan.skip(1)?,
         }
         Some(())
@@ -83,8 +83,7 @@ impl<'a> Scan<'a> {
 
     /// The next byte after whitespace, not consumed.
     fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.bytes.get(self.at).copied()
+        peek_past_ws(self.bytes, &mut self.at)
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {

@@ -85,8 +85,8 @@ fn request(history: History, instructions: bool, context: bool) -> ModelRequest 
         history,
         tail: vec![Item::developer("correction")],
         tools: Arc::from(vec![
-            ToolSpec { name: "search".into(), description: "d".into(), parameters: json!({"type": "object"}) },
-            ToolSpec { name: "other".into(), description: "o".into(), parameters: json!({"type": "object"}) },
+            ToolSpec { name: "search".into(), description: "d".into(), parameters: json!({"type": "object"}).into() },
+            ToolSpec { name: "other".into(), description: "o".into(), parameters: json!({"type": "object"}).into() },
         ]),
         tool_choice: Some(ToolChoice::Named("search".into())),
         grammar: Some("root ::= x".into()),
