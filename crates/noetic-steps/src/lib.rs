@@ -30,7 +30,8 @@ pub mod turn;
 pub mod window;
 
 pub use context::{
-    Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed, HookContext,
+    Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventReceiver, EventSink, ExecutionId, Followed,
+    HookContext,
 };
 pub use exec::execute;
 pub use noetic_core::error::{ConfigCode, ConfigError, NoeticError};

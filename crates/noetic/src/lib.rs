@@ -200,7 +200,8 @@ pub use noetic_steps::{context, exec, layer, scope, step, tool, turn, window};
 pub mod testing;
 
 pub use context::{
-    Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventSink, ExecutionId, Followed, HookContext,
+    Channel, ChannelMode, Context, Event, EventFollower, EventKind, EventReceiver, EventSink, ExecutionId, Followed,
+    HookContext,
 };
 pub use error::{ConfigCode, ConfigError, NoeticError};
 pub use noetic_steps::{InScope, StepContext, StepContextBuilder, execute, run};

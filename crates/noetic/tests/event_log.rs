@@ -23,7 +23,7 @@ async fn drain(follower: &mut EventFollower, until_seq: u64) -> Vec<String> {
     loop {
         match follower.next().await {
             Some(Followed::Event(e)) => {
-                let name = serde_json::to_value(&*e).unwrap()["type"].as_str().unwrap().to_owned();
+                let name = serde_json::to_value(&e).unwrap()["type"].as_str().unwrap().to_owned();
                 out.push(format!("{} {name}", e.seq));
                 if e.seq >= until_seq {
                     return out;
@@ -145,7 +145,7 @@ async fn a_subscriber_arriving_mid_turn_sees_the_rest_of_the_turn() {
     let mut names = Vec::new();
     while let Ok(e) = events.try_recv() {
         assert_eq!(e.turn, Some(1));
-        names.push(serde_json::to_value(&*e).unwrap()["type"].as_str().unwrap().to_owned());
+        names.push(serde_json::to_value(&e).unwrap()["type"].as_str().unwrap().to_owned());
     }
     assert!(names.contains(&"model_call_completed".to_owned()), "{names:?}");
     assert_eq!(names.last().map(String::as_str), Some("turn_completed"), "{names:?}");

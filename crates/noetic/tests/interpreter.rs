@@ -64,7 +64,7 @@ async fn events_serialise_to_json_with_a_type_tag() {
     let mut rx = sink.subscribe().unwrap();
     let ctx = StepContext::builder().events(sink).build();
     Step::run("s", |x: u8, _| async move { Ok(x) }).build().unwrap().execute(0, &ctx).await.unwrap();
-    let json = serde_json::to_value(&*rx.try_recv().unwrap()).unwrap();
+    let json = serde_json::to_value(rx.try_recv().unwrap()).unwrap();
     assert_eq!(json["type"], "step_started");
     assert_eq!(json["step_id"], "s");
     assert_eq!(json["kind"], "run");

@@ -404,7 +404,7 @@ async fn tool_events_name_the_llm_step_they_belong_to_and_a_skipped_call_its_too
     let tool_events: Vec<Value> = events
         .events()
         .iter()
-        .map(|e| serde_json::to_value(&**e).unwrap())
+        .map(|e| serde_json::to_value(e).unwrap())
         .filter(|e| e["type"].as_str().is_some_and(|t| t.starts_with("tool_")))
         .collect();
     let named: Vec<(&str, &str, &str)> = tool_events

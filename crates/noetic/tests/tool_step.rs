@@ -193,7 +193,7 @@ fn tool_builders_validate_names_handlers_and_schemas() {
     assert_eq!(bad_schema.code, ConfigCode::InvalidSchema);
 }
 
-fn tool_call_events(rx: &mut tokio::sync::broadcast::Receiver<Arc<noetic::Event>>) -> Vec<String> {
+fn tool_call_events(rx: &mut noetic::EventReceiver) -> Vec<String> {
     let mut seen = Vec::new();
     while let Ok(event) = rx.try_recv() {
         match &event.kind {

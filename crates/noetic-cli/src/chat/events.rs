@@ -1,10 +1,9 @@
 //! The agent's events as the chat prints them, and the end of a turn.
 
-use std::sync::Arc;
 use tokio::time::Instant;
 
 use noetic::{Event, EventKind, NoeticError};
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::{Chat, TurnFuture};
 use crate::output::out;
@@ -27,7 +26,7 @@ fn dollars(cost: f64) -> String {
 impl Chat {
     /// Prints an event: streamed text as it comes, other events as lines (tool calls with their time, the
     /// turn's end with its tokens).
-    pub(super) fn on_event(&mut self, event: Result<Arc<Event>, RecvError>) {
+    pub(super) fn on_event(&mut self, event: Result<Event, RecvError>) {
         let event = match event {
             Ok(event) => event,
             Err(RecvError::Lagged(n)) => return self.say(&self.style.dim(&format!("({n} events not shown)"))),
@@ -131,7 +130,7 @@ impl Chat {
     pub(super) async fn on_turn_end(
         &mut self,
         result: Result<String, NoeticError>,
-        events: &mut broadcast::Receiver<Arc<Event>>,
+        events: &mut noetic::EventReceiver,
     ) -> Option<TurnFuture> {
         loop {
             match events.try_recv() {

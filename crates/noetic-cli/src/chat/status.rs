@@ -83,7 +83,7 @@ impl Chat {
     pub(super) async fn clear(
         &mut self,
         runtime: &noetic::agent::Runtime,
-    ) -> Result<tokio::sync::broadcast::Receiver<std::sync::Arc<noetic::Event>>, noetic::NoeticError> {
+    ) -> Result<noetic::EventReceiver, noetic::NoeticError> {
         let old = printable(self.session.key());
         let name = crate::sessions::new_name("chat");
         self.session = runtime.open(&name).await?;

@@ -21,7 +21,7 @@ const MOST: u64 = 4096;
 
 /// The durable events of `key`'s log numbered in `(after, before)`, oldest first. A log that cannot be read gives
 /// none (the follower is told a gap).
-pub(crate) async fn backfill(store: Arc<dyn LogStore>, key: Arc<str>, after: u64, before: u64) -> Vec<Arc<Event>> {
+pub(crate) async fn backfill(store: Arc<dyn LogStore>, key: Arc<str>, after: u64, before: u64) -> Vec<Event> {
     let first = (after >> POSITION_SHIFT) + 1;
     let last = before.saturating_sub(1) >> POSITION_SHIFT;
     if last < first {
@@ -36,12 +36,7 @@ pub(crate) async fn backfill(store: Arc<dyn LogStore>, key: Arc<str>, after: u64
         }
     };
     let mut events = Events::new(key);
-    records
-        .iter()
-        .filter_map(|record| events.of(record))
-        .filter(|e| e.seq > after && e.seq < before)
-        .map(Arc::new)
-        .collect()
+    records.iter().filter_map(|record| events.of(record)).filter(|e| e.seq > after && e.seq < before).collect()
 }
 
 /// A call's tool and arguments, by (turn, call id).

@@ -11,7 +11,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +21,7 @@ use super::queue::{MessageId, SessionQueue};
 use super::{BatchPolicy, SteerError, SteerMessage, SteeringMode, TurnSteering};
 use super::{Handles, RuntimeInner, SessionSettings, TurnHandle};
 use crate::context::{
-    Context, Event, EventFollower, EventKind, EventSink, ExecutionId, RecordSink, TurnServices, lock,
+    Context, EventFollower, EventKind, EventReceiver, EventSink, ExecutionId, RecordSink, TurnServices, lock,
 };
 use crate::error::NoeticError;
 use crate::model::{History, Item};
@@ -55,9 +55,8 @@ pub enum Routed {
     Steered(MessageId),
 }
 
-/// How many events a session buffers per subscriber.
-const SESSION_EVENT_CAPACITY: usize = 1024;
-/// How many of its most recent events a session's log keeps for followers that resume.
+/// How many of its most recent events a session's log keeps for followers that resume (and subscribers read: one
+/// that falls further behind loses events).
 pub const SESSION_EVENT_LOG_CAPACITY: usize = 4096;
 
 /// Why a session could not do what was asked.
@@ -141,7 +140,7 @@ pub enum SessionError {
 /// A handle on one conversation, from [`Runtime::session`](super::Runtime::session). Clones share it.
 ///
 /// [`Session::send`] starts a [`Turn`]; [`Session::steer`] queues a message for the running one;
-/// [`Session::subscribe`] and [`Session::follow`] stream its [`Event`]s.
+/// [`Session::subscribe`] and [`Session::follow`] stream its [`Event`](crate::context::Event)s.
 #[derive(Clone)]
 pub struct Session {
     runtime: Arc<RuntimeInner>,
@@ -215,20 +214,17 @@ impl Session {
     }
 
     /// Subscribes to this session's events (turns, steps, model and tool calls, tool progress) from now on —
-    /// also those of a turn already running — as a tokio
-    /// [`broadcast::Receiver`](tokio::sync::broadcast::Receiver)`<Arc<`[`Event`]`>>` (match on
-    /// [`Event::kind`], an [`EventKind`]). A receiver that falls behind loses events
+    /// also those of a turn already running — as an [`EventReceiver`] of
+    /// [`Event`](crate::context::Event)s (match on [`Event::kind`](crate::context::Event::kind), an [`EventKind`]), read from the session's event log. A receiver
+    /// that falls so far behind that the log dropped what it would read next loses those events
     /// ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged)); use [`Session::follow`] to get
     /// every event or an explicit gap.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        match sink(&self.live()).subscribe() {
-            Some(rx) => rx,
-            None => broadcast::channel(1).1,
-        }
+    pub fn subscribe(&self) -> EventReceiver {
+        sink(&self.live()).subscribe().unwrap_or_else(EventReceiver::closed)
     }
 
     /// Follows this session's events with an [`EventFollower`], in order from the one numbered after `after`
-    /// ([`Event::seq`]; 0: from the oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
+    /// ([`Event::seq`](crate::context::Event::seq); 0: from the oldest the session's log still holds): what the log holds first, then live events. Events the bounded log
     /// (the last [`SESSION_EVENT_LOG_CAPACITY`]) no longer holds are reported as one [`Followed::Gap`](crate::context::Followed::Gap), never
     /// skipped silently; a follower that falls behind catches up the same way. The log starts at the first
     /// subscription or follow. A session that is followed is never evicted.

@@ -42,7 +42,7 @@ pub use ids::ExecutionId;
 pub use ids::new_v7;
 pub(crate) use services::NONE as NO_SERVICES;
 pub use services::{HookContext, Services, TurnServices};
-pub use sink::{Backfill, EventFollower, EventSink, Followed, POSITION_SHIFT, Positions};
+pub use sink::{Backfill, EventFollower, EventReceiver, EventSink, Followed, POSITION_SHIFT, Positions};
 
 use crate::error::NoeticError;
 use crate::model::{History, Item, Log, StepMeta, Usage};

@@ -1,25 +1,27 @@
 //! Where events go: live subscribers and a session's numbered, bounded log, and the followers that resume from it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::events::{Event, EventKind};
 use super::{ExecutionId, lock};
 
-/// Where events go: a broadcast channel any number of subscribers can read, and — for a sink made with
-/// [`EventSink::with_log`], as every session's is — a bounded log of the most recent events, numbered 1, 2, 3 …,
-/// from which a follower can resume ([`EventSink::follow`]). Events are built only when someone listens (a
-/// subscriber, or a log that exists because someone subscribed once). The runtime never blocks on a subscriber:
-/// a [`broadcast::Receiver`] that falls more than `capacity` behind sees `RecvError::Lagged`; an [`EventFollower`]
-/// catches up from the log and is told exactly what it missed when the log no longer holds it.
+/// Where events go: the events subscribers read — for a sink made with [`EventSink::with_log`], as every
+/// session's is, a bounded log of the most recent events, numbered 1, 2, 3 …, from which a follower can resume
+/// ([`EventSink::follow`]). Events are built only when someone listens (a subscriber, or a log that exists because
+/// someone subscribed once). Each event is held once, in the sink, and each subscriber reads a copy of it (an
+/// event's texts are shared strings: copying one copies no text), so emitting allocates nothing of its own. The
+/// runtime never blocks on a subscriber: an [`EventReceiver`] that falls so far behind that the sink no longer holds
+/// the next event it would read sees `RecvError::Lagged`; an [`EventFollower`] is told exactly what it missed.
 ///
-/// Clones share everything, including a channel and log opened later: a context built with a session's sink
-/// before anybody subscribed still reaches a subscriber that arrives mid-turn.
+/// Clones share everything, including a log opened later: a context built with a session's sink before anybody
+/// subscribed still reaches a subscriber that arrives mid-turn.
 #[derive(Clone, Default)]
 pub struct EventSink {
     core: Option<Arc<SinkCore>>,
@@ -36,7 +38,7 @@ const REOPENED: u64 = 1 << (POSITION_SHIFT - 1);
 
 /// The durable events of a session log numbered in `(after, before)`, oldest first: what a follower missed that
 /// the log still knows (a session kept in a session log numbers its events by [`Positions`]).
-pub type Backfill = Arc<dyn Fn(u64, u64) -> BoxFuture<'static, Vec<Arc<Event>>> + Send + Sync>;
+pub type Backfill = Arc<dyn Fn(u64, u64) -> BoxFuture<'static, Vec<Event>> + Send + Sync>;
 
 /// A session log's positions, which number a log-backed session's events.
 #[derive(Clone)]
@@ -60,19 +62,52 @@ struct SinkCore {
     turn: AtomicU64,
 }
 
+/// The events subscribers read, held once.
 struct Live {
-    tx: broadcast::Sender<Arc<Event>>,
-    log: Option<Mutex<LogState>>,
+    ring: Arc<Ring>,
+    /// The sink keeps a numbered log (its events are what the ring holds).
+    logged: bool,
 }
 
-/// The events a session's log has room for before it first grows.
+impl Drop for Live {
+    fn drop(&mut self) {
+        // The sink is gone: receivers read what is still held, then learn the stream is closed.
+        lock(&self.ring.state).closed = true;
+        self.ring.notify.notify_waiters();
+    }
+}
+
+/// The events a sink holds, shared with its receivers.
+struct Ring {
+    state: Mutex<LogState>,
+    /// Wakes receivers waiting for the next event.
+    notify: Notify,
+    /// Live receivers: a sink without a log builds events only while there is one.
+    receivers: AtomicUsize,
+    /// Receivers waiting for the next event: an emitter wakes them only when there are some.
+    waiting: AtomicUsize,
+}
+
+impl Ring {
+    /// Wakes the receivers waiting for an event just held (none waiting: nothing to do).
+    fn wake(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
+/// The events a session's log (or a plain sink's ring) has room for before it first grows.
 const RECENT_ROOM: usize = 64;
 
 struct LogState {
     /// The number the next event gets (at least: by position, a number past it).
     next: u64,
-    recent: VecDeque<Arc<Event>>,
+    recent: VecDeque<Event>,
     capacity: usize,
+    /// How many events were held before `recent[0]` (dropped to keep within `capacity`): a receiver's place is
+    /// counted in events ever held.
+    first: u64,
     /// By position: the position the last number was taken at, and the next count within it.
     at: Option<(u64, u64)>,
     /// An event was dropped to keep within `capacity`.
@@ -80,6 +115,8 @@ struct LogState {
     /// By position: where the session's log was when this log started recording (the sink is dormant until its
     /// first subscriber; what happened before is only in the session's log).
     from: u64,
+    /// The sink is gone.
+    closed: bool,
 }
 
 impl LogState {
@@ -94,6 +131,21 @@ impl LogState {
         };
         self.at = Some((pos, k + 1));
         ((pos << POSITION_SHIFT) + k).max(self.next)
+    }
+
+    /// Holds `event`, dropping the oldest when full.
+    fn hold(&mut self, event: Event) {
+        if self.recent.len() >= self.capacity {
+            self.recent.pop_front();
+            self.first += 1;
+            self.evicted = true;
+        }
+        self.recent.push_back(event);
+    }
+
+    /// Events ever held: where a receiver that reads only what comes next starts.
+    fn end(&self) -> u64 {
+        self.first + self.recent.len() as u64
     }
 
     /// The number the oldest event still held has (or would have: the next one, when none is held).
@@ -124,7 +176,7 @@ impl LogState {
     }
 
     /// The events after `after` that the log still holds, and the range it no longer holds, if any.
-    fn since(&self, after: u64, positions: Option<&Positions>) -> (VecDeque<Arc<Event>>, Option<(u64, u64)>) {
+    fn since(&self, after: u64, positions: Option<&Positions>) -> (VecDeque<Event>, Option<(u64, u64)>) {
         let oldest = self.oldest(positions);
         let gap = (after.saturating_add(1) < oldest).then(|| (after.saturating_add(1), oldest - 1));
         let backlog = self.recent.iter().filter(|e| e.seq > after).cloned().collect();
@@ -132,18 +184,43 @@ impl LogState {
     }
 }
 
+impl Ring {
+    fn new(capacity: usize, from: u64) -> Arc<Ring> {
+        let state = LogState {
+            next: 1,
+            // Room for a short turn's events at once (a turn of ten tool calls emits about fifty), instead of five
+            // doublings on the way there.
+            recent: VecDeque::with_capacity(capacity.min(RECENT_ROOM)),
+            capacity,
+            first: 0,
+            at: None,
+            evicted: false,
+            from,
+            closed: false,
+        };
+        Arc::new(Ring {
+            state: Mutex::new(state),
+            notify: Notify::new(),
+            receivers: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+        })
+    }
+
+    /// A receiver reading from event `next` (counted in events ever held) on.
+    fn receiver(self: &Arc<Self>, next: u64) -> EventReceiver {
+        self.receivers.fetch_add(1, Ordering::SeqCst);
+        EventReceiver { ring: self.clone(), next }
+    }
+}
+
 impl SinkCore {
     fn live(&self) -> &Live {
         self.live.get_or_init(|| {
-            let (tx, _) = broadcast::channel(self.capacity);
             let from = self.positions.as_ref().map_or(0, |p| p.last.load(Ordering::SeqCst));
-            let log = self.log_capacity.map(|capacity| {
-                // Room for a short turn's events at once (a turn of ten tool calls emits about fifty), instead of
-                // five doublings on the way there.
-                let recent = VecDeque::with_capacity(capacity.min(RECENT_ROOM));
-                Mutex::new(LogState { next: 1, recent, capacity, at: None, evicted: false, from })
-            });
-            Live { tx, log }
+            // A log holds its events for followers and subscribers alike; a plain sink holds what a subscriber
+            // may not have read yet.
+            let capacity = self.log_capacity.unwrap_or(self.capacity);
+            Live { ring: Ring::new(capacity, from), logged: self.log_capacity.is_some() }
         })
     }
 }
@@ -163,18 +240,20 @@ impl EventSink {
         EventSink { core: Some(Arc::new(core)) }
     }
 
-    /// A sink buffering up to `capacity` events per subscriber (at least 1), with no log.
+    /// A sink holding up to `capacity` events (at least 1) a subscriber has not read yet, with no log.
     pub fn new(capacity: usize) -> Self {
         Self::make(capacity, None, true)
     }
 
-    /// A sink that also keeps the last `log_capacity` events (at least 1), numbered, for followers to resume from.
+    /// A sink that keeps the last `log_capacity` events (at least 1), numbered, for followers to resume from and
+    /// subscribers to read (a subscriber falls behind when the log drops an event it has not read; `capacity` is
+    /// then unused).
     pub fn with_log(capacity: usize, log_capacity: usize) -> Self {
         Self::make(capacity, Some(log_capacity), true)
     }
 
-    /// Like [`EventSink::with_log`], but the channel and the log open at the first subscription: until then
-    /// emitting costs one check and nothing is recorded.
+    /// Like [`EventSink::with_log`], but the log opens at the first subscription: until then emitting costs one
+    /// check and nothing is recorded.
     pub fn dormant_with_log(capacity: usize, log_capacity: usize) -> Self {
         Self::make(capacity, Some(log_capacity), false)
     }
@@ -197,8 +276,10 @@ impl EventSink {
     }
 
     /// A new subscriber, seeing events emitted from now on. `None` for a disabled sink.
-    pub fn subscribe(&self) -> Option<broadcast::Receiver<Arc<Event>>> {
-        self.core.as_ref().map(|core| core.live().tx.subscribe())
+    pub fn subscribe(&self) -> Option<EventReceiver> {
+        let ring = &self.core.as_ref()?.live().ring;
+        let end = lock(&ring.state).end();
+        Some(ring.receiver(end))
     }
 
     /// A follower that first gets the logged events numbered after `after` (0: from the oldest the log holds),
@@ -208,13 +289,15 @@ impl EventSink {
     pub fn follow(&self, after: u64) -> Option<EventFollower> {
         let core = self.core.as_ref()?;
         let live = core.live();
-        let log = live.log.as_ref()?;
-        // Subscribing under the log's lock: every event is either in the backlog or arrives live, never both.
-        let state = lock(log);
+        if !live.logged {
+            return None;
+        }
+        // Placed under the log's lock: every event is either in the backlog or arrives live, never both.
+        let state = lock(&live.ring.state);
         let newest = state.oldest(core.positions.as_ref()).max(state.next).saturating_sub(1);
         let after = after.min(newest.max(state.recent.back().map_or(0, |e| e.seq)));
         let (backlog, gap) = state.since(after, core.positions.as_ref());
-        let rx = live.tx.subscribe();
+        let rx = live.ring.receiver(state.end());
         // By position, what this sink never held may still be in the session's log: read before the gap is told.
         let backfill = gap.and(core.positions.as_ref()).map(|p| Backfilling {
             read: p.backfill.clone(),
@@ -230,8 +313,8 @@ impl EventSink {
 
     /// The number of the newest event (0 when none was logged).
     pub fn last_seq(&self) -> u64 {
-        match self.core.as_ref().and_then(|c| c.live.get()).and_then(|l| l.log.as_ref()) {
-            Some(log) => lock(log).next - 1,
+        match self.core.as_ref().and_then(|c| c.live.get()).filter(|l| l.logged) {
+            Some(live) => lock(&live.ring.state).next - 1,
             None => 0,
         }
     }
@@ -246,7 +329,7 @@ impl EventSink {
     /// True when someone listens (or a log records).
     pub fn is_active(&self) -> bool {
         match self.core.as_ref().and_then(|c| c.live.get()) {
-            Some(live) => live.log.is_some() || live.tx.receiver_count() > 0,
+            Some(live) => live.logged || live.ring.receivers.load(Ordering::SeqCst) > 0,
             None => false,
         }
     }
@@ -255,45 +338,134 @@ impl EventSink {
     /// is unless that would go back, then as the next number.
     pub fn emit_numbered(&self, mut event: Event) {
         let Some(core) = &self.core else { return };
-        let Some(live) = core.live.get() else { return };
-        let Some(log) = &live.log else { return };
-        let mut state = lock(log);
+        let Some(live) = core.live.get().filter(|l| l.logged) else { return };
+        let mut state = lock(&live.ring.state);
         event.seq = event.seq.max(state.next);
         state.next = event.seq + 1;
-        let event = Arc::new(event);
-        if state.recent.len() >= state.capacity {
-            state.recent.pop_front();
-            state.evicted = true;
-        }
-        state.recent.push_back(event.clone());
-        let _ = live.tx.send(event);
+        state.hold(event);
+        drop(state);
+        live.ring.wake();
     }
 
     /// Emits the event `kind` builds, if anyone listens or a log records.
     pub fn emit(&self, execution_id: ExecutionId, kind: impl FnOnce() -> EventKind) {
         let Some(core) = &self.core else { return };
         let Some(live) = core.live.get() else { return };
+        if !live.logged && live.ring.receivers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let turn = Some(core.turn.load(Ordering::Relaxed)).filter(|t| *t > 0);
-        match &live.log {
-            None if live.tx.receiver_count() > 0 => {
-                let event = Event { seq: 0, turn, execution_id, at: SystemTime::now(), kind: kind() };
-                let _ = live.tx.send(Arc::new(event));
+        let mut state = lock(&live.ring.state);
+        // Numbered under the lock, so receivers read the numbers in order.
+        let seq = if live.logged { state.number(core.positions.as_ref()) } else { 0 };
+        state.hold(Event { seq, turn, execution_id, at: SystemTime::now(), kind: kind() });
+        if live.logged {
+            state.next = seq + 1;
+        }
+        drop(state);
+        live.ring.wake();
+    }
+}
+
+/// `RecvError` for a look that found something to say.
+fn recv_error(error: TryRecvError) -> RecvError {
+    match error {
+        TryRecvError::Lagged(n) => RecvError::Lagged(n),
+        TryRecvError::Empty | TryRecvError::Closed => RecvError::Closed,
+    }
+}
+
+/// A receiver waiting for the next event, counted while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The event numbered `next` in events ever held, if `ring` holds it (`next` moved past it).
+fn read(ring: &Ring, next: &mut u64) -> Result<Event, TryRecvError> {
+    let state = lock(&ring.state);
+    if *next < state.first {
+        let missed = state.first - *next;
+        *next = state.first;
+        return Err(TryRecvError::Lagged(missed));
+    }
+    match usize::try_from(*next - state.first).ok().and_then(|at| state.recent.get(at)) {
+        Some(event) => {
+            *next += 1;
+            Ok(event.clone())
+        }
+        None if state.closed => Err(TryRecvError::Closed),
+        None => Err(TryRecvError::Empty),
+    }
+}
+
+/// Reads a sink's events as they are emitted, each a copy of the one the sink holds. Made by
+/// [`EventSink::subscribe`] (and `Session::subscribe`); it reads what is emitted after it was made.
+///
+/// `recv` answers `Err(RecvError::Lagged(n))` when the sink dropped the next `n` events before this receiver read
+/// them (it then reads on from the oldest still held), and `Err(RecvError::Closed)` once the sink is gone and
+/// everything it held was read — as a `tokio::sync::broadcast::Receiver` does.
+pub struct EventReceiver {
+    ring: Arc<Ring>,
+    /// The next event to read, counted in events ever held.
+    next: u64,
+}
+
+impl std::fmt::Debug for EventReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventReceiver").field("next", &self.next).finish_non_exhaustive()
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        self.ring.receivers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl EventReceiver {
+    /// A receiver with nothing to read: `recv` answers `Err(RecvError::Closed)` at once.
+    pub fn closed() -> Self {
+        let ring = Ring::new(1, 0);
+        lock(&ring.state).closed = true;
+        ring.receiver(0)
+    }
+
+    /// The next event, waiting for one when everything held was read.
+    pub async fn recv(&mut self) -> Result<Event, RecvError> {
+        loop {
+            // What is held already is read without waiting (a receiver woken once reads everything that came).
+            match read(&self.ring, &mut self.next) {
+                Err(TryRecvError::Empty) => {}
+                done => return done.map_err(recv_error),
             }
-            None => {}
-            Some(log) => {
-                let mut state = lock(log);
-                let seq = state.number(core.positions.as_ref());
-                let event = Arc::new(Event { seq, turn, execution_id, at: SystemTime::now(), kind: kind() });
-                state.next = seq + 1;
-                if state.recent.len() >= state.capacity {
-                    state.recent.pop_front();
-                    state.evicted = true;
-                }
-                state.recent.push_back(event.clone());
-                // Sent under the lock, so live receivers see the numbers in order.
-                let _ = live.tx.send(event);
+            let ring = &self.ring;
+            let notified = ring.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Counted and registered before looking again, so an event held after that look wakes it (the emitter
+            // looks at the count after holding the event, under the lock this look takes).
+            ring.waiting.fetch_add(1, Ordering::SeqCst);
+            let _waiting = Waiting(&ring.waiting);
+            notified.as_mut().enable();
+            match read(ring, &mut self.next) {
+                Err(TryRecvError::Empty) => notified.await,
+                done => return done.map_err(recv_error),
             }
         }
+    }
+
+    /// The next event if one is held that this receiver has not read, without waiting.
+    pub fn try_recv(&mut self) -> Result<Event, TryRecvError> {
+        read(&self.ring, &mut self.next)
+    }
+
+    /// A receiver of the same sink reading what is emitted from now on.
+    pub fn resubscribe(&self) -> Self {
+        let end = lock(&self.ring.state).end();
+        self.ring.receiver(end)
     }
 }
 
@@ -301,7 +473,7 @@ impl EventSink {
 #[derive(Debug, Clone)]
 pub enum Followed {
     /// The next event (numbers increase by one, except right after a gap).
-    Event(Arc<Event>),
+    Event(Event),
     /// Events `from..=to` were dropped from the bounded log before this follower could read them. For a session
     /// kept in a session log, the durable events of that range that the log still holds follow the gap (numbered
     /// within it, rising); the others — text deltas, progress — are gone.
@@ -327,7 +499,7 @@ struct Backfilling {
 /// as a [`Followed::Gap`], never skipped silently.
 pub struct EventFollower {
     core: Arc<SinkCore>,
-    rx: broadcast::Receiver<Arc<Event>>,
+    rx: EventReceiver,
     /// What is handed out next, in order, before live events.
     ready: VecDeque<Followed>,
     /// Events `from..=to` this sink does not hold: told (after what `backfill` finds of them) before `ready`.
@@ -349,8 +521,7 @@ impl EventFollower {
             turn: AtomicU64::new(0),
         };
         let core = Arc::new(core);
-        // Its sender is dropped at once, so the receiver reports the channel closed.
-        let (_, rx) = broadcast::channel(1);
+        let rx = EventReceiver::closed();
         EventFollower { core, rx, ready: VecDeque::new(), gap: None, backfill: None, last: 0 }
     }
 
@@ -385,8 +556,8 @@ impl EventFollower {
                     self.last = event.seq;
                     return Some(Followed::Event(event));
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up(),
-                Err(broadcast::error::RecvError::Closed) => return None,
+                Err(RecvError::Lagged(_)) => self.catch_up(),
+                Err(RecvError::Closed) => return None,
             }
         }
     }
@@ -405,15 +576,127 @@ impl EventFollower {
         Some(next)
     }
 
-    /// Re-reads the log after falling behind the live channel.
+    /// Re-reads the log after falling behind it.
     fn catch_up(&mut self) {
         let live = self.core.live();
-        let Some(log) = &live.log else { return };
-        let state = lock(log);
+        let state = lock(&live.ring.state);
         let (backlog, gap) = state.since(self.last, self.core.positions.as_ref());
-        self.rx = live.tx.subscribe();
+        self.rx = live.ring.receiver(state.end());
         drop(state);
         self.ready = backlog.into_iter().map(Followed::Event).collect();
         self.gap = gap;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use super::super::events::StepKind;
+
+    fn started(step: &Arc<str>) -> EventKind {
+        EventKind::StepStarted { step_id: step.clone(), kind: StepKind::Run }
+    }
+
+    fn waiting(rx: &EventReceiver) -> usize {
+        rx.ring.waiting.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_receiver_reads_each_event_once_in_order_as_copies_that_share_the_events_texts() {
+        let sink = EventSink::with_log(8, 16);
+        let mut rx = sink.subscribe().unwrap();
+        let step: Arc<str> = Arc::from("plan");
+        for _ in 0..3 {
+            sink.emit(ExecutionId::new(), || started(&step));
+        }
+        let seqs: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().seq).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        // The follower reads the same events; their texts are the emitter's strings, not copies of them.
+        let mut follower = sink.follow(0).unwrap();
+        let Some(Followed::Event(first)) = follower.ready() else { panic!("the log holds the first event") };
+        let EventKind::StepStarted { step_id, .. } = &first.kind else { panic!("{first:?}") };
+        assert!(Arc::ptr_eq(step_id, &step));
+    }
+
+    #[test]
+    fn a_receiver_the_log_outran_is_told_how_many_it_lost_and_reads_on_from_the_oldest_held() {
+        let sink = EventSink::with_log(8, 3);
+        let mut rx = sink.subscribe().unwrap();
+        let step: Arc<str> = Arc::from("s");
+        for _ in 0..5 {
+            sink.emit(ExecutionId::new(), || started(&step));
+        }
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Lagged(2))));
+        let seqs: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().seq).collect();
+        assert_eq!(seqs, [3, 4, 5]);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        // A receiver made now reads only what comes next.
+        let mut later = rx.resubscribe();
+        assert!(matches!(later.try_recv(), Err(TryRecvError::Empty)));
+        sink.emit(ExecutionId::new(), || started(&step));
+        assert_eq!(later.try_recv().unwrap().seq, 6);
+        assert_eq!(rx.try_recv().unwrap().seq, 6);
+    }
+
+    #[test]
+    fn a_plain_sink_builds_events_only_while_a_receiver_lives_and_holds_what_it_has_not_read() {
+        let sink = EventSink::new(2);
+        let built = AtomicUsize::new(0);
+        let step: Arc<str> = Arc::from("s");
+        let emit = || {
+            sink.emit(ExecutionId::new(), || {
+                built.fetch_add(1, Ordering::SeqCst);
+                started(&step)
+            })
+        };
+        emit();
+        assert_eq!(built.load(Ordering::SeqCst), 0, "nobody listens: nothing is built");
+        let mut rx = sink.subscribe().unwrap();
+        assert!(sink.is_active());
+        for _ in 0..3 {
+            emit();
+        }
+        assert_eq!(built.load(Ordering::SeqCst), 3);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Lagged(1))));
+        assert_eq!(rx.try_recv().unwrap().seq, 0, "a plain sink numbers nothing");
+        assert!(rx.try_recv().is_ok());
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        drop(rx);
+        assert!(!sink.is_active());
+        emit();
+        assert_eq!(built.load(Ordering::SeqCst), 3, "the last receiver gone: nothing is built again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_receiver_wakes_for_the_next_event_and_learns_when_the_sink_is_gone() {
+        let sink = EventSink::with_log(8, 16);
+        let mut rx = sink.subscribe().unwrap();
+        let step: Arc<str> = Arc::from("s");
+        let mut waiter = Box::pin(rx.recv());
+        // Polled once: nothing is held, so it registers and waits.
+        assert!(futures::poll!(waiter.as_mut()).is_pending());
+        drop(waiter);
+        assert_eq!(waiting(&rx), 0, "a receiver that stopped waiting is not counted");
+        let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            let _ = told.send(rx.recv().await.map(|e| e.seq));
+            rx.recv().await.map(|e| e.seq)
+        });
+        // The reader runs until it waits (this runtime has one thread: each yield lets it run).
+        let probe = sink.subscribe().unwrap();
+        while waiting(&probe) == 0 {
+            tokio::task::yield_now().await;
+        }
+        sink.emit(ExecutionId::new(), || started(&step));
+        // Woken by the event while the sink lives (a receiver never woken would let the paused clock run out).
+        let heard = tokio::time::timeout(std::time::Duration::from_secs(60), heard.recv()).await;
+        assert_eq!(heard.ok().flatten(), Some(Ok(1)));
+        drop(sink);
+        assert_eq!(reader.await.unwrap(), Err(RecvError::Closed));
+        assert!(matches!(EventReceiver::closed().recv().await, Err(RecvError::Closed)));
     }
 }

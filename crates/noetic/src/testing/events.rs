@@ -1,11 +1,9 @@
 //! Collecting the events a session sends, to assert what happened and in which order.
 
-use std::sync::Arc;
-
-use tokio::sync::broadcast::{Receiver, error::TryRecvError};
+use tokio::sync::broadcast::error::TryRecvError;
 
 use crate::agent::Session;
-use crate::context::{Event, EventKind};
+use crate::context::{Event, EventKind, EventReceiver};
 
 /// The `type` name an event has on the wire (`"turn_started"`, `"tool_call_completed"` …); `"<unnamed>"` if the
 /// event does not serialise to an object with a `type`, so a comparison with the expected names fails visibly.
@@ -21,14 +19,14 @@ pub fn event_type(event: &Event) -> String {
 /// [`missed`](Self::missed), never skipped silently.
 #[derive(Debug)]
 pub struct EventCollector {
-    rx: Receiver<Arc<Event>>,
-    events: Vec<Arc<Event>>,
+    rx: EventReceiver,
+    events: Vec<Event>,
     missed: u64,
 }
 
 impl EventCollector {
     /// Collects from `rx` (for example an [`EventSink`](crate::EventSink)'s subscription).
-    pub fn new(rx: Receiver<Arc<Event>>) -> Self {
+    pub fn new(rx: EventReceiver) -> Self {
         EventCollector { rx, events: Vec::new(), missed: 0 }
     }
 
@@ -48,7 +46,7 @@ impl EventCollector {
     }
 
     /// Every event received so far, in order.
-    pub fn events(&mut self) -> &[Arc<Event>] {
+    pub fn events(&mut self) -> &[Event] {
         self.collect();
         &self.events
     }
@@ -60,12 +58,12 @@ impl EventCollector {
 
     /// The [`event_type`] of every event received so far, in order.
     pub fn types(&mut self) -> Vec<String> {
-        self.events().iter().map(|e| event_type(e)).collect()
+        self.events().iter().map(event_type).collect()
     }
 
     /// Every event received so far that an earlier `take` did not return, in order; the collector forgets them,
     /// so the next call returns only newer events (to assert one phase of a test at a time).
-    pub fn take(&mut self) -> Vec<Arc<Event>> {
+    pub fn take(&mut self) -> Vec<Event> {
         self.collect();
         std::mem::take(&mut self.events)
     }
@@ -108,7 +106,7 @@ mod tests {
         assert_eq!(events.missed(), 0);
         assert_eq!(events.take().len(), 2);
         ctx.emit(|| inbox("c"));
-        assert_eq!(events.take().iter().map(|e| event_type(e)).collect::<Vec<_>>(), ["loop_inbox_message"]);
+        assert_eq!(events.take().iter().map(event_type).collect::<Vec<_>>(), ["loop_inbox_message"]);
         assert!(events.types().is_empty(), "taken events are forgotten");
     }
 

@@ -344,11 +344,11 @@ pub(super) fn sink(state: &SessionState) -> &EventSink {
     state.events.get_or_init(|| match state.logged() {
         // Kept in a log: numbered by its positions, so numbers never repeat across processes (SPEC 7.1).
         Some(logged) => EventSink::numbered_by_position(
-            SESSION_EVENT_CAPACITY,
+            SESSION_EVENT_LOG_CAPACITY,
             SESSION_EVENT_LOG_CAPACITY,
             logged.positions(&state.key),
         ),
-        None => EventSink::dormant_with_log(SESSION_EVENT_CAPACITY, SESSION_EVENT_LOG_CAPACITY),
+        None => EventSink::dormant_with_log(SESSION_EVENT_LOG_CAPACITY, SESSION_EVENT_LOG_CAPACITY),
     })
 }
 
