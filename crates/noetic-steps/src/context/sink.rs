@@ -593,8 +593,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use std::sync::atomic::AtomicUsize;
 
-    use super::*;
     use super::super::events::StepKind;
+    use super::*;
 
     fn started(step: &Arc<str>) -> EventKind {
         EventKind::StepStarted { step_id: step.clone(), kind: StepKind::Run }
