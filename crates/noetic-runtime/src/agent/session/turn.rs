@@ -24,7 +24,7 @@ impl Turn {
     }
 
     /// The id of the turn's execution ([`ExecutionId`]): the `execution_id` of the events the turn's own steps
-    /// emit ([`Event::execution_id`]; spawned children and fork paths have ids of their own), and the key of its
+    /// emit ([`Event::execution_id`](crate::context::Event::execution_id); spawned children and fork paths have ids of their own), and the key of its
     /// layer state — its steering ledger, for instance, through
     /// [`Runtime::get_layer_state`](crate::agent::Runtime::get_layer_state) or
     /// [`SteeringLayer::ledger`](crate::steering::SteeringLayer::ledger).
