@@ -62,11 +62,9 @@ struct SinkCore {
     turn: AtomicU64,
 }
 
-/// The events subscribers read, held once.
+/// The events subscribers read, held once (for a sink with a log: its numbered log).
 struct Live {
     ring: Arc<Ring>,
-    /// The sink keeps a numbered log (its events are what the ring holds).
-    logged: bool,
 }
 
 impl Drop for Live {
@@ -86,6 +84,9 @@ struct Ring {
     receivers: AtomicUsize,
     /// Receivers waiting for the next event: an emitter wakes them only when there are some.
     waiting: AtomicUsize,
+    /// The ring is a sink's log (kept for followers); else it holds events only for its receivers, and lets them
+    /// go when the last receiver does.
+    logged: bool,
 }
 
 impl Ring {
@@ -185,7 +186,7 @@ impl LogState {
 }
 
 impl Ring {
-    fn new(capacity: usize, from: u64) -> Arc<Ring> {
+    fn new(capacity: usize, from: u64, logged: bool) -> Arc<Ring> {
         let state = LogState {
             next: 1,
             // Room for a short turn's events at once (a turn of ten tool calls emits about fifty), instead of five
@@ -203,6 +204,7 @@ impl Ring {
             notify: Notify::new(),
             receivers: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            logged,
         })
     }
 
@@ -220,7 +222,8 @@ impl SinkCore {
             // A log holds its events for followers and subscribers alike; a plain sink holds what a subscriber
             // may not have read yet.
             let capacity = self.log_capacity.unwrap_or(self.capacity);
-            Live { ring: Ring::new(capacity, from), logged: self.log_capacity.is_some() }
+            let logged = self.log_capacity.is_some();
+            Live { ring: Ring::new(capacity, from, logged) }
         })
     }
 }
@@ -240,7 +243,7 @@ impl EventSink {
         EventSink { core: Some(Arc::new(core)) }
     }
 
-    /// A sink holding up to `capacity` events (at least 1) a subscriber has not read yet, with no log.
+    /// A sink holding its last `capacity` events (at least 1) for its subscribers while there are any, with no log.
     pub fn new(capacity: usize) -> Self {
         Self::make(capacity, None, true)
     }
@@ -289,7 +292,7 @@ impl EventSink {
     pub fn follow(&self, after: u64) -> Option<EventFollower> {
         let core = self.core.as_ref()?;
         let live = core.live();
-        if !live.logged {
+        if !live.ring.logged {
             return None;
         }
         // Placed under the log's lock: every event is either in the backlog or arrives live, never both.
@@ -313,7 +316,7 @@ impl EventSink {
 
     /// The number of the newest event (0 when none was logged).
     pub fn last_seq(&self) -> u64 {
-        match self.core.as_ref().and_then(|c| c.live.get()).filter(|l| l.logged) {
+        match self.core.as_ref().and_then(|c| c.live.get()).filter(|l| l.ring.logged) {
             Some(live) => lock(&live.ring.state).next - 1,
             None => 0,
         }
@@ -329,7 +332,7 @@ impl EventSink {
     /// True when someone listens (or a log records).
     pub fn is_active(&self) -> bool {
         match self.core.as_ref().and_then(|c| c.live.get()) {
-            Some(live) => live.logged || live.ring.receivers.load(Ordering::SeqCst) > 0,
+            Some(live) => live.ring.logged || live.ring.receivers.load(Ordering::SeqCst) > 0,
             None => false,
         }
     }
@@ -338,7 +341,7 @@ impl EventSink {
     /// is unless that would go back, then as the next number.
     pub fn emit_numbered(&self, mut event: Event) {
         let Some(core) = &self.core else { return };
-        let Some(live) = core.live.get().filter(|l| l.logged) else { return };
+        let Some(live) = core.live.get().filter(|l| l.ring.logged) else { return };
         let mut state = lock(&live.ring.state);
         event.seq = event.seq.max(state.next);
         state.next = event.seq + 1;
@@ -351,15 +354,15 @@ impl EventSink {
     pub fn emit(&self, execution_id: ExecutionId, kind: impl FnOnce() -> EventKind) {
         let Some(core) = &self.core else { return };
         let Some(live) = core.live.get() else { return };
-        if !live.logged && live.ring.receivers.load(Ordering::Relaxed) == 0 {
+        if !live.ring.logged && live.ring.receivers.load(Ordering::Relaxed) == 0 {
             return;
         }
         let turn = Some(core.turn.load(Ordering::Relaxed)).filter(|t| *t > 0);
         let mut state = lock(&live.ring.state);
         // Numbered under the lock, so receivers read the numbers in order.
-        let seq = if live.logged { state.number(core.positions.as_ref()) } else { 0 };
+        let seq = if live.ring.logged { state.number(core.positions.as_ref()) } else { 0 };
         state.hold(Event { seq, turn, execution_id, at: SystemTime::now(), kind: kind() });
-        if live.logged {
+        if live.ring.logged {
             state.next = seq + 1;
         }
         drop(state);
@@ -422,14 +425,19 @@ impl std::fmt::Debug for EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        self.ring.receivers.fetch_sub(1, Ordering::SeqCst);
+        if self.ring.receivers.fetch_sub(1, Ordering::SeqCst) == 1 && !self.ring.logged {
+            // Nobody reads a plain sink's events any more: what they hold (results, arguments) is let go.
+            let mut state = lock(&self.ring.state);
+            state.first += state.recent.len() as u64;
+            state.recent.clear();
+        }
     }
 }
 
 impl EventReceiver {
     /// A receiver with nothing to read: `recv` answers `Err(RecvError::Closed)` at once.
     pub fn closed() -> Self {
-        let ring = Ring::new(1, 0);
+        let ring = Ring::new(1, 0, false);
         lock(&ring.state).closed = true;
         ring.receiver(0)
     }
@@ -665,10 +673,15 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().seq, 0, "a plain sink numbers nothing");
         assert!(rx.try_recv().is_ok());
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        let ring = rx.ring.clone();
         drop(rx);
         assert!(!sink.is_active());
+        assert!(lock(&ring.state).recent.is_empty(), "the last receiver gone: the events it read are let go");
         emit();
         assert_eq!(built.load(Ordering::SeqCst), 3, "the last receiver gone: nothing is built again");
+        let mut again = sink.subscribe().unwrap();
+        emit();
+        assert_eq!(again.try_recv().map(|e| e.seq), Ok(0), "a new receiver reads what comes next");
     }
 
     #[tokio::test(start_paused = true)]
