@@ -16,18 +16,28 @@ fn emit_started(sink: &EventSink, step: &Arc<str>, n: usize) {
     }
 }
 
+/// A logged sink keeping `log` events, a receiver of it, and `n` step starts of one step emitted after it subscribed.
+fn logged_after(log: usize, n: usize) -> (EventSink, EventReceiver, Arc<str>) {
+    let sink = EventSink::with_log(8, log);
+    let rx = sink.subscribe().unwrap();
+    let step: Arc<str> = Arc::from("plan");
+    emit_started(&sink, &step, n);
+    (sink, rx, step)
+}
+
+/// The numbers of the next `n` events `rx` reads.
+fn seqs(rx: &mut EventReceiver, n: usize) -> Vec<u64> {
+    (0..n).map(|_| rx.try_recv().unwrap().seq).collect()
+}
+
 fn waiting(rx: &EventReceiver) -> usize {
     rx.ring.waiting.load(Ordering::SeqCst)
 }
 
 #[test]
 fn a_receiver_reads_each_event_once_in_order_as_copies_that_share_the_events_texts() {
-    let sink = EventSink::with_log(8, 16);
-    let mut rx = sink.subscribe().unwrap();
-    let step: Arc<str> = Arc::from("plan");
-    emit_started(&sink, &step, 3);
-    let seqs: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().seq).collect();
-    assert_eq!(seqs, [1, 2, 3]);
+    let (sink, mut rx, step) = logged_after(16, 3);
+    assert_eq!(seqs(&mut rx, 3), [1, 2, 3]);
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     // The follower reads the same events; their texts are the emitter's strings, not copies of them.
     let mut follower = sink.follow(0).unwrap();
@@ -38,13 +48,9 @@ fn a_receiver_reads_each_event_once_in_order_as_copies_that_share_the_events_tex
 
 #[test]
 fn a_receiver_the_log_outran_is_told_how_many_it_lost_and_reads_on_from_the_oldest_held() {
-    let sink = EventSink::with_log(8, 3);
-    let mut rx = sink.subscribe().unwrap();
-    let step: Arc<str> = Arc::from("s");
-    emit_started(&sink, &step, 5);
+    let (sink, mut rx, step) = logged_after(3, 5);
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Lagged(2))));
-    let seqs: Vec<u64> = (0..3).map(|_| rx.try_recv().unwrap().seq).collect();
-    assert_eq!(seqs, [3, 4, 5]);
+    assert_eq!(seqs(&mut rx, 3), [3, 4, 5]);
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     // A receiver made now reads only what comes next.
     let mut later = rx.resubscribe();
