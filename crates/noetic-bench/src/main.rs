@@ -292,7 +292,7 @@ fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
     // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
-    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite), `noetic-bench pg` (PostgreSQL),
+    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite; `store-runtime` only its runtime figures), `noetic-bench pg` (PostgreSQL),
     // `noetic-bench pg-log` (the PostgreSQL session log; `pg-runtime` only its runtime figures), `noetic-bench streams` (the providers' SSE framing and
     // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
     // (counting tokens, fitting requests into the window), `noetic-bench replay` (recorded decisions decided again
@@ -302,6 +302,7 @@ fn main() -> BenchResult<()> {
         Some("agui") => return agui_figures(&rt),
         Some("streams") => return stream_figures(&rt),
         Some("store") => return sqlite_log_path::figures(),
+        Some("store-runtime") => return sqlite_log_path::runtime_only(),
         Some("pg" | "pg-log") => return pg_log_path::figures(),
         Some("pg-runtime") => return pg_log_path::runtime_only(),
         Some("core") => return core_figures(&rt),

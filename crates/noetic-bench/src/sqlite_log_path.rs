@@ -157,6 +157,14 @@ pub fn figures() -> BenchResult<()> {
     })
 }
 
+/// Only the runtime's figures (`noetic-bench store-runtime`), for comparing builds quickly.
+pub fn runtime_only() -> BenchResult<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let figures = rt.block_on(runtime_figures());
+    remove_scratch();
+    figures
+}
+
 /// Removes this process's scratch folders.
 fn remove_scratch() {
     let ours = "noetic-bench-log-";

@@ -12,6 +12,7 @@
 //! | [`error`] | `NoeticError` (while steps run) and `ConfigError` (built wrongly, with a stable code) |
 //! | [`budget`] | limits, spending, the turn's meter |
 //! | [`digest`] | canonical JSON and its SHA-256 |
+//! | [`handoff`] | waiting for another thread's answer without putting a tokio worker to sleep for it (the stores' writers) |
 //! | [`json`] | JSON read by hand where serde's machinery costs more than the text (string escapes, tool arguments) |
 //! | [`time`] | RFC 3339 times and their serde helpers |
 //! | [`trace`] | the `tracing` spans the runtime opens |
@@ -22,6 +23,7 @@ pub mod budget;
 pub mod decision;
 pub mod digest;
 pub mod error;
+pub mod handoff;
 pub mod json;
 pub mod model;
 #[doc(hidden)]

@@ -175,6 +175,8 @@ struct Inner {
     appends: mpsc::Sender<writer::Request>,
     appended: broadcast::Sender<Appended>,
     counters: Arc<Counters>,
+    /// Appends handed to the writer and not yet answered (a lone one's caller looks for its answer).
+    in_flight: noetic_core::handoff::InFlight,
     /// Dropped with the store: the listening task ends.
     _listening: oneshot::Sender<()>,
 }
@@ -268,7 +270,16 @@ impl PgLogStore {
             }
         }
         Ok(PgLogStore {
-            inner: Arc::new(Inner { pool, target, id, appends, appended, counters, _listening: listening }),
+            inner: Arc::new(Inner {
+                pool,
+                target,
+                id,
+                appends,
+                appended,
+                counters,
+                in_flight: noetic_core::handoff::InFlight::default(),
+                _listening: listening,
+            }),
         })
     }
 
@@ -322,8 +333,9 @@ impl PgLogStore {
                 format!("the store's writer task for {} has stopped (its tokio runtime shut down)", self.target()),
             )
         };
+        let (_sent, alone) = self.inner.in_flight.sent();
         self.inner.appends.send(request).await.map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        noetic_core::handoff::wait(answer, alone).await.ok_or_else(stopped)?
     }
 }
 

@@ -72,14 +72,17 @@ impl Done {
         }
     }
 
-    /// Answers after the commit; a caller that went away is not an error.
+    /// Answers after the commit; a caller that went away is not an error. An append is answered before it is
+    /// announced: announcing wakes the watchers' task (a system call, and on a virtual machine an idle core),
+    /// which the caller need not wait for.
     pub(crate) fn answer(self, appended: &broadcast::Sender<Appended>) {
         match self {
             Done::Append { key, reply, result } => {
-                if let Ok(last) = result {
+                let landed = result.as_ref().ok().copied();
+                let _ = reply.send(result);
+                if let Some(last) = landed {
                     let _ = appended.send(Appended { key, last });
                 }
-                let _ = reply.send(result);
             }
             Done::Delete { reply, result } => drop(reply.send(result)),
             Done::Snapshot { reply, result } => drop(reply.send(result)),
