@@ -51,6 +51,14 @@
 //! (101,738 → 101,078 at 100 calls, N = 2, M = 12; 86.8 allocations per call, unchanged).
 
 //!
+//! `instr_probe real-log N [CALLS]` is `real` with each session kept in a session log in memory
+//! (`MemoryLogStore`): its per-call instructions less `real`'s are what the log costs the runtime per tool call
+//! (set-up included in both: a log store and the session's opening). With N = 20, M = 120 at `004044c`: 53,640
+//! (`real`, set-up included) against 89,350 per call, and 57.7 against 109.2 allocations: the log costs the runtime
+//! ~35,700 instructions and ~51 allocations a call, spread thin (the writer task ~17,500 inclusive, of which the
+//! memory store's own copies of the entries ~6,600; a session's teardown ~2,500 a call at 10 calls; allocation and
+//! freeing ~10,000).
+//!
 //! `instr_probe many N [TURNS]` opens N sessions at once on one runtime whose logs are in memory and runs TURNS
 //! turns (2 by default) of ROUNDS_PER_TURN real-path tool calls in each — the load of `pg-runtime`'s in-memory row.
 //! With 1000 sessions it is memory-bound, not instruction-bound: at `02a6cb6` a tool call cost ~94,000
@@ -77,7 +85,9 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 fn main() -> BenchResult<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let workload = match args.first().map(String::as_str) {
-        Some("tool-call" | "steered" | "steer" | "real" | "real-setup" | "fork" | "parse" | "many") => args.remove(0),
+        Some("tool-call" | "steered" | "steer" | "real" | "real-log" | "real-setup" | "fork" | "parse" | "many") => {
+            args.remove(0)
+        }
         _ => "session".to_owned(),
     };
     let n: usize = match args.first() {
@@ -93,14 +103,20 @@ fn main() -> BenchResult<()> {
                 }
                 Ok(())
             }
-            "real" => {
+            "real" | "real-log" => {
                 let calls: usize = match args.get(1) {
                     Some(arg) => arg.parse().map_err(|_| format!("'{arg}' is not a number of tool calls"))?,
                     None => 10,
                 };
+                let logged = workload == "real-log";
                 let (allocations, done) = alloc_count::allocations_during(async {
                     for _ in 0..n {
-                        real_path::session_tool_calls(calls, true).await?;
+                        if logged {
+                            let store = std::sync::Arc::new(noetic::agent::log::MemoryLogStore::new());
+                            real_path::session_tool_calls_with(calls, true, real_path::Kept::Log(store)).await?;
+                        } else {
+                            real_path::session_tool_calls(calls, true).await?;
+                        }
                     }
                     BenchResult::Ok(())
                 })
