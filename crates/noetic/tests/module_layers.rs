@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. Modules on one line are one layer and may not import each other either way unless
 /// listed in the same order (a module may import those before it on its line).
 const LAYERS: &[&[&str]] = &[
-    &["sync", "time", "error", "digest", "json"],
+    &["sync", "handoff", "time", "error", "digest", "json"],
     &["model", "decision", "trace", "budget"],
     &["turn"],
     &["context"],

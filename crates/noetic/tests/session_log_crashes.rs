@@ -98,7 +98,7 @@ fn replays_to_the_end(entries: &[Entry]) -> Result<(), String> {
     for entry in entries {
         if let Entry::Core { step, input, .. } = entry {
             let id = step.0.split('#').next().unwrap().to_owned();
-            let core = cores.entry(step.0.clone()).or_insert_with(|| TurnCore::new(id, 10, true));
+            let core = cores.entry(step.0.to_string()).or_insert_with(|| TurnCore::new(id, 10, true));
             core.advance(input.clone());
             if let Action::Fail(e) = core.action() {
                 return Err(format!("{}: {e}", step.0));

@@ -109,7 +109,7 @@ impl Events {
                 }
             }
             Entry::Core { step, input: Input::Response(response), .. } => {
-                let round = self.rounds.entry(step.0.clone()).or_default();
+                let round = self.rounds.entry(step.0.to_string()).or_default();
                 let this = *round;
                 *round += 1;
                 EventKind::ModelCallCompleted {

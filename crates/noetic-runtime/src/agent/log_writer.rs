@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::log::{Entry, Expect, LogStore, Projection, Record, Snapshot, StoreError};
@@ -87,7 +88,7 @@ fn entry_name(entry: &Entry) -> String {
 /// Takes the batches waiting behind `batches`' first (up to [`GROUP`], up to a sync); while all it has are lazy,
 /// waits up to [`HOLD`] for the next. Whether the queue closed meanwhile (the session is gone: what was taken is
 /// still written).
-async fn gather(rx: &mut mpsc::UnboundedReceiver<Batch>, batches: &mut Vec<Batch>) -> bool {
+async fn gather(rx: &mut mpsc::UnboundedReceiver<Batch>, batches: &mut Batches) -> bool {
     let mut deadline = None;
     while batches.len() < GROUP && !batches.iter().any(|b| b.sync) {
         match rx.try_recv() {
@@ -110,6 +111,9 @@ async fn gather(rx: &mut mpsc::UnboundedReceiver<Batch>, batches: &mut Vec<Batch
     }
     false
 }
+
+/// The batches one write takes (usually one; a held outcome and the write after it, two).
+type Batches = SmallVec<[Batch; 2]>;
 
 /// Appends one session's batches in order, grouping those that wait together.
 pub(crate) struct Writer {
@@ -134,6 +138,8 @@ pub(crate) struct Writer {
     /// Messages accepted in this process not written yet (see `Logged::unwritten`): each leaves once its write
     /// was tried.
     pub(crate) unwritten: Arc<Mutex<Vec<super::queue::MessageId>>>,
+    /// Where this writer says its own appends ended (their announcements then wake no one).
+    pub(crate) known: super::log_hub::Known,
 }
 
 impl Writer {
@@ -156,7 +162,7 @@ impl Writer {
             match next {
                 Next::Batch(None) => return,
                 Next::Batch(Some(batch)) => {
-                    let mut batches = vec![batch];
+                    let mut batches: Batches = smallvec::smallvec![batch];
                     let closed = gather(&mut rx, &mut batches).await;
                     let sync = batches.iter().position(|b| b.sync).map(|at| batches.remove(at));
                     self.write(batches).await;
@@ -223,11 +229,11 @@ impl Writer {
         }
     }
 
-    async fn write(&mut self, batches: Vec<Batch>) {
+    async fn write(&mut self, batches: Batches) {
         let mut entries: Vec<Entry> = self.first.iter().cloned().collect();
-        let mut ends = Vec::with_capacity(batches.len());
-        let mut replies = Vec::with_capacity(batches.len());
-        let mut chains = Vec::new();
+        let mut ends: SmallVec<[u64; 2]> = SmallVec::new();
+        let mut replies: SmallVec<[_; 2]> = SmallVec::new();
+        let mut chains: SmallVec<[_; 2]> = SmallVec::new();
         let mut release = None;
         for batch in batches {
             if batch.chain.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
@@ -238,7 +244,12 @@ impl Writer {
             }
             chains.extend(batch.chain);
             release = release.or(batch.release);
-            entries.extend(batch.entries);
+            // The usual write is one batch: its entries are the append's, not copied.
+            if entries.is_empty() {
+                entries = batch.entries;
+            } else {
+                entries.extend(batch.entries);
+            }
             ends.push(entries.len() as u64);
             replies.push(batch.done);
         }
@@ -316,6 +327,7 @@ impl Writer {
                     }
                 }
                 self.last = last;
+                self.known.landed(last);
                 self.snapshot().await;
                 Ok(last)
             }

@@ -93,7 +93,7 @@ impl Logged {
     /// entries of an unfinished turn, when a stopped process left one).
     pub(crate) async fn open(&self, key: &Arc<str>, first: Entry, foreign: Foreign) -> Result<Projection, StoreError> {
         // Watching before reading: an append another process makes meanwhile is heard.
-        let watch = self.hub.subscribe(key);
+        let (watch, known) = self.hub.subscribe(key);
         let (projection, snapshot_at) = Projection::load_from_snapshot(self.store.as_ref(), key).await?;
         if let Some(open) = &projection.open_turn {
             *lock(&self.unfinished) = Some(self.turn_records(key, open.since).await?);
@@ -117,6 +117,7 @@ impl Logged {
             foreign,
             running: self.running.clone(),
             unwritten: self.unwritten.clone(),
+            known,
         };
         tokio::spawn(writer.run(rx, watch));
         let _ = self.writer.set(tx);

@@ -31,15 +31,15 @@ const SHARING: u32 = 2;
 /// given the same inputs walks the same paths, which is what lets a resumed turn find each step's entries again.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct StepPath(pub String);
+pub struct StepPath(pub Arc<str>);
 
 impl StepPath {
     /// The path of the `occurrence`-th step `step_id` under `self`.
     pub fn child(&self, step_id: &str, occurrence: u32) -> StepPath {
         if self.0.is_empty() {
-            StepPath(format!("{step_id}#{occurrence}"))
+            StepPath(format!("{step_id}#{occurrence}").into())
         } else {
-            StepPath(format!("{}/{step_id}#{occurrence}", self.0))
+            StepPath(format!("{}/{step_id}#{occurrence}", self.0).into())
         }
     }
 }

@@ -239,8 +239,8 @@ fn a_summary_folded_from_an_appends_change_is_the_one_folded_entry_by_entry() {
 fn step_paths_name_each_step_from_the_agent_down_with_its_occurrence() {
     let root = StepPath::default();
     let plan = root.child("plan", 0);
-    assert_eq!(plan.0, "plan#0");
-    assert_eq!(plan.child("act", 2).0, "plan#0/act#2");
+    assert_eq!(&*plan.0, "plan#0");
+    assert_eq!(&*plan.child("act", 2).0, "plan#0/act#2");
 }
 
 #[test]

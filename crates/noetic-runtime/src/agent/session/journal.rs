@@ -32,11 +32,11 @@ impl ReplayIndex {
         for record in records {
             match &record.entry {
                 Entry::Core { step, input, .. } => {
-                    index.inputs.entry(step.0.clone()).or_default().push(input.clone());
+                    index.inputs.entry(step.0.to_string()).or_default().push(input.clone());
                 }
                 Entry::StepFinished { step, output: Some(output), .. } => {
                     if let Ok(finished) = serde_json::from_value::<Finished>(output.clone()) {
-                        index.finished.insert(step.0.clone(), finished);
+                        index.finished.insert(step.0.to_string(), finished);
                     }
                 }
                 _ => {}
@@ -50,12 +50,12 @@ impl ReplayIndex {
         let finished: HashSet<&str> = records
             .iter()
             .filter_map(|r| match &r.entry {
-                Entry::StepFinished { step, .. } => Some(step.0.as_str()),
+                Entry::StepFinished { step, .. } => Some(&*step.0),
                 _ => None,
             })
             .collect();
         records.iter().rev().find_map(|r| match &r.entry {
-            Entry::Core { step, .. } | Entry::ToolStarted { step, .. } if !finished.contains(step.0.as_str()) => {
+            Entry::Core { step, .. } | Entry::ToolStarted { step, .. } if !finished.contains(&*step.0) => {
                 Some(step.0.split('#').next().unwrap_or_default().to_owned())
             }
             _ => None,
@@ -69,6 +69,8 @@ pub(crate) struct LogJournal {
     turn: u64,
     /// Inputs recorded since the last commit.
     pending: Mutex<Vec<Entry>>,
+    /// The step path last written: the entries of one step share its text.
+    step: Mutex<StepPath>,
     /// A finished step's end, kept for the turn's next write (the turn's end, or the next step's first commit)
     /// instead of a write of its own; its items count as written.
     deferred: Mutex<Vec<Entry>>,
@@ -96,6 +98,7 @@ impl LogJournal {
             state,
             turn,
             pending: Mutex::default(),
+            step: Mutex::default(),
             deferred: Mutex::default(),
             runs: Mutex::default(),
             replay,
@@ -161,6 +164,15 @@ impl LogJournal {
         }
     }
 
+    /// `path` as a step path, sharing the text of the one made last (a step's inputs and its commits name it).
+    fn step_path(&self, path: &str) -> StepPath {
+        let mut last = lock(&self.step);
+        if &*last.0 != path {
+            *last = StepPath(path.into());
+        }
+        last.clone()
+    }
+
     /// The entries of `commit`: the items (those injected as their messages), the recorded inputs, the finished
     /// step's answer, the call about to start.
     fn entries(&self, commit: &TurnCommit<'_>) -> Vec<Entry> {
@@ -176,7 +188,7 @@ impl LogJournal {
             entries.push(Entry::Injected { turn, ids });
         }
         entries.append(&mut lock(&self.pending));
-        let step = StepPath(commit.path.to_owned());
+        let step = self.step_path(commit.path);
         if let Some(finished) = &commit.finished {
             let output = serde_json::to_value(finished).ok();
             entries.push(Entry::StepFinished { turn, step: step.clone(), output });
@@ -308,11 +320,7 @@ impl TurnJournal for LogJournal {
     }
 
     fn record(&self, path: &str, input: &Input) {
-        lock(&self.pending).push(Entry::Core {
-            turn: self.turn,
-            step: StepPath(path.to_owned()),
-            input: input.clone(),
-        });
+        lock(&self.pending).push(Entry::Core { turn: self.turn, step: self.step_path(path), input: input.clone() });
     }
 
     fn records_inputs(&self) -> bool {
