@@ -7,7 +7,7 @@
 //! same ~29 µs with everything pinned to one core, where nothing sleeps on another core). So the caller of a lone
 //! request *looks* for its answer for up to [`LOOK`] — between looks giving the core to any other thread ready on it
 //! (the writer itself, when the scheduler put the two side by side) and the worker to any other task — before it
-//! waits as any future does. With other requests in flight ([`InFlight`]) it waits at once: group commit makes
+//! waits as any future does. With other requests in flight ([`InFlight`], [`Sent::wait`]) it waits at once: group commit makes
 //! those answers slower, and the worker has other tasks to run meanwhile. On a machine of one core it never looks:
 //! the looks would only keep the writer from its commit.
 
@@ -20,9 +20,9 @@ use tokio::sync::oneshot;
 /// How long the caller of a lone request looks for its answer before it waits: a commit and a little more.
 pub const LOOK: Duration = Duration::from_micros(200);
 
-/// How an answer was taken ([`wait_telling`]).
+/// How an answer was taken ([`wait_telling`], for the tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
+enum Taken {
     /// While looking.
     Looked,
     /// By waiting for it as a future does (not alone, or the looks ran out).
@@ -34,51 +34,62 @@ pub enum Taken {
 pub struct InFlight(AtomicUsize);
 
 impl InFlight {
-    /// Marks a request as sent (call it before sending); the guard marks it answered when dropped. Says whether
-    /// it is alone in flight.
-    pub fn sent(&self) -> (Sent<'_>, bool) {
+    /// Marks a request as sent (call it before sending): the request in flight, which knows whether it is alone
+    /// and stops counting once its answer is taken (or it is dropped).
+    pub fn sent(&self) -> Sent<'_> {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
-        (Sent(self), before == 0)
+        Sent { flight: self, alone: before == 0 }
     }
 }
 
 /// A request in flight (see [`InFlight::sent`]); dropping it marks it answered.
-pub struct Sent<'a>(&'a InFlight);
+pub struct Sent<'a> {
+    flight: &'a InFlight,
+    alone: bool,
+}
 
-impl Drop for Sent<'_> {
-    fn drop(&mut self) {
-        self.0.0.fetch_sub(1, Ordering::AcqRel);
+impl Sent<'_> {
+    /// Whether no other request was in flight when this one was sent.
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+
+    /// Waits for `answer`, looking for it first when the request is alone in flight and the process may use more
+    /// than one core (see the [module docs](self)); `None` when its sender was dropped unanswered (the writer is
+    /// gone).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use noetic_core::handoff::InFlight;
+    ///
+    /// let in_flight = InFlight::default();
+    /// let (reply, answer) = tokio::sync::oneshot::channel();
+    /// let sent = in_flight.sent();
+    /// std::thread::spawn(move || reply.send(42).unwrap());
+    /// assert_eq!(sent.wait(answer).await, Some(42));
+    /// # }
+    /// ```
+    pub async fn wait<T>(self, answer: oneshot::Receiver<T>) -> Option<T> {
+        wait_telling(answer, look_for(self.alone)).await.map(|(value, _)| value)
     }
 }
 
-/// Waits for `answer`, looking for it first when the request is `alone` in flight and the process may use more
-/// than one core (see the [module docs](self)); `None` when its sender was dropped unanswered (the writer is gone).
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use noetic_core::handoff::{InFlight, wait};
-///
-/// let in_flight = InFlight::default();
-/// let (reply, answer) = tokio::sync::oneshot::channel();
-/// let (_sent, alone) = in_flight.sent();
-/// std::thread::spawn(move || reply.send(42).unwrap());
-/// assert_eq!(wait(answer, alone).await, Some(42));
-/// # }
-/// ```
-pub async fn wait<T>(answer: oneshot::Receiver<T>, alone: bool) -> Option<T> {
-    wait_telling(answer, look_for(alone)).await.map(|(value, _)| value)
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        self.flight.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
-/// How long [`wait`] looks for an answer.
+/// How long [`Sent::wait`] looks for an answer.
 fn look_for(alone: bool) -> Duration {
     static CORES: OnceLock<usize> = OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if alone && cores > 1 { LOOK } else { Duration::ZERO }
 }
 
-/// [`wait`], looking for up to `look` (none when zero), and saying how the answer was taken.
-pub async fn wait_telling<T>(mut answer: oneshot::Receiver<T>, look: Duration) -> Option<(T, Taken)> {
+/// [`Sent::wait`], looking for up to `look` (none when zero), and saying how the answer was taken.
+async fn wait_telling<T>(mut answer: oneshot::Receiver<T>, look: Duration) -> Option<(T, Taken)> {
     if !look.is_zero() {
         let start = Instant::now();
         loop {
@@ -142,22 +153,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_whose_writer_is_gone_is_told_so_while_looking_and_while_waiting() {
-        for alone in [true, false] {
+        let flight = InFlight::default();
+        let lone = flight.sent();
+        let other = flight.sent();
+        for (sent, alone) in [(other, false), (lone, true)] {
+            assert_eq!(sent.alone(), alone);
             let (reply, answer) = oneshot::channel::<u8>();
             drop(reply);
-            assert_eq!(wait(answer, alone).await, None);
+            assert_eq!(sent.wait(answer).await, None);
         }
     }
 
     #[test]
     fn only_the_first_request_in_flight_is_alone_and_answered_ones_leave() {
         let flight = InFlight::default();
-        let (first, alone) = flight.sent();
-        assert!(alone);
-        let (second, alone) = flight.sent();
-        assert!(!alone);
+        let first = flight.sent();
+        assert!(first.alone());
+        let second = flight.sent();
+        assert!(!second.alone());
         drop(first);
         drop(second);
-        assert!(flight.sent().1);
+        assert!(flight.sent().alone());
     }
 }

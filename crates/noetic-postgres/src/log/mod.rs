@@ -333,9 +333,9 @@ impl PgLogStore {
                 format!("the store's writer task for {} has stopped (its tokio runtime shut down)", self.target()),
             )
         };
-        let (_sent, alone) = self.inner.in_flight.sent();
+        let sent = self.inner.in_flight.sent();
         self.inner.appends.send(request).await.map_err(|_| stopped())?;
-        noetic_core::handoff::wait(answer, alone).await.ok_or_else(stopped)?
+        sent.wait(answer).await.ok_or_else(stopped)?
     }
 }
 

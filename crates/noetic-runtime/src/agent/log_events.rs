@@ -50,7 +50,7 @@ pub(crate) struct Events {
     /// Each call's tool and arguments, by (turn, call id).
     calls: Calls,
     /// Responses per step path so far (the round of the next).
-    rounds: HashMap<String, u32>,
+    rounds: HashMap<Arc<str>, u32>,
     /// Items no longer sent after the last compaction read.
     compacted_upto: usize,
 }
@@ -109,7 +109,7 @@ impl Events {
                 }
             }
             Entry::Core { step, input: Input::Response(response), .. } => {
-                let round = self.rounds.entry(step.0.to_string()).or_default();
+                let round = self.rounds.entry(step.0.clone()).or_default();
                 let this = *round;
                 *round += 1;
                 EventKind::ModelCallCompleted {

@@ -9,9 +9,11 @@
 //!   request is a savepoint of its own, unless it is alone: then a failure rolls the transaction back), one
 //!   `COMMIT`, then every answer. A commit answers only what it made
 //!   durable. The caller of a request alone in flight looks for its answer (yielding between looks) before its
-//!   worker may sleep: waking a sleeping worker from the writer thread costs as much as the commit (`noetic_core::handoff`). After a commit it looks for the next request for a moment (`writer::LOOK`, yielding its core between
-//!   looks) before it sleeps: a turn's next write usually comes within it, and waking a sleeping thread costs more. The thread ends when the last handle on the store is dropped: dropping the channel's sender lets it
-//!   finish its queue and exit, so `Drop` does no I/O. Between transactions it keeps each session's end and
+//!   worker may sleep: waking a sleeping worker from the writer thread costs as much as the commit
+//!   (`noetic_core::handoff`). After a commit the thread looks for the next request for a moment (`writer::LOOK`,
+//!   yielding its core between looks) before it sleeps: a turn's next write usually comes within it, and waking a
+//!   sleeping thread costs more. The thread ends when the last handle on the store is dropped: dropping the
+//!   channel's sender lets it finish its queue and exit, so `Drop` does no I/O. Between transactions it keeps each session's end and
 //!   summary and the append counter, so an append reads nothing back first; they are forgotten when
 //!   `PRAGMA data_version` says another connection committed, and when a transaction fails.
 //! * **A turn's lease and its start are one commit.** A lease taken for a turn ([`LogStore::take_lease`]) is
@@ -214,9 +216,9 @@ impl SqliteLogStore {
     /// Sends `request` (made with its reply channel) to the writer thread and waits for its answer.
     async fn ask<T>(&self, request: impl FnOnce(Reply<T>) -> Request) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let (_sent, alone) = self.inner.in_flight.sent();
+        let sent = self.inner.in_flight.sent();
         self.inner.requests.send(request(reply)).map_err(|_| writer_gone(&self.inner.path))?;
-        noetic_core::handoff::wait(answer, alone).await.ok_or_else(|| writer_gone(&self.inner.path))?
+        sent.wait(answer).await.ok_or_else(|| writer_gone(&self.inner.path))?
     }
 
     /// Appends `entries` (giving `release`'s lease up in the same transaction).

@@ -21,8 +21,8 @@ use crate::turn::{Finished, Input, Replay, TurnCommit, TurnJournal};
 /// What a stopped process's turn left in the log, by step path: finished steps' answers, running steps' inputs.
 #[derive(Default)]
 pub(crate) struct ReplayIndex {
-    finished: HashMap<String, Finished>,
-    inputs: HashMap<String, Vec<Input>>,
+    finished: HashMap<Arc<str>, Finished>,
+    inputs: HashMap<Arc<str>, Vec<Input>>,
 }
 
 impl ReplayIndex {
@@ -32,11 +32,11 @@ impl ReplayIndex {
         for record in records {
             match &record.entry {
                 Entry::Core { step, input, .. } => {
-                    index.inputs.entry(step.0.to_string()).or_default().push(input.clone());
+                    index.inputs.entry(step.0.clone()).or_default().push(input.clone());
                 }
                 Entry::StepFinished { step, output: Some(output), .. } => {
                     if let Ok(finished) = serde_json::from_value::<Finished>(output.clone()) {
-                        index.finished.insert(step.0.to_string(), finished);
+                        index.finished.insert(step.0.clone(), finished);
                     }
                 }
                 _ => {}
