@@ -292,11 +292,12 @@ fn main() -> BenchResult<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // One group only: `noetic-bench core` (the step, fork, tool-call and steering figures and the real path per
     // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
-    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite; `store-runtime` only its runtime figures), `noetic-bench pg` (PostgreSQL),
-    // `noetic-bench pg-log` (the PostgreSQL session log; `pg-runtime` only its runtime figures), `noetic-bench streams` (the providers' SSE framing and
-    // stream parsing), `noetic-bench agui` (the AG-UI event stream against our own SSE), `noetic-bench window`
-    // (counting tokens, fitting requests into the window), `noetic-bench replay` (recorded decisions decided again
-    // with new rules), `noetic-bench ledger` (the ledger's hash chain per decision).
+    // another), `noetic-bench mcp`, `noetic-bench store` (SQLite; `store-runtime` only its runtime figures),
+    // `noetic-bench pg` (PostgreSQL), `noetic-bench pg-log` (the PostgreSQL session log; `pg-runtime` only its
+    // runtime figures, `pg-load [WORKERS] [SESSIONS] [RUNS]` one of their loads, printing each run), `noetic-bench
+    // streams` (the providers' SSE framing and stream parsing), `noetic-bench agui` (the AG-UI event stream against
+    // our own SSE), `noetic-bench window` (counting tokens, fitting requests into the window), `noetic-bench replay`
+    // (recorded decisions decided again with new rules), `noetic-bench ledger` (the ledger's hash chain per decision).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),
@@ -305,6 +306,7 @@ fn main() -> BenchResult<()> {
         Some("store-runtime") => return sqlite_log_path::runtime_only(),
         Some("pg" | "pg-log") => return pg_log_path::figures(),
         Some("pg-runtime") => return pg_log_path::runtime_only(),
+        Some("pg-load") => return pg_log_path::load_only(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("core") => return core_figures(&rt),
         Some("parallel") => return rt.block_on(parallel_tools_figures()),
         Some("window") => return rt.block_on(window_path::figures(report)),

@@ -123,9 +123,21 @@ fn quantile(samples: &mut [f64], q: f64) -> f64 {
 /// runtimes (each with a pool of its own, as workers would have) on one database; and the p99 lateness of a 1 ms
 /// ticker on the same tokio runtime meanwhile. No workers: one runtime with each session's log in memory.
 async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: usize) -> BenchResult<(f64, f64)> {
+    Ok(runtime_load(url, workers, sessions, turns).await?.0)
+}
+
+/// [`runtime_turns_per_s`], with what the workers' stores wrote (summed).
+async fn runtime_load(
+    url: &str,
+    workers: usize,
+    sessions: usize,
+    turns: usize,
+) -> BenchResult<((f64, f64), noetic_postgres::PgLogStats)> {
     let mut runtimes = Vec::with_capacity(workers.max(1));
+    let mut stores = Vec::with_capacity(workers);
     for w in 0..workers {
         let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
+        stores.push(store.clone());
         let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?;
         runtimes.push((w, runtime));
     }
@@ -168,7 +180,13 @@ async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: 
     let elapsed = start.elapsed().as_secs_f64();
     let _ = stop.send(());
     let mut late = ticking.await?;
-    Ok(((sessions * turns) as f64 / elapsed, quantile(&mut late, 0.99)))
+    let mut written = noetic_postgres::PgLogStats::default();
+    for store in &stores {
+        let stats = store.stats();
+        written.transactions += stats.transactions;
+        written.appends += stats.appends;
+    }
+    Ok((((sessions * turns) as f64 / elapsed, quantile(&mut late, 0.99)), written))
 }
 
 /// The runtime on the log: per tool call, and turns/s of 1000 sessions on 1, 2 and 4 workers, with the ticker's
@@ -230,6 +248,34 @@ pub fn runtime_only() -> BenchResult<()> {
     rt.block_on(async {
         let db = Throwaway::new(&url, "bench_log").await?;
         runtime_figures(&db.url).await?;
+        db.remove().await?;
+        BenchResult::Ok(())
+    })
+}
+
+/// One load alone (`noetic-bench pg-load [WORKERS] [SESSIONS] [RUNS]`, 1 worker, 1000 sessions and 5 runs by
+/// default; 0 workers: the logs in memory), for comparing builds and profiling: turns/s and the ticker's p99 per run.
+pub fn load_only(args: &[String]) -> BenchResult<()> {
+    let number = |i: usize, default: usize| -> BenchResult<usize> {
+        match args.get(i) {
+            Some(arg) => Ok(arg.parse().map_err(|_| format!("'{arg}' is not a number"))?),
+            None => Ok(default),
+        }
+    };
+    let (workers, sessions, runs) = (number(0, 1)?, number(1, 1000)?, number(2, 5)?);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let url = noetic_postgres::testing::server_url();
+    rt.block_on(async {
+        let db = Throwaway::new(&url, "bench_load").await?;
+        for _ in 0..runs {
+            let ((rate, p99), written) = runtime_load(&db.url, workers, sessions, 2).await?;
+            let turns = (sessions * 2) as f64;
+            println!(
+                "turns/s {rate:.0} ticker_p99_ms {p99:.2} appends/turn {:.2} transactions/turn {:.3}",
+                written.appends as f64 / turns,
+                written.transactions as f64 / turns
+            );
+        }
         db.remove().await?;
         BenchResult::Ok(())
     })
