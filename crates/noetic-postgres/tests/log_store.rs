@@ -139,6 +139,36 @@ async fn a_watch_hears_an_append_made_through_another_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_worker_hears_every_session_of_batches_announced_together_whatever_their_keys_hold() {
+    let Some(db) = database("log_watch_many").await else { return };
+    let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
+    let mut watch = b.watch();
+    // Long keys with tabs and line breaks: 600 of them do not fit one notification's payload.
+    let keys: Vec<String> = (0..600).map(|i| format!("s\t{i}\n{}", "k".repeat(100))).collect();
+    let m = [message("m")];
+    // New sessions (the batch transaction), then the same sessions continued (the one-statement append).
+    for round in 0..2u64 {
+        let all = futures::future::join_all(keys.iter().map(|k| a.append(k, Expect::At(round), &m))).await;
+        assert!(all.iter().all(|r| matches!(r, Ok(last) if *last == round + 1)), "{all:?}");
+    }
+    assert!(a.stats().transactions < 100, "the appends went in batches: {:?}", a.stats());
+    let mut heard: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while heard.values().map(Vec::len).sum::<usize>() < keys.len() * 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, watch.recv()).await {
+            Ok(Ok(appended)) => heard.entry(appended.key).or_default().push(appended.last),
+            other => panic!("{} of {} appends heard: {other:?}", heard.values().map(Vec::len).sum::<usize>(), 1200),
+        }
+    }
+    for k in &keys {
+        assert_eq!(heard.get(k).map(Vec::as_slice), Some(&[1, 2][..]), "{k:?}");
+    }
+    drop((a, b));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_of_many_sessions_arriving_together_share_transactions_and_each_is_fenced() {
     let Some(db) = database("log_group").await else { return };
     let store = PgLogStore::connect(&db.url).await.unwrap();

@@ -185,14 +185,15 @@ impl Listener {
         }
     }
 
-    /// Broadcasts a notification of another store object's append (`<id>\t<last>\t<key>`).
+    /// Broadcasts the sessions a notification of another store object's append statement announces (see
+    /// [`super::announce`]).
     fn heard(&self, n: &Notification) {
-        let mut parts = n.payload().splitn(3, '\t');
-        let (Some(id), Some(last), Some(key)) = (parts.next(), parts.next(), parts.next()) else { return };
-        let Ok(last) = last.parse::<u64>() else { return };
+        let Some((id, sessions)) = super::announce::parse(n.payload()) else { return };
         if id != self.id {
-            // Nobody watching is not an error.
-            let _ = self.appended.send(Appended { key: key.to_owned(), last });
+            for (key, last) in sessions {
+                // Nobody watching is not an error.
+                let _ = self.appended.send(Appended { key: key.to_owned(), last });
+            }
         }
     }
 }

@@ -52,8 +52,9 @@
 //!
 //! # Watching
 //!
-//! An append is announced in its own transaction with `NOTIFY noetic_log` (payload: the store object's id, the new
-//! last position, the key), so other workers hear it when it commits; appends through the same store object are
+//! An append is announced in its own transaction with `NOTIFY noetic_log` (payload: the store object's id and, per
+//! session, the new last position and the key; a statement's sessions share as few notifications as hold them, see
+//! `announce`), so other workers hear it when it commits; appends through the same store object are
 //! broadcast at once, without waiting for the notification. Each store object keeps one connection listening,
 //! driven by a tokio task, which reconnects by itself with backoff (0.1 s doubling to 5 s) when it drops or stops
 //! answering the check it gets every 5 s. Appends committed while it was away are not lost: the task remembers a
@@ -90,6 +91,7 @@
 //! session and the row, and nothing is written. The old tables stay as they were, unused. A database of a version newer than
 //! [`crate::LOG_SCHEMA_VERSION`] is refused untouched. Version 3 needs PostgreSQL 13 or newer.
 
+mod announce;
 mod convert;
 mod errors;
 mod listen;

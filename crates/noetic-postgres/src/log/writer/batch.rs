@@ -9,6 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use super::super::errors::{DbFailure, connection_lost};
 use super::{Answers, Failed, Known, Request, Writer, abandon};
+use crate::log::announce::payloads;
 
 /// Creates the summary rows of sessions that have none and locks every one, in the order given (sorted keys, so
 /// that two writers never wait for each other in a cycle); answers where each log ends.
@@ -107,7 +108,7 @@ pub(crate) async fn commit(writer: &mut Writer, batch: &[Request]) -> Result<Ans
         }
         answers.push(answer);
     }
-    let (mut keys, mut lasts, mut summaries, mut dropped, mut payloads) =
+    let (mut keys, mut lasts, mut summaries, mut dropped, mut announced) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (key, session) in &sessions {
         match (&session.summary, session.landed) {
@@ -119,12 +120,13 @@ pub(crate) async fn commit(writer: &mut Writer, batch: &[Request]) -> Result<Ans
                 keys.push(key.as_str());
                 lasts.push(i64::try_from(session.last).unwrap_or(i64::MAX));
                 summaries.push(summary);
-                payloads.push(format!("{}\t{}\t{key}", writer.id, session.last));
+                announced.push((key.as_str(), session.last));
             }
             _ if session.created => dropped.push(key.as_str()),
             _ => {}
         }
     }
+    let payloads = payloads(&writer.id, announced);
     if keys.is_empty() && dropped.is_empty() {
         abandon(client).await;
         learn(writer, &sessions, &[]);

@@ -12,15 +12,17 @@ use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
 use super::{Conn, Failed, Known, Request, Writer, statement_failed};
+use crate::log::announce::payloads;
 
 /// Locks the rows of the sessions (`$1`) that still hold their remembered counters (`$2`), in key order; updates
 /// them only if all `$n` (the array's length) were locked, then inserts the appends (`$6`–`$8`), gives up the leases
-/// asked (`$9`, the holder per session, null for none) and announces each session's new end (`$5`); answers each
+/// asked (`$9`, the holder per session, null for none) and announces the sessions' new ends (`$5`: a few
+/// notifications for all of them, sent once the first row is answered, so only when the update wrote); answers each
 /// updated session's key and new append counter, or nothing.
 const CONTINUE_MANY: &str = "
 WITH v AS (
-    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], $9::text[])
-        AS v(key, seen, last, summary, payload, holder)
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $9::text[])
+        AS v(key, seen, last, summary, holder)
 ), locked AS (
     SELECT s.key FROM noetic_log_sessions AS s JOIN v ON s.key = v.key AND s.seq = v.seen
     ORDER BY s.key FOR UPDATE OF s
@@ -39,7 +41,7 @@ WITH v AS (
     DELETE FROM noetic_log_leases AS l USING v
     WHERE l.key = v.key AND l.holder = v.holder AND EXISTS (SELECT FROM summed)
 )
-SELECT s.key, s.seq, (SELECT count(*) FROM pg_notify('noetic_log', v.payload)) FROM summed AS s JOIN v ON v.key = s.key";
+SELECT s.key, s.seq, (SELECT count(pg_notify('noetic_log', p)) FROM unnest($5::text[]) AS p) FROM summed AS s";
 
 /// A batch that continues several remembered sessions: what it writes and answers.
 pub(crate) struct Plan<'a> {
@@ -111,13 +113,8 @@ pub(crate) async fn commit(
 ) -> Result<Option<Vec<Result<u64, StoreError>>>, Failed> {
     let (client, statement) = writer.statement(CONTINUE_MANY).await?;
     let n = plan.sessions.len();
-    let (mut keys, mut seen, mut lasts, mut summaries, mut payloads) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+    let (mut keys, mut seen, mut lasts, mut summaries) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for (key, known) in &plan.sessions {
         let summary = serde_json::to_string(&known.summary).map_err(|e| Failed::Before {
             error: format!("a session summary could not be encoded: {e}").into(),
@@ -127,8 +124,8 @@ pub(crate) async fn commit(
         seen.push(known.seq);
         lasts.push(i64::try_from(known.last).unwrap_or(i64::MAX));
         summaries.push(summary);
-        payloads.push(format!("{}\t{}\t{key}", writer.id, known.last));
     }
+    let payloads = payloads(&writer.id, plan.sessions.iter().map(|(key, known)| (*key, known.last)));
     let params: [&(dyn ToSql + Sync); 9] =
         [&keys, &seen, &lasts, &summaries, &payloads, &plan.keys, &plan.positions, &plan.rows, &plan.holders];
     // One statement outside a transaction block is a transaction of its own: one message, one answer, and a
