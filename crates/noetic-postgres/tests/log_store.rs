@@ -337,6 +337,71 @@ async fn a_database_of_a_newer_schema_is_refused_and_left_untouched() {
     db.remove().await.unwrap();
 }
 
+/// Whether `noetic_log_sessions` keeps half of each page free for its rows' updates.
+async fn summary_rows_keep_room(client: &tokio_postgres::Client) -> bool {
+    let options: Option<Vec<String>> = client
+        .query_one("SELECT reloptions FROM pg_class WHERE oid = 'noetic_log_sessions'::regclass", &[])
+        .await
+        .unwrap()
+        .get(0);
+    options.unwrap_or_default().iter().any(|o| o == "fillfactor=50")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_rows_keep_room_for_their_updates_on_a_new_database_and_once_more_where_it_was_taken_away() {
+    let Some(db) = database("log_storage").await else { return };
+    let client = db.client().await.unwrap();
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    assert!(summary_rows_keep_room(&client).await, "set when the tables are made");
+    // A database of this schema version without the setting (made by an earlier build, or reset by hand) gets it
+    // when a store connects; the sessions in it are as they were.
+    store.append("s", Expect::End, &[message("kept")]).await.unwrap();
+    drop(store);
+    client.batch_execute("ALTER TABLE noetic_log_sessions RESET (fillfactor)").await.unwrap();
+    assert!(!summary_rows_keep_room(&client).await);
+    let store = PgLogStore::connect(&db.url).await.unwrap();
+    assert!(summary_rows_keep_room(&client).await, "set again on connecting");
+    assert_eq!(store.last("s").await.unwrap(), 1);
+    drop((store, client));
+    db.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_alter_the_tables_works_on_them_without_their_storage_settings() {
+    let Some(db) = database("log_storage_user").await else { return };
+    let client = db.client().await.unwrap();
+    // The tables exist (made by their owner), without the setting; another user may read and write them (and make
+    // tables of its own, as the schema check asks), not alter them.
+    let owner = PgLogStore::connect(&db.url).await.unwrap();
+    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
+    drop(owner);
+    let role = format!("noetic_writer_{}", std::process::id());
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE noetic_log_sessions RESET (fillfactor);
+             DROP ROLE IF EXISTS {role};
+             CREATE ROLE {role} LOGIN PASSWORD 'writer';
+             GRANT CONNECT ON DATABASE {db} TO {role};
+             GRANT USAGE, CREATE ON SCHEMA public TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+             GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role};",
+            db = db.name
+        ))
+        .await
+        .unwrap();
+    let (base, _) = db.url.rsplit_once('/').unwrap();
+    let (_, host) = base.rsplit_once('@').unwrap();
+    let url = format!("postgres://{role}:writer@{host}/{}", db.name);
+    let store = PgLogStore::connect(&url).await.unwrap();
+    assert!(!summary_rows_keep_room(&client).await, "it could not set it");
+    assert_eq!(store.append("s", Expect::At(1), &[message("two")]).await.unwrap(), 2);
+    assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 2);
+    drop((store, client));
+    db.remove().await.unwrap();
+    let admin = noetic_postgres::testing::client(&noetic_postgres::testing::server_url()).await.unwrap();
+    admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_listening_connection_comes_back_and_later_appends_are_heard() {
     let Some(db) = database("log_relisten").await else { return };

@@ -38,9 +38,55 @@ fn unreadable(session: &str, what: &'static str, row: impl ToString, cause: impl
     )
 }
 
-/// Migrates the database `client` is connected to (at `target`) to [`LOG_SCHEMA_VERSION`]; refuses a newer one,
-/// changing nothing.
+/// The storage settings of the log's tables: they change no format (a build that does not set them reads and
+/// writes the tables as before), so they are not a schema version. Each summary row is updated by every append to
+/// its session; with half of each page left free the new row version goes on the same page (a heap-only tuple:
+/// no index entry, no page split, cleaned up in place). In `noetic-bench pg-load` (1000 sessions of tool-calling
+/// turns) 30 % of those updates were heap-only on packed pages, 98 % with room; 10,000 updates of 1000 rows in a
+/// loop on the server took about a third less time with room than on freshly packed pages (62 against 95 ms).
+const STORAGE: &str = "ALTER TABLE noetic_log_sessions SET (fillfactor = 50)";
+
+/// Whether the tables have [`STORAGE`]'s settings.
+const STORED: &str = "SELECT coalesce(reloptions, '{}') @> ARRAY['fillfactor=50'] FROM pg_class \
+    WHERE oid = 'noetic_log_sessions'::regclass";
+
+/// Migrates the database `client` is connected to (at `target`) to [`LOG_SCHEMA_VERSION`] and gives its tables
+/// their storage settings ([`STORAGE`]); refuses a newer one, changing nothing.
 pub(crate) async fn migrate(client: &mut tokio_postgres::Client, target: &str) -> Result<(), StoreError> {
+    migrate_schema(client, target).await?;
+    store_well(client, target).await;
+    Ok(())
+}
+
+/// Sets [`STORAGE`] where it is not set yet (once per database, under the migration lock). A user who may not
+/// alter the tables (not their owner) keeps them as they are: said in the log, not an error.
+async fn store_well(client: &mut tokio_postgres::Client, target: &str) {
+    let set = async {
+        let stored: bool = client.query_one(STORED, &[]).await?.try_get(0)?;
+        if stored {
+            return Ok(false);
+        }
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+        if !tx.query_one(STORED, &[]).await?.try_get::<_, bool>(0)? {
+            tx.batch_execute(STORAGE).await?;
+        }
+        tx.commit().await?;
+        Ok::<bool, tokio_postgres::Error>(true)
+    };
+    match set.await {
+        Ok(true) => tracing::info!(%target, "the session log's summary rows now keep room for their updates"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(
+            %target, %error,
+            "the session log's storage settings could not be set (it works without them; the owner of the tables \
+             can run: {STORAGE})"
+        ),
+    }
+}
+
+/// [`migrate`]'s schema versions.
+async fn migrate_schema(client: &mut tokio_postgres::Client, target: &str) -> Result<(), StoreError> {
     let doing = "migrating the schema";
     let fail = |e| db_error(target, doing, e);
     let tx = client.transaction().await.map_err(fail)?;

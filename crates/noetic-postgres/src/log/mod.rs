@@ -18,7 +18,9 @@
 //! JSON from [`noetic_runtime::agent::log::encode`], one per line; a tool call's entries are one row); `noetic_log_sessions` one row per session: where its log ends (`last`), its
 //! [`Summary`](noetic_runtime::agent::log::Summary) as JSON, a number from a global sequence taken at every append (the
 //! list's order, newest first), the transaction that appended last (`written_by`, for watchers catching up) and
-//! the database's time of that append. Snapshots and leases have a table each. A session exists while it has
+//! the database's time of that append; its pages keep half their room for the rows' updates (`fillfactor`, set
+//! on connecting where the user may alter the tables: a storage setting, not a schema version). Snapshots and
+//! leases have a table each. A session exists while it has
 //! entries; deleting it removes its rows from all four. An entry's time ([`Record::at`]) is the appending worker's
 //! clock (it is encoded in the entry); the list's `updated_at` is the database's. Keys are at most
 //! [`MAX_KEY_BYTES`] bytes without NUL characters (a primary key and a notification's payload hold them).
