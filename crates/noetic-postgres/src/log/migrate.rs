@@ -68,11 +68,13 @@ async fn store_well(client: &mut tokio_postgres::Client, target: &str) {
         }
         let tx = client.transaction().await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
-        if !tx.query_one(STORED, &[]).await?.try_get::<_, bool>(0)? {
+        // Another worker may have set it while this one waited for the lock.
+        let altered = !tx.query_one(STORED, &[]).await?.try_get::<_, bool>(0)?;
+        if altered {
             tx.batch_execute(STORAGE).await?;
         }
         tx.commit().await?;
-        Ok::<bool, tokio_postgres::Error>(true)
+        Ok::<bool, tokio_postgres::Error>(altered)
     };
     match set.await {
         Ok(true) => tracing::info!(%target, "the session log's summary rows now keep room for their updates"),
