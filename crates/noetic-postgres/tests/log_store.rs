@@ -143,6 +143,18 @@ async fn another_worker_hears_every_session_of_batches_announced_together_whatev
     let Some(db) = database("log_watch_many").await else { return };
     let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());
     let mut watch = b.watch();
+    // A plain listener counting the notifications themselves.
+    let (listener, mut connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    let (sent, mut notified) = tokio::sync::mpsc::unbounded_channel();
+    let driving = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = sent.send(n.payload().len());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN noetic_log").await.unwrap();
     // Long keys with tabs and line breaks: 600 of them do not fit one notification's payload.
     let keys: Vec<String> = (0..600).map(|i| format!("s\t{i}\n{}", "k".repeat(100))).collect();
     let m = [message("m")];
@@ -164,7 +176,17 @@ async fn another_worker_hears_every_session_of_batches_announced_together_whatev
     for k in &keys {
         assert_eq!(heard.get(k).map(Vec::as_slice), Some(&[1, 2][..]), "{k:?}");
     }
-    drop((a, b));
+    // Every notification has been delivered once a query after the last commit is answered on the listener.
+    listener.batch_execute("SELECT 1").await.unwrap();
+    let mut sizes = Vec::new();
+    while let Ok(size) = notified.try_recv() {
+        sizes.push(size);
+    }
+    // 1200 ends of ~125 bytes each: ~20 payloads of up to 7,900 bytes (a few more where batches split them).
+    assert!(sizes.len() >= 19 && sizes.len() <= 100, "{} notifications for 1200 appends", sizes.len());
+    assert!(sizes.iter().all(|&size| size < 8000), "{sizes:?}");
+    drop((a, b, listener));
+    driving.abort();
     db.remove().await.unwrap();
 }
 
