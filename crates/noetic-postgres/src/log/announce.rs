@@ -16,15 +16,15 @@ pub(crate) const PAYLOAD_BYTES: usize = 7_900;
 pub(crate) fn payloads<'a>(id: &str, sessions: impl IntoIterator<Item = (&'a str, u64)>) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
+    let mut part = String::new();
     for (key, last) in sessions {
-        let part = format!("\t{last}\t{}\t{key}", key.len());
+        part.clear();
+        push_session(&mut part, key, last);
         if !current.is_empty() && current.len() + part.len() > PAYLOAD_BYTES {
             out.push(std::mem::take(&mut current));
         }
         if current.is_empty() {
-            current.reserve(PAYLOAD_BYTES.min(id.len() + 2 + part.len() * 8));
-            current.push_str(id);
-            current.push_str("\t+");
+            push_header(&mut current, id);
         }
         current.push_str(&part);
     }
@@ -32,6 +32,25 @@ pub(crate) fn payloads<'a>(id: &str, sessions: impl IntoIterator<Item = (&'a str
         out.push(current);
     }
     out
+}
+
+/// The payload announcing one session (what [`payloads`] makes of it alone).
+pub(crate) fn payload(id: &str, key: &str, last: u64) -> String {
+    let mut out = String::new();
+    push_header(&mut out, id);
+    push_session(&mut out, key, last);
+    out
+}
+
+fn push_header(out: &mut String, id: &str) {
+    out.push_str(id);
+    out.push_str("\t+");
+}
+
+fn push_session(out: &mut String, key: &str, last: u64) {
+    use std::fmt::Write as _;
+    // Writing to a `String` cannot fail.
+    let _ = write!(out, "\t{last}\t{}\t{key}", key.len());
 }
 
 /// What a payload says: the writer's id and each session with its new last position; `None` when it is not a
@@ -99,6 +118,13 @@ mod tests {
         }
         // A length that cuts a character in two.
         assert_eq!(parse("w\t+\t5\t1\tü"), None);
+    }
+
+    #[test]
+    fn one_sessions_payload_is_what_the_many_form_makes_of_it_alone() {
+        let key = "k\tey";
+        assert_eq!(vec![payload("w", key, 9)], payloads("w", [(key, 9)]));
+        assert_eq!(parse(&payload("w", key, 9)), Some(("w", vec![(key, 9)])));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use noetic_runtime::agent::log::{Expect, StoreError};
 use tokio_postgres::types::ToSql;
 
 use super::{Conn, Failed, Known, Request, Writer, statement_failed};
-use crate::log::announce::payloads;
+use crate::log::announce::payload;
 
 /// Updates the summary row if no append happened since the one remembered, and then (only then) inserts the
 /// entries, does `$released` (more of the statement) and announces the new end; answers the new append counter, or
@@ -96,7 +96,7 @@ pub(crate) async fn commit(
         retryable: false,
     })?;
     let last = i64::try_from(plan.known.last).unwrap_or(i64::MAX);
-    let payload = payloads(&writer.id, [(plan.key, plan.known.last)]).pop().unwrap_or_default();
+    let payload = payload(&writer.id, plan.key, plan.known.last);
     let mut params: Vec<&(dyn ToSql + Sync)> =
         vec![&plan.key, &plan.seen, &last, &summary, &plan.positions, &plan.entries, &payload];
     if let Some(holder) = &plan.release {
