@@ -294,10 +294,11 @@ fn main() -> BenchResult<()> {
     // tool call, for comparing two builds quickly), `noetic-bench parallel` (parallel_tools(4) against one call after
     // another), `noetic-bench mcp`, `noetic-bench store` (SQLite; `store-runtime` only its runtime figures),
     // `noetic-bench pg` (PostgreSQL), `noetic-bench pg-log` (the PostgreSQL session log; `pg-runtime` only its
-    // runtime figures, `pg-load [WORKERS] [SESSIONS] [RUNS]` one of their loads, printing each run), `noetic-bench
-    // streams` (the providers' SSE framing and stream parsing), `noetic-bench agui` (the AG-UI event stream against
-    // our own SSE), `noetic-bench window` (counting tokens, fitting requests into the window), `noetic-bench replay`
-    // (recorded decisions decided again with new rules), `noetic-bench ledger` (the ledger's hash chain per decision).
+    // runtime figures, `pg-load [WORKERS] [SESSIONS] [RUNS] [MODEL_MS | one-call] [TURNS]` one of their loads,
+    // printing each run), `noetic-bench streams` (the providers' SSE framing and stream parsing), `noetic-bench
+    // agui` (the AG-UI event stream against our own SSE), `noetic-bench window` (counting tokens, fitting requests
+    // into the window), `noetic-bench replay` (recorded decisions decided again with new rules), `noetic-bench
+    // ledger` (the ledger's hash chain per decision).
     match std::env::args().nth(1).as_deref() {
         Some("mcp") => return mcp_figures(&rt),
         Some("agui") => return agui_figures(&rt),

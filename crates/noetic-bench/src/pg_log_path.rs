@@ -123,27 +123,62 @@ fn quantile(samples: &mut [f64], q: f64) -> f64 {
 /// runtimes (each with a pool of its own, as workers would have) on one database; and the p99 lateness of a 1 ms
 /// ticker on the same tokio runtime meanwhile. No workers: one runtime with each session's log in memory.
 async fn runtime_turns_per_s(url: &str, workers: usize, sessions: usize, turns: usize) -> BenchResult<(f64, f64)> {
-    Ok(runtime_load(url, workers, sessions, turns).await?.0)
+    Ok(runtime_load(url, workers, sessions, turns, Turns::Real(Duration::ZERO)).await?.0)
 }
 
-/// [`runtime_turns_per_s`], with what the workers' stores wrote (summed).
+/// The turns a load's sessions run.
+#[derive(Clone, Copy, Debug)]
+enum Turns {
+    /// The real path's: ten calls of the search tool on the fake OpenAI transport, then an answer; the model
+    /// answers each request this long after it was sent.
+    Real(Duration),
+    /// The turns of the old store's figure (`noetic-bench pg` before the session log, 531–594 turns/s): a scripted
+    /// model asks for a no-op tool once, then answers.
+    OneCall,
+}
+
+impl Turns {
+    /// A runtime keeping its sessions in `log`, its model and tools running these turns.
+    fn runtime(self, log: std::sync::Arc<dyn noetic::agent::log::LogStore>) -> BenchResult<noetic::agent::Runtime> {
+        let kept = crate::real_path::Kept::Log(log.clone());
+        match self {
+            Turns::Real(latency) => {
+                let model = crate::real_path::WireModel::answering_after(latency);
+                Ok(crate::real_path::wire_runtime_on(kept, crate::real_path::search_tool()?, model)?.0)
+            }
+            Turns::OneCall => {
+                use noetic::model::{Item, ModelResponse};
+                let model = noetic::testing::ScriptedModel::responder(|request| {
+                    Ok(match request.history.last() {
+                        Some(Item::ToolResult(_)) => ModelResponse::text("ok"),
+                        _ => ModelResponse::tool_calls([("c", "noop", serde_json::json!({}))]),
+                    })
+                })
+                .without_recording();
+                let builder = noetic::agent::Runtime::builder().model(std::sync::Arc::new(model));
+                Ok(builder.tool(crate::probe::noop_tool()?).log_store(log).build()?)
+            }
+        }
+    }
+}
+
+/// [`runtime_turns_per_s`] of `these` turns, with what the workers' stores wrote (summed).
 async fn runtime_load(
     url: &str,
     workers: usize,
     sessions: usize,
     turns: usize,
+    these: Turns,
 ) -> BenchResult<((f64, f64), noetic_postgres::PgLogStats)> {
     let mut runtimes = Vec::with_capacity(workers.max(1));
     let mut stores = Vec::with_capacity(workers);
     for w in 0..workers {
         let store = std::sync::Arc::new(PgLogStore::connect(url).await?);
         stores.push(store.clone());
-        let (runtime, _) = crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?;
-        runtimes.push((w, runtime));
+        runtimes.push((w, these.runtime(store)?));
     }
     if workers == 0 {
-        let store = std::sync::Arc::new(noetic::agent::log::MemoryLogStore::new());
-        runtimes.push((0, crate::real_path::wire_runtime_with(crate::real_path::Kept::Log(store))?.0));
+        runtimes.push((0, these.runtime(std::sync::Arc::new(noetic::agent::log::MemoryLogStore::new()))?));
     }
     let workers = runtimes.len();
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -163,7 +198,15 @@ async fn runtime_load(
         .map(|s| {
             let runtime = runtimes[s % workers].1.clone();
             let key = format!("bench-rt-{run}-{s}");
+            // Sessions whose model takes time arrive over that time, as users do, not all in one instant.
+            let arrival = match these {
+                Turns::Real(latency) => latency.mul_f64(fastrand::f64()),
+                Turns::OneCall => Duration::ZERO,
+            };
             tokio::spawn(async move {
+                if !arrival.is_zero() {
+                    tokio::time::sleep(arrival).await;
+                }
                 let session = runtime.open(&key).await.map_err(|e| e.to_string())?;
                 for t in 0..turns {
                     let turn =
@@ -215,8 +258,15 @@ async fn runtime_figures(url: &str) -> BenchResult<()> {
     report("pg_log_added_per_tool_call_us", Stats::exact(logged.median - plain.median), "us", "<= 300");
     report("pg_log_real_tool_call_us_100_calls_idempotent", idempotent, "us", "");
     report("pg_log_added_per_tool_call_us_idempotent", Stats::exact(idempotent.median - plain.median), "us", "<= 300");
-    report("pg_log_transactions_per_tool_call", Stats::exact(transactions[0]), "transactions", "");
-    report("pg_log_transactions_per_tool_call_idempotent", Stats::exact(transactions[1]), "transactions", "");
+    // 100 calls in turns of 10; a turn's end (with its last outcome and the answer) is a transaction of its own, as
+    // a turn without calls has: the calls' own are the rest.
+    let turns = 100usize.div_ceil(crate::real_path::ROUNDS_PER_TURN) as f64;
+    for (all, kind) in transactions.into_iter().zip(["", "_idempotent"]) {
+        let per_turn = Stats::exact(all * 100.0 / turns);
+        report(&format!("pg_log_transactions_per_turn_of_10_tool_calls{kind}"), per_turn, "transactions", "");
+        let per_call = Stats::exact((all * 100.0 - turns) / 100.0);
+        report(&format!("pg_log_transactions_per_tool_call{kind}_turn_end_aside"), per_call, "transactions", "<= 1");
+    }
     for workers in [0, 1, 2, 4] {
         let (mut rates, mut lateness) = (Vec::new(), Vec::new());
         for _ in 0..3 {
@@ -228,6 +278,29 @@ async fn runtime_figures(url: &str) -> BenchResult<()> {
         report(&format!("pg_log_runtime_turns_per_s_1000_sessions_{which}"), Stats::of(rates, None), "turns/s", "");
         let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{which}");
         report(&name, Stats::of(lateness, None), "ms", if workers == 0 { "" } else { "< 2" });
+    }
+    // The turns of the old store's figure (one call, then an answer) on 1000 sessions and one worker: that figure's
+    // load (`noetic-bench pg` before the session log) was 8 sessions per worker.
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        rates.push(runtime_load(url, 1, 1000, 2, Turns::OneCall).await?.0.0);
+    }
+    report("pg_log_runtime_turns_per_s_1000_sessions_1_worker_one_call_turns", Stats::of(rates, None), "turns/s", "");
+    // 1000 sessions whose model takes time to answer (from half to one and a half times 100 or 300 ms; a real one
+    // takes longer), arriving over that time: their turns commit as above (~16,000 and ~5,500 appends/s), the CPU
+    // not saturated, so a worker blocked by store I/O would show here instead of hiding behind a full run queue.
+    // Beside each, the same sessions with their logs in memory: what the machine and the runtime alone give.
+    for model_ms in [100, 300] {
+        for workers in [1, 0] {
+            let mut lateness = Vec::new();
+            for _ in 0..3 {
+                let these = Turns::Real(Duration::from_millis(model_ms));
+                lateness.push(runtime_load(url, workers, 1000, 2, these).await?.0.1);
+            }
+            let (which, target) = if workers == 0 { ("memory_log", "") } else { ("1_worker", "< 2") };
+            let name = format!("pg_log_runtime_ticker_lateness_p99_ms_1000_sessions_{which}_model_{model_ms}ms");
+            report(&name, Stats::of(lateness, None), "ms", target);
+        }
     }
     // #36 item 5: 1000 sessions on each worker (2 and 4 workers: 2000 and 4000 sessions on the one database).
     for workers in [2, 4] {
@@ -253,8 +326,10 @@ pub fn runtime_only() -> BenchResult<()> {
     })
 }
 
-/// One load alone (`noetic-bench pg-load [WORKERS] [SESSIONS] [RUNS]`, 1 worker, 1000 sessions and 5 runs by
-/// default; 0 workers: the logs in memory), for comparing builds and profiling: turns/s and the ticker's p99 per run.
+/// One load alone (`noetic-bench pg-load [WORKERS] [SESSIONS] [RUNS] [MODEL_MS | one-call] [TURNS]`, 1 worker,
+/// 1000 sessions, 5 runs, real-path turns with a model answering at once and 2 turns a session by default; 0
+/// workers: the logs in memory; `one-call`: the old store's turns), for comparing builds and profiling: turns/s
+/// and the ticker's p99 per run.
 pub fn load_only(args: &[String]) -> BenchResult<()> {
     let number = |i: usize, default: usize| -> BenchResult<usize> {
         match args.get(i) {
@@ -262,14 +337,18 @@ pub fn load_only(args: &[String]) -> BenchResult<()> {
             None => Ok(default),
         }
     };
-    let (workers, sessions, runs) = (number(0, 1)?, number(1, 1000)?, number(2, 5)?);
+    let (workers, sessions, runs, turns) = (number(0, 1)?, number(1, 1000)?, number(2, 5)?, number(4, 2)?);
+    let these = match args.get(3).map(String::as_str) {
+        Some("one-call") => Turns::OneCall,
+        _ => Turns::Real(Duration::from_millis(number(3, 0)? as u64)),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let url = noetic_postgres::testing::server_url();
     rt.block_on(async {
         let db = Throwaway::new(&url, "bench_load").await?;
         for _ in 0..runs {
-            let ((rate, p99), written) = runtime_load(&db.url, workers, sessions, 2).await?;
-            let turns = (sessions * 2) as f64;
+            let ((rate, p99), written) = runtime_load(&db.url, workers, sessions, turns, these).await?;
+            let turns = (sessions * turns) as f64;
             println!(
                 "turns/s {rate:.0} ticker_p99_ms {p99:.2} appends/turn {:.2} transactions/turn {:.3}",
                 written.appends as f64 / turns,

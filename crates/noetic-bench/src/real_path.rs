@@ -32,6 +32,8 @@ pub struct WireModel {
     tool_answer: String,
     final_answer: String,
     history_cache: HistoryCache,
+    /// How long each answer takes to come (none by default: the runtime's own cost alone).
+    latency: Duration,
 }
 
 impl WireModel {
@@ -64,7 +66,15 @@ impl WireModel {
             tool_answer,
             final_answer,
             history_cache: HistoryCache::default(),
+            latency: Duration::ZERO,
         }
+    }
+
+    /// [`WireModel::new`] answering each request about `latency` after it was sent (from half to one and a half
+    /// times it, at random: sessions that started together do not stay in step), as a real model's answer takes
+    /// time (a load that leaves the runtime's CPU some rest).
+    pub fn answering_after(latency: Duration) -> Self {
+        WireModel { latency, ..WireModel::new() }
     }
 
     /// The body of an answer asking for the tool.
@@ -105,7 +115,13 @@ impl Model for WireModel {
             .count();
         let answer = if results < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
         let response = parse_response_keeping(answer, &self.history_cache);
-        Box::pin(async move { response })
+        let latency = self.latency.mul_f64(0.5 + fastrand::f64());
+        Box::pin(async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            response
+        })
     }
 }
 
@@ -155,7 +171,16 @@ pub fn wire_runtime_with(kept: impl Into<Kept>) -> BenchResult<(Runtime, Arc<Wir
 
 /// [`wire_runtime_with`] offering `search` as its tool.
 pub fn wire_runtime_of(kept: impl Into<Kept>, search: Arc<dyn Tool>) -> BenchResult<(Runtime, Arc<WireModel>)> {
-    let model = Arc::new(WireModel::new());
+    wire_runtime_on(kept, search, WireModel::new())
+}
+
+/// [`wire_runtime_of`] on `model`.
+pub fn wire_runtime_on(
+    kept: impl Into<Kept>,
+    search: Arc<dyn Tool>,
+    model: WireModel,
+) -> BenchResult<(Runtime, Arc<WireModel>)> {
+    let model = Arc::new(model);
     let mut builder = Runtime::builder()
         .model(model.clone())
         .model_id("openai/gpt-4o-mini")
