@@ -18,6 +18,11 @@
 //! It runs on the async driver `tokio-postgres` with a `deadpool-postgres` pool: group commit, LISTEN/NOTIFY on a reconnecting tokio
 //! task, leases on the database's clock, and one row per append, and the conversion of existing sessions into logs (schema versions 3–4); see
 //! [`log`].
+//!
+//! The first connection to a database makes the tables (or migrates an older schema), so its user needs the right
+//! to create tables; from then on a user who may only read and write them (`SELECT`, `INSERT`, `UPDATE`, `DELETE`
+//! on the tables, `USAGE` and `UPDATE` on the sequence) works on them too — production roles usually are so. A
+//! storage setting that only the tables' owner may set is then left as it is (said in the log).
 
 pub mod log;
 mod schema;

@@ -388,23 +388,17 @@ async fn the_summary_rows_keep_room_for_their_updates_on_a_new_database_and_once
     db.remove().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_who_may_not_alter_the_tables_works_on_them_without_their_storage_settings() {
-    let Some(db) = database("log_storage_user").await else { return };
-    let client = db.client().await.unwrap();
-    // The tables exist (made by their owner), without the setting; another user may read and write them (and make
-    // tables of its own, as the schema check asks), not alter them.
-    let owner = PgLogStore::connect(&db.url).await.unwrap();
-    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
-    drop(owner);
-    let role = format!("noetic_writer_{}", std::process::id());
+/// A login role of this test process that may read and write every table and sequence in `db` (made by their owner)
+/// but neither create tables nor alter them; its URL.
+async fn writer_role(db: &Throwaway, client: &tokio_postgres::Client, name: &str) -> (String, String) {
+    let role = format!("noetic_{name}_{}", std::process::id());
     client
         .batch_execute(&format!(
-            "ALTER TABLE noetic_log_sessions RESET (fillfactor);
-             DROP ROLE IF EXISTS {role};
+            "DROP ROLE IF EXISTS {role};
              CREATE ROLE {role} LOGIN PASSWORD 'writer';
              GRANT CONNECT ON DATABASE {db} TO {role};
-             GRANT USAGE, CREATE ON SCHEMA public TO {role};
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+             GRANT USAGE ON SCHEMA public TO {role};
              GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
              GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role};",
             db = db.name
@@ -413,15 +407,59 @@ async fn a_user_who_may_not_alter_the_tables_works_on_them_without_their_storage
         .unwrap();
     let (base, _) = db.url.rsplit_once('/').unwrap();
     let (_, host) = base.rsplit_once('@').unwrap();
-    let url = format!("postgres://{role}:writer@{host}/{}", db.name);
+    (role.clone(), format!("postgres://{role}:writer@{host}/{}", db.name))
+}
+
+async fn drop_role(role: &str) {
+    let admin = noetic_postgres::testing::client(&noetic_postgres::testing::server_url()).await.unwrap();
+    admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_neither_create_nor_alter_tables_works_on_tables_their_owner_made() {
+    let Some(db) = database("log_storage_user").await else { return };
+    let client = db.client().await.unwrap();
+    // The tables exist (made by their owner), without the storage setting; another user may read and write them,
+    // not create tables (as production roles often are) nor alter these.
+    let owner = PgLogStore::connect(&db.url).await.unwrap();
+    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
+    drop(owner);
+    client.batch_execute("ALTER TABLE noetic_log_sessions RESET (fillfactor)").await.unwrap();
+    let (role, url) = writer_role(&db, &client, "writer").await;
     let store = PgLogStore::connect(&url).await.unwrap();
     assert!(!summary_rows_keep_room(&client).await, "it could not set it");
     assert_eq!(store.append("s", Expect::At(1), &[message("two")]).await.unwrap(), 2);
+    assert_eq!(store.append("new", Expect::End, &[message("three")]).await.unwrap(), 1);
     assert_eq!(store.read("s", 0, 10).await.unwrap().len(), 2);
     drop((store, client));
     db.remove().await.unwrap();
-    let admin = noetic_postgres::testing::client(&noetic_postgres::testing::server_url()).await.unwrap();
-    admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
+    drop_role(&role).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them_and_a_newer_one_is_refused() {
+    let Some(db) = database("log_storage_rights").await else { return };
+    let client = db.client().await.unwrap();
+    // A database of an older schema version (version 2's tables, before the log): migrating it makes tables.
+    client
+        .batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (2)")
+        .await
+        .unwrap();
+    let (role, url) = writer_role(&db, &client, "reader").await;
+    let Err(refused) = PgLogStore::connect(&url).await else {
+        panic!("the migration needs the right to create tables")
+    };
+    let said = refused.to_string();
+    assert!(said.contains("may not do this") && said.contains("connect once as a user who may create"), "{said}");
+    let version: i32 = client.query_one("SELECT version FROM noetic_schema", &[]).await.unwrap().get(0);
+    assert_eq!(version, 2, "nothing was changed");
+    // A newer version is refused as it is, whatever the user may do.
+    client.batch_execute("UPDATE noetic_schema SET version = 99").await.unwrap();
+    let Err(refused) = PgLogStore::connect(&url).await else { panic!("a newer schema is refused") };
+    assert!(refused.to_string().contains("newer than this noetic supports"), "{refused}");
+    drop(client);
+    db.remove().await.unwrap();
+    drop_role(&role).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

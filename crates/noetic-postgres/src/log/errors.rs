@@ -42,6 +42,11 @@ fn hint(e: &tokio_postgres::Error) -> &'static str {
         Some("28P01" | "28000") => "the database refused the credentials; check the URL's user and password",
         Some("3D000") => "the database does not exist; create it or fix the URL",
         Some("53300") => "the server has too many connections; use fewer or raise max_connections",
+        Some("42501") => {
+            "the database user may not do this; grant it the right, or connect once as a user who may create and \
+             alter the tables (noetic makes and migrates its tables on connecting; a user who may only read and \
+             write them works on tables at the current schema version)"
+        }
         Some(code) if code.starts_with("40") => "the transaction was rolled back by a conflict; try again",
         Some(code) if code.starts_with("57P") => "the server ended the connection; the next call reconnects",
         _ => "check the server's log",

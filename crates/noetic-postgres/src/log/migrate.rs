@@ -87,8 +87,35 @@ async fn store_well(client: &mut tokio_postgres::Client, target: &str) {
     }
 }
 
-/// [`migrate`]'s schema versions.
+/// The schema version of a database whose version table exists, read without the migration lock and without the
+/// right to create tables; `None` when there is no version table yet, or it could not be read (the migration then
+/// reads it again under its lock, and says what is wrong).
+async fn version_in_place(client: &tokio_postgres::Client) -> Option<i32> {
+    let exists = client.query_one("SELECT to_regclass('noetic_schema') IS NOT NULL", &[]).await.ok()?;
+    if !exists.try_get::<_, bool>(0).ok()? {
+        return None;
+    }
+    client.query_opt("SELECT version FROM noetic_schema", &[]).await.ok()??.try_get(0).ok()
+}
+
+/// Why a database of a newer schema version is refused.
+fn newer(target: &str, version: i32) -> StoreError {
+    StoreError::Refused {
+        message: format!(
+            "session store {target}: its schema is version {version}, newer than this noetic supports \
+             ({LOG_SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)"
+        ),
+    }
+}
+
+/// [`migrate`]'s schema versions. A database already at this version (or a newer one) is taken (or refused) as it
+/// is: a user who may read and write the tables but not create any (the tables made by their owner) connects.
 async fn migrate_schema(client: &mut tokio_postgres::Client, target: &str) -> Result<(), StoreError> {
+    match version_in_place(client).await {
+        Some(version) if version == LOG_SCHEMA_VERSION => return Ok(()),
+        Some(version) if version > LOG_SCHEMA_VERSION => return Err(newer(target, version)),
+        _ => {}
+    }
     let doing = "migrating the schema";
     let fail = |e| db_error(target, doing, e);
     let tx = client.transaction().await.map_err(fail)?;
@@ -103,12 +130,7 @@ async fn migrate_schema(client: &mut tokio_postgres::Client, target: &str) -> Re
     };
     if version > LOG_SCHEMA_VERSION {
         tx.rollback().await.map_err(fail)?;
-        return Err(StoreError::Refused {
-            message: format!(
-                "session store {target}: its schema is version {version}, newer than this noetic supports \
-                 ({LOG_SCHEMA_VERSION}); upgrade noetic or use another database (nothing was changed)"
-            ),
-        });
+        return Err(newer(target, version));
     }
     if version == LOG_SCHEMA_VERSION {
         return tx.commit().await.map_err(fail);
