@@ -31,6 +31,7 @@ mod schema;
 #[doc(hidden)]
 pub mod testing {
     pub use crate::log::testing::{Throwaway, client, create_at_version, server_url};
+    pub use crate::schema::MIGRATION_LOCK;
 }
 
 pub use log::{PgLogOptions, PgLogStats, PgLogStore};

@@ -27,7 +27,7 @@ pub const SCHEMA_VERSION: i32 = 2;
 pub const LOG_SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock key migrations hold (an arbitrary constant: "noetic" in ASCII, folded).
-pub(crate) const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
+pub const MIGRATION_LOCK: i64 = 0x6e6f_6574_6963;
 
 /// Version 1, as it was first released (kept verbatim: migrations start from it).
 pub(crate) const V1: &str = "

@@ -463,6 +463,39 @@ async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_create_tables_waits_for_the_owners_migration_and_then_works() {
+    let Some(db) = database("log_storage_wait").await else { return };
+    let client = db.client().await.unwrap();
+    let owner = PgLogStore::connect(&db.url).await.unwrap();
+    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
+    drop(owner);
+    let (role, url) = writer_role(&db, &client, "waiter").await;
+    // The owner is migrating: the database reads as an older version while its migration holds the lock.
+    client.batch_execute("UPDATE noetic_schema SET version = 3").await.unwrap();
+    let mut migrating = db.client().await.unwrap();
+    let tx = migrating.transaction().await.unwrap();
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&noetic_postgres::testing::MIGRATION_LOCK]).await.unwrap();
+    tx.execute("UPDATE noetic_schema SET version = $1", &[&noetic_postgres::LOG_SCHEMA_VERSION]).await.unwrap();
+    let connecting = tokio::spawn(async move { PgLogStore::connect(&url).await });
+    until("the other user waits for the migration's lock", async || {
+        let waiting: i64 = client
+            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        waiting == 1
+    })
+    .await;
+    tx.commit().await.unwrap();
+    // It finds the migration done and needs no right to create anything.
+    let store = connecting.await.unwrap().unwrap();
+    assert_eq!(store.append("s", Expect::At(1), &[message("two")]).await.unwrap(), 2);
+    drop((store, client, migrating));
+    db.remove().await.unwrap();
+    drop_role(&role).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_listening_connection_comes_back_and_later_appends_are_heard() {
     let Some(db) = database("log_relisten").await else { return };
     let (a, b) = (PgLogStore::connect(&db.url).await.unwrap(), PgLogStore::connect(&db.url).await.unwrap());

@@ -120,7 +120,16 @@ async fn migrate_schema(client: &mut tokio_postgres::Client, target: &str) -> Re
     let fail = |e| db_error(target, doing, e);
     let tx = client.transaction().await.map_err(fail)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(fail)?;
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS noetic_schema (version INTEGER NOT NULL)").await.map_err(fail)?;
+    // Made only where it is missing: `CREATE TABLE IF NOT EXISTS` needs the right to create tables even when the
+    // table exists, and the version read before the lock may have been a migration's that has finished since.
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('noetic_schema') IS NOT NULL", &[])
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(fail)?;
+    if !exists {
+        tx.batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL)").await.map_err(fail)?;
+    }
     let version: i32 = match tx.query_opt("SELECT version FROM noetic_schema", &[]).await.map_err(fail)? {
         Some(row) => row.try_get(0).map_err(fail)?,
         None => {
