@@ -115,11 +115,12 @@ impl Model for WireModel {
             .count();
         let answer = if results < ROUNDS_PER_TURN { &self.tool_answer } else { &self.final_answer };
         let response = parse_response_keeping(answer, &self.history_cache);
+        if self.latency.is_zero() {
+            return Box::pin(async move { response });
+        }
         let latency = self.latency.mul_f64(0.5 + fastrand::f64());
         Box::pin(async move {
-            if !latency.is_zero() {
-                tokio::time::sleep(latency).await;
-            }
+            tokio::time::sleep(latency).await;
             response
         })
     }
