@@ -451,6 +451,7 @@ async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them
     };
     let said = refused.to_string();
     assert!(said.contains("may not do this") && said.contains("connect once as a user who may create"), "{said}");
+    assert!(said.contains("the server said: permission denied for schema public"), "the server's words: {said}");
     let version: i32 = client.query_one("SELECT version FROM noetic_schema", &[]).await.unwrap().get(0);
     assert_eq!(version, 2, "nothing was changed");
     // A newer version is refused as it is, whatever the user may do.

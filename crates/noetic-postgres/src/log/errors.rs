@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use noetic_runtime::agent::log::StoreError;
 
-/// A database failure: the driver's error (kept as the source), where, and what to do about it.
+/// A database failure: the driver's error (kept as the source), where, and what to do about it. It says the
+/// server's own words for an error the server answered with (the driver's text is only "db error").
 #[derive(Debug, thiserror::Error)]
-#[error("{source} ({target}); {hint}")]
+#[error("{said} ({target}); {hint}", said = said(.source))]
 pub(crate) struct DbFailure {
     target: String,
     hint: &'static str,
@@ -23,6 +24,17 @@ impl DbFailure {
     /// connection was gone, or the server gave the transaction up (a deadlock, a serialization failure).
     pub(crate) fn retryable(&self) -> bool {
         connection_lost(&self.source) || self.source.code().is_some_and(|c| matches!(c.code(), "40001" | "40P01"))
+    }
+}
+
+/// What `e` says: the server's message (and its detail) for an error the server answered with, else the driver's.
+fn said(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("the server said: {} ({detail})", db.message()),
+            None => format!("the server said: {}", db.message()),
+        },
+        None => e.to_string(),
     }
 }
 
