@@ -28,7 +28,7 @@ impl DbFailure {
 }
 
 /// What `e` says: the server's message (and its detail) for an error the server answered with, else the driver's.
-fn said(e: &tokio_postgres::Error) -> String {
+pub(crate) fn said(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("the server said: {} ({detail})", db.message()),

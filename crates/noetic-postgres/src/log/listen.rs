@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use super::Counters;
+use super::errors::said;
 
 /// The channel appends are announced on.
 pub(crate) const CHANNEL: &str = "noetic_log";
@@ -82,7 +83,7 @@ impl Listener {
     ) -> String {
         let (client, mut connection) = match self.config.connect(tokio_postgres::NoTls).await {
             Ok(connected) => connected,
-            Err(e) => return format!("connecting failed: {e}"),
+            Err(e) => return format!("connecting failed: {}", said(&e)),
         };
         let (heard, mut hearing) = mpsc::unbounded_channel();
         // This store object's own appends are not news to it: left here, without waking the listening task.
@@ -131,7 +132,7 @@ impl Listener {
         // Every transaction this snapshot sees committed before the LISTEN: after the catch-up below, it is a
         // point whose appends were all either heard or caught up on.
         let before = snapshot(client).await?;
-        client.batch_execute(&format!("LISTEN {CHANNEL}")).await.map_err(|e| format!("LISTEN failed: {e}"))?;
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await.map_err(|e| format!("LISTEN failed: {}", said(&e)))?;
         if let Some(old) = seen.as_deref() {
             let rows = client
                 .query(
@@ -140,7 +141,7 @@ impl Listener {
                     &[&old],
                 )
                 .await
-                .map_err(|e| format!("catching up on appends failed: {e}"))?;
+                .map_err(|e| format!("catching up on appends failed: {}", said(&e)))?;
             // Counted first: whoever hears of one of them sees it counted.
             self.counters.caught_up.fetch_add(rows.len() as u64, Ordering::Relaxed);
             for row in &rows {
@@ -204,5 +205,5 @@ async fn snapshot(client: &Client) -> Result<String, String> {
         .query_one("SELECT pg_current_snapshot()::text", &[])
         .await
         .and_then(|row| row.try_get(0))
-        .map_err(|e| format!("reading the database's snapshot failed: {e}"))
+        .map_err(|e| format!("reading the database's snapshot failed: {}", said(&e)))
 }

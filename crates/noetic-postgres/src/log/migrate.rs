@@ -12,7 +12,7 @@ use noetic_steering::LedgerEntry;
 use tokio_postgres::{Row, Transaction};
 
 use super::convert::{OldSession, layer_state_entry, layer_state_log, session_entries};
-use super::errors::db_error;
+use super::errors::{db_error, said};
 use crate::schema::{LOG_SCHEMA_VERSION, MIGRATION_LOCK, V1, V2, V3, V4};
 
 /// The oldest server with what version 3 uses (`xid8`, `pg_current_snapshot`).
@@ -80,7 +80,7 @@ async fn store_well(client: &mut tokio_postgres::Client, target: &str) {
         Ok(true) => tracing::info!(%target, "the session log's summary rows now keep room for their updates"),
         Ok(false) => {}
         Err(error) => tracing::warn!(
-            %target, %error,
+            %target, error = %said(&error),
             "the session log's storage settings could not be set (it works without them; the owner of the tables \
              can run: {STORAGE})"
         ),

@@ -7,7 +7,7 @@ use noetic_runtime::agent::log::{Record, RowReader, SessionLine, Snapshot, Store
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
-use super::errors::{connection_lost, db_error, pool_error};
+use super::errors::{connection_lost, db_error, pool_error, said};
 use super::storable;
 
 /// The longest lease term kept (longer ones are cut to it): a hundred years.
@@ -36,7 +36,7 @@ async fn query(
         };
         match result {
             Err(e) if !retried && connection_lost(&e) => {
-                tracing::info!(error = %e, "a pooled connection to {target} was gone; trying on another");
+                tracing::info!(error = %said(&e), "a pooled connection to {target} was gone; trying on another");
                 retried = true;
                 drop(Object::take(client));
             }

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_postgres::{Client, Statement};
 
 use super::Counters;
-use super::errors::{DbFailure, Shared};
+use super::errors::{DbFailure, Shared, said};
 mod batch;
 mod fast;
 mod many;
@@ -198,7 +198,7 @@ impl Writer {
                         Some(statement)
                     }
                     Err(error) => {
-                        tracing::debug!(%error, "preparing an append on the listening connection failed; using the pool");
+                        tracing::debug!(error = %said(&error), "preparing an append on the listening connection failed; using the pool");
                         None
                     }
                 },
