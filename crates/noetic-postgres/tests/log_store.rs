@@ -410,6 +410,15 @@ async fn writer_role(db: &Throwaway, client: &tokio_postgres::Client, name: &str
     (role.clone(), format!("postgres://{role}:writer@{host}/{}", db.name))
 }
 
+/// A database of `name` whose tables its owner made, holding session "s" of one entry; with a client of the owner.
+async fn made_by_its_owner(name: &str) -> Option<(Throwaway, tokio_postgres::Client)> {
+    let db = database(name).await?;
+    let client = db.client().await.unwrap();
+    let owner = PgLogStore::connect(&db.url).await.unwrap();
+    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
+    Some((db, client))
+}
+
 async fn drop_role(role: &str) {
     let admin = noetic_postgres::testing::client(&noetic_postgres::testing::server_url()).await.unwrap();
     admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
@@ -417,13 +426,9 @@ async fn drop_role(role: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_neither_create_nor_alter_tables_works_on_tables_their_owner_made() {
-    let Some(db) = database("log_storage_user").await else { return };
-    let client = db.client().await.unwrap();
     // The tables exist (made by their owner), without the storage setting; another user may read and write them,
     // not create tables (as production roles often are) nor alter these.
-    let owner = PgLogStore::connect(&db.url).await.unwrap();
-    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
-    drop(owner);
+    let Some((db, client)) = made_by_its_owner("log_storage_user").await else { return };
     client.batch_execute("ALTER TABLE noetic_log_sessions RESET (fillfactor)").await.unwrap();
     let (role, url) = writer_role(&db, &client, "writer").await;
     let store = PgLogStore::connect(&url).await.unwrap();
@@ -465,11 +470,7 @@ async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_not_create_tables_waits_for_the_owners_migration_and_then_works() {
-    let Some(db) = database("log_storage_wait").await else { return };
-    let client = db.client().await.unwrap();
-    let owner = PgLogStore::connect(&db.url).await.unwrap();
-    owner.append("s", Expect::End, &[message("one")]).await.unwrap();
-    drop(owner);
+    let Some((db, client)) = made_by_its_owner("log_storage_wait").await else { return };
     let (role, url) = writer_role(&db, &client, "waiter").await;
     // The owner is migrating: the database reads as an older version while its migration holds the lock.
     client.batch_execute("UPDATE noetic_schema SET version = 3").await.unwrap();
