@@ -337,14 +337,18 @@ async fn a_corrupt_entry_is_reported_with_its_session_and_position_and_the_entri
     db.remove().await.unwrap();
 }
 
+/// A database of `name` holding only the version table, saying `version`; with a client of its owner.
+async fn with_schema_version(name: &str, version: i32) -> Option<(Throwaway, tokio_postgres::Client)> {
+    let db = database(name).await?;
+    let client = db.client().await.unwrap();
+    client.batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL)").await.unwrap();
+    client.execute("INSERT INTO noetic_schema VALUES ($1)", &[&version]).await.unwrap();
+    Some((db, client))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_a_newer_schema_is_refused_and_left_untouched() {
-    let Some(db) = database("log_newer").await else { return };
-    let client = db.client().await.unwrap();
-    client
-        .batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (99)")
-        .await
-        .unwrap();
+    let Some((db, client)) = with_schema_version("log_newer", 99).await else { return };
     let e = PgLogStore::connect(&db.url).await.unwrap_err();
     assert!(matches!(e, StoreError::Refused { .. }), "{e:?}");
     let e = e.to_string();
@@ -443,13 +447,8 @@ async fn a_user_who_may_neither_create_nor_alter_tables_works_on_tables_their_ow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them_and_a_newer_one_is_refused() {
-    let Some(db) = database("log_storage_rights").await else { return };
-    let client = db.client().await.unwrap();
     // A database of an older schema version (version 2's tables, before the log): migrating it makes tables.
-    client
-        .batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL); INSERT INTO noetic_schema VALUES (2)")
-        .await
-        .unwrap();
+    let Some((db, client)) = with_schema_version("log_storage_rights", 2).await else { return };
     let (role, url) = writer_role(&db, &client, "reader").await;
     let Err(refused) = PgLogStore::connect(&url).await else {
         panic!("the migration needs the right to create tables")
