@@ -140,10 +140,10 @@ enum Turns {
 impl Turns {
     /// A runtime keeping its sessions in `log`, its model and tools running these turns.
     fn runtime(self, log: std::sync::Arc<dyn noetic::agent::log::LogStore>) -> BenchResult<noetic::agent::Runtime> {
-        let kept = crate::real_path::Kept::Log(log.clone());
         match self {
             Turns::Real(latency) => {
                 let model = crate::real_path::WireModel::answering_after(latency);
+                let kept = crate::real_path::Kept::Log(log);
                 Ok(crate::real_path::wire_runtime_on(kept, crate::real_path::search_tool()?, model)?.0)
             }
             Turns::OneCall => {

@@ -393,7 +393,7 @@ async fn the_summary_rows_keep_room_for_their_updates_on_a_new_database_and_once
 }
 
 /// A login role of this test process that may read and write every table and sequence in `db` (made by their owner)
-/// but neither create tables nor alter them; its URL.
+/// but neither create tables nor alter them: its name and a URL that connects as it.
 async fn writer_role(db: &Throwaway, client: &tokio_postgres::Client, name: &str) -> (String, String) {
     let role = format!("noetic_{name}_{}", std::process::id());
     client
@@ -411,7 +411,8 @@ async fn writer_role(db: &Throwaway, client: &tokio_postgres::Client, name: &str
         .unwrap();
     let (base, _) = db.url.rsplit_once('/').unwrap();
     let (_, host) = base.rsplit_once('@').unwrap();
-    (role.clone(), format!("postgres://{role}:writer@{host}/{}", db.name))
+    let url = format!("postgres://{role}:writer@{host}/{}", db.name);
+    (role, url)
 }
 
 /// A database of `name` whose tables its owner made, holding session "s" of one entry; with a client of the owner.
@@ -447,7 +448,7 @@ async fn a_user_who_may_neither_create_nor_alter_tables_works_on_tables_their_ow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_not_create_tables_is_told_so_where_the_schema_needs_them_and_a_newer_one_is_refused() {
-    // A database of an older schema version (version 2's tables, before the log): migrating it makes tables.
+    // A database whose version table says 2 (before the log): migrating it makes tables.
     let Some((db, client)) = with_schema_version("log_storage_rights", 2).await else { return };
     let (role, url) = writer_role(&db, &client, "reader").await;
     let Err(refused) = PgLogStore::connect(&url).await else {

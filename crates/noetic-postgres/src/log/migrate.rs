@@ -87,11 +87,15 @@ async fn store_well(client: &mut tokio_postgres::Client, target: &str) {
     }
 }
 
+/// Whether the version table exists (asked without the right to create tables, which `CREATE TABLE IF NOT
+/// EXISTS` needs even where the table is there).
+const HAS_VERSION_TABLE: &str = "SELECT to_regclass('noetic_schema') IS NOT NULL";
+
 /// The schema version of a database whose version table exists, read without the migration lock and without the
 /// right to create tables; `None` when there is no version table yet, or it could not be read (the migration then
 /// reads it again under its lock, and says what is wrong).
 async fn version_in_place(client: &tokio_postgres::Client) -> Option<i32> {
-    let exists = client.query_one("SELECT to_regclass('noetic_schema') IS NOT NULL", &[]).await.ok()?;
+    let exists = client.query_one(HAS_VERSION_TABLE, &[]).await.ok()?;
     if !exists.try_get::<_, bool>(0).ok()? {
         return None;
     }
@@ -120,13 +124,9 @@ async fn migrate_schema(client: &mut tokio_postgres::Client, target: &str) -> Re
     let fail = |e| db_error(target, doing, e);
     let tx = client.transaction().await.map_err(fail)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(fail)?;
-    // Made only where it is missing: `CREATE TABLE IF NOT EXISTS` needs the right to create tables even when the
-    // table exists, and the version read before the lock may have been a migration's that has finished since.
-    let exists: bool = tx
-        .query_one("SELECT to_regclass('noetic_schema') IS NOT NULL", &[])
-        .await
-        .and_then(|r| r.try_get(0))
-        .map_err(fail)?;
+    // Made only where it is missing ([`HAS_VERSION_TABLE`]): the version read before the lock may have been a
+    // migration's that has finished since.
+    let exists: bool = tx.query_one(HAS_VERSION_TABLE, &[]).await.and_then(|r| r.try_get(0)).map_err(fail)?;
     if !exists {
         tx.batch_execute("CREATE TABLE noetic_schema (version INTEGER NOT NULL)").await.map_err(fail)?;
     }
